@@ -1,0 +1,59 @@
+#include "emu/app/header.h"
+
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "emu/check.h"
+#include "emu/device.h"
+#include "emu/topology.h"
+#include "emu/units.h"
+
+namespace emu::app {
+namespace {
+
+// Gathers one short string per rank on rank 0 (empty elsewhere).
+std::vector<std::string> gather_strings(const std::string& mine, int rank, int world) {
+  constexpr int kWidth = 128;
+  std::vector<char> send(kWidth, '\0');
+  mine.copy(send.data(), kWidth - 1);
+  std::vector<char> all(rank == 0 ? static_cast<size_t>(kWidth) * world : 0);
+  EMU_MPI_CHECK(MPI_Gather(send.data(), kWidth, MPI_CHAR, all.data(), kWidth, MPI_CHAR, 0, MPI_COMM_WORLD));
+  std::vector<std::string> out;
+  for (int r = 0; rank == 0 && r < world; ++r) out.emplace_back(all.data() + static_cast<size_t>(r) * kWidth);
+  return out;
+}
+
+}  // namespace
+
+void print_run_header(const MpiSession& mpi, const RunOptions& options) {
+  const HostInfo host = describe_host();
+  const Binding binding = bind_to_core(mpi.local_rank(), mpi.local_size());
+  const std::vector<std::string> placements =
+      gather_strings(fmt::format("{} {}", host.hostname, binding.detail), mpi.rank(), mpi.world());
+  if (mpi.rank() != 0) return;
+
+  const int k = options.shrink;
+  const uint64_t k2 = static_cast<uint64_t>(k) * k;
+  const uint64_t reserve = options.reserve_full_scale / k2;
+  std::string text = fmt::format("emu {}: {} rank{} on {} host{}, one emulated GPU per rank\n", EMU_VERSION,
+                                 mpi.world(), mpi.world() == 1 ? "" : "s", mpi.hosts(), mpi.hosts() == 1 ? "" : "s");
+  text += fmt::format("  host      {}\n", host.summary());
+  text += fmt::format("  shrink    k = {}: memory terms / k^2 = / {}\n", k, k2);
+  text += fmt::format("  cap       {}\n", options.cap.describe(k));
+  text += fmt::format("  reserve   {} at full scale / {} = {} per rank (CUDA context, NCCL buffers)\n",
+                      format_bytes(options.reserve_full_scale), k2, format_bytes(reserve));
+  text += fmt::format("  on OOM    {}\n", options.strict_oom ? "abort at once (strict)"
+                                                              : "finish the step over the cap, then report");
+  if (binding.oversubscribed) {
+    text += fmt::format("  placement oversubscribed: {} ranks share {} cores on this host; ranks are not bound\n",
+                        mpi.local_size(), host.cores);
+  }
+  for (int r = 0; r < mpi.world(); ++r) text += fmt::format("  rank {:<4} {}\n", r, placements[r]);
+  std::fputs(text.c_str(), stdout);
+  std::fflush(stdout);
+}
+
+}  // namespace emu::app

@@ -1,0 +1,81 @@
+#include "emu/topology.h"
+
+#include <fmt/format.h>
+#include <hwloc.h>
+#include <unistd.h>
+
+#include "emu/units.h"
+
+namespace emu {
+namespace {
+
+// One loaded hwloc topology, destroyed with the scope.
+class Topology {
+ public:
+  Topology() {
+    hwloc_topology_init(&topology_);
+    hwloc_topology_load(topology_);
+  }
+  ~Topology() { hwloc_topology_destroy(topology_); }
+  Topology(const Topology&) = delete;
+  Topology& operator=(const Topology&) = delete;
+  hwloc_topology_t get() const { return topology_; }
+  int count(hwloc_obj_type_t type) const {
+    const int n = hwloc_get_nbobjs_by_type(topology_, type);
+    return n < 0 ? 0 : n;
+  }
+
+ private:
+  hwloc_topology_t topology_ = nullptr;
+};
+
+}  // namespace
+
+std::string HostInfo::summary() const {
+  return fmt::format("{}: {} package{}, {} NUMA node{}, {} cores, {} hardware threads, {} memory{}", hostname,
+                     packages, packages == 1 ? "" : "s", numa_nodes, numa_nodes == 1 ? "" : "s", cores,
+                     hardware_threads, format_bytes(memory_bytes), cpu_model.empty() ? "" : ", " + cpu_model);
+}
+
+HostInfo describe_host() {
+  Topology topology;
+  HostInfo info;
+  char name[256] = {};
+  if (gethostname(name, sizeof(name) - 1) == 0) info.hostname = name;
+  info.packages = topology.count(HWLOC_OBJ_PACKAGE);
+  info.numa_nodes = topology.count(HWLOC_OBJ_NUMANODE);
+  info.cores = topology.count(HWLOC_OBJ_CORE);
+  info.hardware_threads = topology.count(HWLOC_OBJ_PU);
+  hwloc_obj_t root = hwloc_get_root_obj(topology.get());
+  info.memory_bytes = root->total_memory;
+  if (const char* model = hwloc_obj_get_info_by_name(root, "CPUModel")) info.cpu_model = model;
+  if (info.cpu_model.empty()) {
+    hwloc_obj_t package = hwloc_get_obj_by_type(topology.get(), HWLOC_OBJ_PACKAGE, 0);
+    if (package != nullptr) {
+      if (const char* model = hwloc_obj_get_info_by_name(package, "CPUModel")) info.cpu_model = model;
+    }
+  }
+  return info;
+}
+
+Binding bind_to_core(int local_rank, int local_size) {
+  Topology topology;
+  const int cores = topology.count(HWLOC_OBJ_CORE);
+  Binding binding;
+  if (cores <= 0 || local_size > cores) {
+    binding.oversubscribed = cores > 0;
+    binding.detail = fmt::format("not bound: {} ranks share {} cores on this host", local_size, cores);
+    return binding;
+  }
+  hwloc_obj_t core = hwloc_get_obj_by_type(topology.get(), HWLOC_OBJ_CORE, static_cast<unsigned>(local_rank));
+  if (core == nullptr || hwloc_set_cpubind(topology.get(), core->cpuset, HWLOC_CPUBIND_PROCESS) != 0) {
+    binding.detail = fmt::format("not bound: hwloc could not bind to core {}", local_rank);
+    return binding;
+  }
+  binding.bound = true;
+  binding.core = local_rank;
+  binding.detail = fmt::format("core {}", local_rank);
+  return binding;
+}
+
+}  // namespace emu

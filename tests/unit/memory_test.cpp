@@ -1,0 +1,161 @@
+// The emulated device's memory: the cap to the byte, peaks and categories, the OOM error's contents, record mode.
+#include <gtest/gtest.h>
+
+#include "emu/check.h"
+#include "emu/device.h"
+#include "emu/memory.h"
+
+namespace emu {
+namespace {
+
+MemoryPool::Options capped(uint64_t cap, OomMode mode = OomMode::kStrict, uint64_t reserve = 0) {
+  MemoryPool::Options options;
+  options.cap = cap;
+  options.reserve = reserve;
+  options.mode = mode;
+  options.rank = 5;
+  return options;
+}
+
+TEST(MemoryPool, CapIsEnforcedToTheByte) {
+  MemoryPool pool(capped(1000));
+  pool.charge(600, Category::kParameters);
+  pool.charge(400, Category::kGradients);  // exactly at the cap: fits
+  EXPECT_EQ(pool.in_use(), 1000u);
+  EXPECT_THROW(pool.charge(1, Category::kTemporaries), OutOfMemoryError);
+  EXPECT_EQ(pool.in_use(), 1000u) << "a failed allocation charges nothing";
+  pool.release(1, Category::kGradients);
+  EXPECT_NO_THROW(pool.charge(1, Category::kTemporaries));
+}
+
+TEST(MemoryPool, HugeRequestDoesNotOverflow) {
+  MemoryPool pool(capped(1000));
+  pool.charge(10, Category::kParameters);
+  EXPECT_THROW(pool.charge(~0ull - 5, Category::kParameters), OutOfMemoryError);
+}
+
+TEST(MemoryPool, PeaksPerCategoryAndOverall) {
+  MemoryPool pool(capped(kNoCap));
+  pool.charge(100, Category::kParameters);
+  pool.charge(50, Category::kActivations);
+  pool.charge(30, Category::kActivations);
+  pool.release(80, Category::kActivations);
+  pool.charge(60, Category::kGradients);
+  EXPECT_EQ(pool.in_use(), 160u);
+  EXPECT_EQ(pool.peak(), 180u);
+  EXPECT_EQ(pool.peak(Category::kActivations), 80u);
+  EXPECT_EQ(pool.peak(Category::kGradients), 60u);
+  EXPECT_EQ(pool.in_use(Category::kActivations), 0u);
+  EXPECT_EQ(pool.breakdown_at_peak()[Category::kActivations], 80u);
+  EXPECT_EQ(pool.breakdown_at_peak()[Category::kGradients], 0u);
+  pool.reset_peaks();
+  EXPECT_EQ(pool.peak(), 160u);
+  EXPECT_EQ(pool.peak(Category::kActivations), 0u);
+}
+
+TEST(MemoryPool, ReserveCountsInsideTheCap) {
+  MemoryPool pool(capped(1000, OomMode::kStrict, 300));
+  EXPECT_EQ(pool.in_use(Category::kReserve), 300u);
+  EXPECT_NO_THROW(pool.charge(700, Category::kParameters));
+  EXPECT_THROW(pool.charge(1, Category::kParameters), OutOfMemoryError);
+}
+
+TEST(MemoryPool, ReserveLargerThanCapIsBadInput) {
+  EXPECT_THROW(MemoryPool(capped(100, OomMode::kStrict, 101)), InputError);
+}
+
+TEST(MemoryPool, OomErrorCarriesEverything) {
+  MemoryPool pool(capped(3 * 1024 * 1024));
+  pool.set_strategy("zero3");
+  pool.charge(2 * 1024 * 1024, Category::kParameters);
+  pool.charge(512 * 1024, Category::kActivations);
+  PhaseScope phase(pool, "forward, block 17");
+  try {
+    pool.charge(1024 * 1024, Category::kTemporaries, "block 17 attention scores");
+    FAIL() << "expected an out-of-memory error";
+  } catch (const OutOfMemoryError& error) {
+    const OomEvent& event = error.event();
+    EXPECT_EQ(event.rank, 5);
+    EXPECT_EQ(event.requested, 1024u * 1024);
+    EXPECT_EQ(event.in_use, 2560u * 1024);
+    EXPECT_EQ(event.cap, 3u * 1024 * 1024);
+    EXPECT_EQ(event.breakdown[Category::kParameters], 2u * 1024 * 1024);
+    EXPECT_EQ(event.breakdown[Category::kActivations], 512u * 1024);
+    EXPECT_EQ(event.phase, "forward, block 17");
+    EXPECT_EQ(event.strategy, "zero3");
+    const std::string message = error.what();
+    EXPECT_NE(message.find("out of memory on rank 5"), std::string::npos) << message;
+    EXPECT_NE(message.find("Tried to allocate 1.00 MiB"), std::string::npos) << message;
+    EXPECT_NE(message.find("total capacity of 3.00 MiB of which 512.00 KiB is free"), std::string::npos) << message;
+    EXPECT_NE(message.find("forward, block 17"), std::string::npos) << message;
+    EXPECT_NE(message.find("under zero3"), std::string::npos) << message;
+    EXPECT_NE(message.find("parameters 2.00 MiB; activations 512.00 KiB."), std::string::npos) << message;
+    EXPECT_NE(message.find("block 17 attention scores (temporaries)"), std::string::npos) << message;
+  }
+}
+
+TEST(MemoryPool, PhaseScopeRestoresThePreviousPhase) {
+  MemoryPool pool(capped(kNoCap));
+  pool.set_phase("step 3");
+  {
+    PhaseScope inner(pool, "backward, block 2");
+    EXPECT_EQ(pool.phase(), "backward, block 2");
+  }
+  EXPECT_EQ(pool.phase(), "step 3");
+}
+
+TEST(MemoryPool, RecordModeKeepsGoingAndKeepsTheFirstOom) {
+  MemoryPool pool(capped(100, OomMode::kRecord));
+  pool.set_phase("optimizer step");
+  pool.charge(90, Category::kMasterWeights);
+  EXPECT_NO_THROW(pool.charge(20, Category::kOptimizerState, "adam m"));
+  pool.set_phase("later");
+  EXPECT_NO_THROW(pool.charge(50, Category::kOptimizerState, "adam v"));
+  ASSERT_TRUE(pool.first_oom().has_value());
+  EXPECT_EQ(pool.first_oom()->requested, 20u);
+  EXPECT_EQ(pool.first_oom()->in_use, 90u);
+  EXPECT_EQ(pool.first_oom()->phase, "optimizer step");
+  EXPECT_EQ(pool.peak(), 160u) << "the peak says what the step would have needed";
+}
+
+TEST(MemoryPool, TimelineFollowsEveryChange) {
+  MemoryPool pool(capped(kNoCap));
+  pool.charge(10, Category::kParameters);
+  pool.charge(5, Category::kActivations);
+  pool.release(5, Category::kActivations);
+  ASSERT_EQ(pool.timeline().size(), 3u);
+  EXPECT_EQ(pool.timeline()[1].in_use, 15u);
+  EXPECT_EQ(pool.timeline()[2].delta, -5);
+  EXPECT_EQ(pool.timeline()[2].category, Category::kActivations);
+  EXPECT_LE(pool.timeline()[0].seconds, pool.timeline()[2].seconds);
+}
+
+TEST(Device, BuffersChargeLogicalBytesAndReleaseOnDestruction) {
+  auto device = make_cpu_device(capped(1000));
+  {
+    Buffer weights = device->allocate(100, DType::kBF16, Category::kParameters, "weights");
+    Buffer master = device->allocate(100, DType::kF32, Category::kMasterWeights, "master");
+    EXPECT_EQ(weights.bytes(), 200u);
+    EXPECT_EQ(device->memory().in_use(Category::kParameters), 200u);
+    EXPECT_EQ(device->memory().in_use(), 600u);
+    ASSERT_NE(weights.data(), nullptr);
+    EXPECT_EQ(weights.as<uint16_t>()[99], 0) << "buffers start zero-filled";
+    Buffer moved = std::move(master);
+    EXPECT_FALSE(master.allocated());
+    EXPECT_EQ(device->memory().in_use(), 600u);
+    EXPECT_THROW(device->allocate(101, DType::kF32, Category::kTemporaries), OutOfMemoryError);
+  }
+  EXPECT_EQ(device->memory().in_use(), 0u);
+  EXPECT_EQ(device->memory().peak(), 600u);
+}
+
+TEST(Device, ShapesOnlyChargesButHoldsNothing) {
+  auto device = make_shapes_device(capped(kNoCap));
+  Buffer huge = device->allocate(70'000'000'000ull, DType::kBF16, Category::kParameters);
+  EXPECT_EQ(huge.data(), nullptr);
+  EXPECT_FALSE(device->holds_data());
+  EXPECT_EQ(device->memory().in_use(), 140'000'000'000ull);
+}
+
+}  // namespace
+}  // namespace emu
