@@ -4,6 +4,8 @@
 #include <hwloc.h>
 #include <unistd.h>
 
+#include <algorithm>
+
 #include "emu/units.h"
 
 namespace emu {
@@ -47,7 +49,12 @@ HostInfo describe_host() {
   info.cores = topology.count(HWLOC_OBJ_CORE);
   info.hardware_threads = topology.count(HWLOC_OBJ_PU);
   hwloc_obj_t root = hwloc_get_root_obj(topology.get());
-  info.memory_bytes = root->total_memory;
+  // hwloc counts the memory of its NUMA nodes; some virtual machines leave hot-plugged memory outside them, so
+  // the kernel's count of physical pages is taken when it is larger.
+  const long pages = sysconf(_SC_PHYS_PAGES);
+  const long page_size = sysconf(_SC_PAGESIZE);
+  const uint64_t kernel_bytes = pages > 0 && page_size > 0 ? static_cast<uint64_t>(pages) * page_size : 0;
+  info.memory_bytes = std::max<uint64_t>(root->total_memory, kernel_bytes);
   if (const char* model = hwloc_obj_get_info_by_name(root, "CPUModel")) info.cpu_model = model;
   if (info.cpu_model.empty()) {
     hwloc_obj_t package = hwloc_get_obj_by_type(topology.get(), HWLOC_OBJ_PACKAGE, 0);

@@ -23,6 +23,7 @@ int run(const emu::MpiSession& mpi, int argc, char** argv) {
     input_error = error.what();
   }
   if (const auto agreed = emu::agree_on_error(input_error)) {
+    emu::log::debug("app", "verdict: bad input (exit {}): {}", static_cast<int>(emu::kExitBadInput), agreed->message);
     if (mpi.rank() == 0) {
       std::fprintf(stderr, "emu: error: %s\n", agreed->message.c_str());
       if (agreed->ranks_with_error != mpi.world()) {

@@ -1,0 +1,85 @@
+// The emu executable end to end: what a user and a CI job see — exit codes, one clear message, the run header.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "tests/support/process.h"
+
+namespace emu {
+namespace {
+
+using testing::count_of;
+using testing::mpiexec;
+using testing::run_process;
+
+const std::string kEmu = std::string(EMU_BINARY_DIR) + "/bin/emu";
+
+TEST(Cli, HelpAndVersionExitZero) {
+  const auto help = run_process(kEmu + " --help");
+  EXPECT_EQ(help.exit_code, 0) << help.err;
+  EXPECT_NE(help.out.find("--cap"), std::string::npos);
+  EXPECT_NE(help.out.find("--shrink"), std::string::npos);
+  const auto version = run_process(mpiexec(2) + kEmu + " --version");
+  EXPECT_EQ(version.exit_code, 0) << version.err;
+  EXPECT_EQ(count_of(version.out, "emu " EMU_VERSION), 1) << "printed once, by rank 0: " << version.out;
+}
+
+TEST(Cli, HeaderShowsTheCapArithmetic) {
+  const auto run = run_process(mpiexec(4) + kEmu + " --cap 40GB-scaled --shrink 64");
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_NE(run.out.find("4 ranks on 1 host"), std::string::npos) << run.out;
+  // 40 GB / 64^2 = 9,765,625 bytes.
+  EXPECT_NE(run.out.find("/ 64^2 = 9.31 MiB (9765625 bytes) per rank"), std::string::npos) << run.out;
+  EXPECT_NE(run.out.find("reserve"), std::string::npos) << run.out;
+  for (int r = 0; r < 4; ++r) {
+    EXPECT_NE(run.out.find("rank " + std::to_string(r)), std::string::npos) << run.out;
+  }
+}
+
+TEST(Cli, NamedGpuCap) {
+  const auto run = run_process(mpiexec(1) + kEmu + " --cap a100-40gb-scaled --shrink 8");
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_NE(run.out.find("a100-40gb (39.59 GiB, 42509438812 bytes) / 8^2 = 633.44 MiB (664209981 bytes)"),
+            std::string::npos)
+      << run.out;
+}
+
+struct BadInput {
+  std::string args;
+  std::string message;  // a piece of the expected message
+  friend void PrintTo(const BadInput& bad, std::ostream* os) { *os << bad.args; }
+};
+
+class CliBadInput : public ::testing::TestWithParam<BadInput> {};
+
+TEST_P(CliBadInput, ExitsTwoWithOneMessageAndTheSameVerdictOnEveryRank) {
+  const BadInput& bad = GetParam();
+  for (int ranks : {1, 8}) {
+    const auto run = run_process("env EMU_LOG=app=debug " + mpiexec(ranks) + kEmu + " " + bad.args);
+    EXPECT_EQ(run.exit_code, 2) << bad.args << "\n" << run.err;
+    EXPECT_EQ(count_of(run.err, "emu: error: "), 1) << "one message, from rank 0:\n" << run.err;
+    EXPECT_NE(run.err.find(bad.message), std::string::npos) << run.err;
+    // Every rank logs the same verdict.
+    for (int r = 0; r < ranks; ++r) {
+      const std::string tag = "[r" + std::to_string(r) + "/" + std::to_string(ranks) + "] app: verdict: bad input";
+      EXPECT_EQ(count_of(run.err, tag), 1) << tag << "\n" << run.err;
+    }
+    EXPECT_EQ(count_of(run.err, "verdict: bad input (exit 2): "), ranks) << run.err;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Table, CliBadInput,
+    ::testing::Values(BadInput{"--cap 40XB", "--cap '40XB' is not a cap specification; accepted: a size"},
+                      BadInput{"--cap none-scaled", "--cap 'none-scaled'"},
+                      BadInput{"--cap -5GB", "--cap"},
+                      BadInput{"--cap a100", "a100-40gb = 39.59 GiB"},
+                      BadInput{"--shrink 0", "--shrink 0 is out of range; accepted: 1 to 4096"},
+                      BadInput{"--shrink many", "--shrink"},
+                      BadInput{"--reserve lots", "--cap 'lots'"},
+                      BadInput{"--reserve 1GB-scaled", "--reserve '1GB-scaled' must be a plain size"},
+                      BadInput{"--no-such-flag", "--no-such-flag"},
+                      BadInput{"--log loud", "log level 'loud' is not one of"}));
+
+}  // namespace
+}  // namespace emu
