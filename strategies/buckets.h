@@ -1,0 +1,24 @@
+// Gradient buckets as PyTorch DDP assigns them.
+//
+// Parameters are taken in reverse order of registration (the order their gradients become ready in backward).
+// Each is added whole to the open bucket; once the bucket holds at least its limit it closes and the next one
+// opens. The first bucket's limit is small (DDP: 1 MiB) so that communication starts early; the others use the
+// bucket cap (DDP: 25 MiB). emu scales both by 1/k^2 like every other memory term.
+#pragma once
+
+#include <cstddef>
+#include <span>
+#include <vector>
+
+namespace emu::strategy {
+
+struct Bucket {
+  std::vector<size_t> params;  // indices into the registration-order list, in the order they were added
+  size_t bytes = 0;            // sum of their sizes
+};
+
+// `param_bytes` in registration order. Every parameter lands in exactly one bucket.
+std::vector<Bucket> assign_buckets(std::span<const size_t> param_bytes, size_t first_bucket_bytes,
+                                   size_t bucket_bytes);
+
+}  // namespace emu::strategy
