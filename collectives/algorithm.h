@@ -1,0 +1,76 @@
+// A collective algorithm: how it runs, what it declares it will move, and the typed table of all of them.
+//
+// One algorithm per file in algorithms/, each defining one `const Algorithm`; registry.cpp lists them. The
+// dispatch point (communicator.cpp) picks one per kind by name, runs it with a Context, and charges the ledger
+// with what the Context counted and what expect() declared; the two must agree to the byte.
+#pragma once
+
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "collectives/link.h"
+#include "collectives/types.h"
+#include "emu/device.h"
+
+namespace emu::coll {
+
+// One exchange as the teaching view shows it: which block went to whom, what came back and whether it was reduced.
+struct StepRecord {
+  std::string stage;  // e.g. "reduce-scatter step 2/3"
+  int to = kNoPeer;
+  int send_block = -1;  // -1: not a block of the partition (the whole buffer, a half, ...)
+  uint64_t send_bytes = 0;
+  int from = kNoPeer;
+  int recv_block = -1;
+  uint64_t recv_bytes = 0;
+  bool reduced = false;  // the received data was combined with ours rather than copied
+};
+
+// What an algorithm runs with: the link, the device its buffers come from, and the counters.
+struct Context {
+  Link& link;
+  Device& device;
+  size_t slice_bytes;  // the largest message; reductions go through scratch buffers of at most this size
+  Traffic moved;       // counted by the helpers in steps.h
+  std::vector<StepRecord>* record = nullptr;  // the teaching view's log, or null
+
+  int rank() const { return link.rank(); }
+  int size() const { return link.size(); }
+  // A communication buffer of `count` elements, charged to the cap (Category::kCommBuffers). May throw
+  // OutOfMemoryError.
+  Buffer buffer(size_t count, DType dtype, std::string_view what) {
+    return device.allocate(count, dtype, Category::kCommBuffers, what);
+  }
+};
+
+// What an algorithm declares for one call on one rank.
+struct Expectation {
+  Traffic traffic;            // bytes sent and received through point-to-point
+  uint64_t buffer_bytes = 0;  // communication buffers it allocates (their sum; all live at once)
+};
+
+struct Algorithm {
+  Kind kind;
+  std::string_view name;     // "ring", "tree", "rhd", "mpi", ...
+  std::string_view summary;  // one line for --help and the README
+  void (*run)(Context& context, const Call& call);
+  Expectation (*expect)(const Call& call, int rank, int size, size_t slice_bytes);
+};
+
+// Every registered algorithm, grouped by kind, the default of each kind first.
+std::span<const Algorithm* const> algorithms();
+std::vector<const Algorithm*> algorithms_for(Kind kind);
+// Null if there is none of that name for `kind`.
+const Algorithm* find_algorithm(Kind kind, std::string_view name);
+// "ring, rhd, mpi"
+std::string algorithm_names(Kind kind);
+
+// Elements in one slice (at least 1).
+inline size_t slice_elements(size_t slice_bytes, DType dtype) {
+  const size_t elements = slice_bytes / dtype_size(dtype);
+  return elements == 0 ? 1 : elements;
+}
+
+}  // namespace emu::coll

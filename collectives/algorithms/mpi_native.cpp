@@ -1,0 +1,65 @@
+// The pass-through: the communication library's own collectives (MPI_Allreduce, ...), reached via Link::native.
+// Fast, and the reference our algorithms are tested against. What the library moves inside is not observable,
+// so the ledger is charged with nominal volumes: those of our default algorithm for the kind (ring for
+// all-reduce, reduce-scatter and all-gather, binomial tree for broadcast and reduce, pairwise for all-to-all).
+#include "collectives/algorithm.h"
+#include "collectives/reduce.h"
+#include "collectives/steps.h"
+#include "collectives/topology.h"
+
+namespace emu::coll {
+namespace {
+
+// MPI's in-place reduce-scatter keeps the result at the start of the buffer, NCCL's at the rank's block; an
+// in-place call (NCCL semantics) therefore goes through a temporary block.
+bool needs_temporary(const Call& call, int rank, int n) {
+  if (call.kind != Kind::kReduceScatter || n == 1) return false;
+  const Blocks blocks = call.counts.empty() ? Blocks::uniform(call.count, n) : Blocks::of(call.counts);
+  const size_t mine = blocks.count[static_cast<size_t>(rank)];
+  return mine > 0 && call.recv == at(call.send, blocks.offset[static_cast<size_t>(rank)], call.dtype);
+}
+
+Traffic nominal(const Call& call, int rank, int n, size_t slice_bytes) {
+  const Algorithm* reference = algorithms_for(call.kind).front();
+  return reference->expect(call, rank, n, slice_bytes).traffic;
+}
+
+void run(Context& context, const Call& call) {
+  Call native = call;
+  if (native.op == ReduceOp::kAvg) native.op = ReduceOp::kSum;
+  Buffer temporary;
+  if (needs_temporary(call, context.rank(), context.size())) {
+    const size_t mine = call.counts.empty() ? call.count : call.counts[static_cast<size_t>(context.rank())];
+    temporary = context.buffer(mine, call.dtype, "mpi reduce_scatter in-place block");
+    native.recv = temporary.data();
+    context.link.native(native);
+    copy(call.dtype, temporary.data(), call.recv, mine);
+  } else {
+    context.link.native(native);
+  }
+  context.moved += nominal(call, context.rank(), context.size(), context.slice_bytes);
+}
+
+Expectation expect(const Call& call, int rank, int n, size_t slice_bytes) {
+  Expectation expectation;
+  expectation.traffic = nominal(call, rank, n, slice_bytes);
+  if (needs_temporary(call, rank, n)) {
+    const size_t mine = call.counts.empty() ? call.count : call.counts[static_cast<size_t>(rank)];
+    expectation.buffer_bytes = mine * dtype_size(call.dtype);
+  }
+  return expectation;
+}
+
+constexpr std::string_view kSummary = "the library's own collective (MPI); nominal volumes in the ledger";
+
+}  // namespace
+
+extern const Algorithm kMpiAllReduce{Kind::kAllReduce, "mpi", kSummary, run, expect};
+extern const Algorithm kMpiReduceScatter{Kind::kReduceScatter, "mpi", kSummary, run, expect};
+extern const Algorithm kMpiAllGather{Kind::kAllGather, "mpi", kSummary, run, expect};
+extern const Algorithm kMpiBroadcast{Kind::kBroadcast, "mpi", kSummary, run, expect};
+extern const Algorithm kMpiReduce{Kind::kReduce, "mpi", kSummary, run, expect};
+extern const Algorithm kMpiAllToAll{Kind::kAllToAll, "mpi", kSummary, run, expect};
+extern const Algorithm kMpiBarrier{Kind::kBarrier, "mpi", kSummary, run, expect};
+
+}  // namespace emu::coll

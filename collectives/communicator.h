@@ -1,0 +1,124 @@
+// The communicator the strategies (DDP, ZeRO, FSDP) talk to: one group of ranks, its collectives, its ledger.
+//
+// Every call goes through one dispatch point, Communicator::run(), which checks the arguments, numbers the call,
+// arms the watchdog, picks the algorithm chosen for the kind, runs it on this rank's Link, finishes an average,
+// and charges the ledger with the bytes moved beside the bytes the algorithm declared. The Communicator knows
+// no communication library: the Link does (mpi/mpi_communicator.h makes one over MPI; a CUDA build adds NCCL).
+//
+// Buffers are raw pointers with element counts of `dtype` (bf16 stored as uint16, see emu/dtype.h); the meaning
+// of the counts per kind and the in-place conventions are in types.h (NCCL semantics). Buffers an algorithm needs
+// come from the Device as Category::kCommBuffers, so they count against the cap; an OutOfMemoryError may leave
+// a call, as on a GPU. On a device that holds no data (shapes-only accounting) nothing is sent: the buffers are
+// charged and released and the ledger records the declared volumes.
+//
+// Sub-communicators from split() have their own ledger, named after the group, and inherit the algorithms and
+// options of their parent.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "collectives/algorithm.h"
+#include "collectives/ledger.h"
+#include "collectives/link.h"
+#include "collectives/types.h"
+#include "emu/device.h"
+#include "emu/units.h"
+
+namespace emu::coll {
+
+struct Options {
+  // The largest message; reductions go through scratch buffers of at most this size (NCCL's buffers are 4 MiB).
+  size_t slice_bytes = 4 * kMiB;
+  // A collective that takes longer ends the job with exit code 3; 0 turns the watchdog off.
+  double watchdog_seconds = 0;
+  // Before each collective, the ranks compare what they are calling (kind, count, type, op, root); ranks that
+  // disagree are named and the job ends with exit code 3. Costs one small all-gather per call.
+  bool check_calls = false;
+
+  // The defaults, changed by EMU_COLL_TIMEOUT=<seconds>, EMU_COLL_CHECK=1 and EMU_COLL_SLICE=<bytes>.
+  static Options from_environment();
+};
+
+class Communicator {
+ public:
+  Communicator(std::unique_ptr<Link> link, Device& device, std::string name, Options options = {});
+  ~Communicator();
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  int rank() const { return link_->rank(); }
+  int size() const { return link_->size(); }
+  const std::string& name() const { return name_; }
+  Device& device() const { return device_; }
+  const Options& options() const { return options_; }
+
+  void all_reduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op, std::string_view phase = {});
+  // NCCL semantics: send holds size() * recv_count elements; this rank receives block rank().
+  void reduce_scatter(const void* send, void* recv, size_t recv_count, DType dtype, ReduceOp op,
+                      std::string_view phase = {});
+  // Uneven blocks: rank r receives counts[r] elements; send holds their sum, blocks in rank order.
+  void reduce_scatter_v(const void* send, void* recv, std::span<const size_t> counts, DType dtype, ReduceOp op,
+                        std::string_view phase = {});
+  // recv holds size() * send_count elements, rank r's block at r * send_count.
+  void all_gather(const void* send, void* recv, size_t send_count, DType dtype, std::string_view phase = {});
+  // Uneven blocks: rank r contributes counts[r] elements; recv holds their sum, blocks in rank order.
+  void all_gather_v(const void* send, void* recv, std::span<const size_t> counts, DType dtype,
+                    std::string_view phase = {});
+  // `send` is read on the root only; every rank (the root too) receives into `recv`.
+  void broadcast(const void* send, void* recv, size_t count, DType dtype, int root, std::string_view phase = {});
+  // `recv` is written on the root only.
+  void reduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op, int root,
+              std::string_view phase = {});
+  // count elements to and from each rank; send and recv hold size() * count.
+  void all_to_all(const void* send, void* recv, size_t count, DType dtype, std::string_view phase = {});
+  void send(const void* data, size_t count, DType dtype, int peer, std::string_view phase = {});
+  void recv(void* data, size_t count, DType dtype, int peer, std::string_view phase = {});
+  void barrier(std::string_view phase = {});
+
+  // The dispatch point every call above goes through; public so harnesses can loop over kinds.
+  void run(const Call& call);
+
+  // A new communicator over the ranks that pass the same colour, ordered by key; collective over this group.
+  // `name` names the group in its ledger and in watchdog messages, e.g. "intra-node 0".
+  std::unique_ptr<Communicator> split(int color, int key, std::string name);
+
+  // Chooses the algorithm for one kind by name; throws InputError naming the valid ones.
+  void set_algorithm(Kind kind, std::string_view name);
+  // "all_reduce=rhd,broadcast=mpi"; throws InputError on an unknown kind or name.
+  void set_algorithms(std::string_view spec);
+  const Algorithm& algorithm(Kind kind) const;
+
+  Ledger& ledger() { return ledger_; }
+  const Ledger& ledger() const { return ledger_; }
+  // Collectives called on this communicator so far (send and recv are not numbered).
+  uint64_t sequence() const { return sequence_; }
+  // The teaching view's log: every exchange this rank makes from now on is appended; null stops it.
+  void set_record(std::vector<StepRecord>* record) { record_ = record; }
+
+ private:
+  void check_agreement(const Call& call);
+  Traffic run_point_to_point(Context& context, const Call& call);
+  Traffic run_collective(Context& context, const Call& call, const Algorithm& algorithm);
+  std::string describe(const Call& call) const;
+
+  std::unique_ptr<Link> link_;
+  Device& device_;
+  std::string name_;
+  Options options_;
+  Ledger ledger_;
+  std::vector<const Algorithm*> chosen_;  // by kind; null for send and recv
+  uint64_t sequence_ = 0;
+  std::vector<StepRecord>* record_ = nullptr;
+};
+
+// What is wrong with `call` on rank `rank` of `size`, or empty if nothing is. The dispatch point ends the job
+// with this text (exit code 3), since peers would otherwise wait in the collective. Null buffers are accepted
+// when the device holds no data (shapes-only accounting).
+std::string check_call(const Call& call, int rank, int size, bool holds_data = true);
+
+}  // namespace emu::coll

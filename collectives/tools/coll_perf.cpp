@@ -1,0 +1,267 @@
+// coll-perf: bandwidth of every collective algorithm, in the style of nccl-tests.
+//
+//   mpirun -np 8 bin/coll-perf --kind all_reduce -b 1K -e 64M -f 4 -w 5 -n 20 --json perf.json
+//
+// For each kind, size and algorithm (ours and MPI's own): warm-up calls, then timed iterations, each started
+// together after a barrier and timed as the slowest rank saw it; the table shows the median. Iterations alternate
+// between the algorithms, in a rotating order, so that changes in the machine's load hit all of them alike.
+// algbw = S / time; busbw = algbw * factor, with nccl-tests' factors (all_reduce 2(N-1)/N; reduce_scatter,
+// all_gather, all_to_all (N-1)/N; broadcast, reduce 1), so that busbw compares with the link's peak whatever the
+// rank count. Every size is then run once more on verifiable inputs and #wrong counts the elements, over all
+// ranks, that differ from the exact answer; the exit code is 1 if any does.
+#include <fmt/format.h>
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "collectives/mpi/mpi_communicator.h"
+#include "collectives/verify.h"
+#include "emu/check.h"
+#include "emu/mpi_env.h"
+
+namespace emu::coll {
+namespace {
+
+struct Settings {
+  std::vector<std::string> kinds{"all_reduce"};
+  std::vector<std::string> algorithms;  // empty: all of each kind
+  std::string min_bytes = "1K";
+  std::string max_bytes = "64M";
+  double factor = 4;
+  int warmup = 5;
+  int iterations = 20;
+  std::string dtype = "float32";
+  std::string op = "sum";
+  bool in_place = false;
+  size_t slice_bytes = 4 << 20;
+  std::string json;
+};
+
+struct Row {
+  Kind kind;
+  std::string algorithm;
+  uint64_t bytes;
+  size_t count;
+  double seconds;
+  double algbw;
+  double busbw;
+  uint64_t wrong;
+};
+
+uint64_t parse_size(const std::string& text) {
+  size_t used = 0;
+  const double value = std::stod(text, &used);
+  const std::string unit = text.substr(used);
+  const std::map<std::string, uint64_t> units{{"", 1}, {"B", 1}, {"K", 1 << 10}, {"M", 1 << 20}, {"G", 1ull << 30}};
+  const auto it = units.find(unit);
+  if (it == units.end() || value < 0) throw InputError(fmt::format("size '{}': expected e.g. 512, 4K, 64M, 1G", text));
+  return static_cast<uint64_t>(value * static_cast<double>(it->second));
+}
+
+// Elements per call for a payload of `bytes` (S): per rank for reduce_scatter / all_gather, per peer for
+// all_to_all, whole otherwise. Rounded down to a whole number per rank.
+size_t count_for(Kind kind, uint64_t bytes, DType dtype, int size) {
+  const uint64_t elements = bytes / dtype_size(dtype);
+  const bool per_rank = kind == Kind::kReduceScatter || kind == Kind::kAllGather || kind == Kind::kAllToAll;
+  return static_cast<size_t>(per_rank ? elements / static_cast<uint64_t>(size) : elements);
+}
+
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  const size_t n = values.size();
+  return n % 2 == 1 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
+}
+
+// All algorithms of one kind at one size. Iterations go round-robin over the algorithms, in a rotating order, so
+// a change in the machine's load (other processes) hits them all alike rather than whichever happened to run then.
+std::vector<Row> measure(Communicator& comm, const std::vector<const Algorithm*>& chosen, uint64_t bytes,
+                         const Settings& settings, DType dtype, ReduceOp op) {
+  const int size = comm.size();
+  const Kind kind = chosen.front()->kind;
+  const size_t count = count_for(kind, bytes, dtype, size);
+  // One set of buffers for all algorithms, so that none is favoured by where its memory happens to lie.
+  VerifiedCase verified(comm.device(), kind, dtype, op, count, {}, 0, settings.in_place, comm.rank(), size);
+  const auto call = [&](size_t a) {
+    comm.set_algorithm(kind, chosen[a]->name);
+    comm.run(verified.call());
+  };
+  for (int i = 0; i < settings.warmup; ++i) {
+    for (size_t a = 0; a < chosen.size(); ++a) call(a);
+  }
+  // times[a * iterations + i]
+  const auto iterations = static_cast<size_t>(settings.iterations);
+  std::vector<double> times(chosen.size() * iterations);
+  for (size_t i = 0; i < iterations; ++i) {
+    // Iteration i starts with algorithm i mod A, so that none always runs right after another.
+    for (size_t k = 0; k < chosen.size(); ++k) {
+      const size_t a = (i + k) % chosen.size();
+      MPI_Barrier(MPI_COMM_WORLD);
+      const auto start = std::chrono::steady_clock::now();
+      call(a);
+      times[a * iterations + i] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    }
+  }
+  // Each iteration takes as long as its slowest rank.
+  MPI_Allreduce(MPI_IN_PLACE, times.data(), static_cast<int>(times.size()), MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  std::vector<Row> rows;
+  for (size_t a = 0; a < chosen.size(); ++a) {
+    verified.reset();
+    call(a);
+    uint64_t wrong = verified.wrong();
+    MPI_Allreduce(MPI_IN_PLACE, &wrong, 1, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);
+    const uint64_t payload = payload_bytes(verified.call(), size);
+    const double seconds =
+        median(std::vector<double>(times.begin() + static_cast<std::ptrdiff_t>(a * iterations),
+                                   times.begin() + static_cast<std::ptrdiff_t>((a + 1) * iterations)));
+    const double algbw = seconds > 0 ? static_cast<double>(payload) / seconds / 1e9 : 0;
+    rows.push_back(
+        Row{kind, std::string(chosen[a]->name), payload, count, seconds, algbw, algbw * bus_factor(kind, size), wrong});
+  }
+  return rows;
+}
+
+void print_header(Kind kind, int size, const Settings& settings) {
+  std::printf("#\n# %s, %d ranks, %s, op %s, %s, warm-up %d, %d iterations (median), slice %zu B\n#\n",
+              std::string(kind_name(kind)).c_str(), size, settings.dtype.c_str(), settings.op.c_str(),
+              settings.in_place ? "in place" : "out of place", settings.warmup, settings.iterations,
+              settings.slice_bytes);
+  std::printf("%12s %12s %9s %5s %14s %12s %12s %12s %8s\n", "size (B)", "count", "type", "op", "algorithm",
+              "time (us)", "algbw (GB/s)", "busbw (GB/s)", "#wrong");
+}
+
+int run(const MpiSession& mpi, int argc, char** argv) {
+  Settings settings;
+  CLI::App app{"coll-perf: bandwidth of the collective algorithms, nccl-tests style"};
+  app.add_option("-k,--kind", settings.kinds, "collective kinds")->delimiter(',');
+  app.add_option("-a,--algorithms", settings.algorithms, "algorithms to run (default: all of the kind)")
+      ->delimiter(',');
+  app.add_option("-b,--min-bytes", settings.min_bytes, "smallest payload S");
+  app.add_option("-e,--max-bytes", settings.max_bytes, "largest payload S");
+  app.add_option("-f,--factor", settings.factor, "size multiplier between rows")->check(CLI::Range(1.01, 1e6));
+  app.add_option("-w,--warmup", settings.warmup, "warm-up calls per row")->check(CLI::NonNegativeNumber);
+  app.add_option("-n,--iterations", settings.iterations, "timed calls per row")->check(CLI::PositiveNumber);
+  app.add_option("-d,--dtype", settings.dtype, "float32 or bfloat16");
+  app.add_option("-o,--op", settings.op, "sum, avg or max");
+  app.add_flag("--in-place", settings.in_place, "run in place");
+  app.add_option("--slice", settings.slice_bytes, "largest message of our algorithms, bytes");
+  app.add_option("--json", settings.json, "also write the rows as JSON to this file");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& error) {
+    if (mpi.rank() == 0) app.exit(error);
+    return error.get_exit_code() == 0 ? kExitOk : kExitBadInput;
+  }
+  const auto dtype = parse_dtype(settings.dtype);
+  const auto op = parse_op(settings.op);
+  if (!dtype || !op) {
+    if (mpi.rank() == 0) std::fprintf(stderr, "coll-perf: error: --dtype float32|bfloat16, --op sum|avg|max\n");
+    return kExitBadInput;
+  }
+  const uint64_t min_bytes = parse_size(settings.min_bytes);
+  const uint64_t max_bytes = parse_size(settings.max_bytes);
+
+  MemoryPool::Options memory;
+  memory.rank = mpi.rank();
+  memory.timeline = false;
+  auto device = make_cpu_device(memory);
+  Options options = Options::from_environment();
+  options.slice_bytes = settings.slice_bytes;
+  auto comm = make_mpi_communicator(MPI_COMM_WORLD, *device, "world", options);
+
+  std::vector<Row> rows;
+  for (const std::string& kind_text : settings.kinds) {
+    const auto kind = parse_kind(kind_text);
+    if (!kind || !is_collective(*kind) || *kind == Kind::kBarrier) {
+      throw InputError(
+          fmt::format("--kind {}: expected all_reduce, reduce_scatter, all_gather, broadcast, reduce "
+                      "or all_to_all",
+                      kind_text));
+    }
+    std::vector<const Algorithm*> chosen;
+    for (const Algorithm* algorithm : algorithms_for(*kind)) {
+      if (settings.algorithms.empty() || std::find(settings.algorithms.begin(), settings.algorithms.end(),
+                                                   algorithm->name) != settings.algorithms.end()) {
+        chosen.push_back(algorithm);
+      }
+    }
+    if (chosen.empty())
+      throw InputError(
+          fmt::format("--algorithms: none of them is a {} algorithm ({})", kind_text, algorithm_names(*kind)));
+    if (mpi.rank() == 0) print_header(*kind, mpi.world(), settings);
+    for (double bytes = static_cast<double>(min_bytes); bytes <= static_cast<double>(max_bytes) * 1.0001;
+         bytes *= settings.factor) {
+      for (const Row& row : measure(*comm, chosen, static_cast<uint64_t>(bytes), settings, *dtype, *op)) {
+        rows.push_back(row);
+        if (mpi.rank() != 0) continue;
+        std::printf("%12llu %12zu %9s %5s %14s %12.1f %12.3f %12.3f %8llu\n",
+                    static_cast<unsigned long long>(row.bytes), row.count, std::string(dtype_name(*dtype)).c_str(),
+                    settings.op.c_str(), row.algorithm.c_str(), row.seconds * 1e6, row.algbw, row.busbw,
+                    static_cast<unsigned long long>(row.wrong));
+        std::fflush(stdout);
+      }
+    }
+  }
+
+  uint64_t wrong = 0;
+  for (const Row& row : rows) wrong += row.wrong;
+  if (mpi.rank() == 0) {
+    // Our algorithms against MPI's own at the largest size of each kind.
+    std::printf("#\n");
+    for (const Row& row : rows) {
+      if (row.algorithm == "mpi" || row.bytes != rows.back().bytes) continue;
+      for (const Row& reference : rows) {
+        if (reference.kind == row.kind && reference.bytes == row.bytes && reference.algorithm == "mpi") {
+          std::printf("# %s %s at %llu B: busbw %.3f GB/s = %.2f x MPI's %.3f GB/s\n",
+                      std::string(kind_name(row.kind)).c_str(), row.algorithm.c_str(),
+                      static_cast<unsigned long long>(row.bytes), row.busbw, row.busbw / reference.busbw,
+                      reference.busbw);
+        }
+      }
+    }
+    std::printf("# %s\n", wrong == 0 ? "all results correct" : fmt::format("{} wrong elements", wrong).c_str());
+    if (!settings.json.empty()) {
+      nlohmann::json out;
+      out["ranks"] = mpi.world();
+      out["dtype"] = settings.dtype;
+      out["op"] = settings.op;
+      out["in_place"] = settings.in_place;
+      out["warmup"] = settings.warmup;
+      out["iterations"] = settings.iterations;
+      out["statistic"] = "median over iterations of the slowest rank's time";
+      out["slice_bytes"] = settings.slice_bytes;
+      for (const Row& row : rows) {
+        out["rows"].push_back({{"kind", kind_name(row.kind)},
+                               {"algorithm", row.algorithm},
+                               {"bytes", row.bytes},
+                               {"count", row.count},
+                               {"time_us", row.seconds * 1e6},
+                               {"algbw_gbps", row.algbw},
+                               {"busbw_gbps", row.busbw},
+                               {"wrong", row.wrong}});
+      }
+      std::ofstream(settings.json) << out.dump(2) << "\n";
+    }
+  }
+  return wrong == 0 ? kExitOk : kExitExpectationFailed;
+}
+
+}  // namespace
+}  // namespace emu::coll
+
+int main(int argc, char** argv) {
+  emu::MpiSession mpi(argc, argv);
+  try {
+    return emu::coll::run(mpi, argc, argv);
+  } catch (const emu::InputError& error) {
+    if (mpi.rank() == 0) std::fprintf(stderr, "coll-perf: error: %s\n", error.what());
+    return emu::kExitBadInput;
+  } catch (const std::exception& error) {
+    emu::fatal(fmt::format("unexpected error: {}", error.what()), __FILE__, __LINE__);
+  }
+}

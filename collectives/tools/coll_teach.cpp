@@ -1,0 +1,169 @@
+// coll-teach: watch one collective step by step.
+//
+//   mpirun -np 4 bin/coll-teach --kind all_reduce --algorithm ring --count 8 --trace ring.json
+//
+// Every rank runs the chosen algorithm once on small verifiable data and logs its exchanges; rank 0 prints, round
+// by round, which block each rank sends to whom, what it receives and whether it adds it into its own, with the
+// bytes so far, then the per-rank totals beside the algorithm's declared volumes, and writes a Chrome trace
+// (open it at ui.perfetto.dev) with one track per rank.
+#include <fmt/format.h>
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <fstream>
+
+#include "collectives/mpi/mpi_communicator.h"
+#include "collectives/tools/teach_view.h"
+#include "collectives/topology.h"
+#include "collectives/verify.h"
+#include "emu/check.h"
+#include "emu/mpi_env.h"
+#include "emu/units.h"
+
+namespace emu::coll {
+namespace {
+
+struct Settings {
+  std::string kind = "all_reduce";
+  std::string algorithm = "ring";
+  size_t count = 8;
+  std::string dtype = "float32";
+  int root = 0;
+  size_t slice_bytes = 4 << 20;
+  std::string trace;
+};
+
+// Gathers every rank's log on rank 0 (as JSON text).
+teach::Logs gather_logs(const std::vector<StepRecord>& mine, int rank, int size) {
+  const std::string text = teach::to_json(mine).dump();
+  int length = static_cast<int>(text.size());
+  std::vector<int> lengths(static_cast<size_t>(size));
+  MPI_Gather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, 0, MPI_COMM_WORLD);
+  std::vector<int> offsets(static_cast<size_t>(size), 0);
+  for (size_t r = 1; r < offsets.size(); ++r) offsets[r] = offsets[r - 1] + lengths[r - 1];
+  std::string all(rank == 0 ? static_cast<size_t>(offsets.back() + lengths.back()) : 0, '\0');
+  MPI_Gatherv(text.data(), length, MPI_CHAR, all.data(), lengths.data(), offsets.data(), MPI_CHAR, 0, MPI_COMM_WORLD);
+  teach::Logs logs;
+  if (rank != 0) return logs;
+  for (size_t r = 0; r < lengths.size(); ++r) {
+    logs.push_back(teach::from_json(
+        nlohmann::json::parse(all.substr(static_cast<size_t>(offsets[r]), static_cast<size_t>(lengths[r])))));
+  }
+  return logs;
+}
+
+std::string partition_text(Kind kind, size_t count, int size, DType dtype) {
+  Blocks blocks;
+  if (kind == Kind::kAllReduce)
+    blocks = Blocks::even(count, size);
+  else if (kind == Kind::kReduceScatter || kind == Kind::kAllGather || kind == Kind::kAllToAll)
+    blocks = Blocks::uniform(count, size);
+  else
+    return "";
+  std::string out = "blocks:";
+  for (size_t b = 0; b < blocks.count.size(); ++b) {
+    out += fmt::format(" {}=[{},{})", b, blocks.offset[b], blocks.offset[b] + blocks.count[b]);
+  }
+  return out + fmt::format(" (elements of {} B)\n", dtype_size(dtype));
+}
+
+int run(const MpiSession& mpi, int argc, char** argv) {
+  Settings settings;
+  CLI::App app{"coll-teach: one collective, step by step"};
+  app.add_option("-k,--kind", settings.kind,
+                 "all_reduce, reduce_scatter, all_gather, broadcast, reduce, all_to_all, barrier");
+  app.add_option("-a,--algorithm", settings.algorithm, "ring, rhd, tree, pairwise, dissemination (see --list)");
+  app.add_option("-c,--count", settings.count,
+                 "elements: the buffer (all_reduce, broadcast, reduce) or each rank's block (the others)");
+  app.add_option("-d,--dtype", settings.dtype, "float32 or bfloat16");
+  app.add_option("-r,--root", settings.root, "root of broadcast and reduce");
+  app.add_option("--slice", settings.slice_bytes, "largest message, bytes");
+  app.add_option("--trace", settings.trace, "write a Chrome trace (Perfetto) to this file");
+  bool list = false;
+  app.add_flag("--list", list, "list the algorithms of every kind");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& error) {
+    if (mpi.rank() == 0) app.exit(error);
+    return error.get_exit_code() == 0 ? kExitOk : kExitBadInput;
+  }
+  if (list) {
+    for (const Algorithm* algorithm : algorithms()) {
+      if (mpi.rank() == 0) {
+        std::printf("%-15s %-14s %s\n", std::string(kind_name(algorithm->kind)).c_str(),
+                    std::string(algorithm->name).c_str(), std::string(algorithm->summary).c_str());
+      }
+    }
+    return kExitOk;
+  }
+  const auto kind = parse_kind(settings.kind);
+  const auto dtype = parse_dtype(settings.dtype);
+  if (!kind || !is_collective(*kind)) throw InputError(fmt::format("--kind {}: not a collective", settings.kind));
+  if (!dtype) throw InputError(fmt::format("--dtype {}: expected float32 or bfloat16", settings.dtype));
+  if (settings.root < 0 || settings.root >= mpi.world()) {
+    throw InputError(fmt::format("--root {}: expected a rank of 0..{}", settings.root, mpi.world() - 1));
+  }
+
+  MemoryPool::Options memory;
+  memory.rank = mpi.rank();
+  auto device = make_cpu_device(memory);
+  Options options;
+  options.slice_bytes = settings.slice_bytes;
+  auto comm = make_mpi_communicator(MPI_COMM_WORLD, *device, "world", options);
+  comm->set_algorithm(*kind, settings.algorithm);
+  const Algorithm& algorithm = comm->algorithm(*kind);
+
+  VerifiedCase c(*device, *kind, *dtype, ReduceOp::kSum, settings.count, {}, settings.root, false, mpi.rank(),
+                 mpi.world());
+  std::vector<StepRecord> mine;
+  comm->set_record(&mine);
+  comm->run(c.call());
+  comm->set_record(nullptr);
+  uint64_t wrong = c.wrong();
+  MPI_Allreduce(MPI_IN_PLACE, &wrong, 1, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);
+  const Expectation declared = algorithm.expect(c.call(), mpi.rank(), mpi.world(), settings.slice_bytes);
+  const LedgerEntry entry = comm->ledger().total(*kind);
+  std::vector<uint64_t> mine_totals{entry.moved.sent, entry.moved.received, declared.traffic.sent,
+                                    declared.traffic.received};
+  std::vector<uint64_t> totals(4 * static_cast<size_t>(mpi.world()));
+  MPI_Gather(mine_totals.data(), 4, MPI_UINT64_T, totals.data(), 4, MPI_UINT64_T, 0, MPI_COMM_WORLD);
+  const teach::Logs logs = gather_logs(mine, mpi.rank(), mpi.world());
+  if (mpi.rank() != 0) return wrong == 0 ? kExitOk : kExitExpectationFailed;
+
+  const uint64_t payload = payload_bytes(c.call(), mpi.world());
+  std::printf("%s with %s on %d ranks: %s of %s, S = %s\n%s", std::string(kind_name(*kind)).c_str(),
+              std::string(algorithm.name).c_str(), mpi.world(), fmt::format("{} elements", settings.count).c_str(),
+              std::string(dtype_name(*dtype)).c_str(), format_bytes(payload).c_str(),
+              partition_text(*kind, settings.count, mpi.world(), *dtype).c_str());
+  std::printf("%s: %s\n\n", std::string(algorithm.name).c_str(), std::string(algorithm.summary).c_str());
+  const auto rounds = teach::logical_rounds(logs);
+  std::fputs(teach::format_steps(logs, rounds).c_str(), stdout);
+  std::printf("\nper rank: sent / received (declared by the algorithm)\n");
+  for (int r = 0; r < mpi.world(); ++r) {
+    const uint64_t* t = &totals[4 * static_cast<size_t>(r)];
+    std::printf("  r%-3d %s / %s (%s / %s)\n", r, format_bytes(t[0]).c_str(), format_bytes(t[1]).c_str(),
+                format_bytes(t[2]).c_str(), format_bytes(t[3]).c_str());
+  }
+  std::printf("result: %s\n", wrong == 0 ? "correct on every rank" : fmt::format("{} wrong elements", wrong).c_str());
+  if (!settings.trace.empty()) {
+    const std::string title = fmt::format("{} {} on {} ranks", kind_name(*kind), algorithm.name, mpi.world());
+    std::ofstream(settings.trace) << teach::chrome_trace(logs, rounds, title).dump(1) << "\n";
+    std::printf("trace: %s (open at ui.perfetto.dev)\n", settings.trace.c_str());
+  }
+  return wrong == 0 ? kExitOk : kExitExpectationFailed;
+}
+
+}  // namespace
+}  // namespace emu::coll
+
+int main(int argc, char** argv) {
+  emu::MpiSession mpi(argc, argv);
+  try {
+    return emu::coll::run(mpi, argc, argv);
+  } catch (const emu::InputError& error) {
+    if (mpi.rank() == 0) std::fprintf(stderr, "coll-teach: error: %s\n", error.what());
+    return emu::kExitBadInput;
+  } catch (const std::exception& error) {
+    emu::fatal(fmt::format("unexpected error: {}", error.what()), __FILE__, __LINE__);
+  }
+}

@@ -1,0 +1,32 @@
+// The teaching view: the exchanges every rank made in one collective, put in order and shown step by step.
+//
+// Each rank logs its exchanges (StepRecord) while the algorithm runs on real data. Here, with all ranks' logs in
+// hand, each exchange gets a logical round: one after the rank's previous exchange, and no earlier than the
+// exchange that sent what it receives (messages between a pair arrive in order). A ring then shows N-1 rounds
+// per half, a binomial tree ceil(log2 N). The rounds are printed as text and written as a Chrome trace that
+// Perfetto opens: one track per rank, one slice per exchange, an arrow per message.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "collectives/algorithm.h"
+
+namespace emu::coll::teach {
+
+using Logs = std::vector<std::vector<StepRecord>>;  // [rank][exchange]
+
+// rounds[rank][exchange], from 1.
+std::vector<std::vector<int>> logical_rounds(const Logs& logs);
+
+// One line per exchange, grouped by round, with each rank's bytes sent and received so far.
+std::string format_steps(const Logs& logs, const std::vector<std::vector<int>>& rounds);
+
+// {"traceEvents": [...]}: a track per rank, a slice per exchange (1 ms per round), flow arrows per message.
+nlohmann::json chrome_trace(const Logs& logs, const std::vector<std::vector<int>>& rounds, const std::string& title);
+
+nlohmann::json to_json(const std::vector<StepRecord>& log);
+std::vector<StepRecord> from_json(const nlohmann::json& json);
+
+}  // namespace emu::coll::teach

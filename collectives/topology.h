@@ -1,0 +1,64 @@
+// Who talks to whom: rings, binomial trees and block partitions, as pure functions of rank and group size.
+//
+// Ring, N = 4: every rank sends to the next and receives from the previous.
+//
+//     r0 ──▶ r1 ──▶ r2 ──▶ r3
+//      ▲                    │
+//      └────────────────────┘
+//
+// Binomial tree, N = 8, relative ranks v = (rank - root) mod N. A rank's parent is v with its lowest set bit
+// cleared; its children are v + 2^k for every 2^k below that bit. A broadcast sends to the largest subtree first,
+// so the tree is done after ceil(log2 N) rounds; a reduce walks it in the opposite order.
+//
+//     v0 ─┬─▶ v4 ─┬─▶ v6 ──▶ v7
+//         │       └─▶ v5
+//         ├─▶ v2 ──▶ v3
+//         └─▶ v1
+#pragma once
+
+#include <cstddef>
+#include <span>
+#include <vector>
+
+namespace emu::coll {
+
+constexpr int wrap(int index, int n) { return ((index % n) + n) % n; }
+constexpr int ring_next(int rank, int n) { return wrap(rank + 1, n); }
+constexpr int ring_prev(int rank, int n) { return wrap(rank - 1, n); }
+
+// Ring reduce-scatter, steps s = 0 .. N-2: rank r sends its partial sum of block r-s-1 to the next rank and adds
+// the previous rank's partial sum of block r-s-2 to its own, so after N-1 steps it holds block r complete.
+constexpr int ring_rs_send_block(int rank, int step, int n) { return wrap(rank - step - 1, n); }
+constexpr int ring_rs_recv_block(int rank, int step, int n) { return wrap(rank - step - 2, n); }
+// Ring all-gather, steps s = 0 .. N-2: rank r forwards block r-s (its own first) and receives block r-s-1.
+constexpr int ring_ag_send_block(int rank, int step, int n) { return wrap(rank - step, n); }
+constexpr int ring_ag_recv_block(int rank, int step, int n) { return wrap(rank - step - 1, n); }
+
+// Binomial tree on relative ranks (v = 0 is the root).
+constexpr int binomial_parent(int v) { return v == 0 ? -1 : (v & (v - 1)); }
+// Children in broadcast order: largest subtree first.
+std::vector<int> binomial_children(int v, int n);
+
+// A buffer cut into one block per rank: block r is elements [offset[r], offset[r] + count[r]).
+struct Blocks {
+  std::vector<size_t> offset;
+  std::vector<size_t> count;
+  size_t total = 0;
+  size_t largest = 0;
+
+  // `total` elements in n blocks as equal as can be: the first total % n blocks have one element more.
+  static Blocks even(size_t total, int n);
+  // n blocks of `count` elements each.
+  static Blocks uniform(size_t count, int n);
+  // Given sizes, in rank order.
+  static Blocks of(std::span<const size_t> counts);
+};
+
+// The largest power of two not above n (n >= 1).
+constexpr int floor_pow2(int n) {
+  int p = 1;
+  while (p * 2 <= n) p *= 2;
+  return p;
+}
+
+}  // namespace emu::coll

@@ -1,0 +1,63 @@
+#include "collectives/types.h"
+
+#include <array>
+#include <numeric>
+
+namespace emu::coll {
+namespace {
+constexpr std::array<std::string_view, kNumKinds> kKindNames = {
+    "all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce", "all_to_all", "barrier", "send", "recv",
+};
+constexpr std::array<std::string_view, 3> kOpNames = {"sum", "avg", "max"};
+}  // namespace
+
+std::string_view kind_name(Kind kind) { return kKindNames[static_cast<size_t>(kind)]; }
+
+std::optional<Kind> parse_kind(std::string_view name) {
+  for (size_t i = 0; i < kNumKinds; ++i) {
+    if (kKindNames[i] == name) return kind_at(i);
+  }
+  return std::nullopt;
+}
+
+std::string_view op_name(ReduceOp op) { return kOpNames[static_cast<size_t>(op)]; }
+
+std::optional<ReduceOp> parse_op(std::string_view name) {
+  for (size_t i = 0; i < kOpNames.size(); ++i) {
+    if (kOpNames[i] == name) return static_cast<ReduceOp>(i);
+  }
+  return std::nullopt;
+}
+
+std::optional<DType> parse_dtype(std::string_view name) {
+  if (name == "float32" || name == "fp32" || name == "float") return DType::kF32;
+  if (name == "bfloat16" || name == "bf16") return DType::kBF16;
+  return std::nullopt;
+}
+
+uint64_t payload_bytes(const Call& call, int size) {
+  const uint64_t element = dtype_size(call.dtype);
+  const uint64_t n = static_cast<uint64_t>(size);
+  switch (call.kind) {
+    case Kind::kReduceScatter:
+    case Kind::kAllGather:
+      if (!call.counts.empty()) return element * std::accumulate(call.counts.begin(), call.counts.end(), uint64_t{0});
+      return element * call.count * n;
+    case Kind::kAllToAll: return element * call.count * n;
+    case Kind::kBarrier: return 0;
+    default: return element * call.count;
+  }
+}
+
+double bus_factor(Kind kind, int size) {
+  const double n = size;
+  switch (kind) {
+    case Kind::kAllReduce: return 2.0 * (n - 1) / n;
+    case Kind::kReduceScatter:
+    case Kind::kAllGather:
+    case Kind::kAllToAll: return (n - 1) / n;
+    default: return 1.0;
+  }
+}
+
+}  // namespace emu::coll

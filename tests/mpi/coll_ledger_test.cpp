@@ -1,0 +1,149 @@
+// The traffic ledger against the closed forms of DESIGN.md §3: per rank, ring all-reduce sends and receives
+// 2(N-1)/N of the buffer, ring reduce-scatter and all-gather (N-1)/N; per phase label; per group after a split;
+// send / recv; and the shapes-only path that accounts without moving data.
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "coll_world.h"
+#include "emu/check.h"
+
+namespace emu::coll {
+namespace {
+
+using testing::World;
+
+TEST(Ledger, RingVolumesAreTheClosedForms) {
+  World world;
+  Communicator& comm = *world.comm;
+  const uint64_t n = static_cast<uint64_t>(comm.size());
+  const size_t count = 60 * n;  // N divides it
+  const uint64_t s = count * sizeof(float);
+  std::vector<float> a(count, 1.0f);
+  std::vector<float> b(count, 0.0f);
+  comm.all_reduce(a.data(), b.data(), count, DType::kF32, ReduceOp::kSum, "grads");
+  comm.reduce_scatter(a.data(), b.data(), count / n, DType::kF32, ReduceOp::kSum, "grads");
+  comm.all_gather(a.data(), b.data(), count / n, DType::kF32, "params");
+  const LedgerEntry all_reduce = comm.ledger().at(Kind::kAllReduce, "grads");
+  EXPECT_EQ(all_reduce.calls, 1u);
+  EXPECT_EQ(all_reduce.moved.sent, 2 * (n - 1) * s / n);
+  EXPECT_EQ(all_reduce.moved.received, 2 * (n - 1) * s / n);
+  const LedgerEntry reduce_scatter = comm.ledger().at(Kind::kReduceScatter, "grads");
+  EXPECT_EQ(reduce_scatter.moved.sent, (n - 1) * s / n);
+  EXPECT_EQ(reduce_scatter.moved.received, (n - 1) * s / n);
+  const LedgerEntry all_gather = comm.ledger().at(Kind::kAllGather, "params");
+  EXPECT_EQ(all_gather.moved.sent, (n - 1) * s / n);
+  EXPECT_EQ(all_gather.moved.received, (n - 1) * s / n);
+  EXPECT_EQ(comm.ledger().total().moved, comm.ledger().total().expected);
+  EXPECT_GT(comm.ledger().total().seconds, 0.0);
+}
+
+TEST(Ledger, RhdMovesTheRingVolumeOnPowersOfTwo) {
+  World world;
+  Communicator& comm = *world.comm;
+  const uint64_t n = static_cast<uint64_t>(comm.size());
+  if ((n & (n - 1)) != 0) GTEST_SKIP() << "halving-doubling folds extra ranks when N is not a power of two";
+  comm.set_algorithm(Kind::kAllReduce, "rhd");
+  const size_t count = 64 * n;
+  std::vector<float> a(count, 1.0f);
+  comm.all_reduce(a.data(), a.data(), count, DType::kF32, ReduceOp::kSum);
+  const uint64_t s = count * sizeof(float);
+  EXPECT_EQ(comm.ledger().total(Kind::kAllReduce).moved.sent, 2 * (n - 1) * s / n);
+  EXPECT_EQ(comm.ledger().total(Kind::kAllReduce).moved.received, 2 * (n - 1) * s / n);
+}
+
+TEST(Ledger, PhasesAreSeparateAndResetClears) {
+  World world;
+  Communicator& comm = *world.comm;
+  std::vector<uint16_t> data(100, float_to_bf16(1.0f));
+  for (int unit = 0; unit < 3; ++unit) {
+    comm.all_reduce(data.data(), data.data(), data.size(), DType::kBF16, ReduceOp::kAvg,
+                    fmt::format("backward, unit {}", unit));
+  }
+  comm.all_reduce(data.data(), data.data(), data.size(), DType::kBF16, ReduceOp::kAvg, "backward, unit 0");
+  EXPECT_EQ(comm.ledger().at(Kind::kAllReduce, "backward, unit 0").calls, 2u);
+  EXPECT_EQ(comm.ledger().at(Kind::kAllReduce, "backward, unit 2").calls, 1u);
+  EXPECT_EQ(comm.ledger().total(Kind::kAllReduce).calls, 4u);
+  EXPECT_EQ(comm.ledger().entries().size(), 3u);
+  EXPECT_EQ(comm.sequence(), 4u);
+  comm.ledger().reset();
+  EXPECT_EQ(comm.ledger().total().calls, 0u);
+}
+
+// Hybrid sharding's groups: "nodes" of two ranks (intra-node) and one group per local index (inter-node).
+TEST(Ledger, SplitGroupsKeepTheirOwnLedgers) {
+  World world;
+  Communicator& comm = *world.comm;
+  const int rank = comm.rank();
+  auto intra = comm.split(rank / 2, rank, fmt::format("intra-node {}", rank / 2));
+  auto inter = comm.split(rank % 2, rank, fmt::format("inter-node {}", rank % 2));
+  const int node_size = std::min(2, comm.size() - rank / 2 * 2);
+  EXPECT_EQ(intra->size(), node_size);
+  EXPECT_EQ(intra->rank(), rank % 2);
+  EXPECT_EQ(inter->rank(), rank / 2);
+  std::vector<float> data(10, 1.0f);
+  intra->all_reduce(data.data(), data.data(), data.size(), DType::kF32, ReduceOp::kSum, "intra");
+  for (float v : data) EXPECT_EQ(v, static_cast<float>(node_size));
+  inter->all_reduce(data.data(), data.data(), data.size(), DType::kF32, ReduceOp::kSum, "inter");
+  EXPECT_EQ(comm.ledger().total().calls, 0u);
+  EXPECT_EQ(intra->ledger().at(Kind::kAllReduce, "intra").calls, 1u);
+  EXPECT_EQ(inter->ledger().at(Kind::kAllReduce, "inter").calls, 1u);
+  EXPECT_EQ(intra->ledger().group(), fmt::format("intra-node {}", rank / 2));
+}
+
+TEST(Ledger, SendAndRecvAreCountedOnTheirOwnSide) {
+  World world;
+  Communicator& comm = *world.comm;
+  if (comm.size() < 2) GTEST_SKIP() << "needs two ranks";
+  std::vector<float> message(33, static_cast<float>(comm.rank()));
+  const int rank = comm.rank();
+  if (rank == 0) comm.send(message.data(), message.size(), DType::kF32, 1, "activations");
+  if (rank == 1) {
+    comm.recv(message.data(), message.size(), DType::kF32, 0, "activations");
+    for (float v : message) EXPECT_EQ(v, 0.0f);
+  }
+  const uint64_t bytes = 33 * sizeof(float);
+  EXPECT_EQ(comm.ledger().at(Kind::kSend, "activations").moved.sent, rank == 0 ? bytes : 0);
+  EXPECT_EQ(comm.ledger().at(Kind::kRecv, "activations").moved.received, rank == 1 ? bytes : 0);
+  EXPECT_EQ(comm.sequence(), 0u) << "point-to-point calls are not numbered";
+}
+
+// A shapes-only device holds no data: nothing is sent, the ledger gets the declared volumes and the buffers are
+// charged against the cap.
+TEST(Ledger, ShapesDeviceAccountsWithoutMoving) {
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MemoryPool::Options memory;
+  memory.rank = rank;
+  auto device = make_shapes_device(memory);
+  auto comm = make_mpi_communicator(MPI_COMM_WORLD, *device, "world", Options{});
+  const size_t count = 1 << 20;
+  comm->all_reduce(nullptr, nullptr, 0, DType::kF32, ReduceOp::kSum);
+  Buffer grads = device->allocate(count, DType::kBF16, Category::kGradients);
+  comm->all_reduce(grads.data(), grads.data(), count, DType::kBF16, ReduceOp::kSum, "grads");
+  const Expectation declared =
+      comm->algorithm(Kind::kAllReduce)
+          .expect(Call{Kind::kAllReduce, nullptr, nullptr, count, {}, DType::kBF16, ReduceOp::kSum, 0, {}},
+                  comm->rank(), comm->size(), comm->options().slice_bytes);
+  EXPECT_EQ(comm->ledger().at(Kind::kAllReduce, "grads").moved, declared.traffic);
+  EXPECT_EQ(device->memory().peak(Category::kCommBuffers), declared.buffer_bytes);
+}
+
+// Communication buffers count against the cap: a cap with no room for the ring's scratch is an out-of-memory.
+TEST(Ledger, CommBuffersCountAgainstTheCap) {
+  int rank = 0;
+  int size = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  if (size < 2) GTEST_SKIP() << "one rank needs no buffers";
+  MemoryPool::Options memory;
+  memory.rank = rank;
+  memory.cap = 4096;
+  auto device = make_cpu_device(memory);
+  auto comm = make_mpi_communicator(MPI_COMM_WORLD, *device, "world", Options{});
+  Buffer data = device->allocate(1024, DType::kF32, Category::kGradients);  // the whole cap
+  EXPECT_THROW(comm->all_reduce(data.data(), data.data(), 1024, DType::kF32, ReduceOp::kSum), OutOfMemoryError);
+}
+
+}  // namespace
+}  // namespace emu::coll

@@ -1,0 +1,27 @@
+// Shared set-up for the collectives' MPI tests: a device and a world communicator per test.
+#pragma once
+
+#include <mpi.h>
+
+#include <memory>
+
+#include "collectives/mpi/mpi_communicator.h"
+#include "emu/device.h"
+
+namespace emu::coll::testing {
+
+struct World {
+  std::unique_ptr<Device> device;
+  std::unique_ptr<Communicator> comm;
+
+  explicit World(Options options = {}) {
+    int rank = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MemoryPool::Options memory;
+    memory.rank = rank;
+    device = make_cpu_device(memory);
+    comm = make_mpi_communicator(MPI_COMM_WORLD, *device, "world", options);
+  }
+};
+
+}  // namespace emu::coll::testing

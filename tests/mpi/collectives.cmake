@@ -1,0 +1,23 @@
+# Collectives over MPI: every algorithm of every kind against MPI's own, at 1, 2, 3, 4, 5 and 8 ranks; the ledger.
+emu_add_mpi_test(coll_algorithms_test SOURCES mpi/coll_algorithms_test.cpp LIBS emu_collectives RANKS 1 2 3 4 5 8)
+emu_add_mpi_test(coll_ledger_test SOURCES mpi/coll_ledger_test.cpp LIBS emu_collectives RANKS 1 2 3 4 5 8)
+
+# The command-line tools end to end on small sizes: the teaching view and a short benchmark sweep (correctness
+# and exit code only; the benchmark's numbers are not a test).
+foreach(case "all_reduce;ring" "all_reduce;rhd" "reduce_scatter;ring" "broadcast;tree" "reduce;tree")
+  list(GET case 0 kind)
+  list(GET case 1 algorithm)
+  add_test(NAME coll_teach_cli.${kind}_${algorithm}.np5
+           COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 5 $<TARGET_FILE:coll-teach> --kind ${kind}
+                   --algorithm ${algorithm} --count 11 --root 3 --trace coll_teach_${kind}_${algorithm}.json)
+  set_tests_properties(coll_teach_cli.${kind}_${algorithm}.np5 PROPERTIES LABELS "mpi" TIMEOUT 60 PROCESSORS 5
+                       ENVIRONMENT "${EMU_MPIEXEC_ENV}" PASS_REGULAR_EXPRESSION "result: correct on every rank")
+endforeach()
+if(TARGET coll-perf)
+  add_test(NAME coll_perf_smoke.np4
+           COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 4 $<TARGET_FILE:coll-perf>
+                   --kind all_reduce,reduce_scatter,all_gather,broadcast,reduce,all_to_all -b 4 -e 64K -f 64 -w 1 -n 2
+                   --dtype bfloat16 --json coll_perf_smoke.json)
+  set_tests_properties(coll_perf_smoke.np4 PROPERTIES LABELS "mpi" TIMEOUT 120 PROCESSORS 4
+                       ENVIRONMENT "${EMU_MPIEXEC_ENV}")
+endif()

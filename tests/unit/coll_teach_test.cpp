@@ -1,0 +1,71 @@
+// The teaching view's ordering: logical rounds from the exchanges every rank logged, the text and the trace.
+#include <gtest/gtest.h>
+
+#include "collectives/tools/teach_view.h"
+#include "collectives/topology.h"
+
+namespace emu::coll::teach {
+namespace {
+
+// What each rank of a ring all-reduce logs: 2(N-1) exchanges with its neighbours.
+Logs ring_logs(int n) {
+  Logs logs(static_cast<size_t>(n));
+  for (int r = 0; r < n; ++r) {
+    for (int step = 0; step < 2 * (n - 1); ++step) {
+      logs[static_cast<size_t>(r)].push_back(
+          StepRecord{"step", ring_next(r, n), 0, 8, ring_prev(r, n), 0, 8, step < n - 1});
+    }
+  }
+  return logs;
+}
+
+// What each rank of a binomial broadcast from rank 0 logs.
+Logs tree_logs(int n) {
+  Logs logs(static_cast<size_t>(n));
+  for (int v = 0; v < n; ++v) {
+    auto& log = logs[static_cast<size_t>(v)];
+    if (v != 0) log.push_back(StepRecord{"receive", kNoPeer, -1, 0, binomial_parent(v), -1, 16, false});
+    for (int child : binomial_children(v, n)) log.push_back(StepRecord{"send", child, -1, 16, kNoPeer, -1, 0, false});
+  }
+  return logs;
+}
+
+TEST(TeachRounds, RingRanksMoveInLockStep) {
+  const auto rounds = logical_rounds(ring_logs(5));
+  for (const auto& rank_rounds : rounds) {
+    ASSERT_EQ(rank_rounds.size(), 8u);
+    for (size_t i = 0; i < rank_rounds.size(); ++i) EXPECT_EQ(rank_rounds[i], static_cast<int>(i) + 1);
+  }
+}
+
+TEST(TeachRounds, BinomialBroadcastTakesLogNRounds) {
+  const Logs logs = tree_logs(8);
+  const auto rounds = logical_rounds(logs);
+  EXPECT_EQ(rounds[0], (std::vector<int>{1, 2, 3})) << "the root sends to 4, 2, 1 in rounds 1, 2, 3";
+  EXPECT_EQ(rounds[4], (std::vector<int>{1, 2, 3})) << "r4 receives in round 1, then sends to 6 and 5";
+  EXPECT_EQ(rounds[7], (std::vector<int>{3}));
+  const std::string text = format_steps(logs, rounds);
+  EXPECT_NE(text.find("round 3"), std::string::npos);
+  EXPECT_EQ(text.find("round 4"), std::string::npos);
+  EXPECT_NE(text.find("sends 16 B to r4"), std::string::npos) << text;
+}
+
+TEST(TeachTrace, OneTrackPerRankAndAnArrowPerMessage) {
+  const Logs logs = ring_logs(3);
+  const auto trace = chrome_trace(logs, logical_rounds(logs), "ring");
+  int tracks = 0;
+  int slices = 0;
+  int arrows = 0;
+  for (const auto& event : trace["traceEvents"]) {
+    if (event["ph"] == "M" && event["name"] == "thread_name") ++tracks;
+    if (event["ph"] == "X") ++slices;
+    if (event["ph"] == "s") ++arrows;
+  }
+  EXPECT_EQ(tracks, 3);
+  EXPECT_EQ(slices, 3 * 4);
+  EXPECT_EQ(arrows, 3 * 4);
+  EXPECT_EQ(from_json(to_json(logs[1])).size(), logs[1].size());
+}
+
+}  // namespace
+}  // namespace emu::coll::teach

@@ -1,0 +1,172 @@
+// The collectives' pure parts, no MPI: ring and tree arithmetic, block partitions, the argument checks of the
+// dispatch point, algorithm selection by name, the bf16 reduction kernel and the ledger's bookkeeping.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <numeric>
+#include <set>
+
+#include "collectives/communicator.h"
+#include "collectives/reduce.h"
+#include "collectives/topology.h"
+#include "emu/check.h"
+
+namespace emu::coll {
+namespace {
+
+TEST(Ring, ReduceScatterEndsWithOwnBlockAndSendsEveryOtherOnce) {
+  for (int n = 2; n <= 8; ++n) {
+    for (int r = 0; r < n; ++r) {
+      std::set<int> sent;
+      for (int s = 0; s < n - 1; ++s) {
+        sent.insert(ring_rs_send_block(r, s, n));
+        // What r receives at step s is what its predecessor sends at step s.
+        EXPECT_EQ(ring_rs_recv_block(r, s, n), ring_rs_send_block(ring_prev(r, n), s, n));
+        EXPECT_EQ(ring_ag_recv_block(r, s, n), ring_ag_send_block(ring_prev(r, n), s, n));
+      }
+      EXPECT_EQ(sent.size(), static_cast<size_t>(n - 1));
+      EXPECT_FALSE(sent.count(r)) << "its own block is never sent during reduce-scatter";
+      EXPECT_EQ(ring_rs_recv_block(r, n - 2, n), r) << "the last block received completes its own";
+      EXPECT_EQ(ring_ag_send_block(r, 0, n), r) << "all-gather starts with its own block";
+    }
+  }
+}
+
+TEST(BinomialTree, EveryRankHasOneParentAndDepthIsLogN) {
+  for (int n = 1; n <= 17; ++n) {
+    std::vector<int> parents(static_cast<size_t>(n), -2);
+    for (int v = 0; v < n; ++v) {
+      for (int child : binomial_children(v, n)) {
+        ASSERT_LT(child, n);
+        EXPECT_EQ(parents[static_cast<size_t>(child)], -2) << "child " << child << " of " << n;
+        parents[static_cast<size_t>(child)] = v;
+        EXPECT_EQ(binomial_parent(child), v);
+      }
+    }
+    for (int v = 1; v < n; ++v) EXPECT_NE(parents[static_cast<size_t>(v)], -2) << v << " unreached of " << n;
+    EXPECT_EQ(binomial_parent(0), -1);
+  }
+  EXPECT_EQ(binomial_children(0, 8), (std::vector<int>{4, 2, 1}));
+  EXPECT_EQ(binomial_children(4, 8), (std::vector<int>{6, 5}));
+  EXPECT_EQ(binomial_children(0, 5), (std::vector<int>{4, 2, 1}));
+}
+
+TEST(Blocks, EvenSplitPutsTheRemainderFirst) {
+  const Blocks blocks = Blocks::even(10, 4);
+  EXPECT_EQ(blocks.count, (std::vector<size_t>{3, 3, 2, 2}));
+  EXPECT_EQ(blocks.offset, (std::vector<size_t>{0, 3, 6, 8}));
+  EXPECT_EQ(blocks.largest, 3u);
+  EXPECT_EQ(Blocks::even(2, 4).count, (std::vector<size_t>{1, 1, 0, 0}));
+  const std::vector<size_t> counts{0, 5, 2};
+  const Blocks uneven = Blocks::of(counts);
+  EXPECT_EQ(uneven.offset, (std::vector<size_t>{0, 0, 5}));
+  EXPECT_EQ(uneven.total, 7u);
+  EXPECT_EQ(uneven.largest, 5u);
+}
+
+TEST(CheckCall, NamesTheProblem) {
+  std::vector<float> a(8);
+  std::vector<float> b(8);
+  Call call{Kind::kAllReduce, a.data(), b.data(), 8, {}, DType::kF32, ReduceOp::kSum, 0, {}};
+  EXPECT_EQ(check_call(call, 0, 4), "");
+  call.send = nullptr;
+  EXPECT_NE(check_call(call, 0, 4).find("send buffer is null"), std::string::npos);
+  call.send = a.data() + 1;
+  call.recv = a.data();
+  call.count = 4;
+  EXPECT_NE(check_call(call, 0, 4).find("overlap"), std::string::npos);
+  Call broadcast{Kind::kBroadcast, a.data(), a.data(), 8, {}, DType::kF32, ReduceOp::kSum, 4, {}};
+  EXPECT_NE(check_call(broadcast, 0, 4).find("root 4"), std::string::npos);
+  Call send{Kind::kSend, a.data(), nullptr, 8, {}, DType::kF32, ReduceOp::kSum, 2, {}};
+  EXPECT_NE(check_call(send, 2, 4).find("peer 2"), std::string::npos);
+  // In-place reduce-scatter: the rank's block inside the input is fine; anywhere else inside it is not.
+  Call reduce_scatter{Kind::kReduceScatter, a.data(), a.data() + 4, 2, {}, DType::kF32, ReduceOp::kSum, 0, {}};
+  EXPECT_EQ(check_call(reduce_scatter, 2, 4), "");
+  EXPECT_NE(check_call(reduce_scatter, 1, 4), "");
+  const std::vector<size_t> counts{1, 2};
+  reduce_scatter.counts = counts;
+  EXPECT_NE(check_call(reduce_scatter, 0, 4).find("2 per-rank counts"), std::string::npos);
+}
+
+// A one-rank link: enough to build a Communicator without MPI.
+class SoloLink final : public Link {
+ public:
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  std::string_view library() const override { return "solo"; }
+  void exchange(const void*, size_t, int, void*, size_t, int) override { FAIL() << "a single rank never exchanges"; }
+  void native(const Call& call) override {
+    if (call.kind == Kind::kAllReduce) copy_through(call);
+  }
+  void gather_all(const void* mine, size_t bytes, void* all) override { std::memcpy(all, mine, bytes); }
+  std::unique_ptr<Link> split(int, int) override { return std::make_unique<SoloLink>(); }
+
+ private:
+  static void copy_through(const Call& call) {
+    if (call.send != call.recv) std::memcpy(call.recv, call.send, call.count * dtype_size(call.dtype));
+  }
+};
+
+TEST(Selection, RingIsTheDefaultAndUnknownNamesListTheValidOnes) {
+  auto device = make_cpu_device({});
+  Communicator comm(std::make_unique<SoloLink>(), *device, "solo");
+  EXPECT_EQ(comm.algorithm(Kind::kAllReduce).name, "ring");
+  EXPECT_EQ(comm.algorithm(Kind::kReduceScatter).name, "ring");
+  EXPECT_EQ(comm.algorithm(Kind::kAllGather).name, "ring");
+  EXPECT_EQ(comm.algorithm(Kind::kBroadcast).name, "tree");
+  try {
+    comm.set_algorithm(Kind::kAllReduce, "butterfly");
+    FAIL() << "expected an InputError";
+  } catch (const InputError& error) {
+    EXPECT_NE(std::string(error.what()).find("ring, rhd, mpi"), std::string::npos) << error.what();
+  }
+  comm.set_algorithms("all_reduce=rhd,broadcast=mpi");
+  EXPECT_EQ(comm.algorithm(Kind::kAllReduce).name, "rhd");
+  EXPECT_EQ(comm.algorithm(Kind::kBroadcast).name, "mpi");
+  EXPECT_THROW(comm.set_algorithms("allreduce=ring"), InputError);
+  EXPECT_THROW(comm.set_algorithms("reduce=ring"), InputError);
+}
+
+TEST(Selection, EveryKindButPointToPointHasOurAlgorithmAndMpi) {
+  for (size_t i = 0; i < kNumKinds; ++i) {
+    const Kind kind = kind_at(i);
+    const auto found = algorithms_for(kind);
+    if (!is_collective(kind)) {
+      EXPECT_TRUE(found.empty());
+      continue;
+    }
+    ASSERT_GE(found.size(), 2u) << kind_name(kind);
+    EXPECT_NE(found.front()->name, "mpi") << "the default is ours";
+    EXPECT_NE(find_algorithm(kind, "mpi"), nullptr);
+  }
+}
+
+TEST(Reduce, Bf16RoundsEveryStepToNearestEven) {
+  // 256 + 1 is not a bf16: it rounds to 256 (ties to even), so three steps of +1 from 256 stay at 256.
+  uint16_t acc = float_to_bf16(256.0f);
+  const uint16_t one = float_to_bf16(1.0f);
+  for (int i = 0; i < 3; ++i) reduce(DType::kBF16, ReduceOp::kSum, &acc, &one, &acc, 1);
+  EXPECT_EQ(bf16_to_float(acc), 256.0f);
+  float x[3] = {1, 5, -2};
+  const float y[3] = {4, 2, -3};
+  reduce(DType::kF32, ReduceOp::kMax, x, y, x, 3);
+  EXPECT_EQ(x[0], 4.0f);
+  EXPECT_EQ(x[1], 5.0f);
+  EXPECT_EQ(x[2], -2.0f);
+}
+
+TEST(LedgerBook, ChargesByKindAndPhase) {
+  Ledger ledger("world");
+  ledger.charge(Kind::kAllGather, "forward, unit 1", {10, 20}, {10, 20}, 0.5);
+  ledger.charge(Kind::kAllGather, "forward, unit 1", {1, 2}, {1, 2}, 0.25);
+  ledger.charge(Kind::kReduceScatter, "backward, unit 1", {5, 5}, {5, 5}, 1);
+  EXPECT_EQ(ledger.at(Kind::kAllGather, "forward, unit 1").calls, 2u);
+  EXPECT_EQ(ledger.at(Kind::kAllGather, "forward, unit 1").moved, (Traffic{11, 22}));
+  EXPECT_EQ(ledger.at(Kind::kAllGather, "backward, unit 1").calls, 0u);
+  EXPECT_DOUBLE_EQ(ledger.total().seconds, 1.75);
+  EXPECT_NE(ledger.format().find("forward, unit 1"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace emu::coll

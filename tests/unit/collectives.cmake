@@ -1,0 +1,11 @@
+# The collectives' pure parts (no MPI), and the watchdog on a real job started from the test.
+emu_add_unit_test(coll_topology_test SOURCES unit/coll_topology_test.cpp LIBS emu_collectives)
+
+add_executable(coll_watchdog_probe unit/coll_watchdog_probe.cpp)
+target_link_libraries(coll_watchdog_probe PRIVATE emu_collectives)
+emu_configure_target(coll_watchdog_probe)
+emu_add_unit_test(coll_watchdog_test SOURCES unit/coll_watchdog_test.cpp TIMEOUT 60)
+target_compile_definitions(coll_watchdog_test PRIVATE EMU_COLL_PROBE="$<TARGET_FILE:coll_watchdog_probe>")
+add_dependencies(coll_watchdog_test coll_watchdog_probe)
+
+emu_add_unit_test(coll_teach_test SOURCES unit/coll_teach_test.cpp LIBS emu_coll_teach)
