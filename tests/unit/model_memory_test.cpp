@@ -1,0 +1,206 @@
+// What the allocator sees: saved activations per block against the closed form, shapes-only accounting of
+// full-scale models, the 13B shrink check (shrunk peak × k² against the full-scale peak), and OOM phases.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdio>
+#include <vector>
+
+#include "emu/device.h"
+#include "emu/units.h"
+#include "workloads/model/local_params.h"
+#include "workloads/model/memory_terms.h"
+#include "workloads/model/model.h"
+#include "workloads/model/shrink.h"
+
+namespace emu::model {
+namespace {
+
+// Measures, per block, how many activation bytes its forward leaves allocated.
+class ActivationProbe final : public Hooks {
+ public:
+  explicit ActivationProbe(const MemoryPool& pool) : pool_(pool) {}
+  void before_forward(int unit) override {
+    if (unit > 0) start_ = pool_.in_use(Category::kActivations);
+  }
+  void after_forward(int unit) override {
+    if (unit > 0) per_block.push_back(pool_.in_use(Category::kActivations) - start_);
+  }
+  std::vector<uint64_t> per_block;
+
+ private:
+  const MemoryPool& pool_;
+  uint64_t start_ = 0;
+};
+
+std::vector<int32_t> tokens_for(const ModelConfig& c) {
+  std::vector<int32_t> t(size_t(c.tokens()));
+  for (size_t i = 0; i < t.size(); ++i) t[i] = int32_t((i * 7 + 3) % size_t(c.vocab));
+  return t;
+}
+
+void expect_closed_form(const ModelConfig& config, const ModelOptions& options, bool shapes_only) {
+  auto device = shapes_only ? make_shapes_device({}) : make_cpu_device({});
+  Model model(*device, config, options);
+  LocalParams params(model, 1);
+  ActivationProbe probe(device->memory());
+  const std::vector<int32_t> tokens = tokens_for(config);
+  model.step(tokens.data(), tokens.data(), probe);
+  ASSERT_EQ(probe.per_block.size(), size_t(config.layers));
+  // A block's net forward allocation is what it saves (its input was charged by the block before it and its
+  // output is the next block's input, both T·h at the compute dtype).
+  for (uint64_t measured : probe.per_block) {
+    EXPECT_EQ(measured, saved_activation_bytes_per_block(config, options))
+        << config.name << " " << dtype_name(options.compute) << " " << attention_name(options.attention)
+        << (options.checkpoint ? " checkpointed" : "");
+  }
+}
+
+TEST(ModelMemory, SavedActivationsPerBlockMatchTheClosedForm) {
+  for (const char* name : {"llama2-7b", "llama2-70b", "gpt2-xl"}) {
+    ModelConfig full = preset(name);
+    full.batch = 2;
+    // With real math too, on a shrunk copy cut to 3 layers to keep the test quick.
+    ModelConfig small = shrink(full, 32);
+    small.layers = 3;
+    for (DType dt : {DType::kBF16, DType::kF32}) {
+      for (Attention attention : {Attention::kClassic, Attention::kFlash}) {
+        for (bool checkpoint : {false, true}) {
+          const ModelOptions options{dt, attention, checkpoint};
+          expect_closed_form(full, options, true);
+          expect_closed_form(small, options, false);
+        }
+      }
+    }
+  }
+}
+
+// Korthikanti et al.'s s·b·h·(34 + 5·a·s/h) counts dropout; emu's GPT-2 block at bf16 keeps
+// s·b·h·(32 + 2·a·s/h) + 16·s·b (memory_terms.h explains each term).
+TEST(ModelMemory, Gpt2ClosedFormAgainstKorthikanti) {
+  ModelConfig c = preset("gpt2-xl");
+  c.batch = 4;
+  const double s = double(c.seq), b = double(c.batch), h = double(c.hidden), a = double(c.heads);
+  const uint64_t ours = saved_activation_bytes_per_block(c, {DType::kBF16, Attention::kClassic, false});
+  EXPECT_EQ(double(ours), s * b * h * (32 + 2 * a * s / h) + 16 * s * b);
+  const double korthikanti = s * b * h * (34 + 5 * a * s / h);
+  std::printf("gpt2-xl block, s=%lld b=%lld: emu %s, Korthikanti %s (ratio %.3f)\n", (long long)c.seq,
+              (long long)c.batch, format_bytes(ours).c_str(), format_bytes(uint64_t(korthikanti)).c_str(),
+              double(ours) / korthikanti);
+}
+
+// The peak of one training step (weights, gradients, activations, temporaries) on a device.
+uint64_t step_peak(Device& device, const ModelConfig& config, const ModelOptions& options) {
+  Model model(device, config, options);
+  LocalParams params(model, 3);
+  NoHooks hooks;
+  const std::vector<int32_t> tokens = tokens_for(config);
+  model.step(tokens.data(), tokens.data(), hooks);
+  EXPECT_EQ(device.memory().in_use(Category::kActivations), 0u);
+  return device.memory().peak();
+}
+
+TEST(ModelMemory, ShrunkPeakTimesKSquaredMatchesFullScaleLlama2_13b) {
+  ModelConfig full = preset("llama2-13b");
+  full.seq = 1024;  // shrunk by k = 32 to 32 tokens, so the real-math run takes a fraction of a second
+  const int64_t k = 32;
+  for (const ModelOptions& options :
+       {ModelOptions{DType::kBF16, Attention::kClassic, false}, ModelOptions{DType::kBF16, Attention::kFlash, true}}) {
+    auto shapes = make_shapes_device({});
+    const uint64_t full_peak = step_peak(*shapes, full, options);
+    auto cpu = make_cpu_device({});
+    const uint64_t shrunk_peak = step_peak(*cpu, shrink(full, k), options);
+    const double ratio = double(shrunk_peak) * double(k * k) / double(full_peak);
+    std::printf("llama2-13b s=1024 %s %s%s: full-scale peak %s, shrunk k=%lld peak %s, x k^2 = %s (%+.3f%%)\n",
+                dtype_name(options.compute).data(), attention_name(options.attention).data(),
+                options.checkpoint ? " checkpointed" : "", format_bytes(full_peak).c_str(), (long long)k,
+                format_bytes(shrunk_peak).c_str(), format_bytes(uint64_t(double(shrunk_peak) * k * k)).c_str(),
+                100 * (ratio - 1));
+    EXPECT_NEAR(ratio, 1.0, 0.01);
+  }
+}
+
+// The shapes-only device sees exactly the allocations the CPU device sees, in the same order.
+TEST(ModelMemory, ShapesOnlyAllocatesExactlyAsTheCpuDevice) {
+  for (const char* name : {"llama3-8b", "gpt2"}) {
+    const ModelConfig config = shrink(preset(name), 64);
+    for (const ModelOptions& options :
+         {ModelOptions{DType::kBF16, Attention::kClassic, false}, ModelOptions{DType::kF32, Attention::kFlash, true}}) {
+      auto cpu = make_cpu_device({});
+      auto shapes = make_shapes_device({});
+      step_peak(*cpu, config, options);
+      step_peak(*shapes, config, options);
+      const std::vector<TimelinePoint>& a = cpu->memory().timeline();
+      const std::vector<TimelinePoint>& b = shapes->memory().timeline();
+      ASSERT_EQ(a.size(), b.size()) << name;
+      for (size_t i = 0; i < a.size(); ++i) {
+        ASSERT_EQ(a[i].delta, b[i].delta) << name << " change " << i;
+        ASSERT_EQ(a[i].category, b[i].category) << name << " change " << i;
+      }
+      EXPECT_EQ(cpu->memory().peak(), shapes->memory().peak());
+    }
+  }
+}
+
+TEST(ModelMemory, ShapesOnlyAccountsLlama2_70bInSeconds) {
+  const auto start = std::chrono::steady_clock::now();
+  auto device = make_shapes_device({});
+  const ModelConfig config = preset("llama2-70b");
+  const uint64_t peak = step_peak(*device, config, {DType::kBF16, Attention::kClassic, false});
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::printf("llama2-70b s=4096 b=1 bf16 classic: peak %s, accounted in %.4f s\n", format_bytes(peak).c_str(),
+              seconds);
+  EXPECT_LT(seconds, 5.0);
+  const uint64_t model_state = 4 * parameter_count(config);
+  EXPECT_GT(peak, model_state + uint64_t(config.layers) * saved_activation_bytes_per_block(config, {}));
+}
+
+TEST(ModelMemory, OutOfMemoryNamesTheBlockAndPhase) {
+  const ModelConfig config = shrink(preset("llama2-7b"), 32);
+  MemoryPool::Options options;
+  const uint64_t state = 4 * parameter_count(config);
+  options.cap = state + 10 * saved_activation_bytes_per_block(config, {}) + 4 * uint64_t(config.tokens());
+  auto device = make_shapes_device(options);
+  Model model(*device, config, {});
+  LocalParams params(model, 0);
+  NoHooks hooks;
+  const std::vector<int32_t> tokens = tokens_for(config);
+  try {
+    model.step(tokens.data(), tokens.data(), hooks);
+    FAIL() << "expected an out-of-memory error";
+  } catch (const OutOfMemoryError& error) {
+    EXPECT_EQ(error.event().phase, "forward, block 10") << error.what();
+    EXPECT_NE(error.event().what.find("block 10 "), std::string::npos) << error.what();
+  }
+}
+
+// Backward needs more than forward left allocated (gradients of activations); with a cap between the two, the
+// first out-of-memory is recorded in a backward phase.
+TEST(ModelMemory, OutOfMemoryInBackwardNamesTheBackwardPhase) {
+  const ModelConfig config = shrink(preset("gpt2"), 16);
+  const std::vector<int32_t> tokens = tokens_for(config);
+  NoHooks hooks;
+  uint64_t after_forward = 0, peak = 0;
+  {
+    auto device = make_shapes_device({});
+    Model model(*device, config, {});
+    LocalParams params(model, 0);
+    model.forward(tokens.data(), tokens.data(), hooks);
+    after_forward = device->memory().in_use();
+    model.backward(hooks);
+    peak = device->memory().peak();
+  }
+  ASSERT_GT(peak, after_forward);
+  MemoryPool::Options options;
+  options.cap = after_forward + (peak - after_forward) / 2;
+  options.mode = OomMode::kRecord;
+  auto device = make_shapes_device(options);
+  Model model(*device, config, {});
+  LocalParams params(model, 0);
+  model.step(tokens.data(), tokens.data(), hooks);
+  ASSERT_TRUE(device->memory().first_oom().has_value());
+  EXPECT_EQ(device->memory().first_oom()->phase.rfind("backward, ", 0), 0u) << device->memory().first_oom()->phase;
+}
+
+}  // namespace
+}  // namespace emu::model

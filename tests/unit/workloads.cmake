@@ -1,0 +1,7 @@
+# The scaled-down transformer (workloads/model): layers, whole-model gradients, shapes and presets, memory
+# accounting and shrinking, training.
+emu_add_unit_test(model_layers_test SOURCES unit/model_layers_test.cpp LIBS emu_workloads LABELS model)
+emu_add_unit_test(model_grad_test SOURCES unit/model_grad_test.cpp LIBS emu_workloads LABELS model)
+emu_add_unit_test(model_config_test SOURCES unit/model_config_test.cpp LIBS emu_workloads LABELS model)
+emu_add_unit_test(model_memory_test SOURCES unit/model_memory_test.cpp LIBS emu_workloads LABELS model)
+emu_add_unit_test(model_train_test SOURCES unit/model_train_test.cpp LIBS emu_workloads LABELS model)

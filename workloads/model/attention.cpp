@@ -1,0 +1,160 @@
+#include "workloads/model/attention.h"
+
+#include <cblas.h>
+
+#include <Eigen/Core>
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+namespace emu::model::kernels {
+namespace {
+
+// Where head `head` of sequence `seq_index` lies in the row-major [T, heads·d] tensors.
+struct HeadView {
+  int64_t s, d, q_stride, kv_stride, out_stride;  // rows, head dimension, row strides of q, k/v and out
+  int64_t q_offset, kv_offset, out_offset;        // first element of this head's block in q, k/v and out
+};
+
+HeadView view(const AttentionShape& shape, int64_t seq_index, int64_t head) {
+  const int64_t group = shape.heads / shape.kv_heads;
+  const int64_t row0 = seq_index * shape.seq;
+  HeadView v;
+  v.s = shape.seq;
+  v.d = shape.head_dim;
+  v.out_stride = shape.heads * shape.head_dim;
+  v.q_stride = shape.q_stride != 0 ? shape.q_stride : v.out_stride;
+  v.kv_stride = shape.kv_stride != 0 ? shape.kv_stride : shape.kv_heads * shape.head_dim;
+  v.q_offset = row0 * v.q_stride + head * shape.head_dim;
+  v.kv_offset = row0 * v.kv_stride + (head / group) * shape.head_dim;
+  v.out_offset = row0 * v.out_stride + head * shape.head_dim;
+  return v;
+}
+
+// scores [s, s] = q·kᵀ/√d for one head.
+void scores(const HeadView& v, const float* q, const float* k, float* s) {
+  const float scale = 1.0f / std::sqrt(static_cast<float>(v.d));
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, v.s, v.s, v.d, scale, q + v.q_offset, v.q_stride,
+              k + v.kv_offset, v.kv_stride, 0, s, v.s);
+}
+
+// In place: causal softmax of each row of scores [s, s]; lse[i] receives each row's logsumexp when not null.
+void causal_softmax(int64_t s, float* p, float* lse) {
+  for (int64_t i = 0; i < s; ++i) {
+    Eigen::Map<Eigen::ArrayXf> row(p + i * s, i + 1);  // the unmasked part, j ≤ i
+    const float max = row.maxCoeff();
+    row = (row - max).exp();
+    const float sum = row.sum();
+    row *= 1.0f / sum;
+    std::fill(p + i * s + i + 1, p + (i + 1) * s, 0.0f);
+    if (lse != nullptr) lse[i] = max + std::log(sum);
+  }
+}
+
+// out_head [s, d] = P·v.
+void apply(const HeadView& v, const float* p, const float* vv, float* out) {
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, v.s, v.d, v.s, 1, p, v.s, vv + v.kv_offset, v.kv_stride, 0,
+              out + v.out_offset, v.out_stride);
+}
+
+// Given P [s, s] of one head, the gradients: dS in `ds` [s, s] (work area), dq written, dk and dv accumulated.
+void head_backward(const HeadView& v, const float* q, const float* k, const float* vv, const float* p, const float* out,
+                   const float* dout, float* dq, float* dk, float* dv, float* ds) {
+  const float scale = 1.0f / std::sqrt(static_cast<float>(v.d));
+  // dP = dout·vᵀ
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, v.s, v.s, v.d, 1, dout + v.out_offset, v.out_stride,
+              vv + v.kv_offset, v.kv_stride, 0, ds, v.s);
+  // dS = P ⊙ (dP − rowsum(dout ⊙ out)); rowsum(dP ⊙ P) equals rowsum(dout ⊙ out).
+  for (int64_t i = 0; i < v.s; ++i) {
+    const float* o = out + v.out_offset + i * v.out_stride;
+    const float* g = dout + v.out_offset + i * v.out_stride;
+    float dot = 0;
+    for (int64_t e = 0; e < v.d; ++e) dot += o[e] * g[e];
+    float* row = ds + i * v.s;
+    const float* prow = p + i * v.s;
+    for (int64_t j = 0; j <= i; ++j) row[j] = prow[j] * (row[j] - dot);
+    std::fill(row + i + 1, row + v.s, 0.0f);
+  }
+  // dq = dS·k/√d; dk += dSᵀ·q/√d; dv += Pᵀ·dout
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, v.s, v.d, v.s, scale, ds, v.s, k + v.kv_offset, v.kv_stride, 0,
+              dq + v.q_offset, v.q_stride);
+  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, v.s, v.d, v.s, scale, ds, v.s, q + v.q_offset, v.q_stride, 1,
+              dk + v.kv_offset, v.kv_stride);
+  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, v.s, v.d, v.s, 1, p, v.s, dout + v.out_offset, v.out_stride, 1,
+              dv + v.kv_offset, v.kv_stride);
+}
+
+// dk and dv are accumulated over the heads of a group, so they start at zero.
+void zero_kv_grads(const AttentionShape& shape, float* dk, float* dv) {
+  const int64_t width = shape.kv_heads * shape.head_dim;
+  const int64_t stride = shape.kv_stride != 0 ? shape.kv_stride : width;
+  for (int64_t r = 0; r < shape.batch * shape.seq; ++r) {
+    std::fill(dk + r * stride, dk + r * stride + width, 0.0f);
+    std::fill(dv + r * stride, dv + r * stride + width, 0.0f);
+  }
+}
+
+}  // namespace
+
+void attention_forward_classic(const AttentionShape& shape, const float* q, const float* k, const float* v,
+                               float* probs, float* out) {
+  const int64_t ss = shape.seq * shape.seq;
+  for (int64_t b = 0; b < shape.batch; ++b) {
+    for (int64_t head = 0; head < shape.heads; ++head) {
+      const HeadView hv = view(shape, b, head);
+      float* p = probs + (b * shape.heads + head) * ss;
+      scores(hv, q, k, p);
+      causal_softmax(hv.s, p, nullptr);
+      apply(hv, p, v, out);
+    }
+  }
+}
+
+void attention_forward_flash(const AttentionShape& shape, const float* q, const float* k, const float* v, float* out,
+                             float* lse) {
+  std::vector<float> tile(static_cast<size_t>(shape.seq * shape.seq));  // [s, s] host scratch, see attention.h
+  for (int64_t b = 0; b < shape.batch; ++b) {
+    for (int64_t head = 0; head < shape.heads; ++head) {
+      const HeadView hv = view(shape, b, head);
+      scores(hv, q, k, tile.data());
+      causal_softmax(hv.s, tile.data(), lse + (b * shape.heads + head) * shape.seq);
+      apply(hv, tile.data(), v, out);
+    }
+  }
+}
+
+void attention_backward_classic(const AttentionShape& shape, const float* q, const float* k, const float* v,
+                                const float* probs, const float* out, const float* dout, float* dq, float* dk,
+                                float* dv, float* dscores) {
+  zero_kv_grads(shape, dk, dv);
+  const int64_t ss = shape.seq * shape.seq;
+  for (int64_t b = 0; b < shape.batch; ++b) {
+    for (int64_t head = 0; head < shape.heads; ++head) {
+      const int64_t at = (b * shape.heads + head) * ss;
+      head_backward(view(shape, b, head), q, k, v, probs + at, out, dout, dq, dk, dv, dscores + at);
+    }
+  }
+}
+
+void attention_backward_flash(const AttentionShape& shape, const float* q, const float* k, const float* v,
+                              const float* out, const float* lse, const float* dout, float* dq, float* dk, float* dv) {
+  zero_kv_grads(shape, dk, dv);
+  const size_t ss = static_cast<size_t>(shape.seq * shape.seq);
+  std::vector<float> p(ss), ds(ss);  // [s, s] host scratch each, see attention.h
+  for (int64_t b = 0; b < shape.batch; ++b) {
+    for (int64_t head = 0; head < shape.heads; ++head) {
+      const HeadView hv = view(shape, b, head);
+      const float* row_lse = lse + (b * shape.heads + head) * shape.seq;
+      scores(hv, q, k, p.data());
+      for (int64_t i = 0; i < hv.s; ++i) {
+        float* row = p.data() + i * hv.s;
+        Eigen::Map<Eigen::ArrayXf>(row, i + 1) = (Eigen::Map<Eigen::ArrayXf>(row, i + 1) - row_lse[i]).exp();
+        std::fill(row + i + 1, row + hv.s, 0.0f);
+      }
+      head_backward(hv, q, k, v, p.data(), out, dout, dq, dk, dv, ds.data());
+    }
+  }
+}
+
+}  // namespace emu::model::kernels

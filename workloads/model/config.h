@@ -1,0 +1,79 @@
+// The transformer's shapes: presets with the published shapes, Hugging Face config.json, and the shrink rule.
+//
+// Glossary (DESIGN.md §1): h hidden size, F FFN size, V vocabulary, s sequence length, L layers, a attention
+// heads, kv key/value heads (grouped-query attention when kv < a), b micro-batch, k shrink factor.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "emu/dtype.h"
+
+namespace emu::model {
+
+enum class Style : uint8_t {
+  kLlama,  // RMSNorm, rotary embedding (rotate_half), grouped-query attention, SwiGLU, no biases, untied head
+  kGpt2,   // LayerNorm, learned positions, GELU (tanh approximation), biases, tied head
+};
+std::string_view style_name(Style style);
+
+struct ModelConfig {
+  std::string name;  // preset or file it came from, plus "/k" once shrunk
+  Style style = Style::kLlama;
+  int64_t hidden = 0;         // h
+  int64_t ffn = 0;            // F
+  int64_t vocab = 0;          // V
+  int64_t seq = 0;            // s: tokens per sequence in a micro-batch
+  int64_t max_positions = 0;  // rows of GPT-2's position table; the longest s a Llama preset was trained at
+  int64_t layers = 0;         // L
+  int64_t heads = 0;          // a
+  int64_t kv_heads = 0;       // kv; a for multi-head attention
+  int64_t batch = 1;          // b: sequences per micro-batch
+  double norm_eps = 1e-5;
+  double rope_theta = 10000;  // Llama only
+  bool tie_embeddings = false;
+  int64_t shrink = 1;  // k this config was shrunk by (1: full scale)
+
+  int64_t head_dim() const { return hidden / heads; }
+  int64_t kv_dim() const { return kv_heads * head_dim(); }
+  int64_t tokens() const { return batch * seq; }  // T = b·s rows of every activation
+
+  // InputError naming the bad field and value when the shapes are inconsistent (h not a multiple of a, a not a
+  // multiple of kv, odd head dimension for rotary embedding, s above max_positions for GPT-2, ...).
+  void validate() const;
+};
+
+// Presets with the published shapes; s defaults to the preset's context length and b to 1.
+//   llama2-7b llama2-13b llama2-70b llama3-8b llama3-70b gpt2 gpt2-xl
+std::vector<std::string> preset_names();
+// InputError listing the known names when `name` is none of them.
+ModelConfig preset(std::string_view name);
+
+// Shapes from a Hugging Face config.json: Llama keys (hidden_size, intermediate_size, num_hidden_layers,
+// num_attention_heads, num_key_value_heads, vocab_size, max_position_embeddings, rms_norm_eps, rope_theta,
+// tie_word_embeddings) or GPT-2 keys (n_embd, n_layer, n_head, n_positions, vocab_size, layer_norm_epsilon,
+// n_inner). The style comes from model_type ("llama", "gpt2"), else from which keys are present. InputError
+// naming the file, the key and the bad value for a missing, mistyped or out-of-range entry.
+ModelConfig load_hf_config(const std::filesystem::path& path);
+
+}  // namespace emu::model
+
+namespace emu::model {
+
+enum class Attention : uint8_t {
+  kClassic,  // the b·a·s·s probability matrix is materialised and saved for backward
+  kFlash,    // only the output and one logsumexp per row are saved; backward recomputes the probabilities
+};
+std::string_view attention_name(Attention attention);
+
+// How the model runs; independent of the shapes.
+struct ModelOptions {
+  DType compute = DType::kBF16;  // weights, gradients and activations: kBF16 (mixed, pure bf16) or kF32 (fp32)
+  Attention attention = Attention::kClassic;
+  bool checkpoint = false;  // activation checkpointing per block: save the block input, recompute in backward
+};
+
+}  // namespace emu::model

@@ -1,0 +1,128 @@
+// The decoder-only transformer: forward, loss and backward over units whose weights a strategy binds.
+//
+// The model owns no weights and knows nothing of strategies. Per unit (layout.h) a strategy binds the unit's flat
+// weights at the compute dtype and a flat gradient buffer of the same dtype into which backward accumulates (+=);
+// the strategy zeroes it. Around every use of a unit the model calls the strategy's hooks, in this order for one
+// step of L blocks:
+//
+//   forward:   before_forward(0)                        embedding (and positions)
+//              before_forward(l) .. after_forward(l)    for l = 1..L
+//              final norm, LM head, loss                 (the root is used again: it stays in use)
+//              after_forward(0)
+//   backward:  before_backward(0)                       LM head and final norm gradients
+//              before_backward(l) .. after_backward(l)  for l = L..1; unit l's gradients are complete at its
+//                                                        after_backward
+//              embedding gradients (and the tied head's, which is the same tensor)
+//              after_backward(0)                        the root's gradients are complete
+//
+// So the root is in use from the start to the end of forward, and from the start to the end of backward, as the
+// root unit of PyTorch FSDP is. With activation checkpointing a block's forward is recomputed inside its own
+// before_backward .. after_backward, with the weights bound for backward; no extra forward hooks fire. A hook may bind
+// a unit's weights or gradients (e.g. ZeRO-3 gathers into a buffer in before_forward and binds it): the model reads a
+// unit's bindings after calling its before_ hook, and has written all of that unit's gradients before calling
+// after_backward.
+//
+// Every tensor a GPU would hold is allocated from the device (blocks.h lists the saved ones): the token ids, the
+// rotary tables, each block's saved activations (released during backward as soon as they are used for the last
+// time), the final norm's output, the logits, and the gradients of activations. The loss is fp32: logits are
+// computed into an fp32 [T, V] buffer that the loss turns into its own gradient in place, as fused
+// cross-entropy kernels do. With a shapes-only device the same allocations happen in the same order and no math
+// is done, so a full-scale model is accounted in seconds.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "emu/device.h"
+#include "workloads/model/blocks.h"
+#include "workloads/model/config.h"
+#include "workloads/model/layout.h"
+
+namespace emu::model {
+
+// Implemented by a strategy. unit 0 is the root, 1..L the blocks.
+class Hooks {
+ public:
+  virtual ~Hooks() = default;
+  virtual void before_forward(int unit) {}
+  virtual void after_forward(int unit) {}
+  virtual void before_backward(int unit) {}
+  virtual void after_backward(int unit) {}
+};
+
+class Model {
+ public:
+  // The config is validated (InputError on inconsistent shapes). Nothing is allocated until forward.
+  Model(Device& device, ModelConfig config, ModelOptions options);
+  ~Model();
+  Model(const Model&) = delete;
+  Model& operator=(const Model&) = delete;
+
+  const ModelConfig& config() const { return config_; }
+  const ModelOptions& options() const { return options_; }
+  Device& device() const { return device_; }
+  DType compute_dtype() const { return options_.compute; }
+  int num_units() const { return static_cast<int>(layouts_.size()); }  // L + 1
+  const UnitLayout& layout(int unit) const;
+  const std::vector<UnitLayout>& layouts() const { return layouts_; }
+
+  // `weights`: layout(unit).count elements at compute_dtype(); `grads` likewise, accumulated into by backward.
+  // Either may be null on a shapes-only device.
+  void bind_weights(int unit, const void* weights);
+  void bind_grads(int unit, void* grads);
+
+  // tokens and targets: [b, s] int32 token ids in [0, V); targets[i] is the token that should follow tokens[i]
+  // (already shifted, unlike Hugging Face's labels). Returns the mean cross-entropy over the b·s tokens and keeps
+  // what backward needs (0 on a shapes-only device). A forward while an earlier one's state is held drops it.
+  float forward(const int32_t* tokens, const int32_t* targets, Hooks& hooks);
+  // Accumulates the gradients of forward's mean loss into the bound gradient buffers, releasing the saved tensors.
+  void backward(Hooks& hooks);
+  // forward then backward.
+  float step(const int32_t* tokens, const int32_t* targets, Hooks& hooks);
+  // Drops what forward saved (after an evaluation-only forward).
+  void discard();
+
+  // Initial fp32 values of the whole unit (layout.h, init_unit_range).
+  void init_unit(int unit, uint64_t seed, float* out) const;
+
+ private:
+  struct Unit {
+    const void* weights = nullptr;
+    void* grads = nullptr;
+  };
+  // The unit's weights as fp32: the bound buffer itself in fp32, else a widened host copy in `scratch`.
+  const float* weights_f32(int unit, std::vector<float>& scratch) const;
+  void flush_grads(int unit, std::vector<float>& grads);
+  BlockEnv block_env(int unit) const;
+  void forward_root_start(const int32_t* tokens);
+  float forward_root_end(const int32_t* targets);
+  void backward_root_start();
+  void backward_root_end();
+  void backward_block(int unit, Hooks& hooks);
+
+  Device& device_;
+  ModelConfig config_;
+  ModelOptions options_;
+  std::vector<UnitLayout> layouts_;
+  std::vector<Unit> units_;
+  bool math_ = true;
+  bool has_forward_ = false;
+
+  // Host scratch for the CPU math, not charged (a GPU computes on the bf16 buffers directly): fp32 copies of the
+  // root's and the current block's weights, and their fp32 gradient accumulators, flushed into the bound buffers.
+  std::vector<float> root_w_, block_w_, root_g_, block_g_;  // [unit count] each
+  const float* root_weights_ = nullptr;
+
+  // Device tensors held between forward and backward.
+  Buffer tokens_;                  // [T] int32 token ids (4 bytes, charged as fp32)
+  Buffer rope_cos_, rope_sin_;     // [s, d/2] fp32 rotary tables (Llama)
+  std::vector<BlockSaved> saved_;  // [L]
+  Buffer final_x_;                 // [T, h] output of block L, input of the final norm
+  Buffer final_stats_;             // [T] rstd (Llama) or [2, T] mean and rstd (GPT-2), fp32
+  Buffer final_xn_;                // [T, h] final norm output, input of the head
+  Buffer logits_;                  // [T, V] fp32: logits, then (after the loss) their gradient
+  Buffer dres_;                    // [T, h] gradient of the residual stream during backward
+};
+
+}  // namespace emu::model

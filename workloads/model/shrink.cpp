@@ -1,0 +1,101 @@
+#include "workloads/model/shrink.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <cmath>
+
+#include "emu/check.h"
+#include "workloads/model/memory_terms.h"
+
+namespace emu::model {
+namespace {
+
+bool head_dim_allows(const ModelConfig& full, int64_t k) {
+  const int64_t d = full.head_dim();
+  if (d % k != 0) return false;
+  return full.style != Style::kLlama || (d / k) % 2 == 0;
+}
+
+// n/k rounded to the nearest integer, halves up, at least 1.
+int64_t divide_rounded(int64_t n, int64_t k) { return std::max<int64_t>(1, (2 * n + k) / (2 * k)); }
+
+}  // namespace
+
+std::vector<int64_t> valid_shrink_factors(const ModelConfig& full) {
+  std::vector<int64_t> factors;
+  for (int64_t k = 1; k <= full.head_dim(); ++k) {
+    if (head_dim_allows(full, k)) factors.push_back(k);
+  }
+  return factors;
+}
+
+ModelConfig shrink(const ModelConfig& full, int64_t k) {
+  full.validate();
+  if (k < 1 || !head_dim_allows(full, k)) {
+    throw InputError(fmt::format(
+        "shrink factor k = {} does not fit model {}: its head dimension h/a = {}/{} = {} must stay a whole number{} "
+        "after dividing by k; valid k: {}",
+        k, full.name, full.hidden, full.heads, full.head_dim(),
+        full.style == Style::kLlama ? " and even (rotary embedding rotates pairs)" : "",
+        fmt::join(valid_shrink_factors(full), ", ")));
+  }
+  ModelConfig s = full;
+  s.name = fmt::format("{}/{}", full.name, k);
+  s.hidden = full.hidden / k;
+  s.ffn = divide_rounded(full.ffn, k);
+  s.vocab = divide_rounded(full.vocab, k);
+  s.seq = divide_rounded(full.seq, k);
+  s.max_positions = divide_rounded(full.max_positions, k);
+  s.shrink = full.shrink * k;
+  s.validate();
+  return s;
+}
+
+ShrinkReport shrink_report(const ModelConfig& full, int64_t k, const ModelOptions& options) {
+  ShrinkReport report;
+  report.full = full;
+  report.shrunk = shrink(full, k);
+  report.k = k;
+  const ParameterTerms pf = parameter_terms(full), ps = parameter_terms(report.shrunk);
+  const double e = double(dtype_size(options.compute));
+  report.terms = {
+      {"parameters (bytes at compute dtype)", e * double(pf.total()), e * double(ps.total())},
+      {"  block matrices", e * double(pf.block_matrices), e * double(ps.block_matrices)},
+      {"  norm weights and biases", e * double(pf.vector_params), e * double(ps.vector_params)},
+      {"  embeddings, head, positions", e * double(pf.embeddings), e * double(ps.embeddings)},
+      {"saved activations per block", double(saved_activation_bytes_per_block(full, options)),
+       double(saved_activation_bytes_per_block(report.shrunk, options))},
+      {"logits (fp32)", double(logits_bytes(full)), double(logits_bytes(report.shrunk))},
+  };
+  return report;
+}
+
+std::string ShrinkReport::format() const {
+  std::string out = fmt::format("{} shrunk by k = {} (memory terms scale by 1/k² = 1/{})\n", full.name, k, k * k);
+  out += fmt::format("  {:<28} {:>12} {:>12}\n", "shape", "full", "shrunk");
+  const std::pair<const char*, std::pair<int64_t, int64_t>> shapes[] = {
+      {"hidden h", {full.hidden, shrunk.hidden}},
+      {"FFN F", {full.ffn, shrunk.ffn}},
+      {"vocabulary V", {full.vocab, shrunk.vocab}},
+      {"sequence s", {full.seq, shrunk.seq}},
+      {"positions", {full.max_positions, shrunk.max_positions}},
+      {"layers L", {full.layers, shrunk.layers}},
+      {"heads a", {full.heads, shrunk.heads}},
+      {"kv heads", {full.kv_heads, shrunk.kv_heads}},
+      {"head dim h/a", {full.head_dim(), shrunk.head_dim()}},
+      {"micro-batch b", {full.batch, shrunk.batch}},
+  };
+  for (const auto& [name, values] : shapes) {
+    out += fmt::format("  {:<28} {:>12} {:>12}\n", name, values.first, values.second);
+  }
+  out += fmt::format("  {:<36} {:>16} {:>16} {:>16} {:>10}\n", "memory term", "full (B)", "shrunk (B)", "shrunk·k² (B)",
+                     "deviation");
+  for (const ShrinkTerm& t : terms) {
+    out += fmt::format("  {:<36} {:>16.0f} {:>16.0f} {:>16.0f} {:>+9.3f}%\n", t.name, t.full, t.shrunk,
+                       t.shrunk * double(k) * double(k), 100 * t.deviation(k));
+  }
+  return out;
+}
+
+}  // namespace emu::model

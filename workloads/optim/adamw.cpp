@@ -1,0 +1,180 @@
+#include "workloads/optim/adamw.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numbers>
+
+namespace emu::optim {
+namespace {
+
+// Storage access for the two element types: fp32 as is, bf16 as bit patterns rounded to nearest even on store.
+inline float load(const float* data, size_t i) { return data[i]; }
+inline float load(const uint16_t* data, size_t i) { return bf16_to_float(data[i]); }
+inline void store(float* data, size_t i, float value) { data[i] = value; }
+inline void store(uint16_t* data, size_t i, float value) { data[i] = float_to_bf16(value); }
+
+// Constants of one step, computed once per call.
+struct StepConstants {
+  float beta1, beta2, eps;
+  float one_minus_beta1, one_minus_beta2;
+  float step_size;              // lr / (1 − β1^t)
+  float bias_correction2_sqrt;  // sqrt(1 − β2^t)
+  float decay_factor;           // 1 − lr · weight_decay
+  float grad_scale;
+};
+
+// Elements [begin, end) of the spans; `decayed` says whether this run lies inside a decay range.
+template <typename W, typename M, typename G>
+void update_run(W* w, M* m, M* v, const G* g, uint16_t* copy, size_t begin, size_t end, bool decayed,
+                const StepConstants& k) {
+  for (size_t i = begin; i < end; ++i) {
+    const float grad = load(g, i) * k.grad_scale;
+    float weight = load(w, i);
+    if (decayed) weight *= k.decay_factor;
+    const float m_new = k.beta1 * load(m, i) + k.one_minus_beta1 * grad;
+    const float v_new = k.beta2 * load(v, i) + k.one_minus_beta2 * grad * grad;
+    const float denom = std::sqrt(v_new) / k.bias_correction2_sqrt + k.eps;
+    weight -= k.step_size * m_new / denom;
+    store(m, i, m_new);
+    store(v, i, v_new);
+    store(w, i, weight);
+    if (copy != nullptr) copy[i] = float_to_bf16(weight);
+  }
+}
+
+// Walks the span in runs that are wholly inside or wholly outside the decay ranges.
+template <typename W, typename M, typename G>
+void update_typed(const AdamWStep& s, const StepConstants& k) {
+  W* w = static_cast<W*>(s.weights.data());
+  M* m = static_cast<M*>(s.m.data());
+  M* v = static_cast<M*>(s.v.data());
+  const G* g = static_cast<const G*>(s.grads.data());
+  uint16_t* copy = s.compute_copy.empty() ? nullptr : static_cast<uint16_t*>(s.compute_copy.data());
+  const size_t n = s.weights.size();
+  size_t local = 0;  // next element of the shard to update
+  for (const DecayRange& range : s.decay) {
+    if (range.end <= s.offset + local) continue;
+    if (range.begin >= s.offset + n) break;
+    const size_t begin = std::max(range.begin, s.offset + local) - s.offset;
+    const size_t end = std::min(range.end, s.offset + n) - s.offset;
+    update_run(w, m, v, g, copy, local, begin, false, k);
+    update_run(w, m, v, g, copy, begin, end, true, k);
+    local = end;
+  }
+  update_run(w, m, v, g, copy, local, n, false, k);
+}
+
+template <typename W, typename M>
+void dispatch_grads(const AdamWStep& s, const StepConstants& k) {
+  if (s.grads.dtype() == DType::kF32) {
+    update_typed<W, M, float>(s, k);
+  } else {
+    update_typed<W, M, uint16_t>(s, k);
+  }
+}
+
+template <typename W>
+void dispatch_moments(const AdamWStep& s, const StepConstants& k) {
+  if (s.m.dtype() == DType::kF32) {
+    dispatch_grads<W, float>(s, k);
+  } else {
+    dispatch_grads<W, uint16_t>(s, k);
+  }
+}
+
+void check_step(const AdamWStep& s) {
+  const size_t n = s.weights.size();
+  EMU_CHECK(s.m.size() == n && s.v.size() == n && s.grads.size() == n,
+            "AdamW spans disagree: weights {}, m {}, v {}, grads {} elements", n, s.m.size(), s.v.size(),
+            s.grads.size());
+  EMU_CHECK(s.m.dtype() == s.v.dtype(), "AdamW moments m ({}) and v ({}) must share a dtype", dtype_name(s.m.dtype()),
+            dtype_name(s.v.dtype()));
+  EMU_CHECK(s.compute_copy.empty() || (s.compute_copy.size() == n && s.compute_copy.dtype() == DType::kBF16),
+            "AdamW compute copy must be {} bf16 elements, got {} of {}", n, s.compute_copy.size(),
+            dtype_name(s.compute_copy.dtype()));
+  EMU_CHECK(s.step >= 1, "AdamW step is 1-based, got {}", s.step);
+  for (size_t i = 0; i < s.decay.size(); ++i) {
+    EMU_CHECK(s.decay[i].begin <= s.decay[i].end, "decay range {} is [{}, {})", i, s.decay[i].begin, s.decay[i].end);
+    EMU_CHECK(i == 0 || s.decay[i - 1].end <= s.decay[i].begin,
+              "decay ranges must be sorted and disjoint: [{}, {}) then [{}, {})", s.decay[i - 1].begin,
+              s.decay[i - 1].end, s.decay[i].begin, s.decay[i].end);
+  }
+}
+
+}  // namespace
+
+void AdamWConfig::validate() const {
+  if (!(lr >= 0) || !std::isfinite(lr)) throw InputError(fmt::format("AdamW lr {} must be a finite value >= 0", lr));
+  if (!(beta1 >= 0 && beta1 < 1)) throw InputError(fmt::format("AdamW beta1 {} must be in [0, 1)", beta1));
+  if (!(beta2 >= 0 && beta2 < 1)) throw InputError(fmt::format("AdamW beta2 {} must be in [0, 1)", beta2));
+  if (!(eps > 0)) throw InputError(fmt::format("AdamW eps {} must be > 0", eps));
+  if (!(weight_decay >= 0)) throw InputError(fmt::format("AdamW weight decay {} must be >= 0", weight_decay));
+}
+
+void LrSchedule::validate() const {
+  if (warmup_steps < 0) throw InputError(fmt::format("warm-up steps {} must be >= 0", warmup_steps));
+  if (!(min_lr_ratio >= 0 && min_lr_ratio <= 1)) {
+    throw InputError(fmt::format("minimum learning-rate ratio {} must be in [0, 1]", min_lr_ratio));
+  }
+  if (decay == Decay::kCosine && total_steps <= warmup_steps) {
+    throw InputError(
+        fmt::format("cosine schedule: total steps {} must exceed the warm-up steps {}", total_steps, warmup_steps));
+  }
+}
+
+double LrSchedule::lr_at(int64_t step, double peak_lr) const {
+  if (warmup_steps > 0 && step <= warmup_steps) {
+    return peak_lr * static_cast<double>(std::max<int64_t>(step, 0)) / static_cast<double>(warmup_steps);
+  }
+  if (decay == Decay::kConstant) return peak_lr;
+  const double min_lr = peak_lr * min_lr_ratio;
+  if (step >= total_steps) return min_lr;
+  const double progress = static_cast<double>(step - warmup_steps) / static_cast<double>(total_steps - warmup_steps);
+  return min_lr + 0.5 * (1.0 + std::cos(std::numbers::pi * progress)) * (peak_lr - min_lr);
+}
+
+void adamw_update(const AdamWConfig& config, const AdamWStep& step) {
+  check_step(step);
+  if (step.weights.empty() || step.weights.data() == nullptr) return;  // nothing held (shapes-only device)
+  const double t = static_cast<double>(step.step);
+  StepConstants k;
+  k.beta1 = static_cast<float>(config.beta1);
+  k.beta2 = static_cast<float>(config.beta2);
+  k.eps = static_cast<float>(config.eps);
+  k.one_minus_beta1 = static_cast<float>(1.0 - config.beta1);
+  k.one_minus_beta2 = static_cast<float>(1.0 - config.beta2);
+  k.step_size = static_cast<float>(step.lr / (1.0 - std::pow(config.beta1, t)));
+  k.bias_correction2_sqrt = static_cast<float>(std::sqrt(1.0 - std::pow(config.beta2, t)));
+  k.decay_factor = static_cast<float>(1.0 - step.lr * config.weight_decay);
+  k.grad_scale = step.grad_scale;
+  if (step.weights.dtype() == DType::kF32) {
+    dispatch_moments<float>(step, k);
+  } else {
+    dispatch_moments<uint16_t>(step, k);
+  }
+}
+
+double grad_sum_of_squares(ConstElementSpan grads) {
+  if (grads.data() == nullptr) return 0;
+  double sum = 0;
+  if (grads.dtype() == DType::kF32) {
+    const float* g = static_cast<const float*>(grads.data());
+    for (size_t i = 0; i < grads.size(); ++i) sum += static_cast<double>(g[i]) * g[i];
+  } else {
+    const uint16_t* g = static_cast<const uint16_t*>(grads.data());
+    for (size_t i = 0; i < grads.size(); ++i) {
+      const double value = bf16_to_float(g[i]);
+      sum += value * value;
+    }
+  }
+  return sum;
+}
+
+float clip_coefficient(double global_norm, double max_norm) {
+  const double coefficient = max_norm / (global_norm + 1e-6);
+  return static_cast<float>(std::min(coefficient, 1.0));
+}
+
+}  // namespace emu::optim
