@@ -1,0 +1,76 @@
+#include "strategies/flat.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "workloads/model/layout.h"
+#include "workloads/model/tensor.h"
+
+namespace emu::strategy {
+
+FlatLayout flat_layout(const model::Model& model) {
+  FlatLayout flat;
+  for (int u = 0; u < model.num_units(); ++u) {
+    flat.offset.push_back(flat.total);
+    flat.count.push_back(model.layout(u).count);
+    flat.total += model.layout(u).count;
+  }
+  return flat;
+}
+
+std::vector<optim::DecayRange> decay_ranges(const model::UnitLayout& layout, size_t base) {
+  std::vector<optim::DecayRange> ranges;
+  for (const model::ParamInfo& param : layout.params) {
+    if (!param.decay) continue;
+    const size_t begin = base + param.offset;
+    if (!ranges.empty() && ranges.back().end == begin) {
+      ranges.back().end = begin + param.count;
+    } else {
+      ranges.push_back({begin, begin + param.count});
+    }
+  }
+  return ranges;
+}
+
+std::vector<optim::DecayRange> clip_ranges(const std::vector<optim::DecayRange>& ranges, size_t begin, size_t end,
+                                           size_t shift) {
+  std::vector<optim::DecayRange> clipped;
+  for (const optim::DecayRange& range : ranges) {
+    const size_t lo = std::max(range.begin, begin);
+    const size_t hi = std::min(range.end, end);
+    if (lo < hi) clipped.push_back({lo - shift, hi - shift});
+  }
+  return clipped;
+}
+
+void init_into(const model::Model& model, int unit, uint64_t seed, size_t begin, size_t count, void* out,
+               DType dtype) {
+  if (out == nullptr || count == 0) return;
+  std::vector<float> values(count);  // host scratch: initial values are made on the host and copied in
+  model::init_unit_range(model.layout(unit), unit, seed, begin, count, values.data());
+  model::narrow(values.data(), dtype, count, out);
+}
+
+void convert(const void* src, DType src_dtype, void* dst, DType dst_dtype, size_t n) {
+  if (src == nullptr || dst == nullptr || n == 0) return;
+  if (src_dtype == dst_dtype) {
+    std::memmove(dst, src, n * dtype_size(src_dtype));
+    return;
+  }
+  std::vector<float> widened(n);  // host scratch for the CPU conversion
+  model::widen(src, src_dtype, n, widened.data());
+  model::narrow(widened.data(), dst_dtype, n, dst);
+}
+
+void accumulate(const void* src, DType src_dtype, void* dst, DType dst_dtype, size_t n) {
+  if (src == nullptr || dst == nullptr || n == 0) return;
+  std::vector<float> widened(n);  // host scratch for the CPU arithmetic
+  model::widen(src, src_dtype, n, widened.data());
+  model::accumulate_into(dst, dst_dtype, widened.data(), n);
+}
+
+void zero(void* dst, DType dtype, size_t n) {
+  if (dst != nullptr) std::memset(dst, 0, n * dtype_size(dtype));
+}
+
+}  // namespace emu::strategy

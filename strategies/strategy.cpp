@@ -1,0 +1,131 @@
+#include "strategies/strategy.h"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cmath>
+
+#include "emu/check.h"
+
+namespace emu::strategy {
+namespace {
+
+struct Named {
+  std::string_view name;
+  Kind kind;
+  Sharding sharding;
+};
+constexpr Named kNames[] = {
+    {"ddp", Kind::kDdp, Sharding::kFullShard},
+    {"zero1", Kind::kZero1, Sharding::kFullShard},
+    {"zero2", Kind::kZero2, Sharding::kFullShard},
+    {"zero3", Kind::kZero3, Sharding::kFullShard},
+    {"fsdp", Kind::kFsdp, Sharding::kFullShard},
+    {"fsdp-grad-op", Kind::kFsdp, Sharding::kShardGradOp},
+    {"fsdp-no-shard", Kind::kFsdp, Sharding::kNoShard},
+    {"fsdp-hybrid", Kind::kFsdp, Sharding::kHybridShard},
+};
+
+}  // namespace
+
+std::string Options::name() const {
+  for (const Named& named : kNames) {
+    if (named.kind == kind && (kind != Kind::kFsdp || named.sharding == fsdp.sharding)) {
+      return std::string(named.name);
+    }
+  }
+  return "unknown";
+}
+
+uint64_t Options::scaled(uint64_t full_scale) const {
+  const uint64_t k2 = static_cast<uint64_t>(shrink) * static_cast<uint64_t>(shrink);
+  return std::max<uint64_t>(1, full_scale / k2);
+}
+
+std::vector<std::string> strategy_names() {
+  std::vector<std::string> names;
+  for (const Named& named : kNames) names.emplace_back(named.name);
+  return names;
+}
+
+void set_kind(Options& options, std::string_view name) {
+  for (const Named& named : kNames) {
+    if (named.name == name) {
+      options.kind = named.kind;
+      options.fsdp.sharding = named.sharding;
+      return;
+    }
+  }
+  throw InputError(fmt::format("strategy '{}' is not one of {}", name, fmt::join(strategy_names(), ", ")));
+}
+
+Strategy::Strategy(Context context, Options options)
+    : context_(context),
+      options_(std::move(options)),
+      model_(context.model),
+      device_(context.device),
+      world_(context.world) {}
+
+Strategy::~Strategy() = default;
+
+StepResult Strategy::step(std::span<const data::Batch> micro_batches) {
+  const auto start = std::chrono::steady_clock::now();
+  const int count = static_cast<int>(micro_batches.size());
+  EMU_CHECK(count > 0, "a step needs at least one micro-batch");
+  double loss = 0;
+  for (int i = 0; i < count; ++i) {
+    begin_micro_batch(i, count);
+    const data::Batch& batch = micro_batches[static_cast<size_t>(i)];
+    loss += model_.step(batch.tokens.data(), batch.targets.data(), *this);
+  }
+  {
+    PhaseScope phase(device_.memory(), "gradient reduction");
+    finish_gradients();
+  }
+  // The gradients now hold the sum over micro-batches of the rank-averaged gradient; the step's gradient is that
+  // sum divided by the number of micro-batches.
+  StepResult result;
+  result.grad_norm = std::sqrt(gradient_sum_of_squares()) / count;
+  const float clip = options_.clip_norm > 0
+                         ? optim::clip_coefficient(result.grad_norm, options_.clip_norm)
+                         : 1.0f;
+  ++steps_;
+  {
+    PhaseScope phase(device_.memory(), "optimizer step");
+    update(options_.schedule.lr_at(steps_, options_.adamw.lr), clip / static_cast<float>(count));
+  }
+  result.loss = static_cast<float>(loss / count);
+  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return result;
+}
+
+std::unique_ptr<Strategy> make_ddp(Context context, const Options& options);
+std::unique_ptr<Strategy> make_zero12(Context context, const Options& options, int stage);
+std::unique_ptr<Strategy> make_sharded(Context context, const Options& options);
+
+std::unique_ptr<Strategy> make_strategy(Context context, const Options& options) {
+  switch (options.kind) {
+    case Kind::kDdp: return make_ddp(context, options);
+    case Kind::kZero1: return make_zero12(context, options, 1);
+    case Kind::kZero2: return make_zero12(context, options, 2);
+    case Kind::kZero3:
+    case Kind::kFsdp: return make_sharded(context, options);
+  }
+  EMU_CHECK(false, "unknown strategy kind {}", static_cast<int>(options.kind));
+  return nullptr;
+}
+
+void Strategy::count_offload(size_t elements) {
+  if (context_.offload == nullptr) return;
+  host_traffic_.device_to_host += elements * dtype_size(options_.recipe.grads);
+  host_traffic_.host_to_device += elements * dtype_size(options_.recipe.params);
+}
+
+double Strategy::sum_over_world(double local, std::string_view phase) {
+  // Collectives carry fp32 and bf16, as NCCL's would for this: the partial sums travel as fp32.
+  float total = static_cast<float>(local);
+  world_.all_reduce(&total, &total, 1, DType::kF32, coll::ReduceOp::kSum, phase);
+  return total;
+}
+
+}  // namespace emu::strategy

@@ -1,0 +1,170 @@
+// A parallel training strategy: how the model's parameters, gradients and optimizer state are placed on the
+// ranks, and which collectives keep them consistent. Applied to a model that knows nothing of it (STYLE 5): the
+// strategy binds each unit's weights and gradients and acts in the model's hooks (model.h).
+//
+//   ddp            full replica; gradient buckets all-reduced as they fill in backward (PyTorch DDP)
+//   zero1, zero2   optimizer state (and, for 2, gradients) partitioned; reduce-scatter + all-gather (DeepSpeed)
+//   zero3          parameters partitioned too, gathered per unit before use and released after (DeepSpeed)
+//   fsdp           one flat parameter per unit, FULL_SHARD / SHARD_GRAD_OP / NO_SHARD / HYBRID_SHARD (PyTorch FSDP)
+//
+// Every strategy trains the same numbers: the gradient of a step is the mean over the global batch (N ranks ×
+// micro-batch × accumulation steps), clipped by its global norm, and AdamW updates the same fp32 values a single
+// device would. Buckets, thresholds and prefetch sizes are given at full scale, as PyTorch and DeepSpeed state
+// them, and divided by k² like every other memory term.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "collectives/communicator.h"
+#include "emu/units.h"
+#include "workloads/data/token_source.h"
+#include "workloads/model/model.h"
+#include "workloads/optim/adamw.h"
+#include "workloads/optim/precision.h"
+
+namespace emu::strategy {
+
+enum class Kind : uint8_t { kDdp, kZero1, kZero2, kZero3, kFsdp };
+
+// FSDP's sharding strategies.
+enum class Sharding : uint8_t {
+  kFullShard,    // parameters, gradients and optimizer state sharded; parameters freed after forward
+  kShardGradOp,  // as FULL_SHARD, but gathered parameters kept from forward until the end of backward
+  kNoShard,      // a replica per rank, gradients all-reduced (DDP through FSDP)
+  kHybridShard,  // FULL_SHARD inside a node, replicated across nodes
+};
+enum class BackwardPrefetch : uint8_t {
+  kPre,   // gather the next unit before computing this unit's gradients (two gathered units at once)
+  kPost,  // gather the next unit after computing this unit's gradients, before reducing them
+  kNone,
+};
+
+// PyTorch DistributedDataParallel's knobs, at full scale.
+struct DdpOptions {
+  uint64_t bucket_bytes = 25 * kMiB;       // bucket_cap_mb
+  uint64_t first_bucket_bytes = 1 * kMiB;  // the first bucket, so that communication starts early
+  bool gradient_as_bucket_view = false;    // gradients are views into the buckets: no bucket copies
+};
+
+// DeepSpeed zero_optimization's knobs, at full scale (elements, as DeepSpeed counts them).
+struct ZeroOptions {
+  uint64_t reduce_bucket_elements = 500'000'000;
+  uint64_t allgather_bucket_elements = 500'000'000;
+  bool overlap_comm = false;  // stage 2: two reduce buckets alternate (DeepSpeed's double ipg buffer)
+  uint64_t prefetch_bucket_elements = 50'000'000;          // stage 3: stage3_prefetch_bucket_size
+  uint64_t param_persistence_threshold = 100'000;          // stage 3: units at most this large stay gathered
+  uint64_t max_live_parameters = 1'000'000'000;            // stage 3: gathered elements alive at once
+};
+
+struct FsdpOptions {
+  Sharding sharding = Sharding::kFullShard;
+  BackwardPrefetch backward_prefetch = BackwardPrefetch::kPre;
+  bool forward_prefetch = false;
+  bool limit_all_gathers = true;  // at most two gathered units beyond the root (the current and the next)
+};
+
+struct Options {
+  Kind kind = Kind::kDdp;
+  DdpOptions ddp;
+  ZeroOptions zero;
+  FsdpOptions fsdp;
+  optim::PrecisionRecipe recipe = optim::precision_recipe(optim::Recipe::kMixed);
+  optim::AdamWConfig adamw;
+  optim::LrSchedule schedule;
+  float clip_norm = 1.0f;  // global gradient-norm clipping; 0 turns it off
+  int shrink = 1;          // k: full-scale bucket and threshold sizes are divided by k²
+  uint64_t seed = 1234;    // initial weights
+
+  // "ddp", "zero1", "zero2", "zero3", "fsdp" (FULL_SHARD), "fsdp-grad-op", "fsdp-no-shard", "fsdp-hybrid"
+  std::string name() const;
+  // A full-scale byte or element count divided by k², at least 1.
+  uint64_t scaled(uint64_t full_scale) const;
+};
+
+// Sets kind (and FSDP's sharding) from a name as Options::name() prints it; InputError listing the names.
+void set_kind(Options& options, std::string_view name);
+std::vector<std::string> strategy_names();
+
+// Where a strategy runs: its rank's device, the world communicator (its ledger is the training traffic), the
+// model (whose config's micro-batch is this rank's), for hybrid sharding the node-local group and the group of
+// the same local rank across nodes (as FSDP takes a device mesh), and where the optimizer lives.
+struct Context {
+  Device& device;
+  coll::Communicator& world;
+  model::Model& model;
+  coll::Communicator* intra_node = nullptr;  // HYBRID_SHARD's shard group
+  coll::Communicator* inter_node = nullptr;  // HYBRID_SHARD's replica group
+  // Optimizer CPU offload: master weights and Adam moments live on this (host) device, off the cap; null keeps
+  // them on `device`.
+  Device* offload = nullptr;
+};
+
+// Bytes over PCIe per rank when the optimizer is offloaded: gradients down, updated parameters up.
+struct HostTraffic {
+  uint64_t device_to_host = 0;
+  uint64_t host_to_device = 0;
+};
+
+struct StepResult {
+  float loss = 0;          // this rank's mean loss over its micro-batches
+  double grad_norm = 0;    // global norm of the mean gradient, before clipping
+  double seconds = 0;
+};
+
+class Strategy : protected model::Hooks {
+ public:
+  Strategy(Context context, Options options);
+  ~Strategy() override;
+
+  const Options& options() const { return options_; }
+  std::string name() const { return options_.name(); }
+
+  // Allocates this rank's parameters, gradients and optimizer state and sets the same initial weights a single
+  // device would have. May throw OutOfMemoryError (strict mode).
+  virtual void setup() = 0;
+  // One optimizer step over this rank's micro-batches (each [b, s]): forward and backward of each, reduction,
+  // global-norm clipping, AdamW, and whatever makes the parameters whole again.
+  StepResult step(std::span<const data::Batch> micro_batches);
+  // The whole of `unit`'s weights in fp32 (the master values when the recipe keeps them), on every rank.
+  // Collective over the world.
+  virtual std::vector<float> full_weights(int unit) = 0;
+  // The communicators whose ledgers hold this strategy's traffic: the world, and any groups it split off.
+  virtual std::vector<coll::Communicator*> groups() { return {&world_}; }
+  // PCIe bytes moved by optimizer offload so far.
+  const HostTraffic& host_traffic() const { return host_traffic_; }
+
+ protected:
+  // Called before micro-batch `index` of `count`; DDP skips its all-reduce on all but the last (no_sync).
+  virtual void begin_micro_batch(int index, int count) {}
+  // After the last backward: gradients are reduced to wherever the optimizer reads them.
+  virtual void finish_gradients() {}
+  // Sum of squares of the (rank-averaged, not yet accumulation-averaged) gradients this rank owns, summed over
+  // the ranks that together own each element once.
+  virtual double gradient_sum_of_squares() = 0;
+  // One AdamW step at learning rate `lr`, gradients multiplied by `grad_scale`; then parameters made whole.
+  virtual void update(double lr, float grad_scale) = 0;
+
+  // Σ over the world of a local double (the gradient norm's partial sums), on every rank.
+  double sum_over_world(double local, std::string_view phase);
+  // The device the optimizer state lives on: the host under offload, else this rank's device.
+  Device& optimizer_device() { return context_.offload != nullptr ? *context_.offload : device_; }
+  // Counts an offloaded optimizer step over `elements`: their gradients down, their parameters back up.
+  void count_offload(size_t elements);
+
+  Context context_;
+  Options options_;
+  int64_t steps_ = 0;  // optimizer steps taken
+  HostTraffic host_traffic_;
+  model::Model& model_;
+  Device& device_;
+  coll::Communicator& world_;
+};
+
+std::unique_ptr<Strategy> make_strategy(Context context, const Options& options);
+
+}  // namespace emu::strategy
