@@ -1,5 +1,6 @@
 #include "emu/app/header.h"
 
+#include <cblas.h>
 #include <fmt/format.h>
 
 #include <cstdio>
@@ -10,6 +11,7 @@
 #include "emu/device.h"
 #include "emu/topology.h"
 #include "emu/units.h"
+#include "workloads/model/shrink.h"
 
 namespace emu::app {
 namespace {
@@ -26,11 +28,19 @@ std::vector<std::string> gather_strings(const std::string& mine, int rank, int w
   return out;
 }
 
+std::string strategy_list(const RunOptions& options) {
+  std::vector<std::string> names;
+  for (const strategy::Options& o : options.strategies) names.push_back(o.name());
+  return fmt::format("{}", fmt::join(names, ", "));
+}
+
 }  // namespace
 
 void print_run_header(const MpiSession& mpi, const RunOptions& options) {
   const HostInfo host = describe_host();
   const Binding binding = bind_to_core(mpi.local_rank(), mpi.local_size());
+  // Ranks sharing cores each run OpenBLAS on one thread; more would only take turns on the same cores.
+  if (binding.oversubscribed || mpi.local_size() > 1) openblas_set_num_threads(1);
   const std::vector<std::string> placements =
       gather_strings(fmt::format("{} {}", host.hostname, binding.detail), mpi.rank(), mpi.world());
   if (mpi.rank() != 0) return;
@@ -38,10 +48,29 @@ void print_run_header(const MpiSession& mpi, const RunOptions& options) {
   const int k = options.shrink;
   const uint64_t k2 = static_cast<uint64_t>(k) * k;
   const uint64_t reserve = options.reserve_full_scale / k2;
+  const strategy::Options& first = options.strategies.front();
   std::string text = fmt::format("emu {}: {} rank{} on {} host{}, one emulated GPU per rank\n", EMU_VERSION,
                                  mpi.world(), mpi.world() == 1 ? "" : "s", mpi.hosts(), mpi.hosts() == 1 ? "" : "s");
   text += fmt::format("  host      {}\n", host.summary());
-  text += fmt::format("  shrink    k = {}: memory terms / k^2 = / {}\n", k, k2);
+  text += fmt::format("  model     {} ({}), micro-batch {}, seq-len {}, {} attention, activation checkpointing {}\n",
+                      options.full.name, model::style_name(options.full.style), options.full.batch, options.full.seq,
+                      model::attention_name(options.model_options.attention),
+                      options.model_options.checkpoint ? "on" : "off");
+  text += fmt::format("  training  {} precision, AdamW lr {}, clip {}, {} step{} of {} micro-batch{}{}{}\n",
+                      first.recipe.name(), first.adamw.lr, first.clip_norm, options.steps,
+                      options.steps == 1 ? "" : "s", options.accumulation, options.accumulation == 1 ? "" : "es",
+                      options.offload ? ", optimizer offloaded to the host" : "",
+                      options.deepspeed.empty() ? "" : ", DeepSpeed config " + options.deepspeed);
+  text += fmt::format("  strategies {}\n", strategy_list(options));
+  if (options.plan) {
+    text += fmt::format("  plan      shapes only at full scale for {} ranks: no data, no math\n",
+                        options.plan_ranks > 0 ? options.plan_ranks : mpi.world());
+  } else {
+    text += fmt::format("  shrink    k = {}{}: memory terms / k^2 = / {}\n", k,
+                        options.shrink_chosen ? " (the smallest k leaving at most 4M parameters; --shrink to choose)"
+                                              : "",
+                        k2);
+  }
   text += fmt::format("  cap       {}\n", options.cap.describe(k));
   text += fmt::format("  reserve   {} at full scale / {} = {} per rank (CUDA context, NCCL buffers)\n",
                       format_bytes(options.reserve_full_scale), k2, format_bytes(reserve));
@@ -52,6 +81,9 @@ void print_run_header(const MpiSession& mpi, const RunOptions& options) {
                         mpi.local_size(), host.cores);
   }
   for (int r = 0; r < mpi.world(); ++r) text += fmt::format("  rank {:<4} {}\n", r, placements[r]);
+  if (!options.plan) {
+    text += fmt::format("\n{}", model::shrink_report(options.full, k, options.model_options).format());
+  }
   std::fputs(text.c_str(), stdout);
   std::fflush(stdout);
 }

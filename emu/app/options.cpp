@@ -3,48 +3,174 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include <filesystem>
+
+#include "emu/app/deepspeed.h"
 #include "emu/check.h"
 #include "emu/log.h"
 #include "emu/units.h"
+#include "workloads/model/layout.h"
+#include "workloads/model/shrink.h"
 
 namespace emu::app {
 namespace {
 
-constexpr int kMaxShrink = 4096;
+constexpr int kMaxRanks = 1 << 20;
+const std::vector<std::string> kDefaultStrategies = {"ddp", "zero1", "zero2", "zero3", "fsdp", "fsdp-grad-op"};
 
 uint64_t parse_reserve(const std::string& text) {
-  const CapSpec spec = parse_cap_spec(text == "0" ? "1B" : text);
+  if (text == "0") return 0;
+  const CapSpec spec = parse_cap_spec(text);
   if (spec.unlimited || spec.scaled || !spec.gpu.empty()) {
     throw InputError(fmt::format("--reserve '{}' must be a plain size such as 1GiB, 512MB or 0", text));
   }
-  return text == "0" ? 0 : spec.bytes;
+  return spec.bytes;
+}
+
+std::vector<std::string> split_list(const std::string& text) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= text.size()) {
+    const size_t comma = text.find(',', start);
+    const std::string item = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    if (!item.empty()) out.push_back(item);
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return out;
+}
+
+model::ModelConfig load_model(const std::string& name) {
+  if (name.ends_with(".json") || name.find('/') != std::string::npos) return model::load_hf_config(name);
+  return model::preset(name);
+}
+
+// The smallest valid k that brings the model under kAutoShrinkParams parameters.
+int choose_shrink(const model::ModelConfig& full) {
+  const std::vector<int64_t> valid = model::valid_shrink_factors(full);
+  for (int64_t k : valid) {
+    if (model::parameter_count(model::shrink(full, k)) <= kAutoShrinkParams) return static_cast<int>(k);
+  }
+  return static_cast<int>(valid.back());
+}
+
+std::vector<Expectation> parse_expectations(const std::vector<std::string>& texts) {
+  std::vector<Expectation> out;
+  for (const std::string& text : texts) {
+    for (const std::string& item : split_list(text)) {
+      const size_t equals = item.find('=');
+      const std::string who = equals == std::string::npos ? "all" : item.substr(0, equals);
+      const std::string what = equals == std::string::npos ? item : item.substr(equals + 1);
+      if (what != "fit" && what != "oom") {
+        throw InputError(fmt::format("--expect '{}': the verdict '{}' is not 'fit' or 'oom' (e.g. --expect fit, "
+                                     "--expect zero3=fit,ddp=oom)",
+                                     item, what));
+      }
+      if (who != "all") {
+        strategy::Options probe;
+        strategy::set_kind(probe, who);  // InputError listing the names
+      }
+      out.push_back({who, what == "fit"});
+    }
+  }
+  return out;
 }
 
 }  // namespace
 
-ParsedCommandLine parse_command_line(int argc, const char* const* argv) {
+ParsedCommandLine parse_command_line(int argc, const char* const* argv, int world) {
   ParsedCommandLine parsed;
   RunOptions& options = parsed.options;
-  std::string cap_text = "none";
+  std::string cap_text = "none", reserve_text = "1GiB", precision = "mixed", attention = "flash";
+  std::string strategies_text, plan_text;
+  std::vector<std::string> expect_texts;
+  int shrink = 0;
+  int64_t seq_len = 0, micro_batch = 0;
+  int accumulation = 0;
+  uint64_t seed = 1234;
+  double lr = 0, clip = -1;
+  bool bucket_view = false;
 
   CLI::App app{
       "emu: each MPI rank emulates one GPU with a hard memory cap and trains a scaled-down transformer under "
-      "DDP, ZeRO and FSDP with real collectives.\n\nThe canonical run:  mpirun -np 8 ./emu --cap 40GB-scaled",
+      "DDP, ZeRO and FSDP with real collectives, to show what fits, why, and what crosses the wire.\n\n"
+      "The canonical run:  mpirun -np 8 ./emu --cap 40GB-scaled",
       "emu"};
   app.set_version_flag("--version", fmt::format("emu {}", EMU_VERSION));
-  app.add_option("--cap", cap_text, "memory per emulated GPU: " + cap_spec_help())->capture_default_str();
-  app.add_option("--shrink,-k", options.shrink,
-                 "shrink factor k: hidden, FFN, vocabulary and sequence length are divided by k, every memory "
-                 "term by k^2")
-      ->capture_default_str();
-  app.add_option("--reserve", options.reserve_text,
-                 "fixed overheads per GPU at full scale (CUDA context, NCCL buffers), inside the cap; divided by "
-                 "k^2 like everything else")
-      ->capture_default_str();
+  app.get_formatter()->column_width(34);
+
+  app.add_option("--model", options.model,
+                 fmt::format("a preset ({}) or a Hugging Face config.json", fmt::join(model::preset_names(), ", ")))
+      ->capture_default_str()->group("Model");
+  app.add_option("--shrink,-k", shrink,
+                 "shrink factor k: hidden, FFN, vocabulary and sequence length / k, every memory term / k^2 "
+                 "(default: the smallest k that leaves at most 4M parameters)")
+      ->group("Model");
+  app.add_option("--seq-len", seq_len, "sequence length at full scale (default: the model's context length)")
+      ->group("Model");
+  app.add_option("--micro-batch", micro_batch, "sequences per micro-batch per GPU (default 1)")->group("Model");
+  app.add_option("--attention", attention,
+                 "flash (only a logsumexp per row is saved, as SDPA and FlashAttention do) or classic (the score "
+                 "matrix is saved)")
+      ->capture_default_str()->group("Model");
+  options.model_options.checkpoint = true;
+  app.add_flag("--checkpoint,!--no-checkpoint", options.model_options.checkpoint,
+               "activation checkpointing per block, as gradient_checkpointing=True (default: on)")
+      ->group("Model");
+
+  app.add_option("--strategies", strategies_text,
+                 fmt::format("comma-separated, run in order: {} (default: {})",
+                             fmt::join(strategy::strategy_names(), ", "), fmt::join(kDefaultStrategies, ",")))
+      ->group("Training");
+  app.add_option("--precision", precision, "mixed (bf16 + fp32 master, 16 B/param), bf16 (8 B/param) or fp32")
+      ->capture_default_str()->group("Training");
+  app.add_option("--steps", options.steps, "optimizer steps per strategy")->capture_default_str()->group("Training");
+  app.add_option("--grad-accum", accumulation, "micro-batches per optimizer step (default 1)")->group("Training");
+  app.add_flag("--offload", options.offload, "optimizer state in host memory (ZeRO-Offload); PCIe bytes counted")
+      ->group("Training");
+  app.add_option("--lr", lr, "peak learning rate (default 1e-3)")->group("Training");
+  app.add_option("--clip", clip, "gradient clipping by global norm; 0 turns it off (default 1.0)")->group("Training");
+  app.add_option("--seed", seed, "initial weights and synthetic data")->capture_default_str()->group("Training");
+  app.add_flag("--bucket-view", bucket_view, "DDP: gradient_as_bucket_view=True (no bucket copies)")
+      ->group("Training");
+  app.add_option("--collectives", options.collectives,
+                 "algorithms per collective, e.g. all_reduce=rhd,all_gather=mpi (default: ring everywhere)")
+      ->group("Training");
+  app.add_option("--ranks-per-node", options.ranks_per_node,
+                 "ranks per node for HYBRID_SHARD (default: the ranks found on each host)")
+      ->group("Training");
+  app.add_option("--deepspeed", options.deepspeed,
+                 "a DeepSpeed JSON config: zero_optimization, bf16/fp16, micro-batch, accumulation, clipping, "
+                 "optimizer, WarmupLR")
+      ->group("Training");
+
+  app.add_option("--cap", cap_text, "memory per emulated GPU: " + cap_spec_help())->capture_default_str()
+      ->group("Emulated GPU");
+  app.add_option("--reserve", reserve_text,
+                 "fixed overheads per GPU at full scale (CUDA context, NCCL buffers), inside the cap; / k^2")
+      ->capture_default_str()->group("Emulated GPU");
   app.add_flag("--strict-oom", options.strict_oom,
-               "abort at the first allocation past the cap, as a GPU would, instead of finishing the step over the "
-               "cap and reporting what it would have needed");
-  app.add_option("--log", options.log_spec, "log levels, e.g. 'info' or 'coll=trace,warn' (also EMU_LOG)");
+               "abort at the first allocation past the cap, as a GPU would, instead of finishing the step over "
+               "the cap and reporting what it would have needed")
+      ->group("Emulated GPU");
+
+  app.add_option("--plan", plan_text,
+                 "shapes only, at full scale, without data: the same accounting for N ranks (e.g. --plan 1024); "
+                 "'--plan 0' plans for the ranks emu runs on")
+      ->group("Modes");
+  app.add_option("--find-limit", options.find_limit,
+                 "search, per strategy, the largest micro-batch or seq-len that fits the cap (shapes only)")
+      ->check(CLI::IsMember({"micro-batch", "seq-len"}))->group("Modes");
+
+  app.add_option("--json", options.json_path, "write the results as JSON to FILE")->group("Outputs");
+  app.add_option("--trace", options.trace_path, "write a Chrome-trace / Perfetto JSON to FILE")->group("Outputs");
+  app.add_option("--svg", options.svg_path, "write a picture of memory over time per rank to FILE")
+      ->group("Outputs");
+  app.add_option("--expect", expect_texts,
+                 "fit, oom, or per strategy (zero3=fit,ddp=oom): exit 1 when the run disagrees")
+      ->group("Outputs");
+  app.add_option("--log", options.log_spec, "log levels, e.g. 'info' or 'coll=trace,warn' (also EMU_LOG)")
+      ->group("Outputs");
 
   try {
     app.parse(argc, argv);
@@ -58,13 +184,129 @@ ParsedCommandLine parse_command_line(int argc, const char* const* argv) {
     }
     throw InputError(fmt::format("{} (see emu --help)", error.what()));
   }
-
-  options.cap = parse_cap_spec(cap_text);
-  if (options.shrink < 1 || options.shrink > kMaxShrink) {
-    throw InputError(fmt::format("--shrink {} is out of range; accepted: 1 to {}", options.shrink, kMaxShrink));
-  }
-  options.reserve_full_scale = parse_reserve(options.reserve_text);
   if (!options.log_spec.empty()) log::configure(options.log_spec);
+
+  // The emulated GPU.
+  options.cap = parse_cap_spec(cap_text);
+  options.reserve_full_scale = parse_reserve(reserve_text);
+
+  // Strategy knobs: defaults, then a DeepSpeed config, then flags.
+  strategy::Options base;
+  base.recipe = optim::parse_precision_recipe(precision);
+  base.seed = seed;
+  std::vector<std::string> names = kDefaultStrategies;
+  if (!options.deepspeed.empty()) {
+    const DeepSpeedConfig ds = load_deepspeed_config(options.deepspeed, base);
+    base = ds.knobs;
+    base.seed = seed;
+    names = {ds.strategy};
+    if (ds.micro_batch > 0 && micro_batch == 0) micro_batch = ds.micro_batch;
+    if (ds.accumulation > 0 && accumulation == 0) accumulation = ds.accumulation;
+    options.offload = options.offload || ds.offload_optimizer;
+    const int64_t mb = micro_batch > 0 ? micro_batch : 1;
+    const int64_t acc = accumulation > 0 ? accumulation : 1;
+    if (ds.train_batch_size > 0 && ds.train_batch_size != mb * acc * world) {
+      throw InputError(fmt::format("{}: train_batch_size {} is not train_micro_batch_size_per_gpu {} x "
+                                   "gradient_accumulation_steps {} x {} ranks = {}",
+                                   options.deepspeed, ds.train_batch_size, mb, acc, world, mb * acc * world));
+    }
+    if (!ds.ignored.empty()) {
+      log::warn("app", "{}: not modelled by emu, ignored: {}", options.deepspeed, fmt::join(ds.ignored, ", "));
+    }
+  }
+  if (lr != 0) {
+    if (!(lr > 0 && lr < 10)) throw InputError(fmt::format("--lr {} is out of range; accepted: (0, 10)", lr));
+    base.adamw.lr = lr;
+  }
+  if (clip != -1) {
+    if (!(clip >= 0)) throw InputError(fmt::format("--clip {} is out of range; accepted: 0 (off) or more", clip));
+    base.clip_norm = static_cast<float>(clip);
+  }
+  base.ddp.gradient_as_bucket_view = bucket_view;
+  if (!strategies_text.empty()) names = split_list(strategies_text);
+  if (names.empty()) {
+    throw InputError(fmt::format("--strategies is empty; accepted: {}", fmt::join(strategy::strategy_names(), ", ")));
+  }
+  for (const std::string& name : names) {
+    strategy::Options one = base;
+    strategy::set_kind(one, name);
+    options.strategies.push_back(one);
+  }
+
+  // Training loop.
+  if (options.steps < 1 || options.steps > 100000) {
+    throw InputError(fmt::format("--steps {} is out of range; accepted: 1 to 100000", options.steps));
+  }
+  options.accumulation = accumulation > 0 ? accumulation : 1;
+  if (accumulation < 0 || options.accumulation > 4096) {
+    throw InputError(fmt::format("--grad-accum {} is out of range; accepted: 1 to 4096", accumulation));
+  }
+  if (options.ranks_per_node < 0 || options.ranks_per_node > kMaxRanks) {
+    throw InputError(fmt::format("--ranks-per-node {} is out of range; accepted: 1 to the number of ranks",
+                                 options.ranks_per_node));
+  }
+  if (options.ranks_per_node > 0 && world % options.ranks_per_node != 0) {
+    throw InputError(fmt::format("--ranks-per-node {} does not divide the {} ranks; accepted: a divisor of {}",
+                                 options.ranks_per_node, world, world));
+  }
+
+  // The model, at full scale, then k.
+  if (attention != "classic" && attention != "flash") {
+    throw InputError(fmt::format("--attention '{}' is not one of classic, flash", attention));
+  }
+  options.model_options.attention = attention == "flash" ? model::Attention::kFlash : model::Attention::kClassic;
+  options.model_options.compute = base.recipe.params;
+  options.full = load_model(options.model);
+  if (seq_len != 0) {
+    if (seq_len < 1 || seq_len > (1 << 24)) {
+      throw InputError(fmt::format("--seq-len {} is out of range; accepted: 1 to {}", seq_len, 1 << 24));
+    }
+    options.full.seq = seq_len;
+  }
+  if (micro_batch != 0) {
+    if (micro_batch < 1 || micro_batch > 65536) {
+      throw InputError(fmt::format("--micro-batch {} is out of range; accepted: 1 to 65536", micro_batch));
+    }
+    options.full.batch = micro_batch;
+  }
+  options.full.validate();
+  if (app.count("--shrink") > 0) {
+    if (shrink < 1) {
+      throw InputError(fmt::format("--shrink {} is out of range; accepted for {}: {}", shrink, options.full.name,
+                                   fmt::join(model::valid_shrink_factors(options.full), ", ")));
+    }
+    model::shrink(options.full, shrink);  // InputError listing the valid k
+    options.shrink = shrink;
+  } else {
+    options.shrink = choose_shrink(options.full);
+    options.shrink_chosen = true;
+  }
+  for (strategy::Options& one : options.strategies) one.shrink = options.shrink;
+
+  // Modes and outputs.
+  if (!plan_text.empty()) {
+    options.plan = true;
+    try {
+      size_t used = 0;
+      options.plan_ranks = std::stoi(plan_text, &used);
+      if (used != plan_text.size()) throw std::invalid_argument(plan_text);
+    } catch (const std::exception&) {
+      throw InputError(fmt::format("--plan '{}' is not a number of ranks; accepted: 0 (the ranks emu runs on) to {}",
+                                   plan_text, kMaxRanks));
+    }
+    if (options.plan_ranks < 0 || options.plan_ranks > kMaxRanks) {
+      throw InputError(fmt::format("--plan {} is out of range; accepted: 0 (the ranks emu runs on) to {}",
+                                   options.plan_ranks, kMaxRanks));
+    }
+  }
+  for (const std::string* path : {&options.json_path, &options.trace_path, &options.svg_path}) {
+    if (path->empty()) continue;
+    const std::filesystem::path parent = std::filesystem::path(*path).parent_path();
+    if (!parent.empty() && !std::filesystem::is_directory(parent)) {
+      throw InputError(fmt::format("'{}' cannot be written: the folder '{}' does not exist", *path, parent.string()));
+    }
+  }
+  options.expectations = parse_expectations(expect_texts);
   return parsed;
 }
 

@@ -1,4 +1,8 @@
 // The emu command line: what a run was asked to do, validated once at start-up on every rank.
+//
+// Flags follow what PyTorch and DeepSpeed users expect (micro-batch, gradient accumulation, activation
+// checkpointing, optimizer offload, a DeepSpeed JSON config that runs as it is). Sizes of the model are given at
+// full scale (--seq-len 4096 for Llama 2); emu shrinks them by k.
 #pragma once
 
 #include <cstdint>
@@ -6,17 +10,52 @@
 #include <vector>
 
 #include "emu/cap_spec.h"
+#include "strategies/strategy.h"
+#include "workloads/model/config.h"
 
 namespace emu::app {
 
+// "--expect zero3=fit": a verdict a CI job relies on; a run that disagrees exits with code 1.
+struct Expectation {
+  std::string strategy;  // a strategy name, or "all"
+  bool fit = true;       // fit, or oom
+};
+
 struct RunOptions {
+  // The model.
+  std::string model = "llama2-13b";  // a preset or a Hugging Face config.json
+  model::ModelConfig full;           // its full-scale shapes, with --seq-len and --micro-batch applied
+  int shrink = 0;                    // k; 0 until chosen (the smallest k giving at most kAutoShrinkParams)
+  bool shrink_chosen = false;        // k came from the default rule, not from --shrink
+  model::ModelOptions model_options;
+
+  // Training.
+  std::vector<strategy::Options> strategies;  // in the order they run
+  int steps = 3;
+  int accumulation = 1;
+  bool offload = false;
+  std::string collectives;  // "all_reduce=ring,all_gather=mpi"
+  int ranks_per_node = 0;   // 0: the ranks found on each host
+  std::string deepspeed;    // the DeepSpeed config the strategy knobs came from, if any
+
+  // The emulated GPU.
   CapSpec cap = parse_cap_spec("none");
-  int shrink = 64;                   // k: hidden, FFN, vocabulary and sequence are divided by it
-  uint64_t reserve_full_scale = 0;   // fixed overheads at full scale; the rank is charged reserve / k^2
-  std::string reserve_text = "1GiB";
+  uint64_t reserve_full_scale = 0;  // fixed overheads at full scale; each rank is charged reserve / k²
   bool strict_oom = false;
+
+  // Modes.
+  bool plan = false;    // shapes only, at full scale, for plan_ranks ranks
+  int plan_ranks = 0;   // 0: the ranks emu runs on
+  std::string find_limit;  // "", "micro-batch" or "seq-len"
+
+  // Outputs.
+  std::string json_path, trace_path, svg_path;
+  std::vector<Expectation> expectations;
   std::string log_spec;
 };
+
+// Shrunk models above this many parameters make the default run slow on a laptop.
+inline constexpr uint64_t kAutoShrinkParams = 4'000'000;
 
 // What parse_command_line decided.
 struct ParsedCommandLine {
@@ -25,7 +64,8 @@ struct ParsedCommandLine {
   RunOptions options;
 };
 
-// Throws InputError (exit code 2) naming the bad value and the accepted range.
-ParsedCommandLine parse_command_line(int argc, const char* const* argv);
+// Throws InputError (exit code 2) naming the bad value and the accepted range. `world` is the number of ranks,
+// for checks that depend on it (a DeepSpeed train_batch_size).
+ParsedCommandLine parse_command_line(int argc, const char* const* argv, int world = 1);
 
 }  // namespace emu::app

@@ -13,6 +13,8 @@ using testing::mpiexec;
 using testing::run_process;
 
 const std::string kEmu = std::string(EMU_BINARY_DIR) + "/bin/emu";
+// A run small enough for a test: GPT-2 (124M), shrunk by the default rule (k = 8), one strategy, one step.
+const std::string kQuick = " --model gpt2 --strategies ddp --steps 1";
 
 TEST(Cli, HelpAndVersionExitZero) {
   const auto help = run_process(kEmu + " --help");
@@ -25,7 +27,8 @@ TEST(Cli, HelpAndVersionExitZero) {
 }
 
 TEST(Cli, HeaderShowsTheCapArithmetic) {
-  const auto run = run_process(mpiexec(4) + kEmu + " --cap 40GB-scaled --shrink 64");
+  const auto run = run_process(mpiexec(4) + kEmu + " --cap 40GB-scaled --model llama2-13b --shrink 64 --steps 1 "
+                                                   "--strategies zero3");
   ASSERT_EQ(run.exit_code, 0) << run.err;
   EXPECT_NE(run.out.find("4 ranks on 1 host"), std::string::npos) << run.out;
   // 40 GB / 64^2 = 9,765,625 bytes.
@@ -37,7 +40,7 @@ TEST(Cli, HeaderShowsTheCapArithmetic) {
 }
 
 TEST(Cli, NamedGpuCap) {
-  const auto run = run_process(mpiexec(1) + kEmu + " --cap a100-40gb-scaled --shrink 8");
+  const auto run = run_process(mpiexec(1) + kEmu + " --cap a100-40gb-scaled" + kQuick);
   ASSERT_EQ(run.exit_code, 0) << run.err;
   EXPECT_NE(run.out.find("a100-40gb (39.59 GiB, 42509438812 bytes) / 8^2 = 633.44 MiB (664209981 bytes)"),
             std::string::npos)
@@ -55,7 +58,7 @@ class CliBadInput : public ::testing::TestWithParam<BadInput> {};
 TEST_P(CliBadInput, ExitsTwoWithOneMessageAndTheSameVerdictOnEveryRank) {
   const BadInput& bad = GetParam();
   for (int ranks : {1, 8}) {
-    const auto run = run_process("env EMU_LOG=app=debug " + mpiexec(ranks) + kEmu + " " + bad.args);
+    const auto run = run_process("env EMU_LOG=app=debug " + mpiexec(ranks) + kEmu + kQuick + " " + bad.args);
     EXPECT_EQ(run.exit_code, 2) << bad.args << "\n" << run.err;
     EXPECT_EQ(count_of(run.err, "emu: error: "), 1) << "one message, from rank 0:\n" << run.err;
     EXPECT_NE(run.err.find(bad.message), std::string::npos) << run.err;
@@ -74,7 +77,8 @@ INSTANTIATE_TEST_SUITE_P(
                       BadInput{"--cap none-scaled", "--cap 'none-scaled'"},
                       BadInput{"--cap -5GB", "--cap"},
                       BadInput{"--cap a100", "a100-40gb = 39.59 GiB"},
-                      BadInput{"--shrink 0", "--shrink 0 is out of range; accepted: 1 to 4096"},
+                      BadInput{"--shrink 0", "--shrink 0 is out of range; accepted for gpt2: 1, 2, 4, 8, 16, 32, 64"},
+                      BadInput{"--shrink 3", "shrink"},
                       BadInput{"--shrink many", "--shrink"},
                       BadInput{"--reserve lots", "--cap 'lots'"},
                       BadInput{"--reserve 1GB-scaled", "--reserve '1GB-scaled' must be a plain size"},

@@ -1,0 +1,239 @@
+#include "emu/app/deepspeed.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "emu/check.h"
+
+namespace emu::app {
+namespace {
+
+using nlohmann::json;
+
+// Reads the fields of one JSON object, checking types and ranges, and remembers which keys were used.
+class Fields {
+ public:
+  Fields(const json& object, std::string path, std::string_view source, std::vector<std::string>& ignored)
+      : object_(object), path_(std::move(path)), source_(source), ignored_(ignored) {
+    if (!object_.is_object()) fail(path_, object_, "an object");
+  }
+  ~Fields() = default;
+
+  // Notes the keys no get() asked for.
+  void finish() {
+    for (const auto& [key, value] : object_.items()) {
+      if (std::find(used_.begin(), used_.end(), key) == used_.end()) ignored_.push_back(name(key));
+    }
+  }
+
+  bool has(const std::string& key) const {
+    return object_.contains(key) && !object_[key].is_null() && !(object_[key].is_string() && object_[key] == "auto");
+  }
+  const json* child(const std::string& key) {
+    used_.push_back(key);
+    return object_.contains(key) && object_[key].is_object() ? &object_[key] : nullptr;
+  }
+  void use(const std::string& key) { used_.push_back(key); }
+
+  template <typename T>
+  bool get(const std::string& key, T& out, double lo, double hi) {
+    used_.push_back(key);
+    if (!has(key)) return false;
+    const json& value = object_[key];
+    if constexpr (std::is_same_v<T, bool>) {
+      if (!value.is_boolean()) fail(name(key), value, "true or false");
+      out = value.get<bool>();
+    } else {
+      if (!value.is_number()) fail(name(key), value, fmt::format("a number from {} to {}", lo, hi));
+      const double number = value.get<double>();
+      if (!(number >= lo && number <= hi) || (std::is_integral_v<T> && std::floor(number) != number)) {
+        fail(name(key), value, fmt::format("{} from {} to {}", std::is_integral_v<T> ? "an integer" : "a number", lo, hi));
+      }
+      out = static_cast<T>(number);
+    }
+    return true;
+  }
+  bool get_string(const std::string& key, std::string& out, const std::vector<std::string>& accepted) {
+    used_.push_back(key);
+    if (!has(key)) return false;
+    const json& value = object_[key];
+    const std::string list = fmt::format("one of \"{}\"", fmt::join(accepted, "\", \""));
+    if (!value.is_string()) fail(name(key), value, list);
+    out = value.get<std::string>();
+    std::string lower = out;
+    for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    for (const std::string& a : accepted) {
+      std::string la = a;
+      for (char& c : la) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      if (la == lower) {
+        out = a;
+        return true;
+      }
+    }
+    fail(name(key), value, list);
+    return false;
+  }
+  std::string name(const std::string& key) const { return path_.empty() ? key : path_ + "." + key; }
+
+  [[noreturn]] void fail(const std::string& key, const json& value, const std::string& accepted) const {
+    throw InputError(fmt::format("{}: \"{}\" is {}; accepted: {}", source_, key, value.dump(), accepted));
+  }
+
+ private:
+  const json& object_;
+  std::string path_;
+  std::string_view source_;
+  std::vector<std::string>& ignored_;
+  std::vector<std::string> used_;
+};
+
+}  // namespace
+
+DeepSpeedConfig parse_deepspeed_config(std::string_view text, std::string_view source,
+                                       const strategy::Options& defaults) {
+  json root;
+  try {
+    root = json::parse(text);
+  } catch (const json::parse_error& error) {
+    throw InputError(fmt::format("{}: not valid JSON at byte {}: {}", source, error.byte, error.what()));
+  }
+  DeepSpeedConfig config;
+  config.knobs = defaults;
+  strategy::Options& o = config.knobs;
+  Fields top(root, "", source, config.ignored);
+
+  top.get("train_micro_batch_size_per_gpu", config.micro_batch, 1, 1 << 20);
+  top.get("gradient_accumulation_steps", config.accumulation, 1, 1 << 20);
+  top.get("train_batch_size", config.train_batch_size, 1, 1 << 30);
+  double clip = o.clip_norm;
+  if (top.get("gradient_clipping", clip, 0, 1e9)) o.clip_norm = static_cast<float>(clip);
+
+  bool bf16 = false, fp16 = false;
+  if (const json* section = top.child("bf16")) {
+    Fields f(*section, "bf16", source, config.ignored);
+    f.get("enabled", bf16, 0, 1);
+    f.finish();
+  }
+  if (const json* section = top.child("fp16")) {
+    Fields f(*section, "fp16", source, config.ignored);
+    f.get("enabled", fp16, 0, 1);
+    for (const char* key : {"loss_scale", "initial_scale_power", "loss_scale_window", "hysteresis", "min_loss_scale"}) {
+      f.use(key);  // loss scaling changes no memory or traffic
+    }
+    f.finish();
+  }
+  // fp16 mixed precision keeps the same bytes as bf16 mixed precision: 2-byte weights and gradients, fp32 master
+  // and moments. emu computes it as bf16.
+  o.recipe = optim::precision_recipe(bf16 || fp16 ? optim::Recipe::kMixed : optim::Recipe::kFp32);
+
+  int stage = 0;
+  if (const json* section = top.child("zero_optimization")) {
+    Fields z(*section, "zero_optimization", source, config.ignored);
+    z.get("stage", stage, 0, 3);
+    double value = 0;
+    if (z.get("reduce_bucket_size", value, 1, 1e13)) o.zero.reduce_bucket_elements = static_cast<uint64_t>(value);
+    if (z.get("allgather_bucket_size", value, 1, 1e13)) o.zero.allgather_bucket_elements = static_cast<uint64_t>(value);
+    z.get("overlap_comm", o.zero.overlap_comm, 0, 1);
+    if (z.get("stage3_prefetch_bucket_size", value, 0, 1e13)) o.zero.prefetch_bucket_elements = static_cast<uint64_t>(value);
+    if (z.get("stage3_param_persistence_threshold", value, 0, 1e13)) {
+      o.zero.param_persistence_threshold = static_cast<uint64_t>(value);
+    }
+    if (z.get("stage3_max_live_parameters", value, 1, 1e13)) o.zero.max_live_parameters = static_cast<uint64_t>(value);
+    for (const char* key : {"contiguous_gradients", "reduce_scatter", "allgather_partitions", "round_robin_gradients",
+                            "stage3_max_reuse_distance", "stage3_gather_16bit_weights_on_model_save",
+                            "sub_group_size"}) {
+      z.use(key);  // no effect on what emu measures
+    }
+    if (const json* offload = z.child("offload_optimizer")) {
+      Fields f(*offload, "zero_optimization.offload_optimizer", source, config.ignored);
+      std::string device = "none";
+      f.get_string("device", device, {"none", "cpu", "nvme"});
+      if (device == "nvme") {
+        throw InputError(fmt::format("{}: \"zero_optimization.offload_optimizer.device\" is \"nvme\"; emu models "
+                                     "\"cpu\" and \"none\"",
+                                     source));
+      }
+      config.offload_optimizer = device == "cpu";
+      f.use("pin_memory");
+      f.finish();
+    }
+    if (const json* offload = z.child("offload_param")) {
+      Fields f(*offload, "zero_optimization.offload_param", source, config.ignored);
+      std::string device = "none";
+      f.get_string("device", device, {"none", "cpu", "nvme"});
+      if (device != "none") {
+        throw InputError(fmt::format("{}: \"zero_optimization.offload_param.device\" is \"{}\"; emu offloads the "
+                                     "optimizer only, accepted: \"none\"",
+                                     source, device));
+      }
+      f.use("pin_memory");
+      f.finish();
+    }
+    z.finish();
+  }
+  config.strategy = stage == 0 ? "ddp" : fmt::format("zero{}", stage);
+
+  if (const json* section = top.child("optimizer")) {
+    Fields f(*section, "optimizer", source, config.ignored);
+    std::string type;
+    f.get_string("type", type, {"AdamW", "Adam"});
+    if (const json* params = f.child("params")) {
+      Fields p(*params, "optimizer.params", source, config.ignored);
+      double value = 0;
+      if (p.get("lr", value, 0, 10)) o.adamw.lr = value;
+      if (p.get("eps", value, 1e-30, 1)) o.adamw.eps = value;
+      if (p.get("weight_decay", value, 0, 10)) o.adamw.weight_decay = value;
+      p.use("betas");
+      if (p.has("betas")) {
+        const json& betas = (*params)["betas"];
+        if (!betas.is_array() || betas.size() != 2 || !betas[0].is_number() || !betas[1].is_number() ||
+            betas[0].get<double>() < 0 || betas[0].get<double>() >= 1 || betas[1].get<double>() < 0 ||
+            betas[1].get<double>() >= 1) {
+          p.fail("optimizer.params.betas", betas, "two numbers in [0, 1)");
+        }
+        o.adamw.beta1 = betas[0].get<double>();
+        o.adamw.beta2 = betas[1].get<double>();
+      }
+      p.finish();
+    }
+    f.finish();
+  }
+  if (const json* section = top.child("scheduler")) {
+    Fields f(*section, "scheduler", source, config.ignored);
+    std::string type;
+    f.get_string("type", type, {"WarmupLR"});
+    if (const json* params = f.child("params")) {
+      Fields p(*params, "scheduler.params", source, config.ignored);
+      int64_t warmup = 0;
+      if (p.get("warmup_num_steps", warmup, 0, 1e9)) o.schedule.warmup_steps = warmup;
+      double value = 0;
+      if (p.get("warmup_max_lr", value, 0, 10)) o.adamw.lr = value;
+      p.use("warmup_min_lr");
+      p.use("warmup_type");
+      p.finish();
+    }
+    f.finish();
+  }
+  for (const char* key : {"steps_per_print", "wall_clock_breakdown", "zero_allow_untested_optimizer",
+                          "prescale_gradients", "gradient_predivide_factor"}) {
+    top.use(key);
+  }
+  top.finish();
+  return config;
+}
+
+DeepSpeedConfig load_deepspeed_config(const std::filesystem::path& path, const strategy::Options& defaults) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in || std::filesystem::is_directory(path)) {
+    throw InputError(fmt::format("--deepspeed '{}' cannot be read: no such file", path.string()));
+  }
+  std::stringstream text;
+  text << in.rdbuf();
+  return parse_deepspeed_config(text.str(), path.string(), defaults);
+}
+
+}  // namespace emu::app

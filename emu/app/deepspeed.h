@@ -1,0 +1,32 @@
+// A DeepSpeed JSON config, run as it is: zero_optimization (stage and its bucket, prefetch, persistence and
+// offload settings), bf16 / fp16, micro-batch, gradient accumulation, clipping, the AdamW hyper-parameters and a
+// WarmupLR schedule. "auto" (as the Hugging Face Trainer writes) keeps emu's default. Keys emu does not model are
+// listed so that nothing is ignored silently.
+#pragma once
+
+#include <filesystem>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "strategies/strategy.h"
+
+namespace emu::app {
+
+struct DeepSpeedConfig {
+  std::string strategy;  // "ddp" (stage 0), "zero1", "zero2" or "zero3"
+  strategy::Options knobs;  // recipe, bucket sizes, prefetch, persistence, clipping, AdamW, warm-up
+  int micro_batch = 0;      // 0: not given
+  int accumulation = 0;     // 0: not given
+  int train_batch_size = 0; // 0: not given; must equal micro_batch · accumulation · ranks
+  bool offload_optimizer = false;
+  std::vector<std::string> ignored;  // keys present that emu does not model
+};
+
+// Applies the file's settings over `defaults`. InputError naming the file, the key and the bad value (or the JSON
+// error's byte position).
+DeepSpeedConfig parse_deepspeed_config(std::string_view text, std::string_view source,
+                                       const strategy::Options& defaults);
+DeepSpeedConfig load_deepspeed_config(const std::filesystem::path& path, const strategy::Options& defaults);
+
+}  // namespace emu::app

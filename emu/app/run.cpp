@@ -1,0 +1,240 @@
+#include "emu/app/run.h"
+
+#include <fmt/format.h>
+#include <mpi.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <memory>
+
+#include "collectives/mpi/mpi_communicator.h"
+#include "emu/check.h"
+#include "emu/device.h"
+#include "emu/log.h"
+#include "emu/units.h"
+#include "strategies/strategy.h"
+#include "workloads/data/synthetic.h"
+#include "workloads/model/layout.h"
+#include "workloads/model/memory_terms.h"
+#include "workloads/model/model.h"
+#include "workloads/model/shrink.h"
+
+namespace emu::app {
+namespace {
+
+constexpr size_t kMaxSeriesPoints = 1500;
+
+// Thins a rank's timeline to at most kMaxSeriesPoints, keeping in each stretch the point of highest use.
+MemorySeries thin_timeline(const std::vector<TimelinePoint>& timeline) {
+  MemorySeries series;
+  if (timeline.empty()) return series;
+  CategoryBytes current;
+  const size_t stride = (timeline.size() + kMaxSeriesPoints - 1) / kMaxSeriesPoints;
+  CategoryBytes best;
+  double best_time = 0;
+  uint64_t best_total = 0;
+  for (size_t i = 0; i < timeline.size(); ++i) {
+    const TimelinePoint& p = timeline[i];
+    current[p.category] = static_cast<uint64_t>(static_cast<int64_t>(current[p.category]) + p.delta);
+    if (p.in_use >= best_total || i % stride == 0) {
+      best = current;
+      best_time = p.seconds;
+      best_total = p.in_use;
+    }
+    if ((i + 1) % stride == 0 || i + 1 == timeline.size()) {
+      series.seconds.push_back(best_time);
+      series.current.push_back(best);
+      best_total = 0;
+    }
+  }
+  return series;
+}
+
+// Gathers a trivially copyable vector from every rank onto rank 0.
+template <typename T>
+std::vector<std::vector<T>> gather_vectors(const std::vector<T>& mine, int rank, int world) {
+  const int bytes = static_cast<int>(mine.size() * sizeof(T));
+  std::vector<int> sizes(static_cast<size_t>(world));
+  EMU_MPI_CHECK(MPI_Gather(&bytes, 1, MPI_INT, sizes.data(), 1, MPI_INT, 0, MPI_COMM_WORLD));
+  std::vector<int> offsets(static_cast<size_t>(world), 0);
+  int total = 0;
+  for (int r = 0; r < world; ++r) {
+    offsets[r] = total;
+    total += sizes[r];
+  }
+  std::vector<char> all(rank == 0 ? static_cast<size_t>(total) : 0);
+  EMU_MPI_CHECK(MPI_Gatherv(mine.data(), bytes, MPI_BYTE, all.data(), sizes.data(), offsets.data(), MPI_BYTE, 0,
+                            MPI_COMM_WORLD));
+  std::vector<std::vector<T>> out;
+  for (int r = 0; rank == 0 && r < world; ++r) {
+    const T* begin = reinterpret_cast<const T*>(all.data() + offsets[r]);
+    out.emplace_back(begin, begin + sizes[r] / sizeof(T));
+  }
+  return out;
+}
+
+struct Groups {
+  std::unique_ptr<coll::Communicator> world, intra, inter, control;
+};
+
+Groups make_groups(Device& device, const RunOptions& options, int ranks_per_node) {
+  Groups groups;
+  groups.world = coll::make_mpi_communicator(MPI_COMM_WORLD, device, "world");
+  if (!options.collectives.empty()) groups.world->set_algorithms(options.collectives);
+  const int rank = groups.world->rank();
+  groups.intra = groups.world->split(rank / ranks_per_node, rank, fmt::format("intra-node {}", rank / ranks_per_node));
+  groups.inter = groups.world->split(rank % ranks_per_node, rank, fmt::format("inter-node {}", rank % ranks_per_node));
+  // The verdicts travel apart from the training traffic.
+  groups.control = groups.world->split(0, rank, "control");
+  return groups;
+}
+
+class Runner {
+ public:
+  Runner(const MpiSession& mpi, const RunOptions& options, RunReport& report)
+      : mpi_(mpi), options_(options), report_(report) {}
+
+  StrategyOutcome run(const strategy::Options& strategy_options) {
+    StrategyOutcome outcome;
+    outcome.name = strategy_options.name();
+    outcome.options = strategy_options;
+    const bool shapes = report_.plan;
+    MemoryPool::Options memory;
+    memory.cap = report_.cap;
+    memory.reserve = report_.reserve;
+    memory.mode = options_.strict_oom ? OomMode::kStrict : OomMode::kRecord;
+    memory.rank = mpi_.rank();
+    auto device = shapes ? make_shapes_device(memory) : make_cpu_device(memory);
+    device->memory().set_strategy(outcome.name);
+    auto host = make_cpu_device({});  // optimizer offload's host memory, off the cap
+    Groups groups = make_groups(*device, options_, report_.ranks_per_node);
+    model::Model model(*device, report_.model, options_.model_options);
+    auto strategy = strategy::make_strategy(
+        {*device, *groups.world, model, groups.intra.get(), groups.inter.get(), options_.offload ? host.get() : nullptr},
+        strategy_options);
+    {
+      PhaseScope phase(device->memory(), "set-up: parameters, gradients and optimizer state");
+      strategy->setup();
+    }
+    outcome.prediction = strategy::predict(strategy_options, analytic_input(model));
+    outcome.predicted_activations =
+        model::saved_activation_bytes_per_block(report_.model, options_.model_options) *
+            static_cast<uint64_t>(report_.model.layers) +
+        model::logits_bytes(report_.model);
+
+    data::SyntheticConfig synthetic;
+    synthetic.seed = strategy_options.seed;
+    synthetic.vocab = report_.model.vocab;
+    synthetic.seq_len = report_.model.seq;
+    const data::SyntheticTokens tokens(synthetic);
+    const int64_t batch = report_.model.batch;
+    for (int step = 0; step < options_.steps; ++step) {
+      std::vector<data::Batch> micro_batches;
+      for (int m = 0; m < options_.accumulation; ++m) {
+        micro_batches.push_back(
+            tokens.batch(step, data::sample_offset(mpi_.rank(), mpi_.world(), m, batch), batch));
+      }
+      PhaseScope phase(device->memory(), fmt::format("step {}", step + 1));
+      const strategy::StepResult result = strategy->step(micro_batches);
+      double seconds = result.seconds;
+      float loss = result.loss;
+      EMU_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &seconds, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
+      EMU_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &loss, 1, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD));
+      outcome.step_seconds.push_back(seconds);
+      outcome.losses.push_back(loss / static_cast<float>(mpi_.world()));
+      outcome.steps_run = step + 1;
+      outcome.verdict = strategy::agree_on_oom(device->memory(), *groups.control);
+      progress(outcome, step);
+      if (outcome.verdict.any()) break;  // it would not have run on the GPUs: stop with what it needed
+    }
+    collect(outcome, *device, *strategy);
+    return outcome;
+  }
+
+ private:
+  strategy::AnalyticInput analytic_input(const model::Model& model) const {
+    strategy::AnalyticInput input;
+    for (int u = 0; u < model.num_units(); ++u) input.unit_counts.push_back(model.layout(u).count);
+    input.world = mpi_.world();
+    input.ranks_per_node = report_.ranks_per_node;
+    input.accumulation = options_.accumulation;
+    return input;
+  }
+
+  void progress(const StrategyOutcome& outcome, int step) const {
+    if (mpi_.rank() != 0) return;
+    const char* state = outcome.verdict.any() ? "out of memory" : "ok";
+    std::fprintf(stderr, "emu: %-13s step %d/%d  loss %.4f  %.2f s  %s\n", outcome.name.c_str(), step + 1,
+                 options_.steps, outcome.losses.back(), outcome.step_seconds.back(), state);
+    std::fflush(stderr);
+  }
+
+  void collect(StrategyOutcome& outcome, Device& device, strategy::Strategy& strategy) {
+    const MemoryPool& memory = device.memory();
+    const int rank = mpi_.rank();
+    const int world = mpi_.world();
+    const auto peaks = gather_vectors(std::vector<uint64_t>{memory.peak()}, rank, world);
+    const auto categories = gather_vectors(std::vector<CategoryBytes>{memory.category_peaks()}, rank, world);
+    const auto at_peak = gather_vectors(std::vector<CategoryBytes>{memory.breakdown_at_peak()}, rank, world);
+    for (int r = 0; rank == 0 && r < world; ++r) {
+      outcome.peak.push_back(peaks[r][0]);
+      outcome.category_peaks.push_back(categories[r][0]);
+      outcome.at_peak.push_back(at_peak[r][0]);
+      if (outcome.peak.back() > outcome.peak[outcome.peak_rank]) outcome.peak_rank = r;
+    }
+    const double steps = std::max(1, outcome.steps_run);
+    for (coll::Communicator* group : strategy.groups()) {
+      for (const auto& [key, entry] : group->ledger().entries()) {
+        if (key.second.starts_with("report:")) continue;
+        coll::Traffic& t = outcome.traffic_per_step[key.first];
+        t.sent += static_cast<uint64_t>(static_cast<double>(entry.moved.sent) / steps + 0.5);
+        t.received += static_cast<uint64_t>(static_cast<double>(entry.moved.received) / steps + 0.5);
+        outcome.calls_per_step[key.first] += static_cast<uint64_t>(static_cast<double>(entry.calls) / steps + 0.5);
+      }
+    }
+    outcome.host_per_step = {static_cast<uint64_t>(strategy.host_traffic().device_to_host / steps),
+                             static_cast<uint64_t>(strategy.host_traffic().host_to_device / steps)};
+    if (!options_.trace_path.empty() || !options_.svg_path.empty()) {
+      const MemorySeries series = thin_timeline(memory.timeline());
+      const auto seconds = gather_vectors(series.seconds, rank, world);
+      const auto current = gather_vectors(series.current, rank, world);
+      for (int r = 0; rank == 0 && r < world; ++r) outcome.memory.push_back({seconds[r], current[r]});
+    }
+  }
+
+  const MpiSession& mpi_;
+  const RunOptions& options_;
+  RunReport& report_;
+};
+
+}  // namespace
+
+RunReport run_strategies(const MpiSession& mpi, const RunOptions& options) {
+  const auto start = std::chrono::steady_clock::now();
+  RunReport report;
+  report.options = options;
+  report.world = mpi.world();
+  report.hosts = mpi.hosts();
+  report.ranks_per_node = options.ranks_per_node > 0 ? options.ranks_per_node : mpi.local_size();
+  if (mpi.world() % report.ranks_per_node != 0) report.ranks_per_node = 1;  // uneven hosts: no hybrid groups
+  report.plan = options.plan;
+  report.shrink = options.plan ? 1 : options.shrink;
+  report.model = options.plan ? options.full : model::shrink(options.full, options.shrink);
+  const uint64_t k2 = static_cast<uint64_t>(options.shrink) * static_cast<uint64_t>(options.shrink);
+  const uint64_t per_rank_cap = options.cap.per_rank_bytes(options.shrink);
+  report.cap = options.plan ? options.cap.full_scale_bytes(options.shrink) : per_rank_cap;
+  report.reserve = options.plan ? options.reserve_full_scale : options.reserve_full_scale / k2;
+  if (report.cap != kNoCap && report.reserve > report.cap) {
+    throw InputError(fmt::format("--reserve {} is more than the cap {} it is part of", format_bytes(report.reserve),
+                                 format_bytes(report.cap)));
+  }
+  Runner runner(mpi, options, report);
+  for (const strategy::Options& strategy_options : options.strategies) {
+    report.outcomes.push_back(runner.run(strategy_options));
+  }
+  report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return report;
+}
+
+}  // namespace emu::app

@@ -1,0 +1,82 @@
+// Running every requested strategy on the shrunk model (or, for a plan, on the full-scale shapes) and collecting
+// what each measured: verdicts, per-rank peaks by category, traffic per step, losses, times and timelines.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "collectives/types.h"
+#include "emu/app/options.h"
+#include "emu/memory.h"
+#include "emu/mpi_env.h"
+#include "strategies/analytic.h"
+#include "strategies/oom.h"
+#include "workloads/model/config.h"
+
+namespace emu::app {
+
+// In-use bytes of one rank over time, thinned to a bounded number of points (peaks kept), with the bytes of
+// every category at each point: what the trace's counters and the memory picture draw.
+struct MemorySeries {
+  std::vector<double> seconds;          // since the strategy's set-up began
+  std::vector<CategoryBytes> current;   // in use by category after the change
+};
+
+// A span of work on one rank, for the trace: forward/backward of a unit, the optimizer, a collective.
+struct Span {
+  std::string name;      // "forward, block 3", "all_gather 1.2 MiB (ring)"
+  std::string category;  // "compute", "collective", "optimizer"
+  double start = 0;      // seconds since the strategy's set-up began
+  double end = 0;
+};
+
+struct StrategyOutcome {
+  std::string name;
+  strategy::Options options;
+  strategy::OomVerdict verdict;  // same on every rank
+  bool fits() const { return !verdict.any(); }
+  int steps_run = 0;
+
+  // Rank 0 holds these for every rank.
+  std::vector<uint64_t> peak;                 // [ranks] each rank's peak in use
+  std::vector<CategoryBytes> category_peaks;  // [ranks] each category's own peak on each rank
+  std::vector<CategoryBytes> at_peak;         // [ranks] in use by category when the rank peaked
+  int peak_rank = 0;                          // the rank with the highest peak
+  strategy::Prediction prediction;
+  uint64_t predicted_activations = 0;  // the model's closed form: saved activations of every block + logits
+
+  // Traffic of rank 0 per optimizer step, over every group the strategy uses, by kind.
+  std::map<coll::Kind, coll::Traffic> traffic_per_step;
+  std::map<coll::Kind, uint64_t> calls_per_step;
+  strategy::HostTraffic host_per_step;
+
+  std::vector<double> step_seconds;  // the slowest rank's, per step
+  std::vector<float> losses;         // mean over the global batch, per step
+
+  std::vector<MemorySeries> memory;        // [ranks] on rank 0, when a trace or picture is asked for
+  std::vector<std::vector<Span>> spans;    // [ranks] likewise
+};
+
+struct RunReport {
+  RunOptions options;
+  int world = 1;          // ranks that ran (a plan: ranks planned for)
+  int hosts = 1;
+  int ranks_per_node = 1;
+  bool plan = false;      // shapes only, at full scale
+  model::ModelConfig model;  // what ran: shrunk, or full scale for a plan
+  int shrink = 1;            // k of `model` (1 for a plan)
+  uint64_t cap = kNoCap;     // per rank, as charged
+  uint64_t reserve = 0;      // per rank, as charged
+  std::vector<StrategyOutcome> outcomes;
+  double seconds = 0;
+  // Bytes of the model's run × scale give full-scale figures: k² for a shrunk run, 1 for a plan.
+  uint64_t scale() const { return plan ? 1 : static_cast<uint64_t>(shrink) * static_cast<uint64_t>(shrink); }
+};
+
+// Collective over the world: runs every strategy in options.strategies, in order, and returns the outcomes
+// (complete on rank 0). Prints a progress line per step on rank 0's stderr.
+RunReport run_strategies(const MpiSession& mpi, const RunOptions& options);
+
+}  // namespace emu::app
