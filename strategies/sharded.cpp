@@ -63,7 +63,7 @@ class ShardedUnits final : public Strategy {
     for (int u = 0; u < units; ++u) {
       UnitState& unit = units_[static_cast<size_t>(u)];
       const size_t count = model_.layout(u).count;
-      unit.shard = shard_of(count, shard_group().rank(), shard_group().size());
+      unit.shard = shard_of(count, shard_rank(), shard_size());
       unit.params = device_.allocate(unit.shard.shard, recipe.params, Category::kParameters,
                                      fmt::format("unit {} parameter shard", u));
       unit.grads = device_.allocate(unit.shard.shard, grad_dtype_, Category::kGradients,
@@ -90,6 +90,10 @@ class ShardedUnits final : public Strategy {
     } else {
       convert(unit.params.data(), unit.params.dtype(), mine.data(), DType::kF32, mine.size());
     }
+    if (alone_) {
+      mine.resize(unit.shard.numel);
+      return mine;
+    }
     std::vector<float> all(unit.shard.padded);
     shard_group().all_gather(mine.data(), all.data(), unit.shard.shard, DType::kF32, "report: gather weights");
     all.resize(unit.shard.numel);
@@ -98,7 +102,6 @@ class ShardedUnits final : public Strategy {
 
   std::vector<coll::Communicator*> groups() override {
     std::vector<coll::Communicator*> all = {&world_};
-    if (shard_owned_) all.push_back(shard_owned_.get());
     if (shard_group_ != nullptr) all.push_back(shard_group_);
     if (replicate_ != nullptr && replicate_ != &world_) all.push_back(replicate_);
     return all;
@@ -136,6 +139,7 @@ class ShardedUnits final : public Strategy {
     // The ranks of one shard group own every element once; replicas across groups hold the same values.
     double local = 0;
     for (const UnitState& unit : units_) local += optim::grad_sum_of_squares(optim::ConstElementSpan::of(unit.grads));
+    if (alone_) return local;
     float total = static_cast<float>(local);
     shard_group().all_reduce(&total, &total, 1, DType::kF32, coll::ReduceOp::kSum, "clip: gradient norm");
     return total;
@@ -160,17 +164,16 @@ class ShardedUnits final : public Strategy {
   BackwardPrefetch backward_prefetch() const {
     return options_.kind == Kind::kFsdp ? options_.fsdp.backward_prefetch : BackwardPrefetch::kNone;
   }
-  coll::Communicator& shard_group() {
-    if (shard_group_ != nullptr) return *shard_group_;
-    return shard_owned_ ? *shard_owned_ : world_;
-  }
+  coll::Communicator& shard_group() { return shard_group_ != nullptr ? *shard_group_ : world_; }
+  int shard_rank() const { return alone_ ? 0 : (shard_group_ != nullptr ? shard_group_->rank() : world_.rank()); }
+  int shard_size() const { return alone_ ? 1 : (shard_group_ != nullptr ? shard_group_->size() : world_.size()); }
 
-  // The shard group (M ranks) and, when M < N, the replica group across shard groups. NO_SHARD splits the world
-  // into groups of one; HYBRID_SHARD takes the node-local and cross-node groups from the context.
+  // The shard group (M ranks) and, when M < N, the replica group across shard groups. NO_SHARD is a shard group
+  // of one rank and the world as replicas; HYBRID_SHARD takes the node-local and cross-node groups from the
+  // context.
   void make_groups() {
     if (sharding() == Sharding::kNoShard) {
-      const int rank = world_.rank();
-      shard_owned_ = world_.split(rank, 0, fmt::format("rank {}", rank));
+      alone_ = true;  // a shard group of one: nothing to gather or scatter
       replicate_ = &world_;
       return;
     }
@@ -190,7 +193,7 @@ class ShardedUnits final : public Strategy {
 
   void gather(int u, std::string_view pass) {
     UnitState& unit = units_[static_cast<size_t>(u)];
-    if (shard_group().size() == 1) {  // NO_SHARD: the shard is the whole unit; nothing to gather
+    if (shard_size() == 1) {  // the shard is the whole unit; nothing to gather
       model_.bind_weights(u, unit.params.data());
       return;
     }
@@ -248,7 +251,7 @@ class ShardedUnits final : public Strategy {
     const DType dtype = options_.recipe.grads;
     void* data = unit.unit_grads.data();
     void* mine = element(data, dtype, unit.shard.offset);
-    {
+    if (!alone_) {
       const std::string phase = fmt::format("backward reduce-scatter, unit {}", u);
       PhaseScope scope(device_.memory(), phase);
       shard_group().reduce_scatter(data, mine, unit.shard.shard, dtype, coll::ReduceOp::kAvg, phase);
@@ -265,8 +268,8 @@ class ShardedUnits final : public Strategy {
 
   std::vector<UnitState> units_;
   DType grad_dtype_ = DType::kBF16;
-  std::unique_ptr<coll::Communicator> shard_owned_;  // NO_SHARD: a group of this rank alone
-  coll::Communicator* shard_group_ = nullptr;        // HYBRID_SHARD: the node-local group
+  bool alone_ = false;                         // NO_SHARD: the shard group is this rank alone
+  coll::Communicator* shard_group_ = nullptr;  // HYBRID_SHARD: the node-local group
   coll::Communicator* replicate_ = nullptr;          // HYBRID_SHARD: the same local rank across nodes
 };
 
