@@ -1,0 +1,175 @@
+// The main job end to end at 2, 4 and 8 ranks: the JSON a pipeline reads, the exit codes it acts on, a DeepSpeed
+// config run as it is, the verdicts of the canonical question, and a table of bad inputs.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "tests/support/process.h"
+
+namespace emu {
+namespace {
+
+using nlohmann::json;
+using testing::count_of;
+using testing::mpiexec;
+using testing::run_process;
+
+const std::string kEmu = std::string(EMU_BINARY_DIR) + "/bin/emu";
+// GPT-2 (124M) shrunk by 8: 1.9M parameters, quick on 8 oversubscribed ranks.
+const std::string kSmall = " --model gpt2 --shrink 8 --steps 2";
+
+class TempDir {
+ public:
+  TempDir() : path_(std::filesystem::temp_directory_path() / ("emu-run-" + std::to_string(::getpid()))) {
+    std::filesystem::create_directories(path_);
+  }
+  ~TempDir() { std::filesystem::remove_all(path_); }
+  std::string file(const std::string& name) const { return (path_ / name).string(); }
+
+ private:
+  std::filesystem::path path_;
+};
+
+json read_json(const std::string& path) {
+  std::ifstream in(path);
+  return json::parse(in);
+}
+
+const json& strategy(const json& root, const std::string& name) {
+  for (const json& s : root["strategies"]) {
+    if (s["name"] == name) return s;
+  }
+  ADD_FAILURE() << "no strategy " << name;
+  static const json kNone;
+  return kNone;
+}
+
+class Ranks : public ::testing::TestWithParam<int> {};
+
+TEST_P(Ranks, JsonHoldsVerdictsPeaksPredictionsAndTraffic) {
+  const int ranks = GetParam();
+  TempDir dir;
+  const std::string out = dir.file("run.json");
+  const auto run = run_process(mpiexec(ranks) + kEmu + kSmall + " --strategies ddp,zero2,fsdp --json " + out);
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  const json root = read_json(out);
+  EXPECT_EQ(root["config"]["ranks"], ranks);
+  EXPECT_EQ(root["config"]["shrink"], 8);
+  EXPECT_EQ(root["config"]["precision"], "mixed");
+  EXPECT_EQ(root["model"]["full_scale"]["parameters"], 124439808);
+  ASSERT_EQ(root["strategies"].size(), 3u);
+  for (const json& s : root["strategies"]) {
+    EXPECT_EQ(s["verdict"], "fit");
+    EXPECT_EQ(s["steps_run"], 2);
+    EXPECT_EQ(s["losses"].size(), 2u);
+    EXPECT_EQ(s["peak_bytes_per_rank"].size(), static_cast<size_t>(ranks));
+    const uint64_t bytes = s["peak"]["bytes"];
+    EXPECT_EQ(s["peak"]["full_scale_bytes"].get<uint64_t>(), bytes * 64);
+    // Model-state categories measured at their peaks equal the prediction to the byte.
+    for (const char* category : {"parameters", "gradients", "master_weights", "optimizer_state", "buckets"}) {
+      EXPECT_EQ(s["peak"]["category_peaks"][category], s["predicted"]["by_category"][category])
+          << s["name"] << " " << category;
+    }
+  }
+  // The same global batch: every strategy sees the same losses.
+  EXPECT_NEAR(strategy(root, "ddp")["losses"][1].get<double>(), strategy(root, "fsdp")["losses"][1].get<double>(),
+              1e-2);
+  if (ranks > 1) {
+    // DDP all-reduces the bf16 gradients once: 2(N-1)/N · 2Ψ bytes sent per rank.
+    const double psi = root["model"]["run"]["parameters"];
+    const double ddp = strategy(root, "ddp")["traffic_per_step"]["all_reduce"]["sent_bytes"];
+    EXPECT_NEAR(ddp, 2.0 * (ranks - 1) / ranks * 2 * psi, 0.01 * ddp);
+    // Every collective's measured bytes equal the analytic model's ring volumes (within the rounding of chunks
+    // that do not divide by N).
+    for (const json& s : root["strategies"]) {
+      std::map<std::string, double> predicted;
+      for (const json& t : s["predicted"]["traffic_per_step"]) predicted[t["collective"]] += t["sent_bytes"].get<double>();
+      for (const auto& [kind, want] : predicted) {
+        const double got = s["traffic_per_step"][kind]["sent_bytes"];
+        EXPECT_NEAR(got, want, 0.01 * want + 64.0 * ranks) << s["name"] << " " << kind;
+      }
+    }
+    // FULL_SHARD all-gathers the blocks twice (forward and backward) and the root once; it reduce-scatters each once.
+    const json& fsdp = strategy(root, "fsdp")["traffic_per_step"];
+    EXPECT_GT(fsdp["all_gather"]["sent_bytes"].get<double>(), fsdp["reduce_scatter"]["sent_bytes"].get<double>());
+  }
+}
+
+TEST_P(Ranks, BadInputsExitTwoWithOneMessage) {
+  const int ranks = GetParam();
+  TempDir dir;
+  const std::string bad_json = dir.file("bad.json");
+  std::ofstream(bad_json) << "{\"zero_optimization\": {\"stage\": 2,}";
+  const std::vector<std::pair<std::string, std::string>> table = {
+      {"--model llama9-1b", "'llama9-1b'"},
+      {"--cap 40XB", "--cap '40XB' is not a cap specification"},
+      {"--model gpt2 --shrink 5", "valid k: 1, 2, 4, 8, 16, 32, 64"},
+      {"--model gpt2 --ranks-per-node 3", "--ranks-per-node 3"},
+      {"--model gpt2 --deepspeed " + bad_json, "not valid JSON at byte"},
+      {"--model gpt2 --deepspeed " + dir.file("missing.json"), "cannot be read"},
+      {"--model gpt2 --strategies ddp,zero4", "strategy 'zero4' is not one of"},
+      {"--model gpt2 --expect zero3=fits", "--expect 'zero3=fits'"},
+      {"--model gpt2 --json /no/such/folder/out.json", "the folder '/no/such/folder' does not exist"},
+  };
+  for (const auto& [args, message] : table) {
+    const auto run = run_process(mpiexec(ranks) + kEmu + " " + args);
+    if (args.find("--ranks-per-node 3") != std::string::npos && ranks % 3 == 0) continue;
+    EXPECT_EQ(run.exit_code, 2) << args << "\n" << run.err;
+    EXPECT_EQ(count_of(run.err, "emu: error: "), 1) << args << "\n" << run.err;
+    EXPECT_NE(run.err.find(message), std::string::npos) << args << "\n" << run.err;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Run, Ranks, ::testing::Values(2, 4, 8));
+
+TEST(Run, ExpectationsSetTheExitCode) {
+  // On 4 ranks with a 60 MB cap (x 64 = 3.84 GB at full scale), GPT-2 fits under ZeRO-3 and not under DDP
+  // (16 B x 124M = 2 GB of model state alone, plus buckets and activations).
+  const std::string base = mpiexec(4) + kEmu + " --model gpt2 --shrink 8 --steps 1 --strategies ddp,zero3 --cap 2.5GB-scaled";
+  const auto agree = run_process(base + " --expect zero3=fit,ddp=oom");
+  EXPECT_EQ(agree.exit_code, 0) << agree.out << agree.err;
+  const auto disagree = run_process(base + " --expect fit");
+  EXPECT_EQ(disagree.exit_code, 1) << disagree.out << disagree.err;
+  EXPECT_NE(disagree.err.find("expectation failed: ddp was expected to fit"), std::string::npos) << disagree.err;
+}
+
+TEST(Run, DeepSpeedConfigRunsAsItIs) {
+  TempDir dir;
+  const std::string config = dir.file("ds.json");
+  std::ofstream(config) << R"({
+    "train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 2, "train_batch_size": "auto",
+    "gradient_clipping": 1.0, "bf16": {"enabled": true},
+    "zero_optimization": {"stage": 2, "overlap_comm": true, "reduce_bucket_size": 5e8, "contiguous_gradients": true},
+    "optimizer": {"type": "AdamW", "params": {"lr": 3e-4, "betas": [0.9, 0.95], "eps": 1e-8, "weight_decay": 0.1}},
+    "wall_clock_breakdown": false
+  })";
+  const std::string out = dir.file("ds-run.json");
+  const auto run = run_process(mpiexec(2) + kEmu + " --model gpt2 --shrink 8 --steps 1 --deepspeed " + config +
+                               " --json " + out);
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  const json root = read_json(out);
+  ASSERT_EQ(root["strategies"].size(), 1u);
+  EXPECT_EQ(root["strategies"][0]["name"], "zero2");
+  EXPECT_EQ(root["config"]["gradient_accumulation"], 2);
+  EXPECT_EQ(root["config"]["precision"], "mixed");
+  // overlap_comm: two reduce buckets, each at least one unit's gradients.
+  EXPECT_GT(root["strategies"][0]["peak"]["category_peaks"]["buckets"].get<uint64_t>(), 0u);
+}
+
+TEST(Run, ThirteenBillionOnEightA100sFitsOnlyFullySharded) {
+  // The canonical question. ZeRO paper arithmetic for Ψ = 13.0B, N = 8, mixed-precision Adam:
+  // DDP 16Ψ = 208 GB, ZeRO-1 (4 + 12/8)Ψ = 71.6 GB, ZeRO-2 (2 + 14/8)Ψ = 48.8 GB: over 40 GB before any activation;
+  // ZeRO-3 16Ψ/8 = 26 GB leaves room for checkpointed activations.
+  const auto run = run_process(mpiexec(8) + kEmu + " --cap a100-40gb-scaled --steps 1 --expect zero3=fit,fsdp=fit," +
+                                   "ddp=oom,zero1=oom,zero2=oom",
+                               240);
+  EXPECT_EQ(run.exit_code, 0) << run.out << run.err;
+  EXPECT_NE(run.out.find("fits only with zero3"), std::string::npos) << run.out;
+}
+
+}  // namespace
+}  // namespace emu
