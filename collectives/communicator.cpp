@@ -197,6 +197,7 @@ const Algorithm& Communicator::algorithm(Kind kind) const {
 std::unique_ptr<Communicator> Communicator::split(int color, int key, std::string name) {
   auto child = std::make_unique<Communicator>(link_->split(color, key), device_, std::move(name), options_);
   child->chosen_ = chosen_;
+  child->observer_ = observer_;
   return child;
 }
 
@@ -299,6 +300,10 @@ void Communicator::run(const Call& call) {
               context.moved.received, expected.sent, expected.received);
   }
   ledger_.charge(call.kind, call.phase, context.moved, expected, seconds);
+  if (observer_) {
+    const double started = std::chrono::duration<double>(start.time_since_epoch()).count();
+    observer_(*this, call, algorithm, context.moved, started, started + seconds);
+  }
 }
 
 void Communicator::all_reduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op,

@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -100,6 +101,13 @@ class Communicator {
   // The teaching view's log: every exchange this rank makes from now on is appended; null stops it.
   void set_record(std::vector<StepRecord>* record) { record_ = record; }
 
+  // Told of every call that completes on this rank, after the ledger is charged: the group, the call, its
+  // algorithm (null for send and recv), the bytes this rank moved, and when it ran (steady_clock seconds since
+  // the clock's epoch). For traces; unset costs nothing. Communicators split off later inherit it.
+  using Observer = std::function<void(const Communicator& group, const Call& call, const Algorithm* algorithm,
+                                      const Traffic& moved, double start_seconds, double end_seconds)>;
+  void set_observer(Observer observer) { observer_ = std::move(observer); }
+
  private:
   void check_agreement(const Call& call);
   Traffic run_point_to_point(Context& context, const Call& call);
@@ -114,6 +122,7 @@ class Communicator {
   std::vector<const Algorithm*> chosen_;  // by kind; null for send and recv
   uint64_t sequence_ = 0;
   std::vector<StepRecord>* record_ = nullptr;
+  Observer observer_;
 };
 
 // What is wrong with `call` on rank `rank` of `size`, or empty if nothing is. The dispatch point ends the job

@@ -62,7 +62,7 @@ void MemoryPool::charge(uint64_t bytes, Category category, std::string_view what
   const bool passes_cap = bytes > options_.cap || in_use_ > options_.cap - bytes;
   if (passes_cap) {
     OomEvent event{options_.rank, bytes,          in_use_, options_.cap, current_, category,
-                   std::string(what), phase_, strategy_};
+                   std::string(what), phase_, strategy_, seconds_since_start()};
     if (options_.mode == OomMode::kStrict) throw OutOfMemoryError(std::move(event));
     if (!first_oom_) first_oom_ = std::move(event);
   }
@@ -90,10 +90,13 @@ void MemoryPool::reset_peaks() {
   at_peak_ = current_;
 }
 
+double MemoryPool::seconds_since_start() const {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+}
+
 void MemoryPool::record(Category category, int64_t delta) {
   if (!options_.timeline || delta == 0) return;
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-  timeline_.push_back(TimelinePoint{seconds, category, delta, in_use_});
+  timeline_.push_back(TimelinePoint{seconds_since_start(), category, delta, in_use_});
 }
 
 }  // namespace emu

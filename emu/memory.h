@@ -60,6 +60,7 @@ struct OomEvent {
   std::string what;      // the tensor, e.g. "block 17 attention scores"
   std::string phase;     // e.g. "forward, block 17"
   std::string strategy;  // e.g. "zero2"
+  double seconds = 0;    // since the pool was made, on the timeline's clock
   // Reads like PyTorch's CUDA OOM message, with the breakdown and the phase added.
   std::string message() const;
 };
@@ -128,6 +129,7 @@ class MemoryPool {
 
  private:
   void record(Category category, int64_t delta);
+  double seconds_since_start() const;
 
   Options options_;
   uint64_t in_use_ = 0;

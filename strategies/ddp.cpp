@@ -53,7 +53,7 @@ class Ddp final : public Strategy {
       decay_.insert(decay_.end(), decay.begin(), decay.end());
     }
     convert(initial.empty() ? nullptr : initial.data(), DType::kF32, params_.data(), recipe.params, flat_.total);
-    optimizer_->load_master(optim::ConstElementSpan(initial.data(), initial.size(), DType::kF32));
+    if (device_.holds_data()) optimizer_->load_master(optim::ConstElementSpan(initial.data(), initial.size(), DType::kF32));
     for (int u = 0; u < model_.num_units(); ++u) {
       model_.bind_weights(u, element(params_.data(), recipe.params, flat_.offset[u]));
       model_.bind_grads(u, element(grads_.data(), recipe.grads, flat_.offset[u]));

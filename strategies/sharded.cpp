@@ -77,7 +77,7 @@ class ShardedUnits final : public Strategy {
                 initial.empty() ? nullptr : initial.data(), DType::kF32);
       convert(initial.empty() ? nullptr : initial.data(), DType::kF32, unit.params.data(), recipe.params,
               initial.size());
-      unit.optimizer->load_master(optim::ConstElementSpan(initial.data(), initial.size(), DType::kF32));
+      if (device_.holds_data()) unit.optimizer->load_master(optim::ConstElementSpan(initial.data(), initial.size(), DType::kF32));
     }
   }
 

@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <optional>
 
 #include "emu/check.h"
 
@@ -59,6 +60,60 @@ void set_kind(Options& options, std::string_view name) {
   throw InputError(fmt::format("strategy '{}' is not one of {}", name, fmt::join(strategy_names(), ", ")));
 }
 
+namespace {
+
+double now_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+std::string unit_name(int unit) { return unit == 0 ? "root" : fmt::format("block {}", unit); }
+
+}  // namespace
+
+// Stands between the model and the strategy while a span sink is set: forwards every hook to the strategy, in
+// order, and records a span per unit from its before_ hook to its after_ hook. The model nests units (the root's
+// forward holds every block's), so the spans nest too.
+class Strategy::SpanHooks : public model::Hooks {
+ public:
+  explicit SpanHooks(Strategy& strategy) : strategy_(strategy), forward_(num_units()), backward_(num_units()) {}
+
+  void before_forward(int unit) override {
+    forward_[static_cast<size_t>(unit)] = now_seconds();
+    strategy_.before_forward(unit);
+  }
+  void after_forward(int unit) override {
+    strategy_.after_forward(unit);
+    strategy_.span_sink_(fmt::format("forward, {}", unit_name(unit)), "compute", forward_[static_cast<size_t>(unit)],
+                         now_seconds());
+  }
+  void before_backward(int unit) override {
+    backward_[static_cast<size_t>(unit)] = now_seconds();
+    strategy_.before_backward(unit);
+  }
+  void after_backward(int unit) override {
+    strategy_.after_backward(unit);
+    strategy_.span_sink_(fmt::format("backward, {}", unit_name(unit)), "compute", backward_[static_cast<size_t>(unit)],
+                         now_seconds());
+  }
+
+ private:
+  size_t num_units() const { return static_cast<size_t>(strategy_.model_.num_units()); }
+
+  Strategy& strategy_;
+  std::vector<double> forward_, backward_;  // [units] when each unit's before_ hook was called
+};
+
+template <typename Work>
+void Strategy::record_span(std::string_view name, std::string_view category, Work&& work) {
+  if (!span_sink_) {
+    work();
+    return;
+  }
+  const double start = now_seconds();
+  work();
+  span_sink_(name, category, start, now_seconds());
+}
+
 Strategy::Strategy(Context context, Options options)
     : context_(context),
       options_(std::move(options)),
@@ -73,14 +128,17 @@ StepResult Strategy::step(std::span<const data::Batch> micro_batches) {
   const int count = static_cast<int>(micro_batches.size());
   EMU_CHECK(count > 0, "a step needs at least one micro-batch");
   double loss = 0;
+  std::optional<SpanHooks> span_hooks;
+  if (span_sink_) span_hooks.emplace(*this);
+  model::Hooks& hooks = span_hooks ? static_cast<model::Hooks&>(*span_hooks) : static_cast<model::Hooks&>(*this);
   for (int i = 0; i < count; ++i) {
     begin_micro_batch(i, count);
     const data::Batch& batch = micro_batches[static_cast<size_t>(i)];
-    loss += model_.step(batch.tokens.data(), batch.targets.data(), *this);
+    loss += model_.step(batch.tokens.data(), batch.targets.data(), hooks);
   }
   {
     PhaseScope phase(device_.memory(), "gradient reduction");
-    finish_gradients();
+    record_span("gradient reduction", "collective", [&] { finish_gradients(); });
   }
   // The gradients now hold the sum over micro-batches of the rank-averaged gradient; the step's gradient is that
   // sum divided by the number of micro-batches.
@@ -92,7 +150,8 @@ StepResult Strategy::step(std::span<const data::Batch> micro_batches) {
   ++steps_;
   {
     PhaseScope phase(device_.memory(), "optimizer step");
-    update(options_.schedule.lr_at(steps_, options_.adamw.lr), clip / static_cast<float>(count));
+    record_span("optimizer step", "optimizer",
+                [&] { update(options_.schedule.lr_at(steps_, options_.adamw.lr), clip / static_cast<float>(count)); });
   }
   result.loss = static_cast<float>(loss / count);
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -138,6 +139,14 @@ class Strategy : protected model::Hooks {
   // PCIe bytes moved by optimizer offload so far.
   const HostTraffic& host_traffic() const { return host_traffic_; }
 
+  // Told of each span of a step's work on this rank, for traces: "forward, block 3", "backward, root" (category
+  // "compute", from before the unit's hook to after its closing hook, so what the hooks do is inside),
+  // "gradient reduction" (category "collective") and "optimizer step" (category "optimizer"). Times are
+  // steady_clock seconds since the clock's epoch. Unset, the model calls the strategy's hooks directly.
+  using SpanSink =
+      std::function<void(std::string_view name, std::string_view category, double start_seconds, double end_seconds)>;
+  void set_span_sink(SpanSink sink) { span_sink_ = std::move(sink); }
+
  protected:
   // Called before micro-batch `index` of `count`; DDP skips its all-reduce on all but the last (no_sync).
   virtual void begin_micro_batch(int index, int count) {}
@@ -163,6 +172,14 @@ class Strategy : protected model::Hooks {
   model::Model& model_;
   Device& device_;
   coll::Communicator& world_;
+
+ private:
+  class SpanHooks;
+  // Runs `work` as a span named `name` when a sink is set.
+  template <typename Work>
+  void record_span(std::string_view name, std::string_view category, Work&& work);
+
+  SpanSink span_sink_;
 };
 
 std::unique_ptr<Strategy> make_strategy(Context context, const Options& options);

@@ -67,7 +67,7 @@ class PartitionedOptimizer final : public Strategy {
       model_.bind_weights(u, element(params_.data(), recipe.params, at));
       if (stage_ == 1) model_.bind_grads(u, element(grads_.data(), recipe.grads, at));
     }
-    optimizer_->load_master(optim::ConstElementSpan(master.data(), master.size(), DType::kF32));
+    if (device_.holds_data()) optimizer_->load_master(optim::ConstElementSpan(master.data(), master.size(), DType::kF32));
   }
 
   std::vector<float> full_weights(int unit) override {

@@ -100,14 +100,16 @@ DeepSpeedConfig parse_deepspeed_config(std::string_view text, std::string_view s
     root = json::parse(text);
   } catch (const json::parse_error& error) {
     throw InputError(fmt::format("{}: not valid JSON at byte {}: {}", source, error.byte, error.what()));
+  } catch (const json::exception& error) {  // out_of_range: a number such as 1e400
+    throw InputError(fmt::format("{}: not valid JSON: {}", source, error.what()));
   }
   DeepSpeedConfig config;
   config.knobs = defaults;
   strategy::Options& o = config.knobs;
   Fields top(root, "", source, config.ignored);
 
-  top.get("train_micro_batch_size_per_gpu", config.micro_batch, 1, 1 << 20);
-  top.get("gradient_accumulation_steps", config.accumulation, 1, 1 << 20);
+  top.get("train_micro_batch_size_per_gpu", config.micro_batch, 1, 4096);
+  top.get("gradient_accumulation_steps", config.accumulation, 1, 4096);
   top.get("train_batch_size", config.train_batch_size, 1, 1 << 30);
   double clip = o.clip_norm;
   if (top.get("gradient_clipping", clip, 0, 1e9)) o.clip_norm = static_cast<float>(clip);

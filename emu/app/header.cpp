@@ -71,9 +71,16 @@ void print_run_header(const MpiSession& mpi, const RunOptions& options) {
                                               : "",
                         k2);
   }
-  text += fmt::format("  cap       {}\n", options.cap.describe(k));
-  text += fmt::format("  reserve   {} at full scale / {} = {} per rank (CUDA context, NCCL buffers)\n",
-                      format_bytes(options.reserve_full_scale), k2, format_bytes(reserve));
+  if (options.plan) {
+    text += fmt::format("  cap       {} per GPU, as stated: a plan is at full scale\n",
+                        options.cap.unlimited ? "none" : format_bytes(options.cap.bytes));
+  } else {
+    text += fmt::format("  cap       {}\n", options.cap.describe(k));
+  }
+  text += options.plan ? fmt::format("  reserve   {} per GPU (CUDA context, NCCL buffers)\n",
+                                     format_bytes(options.reserve_full_scale))
+                       : fmt::format("  reserve   {} at full scale / {} = {} per rank (CUDA context, NCCL buffers)\n",
+                                     format_bytes(options.reserve_full_scale), k2, format_bytes(reserve));
   text += fmt::format("  on OOM    {}\n", options.strict_oom ? "abort at once (strict)"
                                                               : "finish the step over the cap, then report");
   if (binding.oversubscribed) {

@@ -10,8 +10,11 @@
 #include "emu/app/header.h"
 #include "emu/app/json_report.h"
 #include "emu/app/options.h"
+#include "emu/app/plan.h"
 #include "emu/app/report.h"
 #include "emu/app/run.h"
+#include "emu/app/svg.h"
+#include "emu/app/trace.h"
 #include "emu/check.h"
 #include "emu/log.h"
 #include "emu/mpi_env.h"
@@ -49,6 +52,26 @@ int check_expectations(const emu::app::RunReport& report, int rank) {
   return failed == 0 ? emu::kExitOk : emu::kExitExpectationFailed;
 }
 
+// --find-limit: rank 0 searches and prints; every rank returns the same code.
+int find_limits(const emu::MpiSession& mpi, const emu::app::RunOptions& options) {
+  std::string error;
+  if (mpi.rank() == 0) {
+    try {
+      const auto limits = emu::app::find_limits(options, mpi.world(), mpi.local_size(), options.find_limit);
+      std::fputs(emu::app::format_limits(options, mpi.world(), options.find_limit, limits).c_str(), stdout);
+      std::fflush(stdout);
+      if (!options.json_path.empty()) {
+        emu::app::write_file_atomically(options.json_path,
+                                        emu::app::format_limits_json(options, mpi.world(), options.find_limit, limits));
+      }
+    } catch (const emu::InputError& e) {
+      error = e.what();
+    }
+  }
+  if (const auto agreed = emu::agree_on_error(error)) return bad_input(mpi, *agreed);
+  return emu::kExitOk;
+}
+
 int run(const emu::MpiSession& mpi, int argc, char** argv) {
   emu::app::ParsedCommandLine parsed;
   std::string input_error;
@@ -67,12 +90,28 @@ int run(const emu::MpiSession& mpi, int argc, char** argv) {
   emu::app::print_run_header(mpi, options);
 
   emu::app::RunReport report;
-  try {
-    report = emu::app::run_strategies(mpi, options);
-  } catch (const emu::OutOfMemoryError& error) {
-    // Strict mode: stop every rank at once, as a GPU job would.
-    emu::fatal(fmt::format("out of memory (strict): {}", error.what()), __FILE__, __LINE__,
-               emu::kExitExpectationFailed);
+  if (options.plan) {
+    // Rank 0 plans alone, for any number of ranks; the others wait for its verdict.
+    std::string plan_error;
+    if (mpi.rank() == 0) {
+      try {
+        if (!options.find_limit.empty()) return find_limits(mpi, options);
+        report = emu::app::plan_strategies(options, mpi.world(), mpi.local_size());
+      } catch (const emu::InputError& error) {
+        plan_error = error.what();
+      }
+    } else if (!options.find_limit.empty()) {
+      return find_limits(mpi, options);
+    }
+    if (const auto agreed = emu::agree_on_error(plan_error)) return bad_input(mpi, *agreed);
+  } else {
+    try {
+      report = emu::app::run_strategies(mpi, options);
+    } catch (const emu::OutOfMemoryError& error) {
+      // Strict mode: stop every rank at once, as a GPU job would.
+      emu::fatal(fmt::format("out of memory (strict): {}", error.what()), __FILE__, __LINE__,
+                 emu::kExitExpectationFailed);
+    }
   }
   std::string write_error;
   if (mpi.rank() == 0) {
@@ -81,12 +120,21 @@ int run(const emu::MpiSession& mpi, int argc, char** argv) {
     std::fflush(stdout);
     try {
       if (!options.json_path.empty()) emu::app::write_file_atomically(options.json_path, emu::app::format_json(report));
+      if (!options.trace_path.empty()) {
+        emu::app::write_file_atomically(options.trace_path, emu::app::format_trace(report));
+      }
+      if (!options.svg_path.empty()) {
+        emu::app::write_file_atomically(options.svg_path, emu::app::format_memory_svg(report));
+      }
     } catch (const emu::InputError& error) {
       write_error = error.what();
     }
   }
   if (const auto agreed = emu::agree_on_error(write_error)) return bad_input(mpi, *agreed);
-  return check_expectations(report, mpi.rank());
+  // Rank 0 holds every outcome (a plan's only there); its verdict is everyone's.
+  int code = mpi.rank() == 0 ? check_expectations(report, 0) : emu::kExitOk;
+  EMU_MPI_CHECK(MPI_Bcast(&code, 1, MPI_INT, 0, MPI_COMM_WORLD));
+  return code;
 }
 
 }  // namespace

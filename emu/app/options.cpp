@@ -258,14 +258,14 @@ ParsedCommandLine parse_command_line(int argc, const char* const* argv, int worl
   options.model_options.compute = base.recipe.params;
   options.full = load_model(options.model);
   if (seq_len != 0) {
-    if (seq_len < 1 || seq_len > (1 << 24)) {
-      throw InputError(fmt::format("--seq-len {} is out of range; accepted: 1 to {}", seq_len, 1 << 24));
+    if (seq_len < 1 || seq_len > (1 << 20)) {
+      throw InputError(fmt::format("--seq-len {} is out of range; accepted: 1 to {}", seq_len, 1 << 20));
     }
     options.full.seq = seq_len;
   }
   if (micro_batch != 0) {
-    if (micro_batch < 1 || micro_batch > 65536) {
-      throw InputError(fmt::format("--micro-batch {} is out of range; accepted: 1 to 65536", micro_batch));
+    if (micro_batch < 1 || micro_batch > 4096) {
+      throw InputError(fmt::format("--micro-batch {} is out of range; accepted: 1 to 4096", micro_batch));
     }
     options.full.batch = micro_batch;
   }
@@ -299,6 +299,7 @@ ParsedCommandLine parse_command_line(int argc, const char* const* argv, int worl
                                    options.plan_ranks, kMaxRanks));
     }
   }
+  if (!options.find_limit.empty()) options.plan = true;  // the search plans at full scale
   for (const std::string* path : {&options.json_path, &options.trace_path, &options.svg_path}) {
     if (path->empty()) continue;
     const std::filesystem::path parent = std::filesystem::path(*path).parent_path();

@@ -18,8 +18,8 @@ std::string gb(double bytes) { return fmt::format("{:.2f}", bytes / 1e9); }
 std::string verdict_text(const StrategyOutcome& o) {
   if (o.fits()) return "fits";
   const auto failing = o.verdict.failing_ranks();
-  return failing.size() == o.verdict.ranks.size() ? "OOM (all)" : fmt::format("OOM ({} of {})", failing.size(),
-                                                                               o.verdict.ranks.size());
+  return failing.size() == o.verdict.ranks.size() ? "OOM (all)"
+                                                  : fmt::format("OOM ({} of {})", failing.size(), o.verdict.ranks.size());
 }
 
 const char* recipe_words(const optim::PrecisionRecipe& recipe) {
@@ -98,16 +98,26 @@ std::string format_report(const RunReport& r) {
                                ? 0
                                : std::accumulate(o.step_seconds.begin(), o.step_seconds.end(), 0.0) /
                                      static_cast<double>(o.step_seconds.size());
-    out += fmt::format("{:<14} {:>11} {:>14} {:>11} {:>11} {:>11} {:>9} | {:>9.3f} {:>9}\n", o.name,
+    out += fmt::format("{:<14} {:>11} {:>14} {:>11} {:>11} {:>11} {:>9} | {:>9} {:>9}\n", o.name,
                        gb(sent(coll::Kind::kAllReduce) * scale), gb(sent(coll::Kind::kReduceScatter) * scale),
                        gb(sent(coll::Kind::kAllGather) * scale), gb(total * scale), gb(predicted * scale),
-                       gb(pcie * scale), seconds,
+                       gb(pcie * scale), r.plan ? "-" : fmt::format("{:.3f}", seconds),
                        o.losses.empty() || r.plan ? "-" : fmt::format("{:.4f}", o.losses.back()));
   }
   out += "  bytes each rank sends per optimizer step, in GB (10^9) at full scale; predicted: ring volumes "
          "2(N-1)/N and (N-1)/N of each payload.\n  step s: wall time of the emulation on this machine, not a GPU's.\n";
   for (const StrategyOutcome& o : r.outcomes) {
-    if (!o.fits()) out += fmt::format("  {}: {}\n", o.name, o.verdict.summary());
+    if (o.fits()) continue;
+    if (r.plan) {
+      // A plan's rank 0 stands for every rank: they hold equal shards.
+      const strategy::RankMemory& first = o.verdict.ranks.front();
+      out += fmt::format("  {}: every rank runs out of memory, first in {} (tried to allocate {} for {} with {} in use), "
+                         "needing {} at its peak\n",
+                         o.name, first.phase, format_bytes(first.requested), first.what, format_bytes(first.in_use),
+                         format_bytes(first.peak));
+    } else {
+      out += fmt::format("  {}: {}\n", o.name, o.verdict.summary());
+    }
   }
   return out;
 }

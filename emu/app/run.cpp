@@ -6,7 +6,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <memory>
+#include <optional>
 
 #include "collectives/mpi/mpi_communicator.h"
 #include "emu/check.h"
@@ -74,6 +76,112 @@ std::vector<std::vector<T>> gather_vectors(const std::vector<T>& mine, int rank,
   return out;
 }
 
+constexpr size_t kMaxSpansPerRank = 20'000;
+
+double steady_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// One rank's spans of one strategy, for the trace. Times arrive as steady_clock seconds and are kept relative to
+// `origin`, taken just before the device (and so its memory timeline) was made. Past kMaxSpansPerRank the rest
+// are counted, not kept.
+class SpanRecorder {
+ public:
+  explicit SpanRecorder(double origin) : origin_(origin) {}
+
+  void add(Span span) {
+    if (spans_.size() >= kMaxSpansPerRank) {
+      ++dropped_;
+      return;
+    }
+    span.start -= origin_;
+    span.end -= origin_;
+    spans_.push_back(std::move(span));
+  }
+  void add(std::string_view name, std::string_view category, double start, double end) {
+    Span span;
+    span.name = name;
+    span.category = category;
+    span.start = start;
+    span.end = end;
+    add(std::move(span));
+  }
+  // "all_gather 1.20 MiB (ring) — forward all-gather, unit 3"
+  void add_call(const coll::Communicator& group, const coll::Call& call, const coll::Algorithm* algorithm,
+                const coll::Traffic& moved, double start, double end) {
+    Span span;
+    span.category = "collective";
+    span.start = start;
+    span.end = end;
+    span.kind = coll::kind_name(call.kind);
+    span.algorithm = algorithm != nullptr ? std::string(algorithm->name) : std::string();
+    span.group = group.name();
+    span.phase = call.phase;
+    span.bytes = coll::payload_bytes(call, group.size());
+    span.sent = moved.sent;
+    span.received = moved.received;
+    span.name = algorithm != nullptr ? fmt::format("{} {} ({})", span.kind, format_bytes(span.bytes), span.algorithm)
+                                     : fmt::format("{} {} {} rank {}", span.kind, format_bytes(span.bytes),
+                                                   call.kind == coll::Kind::kSend ? "to" : "from", call.root);
+    if (!span.phase.empty()) span.name += " — " + span.phase;
+    add(std::move(span));
+  }
+
+  const std::vector<Span>& spans() const { return spans_; }
+  uint64_t dropped() const { return dropped_; }
+
+ private:
+  double origin_;
+  std::vector<Span> spans_;
+  uint64_t dropped_ = 0;
+};
+
+// Spans travel to rank 0 as bytes: each field in order, strings as a length and their characters.
+void put_bytes(std::vector<char>& out, const void* data, size_t size) {
+  const char* bytes = static_cast<const char*>(data);
+  out.insert(out.end(), bytes, bytes + size);
+}
+void put_string(std::vector<char>& out, const std::string& text) {
+  const uint32_t size = static_cast<uint32_t>(text.size());
+  put_bytes(out, &size, sizeof(size));
+  put_bytes(out, text.data(), text.size());
+}
+
+std::vector<char> pack_spans(const std::vector<Span>& spans) {
+  std::vector<char> out;
+  for (const Span& s : spans) {
+    for (const std::string* text : {&s.name, &s.category, &s.kind, &s.algorithm, &s.group, &s.phase}) {
+      put_string(out, *text);
+    }
+    for (const double time : {s.start, s.end}) put_bytes(out, &time, sizeof(time));
+    for (const uint64_t bytes : {s.bytes, s.sent, s.received}) put_bytes(out, &bytes, sizeof(bytes));
+  }
+  return out;
+}
+
+std::vector<Span> unpack_spans(const std::vector<char>& packed) {
+  size_t at = 0;
+  auto get = [&](void* out, size_t size) {
+    EMU_CHECK(at + size <= packed.size(), "a gathered span list ends early ({} of {} bytes)", at, packed.size());
+    std::memcpy(out, packed.data() + at, size);
+    at += size;
+  };
+  auto get_string = [&](std::string& text) {
+    uint32_t size = 0;
+    get(&size, sizeof(size));
+    text.resize(size);
+    get(text.data(), size);
+  };
+  std::vector<Span> spans;
+  while (at < packed.size()) {
+    Span& s = spans.emplace_back();
+    for (std::string* text : {&s.name, &s.category, &s.kind, &s.algorithm, &s.group, &s.phase}) get_string(*text);
+    for (double* time : {&s.start, &s.end}) get(time, sizeof(*time));
+    for (uint64_t* bytes : {&s.bytes, &s.sent, &s.received}) get(bytes, sizeof(*bytes));
+  }
+  return spans;
+}
+
 struct Groups {
   std::unique_ptr<coll::Communicator> world, intra, inter, control;
 };
@@ -105,6 +213,9 @@ class Runner {
     memory.reserve = report_.reserve;
     memory.mode = options_.strict_oom ? OomMode::kStrict : OomMode::kRecord;
     memory.rank = mpi_.rank();
+    // The trace's zero: the memory timeline counts from the pool's making, just after this.
+    std::optional<SpanRecorder> spans;
+    if (!options_.trace_path.empty()) spans.emplace(steady_seconds());
     auto device = shapes ? make_shapes_device(memory) : make_cpu_device(memory);
     device->memory().set_strategy(outcome.name);
     auto host = make_cpu_device({});  // optimizer offload's host memory, off the cap
@@ -113,9 +224,12 @@ class Runner {
     auto strategy = strategy::make_strategy(
         {*device, *groups.world, model, groups.intra.get(), groups.inter.get(), options_.offload ? host.get() : nullptr},
         strategy_options);
+    if (spans) trace(*spans, groups, *strategy);
     {
       PhaseScope phase(device->memory(), "set-up: parameters, gradients and optimizer state");
+      const double start = steady_seconds();
       strategy->setup();
+      if (spans) spans->add("set-up", "setup", start, steady_seconds());
     }
     outcome.prediction = strategy::predict(strategy_options, analytic_input(model));
     outcome.predicted_activations =
@@ -136,7 +250,9 @@ class Runner {
             tokens.batch(step, data::sample_offset(mpi_.rank(), mpi_.world(), m, batch), batch));
       }
       PhaseScope phase(device->memory(), fmt::format("step {}", step + 1));
+      const double start = steady_seconds();
       const strategy::StepResult result = strategy->step(micro_batches);
+      if (spans) spans->add(fmt::format("step {}", step + 1), "step", start, steady_seconds());
       double seconds = result.seconds;
       float loss = result.loss;
       EMU_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &seconds, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
@@ -148,11 +264,25 @@ class Runner {
       progress(outcome, step);
       if (outcome.verdict.any()) break;  // it would not have run on the GPUs: stop with what it needed
     }
-    collect(outcome, *device, *strategy);
+    collect(outcome, *device, *strategy, spans ? &*spans : nullptr);
     return outcome;
   }
 
  private:
+  // Every group's calls (splits made later inherit the observer from the world) and the strategy's spans.
+  static void trace(SpanRecorder& spans, Groups& groups, strategy::Strategy& strategy) {
+    const auto observer = [&spans](const coll::Communicator& group, const coll::Call& call,
+                                   const coll::Algorithm* algorithm, const coll::Traffic& moved, double start,
+                                   double end) { spans.add_call(group, call, algorithm, moved, start, end); };
+    for (coll::Communicator* group :
+         {groups.world.get(), groups.intra.get(), groups.inter.get(), groups.control.get()}) {
+      group->set_observer(observer);
+    }
+    strategy.set_span_sink([&spans](std::string_view name, std::string_view category, double start, double end) {
+      spans.add(name, category, start, end);
+    });
+  }
+
   strategy::AnalyticInput analytic_input(const model::Model& model) const {
     strategy::AnalyticInput input;
     for (int u = 0; u < model.num_units(); ++u) input.unit_counts.push_back(model.layout(u).count);
@@ -170,7 +300,7 @@ class Runner {
     std::fflush(stderr);
   }
 
-  void collect(StrategyOutcome& outcome, Device& device, strategy::Strategy& strategy) {
+  void collect(StrategyOutcome& outcome, Device& device, strategy::Strategy& strategy, const SpanRecorder* spans) {
     const MemoryPool& memory = device.memory();
     const int rank = mpi_.rank();
     const int world = mpi_.world();
@@ -200,6 +330,21 @@ class Runner {
       const auto seconds = gather_vectors(series.seconds, rank, world);
       const auto current = gather_vectors(series.current, rank, world);
       for (int r = 0; rank == 0 && r < world; ++r) outcome.memory.push_back({seconds[r], current[r]});
+      const auto& oom = memory.first_oom();
+      const auto oom_seconds = gather_vectors(std::vector<double>{oom ? oom->seconds : -1.0}, rank, world);
+      for (int r = 0; rank == 0 && r < world; ++r) outcome.oom_seconds.push_back(oom_seconds[r][0]);
+    }
+    if (spans != nullptr) {
+      const auto packed = gather_vectors(pack_spans(spans->spans()), rank, world);
+      const auto dropped = gather_vectors(std::vector<uint64_t>{spans->dropped()}, rank, world);
+      for (int r = 0; rank == 0 && r < world; ++r) {
+        outcome.spans.push_back(unpack_spans(packed[r]));
+        outcome.spans_dropped.push_back(dropped[r][0]);
+        if (dropped[r][0] > 0) {
+          std::fprintf(stderr, "emu: trace: %s, rank %d: kept the first %zu spans, dropped %llu more\n",
+                       outcome.name.c_str(), r, kMaxSpansPerRank, static_cast<unsigned long long>(dropped[r][0]));
+        }
+      }
     }
   }
 

@@ -24,12 +24,21 @@ struct MemorySeries {
   std::vector<CategoryBytes> current;   // in use by category after the change
 };
 
-// A span of work on one rank, for the trace: forward/backward of a unit, the optimizer, a collective.
+// A span of work on one rank, for the trace: set-up, a step, forward/backward of a unit, the gradient reduction,
+// the optimizer, a collective.
 struct Span {
-  std::string name;      // "forward, block 3", "all_gather 1.2 MiB (ring)"
-  std::string category;  // "compute", "collective", "optimizer"
+  std::string name;      // "forward, block 3", "all_gather 1.20 MiB (ring) — forward all-gather, unit 3"
+  std::string category;  // "setup", "step", "compute", "collective", "optimizer"
   double start = 0;      // seconds since the strategy's set-up began
   double end = 0;
+  // One collective call (`kind` is empty for every other span):
+  std::string kind;       // "all_gather"
+  std::string algorithm;  // "ring"; empty for send and recv
+  std::string group;      // "world", "intra-node 0", "control" (the out-of-memory agreement)
+  std::string phase;      // the caller's label, e.g. "forward all-gather, unit 3"
+  uint64_t bytes = 0;     // the payload, S in the bandwidth formulas, as run (not full scale)
+  uint64_t sent = 0;      // this rank's point-to-point bytes, as the ledger counts them
+  uint64_t received = 0;
 };
 
 struct StrategyOutcome {
@@ -55,8 +64,12 @@ struct StrategyOutcome {
   std::vector<double> step_seconds;  // the slowest rank's, per step
   std::vector<float> losses;         // mean over the global batch, per step
 
-  std::vector<MemorySeries> memory;        // [ranks] on rank 0, when a trace or picture is asked for
-  std::vector<std::vector<Span>> spans;    // [ranks] likewise
+  // On rank 0, when a trace or picture is asked for:
+  std::vector<MemorySeries> memory;      // [ranks]
+  std::vector<double> oom_seconds;       // [ranks] when each rank first passed the cap; negative if it never did
+  // On rank 0, when a trace is asked for:
+  std::vector<std::vector<Span>> spans;  // [ranks] in the order they ended
+  std::vector<uint64_t> spans_dropped;   // [ranks] spans past the limit per rank, not kept
 };
 
 struct RunReport {

@@ -1,0 +1,227 @@
+#include "emu/app/plan.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <nlohmann/json.hpp>
+
+#include "collectives/virtual/virtual_link.h"
+#include "emu/check.h"
+#include "emu/device.h"
+#include "emu/units.h"
+#include "strategies/strategy.h"
+#include "workloads/data/synthetic.h"
+#include "workloads/model/layout.h"
+#include "workloads/model/memory_terms.h"
+#include "workloads/model/model.h"
+
+namespace emu::app {
+namespace {
+
+constexpr int64_t kMaxMicroBatch = 4096;  // as --micro-batch accepts
+constexpr int64_t kMaxSeqLen = 1 << 20;    // as --seq-len accepts
+
+// One strategy planned for `ranks` ranks on the full-scale `config`.
+StrategyOutcome plan_one(const RunOptions& options, const strategy::Options& strategy_options,
+                         const model::ModelConfig& config, int ranks, int ranks_per_node) {
+  StrategyOutcome outcome;
+  outcome.name = strategy_options.name();
+  outcome.options = strategy_options;
+  strategy::Options full_scale = strategy_options;
+  full_scale.shrink = 1;  // bucket and threshold sizes as PyTorch and DeepSpeed state them
+  // A plan is at full scale: the cap as stated ("40GB-scaled" and "40GB" both mean 40 GB per GPU here).
+  MemoryPool::Options memory;
+  memory.cap = options.cap.unlimited ? kNoCap : options.cap.bytes;
+  memory.reserve = options.reserve_full_scale;
+  memory.mode = OomMode::kRecord;
+  memory.timeline = false;
+  auto device = make_shapes_device(memory);
+  device->memory().set_strategy(outcome.name);
+  auto host = make_shapes_device({});
+  auto world = coll::make_virtual_communicator(*device, 0, ranks, "world");
+  auto intra = coll::make_virtual_communicator(*device, 0, ranks_per_node, "intra-node 0");
+  auto inter = coll::make_virtual_communicator(*device, 0, ranks / ranks_per_node, "inter-node 0");
+  model::Model model(*device, config, options.model_options);
+  auto strategy = strategy::make_strategy(
+      {*device, *world, model, intra.get(), inter.get(), options.offload ? host.get() : nullptr}, full_scale);
+  {
+    PhaseScope phase(device->memory(), "set-up: parameters, gradients and optimizer state");
+    strategy->setup();
+  }
+
+  // Token ids are read by nothing on a shapes-only device; they only give the micro-batches their shape.
+  data::Batch batch;
+  batch.batch = config.batch;
+  batch.seq_len = config.seq;
+  batch.tokens.assign(static_cast<size_t>(config.batch * config.seq), 0);
+  batch.targets = batch.tokens;
+  const std::vector<data::Batch> micro_batches(static_cast<size_t>(options.accumulation), batch);
+  {
+    PhaseScope phase(device->memory(), "step 1");
+    strategy->step(micro_batches);
+  }
+  outcome.steps_run = 1;
+
+  strategy::AnalyticInput input;
+  for (int u = 0; u < model.num_units(); ++u) input.unit_counts.push_back(model.layout(u).count);
+  input.world = ranks;
+  input.ranks_per_node = ranks_per_node;
+  input.accumulation = options.accumulation;
+  outcome.prediction = strategy::predict(full_scale, input);
+  outcome.predicted_activations =
+      model::saved_activation_bytes_per_block(config, options.model_options) * static_cast<uint64_t>(config.layers) +
+      model::logits_bytes(config);
+
+  const MemoryPool& pool = device->memory();
+  strategy::RankMemory mine;
+  mine.cap = pool.cap();
+  mine.peak = pool.peak();
+  if (const auto& oom = pool.first_oom()) {
+    mine.out_of_memory = true;
+    mine.requested = oom->requested;
+    mine.in_use = oom->in_use;
+    mine.phase = oom->phase;
+    mine.what = oom->what;
+  }
+  outcome.verdict.ranks.push_back(mine);
+  outcome.peak = {pool.peak()};
+  outcome.category_peaks = {pool.category_peaks()};
+  outcome.at_peak = {pool.breakdown_at_peak()};
+  for (coll::Communicator* group : strategy->groups()) {
+    for (const auto& [key, entry] : group->ledger().entries()) {
+      outcome.traffic_per_step[key.first] += entry.moved;
+      outcome.calls_per_step[key.first] += entry.calls;
+    }
+  }
+  outcome.host_per_step = strategy->host_traffic();
+  return outcome;
+}
+
+int group_size(const RunOptions& options, int world, int ranks_per_node) {
+  const int per_node = options.ranks_per_node > 0 ? options.ranks_per_node : ranks_per_node;
+  return world % per_node == 0 ? per_node : 1;
+}
+
+uint64_t planned_peak(const RunOptions& options, const strategy::Options& strategy_options,
+                      const model::ModelConfig& config, int world, int per_node, bool& fits) {
+  const StrategyOutcome outcome = plan_one(options, strategy_options, config, world, per_node);
+  fits = outcome.fits();
+  return outcome.peak.front();
+}
+
+}  // namespace
+
+RunReport plan_strategies(const RunOptions& options, int world, int ranks_per_node) {
+  const auto start = std::chrono::steady_clock::now();
+  RunReport report;
+  report.options = options;
+  report.world = options.plan_ranks > 0 ? options.plan_ranks : world;
+  report.hosts = 0;
+  report.ranks_per_node = group_size(options, report.world, ranks_per_node);
+  report.plan = true;
+  report.model = options.full;
+  report.shrink = 1;
+  report.cap = options.cap.unlimited ? kNoCap : options.cap.bytes;
+  report.reserve = options.reserve_full_scale;
+  for (const strategy::Options& strategy_options : options.strategies) {
+    report.outcomes.push_back(plan_one(options, strategy_options, options.full, report.world, report.ranks_per_node));
+  }
+  report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return report;
+}
+
+std::vector<Limit> find_limits(const RunOptions& options, int world, int ranks_per_node, const std::string& what) {
+  const int ranks = options.plan_ranks > 0 ? options.plan_ranks : world;
+  const int per_node = group_size(options, ranks, ranks_per_node);
+  const bool batch = what == "micro-batch";
+  const int64_t top = batch ? kMaxMicroBatch
+                            : (options.full.style == model::Style::kGpt2 ? options.full.max_positions : kMaxSeqLen);
+  std::vector<Limit> limits;
+  for (const strategy::Options& strategy_options : options.strategies) {
+    Limit limit;
+    limit.strategy = strategy_options.name();
+    limit.searched_up_to = top;
+    const auto probe = [&](int64_t value, bool& fits) {
+      model::ModelConfig config = options.full;
+      (batch ? config.batch : config.seq) = value;
+      return planned_peak(options, strategy_options, config, ranks, per_node, fits);
+    };
+    bool fits = false;
+    uint64_t peak = probe(1, fits);
+    if (!fits) {
+      limit.peak_above = peak;
+      limits.push_back(limit);
+      continue;
+    }
+    int64_t good = 1, bad = 0;
+    uint64_t good_peak = peak, bad_peak = 0;
+    for (int64_t value = 2; value <= top; value = std::min(top, value * 2)) {
+      peak = probe(value, fits);
+      if (!fits) {
+        bad = value;
+        bad_peak = peak;
+        break;
+      }
+      good = value;
+      good_peak = peak;
+      if (value == top) break;
+    }
+    while (bad != 0 && bad - good > 1) {
+      const int64_t middle = good + (bad - good) / 2;
+      peak = probe(middle, fits);
+      (fits ? good : bad) = middle;
+      (fits ? good_peak : bad_peak) = peak;
+    }
+    limit.largest = good;
+    limit.peak_at_largest = good_peak;
+    limit.peak_above = bad_peak;
+    limits.push_back(limit);
+  }
+  return limits;
+}
+
+std::string format_limits(const RunOptions& options, int world, const std::string& what,
+                          const std::vector<Limit>& limits) {
+  const int ranks = options.plan_ranks > 0 ? options.plan_ranks : world;
+  const uint64_t cap = options.cap.unlimited ? kNoCap : options.cap.bytes;
+  std::string out = fmt::format(
+      "\nlargest {} that fits, per strategy: {} on {} ranks, cap {} per GPU, {} {} (shapes only, full scale)\n",
+      what, options.full.name, ranks, cap == kNoCap ? "none" : format_bytes(cap),
+      what == "micro-batch" ? "seq-len" : "micro-batch",
+      what == "micro-batch" ? options.full.seq : options.full.batch);
+  out += fmt::format("{:<14} {:>10} {:>16} {:>22}\n", "strategy", what, "peak GiB there", "next step needs GiB");
+  for (const Limit& limit : limits) {
+    const auto gib = [](uint64_t bytes) { return fmt::format("{:.2f}", static_cast<double>(bytes) / kGiB); };
+    if (limit.largest == 0) {
+      out += fmt::format("{:<14} {:>10} {:>16} {:>22}\n", limit.strategy, "none", "-", gib(limit.peak_above));
+    } else {
+      out += fmt::format("{:<14} {:>10} {:>16} {:>22}\n", limit.strategy,
+                         limit.peak_above == 0 ? fmt::format("{}+", limit.largest) : std::to_string(limit.largest),
+                         gib(limit.peak_at_largest), limit.peak_above == 0 ? "-" : gib(limit.peak_above));
+    }
+  }
+  return out;
+}
+
+std::string format_limits_json(const RunOptions& options, int world, const std::string& what,
+                               const std::vector<Limit>& limits) {
+  nlohmann::json root;
+  root["emu_version"] = EMU_VERSION;
+  root["find_limit"] = what;
+  root["model"] = options.full.name;
+  root["ranks"] = options.plan_ranks > 0 ? options.plan_ranks : world;
+  root["cap_bytes"] = options.cap.unlimited ? nlohmann::json(nullptr) : nlohmann::json(options.cap.bytes);
+  nlohmann::json rows = nlohmann::json::array();
+  for (const Limit& limit : limits) {
+    rows.push_back({{"strategy", limit.strategy},
+                    {"largest", limit.largest},
+                    {"peak_bytes", limit.peak_at_largest},
+                    {"next_peak_bytes", limit.peak_above},
+                    {"searched_up_to", limit.searched_up_to}});
+  }
+  root["limits"] = rows;
+  return root.dump(2) + "\n";
+}
+
+}  // namespace emu::app

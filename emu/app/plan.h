@@ -1,0 +1,36 @@
+// Shapes-only planning: the same strategies and the same model code at full scale, charging every allocation
+// without holding data or doing the math, for any number of ranks (`--plan 1024`). One process plays rank 0 of
+// N: the world and the node groups are virtual communicators (collectives/virtual), which charge the ledger with
+// each algorithm's declared volume. All ranks hold equal shards (padding is equal too), so rank 0 speaks for all.
+//
+// Find the limit (`--find-limit micro-batch|seq-len`): per strategy, the largest micro-batch or sequence length
+// whose plan fits the cap, by doubling then bisection (a plan's peak grows with both).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "emu/app/run.h"
+
+namespace emu::app {
+
+// Rank 0 only: plans every strategy of `options` for options.plan_ranks (or `world`) ranks.
+RunReport plan_strategies(const RunOptions& options, int world, int ranks_per_node);
+
+struct Limit {
+  std::string strategy;
+  int64_t largest = 0;           // 0: not even 1 fits
+  uint64_t peak_at_largest = 0;  // bytes per rank at full scale
+  uint64_t peak_above = 0;       // the peak one step further, which does not fit (0 when the search hit its top)
+  int64_t searched_up_to = 0;
+};
+
+// Rank 0 only. `what` is "micro-batch" or "seq-len".
+std::vector<Limit> find_limits(const RunOptions& options, int world, int ranks_per_node, const std::string& what);
+std::string format_limits(const RunOptions& options, int world, const std::string& what,
+                          const std::vector<Limit>& limits);
+std::string format_limits_json(const RunOptions& options, int world, const std::string& what,
+                               const std::vector<Limit>& limits);
+
+}  // namespace emu::app

@@ -1,0 +1,157 @@
+#include "emu/app/trace.h"
+
+#include <fmt/format.h>
+
+#include <nlohmann/json.hpp>
+
+#include "emu/units.h"
+
+namespace emu::app {
+namespace {
+
+using nlohmann::json;
+
+constexpr double kMicroseconds = 1e6;
+
+// Metadata events name and order the processes (strategies) and threads (ranks).
+void name_tracks(json& events, const RunReport& report, const StrategyOutcome& outcome, int pid) {
+  events.push_back(
+      {{"ph", "M"}, {"name", "process_name"}, {"pid", pid}, {"args", {{"name", "strategy " + outcome.name}}}});
+  events.push_back({{"ph", "M"}, {"name", "process_sort_index"}, {"pid", pid}, {"args", {{"sort_index", pid}}}});
+  const std::string label = outcome.fits() ? "fits" : "out of memory: " + outcome.verdict.summary();
+  events.push_back({{"ph", "M"}, {"name", "process_labels"}, {"pid", pid}, {"args", {{"labels", label}}}});
+  for (int r = 0; r < report.world; ++r) {
+    events.push_back({{"ph", "M"},
+                      {"name", "thread_name"},
+                      {"pid", pid},
+                      {"tid", r},
+                      {"args", {{"name", fmt::format("rank {}", r)}}}});
+    events.push_back(
+        {{"ph", "M"}, {"name", "thread_sort_index"}, {"pid", pid}, {"tid", r}, {"args", {{"sort_index", r}}}});
+  }
+}
+
+void add_spans(json& events, const RunReport& report, const StrategyOutcome& outcome, int pid) {
+  const uint64_t scale = report.scale();
+  for (size_t r = 0; r < outcome.spans.size(); ++r) {
+    for (const Span& span : outcome.spans[r]) {
+      json event = {{"ph", "X"},
+                    {"name", span.name},
+                    {"cat", span.category},
+                    {"pid", pid},
+                    {"tid", r},
+                    {"ts", span.start * kMicroseconds},
+                    {"dur", (span.end - span.start) * kMicroseconds}};
+      if (!span.kind.empty()) {
+        event["args"] = {{"kind", span.kind},
+                         {"bytes", span.bytes},
+                         {"full_scale_bytes", span.bytes * scale},
+                         {"algorithm", span.algorithm},
+                         {"group", span.group},
+                         {"phase", span.phase},
+                         {"sent_bytes", span.sent},
+                         {"received_bytes", span.received}};
+      }
+      events.push_back(std::move(event));
+    }
+    const uint64_t dropped = r < outcome.spans_dropped.size() ? outcome.spans_dropped[r] : 0;
+    if (dropped > 0) {
+      const double end = outcome.spans[r].empty() ? 0 : outcome.spans[r].back().end;
+      events.push_back({{"ph", "i"},
+                        {"s", "t"},
+                        {"pid", pid},
+                        {"tid", r},
+                        {"ts", end * kMicroseconds},
+                        {"name", fmt::format("{} later spans not recorded (limit per rank reached)", dropped)}});
+    }
+  }
+}
+
+// Two counters per rank: the total in use, and in use by category (only the categories the rank ever used).
+void add_memory(json& events, const RunReport& report, const StrategyOutcome& outcome, int pid) {
+  const double to_mib = static_cast<double>(report.scale()) / static_cast<double>(kMiB);
+  for (size_t r = 0; r < outcome.memory.size(); ++r) {
+    const MemorySeries& series = outcome.memory[r];
+    CategoryBytes used;
+    for (const CategoryBytes& point : series.current) {
+      for (size_t c = 0; c < kNumCategories; ++c) used.bytes[c] |= point.bytes[c];
+    }
+    const std::string total_name = fmt::format("rank {} memory, full-scale MiB", r);
+    const std::string by_category_name = fmt::format("rank {} by category, full-scale MiB", r);
+    for (size_t i = 0; i < series.seconds.size(); ++i) {
+      const CategoryBytes& point = series.current[i];
+      const double ts = series.seconds[i] * kMicroseconds;
+      events.push_back({{"ph", "C"},
+                        {"name", total_name},
+                        {"pid", pid},
+                        {"tid", r},
+                        {"ts", ts},
+                        {"args", {{"in use", static_cast<double>(point.total()) * to_mib}}}});
+      json by_category = json::object();
+      for (size_t c = 0; c < kNumCategories; ++c) {
+        if (used.bytes[c] != 0) {
+          by_category[std::string(category_name(category_at(c)))] = static_cast<double>(point.bytes[c]) * to_mib;
+        }
+      }
+      events.push_back(
+          {{"ph", "C"}, {"name", by_category_name}, {"pid", pid}, {"tid", r}, {"ts", ts}, {"args", by_category}});
+    }
+  }
+}
+
+// An instant where each rank that ran out of memory first passed its cap.
+void add_oom(json& events, const RunReport& report, const StrategyOutcome& outcome, int pid) {
+  const uint64_t scale = report.scale();
+  for (const strategy::RankMemory& m : outcome.verdict.ranks) {
+    const size_t r = static_cast<size_t>(m.rank);
+    if (!m.out_of_memory || r >= outcome.oom_seconds.size() || outcome.oom_seconds[r] < 0) continue;
+    events.push_back({{"ph", "i"},
+                      {"s", "t"},
+                      {"pid", pid},
+                      {"tid", m.rank},
+                      {"ts", outcome.oom_seconds[r] * kMicroseconds},
+                      {"name", fmt::format("out of memory: {} for {} in {}", format_bytes(m.requested * scale),
+                                           m.what.empty() ? "an unnamed tensor" : m.what, m.phase)},
+                      {"cat", "oom"},
+                      {"args",
+                       {{"phase", m.phase},
+                        {"tensor", m.what},
+                        {"requested_bytes", m.requested},
+                        {"in_use_bytes", m.in_use},
+                        {"cap_bytes", m.cap},
+                        {"requested_full_scale_bytes", m.requested * scale},
+                        {"in_use_full_scale_bytes", m.in_use * scale},
+                        {"cap_full_scale_bytes", m.cap * scale}}}});
+  }
+}
+
+}  // namespace
+
+std::string format_trace(const RunReport& report) {
+  json events = json::array();
+  for (size_t i = 0; i < report.outcomes.size(); ++i) {
+    const StrategyOutcome& outcome = report.outcomes[i];
+    const int pid = static_cast<int>(i) + 1;
+    name_tracks(events, report, outcome, pid);
+    add_spans(events, report, outcome, pid);
+    add_memory(events, report, outcome, pid);
+    add_oom(events, report, outcome, pid);
+  }
+  json root;
+  root["traceEvents"] = std::move(events);
+  root["displayTimeUnit"] = "ms";
+  root["otherData"] = {
+      {"emu_version", EMU_VERSION},
+      {"model", report.model.name},
+      {"ranks", report.world},
+      {"shrink", report.shrink},
+      {"scale", report.scale()},
+      {"cap_full_scale_bytes", report.cap == kNoCap ? json(nullptr) : json(report.cap * report.scale())},
+      {"times", "microseconds since each strategy's set-up began"},
+      {"memory_counters", "MiB at full scale: bytes as run x scale"},
+      {"span_bytes", "as run; full_scale_bytes = bytes x scale"},
+  };
+  return root.dump() + "\n";
+}
+
+}  // namespace emu::app

@@ -1,0 +1,294 @@
+// The pictures end to end: emu's --trace (Chrome trace JSON for Perfetto) and --svg (memory over time), checked
+// against the run's own JSON: a process per strategy and a thread per rank, a forward and a backward span for every
+// block, the optimizer, collective spans whose bytes add up to the traffic the JSON reports, memory counters that
+// reach each rank's peak, an out-of-memory instant on every rank that ran out, and one SVG panel per strategy.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+#include <string>
+
+#include "tests/support/process.h"
+
+namespace emu {
+namespace {
+
+using nlohmann::json;
+using testing::count_of;
+using testing::mpiexec;
+using testing::run_process;
+
+const std::string kEmu = std::string(EMU_BINARY_DIR) + "/bin/emu";
+constexpr double kMiB = 1024.0 * 1024.0;
+
+class TempDir {
+ public:
+  TempDir() : path_(std::filesystem::temp_directory_path() / ("emu-trace-" + std::to_string(::getpid()))) {
+    std::filesystem::create_directories(path_);
+  }
+  ~TempDir() { std::filesystem::remove_all(path_); }
+  std::string file(const std::string& name) const { return (path_ / name).string(); }
+
+ private:
+  std::filesystem::path path_;
+};
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// The trace's events of one strategy, by kind: its pid, the names of its threads, and per rank its spans, counters
+// and instants.
+struct StrategyTrace {
+  int pid = 0;
+  std::map<int, std::string> threads;         // tid -> thread name
+  std::map<int, std::vector<json>> spans;     // rank -> "X" events
+  std::map<int, std::vector<json>> counters;  // rank -> "C" events
+  std::map<int, std::vector<json>> instants;  // rank -> "i" events
+};
+
+std::map<std::string, StrategyTrace> split_trace(const json& trace) {
+  std::map<int, std::string> names;  // pid -> strategy
+  for (const json& e : trace["traceEvents"]) {
+    if (e["ph"] == "M" && e["name"] == "process_name") {
+      const std::string name = e["args"]["name"];
+      EXPECT_TRUE(name.starts_with("strategy ")) << name;
+      names[e["pid"].get<int>()] = name.substr(std::string("strategy ").size());
+    }
+  }
+  std::map<std::string, StrategyTrace> out;
+  for (const auto& [pid, name] : names) out[name].pid = pid;
+  for (const json& e : trace["traceEvents"]) {
+    const int pid = e["pid"];
+    EXPECT_TRUE(names.contains(pid)) << e.dump();
+    StrategyTrace& s = out[names[pid]];
+    const std::string ph = e["ph"];
+    if (ph == "M" && e["name"] == "thread_name") s.threads[e["tid"].get<int>()] = e["args"]["name"];
+    if (ph == "X") s.spans[e["tid"].get<int>()].push_back(e);
+    if (ph == "C") s.counters[e["tid"].get<int>()].push_back(e);
+    if (ph == "i") s.instants[e["tid"].get<int>()].push_back(e);
+  }
+  return out;
+}
+
+const json& strategy_json(const json& root, const std::string& name) {
+  for (const json& s : root["strategies"]) {
+    if (s["name"] == name) return s;
+  }
+  ADD_FAILURE() << "no strategy " << name;
+  static const json kNone;
+  return kNone;
+}
+
+bool has_span(const std::vector<json>& spans, const std::string& name, const std::string& category) {
+  return std::any_of(spans.begin(), spans.end(),
+                     [&](const json& e) { return e["name"] == name && e["cat"] == category; });
+}
+
+// Every rank: set-up, a span per step, forward and backward of the root and of every block, the gradient
+// reduction and the optimizer, each as often as the steps that ran; every span inside the run's duration.
+void check_compute_spans(const StrategyTrace& s, const json& result, int ranks, int layers) {
+  const int steps = result["steps_run"];
+  for (int r = 0; r < ranks; ++r) {
+    ASSERT_TRUE(s.spans.contains(r)) << "rank " << r;
+    const std::vector<json>& spans = s.spans.at(r);
+    std::map<std::string, int> count;
+    for (const json& e : spans) {
+      ++count[e["name"].get<std::string>()];
+      EXPECT_GE(e["ts"].get<double>(), 0) << e.dump();
+      EXPECT_GE(e["dur"].get<double>(), 0) << e.dump();
+    }
+    EXPECT_EQ(count["set-up"], 1);
+    EXPECT_TRUE(has_span(spans, "step 1", "step"));
+    EXPECT_TRUE(has_span(spans, "optimizer step", "optimizer"));
+    EXPECT_TRUE(has_span(spans, "gradient reduction", "collective"));
+    EXPECT_EQ(count["forward, root"], steps);
+    EXPECT_EQ(count["backward, root"], steps);
+    for (int l = 1; l <= layers; ++l) {
+      const std::string block = "block " + std::to_string(l);
+      EXPECT_EQ(count["forward, " + block], steps) << "rank " << r << " " << block;
+      EXPECT_EQ(count["backward, " + block], steps) << "rank " << r << " " << block;
+      EXPECT_TRUE(has_span(spans, "forward, " + block, "compute"));
+    }
+    EXPECT_EQ(count["optimizer step"], steps);
+  }
+}
+
+// Rank 0's collective spans, over every group but the out-of-memory agreement's, add up per kind to the bytes
+// the JSON reports per step × the steps that ran.
+void check_collective_bytes(const StrategyTrace& s, const json& result) {
+  const int steps = result["steps_run"];
+  std::map<std::string, uint64_t> sent, received, calls;
+  for (const json& e : s.spans.at(0)) {
+    if (!e.contains("args") || !e["args"].contains("kind")) continue;
+    const json& args = e["args"];
+    const std::string name = e["name"];
+    const std::string algorithm = args["algorithm"];
+    EXPECT_EQ(e["cat"], "collective");
+    EXPECT_FALSE(algorithm.empty()) << name;
+    EXPECT_TRUE(name.starts_with(args["kind"].get<std::string>())) << name;
+    EXPECT_NE(name.find(algorithm), std::string::npos) << name;
+    if (args["group"] == "control") continue;
+    sent[args["kind"]] += args["sent_bytes"].get<uint64_t>();
+    received[args["kind"]] += args["received_bytes"].get<uint64_t>();
+    ++calls[args["kind"]];
+  }
+  ASSERT_FALSE(sent.empty());
+  std::set<std::string> kinds;
+  for (const auto& [kind, entry] : result["traffic_per_step"].items()) {
+    kinds.insert(kind);
+    const double per_step_sent = static_cast<double>(sent[kind]) / steps;
+    const double per_step_received = static_cast<double>(received[kind]) / steps;
+    EXPECT_NEAR(per_step_sent, entry["sent_bytes"].get<double>(), 1.0) << kind;
+    EXPECT_NEAR(per_step_received, entry["received_bytes"].get<double>(), 1.0) << kind;
+    EXPECT_NEAR(static_cast<double>(calls[kind]) / steps, entry["calls"].get<double>(), 1.0) << kind;
+  }
+  for (const auto& [kind, bytes] : sent) EXPECT_TRUE(kinds.contains(kind)) << kind << " traced but not in the JSON";
+}
+
+// Per rank, the in-use counter reaches the rank's peak at full scale (MiB) and never passes it.
+void check_counters(const StrategyTrace& s, const json& result, int ranks, uint64_t scale) {
+  for (int r = 0; r < ranks; ++r) {
+    ASSERT_TRUE(s.counters.contains(r)) << "rank " << r;
+    double highest = 0;
+    int by_category = 0;
+    for (const json& e : s.counters.at(r)) {
+      const std::string name = e["name"];
+      if (name == "rank " + std::to_string(r) + " memory, full-scale MiB") {
+        highest = std::max(highest, e["args"]["in use"].get<double>());
+      } else {
+        EXPECT_EQ(name, "rank " + std::to_string(r) + " by category, full-scale MiB");
+        EXPECT_TRUE(e["args"].contains("parameters")) << e.dump();
+        ++by_category;
+      }
+    }
+    EXPECT_GT(by_category, 0);
+    const double peak = result["peak_bytes_per_rank"][r].get<double>() * static_cast<double>(scale) / kMiB;
+    EXPECT_NEAR(highest, peak, peak * 1e-9) << "rank " << r;
+  }
+}
+
+// An "out of memory" instant on exactly the ranks that ran out, naming where.
+void check_oom_instants(const StrategyTrace& s, const json& result, int ranks) {
+  std::map<int, std::string> phase_of;  // rank -> phase, from the JSON
+  if (result["verdict"] == "oom") {
+    for (const json& m : result["out_of_memory"]["ranks"]) phase_of[m["rank"].get<int>()] = m["phase"];
+    EXPECT_FALSE(phase_of.empty());
+  }
+  for (int r = 0; r < ranks; ++r) {
+    const auto found = s.instants.find(r);
+    const size_t instants = found == s.instants.end() ? 0 : found->second.size();
+    if (!phase_of.contains(r)) {
+      EXPECT_EQ(instants, 0u) << "rank " << r << " fit";
+      continue;
+    }
+    ASSERT_EQ(instants, 1u) << "rank " << r;
+    const json& e = found->second.front();
+    EXPECT_EQ(e["cat"], "oom");
+    EXPECT_EQ(e["s"], "t");
+    EXPECT_EQ(e["args"]["phase"], phase_of[r]);
+    EXPECT_NE(e["name"].get<std::string>().find("out of memory"), std::string::npos);
+    double last_end = 0;
+    for (const json& span : s.spans.at(r))
+      last_end = std::max(last_end, span["ts"].get<double>() + span["dur"].get<double>());
+    EXPECT_GT(e["ts"].get<double>(), 0);
+    EXPECT_LT(e["ts"].get<double>(), last_end);
+  }
+}
+
+void check_trace(const json& trace, const json& root) {
+  const int ranks = root["config"]["ranks"];
+  const int layers = root["model"]["run"]["layers"];
+  const uint64_t shrink = root["config"]["shrink"];
+  const std::map<std::string, StrategyTrace> strategies = split_trace(trace);
+  ASSERT_EQ(strategies.size(), root["strategies"].size());
+  for (const auto& [name, s] : strategies) {
+    SCOPED_TRACE(name);
+    const json& result = strategy_json(root, name);
+    ASSERT_EQ(s.threads.size(), static_cast<size_t>(ranks));
+    for (int r = 0; r < ranks; ++r) EXPECT_EQ(s.threads.at(r), "rank " + std::to_string(r));
+    check_compute_spans(s, result, ranks, layers);
+    check_collective_bytes(s, result);
+    check_counters(s, result, ranks, shrink * shrink);
+    check_oom_instants(s, result, ranks);
+  }
+}
+
+void check_svg(const std::string& svg, const json& root) {
+  ASSERT_TRUE(svg.starts_with("<svg xmlns=\"http://www.w3.org/2000/svg\"")) << svg.substr(0, 200);
+  EXPECT_TRUE(svg.ends_with("</svg>\n"));
+  EXPECT_EQ(count_of(svg, "<svg"), 1);
+  EXPECT_EQ(count_of(svg, "<g "), count_of(svg, "</g>"));
+  EXPECT_EQ(count_of(svg, "<text"), count_of(svg, "</text>"));
+  const int panels = static_cast<int>(root["strategies"].size());
+  EXPECT_EQ(count_of(svg, "class=\"panel\""), panels);
+  const bool capped = !root["config"]["cap"]["per_rank_bytes"].is_null();
+  EXPECT_EQ(count_of(svg, "class=\"cap\""), capped ? panels : 0) << "a cap line per panel";
+  int oom_ranks = 0;
+  for (const json& s : root["strategies"]) {
+    EXPECT_NE(svg.find("data-strategy=\"" + s["name"].get<std::string>() + "\""), std::string::npos) << s["name"];
+    if (s["verdict"] == "oom") oom_ranks += static_cast<int>(s["out_of_memory"]["ranks"].size());
+  }
+  EXPECT_EQ(count_of(svg, "class=\"oom\""), oom_ranks) << "a marker per rank that ran out";
+  for (const char* bad : {"\"nan", "nan,", ",nan", "\"inf", "inf,", ",inf", "\"-nan", ",-nan", ",-inf", "\"-inf"}) {
+    EXPECT_EQ(svg.find(bad), std::string::npos) << "a coordinate is " << bad;
+  }
+}
+
+struct Outputs {
+  json root, trace;
+  std::string svg;
+};
+
+Outputs run_emu(int ranks, const std::string& args) {
+  TempDir dir;
+  const std::string command = mpiexec(ranks) + kEmu + args + " --json " + dir.file("run.json") + " --trace " +
+                              dir.file("trace.json") + " --svg " + dir.file("memory.svg");
+  const auto result = run_process(command, 120);
+  EXPECT_EQ(result.exit_code, 0) << command << "\n" << result.err;
+  Outputs run;
+  if (result.exit_code != 0) return run;
+  run.root = json::parse(read_text(dir.file("run.json")));
+  run.trace = json::parse(read_text(dir.file("trace.json")));
+  run.svg = read_text(dir.file("memory.svg"));
+  return run;
+}
+
+// GPT-2 shrunk by 8 needs about 53 MiB a rank under DDP and 38 MiB under ZeRO-3 at 2 ranks: a 48 MB cap
+// (45.8 MiB) lets ZeRO-3 fit and DDP run out on every rank.
+TEST(Trace, TwoStrategiesOneRunsOutOfMemory) {
+  const Outputs run = run_emu(2, " --model gpt2 --shrink 8 --strategies ddp,zero3 --steps 1 --cap 48MB");
+  ASSERT_FALSE(run.root.is_null());
+  ASSERT_EQ(strategy_json(run.root, "ddp")["verdict"], "oom");
+  ASSERT_EQ(strategy_json(run.root, "zero3")["verdict"], "fit");
+  check_trace(run.trace, run.root);
+  check_svg(run.svg, run.root);
+}
+
+// HYBRID_SHARD's intra- and inter-node groups are split off the world: their calls are traced too and the bytes
+// still agree with the JSON, over two steps.
+TEST(Trace, SplitGroupsOverTwoSteps) {
+  const Outputs run = run_emu(4, " --model gpt2 --shrink 8 --strategies fsdp-hybrid --ranks-per-node 2 --steps 2");
+  ASSERT_FALSE(run.root.is_null());
+  check_trace(run.trace, run.root);
+  std::set<std::string> groups;
+  for (const json& e : run.trace["traceEvents"]) {
+    if (e["ph"] == "X" && e.contains("args")) groups.insert(e["args"]["group"].get<std::string>());
+  }
+  EXPECT_TRUE(groups.contains("intra-node 0")) << ::testing::PrintToString(groups);
+  EXPECT_TRUE(groups.contains("inter-node 0")) << ::testing::PrintToString(groups);
+  check_svg(run.svg, run.root);
+}
+
+}  // namespace
+}  // namespace emu
