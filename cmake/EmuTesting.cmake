@@ -4,8 +4,14 @@
 #   emu_add_unit_test(<name> SOURCES a.cpp b.cpp LIBS emu_device [LABELS x])
 #   emu_add_mpi_test(<name> SOURCES a.cpp LIBS emu_collectives [RANKS 1 2 3 4 5 8] [TIMEOUT 300])
 
+# EMU_COLL_TIMEOUT: a collective hung by a failing test ends the job through the watchdog (exit 3) long before
+# ctest's own timeout would.
 set(EMU_MPIEXEC_ENV
-    "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_rmaps_base_oversubscribe=1")
+    "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_rmaps_base_oversubscribe=1;EMU_COLL_TIMEOUT=120")
+if(EMU_SANITIZE)
+  # OpenMPI keeps its own allocations to the end of the process: not ours to report.
+  list(APPEND EMU_MPIEXEC_ENV "ASAN_OPTIONS=detect_leaks=0" "UBSAN_OPTIONS=print_stacktrace=1")
+endif()
 
 function(emu_add_unit_test name)
   cmake_parse_arguments(ARG "" "TIMEOUT" "SOURCES;LIBS;LABELS" ${ARGN})

@@ -32,12 +32,12 @@ void exchange_copy(Context& context, DType dtype, std::string_view stage, const 
 void exchange_reduce(Context& context, DType dtype, ReduceOp op, std::string_view stage, const Transfer& transfer,
                      const void* addend, void* scratch);
 
-// Pointer arithmetic in elements.
+// Pointer arithmetic in elements; a null base (nothing held) stays null.
 inline const void* at(const void* base, size_t elements, DType dtype) {
-  return static_cast<const char*>(base) + elements * dtype_size(dtype);
+  return base == nullptr ? nullptr : static_cast<const char*>(base) + elements * dtype_size(dtype);
 }
 inline void* at(void* base, size_t elements, DType dtype) {
-  return static_cast<char*>(base) + elements * dtype_size(dtype);
+  return base == nullptr ? nullptr : static_cast<char*>(base) + elements * dtype_size(dtype);
 }
 // Copies `count` elements (no-op when the buffers are the same).
 void copy(DType dtype, const void* from, void* to, size_t count);

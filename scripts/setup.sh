@@ -3,7 +3,7 @@
 # builds the release preset into build/release. Safe to run again; it only does what is left to do.
 #
 #   scripts/setup.sh            packages + release build
-#   EMU_PRESET=asan scripts/setup.sh    another preset (release, debug, asan, cuda)
+#   EMU_PRESET=asan scripts/setup.sh    another preset (release, debug, asan, fuzz, cuda)
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -13,6 +13,7 @@ packages=(
   build-essential cmake ninja-build pkg-config
   openmpi-bin libopenmpi-dev libopenblas-dev libeigen3-dev libhwloc-dev libgtest-dev
   libcli11-dev nlohmann-json3-dev libfmt-dev
+  clang libclang-rt-14-dev
 )
 
 missing=()
@@ -43,4 +44,4 @@ log="build/configure-$preset.log"
 cmake --preset "$preset" >"$log" 2>&1 || { cat "$log" >&2; exit 3; }
 sed -n '/configuration summary/,$p' "$log" | grep -F -- '--   '
 cmake --build --preset "$preset" -j "$(nproc)"
-echo "emu setup: built build/$preset (emu is build/$preset/bin/emu)"
+echo "emu setup: built build/$preset"

@@ -196,8 +196,10 @@ class PartitionedOptimizer final : public Strategy {
                          fmt::format("backward reduce-scatter, units from flat element {}", bucket_lo_));
     size_t begin = 0, end = 0;
     shard_blocks(bucket_lo_, bucket_hi_, begin, end);
-    accumulate(element(data, dtype, begin - bucket_lo_), dtype, element(grads_.data(), dtype, begin - shard_.offset),
-               dtype, end - begin);
+    if (end > begin) {  // this rank's shard meets the bucket
+      accumulate(element(data, dtype, begin - bucket_lo_), dtype,
+                 element(grads_.data(), dtype, begin - shard_.offset), dtype, end - begin);
+    }
     bucket_lo_ = bucket_hi_ = 0;
     current_bucket_ = (current_bucket_ + 1) % buckets_.size();
   }

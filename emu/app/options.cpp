@@ -162,6 +162,19 @@ ParsedCommandLine parse_command_line(int argc, const char* const* argv, int worl
                  "search, per strategy, the largest micro-batch or seq-len that fits the cap (shapes only)")
       ->check(CLI::IsMember({"micro-batch", "seq-len"}))->group("Modes");
 
+  std::vector<std::string> fault_texts;
+  app.add_option("--fault", fault_texts,
+                 "inject a fault: delay:RANK:SECONDS (a straggler), kill:RANK:STEP, hang:RANK:STEP or "
+                 "mismatch:RANK:STEP (an extra collective); may be repeated")
+      ->group("Faults");
+  app.add_option("--watchdog", options.watchdog_seconds,
+                 "seconds a collective may take before every rank says where it waits and the job ends (exit 3); "
+                 "0 turns it off")
+      ->capture_default_str()->group("Faults");
+  app.add_flag("--check-collectives", options.check_collectives,
+               "before each collective the ranks compare what they call; disagreeing ranks are named (exit 3)")
+      ->group("Faults");
+
   app.add_option("--json", options.json_path, "write the results as JSON to FILE")->group("Outputs");
   app.add_option("--trace", options.trace_path, "write a Chrome-trace / Perfetto JSON to FILE")->group("Outputs");
   app.add_option("--svg", options.svg_path, "write a picture of memory over time per rank to FILE")
@@ -308,6 +321,11 @@ ParsedCommandLine parse_command_line(int argc, const char* const* argv, int worl
     }
   }
   options.expectations = parse_expectations(expect_texts);
+  options.faults = parse_faults(fault_texts, world);
+  if (!(options.watchdog_seconds >= 0 && options.watchdog_seconds <= 86400)) {
+    throw InputError(fmt::format("--watchdog {} is out of range; accepted: 0 (off) to 86400 seconds",
+                                 options.watchdog_seconds));
+  }
   return parsed;
 }
 

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "emu/app/faults.h"
 #include "emu/cap_spec.h"
 #include "strategies/strategy.h"
 #include "workloads/model/config.h"
@@ -47,6 +48,11 @@ struct RunOptions {
   bool plan = false;    // shapes only, at full scale, for plan_ranks ranks
   int plan_ranks = 0;   // 0: the ranks emu runs on
   std::string find_limit;  // "", "micro-batch" or "seq-len"
+
+  // Faults and their detection.
+  std::vector<Fault> faults;
+  double watchdog_seconds = 300;  // a collective that takes longer ends the job (exit code 3); 0 turns it off
+  bool check_collectives = false;  // ranks compare each collective before it runs
 
   // Outputs.
   std::string json_path, trace_path, svg_path;

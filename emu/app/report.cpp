@@ -37,7 +37,9 @@ std::string cap_words(const RunReport& r) {
   const CapSpec& cap = r.options.cap;
   if (cap.unlimited) return "GPUs without a cap";
   if (!cap.gpu.empty()) return fmt::format("{} ({} GiB usable)", cap.gpu, gib(static_cast<double>(cap.bytes)));
-  return fmt::format("{} GiB GPUs", gib(static_cast<double>(r.cap) * static_cast<double>(r.scale())));
+  std::string stated = cap.text;
+  if (cap.scaled) stated.resize(stated.size() - std::string_view("-scaled").size());
+  return fmt::format("{} GPUs ({} GiB each)", stated, gib(static_cast<double>(r.cap) * static_cast<double>(r.scale())));
 }
 
 }  // namespace

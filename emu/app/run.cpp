@@ -188,7 +188,10 @@ struct Groups {
 
 Groups make_groups(Device& device, const RunOptions& options, int ranks_per_node) {
   Groups groups;
-  groups.world = coll::make_mpi_communicator(MPI_COMM_WORLD, device, "world");
+  coll::Options collective_options = coll::Options::from_environment();
+  collective_options.watchdog_seconds = options.watchdog_seconds;
+  collective_options.check_calls = collective_options.check_calls || options.check_collectives;
+  groups.world = coll::make_mpi_communicator(MPI_COMM_WORLD, device, "world", collective_options);
   if (!options.collectives.empty()) groups.world->set_algorithms(options.collectives);
   const int rank = groups.world->rank();
   groups.intra = groups.world->split(rank / ranks_per_node, rank, fmt::format("intra-node {}", rank / ranks_per_node));
@@ -249,6 +252,8 @@ class Runner {
         micro_batches.push_back(
             tokens.batch(step, data::sample_offset(mpi_.rank(), mpi_.world(), m, batch), batch));
       }
+      inject_faults(options_.faults, mpi_.rank(), step + 1, &strategy_options == &options_.strategies.front(),
+                    [&] { groups.world->barrier("fault: an extra barrier"); });
       PhaseScope phase(device->memory(), fmt::format("step {}", step + 1));
       const double start = steady_seconds();
       const strategy::StepResult result = strategy->step(micro_batches);

@@ -177,7 +177,13 @@ TEST(ModelHfConfig, BadFilesNameTheFileKeyAndValue) {
   expect_input_error("negative.json",
                      R"({"hidden_size": 64, "intermediate_size": -3, "num_hidden_layers": 2,
                          "num_attention_heads": 4, "vocab_size": 10, "max_position_embeddings": 8})",
-                     R"(key "intermediate_size" is -3; expected a positive integer)");
+                     R"(key "intermediate_size" is -3; expected an integer from 1 to 1048576)");
+  // Found by fuzzing: a size whose products overflow, and a number past double's range.
+  expect_input_error("huge.json", R"({"n_embd": 9223372036854775807, "n_layer": 1, "n_head": 1, "n_positions": 1,
+                                      "vocab_size": 1})",
+                     R"(key "n_embd" is 9223372036854775807; expected an integer from 1 to 1048576)");
+  expect_input_error("overflow.json", R"({"model_type": "llama", "hidden_size": 8, "rope_theta": 1e400})",
+                     "not valid JSON");
   expect_input_error("missing.json", R"({"n_embd": 64, "n_layer": 2, "vocab_size": 10, "n_positions": 8})",
                      R"(required key "n_head" is missing)");
   expect_input_error("type.json", R"({"model_type": "bert"})", R"("model_type" is "bert")");

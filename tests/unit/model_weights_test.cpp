@@ -299,7 +299,7 @@ struct BadFile {
 
 std::vector<BadFile> bad_files() {
   const ModelConfig gpt2 = tiny(Style::kGpt2, true), llama = tiny(Style::kLlama, false);
-  const std::vector<float> zeros(64, 0.0f);
+  const std::vector<float> zeros(4096, 0.0f);  // more than any added tensor holds
   auto remove = [](std::string name) {
     return [name](std::vector<Owned>& t) { std::erase_if(t, [&](const Owned& o) { return o.name == name; }); };
   };

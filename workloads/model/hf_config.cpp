@@ -19,9 +19,13 @@ class Reader {
 
   bool has(const char* key) const { return root_.contains(key) && !root_[key].is_null(); }
 
+  // Shapes past 2^20 are no real model's, and keep every product of shapes inside 64 bits.
+  static constexpr int64_t kMaxDimension = int64_t{1} << 20;
   int64_t positive_int(const char* key) const {
     const json& value = get(key);
-    if (!value.is_number_integer() || value.get<int64_t>() < 1) bad(key, value, "a positive integer");
+    if (!value.is_number_integer() || value.get<int64_t>() < 1 || value.get<int64_t>() > kMaxDimension) {
+      bad(key, value, fmt::format("an integer from 1 to {}", kMaxDimension));
+    }
     return value.get<int64_t>();
   }
   int64_t positive_int_or(const char* key, int64_t fallback) const { return has(key) ? positive_int(key) : fallback; }
@@ -105,7 +109,7 @@ ModelConfig load_hf_config(const std::filesystem::path& path) {
   json root;
   try {
     root = json::parse(file);
-  } catch (const json::parse_error& error) {
+  } catch (const json::exception& error) {  // parse_error, and out_of_range for numbers such as 1e400
     throw InputError(fmt::format("{}: not valid JSON: {}", path.string(), error.what()));
   }
   if (!root.is_object()) throw InputError(fmt::format("{}: expected a JSON object at the top level", path.string()));

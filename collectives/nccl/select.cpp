@@ -1,0 +1,93 @@
+#include "collectives/nccl/select.h"
+
+#include <cstdlib>
+#include <string_view>
+#include <vector>
+
+#include "collectives/mpi/mpi_communicator.h"
+#include "emu/check.h"
+
+#if defined(EMU_CUDA)
+#include <cuda_runtime_api.h>
+
+#include "collectives/nccl/nccl_link.h"
+#include "emu/cuda/check.h"
+#endif
+
+namespace emu::coll {
+namespace {
+
+#if defined(EMU_CUDA)
+// True when no two ranks of comm on the same node use the same GPU. Collective over comm.
+bool every_rank_has_own_gpu(MPI_Comm comm, int gpu) {
+  MPI_Comm node = MPI_COMM_NULL;
+  EMU_MPI_CHECK(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
+  int size = 0;
+  EMU_MPI_CHECK(MPI_Comm_size(node, &size));
+  std::vector<int> gpus(static_cast<size_t>(size));
+  EMU_MPI_CHECK(MPI_Allgather(&gpu, 1, MPI_INT, gpus.data(), 1, MPI_INT, node));
+  EMU_MPI_CHECK(MPI_Comm_free(&node));
+  int shared = 0;
+  for (size_t i = 0; i < gpus.size(); ++i) {
+    for (size_t j = i + 1; j < gpus.size(); ++j) shared |= gpus[i] == gpus[j] ? 1 : 0;
+  }
+  int any_shared = 0;  // every rank of comm must reach the same choice, whichever node it is on
+  EMU_MPI_CHECK(MPI_Allreduce(&shared, &any_shared, 1, MPI_INT, MPI_MAX, comm));
+  return any_shared == 0;
+}
+
+void steer_nccl_algorithm() {
+  const char* requested = std::getenv("EMU_NCCL_ALGO");
+  if (requested == nullptr || std::getenv("NCCL_ALGO") != nullptr) return;
+  const std::string_view name = requested;
+  if (name == "ring") {
+    setenv("NCCL_ALGO", "Ring", 0);
+  } else if (name == "tree") {
+    setenv("NCCL_ALGO", "Tree", 0);
+  } else {
+    throw InputError(fmt::format("EMU_NCCL_ALGO={} is not an NCCL algorithm; accepted: ring, tree", name));
+  }
+}
+#endif
+
+}  // namespace
+
+std::string choose_library(MPI_Comm comm, const Device& device) {
+#if defined(EMU_CUDA)
+  int cuda = device.backend() == "cuda" ? 1 : 0, all_cuda = 0;
+  EMU_MPI_CHECK(MPI_Allreduce(&cuda, &all_cuda, 1, MPI_INT, MPI_MIN, comm));
+  if (all_cuda == 0) return "mpi";
+  int gpu = 0;
+  EMU_CUDA_CHECK(cudaGetDevice(&gpu));
+  return every_rank_has_own_gpu(comm, gpu) ? "nccl" : "mpi";
+#else
+  (void)comm;
+  (void)device;
+  return "mpi";
+#endif
+}
+
+std::unique_ptr<Link> make_link(MPI_Comm comm, const Device& device) {
+#if defined(EMU_CUDA)
+  if (choose_library(comm, device) == "nccl") {
+    steer_nccl_algorithm();
+    int gpu = 0;
+    EMU_CUDA_CHECK(cudaGetDevice(&gpu));
+    return make_nccl_link(comm, gpu);
+  }
+#endif
+  return make_mpi_link(comm);
+}
+
+std::unique_ptr<Communicator> make_communicator(MPI_Comm comm, Device& device, std::string name, Options options) {
+  auto link = make_link(comm, device);
+  const bool nccl = link->library() == "nccl";
+  auto communicator = std::make_unique<Communicator>(std::move(link), device, std::move(name), options);
+  if (nccl) {
+    communicator->set_algorithms(
+        "all_reduce=mpi,reduce_scatter=mpi,all_gather=mpi,broadcast=mpi,reduce=mpi,all_to_all=mpi,barrier=mpi");
+  }
+  return communicator;
+}
+
+}  // namespace emu::coll

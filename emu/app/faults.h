@@ -1,0 +1,33 @@
+// Fault injection, to see that emu fails the way a job on real GPUs should: promptly, on every rank, saying where.
+//
+//   --fault delay:R:S     rank R sleeps S seconds before each step (a straggler): times change, results do not
+//   --fault kill:R:T      rank R dies (SIGKILL) at the start of step T of the first strategy: the job ends within
+//                         seconds, naming it, and no output file is left half-written
+//   --fault hang:R:T      rank R stops at the start of step T and never returns: its peers wait inside the next
+//                         collective until the watchdog (--watchdog) ends the job with exit code 3
+//   --fault mismatch:R:T  rank R calls an extra barrier at the start of step T, so its collectives no longer line
+//                         up with its peers': --check-collectives names the ranks that disagree (exit code 3)
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace emu::app {
+
+struct Fault {
+  enum class Kind { kDelay, kKill, kHang, kMismatch } kind = Kind::kDelay;
+  int rank = 0;
+  double seconds = 0;  // delay
+  int step = 1;        // kill, hang, mismatch: 1-based
+};
+
+// InputError naming the bad text and the accepted forms; ranks must be below `world`.
+std::vector<Fault> parse_faults(const std::vector<std::string>& texts, int world);
+
+// Called by every rank before each step; `first_strategy` is whether this is the first strategy of the run, and
+// `barrier` makes the extra collective of a mismatch.
+void inject_faults(const std::vector<Fault>& faults, int rank, int step, bool first_strategy,
+                   const std::function<void()>& barrier);
+
+}  // namespace emu::app

@@ -1,0 +1,133 @@
+// The ops the transformer needs, behind one interface a device backend can provide (DESIGN.md §6).
+//
+// Today the model runs its math on the host (workloads/model/kernels.h, fp32) and widens bf16 buffers to fp32
+// scratch around it. A device whose memory the host cannot compute on fast (CUDA) provides these ops instead, on
+// pointers into its own buffers; the model moves onto this interface in a later change (issue #7 follow-up), so
+// that model and strategy code still never name a backend. Until then the interface is exercised by the parity
+// tests in tests/gpu, against the CPU kernels.
+//
+// Shapes and semantics are those of workloads/model/kernels.h, row-major, T = b·s rows; every pointer is device
+// memory of the providing backend. Backward ops accumulate (+=) into weight and bias gradients and overwrite
+// input gradients unless they say otherwise. Ops are asynchronous on the backend's stream; synchronize() waits.
+// An op a backend does not provide yet ends the job naming it (EMU_CHECK), never silently computes nothing.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+#include "emu/device.h"
+
+namespace emu {
+
+// Weight layouts of a linear layer (the same two as kernels::WeightLayout).
+enum class WeightLayout : uint8_t {
+  kOutIn,  // torch.nn.Linear: W [out, in], y = x · Wᵀ
+  kInOut,  // GPT-2's Conv1D:  W [in, out], y = x · W
+};
+
+// One AdamW update over n elements: weights fp32 (mixed recipe's master copy) or bf16; m, v fp32 or bf16 (both
+// the same); grads fp32 or bf16; copy (optional, bf16) receives the updated weights rounded. `decay` says
+// whether weight decay applies to all n elements (callers split a span at its decay ranges, as optim/adamw.cpp).
+// The step constants are computed by the caller exactly as optim::adamw_update does.
+struct AdamWOp {
+  void* weights = nullptr;
+  DType weights_dtype = DType::kF32;
+  void* m = nullptr;
+  void* v = nullptr;
+  DType moments_dtype = DType::kF32;
+  const void* grads = nullptr;
+  DType grads_dtype = DType::kF32;
+  uint16_t* copy = nullptr;
+  size_t n = 0;
+  bool decay = false;
+  float beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f;
+  float one_minus_beta1 = 0.1f, one_minus_beta2 = 0.001f;
+  float step_size = 0;              // lr / (1 − β1^t)
+  float bias_correction2_sqrt = 1;  // sqrt(1 − β2^t)
+  float decay_factor = 1;           // 1 − lr · weight_decay
+  float grad_scale = 1;
+};
+
+class Ops {
+ public:
+  virtual ~Ops() = default;
+  virtual std::string_view backend() const = 0;
+  // Waits for every op issued so far.
+  virtual void synchronize() = 0;
+
+  // Casts: bf16 (uint16 bit patterns, rounded to nearest even on store) to and from fp32.
+  virtual void bf16_to_f32(const uint16_t* x, float* y, size_t n) = 0;
+  virtual void f32_to_bf16(const float* x, uint16_t* y, size_t n) = 0;
+
+  // y [T, out] = x [T, in] · W (+ bias [out]); fp32 in, fp32 accumulation, fp32 out (the CPU path's sgemm).
+  virtual void linear_forward(const float* x, const float* w, const float* bias, float* y, int64_t rows, int64_t in,
+                              int64_t out, WeightLayout layout) = 0;
+  // The same with bf16 x and W (what a GPU keeps), fp32 accumulation and fp32 y.
+  virtual void linear_forward_bf16(const uint16_t* x, const uint16_t* w, const float* bias, float* y, int64_t rows,
+                                   int64_t in, int64_t out, WeightLayout layout) = 0;
+  // dW += xᵀ·dy, dbias += Σ_rows dy (when not null), dx = dy·Wᵀ (+= when accumulate_dx; none when null).
+  virtual void linear_backward(const float* x, const float* w, const float* dy, float* dx, float* dw, float* dbias,
+                               int64_t rows, int64_t in, int64_t out, WeightLayout layout, bool accumulate_dx) = 0;
+
+  // RMSNorm y = x / sqrt(mean(x²) + eps) · w, rstd [T] kept; backward dx += ..., dw += ...
+  virtual void rmsnorm_forward(const float* x, const float* w, float* y, float* rstd, int64_t rows, int64_t dim,
+                               float eps) = 0;
+  virtual void rmsnorm_backward(const float* dy, const float* x, const float* w, const float* rstd, float* dx,
+                                float* dw, int64_t rows, int64_t dim) = 0;
+  // LayerNorm y = (x − mean) · rstd · w + b, mean and rstd [T] kept; backward dx += ..., dw += ..., db += ...
+  virtual void layernorm_forward(const float* x, const float* w, const float* b, float* y, float* mean, float* rstd,
+                                 int64_t rows, int64_t dim, float eps) = 0;
+  virtual void layernorm_backward(const float* dy, const float* x, const float* w, const float* mean,
+                                  const float* rstd, float* dx, float* dw, float* db, int64_t rows, int64_t dim) = 0;
+
+  // Rotary embedding in place on x [T, heads·d], rotate_half convention, cos/sin [seq, d/2]; backward rotates back.
+  virtual void rope_apply(float* x, const float* cos, const float* sin, int64_t rows, int64_t seq, int64_t heads,
+                          int64_t head_dim, bool backward) = 0;
+
+  // GELU (tanh approximation) and SwiGLU, element-wise over n.
+  virtual void gelu_forward(const float* x, float* y, size_t n) = 0;
+  virtual void gelu_backward(const float* dy, const float* x, float* dx, size_t n) = 0;
+  virtual void swiglu_forward(const float* g, const float* u, float* y, size_t n) = 0;
+  virtual void swiglu_backward(const float* dy, const float* g, const float* u, float* dg, float* du, size_t n) = 0;
+
+  // y [T, dim] = table[tokens[t]] (+ positions[t mod seq]); backward dtable[tokens[t]] += dy[t] (dpositions too).
+  virtual void embedding_forward(const int32_t* tokens, const float* table, const float* positions, float* y,
+                                 int64_t rows, int64_t seq, int64_t dim) = 0;
+  virtual void embedding_backward(const int32_t* tokens, const float* dy, float* dtable, float* dpositions,
+                                  int64_t rows, int64_t seq, int64_t dim) = 0;
+
+  // Σ_t (logsumexp − logit[target]) returned (synchronises), logits turned in place into (softmax − onehot)·scale.
+  virtual double cross_entropy(float* logits, const int32_t* targets, int64_t rows, int64_t vocab,
+                               float grad_scale) = 0;
+
+  // Flash-style causal attention (workloads/model/attention.h): q [T, heads·d], k and v [T, kv_heads·d] (grouped
+  // query: head h reads kv head h / (heads / kv_heads)), out [T, heads·d], lse [b, heads, s] kept for backward;
+  // backward overwrites dq, dk, dv.
+  virtual void attention_forward(const float* q, const float* k, const float* v, float* out, float* lse,
+                                 int64_t batch, int64_t seq, int64_t heads, int64_t kv_heads, int64_t head_dim) = 0;
+  virtual void attention_backward(const float* q, const float* k, const float* v, const float* out, const float* dout,
+                                  const float* lse, float* dq, float* dk, float* dv, int64_t batch, int64_t seq,
+                                  int64_t heads, int64_t kv_heads, int64_t head_dim) = 0;
+
+  // y = a + b; y += x
+  virtual void add(const float* a, const float* b, float* y, size_t n) = 0;
+  virtual void accumulate(float* y, const float* x, size_t n) = 0;
+
+  virtual void adamw(const AdamWOp& op) = 0;
+};
+
+// A Device whose backend provides Ops derives from this too; ops_of() finds them without naming the backend.
+class OpsProvider {
+ public:
+  virtual ~OpsProvider() = default;
+  virtual Ops& ops() = 0;
+};
+
+// The device's ops, or null when its backend computes on the host (cpu) or not at all (shapes).
+inline Ops* ops_of(Device& device) {
+  auto* provider = dynamic_cast<OpsProvider*>(&device);
+  return provider != nullptr ? &provider->ops() : nullptr;
+}
+
+}  // namespace emu
