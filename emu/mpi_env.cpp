@@ -1,5 +1,7 @@
 #include "emu/mpi_env.h"
 
+#include <cstdio>
+#include <exception>
 #include <vector>
 
 #include "emu/check.h"
@@ -43,6 +45,18 @@ std::optional<AgreedError> agree_on_error(const std::string& local_error, MPI_Co
   if (rank == first) text.assign(local_error.begin(), local_error.end());
   EMU_MPI_CHECK(MPI_Bcast(text.data(), length, MPI_CHAR, first, comm));
   return AgreedError{std::string(text.begin(), text.end()), first, count};
+}
+
+int run_guarded(const MpiSession& mpi, std::string_view program, const std::function<int()>& body) {
+  try {
+    return body();
+  } catch (const InputError& error) {
+    if (mpi.rank() == 0) std::fprintf(stderr, "%.*s: error: %s\n", static_cast<int>(program.size()), program.data(),
+                                      error.what());
+    return kExitBadInput;
+  } catch (const std::exception& error) {
+    fatal(fmt::format("unexpected error: {}", error.what()), __FILE__, __LINE__);
+  }
 }
 
 }  // namespace emu

@@ -3,7 +3,9 @@
 
 #include <mpi.h>
 
+#include <functional>
 #include <optional>
+#include <string_view>
 #include <string>
 
 namespace emu {
@@ -38,5 +40,10 @@ struct AgreedError {
   int ranks_with_error = 0;
 };
 std::optional<AgreedError> agree_on_error(const std::string& local_error, MPI_Comm comm = MPI_COMM_WORLD);
+
+// Runs an executable's body on every rank and turns what escapes it into an exit code: bad input raised alike on
+// every rank after start-up is printed once by rank 0 as "<program>: error: ..." (exit 2); anything else ends every
+// rank as an internal error (exit 3).
+int run_guarded(const MpiSession& mpi, std::string_view program, const std::function<int()>& body);
 
 }  // namespace emu

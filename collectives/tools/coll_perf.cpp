@@ -256,12 +256,5 @@ int run(const MpiSession& mpi, int argc, char** argv) {
 
 int main(int argc, char** argv) {
   emu::MpiSession mpi(argc, argv);
-  try {
-    return emu::coll::run(mpi, argc, argv);
-  } catch (const emu::InputError& error) {
-    if (mpi.rank() == 0) std::fprintf(stderr, "coll-perf: error: %s\n", error.what());
-    return emu::kExitBadInput;
-  } catch (const std::exception& error) {
-    emu::fatal(fmt::format("unexpected error: {}", error.what()), __FILE__, __LINE__);
-  }
+  return emu::run_guarded(mpi, "coll-perf", [&] { return emu::coll::run(mpi, argc, argv); });
 }

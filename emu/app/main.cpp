@@ -141,13 +141,5 @@ int run(const emu::MpiSession& mpi, int argc, char** argv) {
 
 int main(int argc, char** argv) {
   emu::MpiSession mpi(argc, argv);
-  try {
-    return run(mpi, argc, argv);
-  } catch (const emu::InputError& error) {
-    // Raised after start-up validation by every rank alike (e.g. a model the chosen shrink cannot build).
-    if (mpi.rank() == 0) std::fprintf(stderr, "emu: error: %s\n", error.what());
-    return emu::kExitBadInput;
-  } catch (const std::exception& error) {
-    emu::fatal(fmt::format("unexpected error: {}", error.what()), __FILE__, __LINE__);
-  }
+  return emu::run_guarded(mpi, "emu", [&] { return run(mpi, argc, argv); });
 }

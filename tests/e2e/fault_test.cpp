@@ -23,10 +23,6 @@ using testing::run_process;
 const std::string kEmu = std::string(EMU_BINARY_DIR) + "/bin/emu";
 const std::string kSmall = " --model gpt2 --shrink 8 --steps 2";
 
-std::string temp_path(const std::string& name) {
-  return (std::filesystem::temp_directory_path() / ("emu-fault-" + std::to_string(::getpid()) + "-" + name)).string();
-}
-
 double seconds_of(const std::function<void()>& work) {
   const auto start = std::chrono::steady_clock::now();
   work();
@@ -34,7 +30,8 @@ double seconds_of(const std::function<void()>& work) {
 }
 
 TEST(Fault, StragglerChangesTimesNotResults) {
-  const std::string plain = temp_path("plain.json"), slow = temp_path("slow.json");
+  testing::TempDir dir("fault");
+  const std::string plain = dir.file("plain.json"), slow = dir.file("slow.json");
   const std::string run = mpiexec(4) + kEmu + kSmall + " --strategies ddp,zero3 --json ";
   ASSERT_EQ(run_process(run + plain).exit_code, 0);
   const auto straggler = run_process(run + slow + " --fault delay:2:0.4");
@@ -45,12 +42,11 @@ TEST(Fault, StragglerChangesTimesNotResults) {
     EXPECT_EQ(a["strategies"][s]["peak_bytes_per_rank"], b["strategies"][s]["peak_bytes_per_rank"]);
     EXPECT_EQ(a["strategies"][s]["traffic_per_step"], b["strategies"][s]["traffic_per_step"]);
   }
-  std::filesystem::remove(plain);
-  std::filesystem::remove(slow);
 }
 
 TEST(Fault, KilledRankEndsTheJobPromptlyAndLeavesNoFile) {
-  const std::string out = temp_path("killed.json"), trace = temp_path("killed.trace.json");
+  testing::TempDir dir("fault");
+  const std::string out = dir.file("killed.json"), trace = dir.file("killed.trace.json");
   testing::ProcessResult run;
   const double seconds = seconds_of([&] {
     run = run_process(mpiexec(4) + kEmu + kSmall + " --strategies ddp,zero3 --fault kill:2:2 --json " + out +
@@ -66,7 +62,8 @@ TEST(Fault, KilledRankEndsTheJobPromptlyAndLeavesNoFile) {
 }
 
 TEST(Fault, HangIsCaughtByTheWatchdog) {
-  const std::string out = temp_path("hang.json");
+  testing::TempDir dir("fault");
+  const std::string out = dir.file("hang.json");
   testing::ProcessResult run;
   const double seconds = seconds_of([&] {
     run = run_process(mpiexec(4) + kEmu + kSmall + " --strategies zero3 --fault hang:1:2 --watchdog 2 --json " + out,

@@ -22,18 +22,6 @@ const std::string kEmu = std::string(EMU_BINARY_DIR) + "/bin/emu";
 // GPT-2 (124M) shrunk by 8: 1.9M parameters, quick on 8 oversubscribed ranks.
 const std::string kSmall = " --model gpt2 --shrink 8 --steps 2";
 
-class TempDir {
- public:
-  TempDir() : path_(std::filesystem::temp_directory_path() / ("emu-run-" + std::to_string(::getpid()))) {
-    std::filesystem::create_directories(path_);
-  }
-  ~TempDir() { std::filesystem::remove_all(path_); }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  std::filesystem::path path_;
-};
-
 json read_json(const std::string& path) {
   std::ifstream in(path);
   return json::parse(in);
@@ -52,7 +40,7 @@ class Ranks : public ::testing::TestWithParam<int> {};
 
 TEST_P(Ranks, JsonHoldsVerdictsPeaksPredictionsAndTraffic) {
   const int ranks = GetParam();
-  TempDir dir;
+  testing::TempDir dir("run");
   const std::string out = dir.file("run.json");
   const auto run = run_process(mpiexec(ranks) + kEmu + kSmall + " --strategies ddp,zero2,fsdp --json " + out);
   ASSERT_EQ(run.exit_code, 0) << run.err;
@@ -101,7 +89,7 @@ TEST_P(Ranks, JsonHoldsVerdictsPeaksPredictionsAndTraffic) {
 
 TEST_P(Ranks, BadInputsExitTwoWithOneMessage) {
   const int ranks = GetParam();
-  TempDir dir;
+  testing::TempDir dir("run");
   const std::string bad_json = dir.file("bad.json");
   std::ofstream(bad_json) << "{\"zero_optimization\": {\"stage\": 2,}";
   const std::vector<std::pair<std::string, std::string>> table = {
@@ -138,7 +126,7 @@ TEST(Run, ExpectationsSetTheExitCode) {
 }
 
 TEST(Run, DeepSpeedConfigRunsAsItIs) {
-  TempDir dir;
+  testing::TempDir dir("run");
   const std::string config = dir.file("ds.json");
   std::ofstream(config) << R"({
     "train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 2, "train_batch_size": "auto",
@@ -173,7 +161,7 @@ TEST(Run, ThirteenBillionOnEightA100sFitsOnlyFullySharded) {
 
 TEST(Plan, AgreesWithTheShrunkRunWithinOnePercent) {
   // DESIGN.md §1: the shrunk run's bytes × k² and the full-scale shapes-only plan must agree to about 1%.
-  TempDir dir;
+  testing::TempDir dir("run");
   const std::string executed = dir.file("executed.json"), planned = dir.file("plan.json");
   const std::string common = " --model llama2-13b --shrink 64 --steps 1 --strategies ddp,zero2,zero3,fsdp";
   const auto run = run_process(mpiexec(4) + kEmu + common + " --json " + executed, 240);
@@ -199,7 +187,7 @@ TEST(Plan, AgreesWithTheShrunkRunWithinOnePercent) {
 }
 
 TEST(Plan, AThousandRanksOfSeventyBillionInSeconds) {
-  TempDir dir;
+  testing::TempDir dir("run");
   const std::string out = dir.file("plan70b.json");
   const auto plan = run_process(mpiexec(1) + kEmu + " --model llama2-70b --plan 1024 --strategies zero3,fsdp --json " +
                                     out,
@@ -217,7 +205,7 @@ TEST(Plan, AThousandRanksOfSeventyBillionInSeconds) {
 }
 
 TEST(Plan, FindTheLargestMicroBatch) {
-  TempDir dir;
+  testing::TempDir dir("run");
   const std::string out = dir.file("limit.json");
   const auto run = run_process(mpiexec(1) + kEmu +
                                    " --model llama2-70b --plan 64 --cap a100-80gb --strategies ddp,zero3 "

@@ -28,18 +28,6 @@ using testing::run_process;
 const std::string kEmu = std::string(EMU_BINARY_DIR) + "/bin/emu";
 constexpr double kMiB = 1024.0 * 1024.0;
 
-class TempDir {
- public:
-  TempDir() : path_(std::filesystem::temp_directory_path() / ("emu-trace-" + std::to_string(::getpid()))) {
-    std::filesystem::create_directories(path_);
-  }
-  ~TempDir() { std::filesystem::remove_all(path_); }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  std::filesystem::path path_;
-};
-
 std::string read_text(const std::string& path) {
   std::ifstream in(path);
   std::stringstream text;
@@ -251,7 +239,7 @@ struct Outputs {
 };
 
 Outputs run_emu(int ranks, const std::string& args) {
-  TempDir dir;
+  testing::TempDir dir("trace");
   const std::string command = mpiexec(ranks) + kEmu + args + " --json " + dir.file("run.json") + " --trace " +
                               dir.file("trace.json") + " --svg " + dir.file("memory.svg");
   const auto result = run_process(command, 120);

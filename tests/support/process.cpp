@@ -40,6 +40,14 @@ std::string mpiexec(int ranks) {
          " --oversubscribe -n " + std::to_string(ranks) + " ";
 }
 
+TempDir::TempDir(const std::string& label)
+    : path_(std::filesystem::temp_directory_path() /
+            ("emu-" + label + "-" + std::to_string(getpid()) + "-" + std::to_string(std::rand()))) {
+  std::filesystem::create_directories(path_);
+}
+
+TempDir::~TempDir() { std::filesystem::remove_all(path_); }
+
 int count_of(const std::string& haystack, const std::string& needle) {
   int count = 0;
   for (size_t at = haystack.find(needle); at != std::string::npos; at = haystack.find(needle, at + needle.size())) {
