@@ -77,13 +77,19 @@ void predict_zero12(const Options& o, const AnalyticInput& in, uint64_t psi, int
   traffic.add(Kind::kAllReduce, "world", 4, n);  // the gradient norm's partial sums
 }
 
+// M, the ranks one unit is sharded over: the world, one rank for NO_SHARD, a node for HYBRID_SHARD.
+int shard_group_size(const Options& o, const AnalyticInput& in) {
+  const Sharding sharding = o.kind == strategy::Kind::kFsdp ? o.fsdp.sharding : Sharding::kFullShard;
+  if (sharding == Sharding::kNoShard) return 1;
+  if (sharding == Sharding::kHybridShard) return in.ranks_per_node;
+  return in.world;
+}
+
 void predict_sharded(const Options& o, const AnalyticInput& in, Prediction& out) {
   const auto& r = o.recipe;
   const bool fsdp = o.kind == strategy::Kind::kFsdp;
   const Sharding sharding = fsdp ? o.fsdp.sharding : Sharding::kFullShard;
-  int m = in.world;
-  if (sharding == Sharding::kNoShard) m = 1;
-  if (sharding == Sharding::kHybridShard) m = in.ranks_per_node;
+  const int m = shard_group_size(o, in);
   const int replicas = in.world / m;
   const uint64_t p_bytes = dtype_size(r.params);
   const uint64_t g_bytes = dtype_size(r.grads);
@@ -160,6 +166,15 @@ void predict_sharded(const Options& o, const AnalyticInput& in, Prediction& out)
 
 }  // namespace
 
+AnalyticInput analytic_input(const model::Model& model, int world, int ranks_per_node, int accumulation) {
+  AnalyticInput input;
+  for (int u = 0; u < model.num_units(); ++u) input.unit_counts.push_back(model.layout(u).count);
+  input.world = world;
+  input.ranks_per_node = ranks_per_node;
+  input.accumulation = accumulation;
+  return input;
+}
+
 uint64_t Prediction::model_state_bytes() const {
   return peak[Category::kParameters] + peak[Category::kGradients] + peak[Category::kMasterWeights] +
          peak[Category::kOptimizerState];
@@ -189,12 +204,7 @@ Prediction predict(const Options& options, const AnalyticInput& input) {
     case strategy::Kind::kZero3:
     case strategy::Kind::kFsdp: {
       predict_sharded(options, input, out);
-      const bool fsdp = options.kind == strategy::Kind::kFsdp;
-      int m = input.world;
-      if (fsdp && options.fsdp.sharding == Sharding::kNoShard) m = 1;
-      if (fsdp && options.fsdp.sharding == Sharding::kHybridShard) {
-        m = input.ranks_per_node;
-      }
+      const int m = shard_group_size(options, input);
       updated = 0;
       for (uint64_t c : input.unit_counts) updated += padded(c, m) / m;
       break;

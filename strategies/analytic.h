@@ -34,6 +34,9 @@ struct AnalyticInput {
   int accumulation = 1;               // micro-batches per step
 };
 
+// The input for `model` as it is laid out in units.
+AnalyticInput analytic_input(const model::Model& model, int world, int ranks_per_node, int accumulation);
+
 struct PredictedTraffic {
   coll::Kind kind = coll::Kind::kAllReduce;
   std::string group;  // "world", "intra-node", "inter-node"

@@ -63,15 +63,9 @@ StrategyOutcome plan_one(const RunOptions& options, const strategy::Options& str
   }
   outcome.steps_run = 1;
 
-  strategy::AnalyticInput input;
-  for (int u = 0; u < model.num_units(); ++u) input.unit_counts.push_back(model.layout(u).count);
-  input.world = ranks;
-  input.ranks_per_node = ranks_per_node;
-  input.accumulation = options.accumulation;
-  outcome.prediction = strategy::predict(full_scale, input);
-  outcome.predicted_activations =
-      model::saved_activation_bytes_per_block(config, options.model_options) * static_cast<uint64_t>(config.layers) +
-      model::logits_bytes(config);
+  outcome.prediction =
+      strategy::predict(full_scale, strategy::analytic_input(model, ranks, ranks_per_node, options.accumulation));
+  outcome.predicted_activations = model::saved_activation_bytes(config, options.model_options);
 
   const MemoryPool& pool = device->memory();
   strategy::RankMemory mine;

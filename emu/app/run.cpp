@@ -234,11 +234,10 @@ class Runner {
       strategy->setup();
       if (spans) spans->add("set-up", "setup", start, steady_seconds());
     }
-    outcome.prediction = strategy::predict(strategy_options, analytic_input(model));
-    outcome.predicted_activations =
-        model::saved_activation_bytes_per_block(report_.model, options_.model_options) *
-            static_cast<uint64_t>(report_.model.layers) +
-        model::logits_bytes(report_.model);
+    outcome.prediction = strategy::predict(
+        strategy_options,
+        strategy::analytic_input(model, mpi_.world(), report_.ranks_per_node, options_.accumulation));
+    outcome.predicted_activations = model::saved_activation_bytes(report_.model, options_.model_options);
 
     data::SyntheticConfig synthetic;
     synthetic.seed = strategy_options.seed;
@@ -286,15 +285,6 @@ class Runner {
     strategy.set_span_sink([&spans](std::string_view name, std::string_view category, double start, double end) {
       spans.add(name, category, start, end);
     });
-  }
-
-  strategy::AnalyticInput analytic_input(const model::Model& model) const {
-    strategy::AnalyticInput input;
-    for (int u = 0; u < model.num_units(); ++u) input.unit_counts.push_back(model.layout(u).count);
-    input.world = mpi_.world();
-    input.ranks_per_node = report_.ranks_per_node;
-    input.accumulation = options_.accumulation;
-    return input;
   }
 
   void progress(const StrategyOutcome& outcome, int step) const {

@@ -33,12 +33,7 @@ strategy::Options memory_options(const Case& c) {
 }
 
 strategy::AnalyticInput analytic_input(const model::Model& model, int accumulation) {
-  strategy::AnalyticInput input;
-  for (int u = 0; u < model.num_units(); ++u) input.unit_counts.push_back(model.layout(u).count);
-  input.world = world_size();
-  input.ranks_per_node = test_ranks_per_node();
-  input.accumulation = accumulation;
-  return input;
+  return strategy::analytic_input(model, world_size(), test_ranks_per_node(), accumulation);
 }
 
 class MemoryAndTraffic : public ::testing::TestWithParam<Case> {};

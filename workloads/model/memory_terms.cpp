@@ -36,4 +36,9 @@ ParameterTerms parameter_terms(const ModelConfig& config) {
   return terms;
 }
 
+uint64_t saved_activation_bytes(const ModelConfig& config, const ModelOptions& options) {
+  return saved_activation_bytes_per_block(config, options) * static_cast<uint64_t>(config.layers) +
+         logits_bytes(config);
+}
+
 }  // namespace emu::model

@@ -29,6 +29,8 @@ namespace emu::model {
 uint64_t saved_activation_bytes_per_block(const ModelConfig& config, const ModelOptions& options);
 // The fp32 [T, V] logits buffer.
 uint64_t logits_bytes(const ModelConfig& config);
+// What the model holds at the end of forward: every block's saved activations plus the logits.
+uint64_t saved_activation_bytes(const ModelConfig& config, const ModelOptions& options);
 
 // Parameter elements split by how they scale under shrinking.
 struct ParameterTerms {
