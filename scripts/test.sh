@@ -8,6 +8,8 @@
 #   4. cuda     where the CUDA toolkit is installed: the -DEMU_CUDA=ON build (CUDA backend, NCCL link) must build
 #               and link; its GPU tests run where a GPU is and report themselves skipped elsewhere
 #
+# The last line counts ctest's tests over every part: total: N passed, N failed, N skipped.
+#
 #   scripts/test.sh                   all four parts (what CI runs)
 #   EMU_TEST_QUICK=1 scripts/test.sh  the release part only
 #   scripts/test.sh -R cap_spec       extra arguments go to both ctest runs
@@ -29,16 +31,42 @@ part() {
 part_done() {
   timings+=("$1 $((SECONDS - part_start)) s")
 }
+# ctest with a JUnit report, whose counts add up to the closing line: tests run, failed and skipped over all parts.
+passed=0 failed=0 skipped=0
+junit_count() {  # the testsuite's count attribute $1 in report $2 (0 when absent)
+  local n
+  n=$(grep -m1 -o "[[:space:]]$1=\"[0-9]*\"" "$2" | tr -dc 0-9) || true
+  echo "${n:-0}"
+}
+run_ctest() {
+  local preset=$1
+  shift
+  local report="$root/build/$preset/ctest-junit.xml"
+  rm -f "$report"
+  local rc=0
+  ctest --preset "$preset" --output-junit "$report" "$@" || rc=$?
+  if [[ -f "$report" ]]; then
+    local tests fails skips disabled
+    tests=$(junit_count tests "$report")
+    fails=$(junit_count failures "$report")
+    skips=$(junit_count skipped "$report")
+    disabled=$(junit_count disabled "$report")
+    passed=$((passed + tests - fails - skips - disabled))
+    failed=$((failed + fails))
+    skipped=$((skipped + skips + disabled))
+  fi
+  return "$rc"
+}
 
 part "1/4 $preset build and tests"
 scripts/setup.sh
-ctest --preset "$preset" -j "$(nproc)" "$@"
+run_ctest "$preset" -j "$(nproc)" "$@"
 part_done "$preset"
 
 if [[ "$quick" != 1 ]]; then
   part "2/4 asan build and tests (AddressSanitizer + UndefinedBehaviorSanitizer)"
   EMU_PRESET=asan scripts/setup.sh
-  ctest --preset asan -j "$(nproc)" "$@"
+  run_ctest asan -j "$(nproc)" "$@"
   part_done asan
 
   part "3/4 bounded fuzz runs"
@@ -48,7 +76,7 @@ if [[ "$quick" != 1 ]]; then
   if [[ -x /usr/local/cuda/bin/nvcc ]] || command -v nvcc >/dev/null 2>&1; then
     part "4/4 cuda build (CUDA backend and NCCL must link; GPU tests skip without a GPU)"
     EMU_PRESET=cuda scripts/setup.sh
-    ctest --preset cuda
+    run_ctest cuda
     part_done cuda
   else
     echo "== emu test: 4/4 cuda: skipped, no CUDA toolkit on this machine =="
@@ -57,3 +85,5 @@ fi
 
 summary=$(printf '%s, ' "${timings[@]}")
 echo "emu test: passed (${summary%, })"
+# The closing line: ctest's counts over every part (fuzz targets are not tests and are not counted).
+echo "total: $passed passed, $failed failed, $skipped skipped"
