@@ -170,22 +170,7 @@ void Communicator::set_algorithm(Kind kind, std::string_view name) {
 }
 
 void Communicator::set_algorithms(std::string_view spec) {
-  while (!spec.empty()) {
-    const size_t comma = spec.find(',');
-    const std::string_view item = spec.substr(0, comma);
-    spec = comma == std::string_view::npos ? std::string_view{} : spec.substr(comma + 1);
-    if (item.empty()) continue;
-    const size_t equals = item.find('=');
-    const std::string_view kind_text = item.substr(0, equals);
-    const auto kind = parse_kind(kind_text);
-    if (equals == std::string_view::npos || !kind) {
-      throw InputError(
-          fmt::format("'{}' in the algorithm list: expected <kind>=<algorithm>, kind one of "
-                      "all_reduce, reduce_scatter, all_gather, broadcast, reduce, all_to_all, barrier",
-                      item));
-    }
-    set_algorithm(*kind, item.substr(equals + 1));
-  }
+  for (const auto& [kind, algorithm] : parse_algorithm_list(spec)) set_algorithm(kind, algorithm);
 }
 
 const Algorithm& Communicator::algorithm(Kind kind) const {

@@ -1,7 +1,11 @@
 #include "collectives/types.h"
 
+#include <fmt/format.h>
+
 #include <array>
 #include <numeric>
+
+#include "emu/check.h"
 
 namespace emu::coll {
 namespace {
@@ -18,6 +22,26 @@ std::optional<Kind> parse_kind(std::string_view name) {
     if (kKindNames[i] == name) return kind_at(i);
   }
   return std::nullopt;
+}
+
+std::vector<std::pair<Kind, std::string_view>> parse_algorithm_list(std::string_view list) {
+  std::vector<std::pair<Kind, std::string_view>> items;
+  while (!list.empty()) {
+    const size_t comma = list.find(',');
+    const std::string_view item = list.substr(0, comma);
+    list = comma == std::string_view::npos ? std::string_view{} : list.substr(comma + 1);
+    if (item.empty()) continue;
+    const size_t equals = item.find('=');
+    const auto kind = parse_kind(item.substr(0, equals));
+    if (equals == std::string_view::npos || !kind) {
+      throw InputError(
+          fmt::format("'{}' in the algorithm list: expected <kind>=<algorithm>, kind one of "
+                      "all_reduce, reduce_scatter, all_gather, broadcast, reduce, all_to_all, barrier",
+                      item));
+    }
+    items.emplace_back(*kind, item.substr(equals + 1));
+  }
+  return items;
 }
 
 std::string_view op_name(ReduceOp op) { return kOpNames[static_cast<size_t>(op)]; }

@@ -7,6 +7,8 @@
 #include <optional>
 #include <span>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "emu/dtype.h"
 
@@ -28,6 +30,9 @@ inline constexpr Kind kind_at(size_t index) { return static_cast<Kind>(index); }
 // "all_reduce", "reduce_scatter", ... (the names used on command lines and in JSON)
 std::string_view kind_name(Kind kind);
 std::optional<Kind> parse_kind(std::string_view name);
+// An algorithm list as given on the command line, "all_reduce=ring,all_gather=mpi": (kind, algorithm) in order,
+// empty items skipped. Throws InputError for an item that is not <kind>=<algorithm> with a known kind.
+std::vector<std::pair<Kind, std::string_view>> parse_algorithm_list(std::string_view list);
 // Collectives are called by every rank of a group and numbered; send and recv are point-to-point.
 inline constexpr bool is_collective(Kind kind) { return kind != Kind::kSend && kind != Kind::kRecv; }
 

@@ -1,29 +1,42 @@
-// The ops the transformer needs, behind one interface a device backend can provide (DESIGN.md §6).
+// The ops the transformer needs, behind one interface each device backend provides (DESIGN.md §6).
 //
-// Today the model runs its math on the host (workloads/model/kernels.h, fp32) and widens bf16 buffers to fp32
-// scratch around it. A device whose memory the host cannot compute on fast (CUDA) provides these ops instead, on
-// pointers into its own buffers; the model moves onto this interface in a later change (issue #7 follow-up), so
-// that model and strategy code still never name a backend. Until then the interface is exercised by the parity
-// tests in tests/gpu, against the CPU kernels.
+// The model (workloads/model) computes only through these: on host memory they are the CPU kernels
+// (workloads/model/host_ops.h: OpenBLAS, Eigen, fp32), on a CUDA device its kernels and cuBLAS (emu/cuda/ops.cu).
+// Model and strategy code never name a backend; they ask the device for its ops (model::ops_for).
 //
-// Shapes and semantics are those of workloads/model/kernels.h, row-major, T = b·s rows; every pointer is device
-// memory of the providing backend. Backward ops accumulate (+=) into weight and bias gradients and overwrite
-// input gradients unless they say otherwise. Ops are asynchronous on the backend's stream; synchronize() waits.
-// An op a backend does not provide yet ends the job naming it (EMU_CHECK), never silently computes nothing.
+// Shapes and semantics are those of workloads/model/kernels.h and attention.h, row-major, T = b·s rows; every
+// pointer is memory of the providing backend (a device buffer, or scratch from scratch()). Backward ops accumulate
+// (+=) into weight and bias gradients and overwrite input gradients unless they say otherwise. Ops may run
+// asynchronously on the backend's stream, in order; synchronize() waits for all of them, and must be called before
+// host code reads or writes what an op touched (the model does so before each hook returns control to a strategy).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
+#include <utility>
 
 #include "emu/device.h"
 
 namespace emu {
 
-// Weight layouts of a linear layer (the same two as kernels::WeightLayout).
+// Weight layouts of a linear layer.
 enum class WeightLayout : uint8_t {
   kOutIn,  // torch.nn.Linear: W [out, in], y = x · Wᵀ
   kInOut,  // GPT-2's Conv1D:  W [in, out], y = x · W
+};
+
+// Causal multi-head / grouped-query attention (workloads/model/attention.h): q [T, a·d], k and v [T, kv·d], out
+// [T, a·d], head h reading key/value head h / (a/kv). q, k, v and their gradients may be column blocks of a wider
+// tensor (GPT-2's fused [T, 3h] qkv): their row strides are q_stride and kv_stride.
+struct AttentionShape {
+  int64_t batch = 0;
+  int64_t seq = 0;
+  int64_t heads = 0;      // a
+  int64_t kv_heads = 0;   // kv
+  int64_t head_dim = 0;   // d
+  int64_t q_stride = 0;   // row stride of q and dq; 0: a·d
+  int64_t kv_stride = 0;  // row stride of k, v, dk and dv; 0: kv·d
 };
 
 // One AdamW update over n elements: weights fp32 (mixed recipe's master copy) or bf16; m, v fp32 or bf16 (both
@@ -78,8 +91,8 @@ class Ops {
   // LayerNorm y = (x − mean) · rstd · w + b, mean and rstd [T] kept; backward dx += ..., dw += ..., db += ...
   virtual void layernorm_forward(const float* x, const float* w, const float* b, float* y, float* mean, float* rstd,
                                  int64_t rows, int64_t dim, float eps) = 0;
-  virtual void layernorm_backward(const float* dy, const float* x, const float* w, const float* mean,
-                                  const float* rstd, float* dx, float* dw, float* db, int64_t rows, int64_t dim) = 0;
+  virtual void layernorm_backward(const float* dy, const float* x, const float* w, const float* mean, const float* rstd,
+                                  float* dx, float* dw, float* db, int64_t rows, int64_t dim) = 0;
 
   // Rotary embedding in place on x [T, heads·d], rotate_half convention, cos/sin [seq, d/2]; backward rotates back.
   virtual void rope_apply(float* x, const float* cos, const float* sin, int64_t rows, int64_t seq, int64_t heads,
@@ -101,20 +114,86 @@ class Ops {
   virtual double cross_entropy(float* logits, const int32_t* targets, int64_t rows, int64_t vocab,
                                float grad_scale) = 0;
 
-  // Flash-style causal attention (workloads/model/attention.h): q [T, heads·d], k and v [T, kv_heads·d] (grouped
-  // query: head h reads kv head h / (heads / kv_heads)), out [T, heads·d], lse [b, heads, s] kept for backward;
-  // backward overwrites dq, dk, dv.
-  virtual void attention_forward(const float* q, const float* k, const float* v, float* out, float* lse,
-                                 int64_t batch, int64_t seq, int64_t heads, int64_t kv_heads, int64_t head_dim) = 0;
-  virtual void attention_backward(const float* q, const float* k, const float* v, const float* out, const float* dout,
-                                  const float* lse, float* dq, float* dk, float* dv, int64_t batch, int64_t seq,
-                                  int64_t heads, int64_t kv_heads, int64_t head_dim) = 0;
+  // Attention, classic: probs [b, a, s, s] receives the causal softmax of q·kᵀ/√d (zeros above the diagonal);
+  // backward overwrites dq, dk, dv and uses dscores [b, a, s, s] as its work area.
+  virtual void attention_forward_classic(const AttentionShape& shape, const float* q, const float* k, const float* v,
+                                         float* probs, float* out) = 0;
+  virtual void attention_backward_classic(const AttentionShape& shape, const float* q, const float* k, const float* v,
+                                          const float* probs, const float* out, const float* dout, float* dq, float* dk,
+                                          float* dv, float* dscores) = 0;
+  // Attention, flash-style: keeps lse [b, a, s], the logsumexp of each scaled, masked score row, and recomputes
+  // the probabilities from it in backward; backward overwrites dq, dk, dv.
+  virtual void attention_forward_flash(const AttentionShape& shape, const float* q, const float* k, const float* v,
+                                       float* out, float* lse) = 0;
+  virtual void attention_backward_flash(const AttentionShape& shape, const float* q, const float* k, const float* v,
+                                        const float* out, const float* lse, const float* dout, float* dq, float* dk,
+                                        float* dv) = 0;
 
   // y = a + b; y += x
   virtual void add(const float* a, const float* b, float* y, size_t n) = 0;
   virtual void accumulate(float* y, const float* x, size_t n) = 0;
+  // y = bf16(float(y) + x): a gradient accumulated into a bf16 buffer, rounded to nearest even once per call.
+  virtual void accumulate_bf16(uint16_t* y, const float* x, size_t n) = 0;
 
   virtual void adamw(const AdamWOp& op) = 0;
+
+  // Memory the ops work in that no emulated GPU would hold (fp32 working copies, host-side inputs brought over):
+  // not charged to the device's cap. Backend memory; zero-filled when `zero`.
+  virtual void* scratch_allocate(size_t bytes, bool zero) = 0;
+  virtual void scratch_free(void* data, size_t bytes) = 0;
+  // Host → backend memory, and zero-filling backend memory; ordered with the ops.
+  virtual void copy_from_host(void* dst, const void* src, size_t bytes) = 0;
+  virtual void fill_zero(void* dst, size_t bytes) = 0;
+};
+
+// Backend scratch of a growing size (Ops::scratch_allocate), released when destroyed. Move-only.
+class Scratch {
+ public:
+  Scratch() = default;
+  ~Scratch() { release(); }
+  Scratch(Scratch&& other) noexcept { swap(other); }
+  Scratch& operator=(Scratch&& other) noexcept {
+    if (this != &other) {
+      release();
+      swap(other);
+    }
+    return *this;
+  }
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+
+  // At least `bytes` of ops' scratch (reused when big enough), zero-filled over those bytes when `zero`.
+  void* reserve(Ops& ops, size_t bytes, bool zero) {
+    if (ops_ != &ops || bytes > bytes_) {
+      release();
+      data_ = ops.scratch_allocate(bytes, zero);
+      ops_ = &ops;
+      bytes_ = bytes;
+    } else if (zero && bytes > 0) {
+      ops.fill_zero(data_, bytes);
+    }
+    return data_;
+  }
+  template <typename T>
+  T* reserve_as(Ops& ops, size_t count, bool zero) {
+    return static_cast<T*>(reserve(ops, count * sizeof(T), zero));
+  }
+  void release() {
+    if (ops_ != nullptr && data_ != nullptr) ops_->scratch_free(data_, bytes_);
+    ops_ = nullptr;
+    data_ = nullptr;
+    bytes_ = 0;
+  }
+
+ private:
+  void swap(Scratch& other) noexcept {
+    std::swap(ops_, other.ops_);
+    std::swap(data_, other.data_);
+    std::swap(bytes_, other.bytes_);
+  }
+  Ops* ops_ = nullptr;
+  void* data_ = nullptr;
+  size_t bytes_ = 0;
 };
 
 // A Device whose backend provides Ops derives from this too; ops_of() finds them without naming the backend.

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The GPU check (issue #7), for a machine with an NVIDIA GPU, the CUDA toolkit, NCCL and emu's other
 # dependencies (scripts/setup.sh): builds the cuda preset, runs the GPU parity tests (CUDA ops against the CPU
-# kernels, the CUDA device, NCCL against MPI) and a short 2-rank emu run, then prints a summary. Under 8 minutes
-# on one H100/H200 with 16 cores; every stage has its own time limit.
+# kernels, the CUDA device, NCCL against MPI, a training step), emu training runs on the GPU compared with the same
+# runs on the CPU (8 emulated GPUs sharing one card; a 2-rank GPT-2 run; NCCL where there are several GPUs), then
+# prints a summary. Under 8 minutes on one H100/H200 with 16 cores; every stage has its own time limit.
 #
 #   scripts/gpu-check.sh            # exit 0 only if every stage passed and no GPU test was skipped
 #
@@ -50,12 +51,41 @@ if grep -q "Not Run\|Skipped" "${ctest_log}"; then
   status=1
 fi
 
-# A short 2-rank training run of the CUDA build's emu. The app still makes CPU devices and MPI communicators
-# (emu/app/run.cpp does not select through make_device / make_communicator yet), so this checks that the CUDA
-# build runs every strategy end to end; the GPU itself is exercised by the tests above.
-stage "2-rank emu run (gpt2, shrink 8, ddp+zero2+fsdp, 2 steps)" 120 \
-  scripts/mpirun -np 2 build/cuda/bin/emu --model gpt2 --shrink 8 --steps 2 --strategies ddp,zero2,fsdp \
-  --cap 80GB-scaled
+# Training runs of emu itself on the GPU (--device cuda), each beside the same run on the CPU: the memory
+# accounting must agree to the byte and the losses within 1e-3 relative (check-runs below, from the two JSON files).
+out=$(mktemp -d)
+emu_pair() {  # emu_pair NAME RANKS ARGS...: the run on cuda and on cpu, then the comparison
+  local name=$1 ranks=$2
+  shift 2
+  scripts/mpirun -np "${ranks}" build/cuda/bin/emu --device cuda --json "${out}/${name}-cuda.json" "$@" &&
+    scripts/mpirun -np "${ranks}" build/cuda/bin/emu --device cpu --json "${out}/${name}-cpu.json" "$@" >/dev/null &&
+    python3 - "${out}/${name}-cuda.json" "${out}/${name}-cpu.json" <<'PY'
+import json, sys
+gpu, cpu = (json.load(open(path)) for path in sys.argv[1:3])
+bad = 0
+for g, c in zip(gpu["strategies"], cpu["strategies"]):
+    for key in ("peak_bytes_per_rank", "verdict", "traffic_per_step"):
+        if g.get(key) != c.get(key):
+            print(f"{g['name']}: {key} cuda {g.get(key)} != cpu {c.get(key)}"); bad += 1
+    for step, (lg, lc) in enumerate(zip(g["losses"], c["losses"]), 1):
+        if abs(lg - lc) > 1e-3 * abs(lc):
+            print(f"{g['name']}: step {step} loss cuda {lg} vs cpu {lc}"); bad += 1
+print(f"cuda vs cpu: {len(gpu['strategies'])} strategies compared, {bad} differences")
+sys.exit(1 if bad else 0)
+PY
+}
+# Several emulated GPUs on one real GPU (collectives over MPI): 8 x A100-40GB on one card, the README's default job.
+stage "8 ranks on one GPU, the default job (--device cuda vs cpu)" 150 emu_pair default8 8 --cap 40GB-scaled
+# A GPT-2 run with classic attention and fp32, 2 ranks.
+stage "2 ranks, gpt2 fp32 classic attention (--device cuda vs cpu)" 90 \
+  emu_pair gpt2 2 --model gpt2 --shrink 8 --steps 2 --strategies ddp,zero2,fsdp --precision fp32 \
+  --attention classic --cap 80GB-scaled
+# One rank per GPU where the machine has several: NCCL, steered to its tree all-reduce.
+gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
+if ((gpus >= 2)); then
+  stage "${gpus} ranks, one GPU each (NCCL, all_reduce=tree)" 90 \
+    scripts/mpirun -np "${gpus}" build/cuda/bin/emu --device cuda --collectives all_reduce=tree --cap 80GB-scaled
+fi
 
 echo
 echo "== summary ($(($(date +%s) - start)) s)"

@@ -1,5 +1,7 @@
 #include "collectives/nccl/select.h"
 
+#include <fmt/format.h>
+
 #include <cstdlib>
 #include <string_view>
 #include <vector>
@@ -36,21 +38,32 @@ bool every_rank_has_own_gpu(MPI_Comm comm, int gpu) {
   return any_shared == 0;
 }
 
-void steer_nccl_algorithm() {
-  const char* requested = std::getenv("EMU_NCCL_ALGO");
-  if (requested == nullptr || std::getenv("NCCL_ALGO") != nullptr) return;
-  const std::string_view name = requested;
-  if (name == "ring") {
-    setenv("NCCL_ALGO", "Ring", 0);
-  } else if (name == "tree") {
-    setenv("NCCL_ALGO", "Tree", 0);
-  } else {
-    throw InputError(fmt::format("EMU_NCCL_ALGO={} is not an NCCL algorithm; accepted: ring, tree", name));
-  }
+// NCCL reads NCCL_ALGO when a communicator is made; one set by the user wins over the algorithm list.
+void steer_nccl(std::string_view algorithms) {
+  const std::string setting = nccl_algo_setting(algorithms);
+  if (!setting.empty() && std::getenv("NCCL_ALGO") == nullptr) setenv("NCCL_ALGO", setting.c_str(), 0);
 }
 #endif
 
 }  // namespace
+
+std::string nccl_algo_setting(std::string_view algorithms) {
+  std::string setting;
+  for (const auto& [kind, algorithm] : parse_algorithm_list(algorithms)) {
+    if (algorithm == "mpi" || algorithm == "nccl" || kind == Kind::kAllToAll || kind == Kind::kBarrier) continue;
+    const bool tree_ok = kind == Kind::kAllReduce;
+    if (algorithm != "ring" && !(tree_ok && algorithm == "tree")) {
+      throw InputError(
+          fmt::format("{}={}: over NCCL the collectives run inside NCCL, which offers {} for {} "
+                      "(or nccl: NCCL's own choice)",
+                      kind_name(kind), algorithm, tree_ok ? "ring and tree" : "ring", kind_name(kind)));
+    }
+    std::string nccl_name(kind_name(kind));
+    std::erase(nccl_name, '_');  // all_reduce -> allreduce, as NCCL names its collectives
+    setting += fmt::format("{}{}:{}", setting.empty() ? "" : ";", nccl_name, algorithm);
+  }
+  return setting;
+}
 
 std::string choose_library(MPI_Comm comm, const Device& device) {
 #if defined(EMU_CUDA)
@@ -70,7 +83,6 @@ std::string choose_library(MPI_Comm comm, const Device& device) {
 std::unique_ptr<Link> make_link(MPI_Comm comm, const Device& device) {
 #if defined(EMU_CUDA)
   if (choose_library(comm, device) == "nccl") {
-    steer_nccl_algorithm();
     int gpu = 0;
     EMU_CUDA_CHECK(cudaGetDevice(&gpu));
     return make_nccl_link(comm, gpu);
@@ -79,14 +91,22 @@ std::unique_ptr<Link> make_link(MPI_Comm comm, const Device& device) {
   return make_mpi_link(comm);
 }
 
-std::unique_ptr<Communicator> make_communicator(MPI_Comm comm, Device& device, std::string name, Options options) {
-  auto link = make_link(comm, device);
-  const bool nccl = link->library() == "nccl";
-  auto communicator = std::make_unique<Communicator>(std::move(link), device, std::move(name), options);
-  if (nccl) {
+std::unique_ptr<Communicator> make_communicator(MPI_Comm comm, Device& device, std::string name, Options options,
+                                                std::string_view algorithms) {
+#if defined(EMU_CUDA)
+  if (choose_library(comm, device) == "nccl") {
+    steer_nccl(algorithms);
+    int gpu = 0;
+    EMU_CUDA_CHECK(cudaGetDevice(&gpu));
+    auto communicator =
+        std::make_unique<Communicator>(make_nccl_link(comm, gpu), device, std::move(name), std::move(options));
     communicator->set_algorithms(
         "all_reduce=mpi,reduce_scatter=mpi,all_gather=mpi,broadcast=mpi,reduce=mpi,all_to_all=mpi,barrier=mpi");
+    return communicator;
   }
+#endif
+  auto communicator = std::make_unique<Communicator>(make_mpi_link(comm), device, std::move(name), std::move(options));
+  if (!algorithms.empty()) communicator->set_algorithms(algorithms);
   return communicator;
 }
 

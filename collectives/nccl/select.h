@@ -4,18 +4,18 @@
 // has a GPU of its own; otherwise MPI (ranks sharing one card, the cpu and shapes backends, CPU-only builds).
 //
 // Algorithms over NCCL: collectives/reduce.cpp combines partial sums on the host, so our ring/tree/rhd algorithms
-// need host-readable buffers; over cudaMalloc'ed buffers they would need device reductions (not written yet). A
-// communicator over NCCL therefore starts with every kind on the library pass-through (registered as "mpi"
-// in collectives/registry.cpp: it calls Link::native, which here is NCCL's own collective), and the ledger is
-// charged with the same nominal volumes the MPI pass-through charges. Which algorithm NCCL runs inside is NCCL's
-// choice, steered by the environment: EMU_NCCL_ALGO=ring|tree sets NCCL_ALGO=Ring|Tree before the communicator
-// is made (an NCCL_ALGO already set wins).
+// need host-readable buffers. A communicator over NCCL therefore runs every kind on the library pass-through
+// (registered as "mpi" in collectives/registry.cpp: it calls Link::native, which here is NCCL's own collective),
+// and the ledger is charged with the same nominal volumes the MPI pass-through charges. The algorithm names of an
+// algorithm list (emu --collectives) then steer NCCL's own choice through NCCL_ALGO (nccl_algo_setting); an
+// NCCL_ALGO already in the environment wins.
 #pragma once
 
 #include <mpi.h>
 
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "collectives/communicator.h"
 #include "collectives/link.h"
@@ -29,8 +29,17 @@ std::string choose_library(MPI_Comm comm, const Device& device);
 // A Link over `comm` in the chosen library. Collective over comm.
 std::unique_ptr<Link> make_link(MPI_Comm comm, const Device& device);
 
-// A communicator over make_link(comm, device); over NCCL, every kind on the pass-through (see above).
+// NCCL's per-collective NCCL_ALGO value (NCCL 2.24 and later) for an algorithm list such as
+// "all_reduce=tree,all_gather=ring": "allreduce:tree;allgather:ring". Kinds left to the library ("mpi", "nccl")
+// and kinds NCCL runs point to point (all_to_all, barrier) are left out; empty when nothing is steered. Throws
+// InputError for an algorithm NCCL does not run: all_reduce accepts ring and tree, reduce_scatter, all_gather,
+// broadcast and reduce accept ring.
+std::string nccl_algo_setting(std::string_view algorithms);
+
+// A communicator over make_link(comm, device) running `algorithms` (Communicator::set_algorithms; empty: the
+// defaults). Over NCCL, every kind on the pass-through, with `algorithms` steering NCCL (see above).
 std::unique_ptr<Communicator> make_communicator(MPI_Comm comm, Device& device, std::string name = "world",
-                                                Options options = Options::from_environment());
+                                                Options options = Options::from_environment(),
+                                                std::string_view algorithms = {});
 
 }  // namespace emu::coll

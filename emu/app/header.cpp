@@ -66,10 +66,9 @@ void print_run_header(const MpiSession& mpi, const RunOptions& options) {
     text += fmt::format("  plan      shapes only at full scale for {} ranks: no data, no math\n",
                         options.plan_ranks > 0 ? options.plan_ranks : mpi.world());
   } else {
-    text += fmt::format("  shrink    k = {}{}: memory terms / k^2 = / {}\n", k,
-                        options.shrink_chosen ? " (the smallest k leaving at most 4M parameters; --shrink to choose)"
-                                              : "",
-                        k2);
+    text += fmt::format(
+        "  shrink    k = {}{}: memory terms / k^2 = / {}\n", k,
+        options.shrink_chosen ? " (the smallest k leaving at most 4M parameters; --shrink to choose)" : "", k2);
   }
   if (options.plan) {
     text += fmt::format("  cap       {} per GPU, as stated: a plan is at full scale\n",
@@ -81,8 +80,14 @@ void print_run_header(const MpiSession& mpi, const RunOptions& options) {
                                      format_bytes(options.reserve_full_scale))
                        : fmt::format("  reserve   {} at full scale / {} = {} per rank (CUDA context, NCCL buffers)\n",
                                      format_bytes(options.reserve_full_scale), k2, format_bytes(reserve));
-  text += fmt::format("  on OOM    {}\n", options.strict_oom ? "abort at once (strict)"
-                                                              : "finish the step over the cap, then report");
+  if (options.device == "cuda" && !options.plan) {
+    text += fmt::format(
+        "  device    cuda: buffers on real GPUs (rank r on GPU local rank % GPUs on its host), the math in "
+        "CUDA kernels and cuBLAS; collectives over NCCL when every rank has a GPU of its own, else "
+        "MPI\n");
+  }
+  text += fmt::format("  on OOM    {}\n",
+                      options.strict_oom ? "abort at once (strict)" : "finish the step over the cap, then report");
   if (binding.oversubscribed) {
     text += fmt::format("  placement oversubscribed: {} ranks share {} cores on this host; ranks are not bound\n",
                         mpi.local_size(), host.cores);

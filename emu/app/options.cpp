@@ -1,11 +1,12 @@
 #include "emu/app/options.h"
 
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <CLI/CLI.hpp>
 
 #include <filesystem>
 
 #include "emu/app/deepspeed.h"
+#include "emu/backend.h"
 #include "emu/check.h"
 #include "emu/log.h"
 #include "emu/units.h"
@@ -62,9 +63,10 @@ std::vector<Expectation> parse_expectations(const std::vector<std::string>& text
       const std::string who = equals == std::string::npos ? "all" : item.substr(0, equals);
       const std::string what = equals == std::string::npos ? item : item.substr(equals + 1);
       if (what != "fit" && what != "oom") {
-        throw InputError(fmt::format("--expect '{}': the verdict '{}' is not 'fit' or 'oom' (e.g. --expect fit, "
-                                     "--expect zero3=fit,ddp=oom)",
-                                     item, what));
+        throw InputError(
+            fmt::format("--expect '{}': the verdict '{}' is not 'fit' or 'oom' (e.g. --expect fit, "
+                        "--expect zero3=fit,ddp=oom)",
+                        item, what));
       }
       if (who != "all") {
         strategy::Options probe;
@@ -101,7 +103,8 @@ ParsedCommandLine parse_command_line(int argc, const char* const* argv, int worl
 
   app.add_option("--model", options.model,
                  fmt::format("a preset ({}) or a Hugging Face config.json", fmt::join(model::preset_names(), ", ")))
-      ->capture_default_str()->group("Model");
+      ->capture_default_str()
+      ->group("Model");
   app.add_option("--shrink,-k", shrink,
                  "shrink factor k: hidden, FFN, vocabulary and sequence length / k, every memory term / k^2 "
                  "(default: the smallest k that leaves at most 4M parameters)")
@@ -112,7 +115,8 @@ ParsedCommandLine parse_command_line(int argc, const char* const* argv, int worl
   app.add_option("--attention", attention,
                  "flash (only a logsumexp per row is saved, as SDPA and FlashAttention do) or classic (the score "
                  "matrix is saved)")
-      ->capture_default_str()->group("Model");
+      ->capture_default_str()
+      ->group("Model");
   options.model_options.checkpoint = true;
   app.add_flag("--checkpoint,!--no-checkpoint", options.model_options.checkpoint,
                "activation checkpointing per block, as gradient_checkpointing=True (default: on)")
@@ -123,7 +127,8 @@ ParsedCommandLine parse_command_line(int argc, const char* const* argv, int worl
                              fmt::join(strategy::strategy_names(), ", "), fmt::join(kDefaultStrategies, ",")))
       ->group("Training");
   app.add_option("--precision", precision, "mixed (bf16 + fp32 master, 16 B/param), bf16 (8 B/param) or fp32")
-      ->capture_default_str()->group("Training");
+      ->capture_default_str()
+      ->group("Training");
   app.add_option("--steps", options.steps, "optimizer steps per strategy")->capture_default_str()->group("Training");
   app.add_option("--grad-accum", accumulation, "micro-batches per optimizer step (default 1)")->group("Training");
   app.add_flag("--offload", options.offload, "optimizer state in host memory (ZeRO-Offload); PCIe bytes counted")
@@ -131,8 +136,7 @@ ParsedCommandLine parse_command_line(int argc, const char* const* argv, int worl
   app.add_option("--lr", lr, "peak learning rate (default 1e-3)")->group("Training");
   app.add_option("--clip", clip, "gradient clipping by global norm; 0 turns it off (default 1.0)")->group("Training");
   app.add_option("--seed", seed, "initial weights and synthetic data")->capture_default_str()->group("Training");
-  app.add_flag("--bucket-view", bucket_view, "DDP: gradient_as_bucket_view=True (no bucket copies)")
-      ->group("Training");
+  app.add_flag("--bucket-view", bucket_view, "DDP: gradient_as_bucket_view=True (no bucket copies)")->group("Training");
   app.add_option("--collectives", options.collectives,
                  "algorithms per collective, e.g. all_reduce=rhd,all_gather=mpi (default: ring everywhere)")
       ->group("Training");
@@ -144,11 +148,20 @@ ParsedCommandLine parse_command_line(int argc, const char* const* argv, int worl
                  "optimizer, WarmupLR")
       ->group("Training");
 
-  app.add_option("--cap", cap_text, "memory per emulated GPU: " + cap_spec_help())->capture_default_str()
+  app.add_option("--device", options.device,
+                 "where each rank's emulated GPU keeps its buffers and computes: cpu (host memory, OpenBLAS), or "
+                 "cuda (a real GPU, cuBLAS and CUDA kernels; builds with -DEMU_CUDA=ON). Ranks on a host share its "
+                 "GPUs round-robin, each under its own cap; collectives go through NCCL when every rank has a GPU of "
+                 "its own, through MPI otherwise")
+      ->capture_default_str()
+      ->group("Emulated GPU");
+  app.add_option("--cap", cap_text, "memory per emulated GPU: " + cap_spec_help())
+      ->capture_default_str()
       ->group("Emulated GPU");
   app.add_option("--reserve", reserve_text,
                  "fixed overheads per GPU at full scale (CUDA context, NCCL buffers), inside the cap; / k^2")
-      ->capture_default_str()->group("Emulated GPU");
+      ->capture_default_str()
+      ->group("Emulated GPU");
   app.add_flag("--strict-oom", options.strict_oom,
                "abort at the first allocation past the cap, as a GPU would, instead of finishing the step over "
                "the cap and reporting what it would have needed")
@@ -160,7 +173,8 @@ ParsedCommandLine parse_command_line(int argc, const char* const* argv, int worl
       ->group("Modes");
   app.add_option("--find-limit", options.find_limit,
                  "search, per strategy, the largest micro-batch or seq-len that fits the cap (shapes only)")
-      ->check(CLI::IsMember({"micro-batch", "seq-len"}))->group("Modes");
+      ->check(CLI::IsMember({"micro-batch", "seq-len"}))
+      ->group("Modes");
 
   std::vector<std::string> fault_texts;
   app.add_option("--fault", fault_texts,
@@ -170,15 +184,15 @@ ParsedCommandLine parse_command_line(int argc, const char* const* argv, int worl
   app.add_option("--watchdog", options.watchdog_seconds,
                  "seconds a collective may take before every rank says where it waits and the job ends (exit 3); "
                  "0 turns it off")
-      ->capture_default_str()->group("Faults");
+      ->capture_default_str()
+      ->group("Faults");
   app.add_flag("--check-collectives", options.check_collectives,
                "before each collective the ranks compare what they call; disagreeing ranks are named (exit 3)")
       ->group("Faults");
 
   app.add_option("--json", options.json_path, "write the results as JSON to FILE")->group("Outputs");
   app.add_option("--trace", options.trace_path, "write a Chrome-trace / Perfetto JSON to FILE")->group("Outputs");
-  app.add_option("--svg", options.svg_path, "write a picture of memory over time per rank to FILE")
-      ->group("Outputs");
+  app.add_option("--svg", options.svg_path, "write a picture of memory over time per rank to FILE")->group("Outputs");
   app.add_option("--expect", expect_texts,
                  "fit, oom, or per strategy (zero3=fit,ddp=oom): exit 1 when the run disagrees")
       ->group("Outputs");
@@ -219,9 +233,10 @@ ParsedCommandLine parse_command_line(int argc, const char* const* argv, int worl
     const int64_t mb = micro_batch > 0 ? micro_batch : 1;
     const int64_t acc = accumulation > 0 ? accumulation : 1;
     if (ds.train_batch_size > 0 && ds.train_batch_size != mb * acc * world) {
-      throw InputError(fmt::format("{}: train_batch_size {} is not train_micro_batch_size_per_gpu {} x "
-                                   "gradient_accumulation_steps {} x {} ranks = {}",
-                                   options.deepspeed, ds.train_batch_size, mb, acc, world, mb * acc * world));
+      throw InputError(
+          fmt::format("{}: train_batch_size {} is not train_micro_batch_size_per_gpu {} x "
+                      "gradient_accumulation_steps {} x {} ranks = {}",
+                      options.deepspeed, ds.train_batch_size, mb, acc, world, mb * acc * world));
     }
     if (!ds.ignored.empty()) {
       log::warn("app", "{}: not modelled by emu, ignored: {}", options.deepspeed, fmt::join(ds.ignored, ", "));
@@ -255,8 +270,8 @@ ParsedCommandLine parse_command_line(int argc, const char* const* argv, int worl
     throw InputError(fmt::format("--grad-accum {} is out of range; accepted: 1 to 4096", accumulation));
   }
   if (options.ranks_per_node < 0 || options.ranks_per_node > kMaxRanks) {
-    throw InputError(fmt::format("--ranks-per-node {} is out of range; accepted: 1 to the number of ranks",
-                                 options.ranks_per_node));
+    throw InputError(
+        fmt::format("--ranks-per-node {} is out of range; accepted: 1 to the number of ranks", options.ranks_per_node));
   }
   if (options.ranks_per_node > 0 && world % options.ranks_per_node != 0) {
     throw InputError(fmt::format("--ranks-per-node {} does not divide the {} ranks; accepted: a divisor of {}",
@@ -313,6 +328,20 @@ ParsedCommandLine parse_command_line(int argc, const char* const* argv, int worl
     }
   }
   if (!options.find_limit.empty()) options.plan = true;  // the search plans at full scale
+  if (options.device != "cpu" && options.device != "cuda") {
+    throw InputError(fmt::format("--device '{}' is not a backend; accepted: cpu, cuda", options.device));
+  }
+  if (options.device == "cuda" && !options.plan) {
+    if (device_backends().find("cuda") == std::string::npos) {
+      throw InputError(
+          fmt::format("--device cuda: this build has {} only; build with the cuda preset "
+                      "(cmake --preset cuda) on a machine with the CUDA toolkit",
+                      device_backends()));
+    }
+    if (!cuda_available()) {
+      throw InputError("--device cuda: no GPU is visible to this process (check nvidia-smi, CUDA_VISIBLE_DEVICES)");
+    }
+  }
   for (const std::string* path : {&options.json_path, &options.trace_path, &options.svg_path}) {
     if (path->empty()) continue;
     const std::filesystem::path parent = std::filesystem::path(*path).parent_path();
@@ -323,8 +352,8 @@ ParsedCommandLine parse_command_line(int argc, const char* const* argv, int worl
   options.expectations = parse_expectations(expect_texts);
   options.faults = parse_faults(fault_texts, world);
   if (!(options.watchdog_seconds >= 0 && options.watchdog_seconds <= 86400)) {
-    throw InputError(fmt::format("--watchdog {} is out of range; accepted: 0 (off) to 86400 seconds",
-                                 options.watchdog_seconds));
+    throw InputError(
+        fmt::format("--watchdog {} is out of range; accepted: 0 (off) to 86400 seconds", options.watchdog_seconds));
   }
   return parsed;
 }

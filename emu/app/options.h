@@ -40,6 +40,7 @@ struct RunOptions {
   std::string deepspeed;    // the DeepSpeed config the strategy knobs came from, if any
 
   // The emulated GPU.
+  std::string device = "cpu";  // its backend: "cpu" or "cuda" (EMU_CUDA builds); --plan accounts shapes only
   CapSpec cap = parse_cap_spec("none");
   uint64_t reserve_full_scale = 0;  // fixed overheads at full scale; each rank is charged reserve / k²
   bool strict_oom = false;

@@ -10,7 +10,8 @@
 #include <memory>
 #include <optional>
 
-#include "collectives/mpi/mpi_communicator.h"
+#include "collectives/nccl/select.h"
+#include "emu/backend.h"
 #include "emu/check.h"
 #include "emu/device.h"
 #include "emu/log.h"
@@ -66,8 +67,8 @@ std::vector<std::vector<T>> gather_vectors(const std::vector<T>& mine, int rank,
     total += sizes[r];
   }
   std::vector<char> all(rank == 0 ? static_cast<size_t>(total) : 0);
-  EMU_MPI_CHECK(MPI_Gatherv(mine.data(), bytes, MPI_BYTE, all.data(), sizes.data(), offsets.data(), MPI_BYTE, 0,
-                            MPI_COMM_WORLD));
+  EMU_MPI_CHECK(
+      MPI_Gatherv(mine.data(), bytes, MPI_BYTE, all.data(), sizes.data(), offsets.data(), MPI_BYTE, 0, MPI_COMM_WORLD));
   std::vector<std::vector<T>> out;
   for (int r = 0; rank == 0 && r < world; ++r) {
     const T* begin = reinterpret_cast<const T*>(all.data() + offsets[r]);
@@ -191,8 +192,7 @@ Groups make_groups(Device& device, const RunOptions& options, int ranks_per_node
   coll::Options collective_options = coll::Options::from_environment();
   collective_options.watchdog_seconds = options.watchdog_seconds;
   collective_options.check_calls = collective_options.check_calls || options.check_collectives;
-  groups.world = coll::make_mpi_communicator(MPI_COMM_WORLD, device, "world", collective_options);
-  if (!options.collectives.empty()) groups.world->set_algorithms(options.collectives);
+  groups.world = coll::make_communicator(MPI_COMM_WORLD, device, "world", collective_options, options.collectives);
   const int rank = groups.world->rank();
   groups.intra = groups.world->split(rank / ranks_per_node, rank, fmt::format("intra-node {}", rank / ranks_per_node));
   groups.inter = groups.world->split(rank % ranks_per_node, rank, fmt::format("inter-node {}", rank % ranks_per_node));
@@ -219,14 +219,14 @@ class Runner {
     // The trace's zero: the memory timeline counts from the pool's making, just after this.
     std::optional<SpanRecorder> spans;
     if (!options_.trace_path.empty()) spans.emplace(steady_seconds());
-    auto device = shapes ? make_shapes_device(memory) : make_cpu_device(memory);
+    auto device = shapes ? make_shapes_device(memory) : make_device(options_.device, memory, mpi_.local_rank());
     device->memory().set_strategy(outcome.name);
     auto host = make_cpu_device({});  // optimizer offload's host memory, off the cap
     Groups groups = make_groups(*device, options_, report_.ranks_per_node);
     model::Model model(*device, report_.model, options_.model_options);
-    auto strategy = strategy::make_strategy(
-        {*device, *groups.world, model, groups.intra.get(), groups.inter.get(), options_.offload ? host.get() : nullptr},
-        strategy_options);
+    auto strategy = strategy::make_strategy({*device, *groups.world, model, groups.intra.get(), groups.inter.get(),
+                                             options_.offload ? host.get() : nullptr},
+                                            strategy_options);
     if (spans) trace(*spans, groups, *strategy);
     {
       PhaseScope phase(device->memory(), "set-up: parameters, gradients and optimizer state");
@@ -235,8 +235,7 @@ class Runner {
       if (spans) spans->add("set-up", "setup", start, steady_seconds());
     }
     outcome.prediction = strategy::predict(
-        strategy_options,
-        strategy::analytic_input(model, mpi_.world(), report_.ranks_per_node, options_.accumulation));
+        strategy_options, strategy::analytic_input(model, mpi_.world(), report_.ranks_per_node, options_.accumulation));
     outcome.predicted_activations = model::saved_activation_bytes(report_.model, options_.model_options);
 
     data::SyntheticConfig synthetic;
@@ -248,8 +247,7 @@ class Runner {
     for (int step = 0; step < options_.steps; ++step) {
       std::vector<data::Batch> micro_batches;
       for (int m = 0; m < options_.accumulation; ++m) {
-        micro_batches.push_back(
-            tokens.batch(step, data::sample_offset(mpi_.rank(), mpi_.world(), m, batch), batch));
+        micro_batches.push_back(tokens.batch(step, data::sample_offset(mpi_.rank(), mpi_.world(), m, batch), batch));
       }
       inject_faults(options_.faults, mpi_.rank(), step + 1, &strategy_options == &options_.strategies.front(),
                     [&] { groups.world->barrier("fault: an extra barrier"); });

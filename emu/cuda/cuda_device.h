@@ -15,8 +15,9 @@ namespace emu::cuda {
 
 // Where a CUDA device's buffers live.
 enum class Memory : uint8_t {
-  // cudaMallocManaged: on the GPU, and readable by host code too. The default while the model and the collective
-  // algorithms still compute on the host (kernels.h, collectives/reduce.cpp): the same run works unchanged.
+  // cudaMallocManaged: on the GPU, and readable by host code too. The default while the strategies' bookkeeping
+  // and the collective algorithms' reductions are host code (collectives/reduce.cpp); the model's math and AdamW
+  // run in the CUDA ops either way.
   kManaged,
   // cudaMalloc: GPU memory proper, for code that computes only through Ops and NCCL.
   kDevice,

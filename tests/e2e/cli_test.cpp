@@ -83,7 +83,9 @@ INSTANTIATE_TEST_SUITE_P(
                       BadInput{"--reserve lots", "--cap 'lots'"},
                       BadInput{"--reserve 1GB-scaled", "--reserve '1GB-scaled' must be a plain size"},
                       BadInput{"--no-such-flag", "--no-such-flag"},
-                      BadInput{"--log loud", "log level 'loud' is not one of"}));
+                      BadInput{"--log loud", "log level 'loud' is not one of"},
+                      BadInput{"--device tpu", "--device 'tpu' is not a backend; accepted: cpu, cuda"},
+                      BadInput{"--device cuda", "--device cuda: this build has cpu, shapes only"}));
 
 }  // namespace
 }  // namespace emu

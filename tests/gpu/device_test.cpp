@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "emu/check.h"
-#include "emu/cuda/backend.h"
+#include "emu/backend.h"
 #include "emu/ops.h"
 #include "emu/units.h"
 #include "tests/gpu/gpu_test_support.h"

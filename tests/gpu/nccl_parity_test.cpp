@@ -11,7 +11,7 @@
 
 #include "collectives/mpi/mpi_communicator.h"
 #include "collectives/nccl/select.h"
-#include "emu/cuda/backend.h"
+#include "emu/backend.h"
 #include "emu/cuda/check.h"
 #include "emu/cuda/cuda_device.h"
 

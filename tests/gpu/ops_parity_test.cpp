@@ -1,27 +1,34 @@
-// Every CUDA op (emu/cuda/ops.cu) against the CPU kernels it replaces (workloads/model/kernels.h, optim/adamw.h).
+// Every CUDA op (emu/cuda/ops.cu) against the CPU kernels it replaces (workloads/model/kernels.h, attention.h,
+// optim/adamw.h), and the ops' memory helpers (scratch, host copies, zero fill).
 //
 // Tolerances (|gpu − cpu| ≤ atol + rtol·|cpu|), chosen from how the two sides compute:
-//   exact (0, 0)        casts (same rounding bit for bit), embedding forward/backward, add, accumulate (the same
-//                       additions in the same order)
+//   exact (0, 0)        casts (same rounding bit for bit), embedding forward/backward, add, accumulate,
+//                       accumulate_bf16 (the same additions in the same order, one bf16 rounding)
 //   1e-6, 1e-6          rotary embedding (the same products; FMA contraction may differ by an ulp)
 //   1e-6, 1e-5          GELU, SwiGLU (CUDA's expf/tanhf against Eigen's vectorised exp/tanh, a few ulp each)
 //   1e-5, 1e-5          norms (row sums in double on both sides, summed in another order)
 //   1e-4, 1e-4          matrix products, K ≤ 128 with inputs in [−1, 1] (cuBLAS and OpenBLAS sum in different
 //                       orders; fp32 accumulation on both, TF32 off), cross-entropy's dlogits and loss
+//   1e-5, 1e-4          attention, classic and flash, forward (probs, lse, out) and backward (dS, dq, dk, dv),
+//                       s ≤ 17, d = 8, inputs in [−1, 1]: per-thread dot products and softmax sums against OpenBLAS
+//                       and Eigen, in other orders; D = rowsum(dout ⊙ out) in double on the GPU, float on the CPU
 //   1e-6, 1e-6 / 1 ulp  AdamW fp32 state / bf16 state (one bf16 rounding step apart at most)
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <ostream>
 #include <random>
 #include <vector>
 
 #include "emu/dtype.h"
 #include "emu/ops.h"
 #include "tests/gpu/gpu_test_support.h"
+#include "workloads/model/attention.h"
 #include "workloads/model/kernels.h"
 #include "workloads/optim/adamw.h"
 
@@ -250,6 +257,135 @@ TEST_F(CudaOpsParity, AddAndAccumulateAreExact) {
   ops_->accumulate(gacc, gb, n);
   expect_close(gacc.back(), acc, 0, 0, "accumulate");
 }
+
+TEST_F(CudaOpsParity, AccumulateBf16IsExact) {
+  const size_t n = 3001;
+  const auto start = random_floats(n, 60, -4, 4), x = random_floats(n, 61, -0.05f, 0.05f);
+  std::vector<uint16_t> y(n);
+  for (size_t i = 0; i < n; ++i) y[i] = float_to_bf16(start[i]);
+  DeviceArray<uint16_t> gy(y);
+  DeviceArray<float> gx(x);
+  ops_->accumulate_bf16(gy, gx, n);
+  const std::vector<uint16_t> got = gy.back();
+  for (size_t i = 0; i < n; ++i) {
+    ASSERT_EQ(got[i], float_to_bf16(bf16_to_float(y[i]) + x[i])) << "element " << i;
+  }
+}
+
+// Device memory `data` [n] copied home after the ops issued so far.
+template <typename T>
+std::vector<T> download(Ops& ops, const void* data, size_t n) {
+  ops.synchronize();
+  std::vector<T> host(n);
+  EMU_CUDA_CHECK(cudaMemcpy(host.data(), data, n * sizeof(T), cudaMemcpyDeviceToHost));
+  return host;
+}
+
+TEST_F(CudaOpsParity, ScratchZeroFillAndHostCopies) {
+  const size_t n = 12345;
+  const std::vector<float> values = random_floats(n, 62);
+  // Dirty a block first, so that a zero-filled allocation the pool hands back from it must really be zeroed.
+  void* dirty = ops_->scratch_allocate(n * sizeof(float), false);
+  ASSERT_NE(dirty, nullptr);
+  ops_->copy_from_host(dirty, values.data(), n * sizeof(float));
+  EXPECT_EQ(download<float>(*ops_, dirty, n), values) << "copy_from_host round trip";
+  ops_->fill_zero(static_cast<float*>(dirty) + 100, 50 * sizeof(float));
+  std::vector<float> partly = values;
+  std::fill(partly.begin() + 100, partly.begin() + 150, 0.0f);
+  EXPECT_EQ(download<float>(*ops_, dirty, n), partly) << "fill_zero over [100, 150)";
+  ops_->scratch_free(dirty, n * sizeof(float));
+
+  void* zeroed = ops_->scratch_allocate(n * sizeof(float), true);
+  ASSERT_NE(zeroed, nullptr);
+  EXPECT_EQ(download<float>(*ops_, zeroed, n), std::vector<float>(n, 0.0f)) << "scratch_allocate(zero = true)";
+  ops_->scratch_free(zeroed, n * sizeof(float));
+
+  void* empty = ops_->scratch_allocate(0, true);  // zero bytes: whatever it returns, scratch_free takes back
+  ops_->scratch_free(empty, 0);
+  ops_->synchronize();
+}
+
+// Attention shapes. q, k and v live in one host array, so both layouts share the test code: dense (Llama) as
+// three arrays one after another, [T, a·d] then [T, kv·d] twice; fused (GPT-2) as the column blocks of one
+// [T, 3·a·d] array, row strides 3·a·d. Their gradients are laid out the same way in another array.
+struct AttentionCase {
+  const char* name;
+  int64_t batch, seq, heads, kv_heads, head_dim;
+  bool fused;
+
+  int64_t rows() const { return batch * seq; }
+  AttentionShape shape() const {
+    const int64_t stride = fused ? 3 * heads * head_dim : 0;
+    return AttentionShape{batch, seq, heads, kv_heads, head_dim, stride, stride};
+  }
+  size_t elements() const { return size_t(rows() * (heads + 2 * kv_heads) * head_dim); }
+  size_t k_offset() const { return size_t(fused ? heads * head_dim : rows() * heads * head_dim); }
+  size_t v_offset() const {
+    return size_t(fused ? 2 * heads * head_dim : rows() * (heads + kv_heads) * head_dim);
+  }
+  size_t out_elements() const { return size_t(rows() * heads * head_dim); }
+  size_t lse_elements() const { return size_t(batch * heads * seq); }
+  size_t probs_elements() const { return lse_elements() * size_t(seq); }
+};
+
+void PrintTo(const AttentionCase& c, std::ostream* os) { *os << c.name; }
+
+class CudaAttentionParity : public CudaOpsParity, public testing::WithParamInterface<AttentionCase> {};
+
+constexpr double kAttentionAtol = 1e-5, kAttentionRtol = 1e-4;
+
+// Classic: probs and out; then backward from the CPU's probs and out, so it is checked on its own. Every output
+// starts as random values, so that an element the op fails to overwrite shows.
+TEST_P(CudaAttentionParity, Classic) {
+  const AttentionCase c = GetParam();
+  const AttentionShape shape = c.shape();
+  const auto qkv = random_floats(c.elements(), 70), dout = random_floats(c.out_elements(), 71);
+  auto probs = random_floats(c.probs_elements(), 72), out = random_floats(c.out_elements(), 73);
+  DeviceArray<float> gqkv(qkv), gdout(dout), gprobs(probs), gout(out);
+  k::attention_forward_classic(shape, qkv.data(), qkv.data() + c.k_offset(), qkv.data() + c.v_offset(),
+                               probs.data(), out.data());
+  ops_->attention_forward_classic(shape, gqkv, gqkv + c.k_offset(), gqkv + c.v_offset(), gprobs, gout);
+  expect_close(gprobs.back(), probs, kAttentionAtol, kAttentionRtol, "classic probs");
+  expect_close(gout.back(), out, kAttentionAtol, kAttentionRtol, "classic out");
+
+  auto dqkv = random_floats(c.elements(), 74), dscores = random_floats(c.probs_elements(), 75);
+  DeviceArray<float> gprobs_cpu(probs), gout_cpu(out), gdqkv(dqkv), gdscores(dscores);
+  k::attention_backward_classic(shape, qkv.data(), qkv.data() + c.k_offset(), qkv.data() + c.v_offset(),
+                                probs.data(), out.data(), dout.data(), dqkv.data(), dqkv.data() + c.k_offset(),
+                                dqkv.data() + c.v_offset(), dscores.data());
+  ops_->attention_backward_classic(shape, gqkv, gqkv + c.k_offset(), gqkv + c.v_offset(), gprobs_cpu, gout_cpu,
+                                   gdout, gdqkv, gdqkv + c.k_offset(), gdqkv + c.v_offset(), gdscores);
+  expect_close(gdscores.back(), dscores, kAttentionAtol, kAttentionRtol, "classic dscores");
+  expect_close(gdqkv.back(), dqkv, kAttentionAtol, kAttentionRtol, "classic dq, dk, dv");
+}
+
+// Flash-style: out and lse; then backward from the CPU's out and lse.
+TEST_P(CudaAttentionParity, Flash) {
+  const AttentionCase c = GetParam();
+  const AttentionShape shape = c.shape();
+  const auto qkv = random_floats(c.elements(), 80), dout = random_floats(c.out_elements(), 81);
+  auto out = random_floats(c.out_elements(), 82), lse = random_floats(c.lse_elements(), 83);
+  DeviceArray<float> gqkv(qkv), gdout(dout), gout(out), glse(lse);
+  k::attention_forward_flash(shape, qkv.data(), qkv.data() + c.k_offset(), qkv.data() + c.v_offset(), out.data(),
+                             lse.data());
+  ops_->attention_forward_flash(shape, gqkv, gqkv + c.k_offset(), gqkv + c.v_offset(), gout, glse);
+  expect_close(gout.back(), out, kAttentionAtol, kAttentionRtol, "flash out");
+  expect_close(glse.back(), lse, kAttentionAtol, kAttentionRtol, "flash lse");
+
+  auto dqkv = random_floats(c.elements(), 84);
+  DeviceArray<float> gout_cpu(out), glse_cpu(lse), gdqkv(dqkv);
+  k::attention_backward_flash(shape, qkv.data(), qkv.data() + c.k_offset(), qkv.data() + c.v_offset(), out.data(),
+                              lse.data(), dout.data(), dqkv.data(), dqkv.data() + c.k_offset(),
+                              dqkv.data() + c.v_offset());
+  ops_->attention_backward_flash(shape, gqkv, gqkv + c.k_offset(), gqkv + c.v_offset(), gout_cpu, glse_cpu, gdout,
+                                 gdqkv, gdqkv + c.k_offset(), gdqkv + c.v_offset());
+  expect_close(gdqkv.back(), dqkv, kAttentionAtol, kAttentionRtol, "flash dq, dk, dv");
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, CudaAttentionParity,
+                         testing::Values(AttentionCase{"llama_gqa", 2, 17, 4, 2, 8, false},
+                                         AttentionCase{"gpt2_fused_qkv", 2, 13, 3, 3, 8, true}),
+                         [](const testing::TestParamInfo<AttentionCase>& param) { return param.param.name; });
 
 // The CPU update (optim::adamw_update) against the op, with the step constants computed as adamw_update does.
 struct AdamWCase {

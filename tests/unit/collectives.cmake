@@ -8,4 +8,6 @@ emu_add_unit_test(coll_watchdog_test SOURCES unit/coll_watchdog_test.cpp TIMEOUT
 target_compile_definitions(coll_watchdog_test PRIVATE EMU_COLL_PROBE="$<TARGET_FILE:coll_watchdog_probe>")
 add_dependencies(coll_watchdog_test coll_watchdog_probe)
 
+emu_add_unit_test(coll_nccl_select_test SOURCES unit/coll_nccl_select_test.cpp LIBS emu_coll_backend)
+
 emu_add_unit_test(coll_teach_test SOURCES unit/coll_teach_test.cpp LIBS emu_coll_teach)

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "emu/device.h"
+#include "tests/support/tiny_model.h"
 #include "workloads/model/local_params.h"
 #include "workloads/model/model.h"
 #include "workloads/model/tensor.h"
@@ -17,22 +18,7 @@
 namespace emu::model {
 namespace {
 
-ModelConfig tiny(Style style) {
-  ModelConfig c;
-  c.name = style == Style::kLlama ? "tiny-llama" : "tiny-gpt2";
-  c.style = style;
-  c.hidden = 8;
-  c.ffn = style == Style::kLlama ? 12 : 16;
-  c.vocab = 11;
-  c.seq = 5;
-  c.max_positions = 6;
-  c.layers = 2;
-  c.heads = 2;
-  c.kv_heads = style == Style::kLlama ? 1 : 2;  // grouped-query attention in the Llama case
-  c.batch = 2;
-  c.tie_embeddings = style == Style::kGpt2;
-  return c;
-}
+ModelConfig tiny(Style style) { return test::smallest_config(style); }
 
 struct Batch {
   std::vector<int32_t> tokens, targets;

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "emu/device.h"
+#include "tests/support/tiny_model.h"
 #include "workloads/model/local_params.h"
 #include "workloads/model/model.h"
 
@@ -30,19 +31,7 @@ void chain_batch(const ModelConfig& c, std::mt19937& rng, std::vector<int32_t>& 
 }
 
 void expect_learns(Style style, DType dtype) {
-  ModelConfig c;
-  c.name = "train";
-  c.style = style;
-  c.hidden = 32;
-  c.ffn = 64;
-  c.vocab = 16;
-  c.seq = 16;
-  c.max_positions = 16;
-  c.layers = 2;
-  c.heads = 4;
-  c.kv_heads = style == Style::kLlama ? 2 : 4;
-  c.batch = 4;
-  c.tie_embeddings = style == Style::kGpt2;
+  const ModelConfig c = test::tiny_config(style);
   auto device = make_cpu_device({});
   Model model(*device, c, {dtype, Attention::kFlash, false});
   LocalParams params(model, 5);

@@ -16,6 +16,7 @@
 #include "emu/check.h"
 #include "emu/device.h"
 #include "emu/dtype.h"
+#include "tests/support/tiny_model.h"
 #include "workloads/io/model_weights.h"
 #include "workloads/io/safetensors.h"
 #include "workloads/model/layout.h"
@@ -32,18 +33,7 @@ using model::Style;
 using Units = std::vector<std::vector<float>>;  // [units][unit count] fp32
 
 ModelConfig tiny(Style style, bool tied) {
-  ModelConfig c;
-  c.name = style == Style::kLlama ? "tiny-llama" : "tiny-gpt2";
-  c.style = style;
-  c.hidden = 8;
-  c.ffn = style == Style::kLlama ? 12 : 16;
-  c.vocab = 11;
-  c.seq = 5;
-  c.max_positions = 6;
-  c.layers = 2;
-  c.heads = 2;
-  c.kv_heads = style == Style::kLlama ? 1 : 2;  // grouped-query attention in the Llama case
-  c.batch = 2;
+  ModelConfig c = test::smallest_config(style);
   c.tie_embeddings = tied;
   return c;
 }

@@ -5,3 +5,4 @@ emu_add_unit_test(model_grad_test SOURCES unit/model_grad_test.cpp LIBS emu_work
 emu_add_unit_test(model_config_test SOURCES unit/model_config_test.cpp LIBS emu_workloads LABELS model)
 emu_add_unit_test(model_memory_test SOURCES unit/model_memory_test.cpp LIBS emu_workloads LABELS model)
 emu_add_unit_test(model_train_test SOURCES unit/model_train_test.cpp LIBS emu_workloads LABELS model)
+emu_add_unit_test(model_ops_test SOURCES unit/model_ops_test.cpp LIBS emu_workloads LABELS model)

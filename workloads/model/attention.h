@@ -10,17 +10,11 @@
 
 #include <cstdint>
 
+#include "emu/ops.h"
+
 namespace emu::model::kernels {
 
-struct AttentionShape {
-  int64_t batch = 0;
-  int64_t seq = 0;
-  int64_t heads = 0;      // a
-  int64_t kv_heads = 0;   // kv
-  int64_t head_dim = 0;   // d
-  int64_t q_stride = 0;   // row stride of q and dq; 0: a·d
-  int64_t kv_stride = 0;  // row stride of k, v, dk and dv; 0: kv·d
-};
+using AttentionShape = emu::AttentionShape;  // emu/ops.h
 
 // probs [b, a, s, s] receives softmax(q·kᵀ/√d) with the causal mask (zeros above the diagonal).
 void attention_forward_classic(const AttentionShape& shape, const float* q, const float* k, const float* v,

@@ -48,13 +48,13 @@ void attention_forward(const BlockEnv& env, const kernels::AttentionShape& shape
   }
   s.attn = env.allocate(size_t(c.tokens() * c.hidden), dt, category, "attention output");
   if (!env.math) return;
-  F32 attn(s.attn, Access::kWrite);
+  F32 attn(env.ops, s.attn, Access::kWrite);
   if (env.options.attention == Attention::kClassic) {
-    F32 probs(s.probs, Access::kWrite);
-    kernels::attention_forward_classic(shape, q, k, v, probs, attn);
+    F32 probs(env.ops, s.probs, Access::kWrite);
+    env.ops->attention_forward_classic(shape, q, k, v, probs, attn);
   } else {
-    F32 lse(s.lse, Access::kWrite);
-    kernels::attention_forward_flash(shape, q, k, v, attn, lse);
+    F32 lse(env.ops, s.lse, Access::kWrite);
+    env.ops->attention_forward_flash(shape, q, k, v, attn, lse);
   }
 }
 
@@ -66,12 +66,13 @@ void attention_backward(const BlockEnv& env, const kernels::AttentionShape& shap
     Buffer dscores = env.allocate(size_t(c.batch * c.heads * c.seq * c.seq), env.options.compute,
                                   Category::kTemporaries, "attention score gradients");
     if (env.math) {
-      F32 probs(s.probs, Access::kRead), attn(s.attn, Access::kRead), ds(dscores, Access::kWrite);
-      kernels::attention_backward_classic(shape, q, k, v, probs, attn, dattn, dq, dk, dv, ds);
+      F32 probs(env.ops, s.probs, Access::kRead), attn(env.ops, s.attn, Access::kRead),
+          ds(env.ops, dscores, Access::kWrite);
+      env.ops->attention_backward_classic(shape, q, k, v, probs, attn, dattn, dq, dk, dv, ds);
     }
   } else if (env.math) {
-    F32 lse(s.lse, Access::kRead), attn(s.attn, Access::kRead);
-    kernels::attention_backward_flash(shape, q, k, v, attn, lse, dattn, dq, dk, dv);
+    F32 lse(env.ops, s.lse, Access::kRead), attn(env.ops, s.attn, Access::kRead);
+    env.ops->attention_backward_flash(shape, q, k, v, attn, lse, dattn, dq, dk, dv);
   }
   s.probs.reset();
   s.lse.reset();
@@ -91,17 +92,17 @@ Buffer llama_forward(const BlockEnv& env, const float* w, BlockSaved& s, Categor
   s.k = env.allocate(size_t(d.T * d.kvd), dt, cat, "k");
   s.v = env.allocate(size_t(d.T * d.kvd), dt, cat, "v");
   if (env.math) {
-    F32 x(s.x, Access::kRead), st(s.norm1_stats, Access::kWrite), xn(s.xn1, Access::kWrite);
-    kernels::rmsnorm_forward(x, W(kInputNorm), xn, st, d.T, d.h, eps);
-    F32 q(s.q, Access::kWrite), k(s.k, Access::kWrite), v(s.v, Access::kWrite);
-    kernels::linear_forward(xn, W(kQProj), nullptr, q, d.T, d.h, d.h, WeightLayout::kOutIn);
-    kernels::linear_forward(xn, W(kKProj), nullptr, k, d.T, d.h, d.kvd, WeightLayout::kOutIn);
-    kernels::linear_forward(xn, W(kVProj), nullptr, v, d.T, d.h, d.kvd, WeightLayout::kOutIn);
-    kernels::rope_apply(q, env.rope_cos, env.rope_sin, d.T, d.s, c.heads, c.head_dim(), false);
-    kernels::rope_apply(k, env.rope_cos, env.rope_sin, d.T, d.s, c.kv_heads, c.head_dim(), false);
+    F32 x(env.ops, s.x, Access::kRead), st(env.ops, s.norm1_stats, Access::kWrite), xn(env.ops, s.xn1, Access::kWrite);
+    env.ops->rmsnorm_forward(x, W(kInputNorm), xn, st, d.T, d.h, eps);
+    F32 q(env.ops, s.q, Access::kWrite), k(env.ops, s.k, Access::kWrite), v(env.ops, s.v, Access::kWrite);
+    env.ops->linear_forward(xn, W(kQProj), nullptr, q, d.T, d.h, d.h, WeightLayout::kOutIn);
+    env.ops->linear_forward(xn, W(kKProj), nullptr, k, d.T, d.h, d.kvd, WeightLayout::kOutIn);
+    env.ops->linear_forward(xn, W(kVProj), nullptr, v, d.T, d.h, d.kvd, WeightLayout::kOutIn);
+    env.ops->rope_apply(q, env.rope_cos, env.rope_sin, d.T, d.s, c.heads, c.head_dim(), false);
+    env.ops->rope_apply(k, env.rope_cos, env.rope_sin, d.T, d.s, c.kv_heads, c.head_dim(), false);
   }
   {
-    F32 q(s.q, Access::kRead), k(s.k, Access::kRead), v(s.v, Access::kRead);
+    F32 q(env.ops, s.q, Access::kRead), k(env.ops, s.k, Access::kRead), v(env.ops, s.v, Access::kRead);
     attention_forward(env, attention_shape(c), s, q, k, v, cat);
   }
   // x2 = x + attn·Woᵀ: the projection is written straight into the residual stream.
@@ -109,24 +110,25 @@ Buffer llama_forward(const BlockEnv& env, const float* w, BlockSaved& s, Categor
   s.norm2_stats = env.allocate(size_t(d.T), DType::kF32, cat, "post_attention_layernorm rstd");
   s.xn2 = env.allocate(d.th(), dt, cat, "post_attention_layernorm output");
   if (env.math) {
-    F32 attn(s.attn, Access::kRead), x(s.x, Access::kRead), x2(s.x2, Access::kWrite);
-    kernels::linear_forward(attn, W(kOProj), nullptr, x2, d.T, d.h, d.h, WeightLayout::kOutIn);
-    kernels::accumulate(x2, x, d.th());
-    F32 st(s.norm2_stats, Access::kWrite), xn(s.xn2, Access::kWrite);
-    kernels::rmsnorm_forward(x2, W(kPostNorm), xn, st, d.T, d.h, eps);
+    F32 attn(env.ops, s.attn, Access::kRead), x(env.ops, s.x, Access::kRead), x2(env.ops, s.x2, Access::kWrite);
+    env.ops->linear_forward(attn, W(kOProj), nullptr, x2, d.T, d.h, d.h, WeightLayout::kOutIn);
+    env.ops->accumulate(x2, x, d.th());
+    F32 st(env.ops, s.norm2_stats, Access::kWrite), xn(env.ops, s.xn2, Access::kWrite);
+    env.ops->rmsnorm_forward(x2, W(kPostNorm), xn, st, d.T, d.h, eps);
   }
   s.gate = env.allocate(d.tf(), dt, cat, "gate_proj output");
   s.up = env.allocate(d.tf(), dt, cat, "up_proj output");
   s.act = env.allocate(d.tf(), dt, cat, "silu(gate)·up");
   Buffer out = env.allocate(d.th(), dt, out_cat, "output");
   if (env.math) {
-    F32 xn(s.xn2, Access::kRead), g(s.gate, Access::kWrite), u(s.up, Access::kWrite), a(s.act, Access::kWrite);
-    kernels::linear_forward(xn, W(kGateProj), nullptr, g, d.T, d.h, d.F, WeightLayout::kOutIn);
-    kernels::linear_forward(xn, W(kUpProj), nullptr, u, d.T, d.h, d.F, WeightLayout::kOutIn);
-    kernels::swiglu_forward(g, u, a, d.tf());
-    F32 x2(s.x2, Access::kRead), o(out, Access::kWrite);
-    kernels::linear_forward(a, W(kDownProj), nullptr, o, d.T, d.F, d.h, WeightLayout::kOutIn);
-    kernels::accumulate(o, x2, d.th());
+    F32 xn(env.ops, s.xn2, Access::kRead), g(env.ops, s.gate, Access::kWrite), u(env.ops, s.up, Access::kWrite),
+        a(env.ops, s.act, Access::kWrite);
+    env.ops->linear_forward(xn, W(kGateProj), nullptr, g, d.T, d.h, d.F, WeightLayout::kOutIn);
+    env.ops->linear_forward(xn, W(kUpProj), nullptr, u, d.T, d.h, d.F, WeightLayout::kOutIn);
+    env.ops->swiglu_forward(g, u, a, d.tf());
+    F32 x2(env.ops, s.x2, Access::kRead), o(env.ops, out, Access::kWrite);
+    env.ops->linear_forward(a, W(kDownProj), nullptr, o, d.T, d.F, d.h, WeightLayout::kOutIn);
+    env.ops->accumulate(o, x2, d.th());
   }
   return out;
 }
@@ -142,25 +144,26 @@ void llama_backward(const BlockEnv& env, const float* w, BlockSaved& s, float* d
   {
     Buffer dact = env.allocate(d.tf(), dt, Category::kTemporaries, "d(silu(gate)·up)");
     if (env.math) {
-      F32 a(s.act, Access::kRead), da(dact, Access::kWrite);
-      kernels::linear_backward(a, W(kDownProj), dres, da, G(kDownProj), nullptr, d.T, d.F, d.h, WeightLayout::kOutIn,
+      F32 a(env.ops, s.act, Access::kRead), da(env.ops, dact, Access::kWrite);
+      env.ops->linear_backward(a, W(kDownProj), dres, da, G(kDownProj), nullptr, d.T, d.F, d.h, WeightLayout::kOutIn,
                                false);
     }
     s.act.reset();
     Buffer dgate = env.allocate(d.tf(), dt, Category::kTemporaries, "d gate");
     Buffer dup = env.allocate(d.tf(), dt, Category::kTemporaries, "d up");
     if (env.math) {
-      F32 da(dact, Access::kRead), g(s.gate, Access::kRead), u(s.up, Access::kRead);
-      F32 dg(dgate, Access::kWrite), du(dup, Access::kWrite);
-      kernels::swiglu_backward(da, g, u, dg, du, d.tf());
+      F32 da(env.ops, dact, Access::kRead), g(env.ops, s.gate, Access::kRead), u(env.ops, s.up, Access::kRead);
+      F32 dg(env.ops, dgate, Access::kWrite), du(env.ops, dup, Access::kWrite);
+      env.ops->swiglu_backward(da, g, u, dg, du, d.tf());
     }
     dact.reset();
     Buffer dxn = env.allocate(d.th(), dt, Category::kTemporaries, "d post_attention_layernorm output");
     if (env.math) {
-      F32 xn(s.xn2, Access::kRead), dg(dgate, Access::kRead), du(dup, Access::kRead), dx(dxn, Access::kWrite);
-      kernels::linear_backward(xn, W(kGateProj), dg, dx, G(kGateProj), nullptr, d.T, d.h, d.F, WeightLayout::kOutIn,
+      F32 xn(env.ops, s.xn2, Access::kRead), dg(env.ops, dgate, Access::kRead), du(env.ops, dup, Access::kRead),
+          dx(env.ops, dxn, Access::kWrite);
+      env.ops->linear_backward(xn, W(kGateProj), dg, dx, G(kGateProj), nullptr, d.T, d.h, d.F, WeightLayout::kOutIn,
                                false);
-      kernels::linear_backward(xn, W(kUpProj), du, dx, G(kUpProj), nullptr, d.T, d.h, d.F, WeightLayout::kOutIn, true);
+      env.ops->linear_backward(xn, W(kUpProj), du, dx, G(kUpProj), nullptr, d.T, d.h, d.F, WeightLayout::kOutIn, true);
     }
     s.gate.reset();
     s.up.reset();
@@ -168,8 +171,8 @@ void llama_backward(const BlockEnv& env, const float* w, BlockSaved& s, float* d
     dup.reset();
     s.xn2.reset();
     if (env.math) {
-      F32 dx(dxn, Access::kRead), x2(s.x2, Access::kRead), st(s.norm2_stats, Access::kRead);
-      kernels::rmsnorm_backward(dx, x2, W(kPostNorm), st, dres, G(kPostNorm), d.T, d.h);
+      F32 dx(env.ops, dxn, Access::kRead), x2(env.ops, s.x2, Access::kRead), st(env.ops, s.norm2_stats, Access::kRead);
+      env.ops->rmsnorm_backward(dx, x2, W(kPostNorm), st, dres, G(kPostNorm), d.T, d.h);
     }
     s.x2.reset();
     s.norm2_stats.reset();
@@ -177,19 +180,20 @@ void llama_backward(const BlockEnv& env, const float* w, BlockSaved& s, float* d
   // Attention: x2 = x + o_proj(attention(rope(q_proj(xn1)), rope(k_proj(xn1)), v_proj(xn1)))
   Buffer dattn = env.allocate(d.th(), dt, Category::kTemporaries, "d attention output");
   if (env.math) {
-    F32 attn(s.attn, Access::kRead), da(dattn, Access::kWrite);
-    kernels::linear_backward(attn, W(kOProj), dres, da, G(kOProj), nullptr, d.T, d.h, d.h, WeightLayout::kOutIn, false);
+    F32 attn(env.ops, s.attn, Access::kRead), da(env.ops, dattn, Access::kWrite);
+    env.ops->linear_backward(attn, W(kOProj), dres, da, G(kOProj), nullptr, d.T, d.h, d.h, WeightLayout::kOutIn, false);
   }
   Buffer dq = env.allocate(d.th(), dt, Category::kTemporaries, "d q");
   Buffer dk = env.allocate(size_t(d.T * d.kvd), dt, Category::kTemporaries, "d k");
   Buffer dv = env.allocate(size_t(d.T * d.kvd), dt, Category::kTemporaries, "d v");
   {
-    F32 q(s.q, Access::kRead), k(s.k, Access::kRead), v(s.v, Access::kRead), da(dattn, Access::kRead);
-    F32 gq(dq, Access::kWrite), gk(dk, Access::kWrite), gv(dv, Access::kWrite);
+    F32 q(env.ops, s.q, Access::kRead), k(env.ops, s.k, Access::kRead), v(env.ops, s.v, Access::kRead),
+        da(env.ops, dattn, Access::kRead);
+    F32 gq(env.ops, dq, Access::kWrite), gk(env.ops, dk, Access::kWrite), gv(env.ops, dv, Access::kWrite);
     attention_backward(env, attention_shape(c), s, q, k, v, da, gq, gk, gv);
     if (env.math) {
-      kernels::rope_apply(gq, env.rope_cos, env.rope_sin, d.T, d.s, c.heads, c.head_dim(), true);
-      kernels::rope_apply(gk, env.rope_cos, env.rope_sin, d.T, d.s, c.kv_heads, c.head_dim(), true);
+      env.ops->rope_apply(gq, env.rope_cos, env.rope_sin, d.T, d.s, c.heads, c.head_dim(), true);
+      env.ops->rope_apply(gk, env.rope_cos, env.rope_sin, d.T, d.s, c.kv_heads, c.head_dim(), true);
     }
   }
   dattn.reset();
@@ -198,19 +202,20 @@ void llama_backward(const BlockEnv& env, const float* w, BlockSaved& s, float* d
   s.v.reset();
   Buffer dxn = env.allocate(d.th(), dt, Category::kTemporaries, "d input_layernorm output");
   if (env.math) {
-    F32 xn(s.xn1, Access::kRead), gq(dq, Access::kRead), gk(dk, Access::kRead), gv(dv, Access::kRead);
-    F32 dx(dxn, Access::kWrite);
-    kernels::linear_backward(xn, W(kQProj), gq, dx, G(kQProj), nullptr, d.T, d.h, d.h, WeightLayout::kOutIn, false);
-    kernels::linear_backward(xn, W(kKProj), gk, dx, G(kKProj), nullptr, d.T, d.h, d.kvd, WeightLayout::kOutIn, true);
-    kernels::linear_backward(xn, W(kVProj), gv, dx, G(kVProj), nullptr, d.T, d.h, d.kvd, WeightLayout::kOutIn, true);
+    F32 xn(env.ops, s.xn1, Access::kRead), gq(env.ops, dq, Access::kRead), gk(env.ops, dk, Access::kRead),
+        gv(env.ops, dv, Access::kRead);
+    F32 dx(env.ops, dxn, Access::kWrite);
+    env.ops->linear_backward(xn, W(kQProj), gq, dx, G(kQProj), nullptr, d.T, d.h, d.h, WeightLayout::kOutIn, false);
+    env.ops->linear_backward(xn, W(kKProj), gk, dx, G(kKProj), nullptr, d.T, d.h, d.kvd, WeightLayout::kOutIn, true);
+    env.ops->linear_backward(xn, W(kVProj), gv, dx, G(kVProj), nullptr, d.T, d.h, d.kvd, WeightLayout::kOutIn, true);
   }
   dq.reset();
   dk.reset();
   dv.reset();
   s.xn1.reset();
   if (env.math) {
-    F32 dx(dxn, Access::kRead), x(s.x, Access::kRead), st(s.norm1_stats, Access::kRead);
-    kernels::rmsnorm_backward(dx, x, W(kInputNorm), st, dres, G(kInputNorm), d.T, d.h);
+    F32 dx(env.ops, dxn, Access::kRead), x(env.ops, s.x, Access::kRead), st(env.ops, s.norm1_stats, Access::kRead);
+    env.ops->rmsnorm_backward(dx, x, W(kInputNorm), st, dres, G(kInputNorm), d.T, d.h);
   }
   s.x.reset();
   s.norm1_stats.reset();
@@ -227,13 +232,13 @@ Buffer gpt2_forward(const BlockEnv& env, const float* w, BlockSaved& s, Category
   s.xn1 = env.allocate(d.th(), dt, cat, "ln_1 output");
   s.qkv = env.allocate(3 * d.th(), dt, cat, "qkv");
   if (env.math) {
-    F32 x(s.x, Access::kRead), st(s.norm1_stats, Access::kWrite), xn(s.xn1, Access::kWrite);
-    kernels::layernorm_forward(x, W(kLn1Weight), W(kLn1Bias), xn, st, st + d.T, d.T, d.h, eps);
-    F32 qkv(s.qkv, Access::kWrite);
-    kernels::linear_forward(xn, W(kAttnWeight), W(kAttnBias), qkv, d.T, d.h, 3 * d.h, WeightLayout::kInOut);
+    F32 x(env.ops, s.x, Access::kRead), st(env.ops, s.norm1_stats, Access::kWrite), xn(env.ops, s.xn1, Access::kWrite);
+    env.ops->layernorm_forward(x, W(kLn1Weight), W(kLn1Bias), xn, st, st + d.T, d.T, d.h, eps);
+    F32 qkv(env.ops, s.qkv, Access::kWrite);
+    env.ops->linear_forward(xn, W(kAttnWeight), W(kAttnBias), qkv, d.T, d.h, 3 * d.h, WeightLayout::kInOut);
   }
   {
-    F32 qkv(s.qkv, Access::kRead);
+    F32 qkv(env.ops, s.qkv, Access::kRead);
     kernels::AttentionShape shape = attention_shape(c);
     shape.q_stride = shape.kv_stride = 3 * d.h;
     const float* base = qkv.get();
@@ -243,22 +248,22 @@ Buffer gpt2_forward(const BlockEnv& env, const float* w, BlockSaved& s, Category
   s.norm2_stats = env.allocate(size_t(2 * d.T), DType::kF32, cat, "ln_2 mean and rstd");
   s.xn2 = env.allocate(d.th(), dt, cat, "ln_2 output");
   if (env.math) {
-    F32 attn(s.attn, Access::kRead), x(s.x, Access::kRead), x2(s.x2, Access::kWrite);
-    kernels::linear_forward(attn, W(kAttnProjWeight), W(kAttnProjBias), x2, d.T, d.h, d.h, WeightLayout::kInOut);
-    kernels::accumulate(x2, x, d.th());
-    F32 st(s.norm2_stats, Access::kWrite), xn(s.xn2, Access::kWrite);
-    kernels::layernorm_forward(x2, W(kLn2Weight), W(kLn2Bias), xn, st, st + d.T, d.T, d.h, eps);
+    F32 attn(env.ops, s.attn, Access::kRead), x(env.ops, s.x, Access::kRead), x2(env.ops, s.x2, Access::kWrite);
+    env.ops->linear_forward(attn, W(kAttnProjWeight), W(kAttnProjBias), x2, d.T, d.h, d.h, WeightLayout::kInOut);
+    env.ops->accumulate(x2, x, d.th());
+    F32 st(env.ops, s.norm2_stats, Access::kWrite), xn(env.ops, s.xn2, Access::kWrite);
+    env.ops->layernorm_forward(x2, W(kLn2Weight), W(kLn2Bias), xn, st, st + d.T, d.T, d.h, eps);
   }
   s.fc = env.allocate(d.tf(), dt, cat, "c_fc output");
   s.act = env.allocate(d.tf(), dt, cat, "gelu output");
   Buffer out = env.allocate(d.th(), dt, out_cat, "output");
   if (env.math) {
-    F32 xn(s.xn2, Access::kRead), fc(s.fc, Access::kWrite), a(s.act, Access::kWrite);
-    kernels::linear_forward(xn, W(kFcWeight), W(kFcBias), fc, d.T, d.h, d.F, WeightLayout::kInOut);
-    kernels::gelu_forward(fc, a, d.tf());
-    F32 x2(s.x2, Access::kRead), o(out, Access::kWrite);
-    kernels::linear_forward(a, W(kMlpProjWeight), W(kMlpProjBias), o, d.T, d.F, d.h, WeightLayout::kInOut);
-    kernels::accumulate(o, x2, d.th());
+    F32 xn(env.ops, s.xn2, Access::kRead), fc(env.ops, s.fc, Access::kWrite), a(env.ops, s.act, Access::kWrite);
+    env.ops->linear_forward(xn, W(kFcWeight), W(kFcBias), fc, d.T, d.h, d.F, WeightLayout::kInOut);
+    env.ops->gelu_forward(fc, a, d.tf());
+    F32 x2(env.ops, s.x2, Access::kRead), o(env.ops, out, Access::kWrite);
+    env.ops->linear_forward(a, W(kMlpProjWeight), W(kMlpProjBias), o, d.T, d.F, d.h, WeightLayout::kInOut);
+    env.ops->accumulate(o, x2, d.th());
   }
   return out;
 }
@@ -273,24 +278,24 @@ void gpt2_backward(const BlockEnv& env, const float* w, BlockSaved& s, float* dr
   // MLP: out = x2 + c_proj(gelu(c_fc(ln_2(x2))))
   Buffer dfc = env.allocate(d.tf(), dt, Category::kTemporaries, "d gelu output");
   if (env.math) {
-    F32 a(s.act, Access::kRead), g(dfc, Access::kWrite), fc(s.fc, Access::kRead);
-    kernels::linear_backward(a, W(kMlpProjWeight), dres, g, G(kMlpProjWeight), G(kMlpProjBias), d.T, d.F, d.h,
+    F32 a(env.ops, s.act, Access::kRead), g(env.ops, dfc, Access::kWrite), fc(env.ops, s.fc, Access::kRead);
+    env.ops->linear_backward(a, W(kMlpProjWeight), dres, g, G(kMlpProjWeight), G(kMlpProjBias), d.T, d.F, d.h,
                              WeightLayout::kInOut, false);
-    kernels::gelu_backward(g, fc, g, d.tf());  // in place: the gradient of gelu's output becomes that of c_fc's
+    env.ops->gelu_backward(g, fc, g, d.tf());  // in place: the gradient of gelu's output becomes that of c_fc's
   }
   s.act.reset();
   s.fc.reset();
   Buffer dxn = env.allocate(d.th(), dt, Category::kTemporaries, "d ln_2 output");
   if (env.math) {
-    F32 xn(s.xn2, Access::kRead), g(dfc, Access::kRead), dx(dxn, Access::kWrite);
-    kernels::linear_backward(xn, W(kFcWeight), g, dx, G(kFcWeight), G(kFcBias), d.T, d.h, d.F, WeightLayout::kInOut,
+    F32 xn(env.ops, s.xn2, Access::kRead), g(env.ops, dfc, Access::kRead), dx(env.ops, dxn, Access::kWrite);
+    env.ops->linear_backward(xn, W(kFcWeight), g, dx, G(kFcWeight), G(kFcBias), d.T, d.h, d.F, WeightLayout::kInOut,
                              false);
   }
   dfc.reset();
   s.xn2.reset();
   if (env.math) {
-    F32 dx(dxn, Access::kRead), x2(s.x2, Access::kRead), st(s.norm2_stats, Access::kRead);
-    kernels::layernorm_backward(dx, x2, W(kLn2Weight), st, st + d.T, dres, G(kLn2Weight), G(kLn2Bias), d.T, d.h);
+    F32 dx(env.ops, dxn, Access::kRead), x2(env.ops, s.x2, Access::kRead), st(env.ops, s.norm2_stats, Access::kRead);
+    env.ops->layernorm_backward(dx, x2, W(kLn2Weight), st, st + d.T, dres, G(kLn2Weight), G(kLn2Bias), d.T, d.h);
   }
   dxn.reset();
   s.x2.reset();
@@ -299,13 +304,13 @@ void gpt2_backward(const BlockEnv& env, const float* w, BlockSaved& s, float* dr
   // Attention: x2 = x + c_proj(attention(c_attn(ln_1(x))))
   Buffer dattn = env.allocate(d.th(), dt, Category::kTemporaries, "d attention output");
   if (env.math) {
-    F32 attn(s.attn, Access::kRead), da(dattn, Access::kWrite);
-    kernels::linear_backward(attn, W(kAttnProjWeight), dres, da, G(kAttnProjWeight), G(kAttnProjBias), d.T, d.h, d.h,
+    F32 attn(env.ops, s.attn, Access::kRead), da(env.ops, dattn, Access::kWrite);
+    env.ops->linear_backward(attn, W(kAttnProjWeight), dres, da, G(kAttnProjWeight), G(kAttnProjBias), d.T, d.h, d.h,
                              WeightLayout::kInOut, false);
   }
   Buffer dqkv = env.allocate(3 * d.th(), dt, Category::kTemporaries, "d qkv");
   {
-    F32 qkv(s.qkv, Access::kRead), da(dattn, Access::kRead), g(dqkv, Access::kWrite);
+    F32 qkv(env.ops, s.qkv, Access::kRead), da(env.ops, dattn, Access::kRead), g(env.ops, dqkv, Access::kWrite);
     kernels::AttentionShape shape = attention_shape(c);
     shape.q_stride = shape.kv_stride = 3 * d.h;
     const float* q = qkv.get();
@@ -319,16 +324,16 @@ void gpt2_backward(const BlockEnv& env, const float* w, BlockSaved& s, float* dr
   dattn.reset();
   Buffer dxn1 = env.allocate(d.th(), dt, Category::kTemporaries, "d ln_1 output");
   if (env.math) {
-    F32 xn(s.xn1, Access::kRead), g(dqkv, Access::kRead), dx(dxn1, Access::kWrite);
-    kernels::linear_backward(xn, W(kAttnWeight), g, dx, G(kAttnWeight), G(kAttnBias), d.T, d.h, 3 * d.h,
+    F32 xn(env.ops, s.xn1, Access::kRead), g(env.ops, dqkv, Access::kRead), dx(env.ops, dxn1, Access::kWrite);
+    env.ops->linear_backward(xn, W(kAttnWeight), g, dx, G(kAttnWeight), G(kAttnBias), d.T, d.h, 3 * d.h,
                              WeightLayout::kInOut, false);
   }
   dqkv.reset();
   s.qkv.reset();
   s.xn1.reset();
   if (env.math) {
-    F32 dx(dxn1, Access::kRead), x(s.x, Access::kRead), st(s.norm1_stats, Access::kRead);
-    kernels::layernorm_backward(dx, x, W(kLn1Weight), st, st + d.T, dres, G(kLn1Weight), G(kLn1Bias), d.T, d.h);
+    F32 dx(env.ops, dxn1, Access::kRead), x(env.ops, s.x, Access::kRead), st(env.ops, s.norm1_stats, Access::kRead);
+    env.ops->layernorm_backward(dx, x, W(kLn1Weight), st, st + d.T, dres, G(kLn1Weight), G(kLn1Bias), d.T, d.h);
   }
   s.x.reset();
   s.norm1_stats.reset();

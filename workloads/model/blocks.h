@@ -15,6 +15,7 @@
 #include <string_view>
 
 #include "emu/device.h"
+#include "emu/ops.h"
 #include "workloads/model/config.h"
 #include "workloads/model/layout.h"
 
@@ -30,6 +31,7 @@ struct BlockEnv {
   const float* rope_cos = nullptr;  // [s, d/2] Llama only
   const float* rope_sin = nullptr;  // [s, d/2]
   bool math = true;                 // false on a shapes-only device: allocate, compute nothing
+  Ops* ops = nullptr;               // the device's ops (model::ops_for); null when !math
 
   Buffer allocate(size_t count, DType dtype, Category category, std::string_view what) const;
 };

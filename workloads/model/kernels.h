@@ -9,13 +9,11 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "emu/ops.h"
+
 namespace emu::model::kernels {
 
-// Weight layouts of a linear layer.
-enum class WeightLayout : uint8_t {
-  kOutIn,  // torch.nn.Linear: W [out, in], y = x · Wᵀ
-  kInOut,  // GPT-2's Conv1D:  W [in, out], y = x · W
-};
+using WeightLayout = emu::WeightLayout;  // emu/ops.h: kOutIn (torch.nn.Linear), kInOut (GPT-2's Conv1D)
 
 // y [T, out] = x [T, in] · W (+ bias [out] when not null).
 void linear_forward(const float* x, const float* w, const float* bias, float* y, int64_t rows, int64_t in, int64_t out,

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "emu/check.h"
+#include "workloads/model/host_ops.h"
 #include "workloads/model/kernels.h"
 #include "workloads/model/tensor.h"
 
@@ -14,7 +15,11 @@ using kernels::WeightLayout;
 using Access = F32::Access;
 
 Model::Model(Device& device, ModelConfig config, ModelOptions options)
-    : device_(device), config_(std::move(config)), options_(options), math_(device.holds_data()) {
+    : device_(device),
+      config_(std::move(config)),
+      options_(options),
+      math_(device.holds_data()),
+      ops_(math_ ? &ops_for(device) : nullptr) {
   config_.validate();
   layouts_ = build_layouts(config_);
   units_.resize(layouts_.size());
@@ -43,26 +48,41 @@ void Model::init_unit(int unit, uint64_t seed, float* out) const {
   init_unit_range(l, unit, seed, 0, l.count, out);
 }
 
-const float* Model::weights_f32(int unit, std::vector<float>& scratch) const {
+const float* Model::weights_f32(int unit, Scratch& scratch) const {
   if (!math_) return nullptr;
   const Unit& u = units_[static_cast<size_t>(unit)];
   EMU_CHECK(u.weights != nullptr, "no weights are bound to unit {} ({}); bind them before its before_ hook returns",
             unit, layout(unit).name);
   if (options_.compute == DType::kF32) return static_cast<const float*>(u.weights);
-  scratch.resize(layout(unit).count);
-  widen(u.weights, options_.compute, scratch.size(), scratch.data());
-  return scratch.data();
+  const size_t n = layout(unit).count;
+  float* copy = scratch.reserve_as<float>(*ops_, n, false);
+  ops_->bf16_to_f32(static_cast<const uint16_t*>(u.weights), copy, n);
+  return copy;
 }
 
-void Model::flush_grads(int unit, std::vector<float>& grads) {
+float* Model::zeroed_grads(int unit, Scratch& scratch) const {
+  return math_ ? scratch.reserve_as<float>(*ops_, layout(unit).count, true) : nullptr;
+}
+
+void Model::flush_grads(int unit, const float* grads) {
   if (!math_) return;
   const Unit& u = units_[static_cast<size_t>(unit)];
   EMU_CHECK(u.grads != nullptr, "no gradient buffer is bound to unit {} ({})", unit, layout(unit).name);
-  accumulate_into(u.grads, options_.compute, grads.data(), grads.size());
+  const size_t n = layout(unit).count;
+  if (options_.compute == DType::kF32) {
+    ops_->accumulate(static_cast<float*>(u.grads), grads, n);
+  } else {
+    ops_->accumulate_bf16(static_cast<uint16_t*>(u.grads), grads, n);
+  }
+}
+
+void Model::sync() const {
+  if (ops_ != nullptr) ops_->synchronize();
 }
 
 BlockEnv Model::block_env(int unit) const {
-  return BlockEnv{device_, config_, options_, layout(unit), unit, rope_cos_.as<float>(), rope_sin_.as<float>(), math_};
+  return BlockEnv{device_, config_, options_, layout(unit), unit, rope_cos_.as<float>(), rope_sin_.as<float>(),
+                  math_,   ops_};
 }
 
 float Model::forward(const int32_t* tokens, const int32_t* targets, Hooks& hooks) {
@@ -70,12 +90,14 @@ float Model::forward(const int32_t* tokens, const int32_t* targets, Hooks& hooks
   MemoryPool& pool = device_.memory();
   {
     PhaseScope phase(pool, "forward, embedding");
+    sync();
     hooks.before_forward(0);
     root_weights_ = weights_f32(0, root_w_);
     forward_root_start(tokens);
   }
   for (int unit = 1; unit <= config_.layers; ++unit) {
     PhaseScope phase(pool, fmt::format("forward, block {}", unit));
+    sync();
     hooks.before_forward(unit);
     BlockSaved& saved = saved_[static_cast<size_t>(unit - 1)];
     const Category saved_category = options_.checkpoint ? Category::kTemporaries : Category::kActivations;
@@ -83,10 +105,12 @@ float Model::forward(const int32_t* tokens, const int32_t* targets, Hooks& hooks
                                Category::kActivations);
     if (options_.checkpoint) saved.release_all_but_input();
     final_x_ = std::move(out);
+    sync();
     hooks.after_forward(unit);
   }
   PhaseScope phase(pool, "loss");
   const float loss = forward_root_end(targets);
+  sync();
   hooks.after_forward(0);
   has_forward_ = true;
   return loss;
@@ -97,16 +121,18 @@ void Model::backward(Hooks& hooks) {
   MemoryPool& pool = device_.memory();
   {
     PhaseScope phase(pool, "backward, head");
+    sync();
     hooks.before_backward(0);
     root_weights_ = weights_f32(0, root_w_);
-    if (math_) root_g_.assign(layouts_[0].count, 0.0f);
+    root_grads_ = zeroed_grads(0, root_g_);
     backward_root_start();
   }
   for (int unit = config_.layers; unit >= 1; --unit) backward_block(unit, hooks);
   PhaseScope phase(pool, "backward, embedding");
   backward_root_end();
-  flush_grads(0, root_g_);
+  flush_grads(0, root_grads_);
   has_forward_ = false;
+  sync();
   hooks.after_backward(0);
 }
 
@@ -137,19 +163,24 @@ void Model::forward_root_start(const int32_t* tokens) {
   const UnitLayout& root = layouts_[0];
   const size_t T = size_t(c.tokens());
   tokens_ = device_.allocate(T, DType::kF32, Category::kActivations, "token ids");
-  if (math_) std::memcpy(tokens_.data(), tokens, T * sizeof(int32_t));
+  if (math_) ops_->copy_from_host(tokens_.data(), tokens, T * sizeof(int32_t));
   if (c.style == Style::kLlama) {
     const size_t half = size_t(c.head_dim() / 2);
     rope_cos_ = device_.allocate(size_t(c.seq) * half, DType::kF32, Category::kTemporaries, "rotary cos table");
     rope_sin_ = device_.allocate(size_t(c.seq) * half, DType::kF32, Category::kTemporaries, "rotary sin table");
-    if (math_) kernels::rope_tables(c.seq, c.head_dim(), c.rope_theta, rope_cos_.as<float>(), rope_sin_.as<float>());
+    if (math_) {  // computed once on the host, as a GPU run computes its tables, then brought over
+      std::vector<float> cos(rope_cos_.count()), sin(rope_sin_.count());
+      kernels::rope_tables(c.seq, c.head_dim(), c.rope_theta, cos.data(), sin.data());
+      ops_->copy_from_host(rope_cos_.data(), cos.data(), cos.size() * sizeof(float));
+      ops_->copy_from_host(rope_sin_.data(), sin.data(), sin.size() * sizeof(float));
+    }
   }
   final_x_ = device_.allocate(T * size_t(c.hidden), options_.compute, Category::kActivations, "embedding output");
   if (!math_) return;
   const float* table = root_weights_ + root.params[kEmbedTokens].offset;  // kWte for GPT-2: same position
   const float* positions = c.style == Style::kGpt2 ? root_weights_ + root.params[kWpe].offset : nullptr;
-  F32 x(final_x_, Access::kWrite);
-  kernels::embedding_forward(tokens, table, positions, x, c.tokens(), c.seq, c.hidden);
+  F32 x(ops_, final_x_, Access::kWrite);
+  ops_->embedding_forward(tokens_.as<int32_t>(), table, positions, x, c.tokens(), c.seq, c.hidden);
 }
 
 namespace {
@@ -170,17 +201,19 @@ float Model::forward_root_end(const int32_t* targets) {
   if (!math_) return 0;
   const float* w = root_weights_;
   const float eps = static_cast<float>(c.norm_eps);
-  F32 x(final_x_, Access::kRead), st(final_stats_, Access::kWrite), xn(final_xn_, Access::kWrite);
+  F32 x(ops_, final_x_, Access::kRead), st(ops_, final_stats_, Access::kWrite), xn(ops_, final_xn_, Access::kWrite);
   if (llama) {
-    kernels::rmsnorm_forward(x, w + root.params[kFinalNorm].offset, xn, st, c.tokens(), c.hidden, eps);
+    ops_->rmsnorm_forward(x, w + root.params[kFinalNorm].offset, xn, st, c.tokens(), c.hidden, eps);
   } else {
-    kernels::layernorm_forward(x, w + root.params[kLnFWeight].offset, w + root.params[kLnFBias].offset, xn, st, st + T,
-                               c.tokens(), c.hidden, eps);
+    ops_->layernorm_forward(x, w + root.params[kLnFWeight].offset, w + root.params[kLnFBias].offset, xn, st, st + T,
+                            c.tokens(), c.hidden, eps);
   }
   float* logits = logits_.as<float>();
-  kernels::linear_forward(xn, w + root.params[head_param(c)].offset, nullptr, logits, c.tokens(), c.hidden, c.vocab,
-                          WeightLayout::kOutIn);
-  const double sum = kernels::cross_entropy(logits, targets, c.tokens(), c.vocab, 1.0f / float(T));
+  ops_->linear_forward(xn, w + root.params[head_param(c)].offset, nullptr, logits, c.tokens(), c.hidden, c.vocab,
+                       WeightLayout::kOutIn);
+  int32_t* device_targets = targets_.reserve_as<int32_t>(*ops_, T, false);
+  ops_->copy_from_host(device_targets, targets, T * sizeof(int32_t));
+  const double sum = ops_->cross_entropy(logits, device_targets, c.tokens(), c.vocab, 1.0f / float(T));
   return static_cast<float>(sum / double(T));
 }
 
@@ -190,26 +223,26 @@ void Model::backward_root_start() {
   const bool llama = c.style == Style::kLlama;
   const size_t T = size_t(c.tokens());
   const float* w = root_weights_;
-  float* g = root_g_.data();
+  float* g = root_grads_;
   Buffer dxn = device_.allocate(T * size_t(c.hidden), options_.compute, Category::kTemporaries, "d final norm output");
   if (math_) {
-    F32 xn(final_xn_, Access::kRead), dx(dxn, Access::kWrite);
+    F32 xn(ops_, final_xn_, Access::kRead), dx(ops_, dxn, Access::kWrite);
     const size_t head = root.params[head_param(c)].offset;
-    kernels::linear_backward(xn, w + head, logits_.as<float>(), dx, g + head, nullptr, c.tokens(), c.hidden, c.vocab,
-                             WeightLayout::kOutIn, false);
+    ops_->linear_backward(xn, w + head, logits_.as<float>(), dx, g + head, nullptr, c.tokens(), c.hidden, c.vocab,
+                          WeightLayout::kOutIn, false);
   }
   logits_.reset();
   final_xn_.reset();
   dres_ = device_.allocate(T * size_t(c.hidden), options_.compute, Category::kTemporaries, "d residual stream");
   if (math_) {
-    F32 dx(dxn, Access::kRead), x(final_x_, Access::kRead), st(final_stats_, Access::kRead);
-    F32 dres(dres_, Access::kReadWrite);
+    F32 dx(ops_, dxn, Access::kRead), x(ops_, final_x_, Access::kRead), st(ops_, final_stats_, Access::kRead);
+    F32 dres(ops_, dres_, Access::kReadWrite);
     if (llama) {
       const size_t n = root.params[kFinalNorm].offset;
-      kernels::rmsnorm_backward(dx, x, w + n, st, dres, g + n, c.tokens(), c.hidden);
+      ops_->rmsnorm_backward(dx, x, w + n, st, dres, g + n, c.tokens(), c.hidden);
     } else {
       const size_t nw = root.params[kLnFWeight].offset, nb = root.params[kLnFBias].offset;
-      kernels::layernorm_backward(dx, x, w + nw, st, st + T, dres, g + nw, g + nb, c.tokens(), c.hidden);
+      ops_->layernorm_backward(dx, x, w + nw, st, st + T, dres, g + nw, g + nb, c.tokens(), c.hidden);
     }
   }
   final_x_.reset();
@@ -218,9 +251,10 @@ void Model::backward_root_start() {
 
 void Model::backward_block(int unit, Hooks& hooks) {
   PhaseScope phase(device_.memory(), fmt::format("backward, block {}", unit));
+  sync();
   hooks.before_backward(unit);
   const float* w = weights_f32(unit, block_w_);
-  if (math_) block_g_.assign(layout(unit).count, 0.0f);
+  float* g = zeroed_grads(unit, block_g_);
   const BlockEnv env = block_env(unit);
   BlockSaved& saved = saved_[static_cast<size_t>(unit - 1)];
   if (options_.checkpoint) {
@@ -229,10 +263,11 @@ void Model::backward_block(int unit, Hooks& hooks) {
     block_forward(env, w, std::move(x), saved, Category::kActivations, Category::kTemporaries).reset();
   }
   {
-    F32 dres(dres_, Access::kReadWrite);
-    block_backward(env, w, saved, dres, block_g_.data());
+    F32 dres(ops_, dres_, Access::kReadWrite);
+    block_backward(env, w, saved, dres, g);
   }
-  flush_grads(unit, block_g_);
+  flush_grads(unit, g);
+  sync();
   hooks.after_backward(unit);
 }
 
@@ -240,11 +275,11 @@ void Model::backward_root_end() {
   const ModelConfig& c = config_;
   const UnitLayout& root = layouts_[0];
   if (math_) {
-    F32 dres(dres_, Access::kRead);
-    float* g = root_g_.data();
+    F32 dres(ops_, dres_, Access::kRead);
+    float* g = root_grads_;
     float* dpositions = c.style == Style::kGpt2 ? g + root.params[kWpe].offset : nullptr;
-    kernels::embedding_backward(tokens_.as<int32_t>(), dres, g + root.params[kEmbedTokens].offset, dpositions,
-                                c.tokens(), c.seq, c.hidden);
+    ops_->embedding_backward(tokens_.as<int32_t>(), dres, g + root.params[kEmbedTokens].offset, dpositions, c.tokens(),
+                             c.seq, c.hidden);
   }
   dres_.reset();
   tokens_.reset();

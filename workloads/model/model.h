@@ -91,9 +91,15 @@ class Model {
     const void* weights = nullptr;
     void* grads = nullptr;
   };
-  // The unit's weights as fp32: the bound buffer itself in fp32, else a widened host copy in `scratch`.
-  const float* weights_f32(int unit, std::vector<float>& scratch) const;
-  void flush_grads(int unit, std::vector<float>& grads);
+  // The unit's weights as fp32: the bound buffer itself in fp32, else a widened copy in `scratch`.
+  const float* weights_f32(int unit, Scratch& scratch) const;
+  // A zeroed fp32 gradient accumulator for the unit, in `scratch`.
+  float* zeroed_grads(int unit, Scratch& scratch) const;
+  // Adds the unit's accumulated fp32 gradients into its bound gradient buffer.
+  void flush_grads(int unit, const float* grads);
+  // Waits for the ops issued so far: before a hook hands control to the strategy, whose host code may read or
+  // write what they touched.
+  void sync() const;
   BlockEnv block_env(int unit) const;
   void forward_root_start(const int32_t* tokens);
   float forward_root_end(const int32_t* targets);
@@ -108,11 +114,15 @@ class Model {
   std::vector<Unit> units_;
   bool math_ = true;
   bool has_forward_ = false;
+  Ops* ops_ = nullptr;  // the device's ops (ops_for); null on a shapes-only device
 
-  // Host scratch for the CPU math, not charged (a GPU computes on the bf16 buffers directly): fp32 copies of the
-  // root's and the current block's weights, and their fp32 gradient accumulators, flushed into the bound buffers.
-  std::vector<float> root_w_, block_w_, root_g_, block_g_;  // [unit count] each
+  // Backend scratch for the fp32 math, not charged (kernels reading bf16 directly would not need it): fp32 copies
+  // of the root's and the current block's weights, their fp32 gradient accumulators, flushed into the bound
+  // buffers, and the targets brought over from the caller's host memory.
+  Scratch root_w_, block_w_, root_g_, block_g_;  // [unit count] each
+  Scratch targets_;                              // [T] int32
   const float* root_weights_ = nullptr;
+  float* root_grads_ = nullptr;
 
   // Device tensors held between forward and backward.
   Buffer tokens_;                  // [T] int32 token ids (4 bytes, charged as fp32)

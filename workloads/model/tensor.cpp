@@ -2,6 +2,8 @@
 
 #include <cstring>
 
+#include "emu/check.h"
+
 namespace emu::model {
 
 void widen(const void* src, DType dtype, size_t n, float* dst) {
@@ -32,20 +34,20 @@ void accumulate_into(void* dst, DType dtype, const float* src, size_t n) {
   for (size_t i = 0; i < n; ++i) out[i] = float_to_bf16(bf16_to_float(out[i]) + src[i]);
 }
 
-F32::F32(const Buffer& buffer, Access access) : buffer_(buffer) {
+F32::F32(Ops* ops, const Buffer& buffer, Access access) : ops_(ops), buffer_(buffer) {
   if (buffer.data() == nullptr) return;
   if (buffer.dtype() == DType::kF32) {
     data_ = buffer.as<float>();
     return;
   }
-  host_.resize(buffer.count());
-  if (access != Access::kWrite) widen(buffer.data(), buffer.dtype(), buffer.count(), host_.data());
+  EMU_CHECK(ops_ != nullptr, "a bf16 working copy needs the device's ops");
+  data_ = copy_.reserve_as<float>(*ops_, buffer.count(), access == Access::kWrite);
+  if (access != Access::kWrite) ops_->bf16_to_f32(buffer.as<uint16_t>(), data_, buffer.count());
   write_back_ = access != Access::kRead;
-  data_ = host_.data();
 }
 
 F32::~F32() {
-  if (write_back_) narrow(host_.data(), buffer_.dtype(), host_.size(), buffer_.data());
+  if (write_back_) ops_->f32_to_bf16(data_, buffer_.as<uint16_t>(), buffer_.count());
 }
 
 }  // namespace emu::model

@@ -1,17 +1,18 @@
-// fp32 working copies of device tensors for the CPU math.
+// fp32 working copies of device tensors for the model's ops.
 //
-// A device tensor lives at its logical dtype (bf16 really stored in 2 bytes). The CPU kernels compute in fp32, so
-// around each kernel a bf16 tensor is widened into a host fp32 copy and, if written, rounded back to nearest even.
-// That host copy is scratch a GPU would not need (its kernels read bf16 directly), so it is not charged to the
-// device. An fp32 tensor is used in place, without a copy. On a shapes-only device there is no data: get() is null.
+// A device tensor lives at its logical dtype (bf16 really stored in 2 bytes). The ops compute in fp32, so around
+// each op a bf16 tensor is widened into an fp32 copy in the backend's scratch (Ops::scratch_allocate) and, if
+// written, rounded back to nearest even. That copy is working memory a GPU kernel reading bf16 directly would not
+// need, so it is not charged to the device, on any backend. An fp32 tensor is used in place, without a copy. On
+// a shapes-only device there is no data: get() is null.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
-#include <vector>
 
 #include "emu/device.h"
 #include "emu/dtype.h"
+#include "emu/ops.h"
 
 namespace emu::model {
 
@@ -26,7 +27,8 @@ class F32 {
  public:
   enum class Access : uint8_t { kRead, kWrite, kReadWrite };
 
-  F32(const Buffer& buffer, Access access);
+  // `ops` may be null only when the buffer holds no data.
+  F32(Ops* ops, const Buffer& buffer, Access access);
   ~F32();
   F32(const F32&) = delete;
   F32& operator=(const F32&) = delete;
@@ -35,9 +37,10 @@ class F32 {
   operator float*() const { return data_; }
 
  private:
+  Ops* ops_;
   const Buffer& buffer_;
   bool write_back_ = false;
-  std::vector<float> host_;  // [count] the fp32 copy of a bf16 buffer; empty for fp32 buffers
+  Scratch copy_;  // [count] the fp32 copy of a bf16 buffer; unused for fp32 buffers
   float* data_ = nullptr;
 };
 

@@ -5,6 +5,9 @@
 #include <algorithm>
 #include <cmath>
 #include <numbers>
+#include <type_traits>
+
+#include "workloads/model/host_ops.h"
 
 namespace emu::optim {
 namespace {
@@ -15,24 +18,14 @@ inline float load(const uint16_t* data, size_t i) { return bf16_to_float(data[i]
 inline void store(float* data, size_t i, float value) { data[i] = value; }
 inline void store(uint16_t* data, size_t i, float value) { data[i] = float_to_bf16(value); }
 
-// Constants of one step, computed once per call.
-struct StepConstants {
-  float beta1, beta2, eps;
-  float one_minus_beta1, one_minus_beta2;
-  float step_size;              // lr / (1 − β1^t)
-  float bias_correction2_sqrt;  // sqrt(1 − β2^t)
-  float decay_factor;           // 1 − lr · weight_decay
-  float grad_scale;
-};
-
-// Elements [begin, end) of the spans; `decayed` says whether this run lies inside a decay range.
+// One run of k.n elements, all inside a decay range (k.decay) or all outside.
 template <typename W, typename M, typename G>
-void update_run(W* w, M* m, M* v, const G* g, uint16_t* copy, size_t begin, size_t end, bool decayed,
-                const StepConstants& k) {
-  for (size_t i = begin; i < end; ++i) {
+void update_run(W* w, M* m, M* v, const G* g, const AdamWOp& k) {
+  uint16_t* copy = k.copy;
+  for (size_t i = 0; i < k.n; ++i) {
     const float grad = load(g, i) * k.grad_scale;
     float weight = load(w, i);
-    if (decayed) weight *= k.decay_factor;
+    if (k.decay) weight *= k.decay_factor;
     const float m_new = k.beta1 * load(m, i) + k.one_minus_beta1 * grad;
     const float v_new = k.beta2 * load(v, i) + k.one_minus_beta2 * grad * grad;
     const float denom = std::sqrt(v_new) / k.bias_correction2_sqrt + k.eps;
@@ -44,44 +37,41 @@ void update_run(W* w, M* m, M* v, const G* g, uint16_t* copy, size_t begin, size
   }
 }
 
-// Walks the span in runs that are wholly inside or wholly outside the decay ranges.
-template <typename W, typename M, typename G>
-void update_typed(const AdamWStep& s, const StepConstants& k) {
-  W* w = static_cast<W*>(s.weights.data());
-  M* m = static_cast<M*>(s.m.data());
-  M* v = static_cast<M*>(s.v.data());
-  const G* g = static_cast<const G*>(s.grads.data());
-  uint16_t* copy = s.compute_copy.empty() ? nullptr : static_cast<uint16_t*>(s.compute_copy.data());
+// Byte offset `elements` into a span's storage.
+template <typename P>
+P advance(P data, size_t elements, DType dtype) {
+  using Byte = std::conditional_t<std::is_const_v<std::remove_pointer_t<P>>, const char*, char*>;
+  return data == nullptr ? nullptr : static_cast<P>(static_cast<Byte>(data) + elements * dtype_size(dtype));
+}
+
+// Walks the span in runs that are wholly inside or wholly outside the decay ranges, one op per run.
+void update_runs(const AdamWStep& s, const AdamWOp& constants, Ops& ops) {
   const size_t n = s.weights.size();
+  const auto run = [&](size_t begin, size_t end, bool decayed) {
+    if (begin >= end) return;
+    AdamWOp op = constants;
+    op.weights = advance(s.weights.data(), begin, s.weights.dtype());
+    op.m = advance(s.m.data(), begin, s.m.dtype());
+    op.v = advance(s.v.data(), begin, s.v.dtype());
+    op.grads = advance(s.grads.data(), begin, s.grads.dtype());
+    op.copy =
+        s.compute_copy.empty() ? nullptr : static_cast<uint16_t*>(advance(s.compute_copy.data(), begin, DType::kBF16));
+    op.n = end - begin;
+    op.decay = decayed;
+    ops.adamw(op);
+  };
   size_t local = 0;  // next element of the shard to update
   for (const DecayRange& range : s.decay) {
     if (range.end <= s.offset + local) continue;
     if (range.begin >= s.offset + n) break;
     const size_t begin = std::max(range.begin, s.offset + local) - s.offset;
     const size_t end = std::min(range.end, s.offset + n) - s.offset;
-    update_run(w, m, v, g, copy, local, begin, false, k);
-    update_run(w, m, v, g, copy, begin, end, true, k);
+    run(local, begin, false);
+    run(begin, end, true);
     local = end;
   }
-  update_run(w, m, v, g, copy, local, n, false, k);
-}
-
-template <typename W, typename M>
-void dispatch_grads(const AdamWStep& s, const StepConstants& k) {
-  if (s.grads.dtype() == DType::kF32) {
-    update_typed<W, M, float>(s, k);
-  } else {
-    update_typed<W, M, uint16_t>(s, k);
-  }
-}
-
-template <typename W>
-void dispatch_moments(const AdamWStep& s, const StepConstants& k) {
-  if (s.m.dtype() == DType::kF32) {
-    dispatch_grads<W, float>(s, k);
-  } else {
-    dispatch_grads<W, uint16_t>(s, k);
-  }
+  run(local, n, false);
+  ops.synchronize();  // the caller's host code may read the state next
 }
 
 void check_step(const AdamWStep& s) {
@@ -103,7 +93,37 @@ void check_step(const AdamWStep& s) {
   }
 }
 
+template <typename W, typename M>
+void apply_grads(const AdamWOp& op) {
+  W* w = static_cast<W*>(op.weights);
+  M* m = static_cast<M*>(op.m);
+  M* v = static_cast<M*>(op.v);
+  if (op.grads_dtype == DType::kF32) {
+    update_run(w, m, v, static_cast<const float*>(op.grads), op);
+  } else {
+    update_run(w, m, v, static_cast<const uint16_t*>(op.grads), op);
+  }
+}
+
+template <typename W>
+void apply_moments(const AdamWOp& op) {
+  if (op.moments_dtype == DType::kF32) {
+    apply_grads<W, float>(op);
+  } else {
+    apply_grads<W, uint16_t>(op);
+  }
+}
+
 }  // namespace
+
+void adamw_apply_host(const AdamWOp& op) {
+  if (op.n == 0) return;
+  if (op.weights_dtype == DType::kF32) {
+    apply_moments<float>(op);
+  } else {
+    apply_moments<uint16_t>(op);
+  }
+}
 
 void AdamWConfig::validate() const {
   if (!(lr >= 0) || !std::isfinite(lr)) throw InputError(fmt::format("AdamW lr {} must be a finite value >= 0", lr));
@@ -139,7 +159,10 @@ void adamw_update(const AdamWConfig& config, const AdamWStep& step) {
   check_step(step);
   if (step.weights.empty() || step.weights.data() == nullptr) return;  // nothing held (shapes-only device)
   const double t = static_cast<double>(step.step);
-  StepConstants k;
+  AdamWOp k;
+  k.weights_dtype = step.weights.dtype();
+  k.moments_dtype = step.m.dtype();
+  k.grads_dtype = step.grads.dtype();
   k.beta1 = static_cast<float>(config.beta1);
   k.beta2 = static_cast<float>(config.beta2);
   k.eps = static_cast<float>(config.eps);
@@ -149,11 +172,7 @@ void adamw_update(const AdamWConfig& config, const AdamWStep& step) {
   k.bias_correction2_sqrt = static_cast<float>(std::sqrt(1.0 - std::pow(config.beta2, t)));
   k.decay_factor = static_cast<float>(1.0 - step.lr * config.weight_decay);
   k.grad_scale = step.grad_scale;
-  if (step.weights.dtype() == DType::kF32) {
-    dispatch_moments<float>(step, k);
-  } else {
-    dispatch_moments<uint16_t>(step, k);
-  }
+  update_runs(step, k, step.ops != nullptr ? *step.ops : model::host_ops());
 }
 
 double grad_sum_of_squares(ConstElementSpan grads) {

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <string>
 
+#include "workloads/model/host_ops.h"
+
 namespace emu::optim {
 
 AdamWState::AdamWState(Device& device, PrecisionRecipe recipe, size_t count, std::string_view what)
@@ -46,6 +48,7 @@ void AdamWState::step(const AdamWConfig& config, ElementSpan params, ConstElemen
   step.step = steps_taken_ + 1;
   step.lr = lr;
   step.grad_scale = grad_scale;
+  if (m_.device() != nullptr && m_.device()->holds_data()) step.ops = &model::ops_for(*m_.device());
   adamw_update(config, step);
   ++steps_taken_;
 }

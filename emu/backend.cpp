@@ -1,4 +1,4 @@
-#include "emu/cuda/backend.h"
+#include "emu/backend.h"
 
 #include <fmt/format.h>
 

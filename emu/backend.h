@@ -1,6 +1,6 @@
 // Choosing a device backend by name: the one place that knows which backends this build has (DESIGN.md §6).
-// Compiled in every build; the CUDA branch exists only with EMU_CUDA=ON. (It lives beside the CUDA backend for
-// now; emu/backend.h is its natural home once the app selects through it.)
+// Compiled in every build; the CUDA branch exists only with EMU_CUDA=ON. emu --device and the GPU tests choose
+// through it.
 #pragma once
 
 #include <memory>
