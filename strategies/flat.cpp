@@ -43,11 +43,10 @@ std::vector<optim::DecayRange> clip_ranges(const std::vector<optim::DecayRange>&
   return clipped;
 }
 
-void init_into(const model::Model& model, int unit, uint64_t seed, size_t begin, size_t count, void* out,
-               DType dtype) {
+void init_into(const model::Model& model, int unit, uint64_t seed, size_t begin, size_t count, void* out, DType dtype) {
   if (out == nullptr || count == 0) return;
   std::vector<float> values(count);  // host scratch: initial values are made on the host and copied in
-  model::init_unit_range(model.layout(unit), unit, seed, begin, count, values.data());
+  model.initial_values(unit, seed, begin, count, values.data());
   model::narrow(values.data(), dtype, count, out);
 }
 

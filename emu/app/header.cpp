@@ -62,6 +62,19 @@ void print_run_header(const MpiSession& mpi, const RunOptions& options) {
                       options.offload ? ", optimizer offloaded to the host" : "",
                       options.deepspeed.empty() ? "" : ", DeepSpeed config " + options.deepspeed);
   text += fmt::format("  strategies {}\n", strategy_list(options));
+  if (!options.plan && !options.tokens_path.empty()) {
+    text += fmt::format(
+        "  data      token file {} ({}-bit ids{})\n", options.tokens_path, options.token_bits,
+        k > 1 ? fmt::format(", folded into the shrunk vocabulary: id mod {}", model::shrink(options.full, k).vocab)
+              : "");
+  }
+  if (!options.plan && !options.load_weights_path.empty()) {
+    text += fmt::format("  weights   loaded from {}\n", options.load_weights_path);
+  }
+  if (!options.plan && !options.save_weights_path.empty()) {
+    text += fmt::format("  saving    {}'s weights after its last step to {}\n", options.strategies.front().name(),
+                        options.save_weights_path);
+  }
   if (options.plan) {
     text += fmt::format("  plan      shapes only at full scale for {} ranks: no data, no math\n",
                         options.plan_ranks > 0 ? options.plan_ranks : mpi.world());

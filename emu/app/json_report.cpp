@@ -16,11 +16,16 @@ json categories(const CategoryBytes& bytes, uint64_t scale) {
 }
 
 json shapes(const model::ModelConfig& m) {
-  return {{"name", m.name},       {"style", std::string(model::style_name(m.style))},
-          {"hidden", m.hidden},   {"ffn", m.ffn},
-          {"vocab", m.vocab},     {"seq_len", m.seq},
-          {"layers", m.layers},   {"heads", m.heads},
-          {"kv_heads", m.kv_heads}, {"micro_batch", m.batch},
+  return {{"name", m.name},
+          {"style", std::string(model::style_name(m.style))},
+          {"hidden", m.hidden},
+          {"ffn", m.ffn},
+          {"vocab", m.vocab},
+          {"seq_len", m.seq},
+          {"layers", m.layers},
+          {"heads", m.heads},
+          {"kv_heads", m.kv_heads},
+          {"micro_batch", m.batch},
           {"parameters", model::parameter_count(m)}};
 }
 
@@ -74,12 +79,11 @@ json outcome_json(const RunReport& r, const StrategyOutcome& o) {
   json measured = json::object();
   for (const auto& [kind, t] : o.traffic_per_step) {
     const auto calls = o.calls_per_step.find(kind);
-    measured[std::string(coll::kind_name(kind))] = {
-        {"calls", calls == o.calls_per_step.end() ? 0 : calls->second},
-        {"sent_bytes", t.sent},
-        {"received_bytes", t.received},
-        {"sent_full_scale_bytes", t.sent * scale},
-        {"received_full_scale_bytes", t.received * scale}};
+    measured[std::string(coll::kind_name(kind))] = {{"calls", calls == o.calls_per_step.end() ? 0 : calls->second},
+                                                    {"sent_bytes", t.sent},
+                                                    {"received_bytes", t.received},
+                                                    {"sent_full_scale_bytes", t.sent * scale},
+                                                    {"received_full_scale_bytes", t.received * scale}};
   }
   s["traffic_per_step"] = measured;
   s["pcie_per_step"] = {{"device_to_host_bytes", o.host_per_step.device_to_host},
@@ -112,9 +116,13 @@ std::string format_json(const RunReport& r) {
       {"optimizer_offload", o.offload},
       {"collectives", o.collectives.empty() ? "ring" : o.collectives},
       {"deepspeed_config", o.deepspeed},
-      {"cap", {{"spec", o.cap.text},
-               {"per_rank_bytes", r.cap == kNoCap ? json(nullptr) : json(r.cap)},
-               {"full_scale_bytes", r.cap == kNoCap ? json(nullptr) : json(r.cap * r.scale())}}},
+      {"tokens", o.tokens_path.empty() ? json("synthetic") : json(o.tokens_path)},
+      {"initial_weights", o.load_weights_path.empty() ? json("seeded") : json(o.load_weights_path)},
+      {"saved_weights", o.save_weights_path.empty() ? json(nullptr) : json(o.save_weights_path)},
+      {"cap",
+       {{"spec", o.cap.text},
+        {"per_rank_bytes", r.cap == kNoCap ? json(nullptr) : json(r.cap)},
+        {"full_scale_bytes", r.cap == kNoCap ? json(nullptr) : json(r.cap * r.scale())}}},
       {"reserve", {{"per_rank_bytes", r.reserve}, {"full_scale_bytes", o.reserve_full_scale}}},
       {"strict_oom", o.strict_oom},
   };

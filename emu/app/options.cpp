@@ -117,6 +117,15 @@ ParsedCommandLine parse_command_line(int argc, const char* const* argv, int worl
                  "matrix is saved)")
       ->capture_default_str()
       ->group("Model");
+  app.add_option("--load-weights", options.load_weights_path,
+                 "start from safetensors weights with Hugging Face names (save_pretrained's model.safetensors) "
+                 "instead of the seeded initialisation; their shapes must be the run's, so a full-size checkpoint "
+                 "needs --shrink 1")
+      ->group("Model");
+  app.add_option("--save-weights", options.save_weights_path,
+                 "write the weights the first strategy has after its last step to FILE (safetensors with Hugging "
+                 "Face names, fp32; every strategy trains the same numbers)")
+      ->group("Model");
   options.model_options.checkpoint = true;
   app.add_flag("--checkpoint,!--no-checkpoint", options.model_options.checkpoint,
                "activation checkpointing per block, as gradient_checkpointing=True (default: on)")
@@ -139,6 +148,14 @@ ParsedCommandLine parse_command_line(int argc, const char* const* argv, int worl
   app.add_flag("--bucket-view", bucket_view, "DDP: gradient_as_bucket_view=True (no bucket copies)")->group("Training");
   app.add_option("--collectives", options.collectives,
                  "algorithms per collective, e.g. all_reduce=rhd,all_gather=mpi (default: ring everywhere)")
+      ->group("Training");
+  app.add_option("--tokens", options.tokens_path,
+                 "train on a token file of raw little-endian ids, as nanoGPT and llm.c write them (default: seeded "
+                 "synthetic tokens); ids must be below the model's vocabulary and are folded into a shrunk one "
+                 "(id mod V/k)")
+      ->group("Training");
+  app.add_option("--token-bits", options.token_bits, "bits per id in the --tokens file: 16 or 32")
+      ->capture_default_str()
       ->group("Training");
   app.add_option("--ranks-per-node", options.ranks_per_node,
                  "ranks per node for HYBRID_SHARD (default: the ranks found on each host)")
@@ -328,6 +345,14 @@ ParsedCommandLine parse_command_line(int argc, const char* const* argv, int worl
     }
   }
   if (!options.find_limit.empty()) options.plan = true;  // the search plans at full scale
+  if (options.token_bits != 16 && options.token_bits != 32) {
+    throw InputError(fmt::format("--token-bits {} is not a token width; accepted: 16, 32", options.token_bits));
+  }
+  for (const std::string* path : {&options.tokens_path, &options.load_weights_path}) {
+    if (!path->empty() && !std::filesystem::is_regular_file(*path)) {
+      throw InputError(fmt::format("'{}' cannot be read: no such file", *path));
+    }
+  }
   if (options.device != "cpu" && options.device != "cuda") {
     throw InputError(fmt::format("--device '{}' is not a backend; accepted: cpu, cuda", options.device));
   }
@@ -342,7 +367,8 @@ ParsedCommandLine parse_command_line(int argc, const char* const* argv, int worl
       throw InputError("--device cuda: no GPU is visible to this process (check nvidia-smi, CUDA_VISIBLE_DEVICES)");
     }
   }
-  for (const std::string* path : {&options.json_path, &options.trace_path, &options.svg_path}) {
+  for (const std::string* path :
+       {&options.json_path, &options.trace_path, &options.svg_path, &options.save_weights_path}) {
     if (path->empty()) continue;
     const std::filesystem::path parent = std::filesystem::path(*path).parent_path();
     if (!parent.empty() && !std::filesystem::is_directory(parent)) {

@@ -18,6 +18,8 @@
 #include "emu/units.h"
 #include "strategies/strategy.h"
 #include "workloads/data/synthetic.h"
+#include "workloads/data/token_file.h"
+#include "workloads/io/model_weights.h"
 #include "workloads/model/layout.h"
 #include "workloads/model/memory_terms.h"
 #include "workloads/model/model.h"
@@ -203,8 +205,11 @@ Groups make_groups(Device& device, const RunOptions& options, int ranks_per_node
 
 class Runner {
  public:
-  Runner(const MpiSession& mpi, const RunOptions& options, RunReport& report)
-      : mpi_(mpi), options_(options), report_(report) {}
+  // `tokens`: a token file to train on, or null for each strategy's seeded synthetic tokens; `weights`: loaded
+  // initial weights, or null for the seeded initialisation.
+  Runner(const MpiSession& mpi, const RunOptions& options, RunReport& report, const data::TokenSource* tokens,
+         std::shared_ptr<const std::vector<std::vector<float>>> weights)
+      : mpi_(mpi), options_(options), report_(report), file_tokens_(tokens), weights_(std::move(weights)) {}
 
   StrategyOutcome run(const strategy::Options& strategy_options) {
     StrategyOutcome outcome;
@@ -224,6 +229,7 @@ class Runner {
     auto host = make_cpu_device({});  // optimizer offload's host memory, off the cap
     Groups groups = make_groups(*device, options_, report_.ranks_per_node);
     model::Model model(*device, report_.model, options_.model_options);
+    model.set_initial_weights(weights_);
     auto strategy = strategy::make_strategy({*device, *groups.world, model, groups.intra.get(), groups.inter.get(),
                                              options_.offload ? host.get() : nullptr},
                                             strategy_options);
@@ -242,7 +248,8 @@ class Runner {
     synthetic.seed = strategy_options.seed;
     synthetic.vocab = report_.model.vocab;
     synthetic.seq_len = report_.model.seq;
-    const data::SyntheticTokens tokens(synthetic);
+    const data::SyntheticTokens synthetic_tokens(synthetic);
+    const data::TokenSource& tokens = file_tokens_ != nullptr ? *file_tokens_ : synthetic_tokens;
     const int64_t batch = report_.model.batch;
     for (int step = 0; step < options_.steps; ++step) {
       std::vector<data::Batch> micro_batches;
@@ -266,6 +273,9 @@ class Runner {
       progress(outcome, step);
       if (outcome.verdict.any()) break;  // it would not have run on the GPUs: stop with what it needed
     }
+    if (!options_.save_weights_path.empty() && !shapes && &strategy_options == &options_.strategies.front()) {
+      save_weights(model, *strategy, outcome);
+    }
     collect(outcome, *device, *strategy, spans ? &*spans : nullptr);
     return outcome;
   }
@@ -283,6 +293,17 @@ class Runner {
     strategy.set_span_sink([&spans](std::string_view name, std::string_view category, double start, double end) {
       spans.add(name, category, start, end);
     });
+  }
+
+  // The strategy's whole weights (collective), written by rank 0 at once: the file is complete or absent.
+  void save_weights(const model::Model& model, strategy::Strategy& strategy, const StrategyOutcome& outcome) const {
+    std::vector<std::vector<float>> units;
+    for (int u = 0; u < model.num_units(); ++u) units.push_back(strategy.full_weights(u));
+    if (mpi_.rank() != 0) return;
+    io::save_model_weights(options_.save_weights_path, report_.model, units, DType::kF32,
+                           {{"emu_model", report_.model.name},
+                            {"emu_strategy", outcome.name},
+                            {"emu_steps", std::to_string(outcome.steps_run)}});
   }
 
   void progress(const StrategyOutcome& outcome, int step) const {
@@ -344,6 +365,8 @@ class Runner {
   const MpiSession& mpi_;
   const RunOptions& options_;
   RunReport& report_;
+  const data::TokenSource* file_tokens_;
+  std::shared_ptr<const std::vector<std::vector<float>>> weights_;
 };
 
 }  // namespace
@@ -367,7 +390,32 @@ RunReport run_strategies(const MpiSession& mpi, const RunOptions& options) {
     throw InputError(fmt::format("--reserve {} is more than the cap {} it is part of", format_bytes(report.reserve),
                                  format_bytes(report.cap)));
   }
-  Runner runner(mpi, options, report);
+  // Data and initial weights are read once, before any strategy runs; a bad file is bad input on every rank.
+  std::unique_ptr<data::TokenFile> tokens;
+  std::shared_ptr<const std::vector<std::vector<float>>> weights;
+  if (!options.plan && !options.tokens_path.empty()) {
+    data::TokenFileConfig config;
+    config.path = options.tokens_path;
+    config.width = options.token_bits == 32 ? data::TokenWidth::kU32 : data::TokenWidth::kU16;
+    config.vocab = options.full.vocab;
+    config.fold_vocab = report.model.vocab;
+    config.seq_len = report.model.seq;
+    config.seed = options.strategies.front().seed;
+    tokens = std::make_unique<data::TokenFile>(config);
+  }
+  if (!options.plan && !options.load_weights_path.empty()) {
+    try {
+      weights = std::make_shared<const std::vector<std::vector<float>>>(
+          io::load_model_weights(options.load_weights_path, report.model));
+    } catch (const InputError& error) {
+      if (report.shrink == 1) throw;
+      throw InputError(
+          fmt::format("{} (the run's shapes are {} shrunk by k = {}: weights of the full-size model "
+                      "load with --shrink 1)",
+                      error.what(), options.full.name, report.shrink));
+    }
+  }
+  Runner runner(mpi, options, report, tokens.get(), weights);
   for (const strategy::Options& strategy_options : options.strategies) {
     report.outcomes.push_back(runner.run(strategy_options));
   }

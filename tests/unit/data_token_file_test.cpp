@@ -61,6 +61,21 @@ TEST_F(TokenFileTest, ReadsUint16AndUint32Tokens) {
   EXPECT_EQ(read_token_file(write("b.u32", wide, 4), TokenWidth::kU32, 70001), (std::vector<int32_t>{70000, 3}));
 }
 
+TEST_F(TokenFileTest, IdsFoldIntoASmallerVocabulary) {
+  const std::vector<uint32_t> values = {0, 7, 12, 13, 26, 99, 5};
+  TokenFileConfig config{write("fold.u16", values, 2), TokenWidth::kU16, 100, 3, 9};
+  config.fold_vocab = 13;  // a shrunk model's vocabulary
+  const TokenFile file(config);
+  EXPECT_EQ(file.vocab(), 13);
+  EXPECT_EQ(std::vector<int32_t>(file.tokens().begin(), file.tokens().end()),
+            (std::vector<int32_t>{0, 7, 12, 0, 0, 8, 5}));
+  config.fold_vocab = 100;  // not smaller: nothing to fold
+  EXPECT_EQ(TokenFile(config).vocab(), 100);
+  config.fold_vocab = 13;
+  config.vocab = 50;  // 99 is still checked against the file's own vocabulary, before folding
+  EXPECT_THROW(TokenFile{config}, InputError);
+}
+
 TEST_F(TokenFileTest, SamplesAreDeterministicWindowsOfTheFile) {
   std::vector<uint32_t> values(200);
   for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<uint32_t>(i % 100);

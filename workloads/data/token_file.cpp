@@ -68,6 +68,11 @@ TokenFile::TokenFile(TokenFileConfig config) : config_(std::move(config)) {
         fmt::format("token file {}: sequence length {} must be >= 1", config_.path.string(), config_.seq_len));
   }
   tokens_ = read_token_file(config_.path, config_.width, config_.vocab);
+  if (config_.fold_vocab > 0 && config_.fold_vocab < config_.vocab) {
+    for (int32_t& token : tokens_) token %= static_cast<int32_t>(config_.fold_vocab);
+  } else if (config_.fold_vocab >= config_.vocab) {
+    config_.fold_vocab = 0;  // nothing to fold
+  }
   const auto needed = static_cast<uint64_t>(config_.seq_len) + 1;
   if (tokens_.size() < needed) {
     throw InputError(fmt::format("token file {}: {} tokens is too short; one sequence of length {} needs {} tokens",

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "emu/check.h"
@@ -43,9 +44,32 @@ void Model::bind_grads(int unit, void* grads) {
   units_[static_cast<size_t>(unit)].grads = grads;
 }
 
-void Model::init_unit(int unit, uint64_t seed, float* out) const {
+void Model::initial_values(int unit, uint64_t seed, size_t begin, size_t count, float* out) const {
   const UnitLayout& l = layout(unit);
-  init_unit_range(l, unit, seed, 0, l.count, out);
+  EMU_CHECK(begin <= l.count && count <= l.count - begin, "elements [{}, {}) outside unit {} of {}", begin,
+            begin + count, unit, l.count);
+  if (initial_weights_ == nullptr) {
+    init_unit_range(l, unit, seed, begin, count, out);
+    return;
+  }
+  const std::vector<float>& values = (*initial_weights_)[static_cast<size_t>(unit)];
+  std::copy_n(values.begin() + static_cast<std::ptrdiff_t>(begin), count, out);
+}
+
+void Model::init_unit(int unit, uint64_t seed, float* out) const {
+  initial_values(unit, seed, 0, layout(unit).count, out);
+}
+
+void Model::set_initial_weights(std::shared_ptr<const std::vector<std::vector<float>>> weights) {
+  if (weights != nullptr) {
+    EMU_CHECK(weights->size() == layouts_.size(), "initial weights for {} units, the model has {}", weights->size(),
+              layouts_.size());
+    for (size_t u = 0; u < layouts_.size(); ++u) {
+      EMU_CHECK((*weights)[u].size() == layouts_[u].count, "initial weights of unit {}: {} values, its layout has {}",
+                u, (*weights)[u].size(), layouts_[u].count);
+    }
+  }
+  initial_weights_ = std::move(weights);
 }
 
 const float* Model::weights_f32(int unit, Scratch& scratch) const {

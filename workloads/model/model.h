@@ -83,8 +83,14 @@ class Model {
   // Drops what forward saved (after an evaluation-only forward).
   void discard();
 
-  // Initial fp32 values of the whole unit (layout.h, init_unit_range).
+  // Initial fp32 values of elements [begin, begin + count) of `unit`, where every strategy starts: the loaded
+  // weights when set_initial_weights gave some, else the seeded initialisation (layout.h, init_unit_range).
+  void initial_values(int unit, uint64_t seed, size_t begin, size_t count, float* out) const;
+  // The same for the whole unit.
   void init_unit(int unit, uint64_t seed, float* out) const;
+  // Weights to start from instead of the seeded initialisation: [units][layout(u).count] fp32, as
+  // io::load_model_weights returns them. A check fails unless they match the layouts.
+  void set_initial_weights(std::shared_ptr<const std::vector<std::vector<float>>> weights);
 
  private:
   struct Unit {
@@ -123,6 +129,7 @@ class Model {
   Scratch targets_;                              // [T] int32
   const float* root_weights_ = nullptr;
   float* root_grads_ = nullptr;
+  std::shared_ptr<const std::vector<std::vector<float>>> initial_weights_;  // null: the seeded initialisation
 
   // Device tensors held between forward and backward.
   Buffer tokens_;                  // [T] int32 token ids (4 bytes, charged as fp32)

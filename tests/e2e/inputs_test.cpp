@@ -1,0 +1,154 @@
+// The emu executable's own inputs: a token file to train on (--tokens) and weights to start from
+// (--load-weights), with the bad versions of each as bad input.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "tests/support/process.h"
+#include "workloads/io/model_weights.h"
+#include "workloads/model/config.h"
+#include "workloads/model/layout.h"
+#include "workloads/model/shrink.h"
+
+namespace emu {
+namespace {
+
+using nlohmann::json;
+using testing::mpiexec;
+using testing::run_process;
+
+const std::string kEmu = std::string(EMU_BINARY_DIR) + "/bin/emu";
+const std::string kRun = " --model gpt2 --shrink 8 --steps 2 --strategies ddp,zero3";
+constexpr uint64_t kDefaultSeed = 1234;  // emu's --seed default
+
+json run_json(const std::string& args, const testing::TempDir& dir, const std::string& name) {
+  const std::string out = dir.file(name);
+  const auto run = run_process(mpiexec(2) + kEmu + kRun + args + " --json " + out, 240);
+  EXPECT_EQ(run.exit_code, 0) << args << "\n" << run.err;
+  std::ifstream in(out);
+  return json::parse(in);
+}
+
+std::vector<float> losses(const json& root, size_t strategy) {
+  return root["strategies"][strategy]["losses"].get<std::vector<float>>();
+}
+
+// DDP and ZeRO-3 train the same numbers, up to the order of their bf16 reductions.
+void expect_same_training(const json& root) {
+  const std::vector<float> ddp = losses(root, 0), zero3 = losses(root, 1);
+  ASSERT_EQ(ddp.size(), zero3.size());
+  for (size_t i = 0; i < ddp.size(); ++i) EXPECT_NEAR(zero3[i], ddp[i], 1e-4 * std::abs(ddp[i])) << "step " << i + 1;
+}
+
+// Every unit of `config` as the seeded initialisation makes it, written as model.safetensors.
+void write_initial_weights(const model::ModelConfig& config, uint64_t seed, const std::string& path) {
+  const std::vector<model::UnitLayout> layouts = model::build_layouts(config);
+  std::vector<std::vector<float>> units;
+  for (size_t u = 0; u < layouts.size(); ++u) {
+    units.emplace_back(layouts[u].count);
+    model::init_unit_range(layouts[u], int(u), seed, 0, layouts[u].count, units.back().data());
+  }
+  io::save_model_weights(path, config, units, DType::kF32);
+}
+
+TEST(Inputs, TrainingStartsFromTheLoadedWeights) {
+  const testing::TempDir dir("inputs-weights");
+  const model::ModelConfig run_model = model::shrink(model::preset("gpt2"), 8);
+  write_initial_weights(run_model, kDefaultSeed, dir.file("same.safetensors"));
+  write_initial_weights(run_model, 99, dir.file("other.safetensors"));
+
+  const json seeded = run_json("", dir, "seeded.json");
+  const json same = run_json(" --load-weights " + dir.file("same.safetensors"), dir, "same.json");
+  const json other = run_json(" --load-weights " + dir.file("other.safetensors"), dir, "other.json");
+  // The seeded initialisation, loaded from a file: the same numbers, bit for bit.
+  EXPECT_EQ(losses(same, 0), losses(seeded, 0));
+  EXPECT_EQ(losses(same, 1), losses(seeded, 1));
+  // Other weights, the same data: another loss, and every strategy still trains the same numbers.
+  EXPECT_NE(losses(other, 0), losses(seeded, 0));
+  expect_same_training(other);
+  EXPECT_EQ(other["config"]["initial_weights"], dir.file("other.safetensors"));
+}
+
+TEST(Inputs, WeightsOfOtherShapesAreBadInput) {
+  const testing::TempDir dir("inputs-bad-weights");
+  write_initial_weights(model::shrink(model::preset("gpt2"), 4), kDefaultSeed, dir.file("k4.safetensors"));
+  const auto run = run_process(mpiexec(2) + kEmu + kRun + " --load-weights " + dir.file("k4.safetensors"), 120);
+  EXPECT_EQ(run.exit_code, 2) << run.err;
+  EXPECT_NE(run.err.find("shape"), std::string::npos) << run.err;
+  EXPECT_NE(run.err.find("weights of the full-size model load with --shrink 1"), std::string::npos) << run.err;
+  const auto missing = run_process(mpiexec(2) + kEmu + kRun + " --load-weights " + dir.file("none.safetensors"));
+  EXPECT_EQ(missing.exit_code, 2);
+  EXPECT_NE(missing.err.find("cannot be read: no such file"), std::string::npos) << missing.err;
+}
+
+TEST(Inputs, SavedWeightsAreTheTrainedOnes) {
+  const testing::TempDir dir("inputs-save");
+  const model::ModelConfig run_model = model::shrink(model::preset("gpt2"), 8);
+  const std::string common = " --model gpt2 --shrink 8 --steps 2 --save-weights ";
+  for (const std::string strategy : {"ddp", "zero3"}) {
+    const auto run = run_process(
+        mpiexec(2) + kEmu + common + dir.file(strategy + ".safetensors") + " --strategies " + strategy + ",zero2", 240);
+    ASSERT_EQ(run.exit_code, 0) << run.err;
+    EXPECT_NE(run.out.find(strategy + "'s weights after its last step to"), std::string::npos) << run.out;
+  }
+  write_initial_weights(run_model, kDefaultSeed, dir.file("initial.safetensors"));
+  // emu's own loader reads them back under their Hugging Face names; DDP's and ZeRO-3's agree, and both moved.
+  const auto ddp = io::load_model_weights(dir.file("ddp.safetensors"), run_model);
+  const auto zero3 = io::load_model_weights(dir.file("zero3.safetensors"), run_model);
+  const auto initial = io::load_model_weights(dir.file("initial.safetensors"), run_model);
+  size_t moved = 0, total = 0;
+  for (size_t u = 0; u < ddp.size(); ++u) {
+    for (size_t i = 0; i < ddp[u].size(); ++i) {
+      ASSERT_NEAR(zero3[u][i], ddp[u][i], 1e-5 + 1e-4 * std::abs(ddp[u][i])) << "unit " << u << " element " << i;
+      moved += ddp[u][i] != initial[u][i] ? 1 : 0;
+      ++total;
+    }
+  }
+  EXPECT_GT(moved, total / 2) << "two AdamW steps change most weights";
+}
+
+// uint16 ids as nanoGPT writes them, all below GPT-2's vocabulary of 50257.
+void write_tokens(const std::string& path, const std::vector<uint16_t>& ids) {
+  std::ofstream out(path, std::ios::binary);
+  out.write(reinterpret_cast<const char*>(ids.data()), std::streamsize(ids.size() * sizeof(uint16_t)));
+}
+
+TEST(Inputs, TrainsOnATokenFile) {
+  const testing::TempDir dir("inputs-tokens");
+  std::vector<uint16_t> ids(20000);
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = uint16_t((i * 7919) % 50257);
+  write_tokens(dir.file("train.bin"), ids);
+  const json synthetic = run_json("", dir, "synthetic.json");
+  const json file = run_json(" --tokens " + dir.file("train.bin"), dir, "tokens.json");
+  EXPECT_NE(losses(file, 0), losses(synthetic, 0));
+  expect_same_training(file);
+  EXPECT_EQ(file["config"]["tokens"], dir.file("train.bin"));
+
+  const auto header = run_process(
+      mpiexec(2) + kEmu + " --model gpt2 --shrink 8 --steps 1 --strategies ddp --tokens " + dir.file("train.bin"), 120);
+  EXPECT_EQ(header.exit_code, 0) << header.err;
+  EXPECT_NE(header.out.find("16-bit ids, folded into the shrunk vocabulary: id mod "), std::string::npos) << header.out;
+}
+
+TEST(Inputs, BadTokenFilesAreBadInput) {
+  const testing::TempDir dir("inputs-bad-tokens");
+  write_tokens(dir.file("big.bin"), std::vector<uint16_t>(400, 60000));  // past GPT-2's 50257
+  std::ofstream(dir.file("odd.bin"), std::ios::binary) << "abc";
+  for (const auto& [args, message] : std::vector<std::pair<std::string, std::string>>{
+           {" --tokens " + dir.file("big.bin"), "token 0 at byte offset 0 is 60000, not below the vocabulary size"},
+           {" --tokens " + dir.file("odd.bin"), "3 bytes is not a whole number of 2-byte tokens"},
+           {" --tokens " + dir.file("none.bin"), "cannot be read: no such file"},
+           {" --tokens " + dir.file("big.bin") + " --token-bits 8", "--token-bits 8 is not a token width"}}) {
+    const auto run = run_process(mpiexec(2) + kEmu + kRun + args, 120);
+    EXPECT_EQ(run.exit_code, 2) << args << "\n" << run.err;
+    EXPECT_NE(run.err.find(message), std::string::npos) << args << "\n" << run.err;
+  }
+}
+
+}  // namespace
+}  // namespace emu
