@@ -11,6 +11,10 @@
 namespace emu::model::kernels {
 namespace {
 
+// Host scratch aligned for Eigen's widest packets: Eigen peels unaligned leading elements before its vectorised
+// sums, so a sum over memory whose alignment changed from run to run would change its order and its result.
+using Tile = std::vector<float, Eigen::aligned_allocator<float>>;
+
 // Where head `head` of sequence `seq_index` lies in the row-major [T, heads·d] tensors.
 struct HeadView {
   int64_t s, d, q_stride, kv_stride, out_stride;  // rows, head dimension, row strides of q, k/v and out
@@ -113,7 +117,7 @@ void attention_forward_classic(const AttentionShape& shape, const float* q, cons
 
 void attention_forward_flash(const AttentionShape& shape, const float* q, const float* k, const float* v, float* out,
                              float* lse) {
-  std::vector<float> tile(static_cast<size_t>(shape.seq * shape.seq));  // [s, s] host scratch, see attention.h
+  Tile tile(static_cast<size_t>(shape.seq * shape.seq));  // [s, s] host scratch, see attention.h
   for (int64_t b = 0; b < shape.batch; ++b) {
     for (int64_t head = 0; head < shape.heads; ++head) {
       const HeadView hv = view(shape, b, head);
@@ -141,7 +145,7 @@ void attention_backward_flash(const AttentionShape& shape, const float* q, const
                               const float* out, const float* lse, const float* dout, float* dq, float* dk, float* dv) {
   zero_kv_grads(shape, dk, dv);
   const size_t ss = static_cast<size_t>(shape.seq * shape.seq);
-  std::vector<float> p(ss), ds(ss);  // [s, s] host scratch each, see attention.h
+  Tile p(ss), ds(ss);  // [s, s] host scratch each, see attention.h
   for (int64_t b = 0; b < shape.batch; ++b) {
     for (int64_t head = 0; head < shape.heads; ++head) {
       const HeadView hv = view(shape, b, head);

@@ -1,4 +1,5 @@
-// The transformer's CPU math in fp32: matrix products through OpenBLAS, element-wise work in plain loops.
+// The transformer's CPU math in fp32: matrix products through OpenBLAS, element-wise work in plain loops. The
+// host's ops (host_ops.h) are these; the model reaches them only through emu::Ops.
 //
 // Every function works on row-major fp32 arrays of T rows (T = b·s tokens). Backward functions accumulate (+=)
 // into weight and bias gradients, so a gradient buffer gathers a whole unit's contributions, and overwrite the

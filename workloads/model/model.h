@@ -28,6 +28,10 @@
 // computed into an fp32 [T, V] buffer that the loss turns into its own gradient in place, as fused
 // cross-entropy kernels do. With a shapes-only device the same allocations happen in the same order and no math
 // is done, so a full-scale model is accounted in seconds.
+//
+// The math goes through the device's ops (emu/ops.h, ops_for): the CPU kernels on the cpu backend, CUDA kernels on
+// a CUDA device; the model names no backend. Ops may be asynchronous, so the model waits for them before each hook,
+// and the strategy's host code never races them.
 #pragma once
 
 #include <cstdint>
