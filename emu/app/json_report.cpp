@@ -119,6 +119,7 @@ std::string format_json(const RunReport& r) {
       {"tokens", o.tokens_path.empty() ? json("synthetic") : json(o.tokens_path)},
       {"initial_weights", o.load_weights_path.empty() ? json("seeded") : json(o.load_weights_path)},
       {"saved_weights", o.save_weights_path.empty() ? json(nullptr) : json(o.save_weights_path)},
+      {"device", r.plan ? "shapes" : o.device},
       {"cap",
        {{"spec", o.cap.text},
         {"per_rank_bytes", r.cap == kNoCap ? json(nullptr) : json(r.cap)},

@@ -48,6 +48,10 @@ TEST_P(Ranks, JsonHoldsVerdictsPeaksPredictionsAndTraffic) {
   EXPECT_EQ(root["config"]["ranks"], ranks);
   EXPECT_EQ(root["config"]["shrink"], 8);
   EXPECT_EQ(root["config"]["precision"], "mixed");
+  EXPECT_EQ(root["config"]["device"], "cpu");
+  EXPECT_EQ(root["config"]["tokens"], "synthetic");
+  EXPECT_EQ(root["config"]["initial_weights"], "seeded");
+  EXPECT_TRUE(root["config"]["saved_weights"].is_null());
   EXPECT_EQ(root["model"]["full_scale"]["parameters"], 124439808);
   ASSERT_EQ(root["strategies"].size(), 3u);
   for (const json& s : root["strategies"]) {
