@@ -74,11 +74,14 @@ print(f"cuda vs cpu: {len(gpu['strategies'])} strategies compared, {bad} differe
 sys.exit(1 if bad else 0)
 PY
 }
+export -f emu_pair  # stage runs its command under timeout, in a new shell
+export out
 # Several emulated GPUs on one real GPU (collectives over MPI): 8 x A100-40GB on one card, the README's default job.
-stage "8 ranks on one GPU, the default job (--device cuda vs cpu)" 150 emu_pair default8 8 --cap 40GB-scaled
+stage "8 ranks on one GPU, the default job (--device cuda vs cpu)" 150 \
+  bash -c 'emu_pair "$@"' _ default8 8 --cap 40GB-scaled
 # A GPT-2 run with classic attention and fp32, 2 ranks.
 stage "2 ranks, gpt2 fp32 classic attention (--device cuda vs cpu)" 90 \
-  emu_pair gpt2 2 --model gpt2 --shrink 8 --steps 2 --strategies ddp,zero2,fsdp --precision fp32 \
+  bash -c 'emu_pair "$@"' _ gpt2 2 --model gpt2 --shrink 8 --steps 2 --strategies ddp,zero2,fsdp --precision fp32 \
   --attention classic --cap 80GB-scaled
 # One rank per GPU where the machine has several: NCCL, steered to its tree all-reduce.
 gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
