@@ -80,33 +80,29 @@ std::string choose_library(MPI_Comm comm, const Device& device) {
 #endif
 }
 
-std::unique_ptr<Link> make_link(MPI_Comm comm, const Device& device) {
+std::unique_ptr<Link> make_link(MPI_Comm comm, const Device& device, std::string_view algorithms) {
 #if defined(EMU_CUDA)
   if (choose_library(comm, device) == "nccl") {
+    steer_nccl(algorithms);
     int gpu = 0;
     EMU_CUDA_CHECK(cudaGetDevice(&gpu));
     return make_nccl_link(comm, gpu);
   }
+#else
+  (void)algorithms;
 #endif
   return make_mpi_link(comm);
 }
 
 std::unique_ptr<Communicator> make_communicator(MPI_Comm comm, Device& device, std::string name, Options options,
                                                 std::string_view algorithms) {
-#if defined(EMU_CUDA)
-  if (choose_library(comm, device) == "nccl") {
-    steer_nccl(algorithms);
-    int gpu = 0;
-    EMU_CUDA_CHECK(cudaGetDevice(&gpu));
-    auto communicator =
-        std::make_unique<Communicator>(make_nccl_link(comm, gpu), device, std::move(name), std::move(options));
-    communicator->set_algorithms(
-        "all_reduce=mpi,reduce_scatter=mpi,all_gather=mpi,broadcast=mpi,reduce=mpi,all_to_all=mpi,barrier=mpi");
-    return communicator;
-  }
-#endif
-  auto communicator = std::make_unique<Communicator>(make_mpi_link(comm), device, std::move(name), std::move(options));
-  if (!algorithms.empty()) communicator->set_algorithms(algorithms);
+  auto link = make_link(comm, device, algorithms);
+  const bool nccl = link->library() == "nccl";
+  auto communicator = std::make_unique<Communicator>(std::move(link), device, std::move(name), std::move(options));
+  // Over NCCL every kind runs NCCL's own collective, which the algorithm names have steered (make_link).
+  communicator->set_algorithms(
+      nccl ? "all_reduce=mpi,reduce_scatter=mpi,all_gather=mpi,broadcast=mpi,reduce=mpi,all_to_all=mpi,barrier=mpi"
+           : algorithms);
   return communicator;
 }
 

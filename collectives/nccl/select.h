@@ -26,8 +26,9 @@ namespace emu::coll {
 // "nccl" or "mpi": what make_link would choose for `device` over `comm`. Collective over comm.
 std::string choose_library(MPI_Comm comm, const Device& device);
 
-// A Link over `comm` in the chosen library. Collective over comm.
-std::unique_ptr<Link> make_link(MPI_Comm comm, const Device& device);
+// A Link over `comm` in the chosen library; over NCCL, `algorithms` (an algorithm list) steers NCCL first
+// (nccl_algo_setting). Collective over comm.
+std::unique_ptr<Link> make_link(MPI_Comm comm, const Device& device, std::string_view algorithms = {});
 
 // NCCL's per-collective NCCL_ALGO value (NCCL 2.24 and later) for an algorithm list such as
 // "all_reduce=tree,all_gather=ring": "allreduce:tree;allgather:ring". Kinds left to the library ("mpi", "nccl")
