@@ -3,7 +3,7 @@
 
 #include <string>
 
-#include "tests/support/process.h"
+#include "tests/support/emu_process.h"
 
 namespace emu {
 namespace {
@@ -12,7 +12,8 @@ using testing::count_of;
 using testing::mpiexec;
 using testing::run_process;
 
-const std::string kEmu = std::string(EMU_BINARY_DIR) + "/bin/emu";
+using testing::kEmu;
+
 // A run small enough for a test: GPT-2 (124M), shrunk by the default rule (k = 8), one strategy, one step.
 const std::string kQuick = " --model gpt2 --strategies ddp --steps 1";
 
@@ -27,8 +28,9 @@ TEST(Cli, HelpAndVersionExitZero) {
 }
 
 TEST(Cli, HeaderShowsTheCapArithmetic) {
-  const auto run = run_process(mpiexec(4) + kEmu + " --cap 40GB-scaled --model llama2-13b --shrink 64 --steps 1 "
-                                                   "--strategies zero3");
+  const auto run = run_process(mpiexec(4) + kEmu +
+                               " --cap 40GB-scaled --model llama2-13b --shrink 64 --steps 1 "
+                               "--strategies zero3");
   ASSERT_EQ(run.exit_code, 0) << run.err;
   EXPECT_NE(run.out.find("4 ranks on 1 host"), std::string::npos) << run.out;
   // 40 GB / 64^2 = 9,765,625 bytes.
@@ -74,12 +76,10 @@ TEST_P(CliBadInput, ExitsTwoWithOneMessageAndTheSameVerdictOnEveryRank) {
 INSTANTIATE_TEST_SUITE_P(
     Table, CliBadInput,
     ::testing::Values(BadInput{"--cap 40XB", "--cap '40XB' is not a cap specification; accepted: a size"},
-                      BadInput{"--cap none-scaled", "--cap 'none-scaled'"},
-                      BadInput{"--cap -5GB", "--cap"},
+                      BadInput{"--cap none-scaled", "--cap 'none-scaled'"}, BadInput{"--cap -5GB", "--cap"},
                       BadInput{"--cap a100", "a100-40gb = 39.59 GiB"},
                       BadInput{"--shrink 0", "--shrink 0 is out of range; accepted for gpt2: 1, 2, 4, 8, 16, 32, 64"},
-                      BadInput{"--shrink 3", "shrink"},
-                      BadInput{"--shrink many", "--shrink"},
+                      BadInput{"--shrink 3", "shrink"}, BadInput{"--shrink many", "--shrink"},
                       BadInput{"--reserve lots", "--cap 'lots'"},
                       BadInput{"--reserve 1GB-scaled", "--reserve '1GB-scaled' must be a plain size"},
                       BadInput{"--no-such-flag", "--no-such-flag"},

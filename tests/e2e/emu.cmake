@@ -4,7 +4,8 @@ target_include_directories(emu_test_process PUBLIC ${PROJECT_SOURCE_DIR})
 target_compile_definitions(emu_test_process PRIVATE EMU_MPIEXEC="${MPIEXEC_EXECUTABLE}")
 emu_configure_target(emu_test_process)
 
-emu_add_unit_test(emu_cli_test SOURCES e2e/cli_test.cpp LIBS emu_test_process emu_device LABELS e2e TIMEOUT 300)
+emu_add_unit_test(emu_cli_test SOURCES e2e/cli_test.cpp LIBS emu_test_process emu_device nlohmann_json::nlohmann_json
+                  LABELS e2e TIMEOUT 300)
 add_dependencies(emu_cli_test emu)
 
 emu_add_unit_test(emu_run_test SOURCES e2e/run_test.cpp LIBS emu_test_process nlohmann_json::nlohmann_json

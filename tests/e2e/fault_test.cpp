@@ -6,11 +6,10 @@
 
 #include <chrono>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "tests/support/process.h"
+#include "tests/support/emu_process.h"
 
 namespace emu {
 namespace {
@@ -20,8 +19,9 @@ using testing::count_of;
 using testing::mpiexec;
 using testing::run_process;
 
-const std::string kEmu = std::string(EMU_BINARY_DIR) + "/bin/emu";
-const std::string kSmall = " --model gpt2 --shrink 8 --steps 2";
+using testing::kEmu;
+using testing::kSmall;
+using testing::read_json;
 
 double seconds_of(const std::function<void()>& work) {
   const auto start = std::chrono::steady_clock::now();
@@ -36,7 +36,7 @@ TEST(Fault, StragglerChangesTimesNotResults) {
   ASSERT_EQ(run_process(run + plain).exit_code, 0);
   const auto straggler = run_process(run + slow + " --fault delay:2:0.4");
   ASSERT_EQ(straggler.exit_code, 0) << straggler.err;
-  const json a = json::parse(std::ifstream(plain)), b = json::parse(std::ifstream(slow));
+  const json a = read_json(plain), b = read_json(slow);
   for (size_t s = 0; s < a["strategies"].size(); ++s) {
     EXPECT_EQ(a["strategies"][s]["losses"], b["strategies"][s]["losses"]) << "bit-identical losses";
     EXPECT_EQ(a["strategies"][s]["peak_bytes_per_rank"], b["strategies"][s]["peak_bytes_per_rank"]);
@@ -49,9 +49,9 @@ TEST(Fault, KilledRankEndsTheJobPromptlyAndLeavesNoFile) {
   const std::string out = dir.file("killed.json"), trace = dir.file("killed.trace.json");
   testing::ProcessResult run;
   const double seconds = seconds_of([&] {
-    run = run_process(mpiexec(4) + kEmu + kSmall + " --strategies ddp,zero3 --fault kill:2:2 --json " + out +
-                          " --trace " + trace,
-                      60);
+    run = run_process(
+        mpiexec(4) + kEmu + kSmall + " --strategies ddp,zero3 --fault kill:2:2 --json " + out + " --trace " + trace,
+        60);
   });
   EXPECT_NE(run.exit_code, 0);
   EXPECT_LT(seconds, 30.0);
@@ -66,8 +66,8 @@ TEST(Fault, HangIsCaughtByTheWatchdog) {
   const std::string out = dir.file("hang.json");
   testing::ProcessResult run;
   const double seconds = seconds_of([&] {
-    run = run_process(mpiexec(4) + kEmu + kSmall + " --strategies zero3 --fault hang:1:2 --watchdog 2 --json " + out,
-                      60);
+    run =
+        run_process(mpiexec(4) + kEmu + kSmall + " --strategies zero3 --fault hang:1:2 --watchdog 2 --json " + out, 60);
   });
   EXPECT_EQ(run.exit_code, 3) << run.err;
   EXPECT_LT(seconds, 30.0);
@@ -79,8 +79,9 @@ TEST(Fault, HangIsCaughtByTheWatchdog) {
 }
 
 TEST(Fault, MismatchedCollectivesAreNamed) {
-  const auto run = run_process(mpiexec(4) + kEmu + kSmall + " --strategies zero3 --fault mismatch:1:2 "
-                                                            "--check-collectives",
+  const auto run = run_process(mpiexec(4) + kEmu + kSmall +
+                                   " --strategies zero3 --fault mismatch:1:2 "
+                                   "--check-collectives",
                                60);
   EXPECT_EQ(run.exit_code, 3) << run.err;
   EXPECT_NE(run.err.find("r1: barrier"), std::string::npos) << run.err;
@@ -88,8 +89,8 @@ TEST(Fault, MismatchedCollectivesAreNamed) {
 }
 
 TEST(Fault, BadFaultsAreBadInput) {
-  for (const char* bad : {"--fault kill:9:1", "--fault explode:1:1", "--fault delay:1", "--fault hang:x:2",
-                          "--watchdog -1"}) {
+  for (const char* bad :
+       {"--fault kill:9:1", "--fault explode:1:1", "--fault delay:1", "--fault hang:x:2", "--watchdog -1"}) {
     const auto run = run_process(mpiexec(2) + kEmu + kSmall + " " + bad);
     EXPECT_EQ(run.exit_code, 2) << bad << "\n" << run.err;
     EXPECT_EQ(count_of(run.err, "emu: error: "), 1) << bad << "\n" << run.err;

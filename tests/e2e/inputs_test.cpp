@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "tests/support/process.h"
+#include "tests/support/emu_process.h"
 #include "workloads/io/model_weights.h"
 #include "workloads/model/config.h"
 #include "workloads/model/layout.h"
@@ -22,7 +22,9 @@ using nlohmann::json;
 using testing::mpiexec;
 using testing::run_process;
 
-const std::string kEmu = std::string(EMU_BINARY_DIR) + "/bin/emu";
+using testing::kEmu;
+using testing::read_json;
+
 const std::string kRun = " --model gpt2 --shrink 8 --steps 2 --strategies ddp,zero3";
 constexpr uint64_t kDefaultSeed = 1234;  // emu's --seed default
 
@@ -30,8 +32,7 @@ json run_json(const std::string& args, const testing::TempDir& dir, const std::s
   const std::string out = dir.file(name);
   const auto run = run_process(mpiexec(2) + kEmu + kRun + args + " --json " + out, 240);
   EXPECT_EQ(run.exit_code, 0) << args << "\n" << run.err;
-  std::ifstream in(out);
-  return json::parse(in);
+  return read_json(out);
 }
 
 std::vector<float> losses(const json& root, size_t strategy) {

@@ -8,7 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "tests/support/process.h"
+#include "tests/support/emu_process.h"
 
 namespace emu {
 namespace {
@@ -18,14 +18,9 @@ using testing::count_of;
 using testing::mpiexec;
 using testing::run_process;
 
-const std::string kEmu = std::string(EMU_BINARY_DIR) + "/bin/emu";
-// GPT-2 (124M) shrunk by 8: 1.9M parameters, quick on 8 oversubscribed ranks.
-const std::string kSmall = " --model gpt2 --shrink 8 --steps 2";
-
-json read_json(const std::string& path) {
-  std::ifstream in(path);
-  return json::parse(in);
-}
+using testing::kEmu;
+using testing::kSmall;
+using testing::read_json;
 
 const json& strategy(const json& root, const std::string& name) {
   for (const json& s : root["strategies"]) {
@@ -79,7 +74,8 @@ TEST_P(Ranks, JsonHoldsVerdictsPeaksPredictionsAndTraffic) {
     // that do not divide by N).
     for (const json& s : root["strategies"]) {
       std::map<std::string, double> predicted;
-      for (const json& t : s["predicted"]["traffic_per_step"]) predicted[t["collective"]] += t["sent_bytes"].get<double>();
+      for (const json& t : s["predicted"]["traffic_per_step"])
+        predicted[t["collective"]] += t["sent_bytes"].get<double>();
       for (const auto& [kind, want] : predicted) {
         const double got = s["traffic_per_step"][kind]["sent_bytes"];
         EXPECT_NEAR(got, want, 0.01 * want + 64.0 * ranks) << s["name"] << " " << kind;
@@ -121,7 +117,8 @@ INSTANTIATE_TEST_SUITE_P(Run, Ranks, ::testing::Values(2, 4, 8));
 TEST(Run, ExpectationsSetTheExitCode) {
   // On 4 ranks with a 60 MB cap (x 64 = 3.84 GB at full scale), GPT-2 fits under ZeRO-3 and not under DDP
   // (16 B x 124M = 2 GB of model state alone, plus buckets and activations).
-  const std::string base = mpiexec(4) + kEmu + " --model gpt2 --shrink 8 --steps 1 --strategies ddp,zero3 --cap 2.5GB-scaled";
+  const std::string base =
+      mpiexec(4) + kEmu + " --model gpt2 --shrink 8 --steps 1 --strategies ddp,zero3 --cap 2.5GB-scaled";
   const auto agree = run_process(base + " --expect zero3=fit,ddp=oom");
   EXPECT_EQ(agree.exit_code, 0) << agree.out << agree.err;
   const auto disagree = run_process(base + " --expect fit");
@@ -140,8 +137,8 @@ TEST(Run, DeepSpeedConfigRunsAsItIs) {
     "wall_clock_breakdown": false
   })";
   const std::string out = dir.file("ds-run.json");
-  const auto run = run_process(mpiexec(2) + kEmu + " --model gpt2 --shrink 8 --steps 1 --deepspeed " + config +
-                               " --json " + out);
+  const auto run =
+      run_process(mpiexec(2) + kEmu + " --model gpt2 --shrink 8 --steps 1 --deepspeed " + config + " --json " + out);
   ASSERT_EQ(run.exit_code, 0) << run.err;
   const json root = read_json(out);
   ASSERT_EQ(root["strategies"].size(), 1u);
@@ -193,9 +190,8 @@ TEST(Plan, AgreesWithTheShrunkRunWithinOnePercent) {
 TEST(Plan, AThousandRanksOfSeventyBillionInSeconds) {
   testing::TempDir dir("run");
   const std::string out = dir.file("plan70b.json");
-  const auto plan = run_process(mpiexec(1) + kEmu + " --model llama2-70b --plan 1024 --strategies zero3,fsdp --json " +
-                                    out,
-                                60);
+  const auto plan =
+      run_process(mpiexec(1) + kEmu + " --model llama2-70b --plan 1024 --strategies zero3,fsdp --json " + out, 60);
   ASSERT_EQ(plan.exit_code, 0) << plan.err;
   const json root = read_json(out);
   EXPECT_EQ(root["config"]["ranks"], 1024);
@@ -213,7 +209,8 @@ TEST(Plan, FindTheLargestMicroBatch) {
   const std::string out = dir.file("limit.json");
   const auto run = run_process(mpiexec(1) + kEmu +
                                    " --model llama2-70b --plan 64 --cap a100-80gb --strategies ddp,zero3 "
-                                   "--find-limit micro-batch --json " + out,
+                                   "--find-limit micro-batch --json " +
+                                   out,
                                120);
   ASSERT_EQ(run.exit_code, 0) << run.err;
   EXPECT_NE(run.out.find("largest micro-batch that fits"), std::string::npos) << run.out;

@@ -15,7 +15,7 @@
 #include <sstream>
 #include <string>
 
-#include "tests/support/process.h"
+#include "tests/support/emu_process.h"
 
 namespace emu {
 namespace {
@@ -25,7 +25,8 @@ using testing::count_of;
 using testing::mpiexec;
 using testing::run_process;
 
-const std::string kEmu = std::string(EMU_BINARY_DIR) + "/bin/emu";
+using testing::kEmu;
+using testing::read_json;
 constexpr double kMiB = 1024.0 * 1024.0;
 
 std::string read_text(const std::string& path) {
@@ -246,8 +247,8 @@ Outputs run_emu(int ranks, const std::string& args) {
   EXPECT_EQ(result.exit_code, 0) << command << "\n" << result.err;
   Outputs run;
   if (result.exit_code != 0) return run;
-  run.root = json::parse(read_text(dir.file("run.json")));
-  run.trace = json::parse(read_text(dir.file("trace.json")));
+  run.root = read_json(dir.file("run.json"));
+  run.trace = read_json(dir.file("trace.json"));
   run.svg = read_text(dir.file("memory.svg"));
   return run;
 }
