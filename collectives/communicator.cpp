@@ -81,7 +81,16 @@ Options Options::from_environment() {
   return options;
 }
 
-std::string check_call(const Call& call, int rank, int size, bool holds_data) {
+namespace {
+
+// "<which> buffer is null but holds N elements; " when a data-holding rank passed no buffer for a non-empty part.
+std::string missing_buffer(const void* pointer, size_t count, const char* which, bool holds_data) {
+  if (!holds_data || pointer != nullptr || count == 0) return "";
+  return fmt::format("{} buffer is null but holds {} elements; ", which, count);
+}
+
+// Per-rank counts and the reduction operator against the kind.
+std::string check_counts_and_op(const Call& call, int size) {
   const bool reduces = call.kind == Kind::kAllReduce || call.kind == Kind::kReduceScatter || call.kind == Kind::kReduce;
   const bool uneven_allowed = call.kind == Kind::kReduceScatter || call.kind == Kind::kAllGather;
   if (!call.counts.empty() && !uneven_allowed) return "per-rank counts are only for reduce_scatter and all_gather";
@@ -90,54 +99,72 @@ std::string check_call(const Call& call, int rank, int size, bool holds_data) {
   }
   if (!reduces && call.op != ReduceOp::kSum)
     return "a reduction operator was given to a collective that does not reduce";
+  return "";
+}
+
+// All-reduce and all-to-all: send and recv of the same size, the same buffer or apart.
+std::string check_same_size_buffers(const Call& call, int size, bool holds_data) {
   const size_t e = dtype_size(call.dtype);
-  const auto needs = [&](const void* pointer, size_t count, const char* which) -> std::string {
-    if (!holds_data || pointer != nullptr || count == 0) return "";
-    return fmt::format("{} buffer is null but holds {} elements; ", which, count);
-  };
+  const size_t count = call.kind == Kind::kAllToAll ? call.count * static_cast<size_t>(size) : call.count;
+  std::string problem =
+      missing_buffer(call.send, count, "send", holds_data) + missing_buffer(call.recv, count, "recv", holds_data);
+  if (problem.empty() && call.send != call.recv && overlap(call.send, count * e, call.recv, count * e)) {
+    problem = "send and recv overlap without being the same buffer (in place)";
+  }
+  return problem;
+}
+
+// Reduce-scatter and all-gather: the whole buffer and this rank's block, in place only at the block's own offset.
+std::string check_block_buffers(const Call& call, int rank, int size, bool holds_data) {
+  const size_t e = dtype_size(call.dtype);
+  const Blocks blocks = blocks_of(call, size);
+  const size_t mine = blocks.count[static_cast<size_t>(rank)];
+  const bool gather = call.kind == Kind::kAllGather;
+  const void* whole = gather ? call.recv : call.send;
+  const void* part = gather ? call.send : call.recv;
+  std::string problem = missing_buffer(whole, blocks.total, gather ? "recv" : "send", holds_data) +
+                        missing_buffer(part, mine, gather ? "send" : "recv", holds_data);
+  const void* in_place = at(whole, blocks.offset[static_cast<size_t>(rank)], call.dtype);
+  if (problem.empty() && part != in_place && overlap(whole, blocks.total * e, part, mine * e)) {
+    problem = "the rank's block overlaps the whole buffer without sitting at its own offset (in place)";
+  }
+  return problem;
+}
+
+// Broadcast and reduce: a root in the group; the root's send (broadcast) or recv (reduce) and every rank's other.
+std::string check_rooted_buffers(const Call& call, int rank, int size, bool holds_data) {
+  if (call.root < 0 || call.root >= size) return fmt::format("root {} is not a rank of 0..{}", call.root, size - 1);
+  const bool at_root = rank == call.root;
+  if (call.kind == Kind::kBroadcast) {
+    return (at_root ? missing_buffer(call.send, call.count, "send", holds_data) : "") +
+           missing_buffer(call.recv, call.count, "recv", holds_data);
+  }
+  return missing_buffer(call.send, call.count, "send", holds_data) +
+         (at_root ? missing_buffer(call.recv, call.count, "recv", holds_data) : "");
+}
+
+// Send and recv: another rank of the group as the peer, and the message's buffer.
+std::string check_peer(const Call& call, int rank, int size, bool holds_data) {
+  if (call.root < 0 || call.root >= size || call.root == rank) {
+    return fmt::format("peer {} is not another rank of 0..{} (this is rank {})", call.root, size - 1, rank);
+  }
+  return missing_buffer(call.kind == Kind::kSend ? call.send : call.recv, call.count, "message", holds_data);
+}
+
+}  // namespace
+
+std::string check_call(const Call& call, int rank, int size, bool holds_data) {
+  if (std::string problem = check_counts_and_op(call, size); !problem.empty()) return problem;
   std::string problem;
   switch (call.kind) {
     case Kind::kAllReduce:
-    case Kind::kAllToAll: {
-      const size_t count = call.kind == Kind::kAllToAll ? call.count * static_cast<size_t>(size) : call.count;
-      problem = needs(call.send, count, "send") + needs(call.recv, count, "recv");
-      if (problem.empty() && call.send != call.recv && overlap(call.send, count * e, call.recv, count * e)) {
-        problem = "send and recv overlap without being the same buffer (in place)";
-      }
-      break;
-    }
+    case Kind::kAllToAll: problem = check_same_size_buffers(call, size, holds_data); break;
     case Kind::kReduceScatter:
-    case Kind::kAllGather: {
-      const Blocks blocks = blocks_of(call, size);
-      const size_t mine = blocks.count[static_cast<size_t>(rank)];
-      const bool gather = call.kind == Kind::kAllGather;
-      const void* whole = gather ? call.recv : call.send;
-      const void* part = gather ? call.send : call.recv;
-      problem = needs(whole, blocks.total, gather ? "recv" : "send") + needs(part, mine, gather ? "send" : "recv");
-      const void* in_place = at(whole, blocks.offset[static_cast<size_t>(rank)], call.dtype);
-      if (problem.empty() && part != in_place && overlap(whole, blocks.total * e, part, mine * e)) {
-        problem = "the rank's block overlaps the whole buffer without sitting at its own offset (in place)";
-      }
-      break;
-    }
+    case Kind::kAllGather: problem = check_block_buffers(call, rank, size, holds_data); break;
     case Kind::kBroadcast:
-    case Kind::kReduce:
-      if (call.root < 0 || call.root >= size) return fmt::format("root {} is not a rank of 0..{}", call.root, size - 1);
-      if (call.kind == Kind::kBroadcast) {
-        problem =
-            (rank == call.root ? needs(call.send, call.count, "send") : "") + needs(call.recv, call.count, "recv");
-      } else {
-        problem =
-            needs(call.send, call.count, "send") + (rank == call.root ? needs(call.recv, call.count, "recv") : "");
-      }
-      break;
+    case Kind::kReduce: problem = check_rooted_buffers(call, rank, size, holds_data); break;
     case Kind::kSend:
-    case Kind::kRecv:
-      if (call.root < 0 || call.root >= size || call.root == rank) {
-        return fmt::format("peer {} is not another rank of 0..{} (this is rank {})", call.root, size - 1, rank);
-      }
-      problem = needs(call.kind == Kind::kSend ? call.send : call.recv, call.count, "message");
-      break;
+    case Kind::kRecv: problem = check_peer(call, rank, size, holds_data); break;
     case Kind::kBarrier: break;
   }
   if (problem.ends_with("; ")) problem.resize(problem.size() - 2);

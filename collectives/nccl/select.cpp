@@ -98,7 +98,7 @@ std::unique_ptr<Communicator> make_communicator(MPI_Comm comm, Device& device, s
                                                 std::string_view algorithms) {
   auto link = make_link(comm, device, algorithms);
   const bool nccl = link->library() == "nccl";
-  auto communicator = std::make_unique<Communicator>(std::move(link), device, std::move(name), std::move(options));
+  auto communicator = std::make_unique<Communicator>(std::move(link), device, std::move(name), options);
   // Over NCCL every kind runs NCCL's own collective, which the algorithm names have steered (make_link).
   communicator->set_algorithms(
       nccl ? "all_reduce=mpi,reduce_scatter=mpi,all_gather=mpi,broadcast=mpi,reduce=mpi,all_to_all=mpi,barrier=mpi"

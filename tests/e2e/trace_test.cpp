@@ -234,7 +234,7 @@ void check_svg(const std::string& svg, const json& root) {
   }
 }
 
-struct Outputs {
+struct Outputs {  // NOLINT(bugprone-exception-escape): nlohmann::json's noexcept move is taken for one that throws
   json root, trace;
   std::string svg;
 };

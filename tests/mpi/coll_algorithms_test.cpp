@@ -120,6 +120,7 @@ TEST(UnevenBlocks, ReduceScatterAndAllGather) {
   Communicator& comm = *world.comm;
   const int size = comm.size();
   std::vector<size_t> counts;
+  counts.reserve(static_cast<size_t>(size));
   for (int r = 0; r < size; ++r) counts.push_back(static_cast<size_t>((r * 37 + 11) % 53) * (r % 3 == 1 ? 0 : 1));
   for (Kind kind : {Kind::kReduceScatter, Kind::kAllGather}) {
     for (const Algorithm* algorithm : algorithms_for(kind)) {

@@ -33,7 +33,7 @@ class TokenFileTest : public ::testing::Test {
     return write_raw(name, bytes);
   }
   fs::path write_raw(const std::string& name, const std::string& bytes) {
-    const fs::path path = dir_ / name;
+    fs::path path = dir_ / name;
     std::ofstream(path, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
     return path;
   }

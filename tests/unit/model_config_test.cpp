@@ -131,7 +131,7 @@ TEST(ModelShrink, ReportShowsEachTermsDeviation) {
 
 // Writes `text` to a file in the test's temporary directory and returns its path.
 std::filesystem::path write_file(const std::string& name, const std::string& text) {
-  const std::filesystem::path path = std::filesystem::temp_directory_path() / ("emu_model_test_" + name);
+  std::filesystem::path path = std::filesystem::temp_directory_path() / ("emu_model_test_" + name);
   std::ofstream(path) << text;
   return path;
 }
