@@ -40,7 +40,7 @@ class Builder {
   Prediction& prediction_;
 };
 
-void predict_ddp(const Options& o, const AnalyticInput& in, uint64_t psi, Prediction& out) {
+void predict_ddp(const StrategyOptions& o, const AnalyticInput& in, uint64_t psi, Prediction& out) {
   const auto& r = o.recipe;
   out.peak[Category::kParameters] = psi * dtype_size(r.params);
   out.peak[Category::kGradients] = psi * dtype_size(r.grads);
@@ -50,7 +50,7 @@ void predict_ddp(const Options& o, const AnalyticInput& in, uint64_t psi, Predic
   Builder(out).add(Kind::kAllReduce, "world", psi * dtype_size(r.grads), in.world);
 }
 
-void predict_zero12(const Options& o, const AnalyticInput& in, uint64_t psi, int stage, Prediction& out) {
+void predict_zero12(const StrategyOptions& o, const AnalyticInput& in, uint64_t psi, int stage, Prediction& out) {
   const auto& r = o.recipe;
   const int n = in.world;
   const uint64_t p = padded(psi, n);
@@ -78,16 +78,16 @@ void predict_zero12(const Options& o, const AnalyticInput& in, uint64_t psi, int
 }
 
 // M, the ranks one unit is sharded over: the world, one rank for NO_SHARD, a node for HYBRID_SHARD.
-int shard_group_size(const Options& o, const AnalyticInput& in) {
-  const Sharding sharding = o.kind == strategy::Kind::kFsdp ? o.fsdp.sharding : Sharding::kFullShard;
+int shard_group_size(const StrategyOptions& o, const AnalyticInput& in) {
+  const Sharding sharding = o.kind == StrategyKind::kFsdp ? o.fsdp.sharding : Sharding::kFullShard;
   if (sharding == Sharding::kNoShard) return 1;
   if (sharding == Sharding::kHybridShard) return in.ranks_per_node;
   return in.world;
 }
 
-void predict_sharded(const Options& o, const AnalyticInput& in, Prediction& out) {
+void predict_sharded(const StrategyOptions& o, const AnalyticInput& in, Prediction& out) {
   const auto& r = o.recipe;
-  const bool fsdp = o.kind == strategy::Kind::kFsdp;
+  const bool fsdp = o.kind == StrategyKind::kFsdp;
   const Sharding sharding = fsdp ? o.fsdp.sharding : Sharding::kFullShard;
   const int m = shard_group_size(o, in);
   const int replicas = in.world / m;
@@ -188,21 +188,21 @@ uint64_t Prediction::sent(coll::Kind kind) const {
   return total;
 }
 
-Prediction predict(const Options& options, const AnalyticInput& input) {
+Prediction predict(const StrategyOptions& options, const AnalyticInput& input) {
   Prediction out;
   const uint64_t psi = std::accumulate(input.unit_counts.begin(), input.unit_counts.end(), uint64_t{0});
   const auto& r = options.recipe;
   // Master weights and Adam moments (K bytes per parameter) over what this rank updates.
   uint64_t updated = psi;
   switch (options.kind) {
-    case strategy::Kind::kDdp: predict_ddp(options, input, psi, out); break;
-    case strategy::Kind::kZero1:
-    case strategy::Kind::kZero2:
-      predict_zero12(options, input, psi, options.kind == strategy::Kind::kZero1 ? 1 : 2, out);
+    case StrategyKind::kDdp: predict_ddp(options, input, psi, out); break;
+    case StrategyKind::kZero1:
+    case StrategyKind::kZero2:
+      predict_zero12(options, input, psi, options.kind == StrategyKind::kZero1 ? 1 : 2, out);
       updated = padded(psi, input.world) / input.world;
       break;
-    case strategy::Kind::kZero3:
-    case strategy::Kind::kFsdp: {
+    case StrategyKind::kZero3:
+    case StrategyKind::kFsdp: {
       predict_sharded(options, input, out);
       const int m = shard_group_size(options, input);
       updated = 0;

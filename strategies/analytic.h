@@ -53,6 +53,6 @@ struct Prediction {
   uint64_t sent(coll::Kind kind) const;
 };
 
-Prediction predict(const Options& options, const AnalyticInput& input);
+Prediction predict(const StrategyOptions& options, const AnalyticInput& input);
 
 }  // namespace emu::strategy

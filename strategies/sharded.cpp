@@ -55,7 +55,7 @@ class ShardedUnits final : public Strategy {
 
   void setup() override {
     const optim::PrecisionRecipe& recipe = options_.recipe;
-    const bool fsdp = options_.kind == Kind::kFsdp;
+    const bool fsdp = options_.kind == StrategyKind::kFsdp;
     make_groups();
     grad_dtype_ = fsdp && recipe.has_master ? DType::kF32 : recipe.grads;
     const int units = model_.num_units();
@@ -125,12 +125,12 @@ class ShardedUnits final : public Strategy {
     unit.unit_grads = device_.allocate(unit.shard.padded, options_.recipe.grads, Category::kGradients,
                                        fmt::format("unit {} gradients", u));
     model_.bind_grads(u, unit.unit_grads.data());
-    if (backward_prefetch() == BackwardPrefetch::kPre || options_.kind == Kind::kZero3) prefetch(u, false);
+    if (backward_prefetch() == BackwardPrefetch::kPre || options_.kind == StrategyKind::kZero3) prefetch(u, false);
   }
 
   void after_backward(int u) override {
     // The root's backward ends the pass: nothing follows it to prefetch.
-    if (backward_prefetch() == BackwardPrefetch::kPost && options_.kind == Kind::kFsdp && u != 0) prefetch(u, false);
+    if (backward_prefetch() == BackwardPrefetch::kPost && options_.kind == StrategyKind::kFsdp && u != 0) prefetch(u, false);
     reduce_gradients(u);
     release(u);
   }
@@ -159,10 +159,10 @@ class ShardedUnits final : public Strategy {
 
  private:
   Sharding sharding() const {
-    return options_.kind == Kind::kFsdp ? options_.fsdp.sharding : Sharding::kFullShard;
+    return options_.kind == StrategyKind::kFsdp ? options_.fsdp.sharding : Sharding::kFullShard;
   }
   BackwardPrefetch backward_prefetch() const {
-    return options_.kind == Kind::kFsdp ? options_.fsdp.backward_prefetch : BackwardPrefetch::kNone;
+    return options_.kind == StrategyKind::kFsdp ? options_.fsdp.backward_prefetch : BackwardPrefetch::kNone;
   }
   coll::Communicator& shard_group() { return shard_group_ != nullptr ? *shard_group_ : world_; }
   int shard_rank() const { return alone_ ? 0 : (shard_group_ != nullptr ? shard_group_->rank() : world_.rank()); }
@@ -227,7 +227,7 @@ class ShardedUnits final : public Strategy {
     } else {
       for (int v = (u == 0 ? last : u - 1); v >= 1; --v) next.push_back(v);
     }
-    if (options_.kind == Kind::kFsdp) {
+    if (options_.kind == StrategyKind::kFsdp) {
       if (!next.empty() && (!forward || options_.fsdp.forward_prefetch)) gather(next.front(), forward ? "forward prefetch" : "backward prefetch");
       return;
     }
@@ -275,7 +275,7 @@ class ShardedUnits final : public Strategy {
 
 }  // namespace
 
-std::unique_ptr<Strategy> make_sharded(Context context, const Options& options) {
+std::unique_ptr<Strategy> make_sharded(StrategyContext context, const StrategyOptions& options) {
   return std::make_unique<ShardedUnits>(context, options);
 }
 
