@@ -66,7 +66,6 @@ struct FsdpOptions {
   Sharding sharding = Sharding::kFullShard;
   BackwardPrefetch backward_prefetch = BackwardPrefetch::kPre;
   bool forward_prefetch = false;
-  bool limit_all_gathers = true;  // at most two gathered units beyond the root (the current and the next)
 };
 
 struct StrategyOptions {
