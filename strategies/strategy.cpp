@@ -160,15 +160,16 @@ StepResult Strategy::step(std::span<const data::Batch> micro_batches) {
 
 std::unique_ptr<Strategy> make_ddp(StrategyContext context, const StrategyOptions& options);
 std::unique_ptr<Strategy> make_zero12(StrategyContext context, const StrategyOptions& options, int stage);
-std::unique_ptr<Strategy> make_sharded(StrategyContext context, const StrategyOptions& options);
+std::unique_ptr<Strategy> make_zero3(StrategyContext context, const StrategyOptions& options);
+std::unique_ptr<Strategy> make_fsdp(StrategyContext context, const StrategyOptions& options);
 
 std::unique_ptr<Strategy> make_strategy(StrategyContext context, const StrategyOptions& options) {
   switch (options.kind) {
     case StrategyKind::kDdp: return make_ddp(context, options);
     case StrategyKind::kZero1: return make_zero12(context, options, 1);
     case StrategyKind::kZero2: return make_zero12(context, options, 2);
-    case StrategyKind::kZero3:
-    case StrategyKind::kFsdp: return make_sharded(context, options);
+    case StrategyKind::kZero3: return make_zero3(context, options);
+    case StrategyKind::kFsdp: return make_fsdp(context, options);
   }
   EMU_CHECK(false, "unknown strategy kind {}", static_cast<int>(options.kind));
   return nullptr;
