@@ -6,6 +6,8 @@
 //   zero1, zero2   optimizer state (and, for 2, gradients) partitioned; reduce-scatter + all-gather (DeepSpeed)
 //   zero3          parameters partitioned too, gathered per unit before use and released after (DeepSpeed)
 //   fsdp           one flat parameter per unit, FULL_SHARD / SHARD_GRAD_OP / NO_SHARD / HYBRID_SHARD (PyTorch FSDP)
+// One file per family (ddp.cpp, zero12.cpp, zero3.cpp, fsdp.cpp), its analytic predictor beside it (ddp_model.cpp,
+// zero12_model.cpp, zero3_model.cpp, fsdp_model.cpp; analytic.h); zero3 and fsdp share sharded_units.h.
 //
 // Every strategy trains the same numbers: the gradient of a step is the mean over the global batch (N ranks ×
 // micro-batch × accumulation steps), clipped by its global norm, and AdamW updates the same fp32 values a single
@@ -62,6 +64,7 @@ struct ZeroOptions {
   uint64_t max_live_parameters = 1'000'000'000;            // stage 3: gathered elements alive at once
 };
 
+// PyTorch FullyShardedDataParallel's knobs.
 struct FsdpOptions {
   Sharding sharding = Sharding::kFullShard;
   BackwardPrefetch backward_prefetch = BackwardPrefetch::kPre;
