@@ -1,7 +1,5 @@
 #include "strategies/analytic.h"
 
-#include <fmt/format.h>
-
 #include <algorithm>
 #include <numeric>
 
@@ -10,161 +8,19 @@
 namespace emu::strategy {
 namespace {
 
-using coll::Kind;
-
-// Nominal ring bytes one rank sends for one call on a payload of `bytes` over `n` ranks.
-uint64_t ring_sent(Kind kind, uint64_t bytes, int n) {
-  if (n <= 1) return 0;
-  const double factor = kind == Kind::kAllReduce ? 2.0 * (n - 1) / n : static_cast<double>(n - 1) / n;
+// Nominal ring bytes one rank sends for one call on a payload of `bytes` over `ranks` ranks.
+uint64_t ring_sent(coll::Kind kind, uint64_t bytes, int ranks) {
+  if (ranks <= 1) return 0;
+  const double factor =
+      kind == coll::Kind::kAllReduce ? 2.0 * (ranks - 1) / ranks : static_cast<double>(ranks - 1) / ranks;
   return static_cast<uint64_t>(factor * static_cast<double>(bytes) + 0.5);
 }
 
-uint64_t padded(uint64_t count, int n) { return shard_of(count, 0, n).padded; }
-
-class Builder {
- public:
-  explicit Builder(Prediction& prediction) : prediction_(prediction) {}
-  void add(Kind kind, const std::string& group, uint64_t payload_bytes, int n, uint64_t calls = 1) {
-    if (n <= 1 || calls == 0) return;
-    for (PredictedTraffic& t : prediction_.traffic) {
-      if (t.kind == kind && t.group == group) {
-        t.calls += calls;
-        t.sent += calls * ring_sent(kind, payload_bytes, n);
-        return;
-      }
-    }
-    prediction_.traffic.push_back({kind, group, calls, calls * ring_sent(kind, payload_bytes, n)});
-  }
-
- private:
-  Prediction& prediction_;
-};
-
-void predict_ddp(const Options& o, const AnalyticInput& in, uint64_t psi, Prediction& out) {
-  const auto& r = o.recipe;
-  out.peak[Category::kParameters] = psi * dtype_size(r.params);
-  out.peak[Category::kGradients] = psi * dtype_size(r.grads);
-  if (!o.ddp.gradient_as_bucket_view) out.peak[Category::kBuckets] = psi * dtype_size(r.grads);
-  out.formula = "(2 + 2 + K)Ψ: a full replica";
-  // One all-reduce per bucket; the bucket count does not change the volume.
-  Builder(out).add(Kind::kAllReduce, "world", psi * dtype_size(r.grads), in.world);
-}
-
-void predict_zero12(const Options& o, const AnalyticInput& in, uint64_t psi, int stage, Prediction& out) {
-  const auto& r = o.recipe;
-  const int n = in.world;
-  const uint64_t p = padded(psi, n);
-  const uint64_t s = p / n;
-  const uint64_t g = dtype_size(r.grads);
-  out.peak[Category::kParameters] = p * dtype_size(r.params);
-  Builder traffic(out);
-  if (stage == 1) {
-    out.peak[Category::kGradients] = p * g;
-    out.formula = "(2 + 2 + K/N)Ψ: optimizer state partitioned";
-    traffic.add(Kind::kReduceScatter, "world", p * g, n);
-  } else {
-    const uint64_t root = in.unit_counts.front();
-    const uint64_t largest_block = *std::max_element(in.unit_counts.begin() + 1, in.unit_counts.end());
-    const uint64_t largest = std::max(root, largest_block);
-    const uint64_t bucket = std::min<uint64_t>(std::max<uint64_t>(largest, o.scaled(o.zero.reduce_bucket_elements)), p);
-    out.peak[Category::kGradients] = s * g + (root + largest_block) * g;
-    out.peak[Category::kBuckets] = bucket * g * (o.zero.overlap_comm ? 2 : 1);
-    out.formula = "(2 + (2 + K)/N)Ψ: optimizer state and gradients partitioned";
-    // Every micro-batch reduce-scatters the gradients of [0, Ψ) (padding is never reduced).
-    traffic.add(Kind::kReduceScatter, "world", psi * g, n, static_cast<uint64_t>(in.accumulation));
-  }
-  traffic.add(Kind::kAllGather, "world", p * dtype_size(r.params), n);
-  traffic.add(Kind::kAllReduce, "world", 4, n);  // the gradient norm's partial sums
-}
-
-// M, the ranks one unit is sharded over: the world, one rank for NO_SHARD, a node for HYBRID_SHARD.
-int shard_group_size(const Options& o, const AnalyticInput& in) {
-  const Sharding sharding = o.kind == strategy::Kind::kFsdp ? o.fsdp.sharding : Sharding::kFullShard;
-  if (sharding == Sharding::kNoShard) return 1;
-  if (sharding == Sharding::kHybridShard) return in.ranks_per_node;
-  return in.world;
-}
-
-void predict_sharded(const Options& o, const AnalyticInput& in, Prediction& out) {
-  const auto& r = o.recipe;
-  const bool fsdp = o.kind == strategy::Kind::kFsdp;
-  const Sharding sharding = fsdp ? o.fsdp.sharding : Sharding::kFullShard;
-  const int m = shard_group_size(o, in);
-  const int replicas = in.world / m;
-  const uint64_t p_bytes = dtype_size(r.params);
-  const uint64_t g_bytes = dtype_size(r.grads);
-  const uint64_t shard_grad_bytes = fsdp && r.has_master ? 4 : g_bytes;
-  const auto& counts = in.unit_counts;
-  const size_t units = counts.size();
-
-  uint64_t shards = 0;
-  std::vector<uint64_t> padded_units;
-  for (uint64_t c : counts) {
-    padded_units.push_back(padded(c, m));
-    shards += padded(c, m) / m;
-  }
-  std::vector<bool> persistent(units, false);
-  for (size_t u = 0; u < units && !fsdp; ++u) persistent[u] = counts[u] <= o.scaled(o.zero.param_persistence_threshold);
-
-  // Gathered parameters at the peak: the root, the persistent units, and the window of blocks in use.
-  uint64_t gathered = 0;
-  if (m > 1) {
-    uint64_t always = padded_units[0];
-    for (size_t u = 1; u < units; ++u) {
-      if (persistent[u]) always += padded_units[u];
-    }
-    uint64_t window = 0;
-    std::vector<uint64_t> blocks;
-    for (size_t u = 1; u < units; ++u) blocks.push_back(persistent[u] ? 0 : padded_units[u]);
-    if (sharding == Sharding::kShardGradOp) {
-      window = std::accumulate(blocks.begin(), blocks.end(), uint64_t{0});
-    } else if (fsdp) {
-      const bool pairs = o.fsdp.backward_prefetch != BackwardPrefetch::kNone || o.fsdp.forward_prefetch;
-      for (size_t i = 0; i < blocks.size(); ++i) {
-        window = std::max(window, blocks[i] + (pairs && i + 1 < blocks.size() ? blocks[i + 1] : 0));
-      }
-    } else {
-      // ZeRO-3: the block in use plus following ones that fit the prefetch bucket and the live limit.
-      const uint64_t budget = o.scaled(o.zero.prefetch_bucket_elements);
-      const uint64_t live = o.scaled(o.zero.max_live_parameters);
-      for (size_t i = 0; i < blocks.size(); ++i) {
-        uint64_t fetched = 0, in_use = blocks[i];
-        for (size_t j = i + 1; j < blocks.size(); ++j) {
-          if (blocks[j] == 0) continue;
-          if (fetched + blocks[j] > budget || always + in_use + blocks[j] > live) break;
-          fetched += blocks[j];
-          in_use += blocks[j];
-        }
-        window = std::max(window, in_use);
-      }
-    }
-    gathered = always + window;
-  }
-  out.peak[Category::kParameters] = (shards + gathered) * p_bytes;
-  const uint64_t largest_block = units > 1 ? *std::max_element(padded_units.begin() + 1, padded_units.end()) : 0;
-  out.peak[Category::kGradients] = shards * shard_grad_bytes + (padded_units[0] + largest_block) * g_bytes;
-  out.formula = sharding == Sharding::kNoShard ? "(2 + 2 + K)Ψ: a full replica (NO_SHARD)"
-                : m < in.world                 ? fmt::format("(2 + 2 + K)Ψ/{}: sharded within {} ranks", m, m)
-                                               : "(2 + 2 + K)Ψ/N: everything partitioned";
-
-  Builder traffic(out);
-  const uint64_t a = static_cast<uint64_t>(in.accumulation);
-  const std::string intra = m < in.world ? "intra-node" : "world";
-  for (size_t u = 0; u < units; ++u) {
-    const uint64_t unit_params = padded_units[u] * p_bytes;
-    if (persistent[u]) {
-      traffic.add(Kind::kAllGather, intra, unit_params, m, 1);  // once per step, after the update
-    } else {
-      const bool twice = sharding != Sharding::kShardGradOp && u != 0;  // the root stays gathered in between
-      traffic.add(Kind::kAllGather, intra, unit_params, m, a * (twice ? 2 : 1));
-    }
-    traffic.add(Kind::kReduceScatter, intra, padded_units[u] * g_bytes, m, a);
-    if (m < in.world) traffic.add(Kind::kAllReduce, "inter-node", padded_units[u] / m * g_bytes, replicas, a);
-  }
-  traffic.add(Kind::kAllReduce, intra, 4, m);  // the gradient norm's partial sums
-}
-
 }  // namespace
+
+uint64_t AnalyticInput::parameter_count() const {
+  return std::accumulate(unit_counts.begin(), unit_counts.end(), uint64_t{0});
+}
 
 AnalyticInput analytic_input(const model::Model& model, int world, int ranks_per_node, int accumulation) {
   AnalyticInput input;
@@ -188,31 +44,48 @@ uint64_t Prediction::sent(coll::Kind kind) const {
   return total;
 }
 
-Prediction predict(const Options& options, const AnalyticInput& input) {
-  Prediction out;
-  const uint64_t psi = std::accumulate(input.unit_counts.begin(), input.unit_counts.end(), uint64_t{0});
-  const auto& r = options.recipe;
-  // Master weights and Adam moments (K bytes per parameter) over what this rank updates.
-  uint64_t updated = psi;
-  switch (options.kind) {
-    case strategy::Kind::kDdp: predict_ddp(options, input, psi, out); break;
-    case strategy::Kind::kZero1:
-    case strategy::Kind::kZero2:
-      predict_zero12(options, input, psi, options.kind == strategy::Kind::kZero1 ? 1 : 2, out);
-      updated = padded(psi, input.world) / input.world;
-      break;
-    case strategy::Kind::kZero3:
-    case strategy::Kind::kFsdp: {
-      predict_sharded(options, input, out);
-      const int m = shard_group_size(options, input);
-      updated = 0;
-      for (uint64_t c : input.unit_counts) updated += padded(c, m) / m;
-      break;
+void add_ring_traffic(Prediction& prediction, coll::Kind kind, const std::string& group, uint64_t payload_bytes,
+                      int group_size, uint64_t calls) {
+  if (group_size <= 1 || calls == 0) return;
+  const uint64_t sent = calls * ring_sent(kind, payload_bytes, group_size);
+  for (PredictedTraffic& entry : prediction.traffic) {
+    if (entry.kind == kind && entry.group == group) {
+      entry.calls += calls;
+      entry.sent += sent;
+      return;
     }
   }
-  out.peak[Category::kMasterWeights] = r.has_master ? updated * 4 : 0;
-  out.peak[Category::kOptimizerState] = updated * 2 * dtype_size(r.moments);
-  return out;
+  prediction.traffic.push_back({kind, group, calls, sent});
+}
+
+uint64_t padded_elements(uint64_t count, int ranks) { return shard_of(count, 0, ranks).padded; }
+
+UnitShards unit_shards(const AnalyticInput& input, int group_size) {
+  UnitShards shards;
+  for (uint64_t count : input.unit_counts) {
+    shards.padded.push_back(padded_elements(count, group_size));
+    shards.shard_elements += padded_elements(count, group_size) / group_size;
+  }
+  if (shards.padded.size() > 1) {
+    shards.largest_padded_block = *std::max_element(shards.padded.begin() + 1, shards.padded.end());
+  }
+  return shards;
+}
+
+Prediction predict(const StrategyOptions& options, const AnalyticInput& input) {
+  Prediction prediction;
+  uint64_t updated_elements = 0;  // what this rank's optimizer updates
+  switch (options.kind) {
+    case StrategyKind::kDdp: updated_elements = predict_ddp(options, input, prediction); break;
+    case StrategyKind::kZero1: updated_elements = predict_zero12(options, input, 1, prediction); break;
+    case StrategyKind::kZero2: updated_elements = predict_zero12(options, input, 2, prediction); break;
+    case StrategyKind::kZero3: updated_elements = predict_zero3(options, input, prediction); break;
+    case StrategyKind::kFsdp: updated_elements = predict_fsdp(options, input, prediction); break;
+  }
+  // Master weights (fp32) and Adam's two moments over the elements this rank updates.
+  prediction.peak[Category::kMasterWeights] = options.recipe.has_master ? updated_elements * 4 : 0;
+  prediction.peak[Category::kOptimizerState] = updated_elements * 2 * dtype_size(options.recipe.moments);
+  return prediction;
 }
 
 }  // namespace emu::strategy

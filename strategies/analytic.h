@@ -3,18 +3,13 @@
 // partitions more) plus the buffers each framework adds on top. It is computed from the model's unit sizes and
 // the strategy's options alone, never from a run, and printed beside what was measured.
 //
-// Memory, per rank and category, at the peak of a step (Ψ parameters, N ranks; p, g bytes of a parameter and a
-// gradient; P = Ψ padded to a multiple of N, S = P/N; n_u, P_u = N·S_u one unit's elements, padded):
-//   ddp    parameters Ψp  gradients Ψg  buckets Ψg (none with gradient_as_bucket_view)  master + moments ΨK
-//   zero1  parameters Pp  gradients Pg                                                    master + moments SK
-//   zero2  parameters Pp  gradients Sg + (n_root + max n_block)g while they are made
-//          buckets B·g (×2 with overlap_comm), B = reduce bucket ≥ the largest unit       master + moments SK
-//   zero3, fsdp  parameters Σ S_u p + gathered units; gradients Σ S_u g' + (P_root + P_block)g while made;
-//          master + moments Σ S_u K, with the gathered units: the root throughout, one block (two with
-//          backward prefetch, every block for SHARD_GRAD_OP, the prefetch window for ZeRO-3), and g' = 4 for FSDP's
-//          fp32 gradient shards in the mixed recipe
-// Traffic, bytes each rank sends per step, at ring volumes: all-reduce 2(N−1)/N·S, reduce-scatter and
-// all-gather (N−1)/N·S of a payload S (collectives/types.h), per call, summed.
+// One predictor per strategy family, each beside the strategy it predicts and with its formulas in its header
+// comment: ddp_model.cpp, zero12_model.cpp, zero3_model.cpp, fsdp_model.cpp. This file's predict() chooses one
+// and adds the master weights and Adam moments (K bytes per parameter this rank updates).
+//
+// Memory is per rank and category, at the peak of a step (Ψ parameters, N ranks). Traffic is the bytes each rank
+// sends per step at ring volumes: all-reduce 2(N−1)/N·S, reduce-scatter and all-gather (N−1)/N·S of a payload S
+// (collectives/types.h), per call, summed.
 #pragma once
 
 #include <cstdint>
@@ -32,6 +27,8 @@ struct AnalyticInput {
   int world = 1;                      // N
   int ranks_per_node = 1;             // HYBRID_SHARD's shard group
   int accumulation = 1;               // micro-batches per step
+
+  uint64_t parameter_count() const;  // Ψ: the sum of unit_counts
 };
 
 // The input for `model` as it is laid out in units.
@@ -53,6 +50,29 @@ struct Prediction {
   uint64_t sent(coll::Kind kind) const;
 };
 
-Prediction predict(const Options& options, const AnalyticInput& input);
+Prediction predict(const StrategyOptions& options, const AnalyticInput& input);
+
+// For the family predictors. Each sets the parameter, gradient and buffer peaks, the formula and the traffic, and
+// returns the elements whose master weights and Adam moments this rank keeps.
+uint64_t predict_ddp(const StrategyOptions& options, const AnalyticInput& input, Prediction& prediction);
+uint64_t predict_zero12(const StrategyOptions& options, const AnalyticInput& input, int stage,
+                        Prediction& prediction);
+uint64_t predict_zero3(const StrategyOptions& options, const AnalyticInput& input, Prediction& prediction);
+uint64_t predict_fsdp(const StrategyOptions& options, const AnalyticInput& input, Prediction& prediction);
+
+// Adds `calls` calls of `kind` on a payload of `payload_bytes` within a group of `group_size` ranks named `group`,
+// at ring volume; nothing for a group of one rank or no calls.
+void add_ring_traffic(Prediction& prediction, coll::Kind kind, const std::string& group, uint64_t payload_bytes,
+                      int group_size, uint64_t calls = 1);
+// `count` elements padded to a multiple of `ranks`, as a sharded flat buffer is.
+uint64_t padded_elements(uint64_t count, int ranks);
+
+// Every unit sharded over a group of M ranks (ZeRO-3, FSDP).
+struct UnitShards {
+  std::vector<uint64_t> padded;       // [units] P_u: n_u padded to a multiple of M
+  uint64_t shard_elements = 0;        // Σ_u P_u/M: what this rank keeps of all units
+  uint64_t largest_padded_block = 0;  // the largest P_u over the blocks; 0 without blocks
+};
+UnitShards unit_shards(const AnalyticInput& input, int group_size);
 
 }  // namespace emu::strategy

@@ -156,7 +156,7 @@ class Ddp final : public Strategy {
 
 }  // namespace
 
-std::unique_ptr<Strategy> make_ddp(Context context, const Options& options) {
+std::unique_ptr<Strategy> make_ddp(StrategyContext context, const StrategyOptions& options) {
   return std::make_unique<Ddp>(context, options);
 }
 

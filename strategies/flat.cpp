@@ -32,17 +32,6 @@ std::vector<optim::DecayRange> decay_ranges(const model::UnitLayout& layout, siz
   return ranges;
 }
 
-std::vector<optim::DecayRange> clip_ranges(const std::vector<optim::DecayRange>& ranges, size_t begin, size_t end,
-                                           size_t shift) {
-  std::vector<optim::DecayRange> clipped;
-  for (const optim::DecayRange& range : ranges) {
-    const size_t lo = std::max(range.begin, begin);
-    const size_t hi = std::min(range.end, end);
-    if (lo < hi) clipped.push_back({lo - shift, hi - shift});
-  }
-  return clipped;
-}
-
 void init_into(const model::Model& model, int unit, uint64_t seed, size_t begin, size_t count, void* out, DType dtype) {
   if (out == nullptr || count == 0) return;
   std::vector<float> values(count);  // host scratch: initial values are made on the host and copied in

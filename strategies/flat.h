@@ -22,9 +22,6 @@ FlatLayout flat_layout(const model::Model& model);
 
 // The elements of `layout` that receive weight decay, shifted by `base` (sorted, non-overlapping).
 std::vector<optim::DecayRange> decay_ranges(const model::UnitLayout& layout, size_t base);
-// Ranges of `ranges` clipped to [begin, end), shifted by −shift: the decay of one shard in its own coordinates.
-std::vector<optim::DecayRange> clip_ranges(const std::vector<optim::DecayRange>& ranges, size_t begin, size_t end,
-                                           size_t shift);
 
 // Initial fp32 values of elements [begin, begin + count) of `unit` (the same on every rank, whatever the split),
 // stored into `out` at `dtype`. Nothing when out is null (shapes-only device).

@@ -13,32 +13,32 @@ namespace {
 
 struct Named {
   std::string_view name;
-  Kind kind;
+  StrategyKind kind;
   Sharding sharding;
 };
 constexpr Named kNames[] = {
-    {"ddp", Kind::kDdp, Sharding::kFullShard},
-    {"zero1", Kind::kZero1, Sharding::kFullShard},
-    {"zero2", Kind::kZero2, Sharding::kFullShard},
-    {"zero3", Kind::kZero3, Sharding::kFullShard},
-    {"fsdp", Kind::kFsdp, Sharding::kFullShard},
-    {"fsdp-grad-op", Kind::kFsdp, Sharding::kShardGradOp},
-    {"fsdp-no-shard", Kind::kFsdp, Sharding::kNoShard},
-    {"fsdp-hybrid", Kind::kFsdp, Sharding::kHybridShard},
+    {"ddp", StrategyKind::kDdp, Sharding::kFullShard},
+    {"zero1", StrategyKind::kZero1, Sharding::kFullShard},
+    {"zero2", StrategyKind::kZero2, Sharding::kFullShard},
+    {"zero3", StrategyKind::kZero3, Sharding::kFullShard},
+    {"fsdp", StrategyKind::kFsdp, Sharding::kFullShard},
+    {"fsdp-grad-op", StrategyKind::kFsdp, Sharding::kShardGradOp},
+    {"fsdp-no-shard", StrategyKind::kFsdp, Sharding::kNoShard},
+    {"fsdp-hybrid", StrategyKind::kFsdp, Sharding::kHybridShard},
 };
 
 }  // namespace
 
-std::string Options::name() const {
+std::string StrategyOptions::name() const {
   for (const Named& named : kNames) {
-    if (named.kind == kind && (kind != Kind::kFsdp || named.sharding == fsdp.sharding)) {
+    if (named.kind == kind && (kind != StrategyKind::kFsdp || named.sharding == fsdp.sharding)) {
       return std::string(named.name);
     }
   }
   return "unknown";
 }
 
-uint64_t Options::scaled(uint64_t full_scale) const {
+uint64_t StrategyOptions::scaled(uint64_t full_scale) const {
   const uint64_t k2 = static_cast<uint64_t>(shrink) * static_cast<uint64_t>(shrink);
   return std::max<uint64_t>(1, full_scale / k2);
 }
@@ -49,7 +49,7 @@ std::vector<std::string> strategy_names() {
   return names;
 }
 
-void set_kind(Options& options, std::string_view name) {
+void set_kind(StrategyOptions& options, std::string_view name) {
   for (const Named& named : kNames) {
     if (named.name == name) {
       options.kind = named.kind;
@@ -114,7 +114,7 @@ void Strategy::record_span(std::string_view name, std::string_view category, Wor
   span_sink_(name, category, start, now_seconds());
 }
 
-Strategy::Strategy(Context context, Options options)
+Strategy::Strategy(StrategyContext context, StrategyOptions options)
     : context_(context),
       options_(std::move(options)),
       model_(context.model),
@@ -158,17 +158,18 @@ StepResult Strategy::step(std::span<const data::Batch> micro_batches) {
   return result;
 }
 
-std::unique_ptr<Strategy> make_ddp(Context context, const Options& options);
-std::unique_ptr<Strategy> make_zero12(Context context, const Options& options, int stage);
-std::unique_ptr<Strategy> make_sharded(Context context, const Options& options);
+std::unique_ptr<Strategy> make_ddp(StrategyContext context, const StrategyOptions& options);
+std::unique_ptr<Strategy> make_zero12(StrategyContext context, const StrategyOptions& options, int stage);
+std::unique_ptr<Strategy> make_zero3(StrategyContext context, const StrategyOptions& options);
+std::unique_ptr<Strategy> make_fsdp(StrategyContext context, const StrategyOptions& options);
 
-std::unique_ptr<Strategy> make_strategy(Context context, const Options& options) {
+std::unique_ptr<Strategy> make_strategy(StrategyContext context, const StrategyOptions& options) {
   switch (options.kind) {
-    case Kind::kDdp: return make_ddp(context, options);
-    case Kind::kZero1: return make_zero12(context, options, 1);
-    case Kind::kZero2: return make_zero12(context, options, 2);
-    case Kind::kZero3:
-    case Kind::kFsdp: return make_sharded(context, options);
+    case StrategyKind::kDdp: return make_ddp(context, options);
+    case StrategyKind::kZero1: return make_zero12(context, options, 1);
+    case StrategyKind::kZero2: return make_zero12(context, options, 2);
+    case StrategyKind::kZero3: return make_zero3(context, options);
+    case StrategyKind::kFsdp: return make_fsdp(context, options);
   }
   EMU_CHECK(false, "unknown strategy kind {}", static_cast<int>(options.kind));
   return nullptr;

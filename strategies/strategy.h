@@ -6,6 +6,8 @@
 //   zero1, zero2   optimizer state (and, for 2, gradients) partitioned; reduce-scatter + all-gather (DeepSpeed)
 //   zero3          parameters partitioned too, gathered per unit before use and released after (DeepSpeed)
 //   fsdp           one flat parameter per unit, FULL_SHARD / SHARD_GRAD_OP / NO_SHARD / HYBRID_SHARD (PyTorch FSDP)
+// One file per family (ddp.cpp, zero12.cpp, zero3.cpp, fsdp.cpp), its analytic predictor beside it (ddp_model.cpp,
+// zero12_model.cpp, zero3_model.cpp, fsdp_model.cpp; analytic.h); zero3 and fsdp share sharded_units.h.
 //
 // Every strategy trains the same numbers: the gradient of a step is the mean over the global batch (N ranks ×
 // micro-batch × accumulation steps), clipped by its global norm, and AdamW updates the same fp32 values a single
@@ -30,7 +32,7 @@
 
 namespace emu::strategy {
 
-enum class Kind : uint8_t { kDdp, kZero1, kZero2, kZero3, kFsdp };
+enum class StrategyKind : uint8_t { kDdp, kZero1, kZero2, kZero3, kFsdp };
 
 // FSDP's sharding strategies.
 enum class Sharding : uint8_t {
@@ -62,15 +64,15 @@ struct ZeroOptions {
   uint64_t max_live_parameters = 1'000'000'000;            // stage 3: gathered elements alive at once
 };
 
+// PyTorch FullyShardedDataParallel's knobs.
 struct FsdpOptions {
   Sharding sharding = Sharding::kFullShard;
   BackwardPrefetch backward_prefetch = BackwardPrefetch::kPre;
   bool forward_prefetch = false;
-  bool limit_all_gathers = true;  // at most two gathered units beyond the root (the current and the next)
 };
 
-struct Options {
-  Kind kind = Kind::kDdp;
+struct StrategyOptions {
+  StrategyKind kind = StrategyKind::kDdp;
   DdpOptions ddp;
   ZeroOptions zero;
   FsdpOptions fsdp;
@@ -87,14 +89,14 @@ struct Options {
   uint64_t scaled(uint64_t full_scale) const;
 };
 
-// Sets kind (and FSDP's sharding) from a name as Options::name() prints it; InputError listing the names.
-void set_kind(Options& options, std::string_view name);
+// Sets kind (and FSDP's sharding) from a name as StrategyOptions::name() prints it; InputError listing the names.
+void set_kind(StrategyOptions& options, std::string_view name);
 std::vector<std::string> strategy_names();
 
 // Where a strategy runs: its rank's device, the world communicator (its ledger is the training traffic), the
 // model (whose config's micro-batch is this rank's), for hybrid sharding the node-local group and the group of
 // the same local rank across nodes (as FSDP takes a device mesh), and where the optimizer lives.
-struct Context {
+struct StrategyContext {
   Device& device;
   coll::Communicator& world;
   model::Model& model;
@@ -119,10 +121,10 @@ struct StepResult {
 
 class Strategy : protected model::Hooks {
  public:
-  Strategy(Context context, Options options);
+  Strategy(StrategyContext context, StrategyOptions options);
   ~Strategy() override;
 
-  const Options& options() const { return options_; }
+  const StrategyOptions& options() const { return options_; }
   std::string name() const { return options_.name(); }
 
   // Allocates this rank's parameters, gradients and optimizer state and sets the same initial weights a single
@@ -165,8 +167,8 @@ class Strategy : protected model::Hooks {
   // Counts an offloaded optimizer step over `elements`: their gradients down, their parameters back up.
   void count_offload(size_t elements);
 
-  Context context_;
-  Options options_;
+  StrategyContext context_;
+  StrategyOptions options_;
   int64_t steps_ = 0;  // optimizer steps taken
   HostTraffic host_traffic_;
   model::Model& model_;
@@ -182,6 +184,6 @@ class Strategy : protected model::Hooks {
   SpanSink span_sink_;
 };
 
-std::unique_ptr<Strategy> make_strategy(Context context, const Options& options);
+std::unique_ptr<Strategy> make_strategy(StrategyContext context, const StrategyOptions& options);
 
 }  // namespace emu::strategy

@@ -29,7 +29,7 @@ namespace {
 
 class PartitionedOptimizer final : public Strategy {
  public:
-  PartitionedOptimizer(Context context, const Options& options, int stage)
+  PartitionedOptimizer(StrategyContext context, const StrategyOptions& options, int stage)
       : Strategy(context, options), stage_(stage) {}
 
   void setup() override {
@@ -220,7 +220,7 @@ class PartitionedOptimizer final : public Strategy {
 
 }  // namespace
 
-std::unique_ptr<Strategy> make_zero12(Context context, const Options& options, int stage) {
+std::unique_ptr<Strategy> make_zero12(StrategyContext context, const StrategyOptions& options, int stage) {
   return std::make_unique<PartitionedOptimizer>(context, options, stage);
 }
 

@@ -94,7 +94,7 @@ class Fields {
 }  // namespace
 
 DeepSpeedConfig parse_deepspeed_config(std::string_view text, std::string_view source,
-                                       const strategy::Options& defaults) {
+                                       const strategy::StrategyOptions& defaults) {
   json root;
   try {
     root = json::parse(text);
@@ -105,7 +105,7 @@ DeepSpeedConfig parse_deepspeed_config(std::string_view text, std::string_view s
   }
   DeepSpeedConfig config;
   config.knobs = defaults;
-  strategy::Options& o = config.knobs;
+  strategy::StrategyOptions& o = config.knobs;
   Fields top(root, "", source, config.ignored);
 
   top.get("train_micro_batch_size_per_gpu", config.micro_batch, 1, 4096);
@@ -228,7 +228,7 @@ DeepSpeedConfig parse_deepspeed_config(std::string_view text, std::string_view s
   return config;
 }
 
-DeepSpeedConfig load_deepspeed_config(const std::filesystem::path& path, const strategy::Options& defaults) {
+DeepSpeedConfig load_deepspeed_config(const std::filesystem::path& path, const strategy::StrategyOptions& defaults) {
   std::ifstream in(path, std::ios::binary);
   if (!in || std::filesystem::is_directory(path)) {
     throw InputError(fmt::format("--deepspeed '{}' cannot be read: no such file", path.string()));

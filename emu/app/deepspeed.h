@@ -15,7 +15,7 @@ namespace emu::app {
 
 struct DeepSpeedConfig {
   std::string strategy;  // "ddp" (stage 0), "zero1", "zero2" or "zero3"
-  strategy::Options knobs;  // recipe, bucket sizes, prefetch, persistence, clipping, AdamW, warm-up
+  strategy::StrategyOptions knobs;  // recipe, bucket sizes, prefetch, persistence, clipping, AdamW, warm-up
   int micro_batch = 0;      // 0: not given
   int accumulation = 0;     // 0: not given
   int train_batch_size = 0; // 0: not given; must equal micro_batch · accumulation · ranks
@@ -26,7 +26,7 @@ struct DeepSpeedConfig {
 // Applies the file's settings over `defaults`. InputError naming the file, the key and the bad value (or the JSON
 // error's byte position).
 DeepSpeedConfig parse_deepspeed_config(std::string_view text, std::string_view source,
-                                       const strategy::Options& defaults);
-DeepSpeedConfig load_deepspeed_config(const std::filesystem::path& path, const strategy::Options& defaults);
+                                       const strategy::StrategyOptions& defaults);
+DeepSpeedConfig load_deepspeed_config(const std::filesystem::path& path, const strategy::StrategyOptions& defaults);
 
 }  // namespace emu::app

@@ -30,7 +30,7 @@ std::vector<std::string> gather_strings(const std::string& mine, int rank, int w
 
 std::string strategy_list(const RunOptions& options) {
   std::vector<std::string> names;
-  for (const strategy::Options& o : options.strategies) names.push_back(o.name());
+  for (const strategy::StrategyOptions& o : options.strategies) names.push_back(o.name());
   return fmt::format("{}", fmt::join(names, ", "));
 }
 
@@ -48,7 +48,7 @@ void print_run_header(const MpiSession& mpi, const RunOptions& options) {
   const int k = options.shrink;
   const uint64_t k2 = static_cast<uint64_t>(k) * k;
   const uint64_t reserve = options.reserve_full_scale / k2;
-  const strategy::Options& first = options.strategies.front();
+  const strategy::StrategyOptions& first = options.strategies.front();
   std::string text = fmt::format("emu {}: {} rank{} on {} host{}, one emulated GPU per rank\n", EMU_VERSION,
                                  mpi.world(), mpi.world() == 1 ? "" : "s", mpi.hosts(), mpi.hosts() == 1 ? "" : "s");
   text += fmt::format("  host      {}\n", host.summary());

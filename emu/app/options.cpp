@@ -69,7 +69,7 @@ std::vector<Expectation> parse_expectations(const std::vector<std::string>& text
                         item, what));
       }
       if (who != "all") {
-        strategy::Options probe;
+        strategy::StrategyOptions probe;
         strategy::set_kind(probe, who);  // InputError listing the names
       }
       out.push_back({who, what == "fit"});
@@ -235,7 +235,7 @@ ParsedCommandLine parse_command_line(int argc, const char* const* argv, int worl
   options.reserve_full_scale = parse_reserve(reserve_text);
 
   // Strategy knobs: defaults, then a DeepSpeed config, then flags.
-  strategy::Options base;
+  strategy::StrategyOptions base;
   base.recipe = optim::parse_precision_recipe(precision);
   base.seed = seed;
   std::vector<std::string> names = kDefaultStrategies;
@@ -273,7 +273,7 @@ ParsedCommandLine parse_command_line(int argc, const char* const* argv, int worl
     throw InputError(fmt::format("--strategies is empty; accepted: {}", fmt::join(strategy::strategy_names(), ", ")));
   }
   for (const std::string& name : names) {
-    strategy::Options one = base;
+    strategy::StrategyOptions one = base;
     strategy::set_kind(one, name);
     options.strategies.push_back(one);
   }
@@ -326,7 +326,7 @@ ParsedCommandLine parse_command_line(int argc, const char* const* argv, int worl
     options.shrink = choose_shrink(options.full);
     options.shrink_chosen = true;
   }
-  for (strategy::Options& one : options.strategies) one.shrink = options.shrink;
+  for (strategy::StrategyOptions& one : options.strategies) one.shrink = options.shrink;
 
   // Modes and outputs.
   if (!plan_text.empty()) {

@@ -31,7 +31,7 @@ struct RunOptions {
   model::ModelOptions model_options;
 
   // Training.
-  std::vector<strategy::Options> strategies;  // in the order they run
+  std::vector<strategy::StrategyOptions> strategies;  // in the order they run
   int steps = 3;
   int accumulation = 1;
   bool offload = false;

@@ -23,12 +23,12 @@ constexpr int64_t kMaxMicroBatch = 4096;  // as --micro-batch accepts
 constexpr int64_t kMaxSeqLen = 1 << 20;    // as --seq-len accepts
 
 // One strategy planned for `ranks` ranks on the full-scale `config`.
-StrategyOutcome plan_one(const RunOptions& options, const strategy::Options& strategy_options,
+StrategyOutcome plan_one(const RunOptions& options, const strategy::StrategyOptions& strategy_options,
                          const model::ModelConfig& config, int ranks, int ranks_per_node) {
   StrategyOutcome outcome;
   outcome.name = strategy_options.name();
   outcome.options = strategy_options;
-  strategy::Options full_scale = strategy_options;
+  strategy::StrategyOptions full_scale = strategy_options;
   full_scale.shrink = 1;  // bucket and threshold sizes as PyTorch and DeepSpeed state them
   // A plan is at full scale: the cap as stated ("40GB-scaled" and "40GB" both mean 40 GB per GPU here).
   MemoryPool::Options memory;
@@ -97,7 +97,7 @@ int group_size(const RunOptions& options, int world, int ranks_per_node) {
   return world % per_node == 0 ? per_node : 1;
 }
 
-uint64_t planned_peak(const RunOptions& options, const strategy::Options& strategy_options,
+uint64_t planned_peak(const RunOptions& options, const strategy::StrategyOptions& strategy_options,
                       const model::ModelConfig& config, int world, int per_node, bool& fits) {
   const StrategyOutcome outcome = plan_one(options, strategy_options, config, world, per_node);
   fits = outcome.fits();
@@ -118,7 +118,7 @@ RunReport plan_strategies(const RunOptions& options, int world, int ranks_per_no
   report.shrink = 1;
   report.cap = options.cap.unlimited ? kNoCap : options.cap.bytes;
   report.reserve = options.reserve_full_scale;
-  for (const strategy::Options& strategy_options : options.strategies) {
+  for (const strategy::StrategyOptions& strategy_options : options.strategies) {
     report.outcomes.push_back(plan_one(options, strategy_options, options.full, report.world, report.ranks_per_node));
   }
   report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -132,7 +132,7 @@ std::vector<Limit> find_limits(const RunOptions& options, int world, int ranks_p
   const int64_t top = batch ? kMaxMicroBatch
                             : (options.full.style == model::Style::kGpt2 ? options.full.max_positions : kMaxSeqLen);
   std::vector<Limit> limits;
-  for (const strategy::Options& strategy_options : options.strategies) {
+  for (const strategy::StrategyOptions& strategy_options : options.strategies) {
     Limit limit;
     limit.strategy = strategy_options.name();
     limit.searched_up_to = top;

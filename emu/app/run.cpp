@@ -211,7 +211,7 @@ class Runner {
          std::shared_ptr<const std::vector<std::vector<float>>> weights)
       : mpi_(mpi), options_(options), report_(report), file_tokens_(tokens), weights_(std::move(weights)) {}
 
-  StrategyOutcome run(const strategy::Options& strategy_options) {
+  StrategyOutcome run(const strategy::StrategyOptions& strategy_options) {
     StrategyOutcome outcome;
     outcome.name = strategy_options.name();
     outcome.options = strategy_options;
@@ -416,7 +416,7 @@ RunReport run_strategies(const MpiSession& mpi, const RunOptions& options) {
     }
   }
   Runner runner(mpi, options, report, tokens.get(), weights);
-  for (const strategy::Options& strategy_options : options.strategies) {
+  for (const strategy::StrategyOptions& strategy_options : options.strategies) {
     report.outcomes.push_back(runner.run(strategy_options));
   }
   report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -43,7 +43,7 @@ struct Span {
 
 struct StrategyOutcome {
   std::string name;
-  strategy::Options options;
+  strategy::StrategyOptions options;
   strategy::OomVerdict verdict;  // same on every rank
   bool fits() const { return !verdict.any(); }
   int steps_run = 0;

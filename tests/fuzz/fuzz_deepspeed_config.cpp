@@ -9,7 +9,7 @@
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view text(reinterpret_cast<const char*>(data), size);
-  static const emu::strategy::Options defaults;
+  static const emu::strategy::StrategyOptions defaults;
   emu::fuzz::expect_accept_or_input_error("emu::app::parse_deepspeed_config", [&] {
     (void)emu::app::parse_deepspeed_config(text, "fuzz-input", defaults);
   });

@@ -41,7 +41,7 @@ class Equivalence : public ::testing::TestWithParam<Case> {};
 
 TEST_P(Equivalence, LossesAndWeightsMatchSingleDevice) {
   const Case& c = GetParam();
-  const strategy::Options options = test_options(c.strategy, c.recipe);
+  const strategy::StrategyOptions options = test_options(c.strategy, c.recipe);
   constexpr int kSteps = 3;
   const Trace reference = run_reference(c.style, options, world_size(), c.accumulation, kSteps);
   auto run = run_strategy(c.style, options, c.accumulation, kSteps);

@@ -59,8 +59,8 @@ inline data::SyntheticTokens tiny_data(const model::ModelConfig& config) {
   return data::SyntheticTokens(synthetic);
 }
 
-inline strategy::Options test_options(std::string_view name, optim::Recipe recipe) {
-  strategy::Options options;
+inline strategy::StrategyOptions test_options(std::string_view name, optim::Recipe recipe) {
+  strategy::StrategyOptions options;
   strategy::set_kind(options, name);
   options.recipe = optim::precision_recipe(recipe);
   options.adamw.lr = 1e-2f;
@@ -77,7 +77,7 @@ struct Trace {
 };
 
 // Single device, the whole global batch: N·b sequences per micro-batch, `accumulation` micro-batches per step.
-inline Trace run_reference(model::Style style, const strategy::Options& options, int ranks, int accumulation,
+inline Trace run_reference(model::Style style, const strategy::StrategyOptions& options, int ranks, int accumulation,
                            int steps) {
   const model::ModelConfig config = tiny_config(style, ranks);
   auto device = make_cpu_device({});
@@ -147,7 +147,7 @@ struct StrategyRun {
   Trace trace;
 };
 
-inline std::unique_ptr<StrategyRun> run_strategy(model::Style style, const strategy::Options& options,
+inline std::unique_ptr<StrategyRun> run_strategy(model::Style style, const strategy::StrategyOptions& options,
                                                  int accumulation, int steps, MemoryPool::Options memory = {}) {
   auto run = std::make_unique<StrategyRun>();
   const int rank = world_rank();

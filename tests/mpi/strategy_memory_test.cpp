@@ -17,14 +17,14 @@ struct Case {
   std::string strategy;
   optim::Recipe recipe;
   std::string variant;  // a knob turned away from its default, or empty
-  void (*tweak)(strategy::Options&) = nullptr;
+  void (*tweak)(strategy::StrategyOptions&) = nullptr;
   friend void PrintTo(const Case& c, std::ostream* os) {
     *os << c.strategy << (c.recipe == optim::Recipe::kFp32 ? "/fp32" : "/mixed") << "/" << c.variant;
   }
 };
 
-strategy::Options memory_options(const Case& c) {
-  strategy::Options options = test_options(c.strategy, c.recipe);
+strategy::StrategyOptions memory_options(const Case& c) {
+  strategy::StrategyOptions options = test_options(c.strategy, c.recipe);
   // Full-scale DDP buckets and DeepSpeed sizes divided by 32^2: buckets of a few KiB, so the tiny model has
   // several of them, and a ZeRO-3 persistence threshold (97 elements) below every unit.
   options.shrink = 32;
@@ -39,7 +39,7 @@ strategy::AnalyticInput analytic_input(const model::Model& model, int accumulati
 class MemoryAndTraffic : public ::testing::TestWithParam<Case> {};
 
 TEST_P(MemoryAndTraffic, MeasuredEqualsAnalytic) {
-  const strategy::Options options = memory_options(GetParam());
+  const strategy::StrategyOptions options = memory_options(GetParam());
   constexpr int kAccumulation = 2;
   auto run = run_strategy(model::Style::kLlama, options, kAccumulation, /*steps=*/1);
   const strategy::Prediction predicted = strategy::predict(options, analytic_input(*run->model, kAccumulation));
@@ -70,7 +70,7 @@ std::vector<Case> cases() {
     all.push_back({name, optim::Recipe::kMixed, "", nullptr});
   }
   for (const char* name : {"ddp", "zero2", "fsdp"}) all.push_back({name, optim::Recipe::kFp32, "", nullptr});
-  using O = strategy::Options;
+  using O = strategy::StrategyOptions;
   all.push_back({"ddp", optim::Recipe::kMixed, "bucket_view", [](O& o) { o.ddp.gradient_as_bucket_view = true; }});
   all.push_back({"zero2", optim::Recipe::kMixed, "overlap_comm", [](O& o) { o.zero.overlap_comm = true; }});
   all.push_back({"zero2", optim::Recipe::kMixed, "small_buckets", [](O& o) { o.zero.reduce_bucket_elements = 1; }});
@@ -104,7 +104,7 @@ INSTANTIATE_TEST_SUITE_P(Strategies, MemoryAndTraffic, ::testing::ValuesIn(cases
                          });
 
 TEST(Offload, OptimizerStateLeavesTheDeviceAndPcieTrafficIsCounted) {
-  strategy::Options options = test_options("zero2", optim::Recipe::kMixed);
+  strategy::StrategyOptions options = test_options("zero2", optim::Recipe::kMixed);
   auto host = make_cpu_device({});
   const int rank = world_rank();
   auto device = make_cpu_device({});
@@ -133,7 +133,7 @@ TEST(Zero, PaperFigureOne) {
   input.unit_counts.push_back(64);  // a block, so that there is one
   input.world = 64;
   const auto gb = [&](const char* name) {
-    strategy::Options options;
+    strategy::StrategyOptions options;
     strategy::set_kind(options, name);
     return static_cast<double>(strategy::predict(options, input).model_state_bytes()) / 1e9;
   };
@@ -141,12 +141,12 @@ TEST(Zero, PaperFigureOne) {
   EXPECT_NEAR(gb("zero1"), 31.4, 0.1);
   // Stage 2's gradient partition is 2Ψ/N; emu adds the gradients of the unit being made (here all of Ψ, one
   // unit), which the paper leaves out. Without them: 16.6 GB.
-  strategy::Options zero2;
+  strategy::StrategyOptions zero2;
   strategy::set_kind(zero2, "zero2");
   const auto p2 = strategy::predict(zero2, input);
   const double transient = static_cast<double>(input.unit_counts[0] + input.unit_counts[1]) * 2 / 1e9;
   EXPECT_NEAR(static_cast<double>(p2.model_state_bytes()) / 1e9 - transient, 16.6, 0.1);
-  strategy::Options zero3;
+  strategy::StrategyOptions zero3;
   strategy::set_kind(zero3, "zero3");
   const auto p3 = strategy::predict(zero3, input);
   EXPECT_NEAR(static_cast<double>(p3.model_state_bytes() - p3.peak[Category::kParameters] -

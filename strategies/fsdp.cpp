@@ -1,0 +1,106 @@
+// FSDP as PyTorch runs it (FullyShardedDataParallel, one FSDP unit per model unit): each unit's parameters form
+// one FlatParameter, padded and cut into equal shards over the shard group, all-gathered (unsharded) before use
+// and freed (resharded) after. The shards and collectives are sharded_units.h's; this file is FSDP's policy: the
+// sharding strategy and the prefetch.
+//
+// Sharding strategy (FsdpOptions::sharding), per micro-batch:
+//   FULL_SHARD     sharded over the world. A block is gathered for its forward and freed after it, gathered again
+//                  for its backward and freed when it ends: two all-gathers and one reduce-scatter per block. The
+//                  root unit (embeddings, final norm, head) is not resharded after forward, as FSDP's root is not:
+//                  it stays gathered from the start of forward to the end of backward.
+//   SHARD_GRAD_OP  as FULL_SHARD, but no unit is freed after forward: each stays gathered until its backward ends
+//                  (one all-gather per unit).
+//   NO_SHARD       a shard group of one rank: every rank holds whole units, nothing is gathered, and the gradients
+//                  are all-reduced over the world (DDP through FSDP).
+//   HYBRID_SHARD   FULL_SHARD within a node (the context's intra-node group); the reduce-scattered gradient shards
+//                  are then all-reduced across nodes, among the ranks with the same local rank (the inter-node
+//                  group).
+// In the mixed recipe the gradient shards are fp32: FSDP reduces in bf16, then keeps the sharded gradient at the
+// dtype of its fp32 sharded parameter, which is the master weight (the bf16 shard is its compute copy).
+//
+// Prefetch, one unit ahead of use at most:
+//   backward_prefetch  BACKWARD_PRE   the next unit in backward is gathered before this unit's gradients are
+//                                     computed: two blocks gathered at once
+//                      BACKWARD_POST  the next unit is gathered after this unit's gradients are computed, before
+//                                     they are reduce-scattered and this unit freed
+//                      NONE           each unit is gathered only when its own backward begins
+//   forward_prefetch   the next block is gathered when a block's forward begins
+// emu's collectives are blocking, so no all-gather is ever queued behind another and FSDP's rate limiter
+// (limit_all_gathers) would have nothing to hold back.
+#include <memory>
+#include <vector>
+
+#include "emu/check.h"
+#include "strategies/sharded_units.h"
+
+namespace emu::strategy {
+namespace {
+
+class Fsdp final : public ShardedUnits {
+ public:
+  using ShardedUnits::ShardedUnits;
+
+ protected:
+  ShardGroups shard_groups() override {
+    ShardGroups chosen;  // FULL_SHARD and SHARD_GRAD_OP: the world, no replicas
+    switch (options_.fsdp.sharding) {
+      case Sharding::kFullShard:
+      case Sharding::kShardGradOp: break;
+      case Sharding::kNoShard:
+        chosen.alone = true;
+        chosen.replicas = &world_;
+        break;
+      case Sharding::kHybridShard:
+        if (context_.intra_node == nullptr || context_.inter_node == nullptr) {
+          throw InputError("hybrid sharding needs the intra-node and inter-node groups (ranks per node)");
+        }
+        chosen.shard = context_.intra_node;
+        chosen.replicas = context_.inter_node;
+        break;
+    }
+    return chosen;
+  }
+
+  DType gradient_shard_dtype() const override {
+    return options_.recipe.has_master ? DType::kF32 : options_.recipe.grads;
+  }
+
+  void before_forward(int u) override {
+    gather(u, "forward");
+    if (u != 0 && options_.fsdp.forward_prefetch) prefetch_next(u, /*forward=*/true);
+  }
+
+  void after_forward(int u) override {
+    // The root is not resharded after forward; SHARD_GRAD_OP reshards no unit until its backward.
+    if (u == 0 || options_.fsdp.sharding == Sharding::kShardGradOp) return;
+    release(u);
+  }
+
+  void before_backward(int u) override {
+    gather(u, "backward");
+    begin_gradients(u);
+    if (options_.fsdp.backward_prefetch == BackwardPrefetch::kPre) prefetch_next(u, /*forward=*/false);
+  }
+
+  void after_backward(int u) override {
+    // The root's backward ends the pass: nothing follows it to prefetch.
+    if (options_.fsdp.backward_prefetch == BackwardPrefetch::kPost && u != 0) prefetch_next(u, /*forward=*/false);
+    reduce_gradients(u);
+    release(u);
+  }
+
+ private:
+  // Gathers the one unit that follows `u` in this pass, if any.
+  void prefetch_next(int u, bool forward) {
+    const std::vector<int> next = following_units(u, forward);
+    if (!next.empty()) gather(next.front(), forward ? "forward prefetch" : "backward prefetch");
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Strategy> make_fsdp(StrategyContext context, const StrategyOptions& options) {
+  return std::make_unique<Fsdp>(context, options);
+}
+
+}  // namespace emu::strategy

@@ -1,0 +1,90 @@
+// FSDP's predicted memory and traffic (fsdp.cpp runs it), after the ZeRO paper's (2 + 2 + K)Ψ/M over a shard
+// group of M ranks, plus the units FSDP holds gathered.
+//
+// M is the world for FULL_SHARD and SHARD_GRAD_OP, one rank for NO_SHARD, a node's ranks for HYBRID_SHARD. Every
+// unit u of n_u elements is padded to P_u, a multiple of M, and sharded into P_u/M elements. Per rank:
+//   parameters  Σ_u P_u/M, plus the units gathered at the peak (none when M = 1): the root (not resharded
+//               between forward and backward) and the widest window of blocks: every block for SHARD_GRAD_OP,
+//               else a block and the next one with any prefetch (backward pre or post, or forward), one without
+//   gradients   Σ_u P_u/M at 4 bytes in the mixed recipe (FSDP's fp32 gradient shards), else at gradient bytes,
+//               plus the root's and the largest block's gathered gradients while backward makes them
+//   master weights and Adam moments over Σ_u P_u/M
+// Traffic per micro-batch, in the shard group: each block all-gathered twice (once for SHARD_GRAD_OP), the root
+// once, every unit's gradients reduce-scattered, and with HYBRID_SHARD each reduced shard all-reduced across the
+// N/M replicas; once per step the gradient norm all-reduced.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "strategies/analytic.h"
+
+namespace emu::strategy {
+namespace {
+
+// M, the ranks one unit is sharded over.
+int shard_group_size(Sharding sharding, const AnalyticInput& input) {
+  if (sharding == Sharding::kNoShard) return 1;
+  if (sharding == Sharding::kHybridShard) return input.ranks_per_node;
+  return input.world;
+}
+
+// Elements gathered at the peak beyond the shards: the root, plus the widest window of blocks gathered at once.
+uint64_t gathered_at_peak(const FsdpOptions& fsdp, const UnitShards& shards) {
+  const std::vector<uint64_t> blocks(shards.padded.begin() + 1, shards.padded.end());
+  uint64_t widest_window = 0;
+  if (fsdp.sharding == Sharding::kShardGradOp) {
+    widest_window = std::accumulate(blocks.begin(), blocks.end(), uint64_t{0});
+  } else {
+    const bool prefetch = fsdp.backward_prefetch != BackwardPrefetch::kNone || fsdp.forward_prefetch;
+    for (size_t block = 0; block < blocks.size(); ++block) {
+      const uint64_t next = prefetch && block + 1 < blocks.size() ? blocks[block + 1] : 0;
+      widest_window = std::max(widest_window, blocks[block] + next);
+    }
+  }
+  return shards.padded[0] + widest_window;
+}
+
+}  // namespace
+
+uint64_t predict_fsdp(const StrategyOptions& options, const AnalyticInput& input, Prediction& prediction) {
+  const Sharding sharding = options.fsdp.sharding;
+  const int group_size = shard_group_size(sharding, input);
+  const int replicas = input.world / group_size;
+  const UnitShards shards = unit_shards(input, group_size);
+  const size_t units = input.unit_counts.size();
+  const uint64_t param_bytes = dtype_size(options.recipe.params);
+  const uint64_t grad_bytes = dtype_size(options.recipe.grads);
+  const uint64_t shard_grad_bytes = options.recipe.has_master ? 4 : grad_bytes;
+
+  const uint64_t gathered = group_size > 1 ? gathered_at_peak(options.fsdp, shards) : 0;
+  prediction.peak[Category::kParameters] = (shards.shard_elements + gathered) * param_bytes;
+  prediction.peak[Category::kGradients] =
+      shards.shard_elements * shard_grad_bytes + (shards.padded[0] + shards.largest_padded_block) * grad_bytes;
+  prediction.formula = sharding == Sharding::kNoShard ? "(2 + 2 + K)Ψ: a full replica (NO_SHARD)"
+                       : group_size < input.world
+                           ? fmt::format("(2 + 2 + K)Ψ/{}: sharded within {} ranks", group_size, group_size)
+                           : "(2 + 2 + K)Ψ/N: everything partitioned";
+
+  const uint64_t micro_batches = static_cast<uint64_t>(input.accumulation);
+  const bool across_nodes = group_size < input.world;
+  const std::string group = across_nodes ? "intra-node" : "world";
+  for (size_t unit = 0; unit < units; ++unit) {
+    // The root stays gathered between forward and backward; SHARD_GRAD_OP keeps every unit.
+    const uint64_t gathers = sharding != Sharding::kShardGradOp && unit != 0 ? 2 : 1;
+    add_ring_traffic(prediction, coll::Kind::kAllGather, group, shards.padded[unit] * param_bytes, group_size,
+                     micro_batches * gathers);
+    add_ring_traffic(prediction, coll::Kind::kReduceScatter, group, shards.padded[unit] * grad_bytes, group_size,
+                     micro_batches);
+    if (across_nodes) {
+      add_ring_traffic(prediction, coll::Kind::kAllReduce, "inter-node", shards.padded[unit] / group_size * grad_bytes,
+                       replicas, micro_batches);
+    }
+  }
+  add_ring_traffic(prediction, coll::Kind::kAllReduce, group, 4, group_size);  // the gradient norm's partial sums
+  return shards.shard_elements;
+}
+
+}  // namespace emu::strategy

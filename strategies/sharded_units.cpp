@@ -1,0 +1,157 @@
+#include "strategies/sharded_units.h"
+
+#include <fmt/format.h>
+
+#include <string>
+
+#include "emu/check.h"
+#include "strategies/flat.h"
+
+namespace emu::strategy {
+
+void ShardedUnits::setup() {
+  const optim::PrecisionRecipe& recipe = options_.recipe;
+  groups_ = shard_groups();
+  const DType grad_dtype = gradient_shard_dtype();
+  const int units = model_.num_units();
+  units_.resize(static_cast<size_t>(units));
+  for (int u = 0; u < units; ++u) {
+    UnitState& unit = units_[static_cast<size_t>(u)];
+    const size_t count = model_.layout(u).count;
+    unit.shard = shard_of(count, shard_rank(), shard_size());
+    unit.params = device_.allocate(unit.shard.shard, recipe.params, Category::kParameters,
+                                   fmt::format("unit {} parameter shard", u));
+    unit.grads = device_.allocate(unit.shard.shard, grad_dtype, Category::kGradients,
+                                  fmt::format("unit {} gradient shard", u));
+    unit.optimizer = std::make_unique<optim::AdamWState>(optimizer_device(), recipe, unit.shard.shard,
+                                                         fmt::format("unit {} optimizer shard", u));
+    unit.decay = decay_ranges(model_.layout(u), 0);
+    unit.keep_gathered = keeps_gathered(count);
+    std::vector<float> initial(device_.holds_data() ? unit.shard.shard : 0);  // host scratch, padding stays 0
+    init_into(model_, u, options_.seed, unit.shard.offset, unit.shard.valid,
+              initial.empty() ? nullptr : initial.data(), DType::kF32);
+    convert(initial.empty() ? nullptr : initial.data(), DType::kF32, unit.params.data(), recipe.params,
+            initial.size());
+    if (device_.holds_data()) {
+      unit.optimizer->load_master(optim::ConstElementSpan(initial.data(), initial.size(), DType::kF32));
+    }
+  }
+}
+
+std::vector<float> ShardedUnits::full_weights(int u) {
+  UnitState& unit = units_[static_cast<size_t>(u)];
+  std::vector<float> mine(unit.shard.shard);
+  const optim::ElementSpan master = unit.optimizer->master();
+  if (!master.empty()) {
+    convert(master.data(), master.dtype(), mine.data(), DType::kF32, mine.size());
+  } else {
+    convert(unit.params.data(), unit.params.dtype(), mine.data(), DType::kF32, mine.size());
+  }
+  if (groups_.alone) {
+    mine.resize(unit.shard.numel);
+    return mine;
+  }
+  std::vector<float> all(unit.shard.padded);
+  shard_group().all_gather(mine.data(), all.data(), unit.shard.shard, DType::kF32, "report: gather weights");
+  all.resize(unit.shard.numel);
+  return all;
+}
+
+std::vector<coll::Communicator*> ShardedUnits::groups() {
+  std::vector<coll::Communicator*> all = {&world_};
+  if (groups_.shard != nullptr) all.push_back(groups_.shard);
+  if (groups_.replicas != nullptr && groups_.replicas != &world_) all.push_back(groups_.replicas);
+  return all;
+}
+
+double ShardedUnits::gradient_sum_of_squares() {
+  // The ranks of one shard group own every element once; replicas across groups hold the same values.
+  double local = 0;
+  for (const UnitState& unit : units_) local += optim::grad_sum_of_squares(optim::ConstElementSpan::of(unit.grads));
+  if (groups_.alone) return local;
+  float total = static_cast<float>(local);
+  shard_group().all_reduce(&total, &total, 1, DType::kF32, coll::ReduceOp::kSum, "clip: gradient norm");
+  return total;
+}
+
+void ShardedUnits::update(double lr, float grad_scale) {
+  for (UnitState& unit : units_) {
+    unit.optimizer->step(options_.adamw, optim::ElementSpan::of(unit.params),
+                         optim::ConstElementSpan::of(unit.grads), unit.shard.offset, unit.decay, lr, grad_scale);
+    count_offload(unit.shard.shard);
+    zero(unit.grads.data(), unit.grads.dtype(), unit.grads.count());
+  }
+  // Units kept gathered hold the old values: they are freed here and gathered afresh at their next use.
+  for (int u = 0; u < model_.num_units(); ++u) release(u, /*stale=*/true);
+}
+
+size_t ShardedUnits::gathered_elements() const {
+  size_t live = 0;
+  for (const UnitState& unit : units_) live += unit.gathered.count();
+  return live;
+}
+
+void ShardedUnits::gather(int u, std::string_view pass) {
+  UnitState& unit = units_[static_cast<size_t>(u)];
+  if (shard_size() == 1) {  // the shard is the whole unit; nothing to gather
+    model_.bind_weights(u, unit.params.data());
+    return;
+  }
+  if (unit.gathered.allocated()) return;
+  const DType dtype = options_.recipe.params;
+  const std::string phase = fmt::format("{} all-gather, unit {}", pass, u);
+  PhaseScope scope(device_.memory(), phase);
+  unit.gathered = device_.allocate(unit.shard.padded, dtype, Category::kParameters,
+                                   fmt::format("unit {} gathered parameters", u));
+  void* mine = element(unit.gathered.data(), dtype, unit.shard.offset);
+  convert(unit.params.data(), dtype, mine, dtype, unit.shard.shard);
+  shard_group().all_gather(mine, unit.gathered.data(), unit.shard.shard, dtype, phase);
+  model_.bind_weights(u, unit.gathered.data());
+}
+
+void ShardedUnits::release(int u, bool stale) {
+  UnitState& unit = units_[static_cast<size_t>(u)];
+  if (unit.keep_gathered && !stale) return;
+  model_.bind_weights(u, nullptr);
+  unit.gathered.reset();
+}
+
+void ShardedUnits::begin_gradients(int u) {
+  UnitState& unit = units_[static_cast<size_t>(u)];
+  unit.unit_grads = device_.allocate(unit.shard.padded, options_.recipe.grads, Category::kGradients,
+                                     fmt::format("unit {} gradients", u));
+  model_.bind_grads(u, unit.unit_grads.data());
+}
+
+void ShardedUnits::reduce_gradients(int u) {
+  UnitState& unit = units_[static_cast<size_t>(u)];
+  const DType dtype = options_.recipe.grads;
+  void* data = unit.unit_grads.data();
+  void* mine = element(data, dtype, unit.shard.offset);
+  if (!groups_.alone) {
+    const std::string phase = fmt::format("backward reduce-scatter, unit {}", u);
+    PhaseScope scope(device_.memory(), phase);
+    shard_group().reduce_scatter(data, mine, unit.shard.shard, dtype, coll::ReduceOp::kAvg, phase);
+  }
+  if (groups_.replicas != nullptr) {
+    const std::string phase = fmt::format("backward all-reduce across replicas, unit {}", u);
+    PhaseScope scope(device_.memory(), phase);
+    groups_.replicas->all_reduce(mine, mine, unit.shard.shard, dtype, coll::ReduceOp::kAvg, phase);
+  }
+  accumulate(mine, dtype, unit.grads.data(), unit.grads.dtype(), unit.shard.shard);
+  model_.bind_grads(u, nullptr);
+  unit.unit_grads.reset();
+}
+
+std::vector<int> ShardedUnits::following_units(int u, bool forward) const {
+  const int last = model_.num_units() - 1;
+  std::vector<int> next;
+  if (forward) {
+    for (int v = u + 1; v <= last; ++v) next.push_back(v);
+  } else {
+    for (int v = (u == 0 ? last : u - 1); v >= 1; --v) next.push_back(v);
+  }
+  return next;
+}
+
+}  // namespace emu::strategy

@@ -1,0 +1,96 @@
+// The machinery ZeRO-3 (zero3.cpp) and FSDP (fsdp.cpp) share: every unit's flat buffer sharded over a shard group,
+// gathered for use and freed after, its gradients reduce-scattered back onto the shards. When each unit is
+// gathered and freed, and over which groups, is each framework's policy, in its own file; this class only does
+// what the policy asks.
+//
+// Each unit's flat buffer of n_u elements is padded to a multiple of the shard group's size M and cut into M
+// shards of S_u elements (shard.h). Per rank and unit, persistently:
+//   parameter shard  [S_u] recipe.params           kParameters
+//   gradient shard   [S_u] gradient_shard_dtype()  kGradients
+//   master, m, v     [S_u]                         kMasterWeights / kOptimizerState (optim/adamw_state.h)
+// and while a unit is in use:
+//   gathered         [M·S_u] recipe.params  kParameters: all-gathered before use (gather), freed after (release)
+//   unit gradients   [M·S_u] recipe.grads   kGradients: made in backward (begin_gradients), reduce-scattered
+//                                           (averaged) over the shard group, all-reduced across the replica group
+//                                           when there is one, added to the gradient shard and freed
+//                                           (reduce_gradients)
+// emu's collectives are blocking: a prefetch shows in memory (a unit gathered before its use), not in overlap.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string_view>
+#include <vector>
+
+#include "strategies/shard.h"
+#include "strategies/strategy.h"
+#include "workloads/optim/adamw_state.h"
+
+namespace emu::strategy {
+
+class ShardedUnits : public Strategy {
+ public:
+  using Strategy::Strategy;
+
+  void setup() override;
+  std::vector<float> full_weights(int unit) override;
+  std::vector<coll::Communicator*> groups() override;
+
+ protected:
+  // The ranks a unit is sharded over, and those holding the same shard in other shard groups.
+  struct ShardGroups {
+    bool alone = false;                      // a shard group of this rank alone: nothing to gather or scatter
+    coll::Communicator* shard = nullptr;     // null: the world
+    coll::Communicator* replicas = nullptr;  // all-reduces the reduced gradient shards; null: no replicas
+  };
+
+  // The policy's answers, asked once in setup(). The defaults: the world is the shard group, the gradient shards
+  // are at the recipe's gradient dtype, and every unit is freed when released.
+  virtual ShardGroups shard_groups() { return {}; }
+  virtual DType gradient_shard_dtype() const { return options_.recipe.grads; }
+  // Whether a unit of `count` elements stays gathered once fetched, until the next optimizer step.
+  virtual bool keeps_gathered(size_t /*count*/) const { return false; }
+
+  double gradient_sum_of_squares() override;
+  void update(double lr, float grad_scale) override;
+
+  // All-gathers `unit`'s parameters (phase "<pass> all-gather, unit u") and binds them to the model; nothing
+  // when the unit is already gathered.
+  void gather(int unit, std::string_view pass);
+  // Frees `unit`'s gathered parameters, except a unit kept gathered unless `stale` (its shard was just updated).
+  void release(int unit, bool stale = false);
+  // Allocates `unit`'s gradients [M·S_u] and binds them to the model for its backward.
+  void begin_gradients(int unit);
+  // Reduce-scatters (averages) `unit`'s gradients over the shard group in place, all-reduces this rank's part
+  // across the replicas, adds it to the gradient shard and frees the unit's gradients.
+  void reduce_gradients(int unit);
+
+  // The units that follow `unit` in this pass's order, nearest first. Forward: u+1, ..., L; backward: u−1, ..., 1,
+  // and L, ..., 1 from the root (whose backward encloses every block's).
+  std::vector<int> following_units(int unit, bool forward) const;
+  bool is_gathered(int unit) const { return units_[static_cast<size_t>(unit)].gathered.allocated(); }
+  size_t padded_count(int unit) const { return units_[static_cast<size_t>(unit)].shard.padded; }
+  // Elements of every unit gathered now.
+  size_t gathered_elements() const;
+
+ private:
+  struct UnitState {
+    ShardInfo shard;
+    Buffer params;      // [S_u] recipe.params: this rank's shard
+    Buffer grads;       // [S_u] gradient_shard_dtype(): this rank's gradient shard
+    Buffer gathered;    // [M·S_u] recipe.params while the unit is gathered
+    Buffer unit_grads;  // [M·S_u] recipe.grads while the unit's backward runs
+    std::unique_ptr<optim::AdamWState> optimizer;
+    std::vector<optim::DecayRange> decay;  // unit coordinates
+    bool keep_gathered = false;            // stays gathered once fetched, until the next optimizer step
+  };
+
+  coll::Communicator& shard_group() { return groups_.shard != nullptr ? *groups_.shard : world_; }
+  int shard_rank() const { return groups_.alone ? 0 : (groups_.shard != nullptr ? groups_.shard : &world_)->rank(); }
+  int shard_size() const { return groups_.alone ? 1 : (groups_.shard != nullptr ? groups_.shard : &world_)->size(); }
+
+  std::vector<UnitState> units_;
+  ShardGroups groups_;
+};
+
+}  // namespace emu::strategy

@@ -1,0 +1,83 @@
+// ZeRO stage 3 as DeepSpeed runs it: parameters, gradients and optimizer state all partitioned over the world;
+// each unit's parameters all-gathered before use and released after. The partitions and collectives are
+// sharded_units.h's; this file is DeepSpeed's policy: when a unit is fetched, prefetched, kept and released.
+//
+// Per rank and unit, with S_u = ⌈n_u/N⌉: parameter partition [S_u] recipe.params, gradient partition [S_u]
+// recipe.grads, master, m, v [S_u].
+//
+// Per micro-batch:
+//   blocks  fetched before their forward and released after it; fetched again before their backward, their
+//           gradients reduce-scattered (averaged) to the owners and the block released when its backward ends:
+//           two all-gathers and one reduce-scatter per block.
+//   root    emu's root unit (embeddings, final norm, head) encloses every block's forward and backward, so it is
+//           fetched once when forward begins and released when backward ends.
+// Prefetch (stage3_prefetch_bucket_size): whenever a unit is fetched for use (every block in forward, every unit
+//   in backward), the units that follow it in the pass are fetched too, nearest first, while their elements fit
+//   in the prefetch bucket and the gathered elements stay within stage3_max_live_parameters. Several units can
+//   be gathered ahead of use at once.
+// Persistence (stage3_param_persistence_threshold): a unit of at most that many elements is not released once
+//   fetched. The optimizer step changes its partition, so the step frees it and its next use fetches it afresh:
+//   one all-gather per step, as DeepSpeed re-gathers persistent parameters after the optimizer step.
+#include <memory>
+#include <vector>
+
+#include "strategies/sharded_units.h"
+
+namespace emu::strategy {
+namespace {
+
+class Zero3 final : public ShardedUnits {
+ public:
+  using ShardedUnits::ShardedUnits;
+
+ protected:
+  bool keeps_gathered(size_t count) const override {
+    return count <= options_.scaled(options_.zero.param_persistence_threshold);
+  }
+
+  void before_forward(int u) override {
+    gather(u, "forward");
+    if (u == 0) return;  // the blocks prefetch in forward, from the first on
+    prefetch(u, /*forward=*/true);
+  }
+
+  void after_forward(int u) override {
+    if (u == 0) return;  // the root stays gathered until its backward ends
+    release(u);
+  }
+
+  void before_backward(int u) override {
+    gather(u, "backward");
+    begin_gradients(u);
+    prefetch(u, /*forward=*/false);
+  }
+
+  void after_backward(int u) override {
+    reduce_gradients(u);
+    release(u);
+  }
+
+ private:
+  // Fetches the units that follow `u` in this pass while they fit in the prefetch bucket and under the
+  // live-parameter limit; units already gathered (persistent, or prefetched earlier) are passed over.
+  void prefetch(int u, bool forward) {
+    const size_t bucket = options_.scaled(options_.zero.prefetch_bucket_elements);
+    const size_t max_live = options_.scaled(options_.zero.max_live_parameters);
+    size_t fetched = 0;
+    for (int next : following_units(u, forward)) {
+      const size_t count = padded_count(next);
+      if (is_gathered(next)) continue;
+      if (fetched + count > bucket || gathered_elements() + count > max_live) break;
+      gather(next, forward ? "forward prefetch" : "backward prefetch");
+      fetched += count;
+    }
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Strategy> make_zero3(StrategyContext context, const StrategyOptions& options) {
+  return std::make_unique<Zero3>(context, options);
+}
+
+}  // namespace emu::strategy
