@@ -1,6 +1,7 @@
 #include "strategies/analytic.h"
 
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 
 #include "strategies/shard.h"
@@ -13,7 +14,7 @@ uint64_t ring_sent(coll::Kind kind, uint64_t bytes, int ranks) {
   if (ranks <= 1) return 0;
   const double factor =
       kind == coll::Kind::kAllReduce ? 2.0 * (ranks - 1) / ranks : static_cast<double>(ranks - 1) / ranks;
-  return static_cast<uint64_t>(factor * static_cast<double>(bytes) + 0.5);
+  return static_cast<uint64_t>(std::llround(factor * static_cast<double>(bytes)));
 }
 
 }  // namespace

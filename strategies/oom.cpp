@@ -21,7 +21,7 @@ static_assert(sizeof(Wire) % 4 == 0);
 
 void copy_text(const std::string& text, char* out, size_t size) {
   std::memset(out, 0, size);
-  std::memcpy(out, text.data(), std::min(text.size(), size - 1));
+  text.copy(out, std::min(text.size(), size - 1));
 }
 
 }  // namespace

@@ -116,7 +116,7 @@ void Strategy::record_span(std::string_view name, std::string_view category, Wor
 
 Strategy::Strategy(StrategyContext context, StrategyOptions options)
     : context_(context),
-      options_(std::move(options)),
+      options_(options),
       model_(context.model),
       device_(context.device),
       world_(context.world) {}
