@@ -25,6 +25,7 @@
 #include <random>
 #include <vector>
 
+#include "emu/bf16.h"
 #include "emu/dtype.h"
 #include "emu/ops.h"
 #include "tests/gpu/gpu_test_support.h"

@@ -7,6 +7,7 @@
 #include <numbers>
 #include <type_traits>
 
+#include "emu/bf16.h"
 #include "workloads/model/host_ops.h"
 
 namespace emu::optim {

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <string>
 
+#include "emu/bf16.h"
 #include "workloads/model/host_ops.h"
 
 namespace emu::optim {
