@@ -5,7 +5,7 @@
 // and charges the ledger with the bytes moved beside the bytes the algorithm declared. The Communicator knows
 // no communication library: the Link does (mpi/mpi_communicator.h makes one over MPI; a CUDA build adds NCCL).
 //
-// Buffers are raw pointers with element counts of `dtype` (bf16 stored as uint16, see emu/dtype.h); the meaning
+// Buffers are raw pointers with element counts of `dtype` (bf16 stored as uint16, see emu/bf16.h); the meaning
 // of the counts per kind and the in-place conventions are in types.h (NCCL semantics). Buffers an algorithm needs
 // come from the Device as Category::kCommBuffers, so they count against the cap; an OutOfMemoryError may leave
 // a call, as on a GPU. On a device that holds no data (shapes-only accounting) nothing is sent: the buffers are

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "emu/bf16.h"
+
 namespace emu::coll {
 namespace {
 

@@ -4,6 +4,7 @@
 
 #include "collectives/reduce.h"
 #include "collectives/topology.h"
+#include "emu/bf16.h"
 
 namespace emu::coll {
 namespace {

@@ -1,8 +1,9 @@
-// The emulated GPU: its capped memory and the buffers allocated from it.
+// The emulated GPU: its capped memory, the buffers allocated from it, and the ops that compute on them.
 //
-// One Device per rank. A backend (cpu/, shapes/, later cuda/) decides where bytes live; the accounting, the cap
-// and the categories are the same for all of them. Model and strategy code allocate through allocate() and never
-// know which backend they run on.
+// One Device per rank. A backend (cpu/, shapes/, cuda/: one folder each, holding its device and its ops) decides
+// where bytes live and what computes on them; the accounting, the cap and the categories are the same for all of
+// them. Model and strategy code allocate through allocate(), compute through ops(), and never know which backend
+// they run on.
 #pragma once
 
 #include <cstddef>
@@ -16,6 +17,7 @@
 namespace emu {
 
 class Device;
+class Ops;  // emu/ops.h
 
 // A device allocation of `count` elements of `dtype`, charged to the device's memory until it is destroyed or
 // reset. Move-only. data() is null when the device holds no data (shapes-only accounting) or count is 0.
@@ -49,6 +51,7 @@ class Buffer {
 
  private:
   friend class Device;
+class Ops;  // emu/ops.h
   void swap(Buffer& other) noexcept;
 
   Device* device_ = nullptr;
@@ -68,6 +71,9 @@ class Device {
   virtual std::string_view backend() const = 0;
   // False for shapes-only accounting: buffers are charged but hold nothing and no math is done.
   virtual bool holds_data() const = 0;
+  // The ops that compute on this device's buffers (emu/ops.h): the backend's own kernels (cpu/cpu_ops.h,
+  // cuda/cuda_ops.cu). Null for a device that holds no data (shapes), which computes nothing.
+  virtual Ops* ops() = 0;
 
   MemoryPool& memory() { return memory_; }
   const MemoryPool& memory() const { return memory_; }
@@ -85,7 +91,7 @@ class Device {
   MemoryPool memory_;
 };
 
-// Host memory: the CPU backend, where the math runs with Eigen and OpenBLAS.
+// Host memory: the CPU backend, where the math runs with Eigen and OpenBLAS (emu/cpu/).
 std::unique_ptr<Device> make_cpu_device(MemoryPool::Options options);
 // Accounting only: every allocation is charged, none holds data. Accounts full-scale models in seconds.
 std::unique_ptr<Device> make_shapes_device(MemoryPool::Options options);

@@ -117,7 +117,6 @@ class MemoryPool {
 
   // The first allocation that passed the cap, in record mode; empty if none did.
   const std::optional<OomEvent>& first_oom() const { return first_oom_; }
-  void clear_oom() { first_oom_.reset(); }
 
   void set_phase(std::string phase) { phase_ = std::move(phase); }
   const std::string& phase() const { return phase_; }
@@ -125,7 +124,6 @@ class MemoryPool {
   const std::string& strategy() const { return strategy_; }
 
   const std::vector<TimelinePoint>& timeline() const { return timeline_; }
-  void clear_timeline() { timeline_.clear(); }
 
  private:
   void record(Category category, int64_t delta);

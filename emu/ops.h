@@ -1,10 +1,11 @@
 // The ops the transformer needs, behind one interface each device backend provides (DESIGN.md §6).
 //
-// The model (workloads/model) computes only through these: on host memory they are the CPU kernels
-// (workloads/model/host_ops.h: OpenBLAS, Eigen, fp32), on a CUDA device its kernels and cuBLAS (emu/cuda/ops.cu).
-// Model and strategy code never name a backend; they ask the device for its ops (model::ops_for).
+// The model (workloads/model) computes only through these: on the cpu device they are the CPU kernels
+// (emu/cpu/cpu_ops.h: OpenBLAS, Eigen, fp32), on a CUDA device its kernels and cuBLAS (emu/cuda/cuda_ops.cu).
+// Model and strategy code never name a backend; they ask the device for its ops (Device::ops(), null on a
+// shapes-only device, which computes nothing).
 //
-// Shapes and semantics are those of workloads/model/kernels.h and attention.h, row-major, T = b·s rows; every
+// Shapes and semantics are those of emu/cpu/kernels.h and attention_kernels.h, row-major, T = b·s rows; every
 // pointer is memory of the providing backend (a device buffer, or scratch from scratch()). Backward ops accumulate
 // (+=) into weight and bias gradients and overwrite input gradients unless they say otherwise. Ops may run
 // asynchronously on the backend's stream, in order; synchronize() waits for all of them, and must be called before
@@ -26,7 +27,7 @@ enum class WeightLayout : uint8_t {
   kInOut,  // GPT-2's Conv1D:  W [in, out], y = x · W
 };
 
-// Causal multi-head / grouped-query attention (workloads/model/attention.h): q [T, a·d], k and v [T, kv·d], out
+// Causal multi-head / grouped-query attention (emu/cpu/attention_kernels.h): q [T, a·d], k and v [T, kv·d], out
 // [T, a·d], head h reading key/value head h / (a/kv). q, k, v and their gradients may be column blocks of a wider
 // tensor (GPT-2's fused [T, 3h] qkv): their row strides are q_stride and kv_stride.
 struct AttentionShape {
@@ -195,18 +196,5 @@ class Scratch {
   void* data_ = nullptr;
   size_t bytes_ = 0;
 };
-
-// A Device whose backend provides Ops derives from this too; ops_of() finds them without naming the backend.
-class OpsProvider {
- public:
-  virtual ~OpsProvider() = default;
-  virtual Ops& ops() = 0;
-};
-
-// The device's ops, or null when its backend computes on the host (cpu) or not at all (shapes).
-inline Ops* ops_of(Device& device) {
-  auto* provider = dynamic_cast<OpsProvider*>(&device);
-  return provider != nullptr ? &provider->ops() : nullptr;
-}
 
 }  // namespace emu

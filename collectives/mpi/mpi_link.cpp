@@ -5,6 +5,7 @@
 
 #include "collectives/mpi/mpi_communicator.h"
 #include "collectives/topology.h"
+#include "emu/bf16.h"
 #include "emu/check.h"
 
 namespace emu::coll {

@@ -1,7 +1,9 @@
-// The CPU backend: buffers in host memory, 64-byte aligned for the vector units, zero-filled.
+// The CPU backend: buffers in host memory, 64-byte aligned for the vector units, zero-filled; its ops are the CPU
+// kernels (cpu_ops.h).
 #include <cstdlib>
 #include <cstring>
 
+#include "emu/cpu/cpu_ops.h"
 #include "emu/device.h"
 
 namespace emu {
@@ -12,6 +14,7 @@ class CpuDevice final : public Device {
   using Device::Device;
   std::string_view backend() const override { return "cpu"; }
   bool holds_data() const override { return true; }
+  Ops* ops() override { return &cpu::cpu_ops(); }
 
  protected:
   void* raw_allocate(size_t bytes) override {

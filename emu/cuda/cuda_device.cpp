@@ -18,7 +18,7 @@ uint64_t free_bytes(uint64_t* total = nullptr) {
   return free;
 }
 
-class CudaDevice final : public Device, public OpsProvider {
+class CudaDevice final : public Device {
  public:
   CudaDevice(MemoryPool::Options options, int gpu, Memory memory)
       : Device(options), gpu_(gpu), memory_kind_(memory) {
@@ -40,7 +40,7 @@ class CudaDevice final : public Device, public OpsProvider {
 
   std::string_view backend() const override { return "cuda"; }
   bool holds_data() const override { return true; }
-  Ops& ops() override { return *ops_; }
+  Ops* ops() override { return ops_.get(); }
 
  protected:
   void* raw_allocate(size_t bytes) override {

@@ -29,8 +29,8 @@ int device_count();
 int gpu_for_local_rank(int local_rank);
 
 // A device on real GPU `gpu`: allocations charged to `options` (cap, reserve, mode) as on every backend, then
-// cudaMalloc'ed and zero-filled. Its ops() are the CUDA kernels and cuBLAS (ops.cu). Throws InputError when the
-// cap is larger than the card's free memory.
+// cudaMalloc'ed and zero-filled. Its ops() are the CUDA kernels and cuBLAS (cuda_ops.cu, attention.cu). Throws
+// InputError when the cap is larger than the card's free memory.
 std::unique_ptr<Device> make_cuda_device(MemoryPool::Options options, int gpu, Memory memory = Memory::kManaged);
 
 // The CUDA Ops on `gpu` alone (no device): for tests and tools that bring their own buffers.

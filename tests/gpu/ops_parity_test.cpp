@@ -1,5 +1,6 @@
-// Every CUDA op (emu/cuda/ops.cu) against the CPU kernels it replaces (workloads/model/kernels.h, attention.h,
-// optim/adamw.h), and the ops' memory helpers (scratch, host copies, zero fill).
+// Every CUDA op (emu/cuda/cuda_ops.cu, attention.cu) against the CPU kernels it replaces (emu/cpu/kernels.h,
+// attention_kernels.h, and optim/adamw.h's update, which runs emu/cpu/adamw.h), and the ops' memory helpers
+// (scratch, host copies, zero fill).
 //
 // Tolerances (|gpu − cpu| ≤ atol + rtol·|cpu|), chosen from how the two sides compute:
 //   exact (0, 0)        casts (same rounding bit for bit), embedding forward/backward, add, accumulate,
@@ -25,17 +26,19 @@
 #include <random>
 #include <vector>
 
+#include "emu/bf16.h"
+#include "emu/cpu/attention_kernels.h"
+#include "emu/cpu/kernels.h"
 #include "emu/dtype.h"
 #include "emu/ops.h"
 #include "tests/gpu/gpu_test_support.h"
-#include "workloads/model/attention.h"
-#include "workloads/model/kernels.h"
+#include "workloads/model/rope.h"
 #include "workloads/optim/adamw.h"
 
 namespace emu {
 namespace {
 
-namespace k = model::kernels;
+namespace k = cpu;
 using test::DeviceArray;
 
 std::vector<float> random_floats(size_t n, uint32_t seed, float low = -1, float high = 1) {
@@ -65,10 +68,6 @@ void expect_close(const std::vector<float>& gpu, const std::vector<float>& cpu, 
     }
   }
   EXPECT_EQ(bad, 0u) << what << ": " << bad << " of " << cpu.size() << " elements outside tolerance";
-}
-
-k::WeightLayout cpu_layout(WeightLayout layout) {
-  return layout == WeightLayout::kOutIn ? k::WeightLayout::kOutIn : k::WeightLayout::kInOut;
 }
 
 class CudaOpsParity : public testing::Test {
@@ -104,7 +103,7 @@ TEST_P(CudaLinearParity, ForwardWithBias) {
   const int64_t rows = 37, in = 96, out = 80;
   const auto x = random_floats(rows * in, 2), w = random_floats(in * out, 3), b = random_floats(out, 4);
   std::vector<float> want(rows * out);
-  k::linear_forward(x.data(), w.data(), b.data(), want.data(), rows, in, out, cpu_layout(GetParam()));
+  k::linear_forward(x.data(), w.data(), b.data(), want.data(), rows, in, out, GetParam());
   DeviceArray<float> dx(x), dw(w), db(b), dy(rows * out);
   ops_->linear_forward(dx, dw, db, dy, rows, in, out, GetParam());
   expect_close(dy.back(), want, 1e-4, 1e-4, "linear_forward");
@@ -117,7 +116,7 @@ TEST_P(CudaLinearParity, ForwardBf16InputsAccumulateInFp32) {
   for (size_t i = 0; i < x.size(); ++i) x[i] = bf16_to_float(xb[i] = float_to_bf16(x[i]));
   for (size_t i = 0; i < w.size(); ++i) w[i] = bf16_to_float(wb[i] = float_to_bf16(w[i]));
   std::vector<float> want(rows * out);
-  k::linear_forward(x.data(), w.data(), nullptr, want.data(), rows, in, out, cpu_layout(GetParam()));
+  k::linear_forward(x.data(), w.data(), nullptr, want.data(), rows, in, out, GetParam());
   DeviceArray<uint16_t> dx(xb), dw(wb);
   DeviceArray<float> dy(rows * out);
   ops_->linear_forward_bf16(dx, dw, nullptr, dy, rows, in, out, GetParam());
@@ -131,7 +130,7 @@ TEST_P(CudaLinearParity, BackwardAccumulatesWeightAndBiasGradients) {
     auto dx = random_floats(rows * in, 10), dw = random_floats(in * out, 11), db = random_floats(out, 12);
     DeviceArray<float> gx(x), gw(w), gdy(dy), gdx(dx), gdw(dw), gdb(db);
     k::linear_backward(x.data(), w.data(), dy.data(), dx.data(), dw.data(), db.data(), rows, in, out,
-                       cpu_layout(GetParam()), accumulate_dx);
+                       GetParam(), accumulate_dx);
     ops_->linear_backward(gx, gw, gdy, gdx, gdw, gdb, rows, in, out, GetParam(), accumulate_dx);
     expect_close(gdx.back(), dx, 1e-4, 1e-4, "dx");
     expect_close(gdw.back(), dw, 1e-4, 1e-4, "dw");
@@ -184,7 +183,7 @@ TEST_F(CudaOpsParity, LayerNormForwardAndBackward) {
 TEST_F(CudaOpsParity, RotaryEmbeddingBothDirections) {
   const int64_t batch = 2, seq = 11, heads = 3, head_dim = 16, rows = batch * seq;
   std::vector<float> cos(seq * head_dim / 2), sin(seq * head_dim / 2);
-  k::rope_tables(seq, head_dim, 10000.0, cos.data(), sin.data());
+  model::rope_tables(seq, head_dim, 10000.0, cos.data(), sin.data());
   for (bool backward : {false, true}) {
     auto x = random_floats(rows * heads * head_dim, 25);
     DeviceArray<float> gx(x), gcos(cos), gsin(sin);

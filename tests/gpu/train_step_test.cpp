@@ -1,7 +1,7 @@
 // One model, unchanged, on the CUDA device against the CPU device: the same losses within tolerance over a few
 // training steps, and the same memory accounting (in use, peak, per category) to the byte.
 //
-// The model computes through the device's ops (model::ops_for): CUDA kernels and cuBLAS here, the CPU kernels on
+// The model computes through the device's ops (Device::ops): CUDA kernels and cuBLAS here, the CPU kernels on
 // the cpu device. Tolerance: 1e-4 relative per loss, from the per-op tolerances of ops_parity_test.cpp (matrix
 // products 1e-4 with sums in another order) over three SGD steps of a two-block model; the accounting is the same
 // on both backends, since the fp32 working copies are scratch on both and not charged.

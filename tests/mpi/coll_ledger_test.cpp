@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "coll_world.h"
+#include "emu/bf16.h"
 #include "emu/check.h"
 
 namespace emu::coll {

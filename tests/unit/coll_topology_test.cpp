@@ -10,6 +10,7 @@
 #include "collectives/communicator.h"
 #include "collectives/reduce.h"
 #include "collectives/topology.h"
+#include "emu/bf16.h"
 #include "emu/check.h"
 
 namespace emu::coll {

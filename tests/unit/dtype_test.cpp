@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 
+#include "emu/bf16.h"
 #include "emu/dtype.h"
 
 namespace emu {

@@ -9,10 +9,11 @@
 #include <random>
 #include <vector>
 
-#include "workloads/model/attention.h"
-#include "workloads/model/kernels.h"
+#include "emu/cpu/attention_kernels.h"
+#include "emu/cpu/kernels.h"
+#include "workloads/model/rope.h"
 
-namespace emu::model::kernels {
+namespace emu::cpu {
 namespace {
 
 std::vector<float> random_vector(size_t n, uint32_t seed, float scale = 1.0f) {
@@ -109,7 +110,7 @@ TEST(ModelLayers, LayerNorm) {
 TEST(ModelLayers, RotaryEmbeddingFollowsRotateHalf) {
   const int64_t b = 2, s = 4, heads = 2, d = 6;
   std::vector<float> cos(s * d / 2), sin(s * d / 2);
-  rope_tables(s, d, 10000.0, cos.data(), sin.data());
+  model::rope_tables(s, d, 10000.0, cos.data(), sin.data());
   // Hugging Face: out = x·cos(θ) + rotate_half(x)·sin(θ), rotate_half(x) = (−x[d/2:], x[:d/2]), θ_j = pos·θ^(−2j/d).
   std::vector<float> x = random_vector(b * s * heads * d, 12);
   std::vector<float> y = x;
@@ -250,4 +251,4 @@ TEST(ModelLayers, AttentionClassicFusedQkv) { check_attention(false, true); }
 TEST(ModelLayers, AttentionFlashFusedQkv) { check_attention(true, true); }
 
 }  // namespace
-}  // namespace emu::model::kernels
+}  // namespace emu::cpu

@@ -1,6 +1,6 @@
 // The model and the optimizer compute only through the device's ops (emu/ops.h): a device that brings its own ops
 // (as a CUDA device does) gets every op of a training step, forward, backward and AdamW, and the same numbers as the
-// cpu device. Its ops here are the host's behind a counter, so the results must be identical bit for bit, and its
+// cpu device. Its ops here are the CPU's behind a counter, so the results must be identical bit for bit, and its
 // scratch must be returned in full.
 #include <gtest/gtest.h>
 
@@ -10,10 +10,10 @@
 #include <string>
 #include <vector>
 
+#include "emu/cpu/cpu_ops.h"
 #include "emu/device.h"
 #include "emu/ops.h"
 #include "tests/support/tiny_model.h"
-#include "workloads/model/host_ops.h"
 #include "workloads/model/local_params.h"
 #include "workloads/model/model.h"
 #include "workloads/optim/adamw_state.h"
@@ -22,7 +22,7 @@
 namespace emu::model {
 namespace {
 
-// The host's ops, counted by name, with the scratch bytes outstanding.
+// The CPU ops, counted by name, with the scratch bytes outstanding.
 class CountingOps final : public Ops {
  public:
   std::map<std::string, int> calls;
@@ -125,17 +125,17 @@ class CountingOps final : public Ops {
  private:
   Ops& h(const char* name) {
     ++calls[name];
-    return host_ops();
+    return cpu::cpu_ops();
   }
 };
 
 // Host memory like the cpu backend's, but a backend with ops of its own.
-class OwnOpsDevice final : public Device, public OpsProvider {
+class OwnOpsDevice final : public Device {
  public:
   OwnOpsDevice() : Device(MemoryPool::Options{}) {}
   std::string_view backend() const override { return "own-ops"; }
   bool holds_data() const override { return true; }
-  Ops& ops() override { return ops_; }
+  Ops* ops() override { return &ops_; }
   CountingOps& counting() { return ops_; }
 
  protected:

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "emu/bf16.h"
 #include "emu/check.h"
 #include "emu/device.h"
 #include "emu/dtype.h"

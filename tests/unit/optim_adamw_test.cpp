@@ -6,6 +6,7 @@
 #include <random>
 #include <vector>
 
+#include "emu/bf16.h"
 #include "emu/check.h"
 #include "emu/dtype.h"
 #include "workloads/optim/adamw.h"

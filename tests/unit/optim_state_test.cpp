@@ -5,6 +5,7 @@
 #include <random>
 #include <vector>
 
+#include "emu/bf16.h"
 #include "emu/check.h"
 #include "emu/device.h"
 #include "workloads/optim/adamw_state.h"

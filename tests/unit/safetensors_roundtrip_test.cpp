@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "emu/bf16.h"
 #include "emu/check.h"
 #include "emu/dtype.h"
 #include "workloads/io/safetensors.h"

@@ -10,6 +10,7 @@
 #include <span>
 #include <string_view>
 
+#include "emu/bf16.h"
 #include "emu/check.h"
 #include "workloads/io/safetensors.h"
 #include "workloads/model/layout.h"

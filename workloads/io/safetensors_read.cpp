@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "emu/bf16.h"
 #include "emu/check.h"
 #include "emu/dtype.h"
 #include "workloads/io/safetensors.h"

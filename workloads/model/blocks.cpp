@@ -2,13 +2,10 @@
 
 #include <fmt/format.h>
 
-#include "workloads/model/attention.h"
-#include "workloads/model/kernels.h"
 #include "workloads/model/tensor.h"
 
 namespace emu::model {
 
-using kernels::WeightLayout;
 using Access = F32::Access;
 
 Buffer BlockEnv::allocate(size_t count, DType dtype, Category category, std::string_view what) const {
@@ -32,12 +29,12 @@ struct Dims {
 
 Dims dims(const ModelConfig& c) { return {c.tokens(), c.hidden, c.kv_dim(), c.ffn, c.batch, c.seq, c.heads}; }
 
-kernels::AttentionShape attention_shape(const ModelConfig& c) {
+AttentionShape attention_shape(const ModelConfig& c) {
   return {c.batch, c.seq, c.heads, c.kv_heads, c.head_dim(), 0, 0};
 }
 
 // The attention core on q, k, v, shared by both styles: saves probs or lse, writes attn.
-void attention_forward(const BlockEnv& env, const kernels::AttentionShape& shape, BlockSaved& s, const float* q,
+void attention_forward(const BlockEnv& env, const AttentionShape& shape, BlockSaved& s, const float* q,
                        const float* k, const float* v, Category category) {
   const ModelConfig& c = env.config;
   const DType dt = env.options.compute;
@@ -59,7 +56,7 @@ void attention_forward(const BlockEnv& env, const kernels::AttentionShape& shape
 }
 
 // Fills dq, dk, dv (strided as `shape` says) from dattn; releases probs or lse and attn.
-void attention_backward(const BlockEnv& env, const kernels::AttentionShape& shape, BlockSaved& s, const float* q,
+void attention_backward(const BlockEnv& env, const AttentionShape& shape, BlockSaved& s, const float* q,
                         const float* k, const float* v, const float* dattn, float* dq, float* dk, float* dv) {
   const ModelConfig& c = env.config;
   if (env.options.attention == Attention::kClassic) {
@@ -239,7 +236,7 @@ Buffer gpt2_forward(const BlockEnv& env, const float* w, BlockSaved& s, Category
   }
   {
     F32 qkv(env.ops, s.qkv, Access::kRead);
-    kernels::AttentionShape shape = attention_shape(c);
+    AttentionShape shape = attention_shape(c);
     shape.q_stride = shape.kv_stride = 3 * d.h;
     const float* base = qkv.get();
     attention_forward(env, shape, s, base, base ? base + d.h : nullptr, base ? base + 2 * d.h : nullptr, cat);
@@ -311,7 +308,7 @@ void gpt2_backward(const BlockEnv& env, const float* w, BlockSaved& s, float* dr
   Buffer dqkv = env.allocate(3 * d.th(), dt, Category::kTemporaries, "d qkv");
   {
     F32 qkv(env.ops, s.qkv, Access::kRead), da(env.ops, dattn, Access::kRead), g(env.ops, dqkv, Access::kWrite);
-    kernels::AttentionShape shape = attention_shape(c);
+    AttentionShape shape = attention_shape(c);
     shape.q_stride = shape.kv_stride = 3 * d.h;
     const float* q = qkv.get();
     float* dq = g.get();

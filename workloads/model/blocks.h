@@ -31,7 +31,7 @@ struct BlockEnv {
   const float* rope_cos = nullptr;  // [s, d/2] Llama only
   const float* rope_sin = nullptr;  // [s, d/2]
   bool math = true;                 // false on a shapes-only device: allocate, compute nothing
-  Ops* ops = nullptr;               // the device's ops (model::ops_for); null when !math
+  Ops* ops = nullptr;               // the device's ops (Device::ops); null when !math
 
   Buffer allocate(size_t count, DType dtype, Category category, std::string_view what) const;
 };

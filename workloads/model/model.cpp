@@ -6,13 +6,11 @@
 #include <cstring>
 
 #include "emu/check.h"
-#include "workloads/model/host_ops.h"
-#include "workloads/model/kernels.h"
+#include "workloads/model/rope.h"
 #include "workloads/model/tensor.h"
 
 namespace emu::model {
 
-using kernels::WeightLayout;
 using Access = F32::Access;
 
 Model::Model(Device& device, ModelConfig config, ModelOptions options)
@@ -20,7 +18,8 @@ Model::Model(Device& device, ModelConfig config, ModelOptions options)
       config_(std::move(config)),
       options_(options),
       math_(device.holds_data()),
-      ops_(math_ ? &ops_for(device) : nullptr) {
+      ops_(math_ ? device.ops() : nullptr) {
+  EMU_CHECK(!math_ || ops_ != nullptr, "the {} device holds data but hands out no ops", device.backend());
   config_.validate();
   layouts_ = build_layouts(config_);
   units_.resize(layouts_.size());
@@ -194,7 +193,7 @@ void Model::forward_root_start(const int32_t* tokens) {
     rope_sin_ = device_.allocate(size_t(c.seq) * half, DType::kF32, Category::kTemporaries, "rotary sin table");
     if (math_) {  // computed once on the host, as a GPU run computes its tables, then brought over
       std::vector<float> cos(rope_cos_.count()), sin(rope_sin_.count());
-      kernels::rope_tables(c.seq, c.head_dim(), c.rope_theta, cos.data(), sin.data());
+      rope_tables(c.seq, c.head_dim(), c.rope_theta, cos.data(), sin.data());
       ops_->copy_from_host(rope_cos_.data(), cos.data(), cos.size() * sizeof(float));
       ops_->copy_from_host(rope_sin_.data(), sin.data(), sin.size() * sizeof(float));
     }

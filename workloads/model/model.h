@@ -29,7 +29,7 @@
 // cross-entropy kernels do. With a shapes-only device the same allocations happen in the same order and no math
 // is done, so a full-scale model is accounted in seconds.
 //
-// The math goes through the device's ops (emu/ops.h, ops_for): the CPU kernels on the cpu backend, CUDA kernels on
+// The math goes through the device's ops (emu/ops.h, Device::ops): the CPU kernels on the cpu backend, CUDA kernels on
 // a CUDA device; the model names no backend. Ops may be asynchronous, so the model waits for them before each hook,
 // and the strategy's host code never races them.
 #pragma once
@@ -124,7 +124,7 @@ class Model {
   std::vector<Unit> units_;
   bool math_ = true;
   bool has_forward_ = false;
-  Ops* ops_ = nullptr;  // the device's ops (ops_for); null on a shapes-only device
+  Ops* ops_ = nullptr;  // the device's ops (Device::ops); null on a shapes-only device
 
   // Backend scratch for the fp32 math, not charged (kernels reading bf16 directly would not need it): fp32 copies
   // of the root's and the current block's weights, their fp32 gradient accumulators, flushed into the bound

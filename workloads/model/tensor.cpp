@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "emu/bf16.h"
 #include "emu/check.h"
 
 namespace emu::model {
@@ -11,8 +12,7 @@ void widen(const void* src, DType dtype, size_t n, float* dst) {
     std::memcpy(dst, src, n * sizeof(float));
     return;
   }
-  const uint16_t* in = static_cast<const uint16_t*>(src);
-  for (size_t i = 0; i < n; ++i) dst[i] = bf16_to_float(in[i]);
+  widen_bf16(static_cast<const uint16_t*>(src), dst, n);
 }
 
 void narrow(const float* src, DType dtype, size_t n, void* dst) {
@@ -20,8 +20,7 @@ void narrow(const float* src, DType dtype, size_t n, void* dst) {
     std::memcpy(dst, src, n * sizeof(float));
     return;
   }
-  uint16_t* out = static_cast<uint16_t*>(dst);
-  for (size_t i = 0; i < n; ++i) out[i] = float_to_bf16(src[i]);
+  narrow_bf16(src, static_cast<uint16_t*>(dst), n);
 }
 
 void accumulate_into(void* dst, DType dtype, const float* src, size_t n) {
@@ -30,8 +29,7 @@ void accumulate_into(void* dst, DType dtype, const float* src, size_t n) {
     for (size_t i = 0; i < n; ++i) out[i] += src[i];
     return;
   }
-  uint16_t* out = static_cast<uint16_t*>(dst);
-  for (size_t i = 0; i < n; ++i) out[i] = float_to_bf16(bf16_to_float(out[i]) + src[i]);
+  accumulate_bf16(static_cast<uint16_t*>(dst), src, n);
 }
 
 F32::F32(Ops* ops, const Buffer& buffer, Access access) : ops_(ops), buffer_(buffer) {

@@ -7,35 +7,11 @@
 #include <numbers>
 #include <type_traits>
 
-#include "workloads/model/host_ops.h"
+#include "emu/bf16.h"
+#include "emu/cpu/cpu_ops.h"
 
 namespace emu::optim {
 namespace {
-
-// Storage access for the two element types: fp32 as is, bf16 as bit patterns rounded to nearest even on store.
-inline float load(const float* data, size_t i) { return data[i]; }
-inline float load(const uint16_t* data, size_t i) { return bf16_to_float(data[i]); }
-inline void store(float* data, size_t i, float value) { data[i] = value; }
-inline void store(uint16_t* data, size_t i, float value) { data[i] = float_to_bf16(value); }
-
-// One run of k.n elements, all inside a decay range (k.decay) or all outside.
-template <typename W, typename M, typename G>
-void update_run(W* w, M* m, M* v, const G* g, const AdamWOp& k) {
-  uint16_t* copy = k.copy;
-  for (size_t i = 0; i < k.n; ++i) {
-    const float grad = load(g, i) * k.grad_scale;
-    float weight = load(w, i);
-    if (k.decay) weight *= k.decay_factor;
-    const float m_new = k.beta1 * load(m, i) + k.one_minus_beta1 * grad;
-    const float v_new = k.beta2 * load(v, i) + k.one_minus_beta2 * grad * grad;
-    const float denom = std::sqrt(v_new) / k.bias_correction2_sqrt + k.eps;
-    weight -= k.step_size * m_new / denom;
-    store(m, i, m_new);
-    store(v, i, v_new);
-    store(w, i, weight);
-    if (copy != nullptr) copy[i] = float_to_bf16(weight);
-  }
-}
 
 // Byte offset `elements` into a span's storage.
 template <typename P>
@@ -93,37 +69,7 @@ void check_step(const AdamWStep& s) {
   }
 }
 
-template <typename W, typename M>
-void apply_grads(const AdamWOp& op) {
-  W* w = static_cast<W*>(op.weights);
-  M* m = static_cast<M*>(op.m);
-  M* v = static_cast<M*>(op.v);
-  if (op.grads_dtype == DType::kF32) {
-    update_run(w, m, v, static_cast<const float*>(op.grads), op);
-  } else {
-    update_run(w, m, v, static_cast<const uint16_t*>(op.grads), op);
-  }
-}
-
-template <typename W>
-void apply_moments(const AdamWOp& op) {
-  if (op.moments_dtype == DType::kF32) {
-    apply_grads<W, float>(op);
-  } else {
-    apply_grads<W, uint16_t>(op);
-  }
-}
-
 }  // namespace
-
-void adamw_apply_host(const AdamWOp& op) {
-  if (op.n == 0) return;
-  if (op.weights_dtype == DType::kF32) {
-    apply_moments<float>(op);
-  } else {
-    apply_moments<uint16_t>(op);
-  }
-}
 
 void AdamWConfig::validate() const {
   if (!(lr >= 0) || !std::isfinite(lr)) throw InputError(fmt::format("AdamW lr {} must be a finite value >= 0", lr));
@@ -172,7 +118,7 @@ void adamw_update(const AdamWConfig& config, const AdamWStep& step) {
   k.bias_correction2_sqrt = static_cast<float>(std::sqrt(1.0 - std::pow(config.beta2, t)));
   k.decay_factor = static_cast<float>(1.0 - step.lr * config.weight_decay);
   k.grad_scale = step.grad_scale;
-  update_runs(step, k, step.ops != nullptr ? *step.ops : model::host_ops());
+  update_runs(step, k, step.ops != nullptr ? *step.ops : cpu::cpu_ops());
 }
 
 double grad_sum_of_squares(ConstElementSpan grads) {

@@ -79,17 +79,13 @@ struct AdamWStep {
   int64_t step = 1;                   // t, 1-based, for bias correction
   double lr = 0;                      // learning rate for this step (LrSchedule::lr_at)
   float grad_scale = 1;               // multiplies every gradient: the clip coefficient, possibly times 1/N
-  Ops* ops = nullptr;                 // the ops of the device holding the spans (model::ops_for); null: the host's
+  Ops* ops = nullptr;                 // the ops of the device holding the spans (Device::ops); null: the CPU's
 };
 
 // Updates weights, m, v (and compute_copy) in place, through step.ops (one Ops::adamw per run inside or outside
 // the decay ranges), and waits for them. Checks that lengths agree, that the decay ranges are sorted
 // and that step ≥ 1; a violation is a programming error (EMU_CHECK).
 void adamw_update(const AdamWConfig& config, const AdamWStep& step);
-
-// One run of the update on host memory with the step constants already computed (emu::AdamWOp, the form the
-// device ops take): the host backend's Ops::adamw. adamw_update computes its constants and runs the same loop.
-void adamw_apply_host(const AdamWOp& op);
 
 // Sum of the squares of `grads`, accumulated in double. A sharded caller sums these over ranks (an all-reduce)
 // and takes the square root to get the global norm.

@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <string>
 
-#include "workloads/model/host_ops.h"
+#include "emu/bf16.h"
 
 namespace emu::optim {
 
@@ -48,7 +48,7 @@ void AdamWState::step(const AdamWConfig& config, ElementSpan params, ConstElemen
   step.step = steps_taken_ + 1;
   step.lr = lr;
   step.grad_scale = grad_scale;
-  if (m_.device() != nullptr && m_.device()->holds_data()) step.ops = &model::ops_for(*m_.device());
+  if (m_.device() != nullptr && m_.device()->holds_data()) step.ops = m_.device()->ops();
   adamw_update(config, step);
   ++steps_taken_;
 }

@@ -1,4 +1,4 @@
-// Spans of fp32 or bf16 elements, as a device buffer stores them (bf16 as 16-bit patterns, emu/dtype.h).
+// Spans of fp32 or bf16 elements, as a device buffer stores them (bf16 as 16-bit patterns, emu/bf16.h).
 //
 // The optimizer reads and writes weights, moments and gradients whose dtype depends on the precision recipe;
 // these views carry the dtype beside the pointer so one call covers every recipe, and the kernels dispatch on

@@ -1,4 +1,4 @@
-#include "workloads/model/attention.h"
+#include "emu/cpu/attention_kernels.h"
 
 #include <cblas.h>
 
@@ -8,7 +8,7 @@
 #include <limits>
 #include <vector>
 
-namespace emu::model::kernels {
+namespace emu::cpu {
 namespace {
 
 // Host scratch aligned for Eigen's widest packets: Eigen peels unaligned leading elements before its vectorised
@@ -117,7 +117,7 @@ void attention_forward_classic(const AttentionShape& shape, const float* q, cons
 
 void attention_forward_flash(const AttentionShape& shape, const float* q, const float* k, const float* v, float* out,
                              float* lse) {
-  Tile tile(static_cast<size_t>(shape.seq * shape.seq));  // [s, s] host scratch, see attention.h
+  Tile tile(static_cast<size_t>(shape.seq * shape.seq));  // [s, s] host scratch, see attention_kernels.h
   for (int64_t b = 0; b < shape.batch; ++b) {
     for (int64_t head = 0; head < shape.heads; ++head) {
       const HeadView hv = view(shape, b, head);
@@ -145,7 +145,7 @@ void attention_backward_flash(const AttentionShape& shape, const float* q, const
                               const float* out, const float* lse, const float* dout, float* dq, float* dk, float* dv) {
   zero_kv_grads(shape, dk, dv);
   const size_t ss = static_cast<size_t>(shape.seq * shape.seq);
-  Tile p(ss), ds(ss);  // [s, s] host scratch each, see attention.h
+  Tile p(ss), ds(ss);  // [s, s] host scratch each, see attention_kernels.h
   for (int64_t b = 0; b < shape.batch; ++b) {
     for (int64_t head = 0; head < shape.heads; ++head) {
       const HeadView hv = view(shape, b, head);
@@ -161,4 +161,4 @@ void attention_backward_flash(const AttentionShape& shape, const float* q, const
   }
 }
 
-}  // namespace emu::model::kernels
+}  // namespace emu::cpu

@@ -1,4 +1,4 @@
-#include "workloads/model/host_ops.h"
+#include "emu/cpu/cpu_ops.h"
 
 #include <algorithm>
 #include <cstdlib>
@@ -6,108 +6,108 @@
 #include <new>
 #include <vector>
 
-#include "workloads/model/attention.h"
-#include "workloads/model/kernels.h"
-#include "workloads/model/tensor.h"
-#include "workloads/optim/adamw.h"
+#include "emu/bf16.h"
+#include "emu/cpu/adamw.h"
+#include "emu/cpu/attention_kernels.h"
+#include "emu/cpu/kernels.h"
 
-namespace emu::model {
+namespace emu::cpu {
 namespace {
 
-class HostOps final : public Ops {
+class CpuOps final : public Ops {
  public:
   std::string_view backend() const override { return "cpu"; }
   void synchronize() override {}
 
-  void bf16_to_f32(const uint16_t* x, float* y, size_t n) override { widen(x, DType::kBF16, n, y); }
-  void f32_to_bf16(const float* x, uint16_t* y, size_t n) override { narrow(x, DType::kBF16, n, y); }
+  void bf16_to_f32(const uint16_t* x, float* y, size_t n) override { widen_bf16(x, y, n); }
+  void f32_to_bf16(const float* x, uint16_t* y, size_t n) override { narrow_bf16(x, y, n); }
 
   void linear_forward(const float* x, const float* w, const float* bias, float* y, int64_t rows, int64_t in,
                       int64_t out, WeightLayout layout) override {
-    kernels::linear_forward(x, w, bias, y, rows, in, out, layout);
+    cpu::linear_forward(x, w, bias, y, rows, in, out, layout);
   }
   void linear_forward_bf16(const uint16_t* x, const uint16_t* w, const float* bias, float* y, int64_t rows, int64_t in,
                            int64_t out, WeightLayout layout) override {
     std::vector<float> xf(size_t(rows * in)), wf(size_t(in * out));  // the host has no bf16 matrix product
-    widen(x, DType::kBF16, xf.size(), xf.data());
-    widen(w, DType::kBF16, wf.size(), wf.data());
-    kernels::linear_forward(xf.data(), wf.data(), bias, y, rows, in, out, layout);
+    widen_bf16(x, xf.data(), xf.size());
+    widen_bf16(w, wf.data(), wf.size());
+    cpu::linear_forward(xf.data(), wf.data(), bias, y, rows, in, out, layout);
   }
   void linear_backward(const float* x, const float* w, const float* dy, float* dx, float* dw, float* dbias,
                        int64_t rows, int64_t in, int64_t out, WeightLayout layout, bool accumulate_dx) override {
-    kernels::linear_backward(x, w, dy, dx, dw, dbias, rows, in, out, layout, accumulate_dx);
+    cpu::linear_backward(x, w, dy, dx, dw, dbias, rows, in, out, layout, accumulate_dx);
   }
 
   void rmsnorm_forward(const float* x, const float* w, float* y, float* rstd, int64_t rows, int64_t dim,
                        float eps) override {
-    kernels::rmsnorm_forward(x, w, y, rstd, rows, dim, eps);
+    cpu::rmsnorm_forward(x, w, y, rstd, rows, dim, eps);
   }
   void rmsnorm_backward(const float* dy, const float* x, const float* w, const float* rstd, float* dx, float* dw,
                         int64_t rows, int64_t dim) override {
-    kernels::rmsnorm_backward(dy, x, w, rstd, dx, dw, rows, dim);
+    cpu::rmsnorm_backward(dy, x, w, rstd, dx, dw, rows, dim);
   }
   void layernorm_forward(const float* x, const float* w, const float* b, float* y, float* mean, float* rstd,
                          int64_t rows, int64_t dim, float eps) override {
-    kernels::layernorm_forward(x, w, b, y, mean, rstd, rows, dim, eps);
+    cpu::layernorm_forward(x, w, b, y, mean, rstd, rows, dim, eps);
   }
   void layernorm_backward(const float* dy, const float* x, const float* w, const float* mean, const float* rstd,
                           float* dx, float* dw, float* db, int64_t rows, int64_t dim) override {
-    kernels::layernorm_backward(dy, x, w, mean, rstd, dx, dw, db, rows, dim);
+    cpu::layernorm_backward(dy, x, w, mean, rstd, dx, dw, db, rows, dim);
   }
 
   void rope_apply(float* x, const float* cos, const float* sin, int64_t rows, int64_t seq, int64_t heads,
                   int64_t head_dim, bool backward) override {
-    kernels::rope_apply(x, cos, sin, rows, seq, heads, head_dim, backward);
+    cpu::rope_apply(x, cos, sin, rows, seq, heads, head_dim, backward);
   }
 
-  void gelu_forward(const float* x, float* y, size_t n) override { kernels::gelu_forward(x, y, n); }
+  void gelu_forward(const float* x, float* y, size_t n) override { cpu::gelu_forward(x, y, n); }
   void gelu_backward(const float* dy, const float* x, float* dx, size_t n) override {
-    kernels::gelu_backward(dy, x, dx, n);
+    cpu::gelu_backward(dy, x, dx, n);
   }
   void swiglu_forward(const float* g, const float* u, float* y, size_t n) override {
-    kernels::swiglu_forward(g, u, y, n);
+    cpu::swiglu_forward(g, u, y, n);
   }
   void swiglu_backward(const float* dy, const float* g, const float* u, float* dg, float* du, size_t n) override {
-    kernels::swiglu_backward(dy, g, u, dg, du, n);
+    cpu::swiglu_backward(dy, g, u, dg, du, n);
   }
 
   void embedding_forward(const int32_t* tokens, const float* table, const float* positions, float* y, int64_t rows,
                          int64_t seq, int64_t dim) override {
-    kernels::embedding_forward(tokens, table, positions, y, rows, seq, dim);
+    cpu::embedding_forward(tokens, table, positions, y, rows, seq, dim);
   }
   void embedding_backward(const int32_t* tokens, const float* dy, float* dtable, float* dpositions, int64_t rows,
                           int64_t seq, int64_t dim) override {
-    kernels::embedding_backward(tokens, dy, dtable, dpositions, rows, seq, dim);
+    cpu::embedding_backward(tokens, dy, dtable, dpositions, rows, seq, dim);
   }
 
   double cross_entropy(float* logits, const int32_t* targets, int64_t rows, int64_t vocab, float grad_scale) override {
-    return kernels::cross_entropy(logits, targets, rows, vocab, grad_scale);
+    return cpu::cross_entropy(logits, targets, rows, vocab, grad_scale);
   }
 
   void attention_forward_classic(const AttentionShape& shape, const float* q, const float* k, const float* v,
                                  float* probs, float* out) override {
-    kernels::attention_forward_classic(shape, q, k, v, probs, out);
+    cpu::attention_forward_classic(shape, q, k, v, probs, out);
   }
   void attention_backward_classic(const AttentionShape& shape, const float* q, const float* k, const float* v,
                                   const float* probs, const float* out, const float* dout, float* dq, float* dk,
                                   float* dv, float* dscores) override {
-    kernels::attention_backward_classic(shape, q, k, v, probs, out, dout, dq, dk, dv, dscores);
+    cpu::attention_backward_classic(shape, q, k, v, probs, out, dout, dq, dk, dv, dscores);
   }
   void attention_forward_flash(const AttentionShape& shape, const float* q, const float* k, const float* v, float* out,
                                float* lse) override {
-    kernels::attention_forward_flash(shape, q, k, v, out, lse);
+    cpu::attention_forward_flash(shape, q, k, v, out, lse);
   }
   void attention_backward_flash(const AttentionShape& shape, const float* q, const float* k, const float* v,
                                 const float* out, const float* lse, const float* dout, float* dq, float* dk,
                                 float* dv) override {
-    kernels::attention_backward_flash(shape, q, k, v, out, lse, dout, dq, dk, dv);
+    cpu::attention_backward_flash(shape, q, k, v, out, lse, dout, dq, dk, dv);
   }
 
-  void add(const float* a, const float* b, float* y, size_t n) override { kernels::add(a, b, y, n); }
-  void accumulate(float* y, const float* x, size_t n) override { kernels::accumulate(y, x, n); }
-  void accumulate_bf16(uint16_t* y, const float* x, size_t n) override { accumulate_into(y, DType::kBF16, x, n); }
+  void add(const float* a, const float* b, float* y, size_t n) override { cpu::add(a, b, y, n); }
+  void accumulate(float* y, const float* x, size_t n) override { cpu::accumulate(y, x, n); }
+  void accumulate_bf16(uint16_t* y, const float* x, size_t n) override { emu::accumulate_bf16(y, x, n); }
 
-  void adamw(const AdamWOp& op) override { optim::adamw_apply_host(op); }
+  void adamw(const AdamWOp& op) override { cpu::adamw(op); }
 
   // Aligned as the cpu device's buffers are (64 bytes): the kernels' vectorised sums then run in the same order
   // whatever the address, so results repeat bit for bit from run to run.
@@ -130,14 +130,9 @@ class HostOps final : public Ops {
 
 }  // namespace
 
-Ops& host_ops() {
-  static HostOps ops;
+Ops& cpu_ops() {
+  static CpuOps ops;
   return ops;
 }
 
-Ops& ops_for(Device& device) {
-  Ops* own = ops_of(device);
-  return own != nullptr ? *own : host_ops();
-}
-
-}  // namespace emu::model
+}  // namespace emu::cpu

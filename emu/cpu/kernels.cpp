@@ -1,4 +1,4 @@
-#include "workloads/model/kernels.h"
+#include "emu/cpu/kernels.h"
 
 #include <cblas.h>
 
@@ -8,7 +8,7 @@
 
 #include "emu/check.h"
 
-namespace emu::model::kernels {
+namespace emu::cpu {
 
 namespace {
 // Element-wise work through Eigen's vectorised arrays, in chunks small enough that a chunk's temporaries stay in
@@ -128,18 +128,6 @@ void layernorm_backward(const float* dy, const float* x, const float* w, const f
   }
 }
 
-void rope_tables(int64_t seq, int64_t head_dim, double theta, float* cos, float* sin) {
-  const int64_t half = head_dim / 2;
-  for (int64_t pos = 0; pos < seq; ++pos) {
-    for (int64_t j = 0; j < half; ++j) {
-      const double inv_freq = std::pow(theta, -2.0 * double(j) / double(head_dim));
-      const double angle = double(pos) * inv_freq;
-      cos[pos * half + j] = static_cast<float>(std::cos(angle));
-      sin[pos * half + j] = static_cast<float>(std::sin(angle));
-    }
-  }
-}
-
 void rope_apply(float* x, const float* cos, const float* sin, int64_t rows, int64_t seq, int64_t heads,
                 int64_t head_dim, bool backward) {
   const int64_t half = head_dim / 2;
@@ -239,4 +227,4 @@ void accumulate(float* y, const float* x, size_t n) {
   for (size_t i = 0; i < n; ++i) y[i] += x[i];
 }
 
-}  // namespace emu::model::kernels
+}  // namespace emu::cpu

@@ -1,15 +1,11 @@
 // The CUDA Ops (emu/ops.h): cuBLAS for matrix products, CUDA kernels for the rest, all on the legacy default
-// stream of the rank's GPU, so they are ordered with each other and with cudaMemset/cudaFree.
+// stream of the rank's GPU, so they are ordered with each other and with cudaMemset/cudaFree. The attention kernels
+// are in attention.cu, what the kernels share in launch.cuh, the bf16 conversion in bf16.cuh.
 //
-// Numerics follow the CPU kernels (workloads/model/kernels.cpp) so the parity tests can hold tight tolerances:
-// fp32 everywhere, fp32 accumulation in cuBLAS (CUBLAS_COMPUTE_32F, never TF32), the row sums the CPU takes in
-// double taken in double here, and the bf16 rounding done bit for bit as emu/dtype.h does it. Gradient sums over
-// rows (weights, biases, embedding tables) run one thread per column in row order: deterministic, no atomics.
-//
-// Attention (workloads/model/attention.cpp) is written plainly, not fast: one block per query row for the forward
-// pass and for dq, one block per key row for dk and dv (looping over the query rows and the query heads of its kv
-// group), so every gradient element has one writer. A block keeps its score row (or columns) in dynamic shared
-// memory, which bounds seq by the GPU's per-block shared memory (checked at launch, naming the limit).
+// Numerics follow the CPU kernels (emu/cpu/kernels.cpp) so the parity tests can hold tight tolerances: fp32
+// everywhere, fp32 accumulation in cuBLAS (CUBLAS_COMPUTE_32F, never TF32), the row sums the CPU takes in double
+// taken in double here, and the bf16 rounding done bit for bit as emu/bf16.h does it. Gradient sums over rows
+// (weights, biases, embedding tables) run one thread per column in row order: deterministic, no atomics.
 // Scratch (scratch_allocate) is stream-ordered: cudaMallocAsync/cudaFreeAsync on the same default stream.
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -19,67 +15,20 @@
 #include <string>
 #include <vector>
 
+#include "emu/cuda/attention.cuh"
+#include "emu/cuda/bf16.cuh"
 #include "emu/cuda/check.h"
 #include "emu/cuda/cuda_device.h"
+#include "emu/cuda/launch.cuh"
 
 namespace emu::cuda {
 namespace {
 
-constexpr int kThreads = 256;
-
-unsigned blocks_for(size_t n) {
-  const size_t blocks = (n + kThreads - 1) / kThreads;
-  return static_cast<unsigned>(blocks < 65535u * 16u ? (blocks == 0 ? 1 : blocks) : 65535u * 16u);
-}
-
-// Grid-stride loop over [0, n).
-#define EMU_FOR_EACH(i, n) \
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < (n); i += size_t(gridDim.x) * blockDim.x)
-
-__device__ inline float bf16_load(uint16_t bits) { return __uint_as_float(static_cast<uint32_t>(bits) << 16); }
-
-// emu::float_to_bf16, bit for bit: nearest even, NaN kept quiet.
-__device__ inline uint16_t bf16_store(float value) {
-  const uint32_t bits = __float_as_uint(value);
-  if ((bits & 0x7f800000u) == 0x7f800000u && (bits & 0x007fffffu) != 0) {
-    return static_cast<uint16_t>((bits >> 16) | 0x0040u);
-  }
-  const uint32_t rounding = 0x7fffu + ((bits >> 16) & 1u);
-  return static_cast<uint16_t>((bits + rounding) >> 16);
-}
-
+// Element access for the two storage types: fp32 as is, bf16 widened on load and rounded on store.
 __device__ inline float load(const float* p, size_t i) { return p[i]; }
 __device__ inline float load(const uint16_t* p, size_t i) { return bf16_load(p[i]); }
 __device__ inline void store(float* p, size_t i, float v) { p[i] = v; }
 __device__ inline void store(uint16_t* p, size_t i, float v) { p[i] = bf16_store(v); }
-
-// Sum over the block (blockDim.x == kThreads); every thread gets the total.
-template <typename T>
-__device__ T block_sum(T value) {
-  __shared__ T partial[kThreads];
-  partial[threadIdx.x] = value;
-  __syncthreads();
-  for (int stride = kThreads / 2; stride > 0; stride /= 2) {
-    if (threadIdx.x < stride) partial[threadIdx.x] += partial[threadIdx.x + stride];
-    __syncthreads();
-  }
-  const T total = partial[0];
-  __syncthreads();
-  return total;
-}
-
-__device__ float block_max(float value) {
-  __shared__ float partial[kThreads];
-  partial[threadIdx.x] = value;
-  __syncthreads();
-  for (int stride = kThreads / 2; stride > 0; stride /= 2) {
-    if (threadIdx.x < stride) partial[threadIdx.x] = fmaxf(partial[threadIdx.x], partial[threadIdx.x + stride]);
-    __syncthreads();
-  }
-  const float total = partial[0];
-  __syncthreads();
-  return total;
-}
 
 // ---- casts, element-wise ----
 
@@ -278,166 +227,7 @@ __global__ void k_cross_entropy(float* logits, const int32_t* targets, double* l
   }
 }
 
-// ---- attention (workloads/model/attention.cpp): causal, grouped-query, fp32 ----
-
-// Where rows live: q and dq rows at q_stride, k, v, dk, dv at kv_stride, out and dout at a·d (T = b·s rows).
-struct AttentionGeometry {
-  int64_t seq, heads, kv_heads, head_dim, group;  // group = a / kv query heads per kv head
-  int64_t q_stride, kv_stride, out_stride;
-  float scale;  // 1/√d
-
-  // Element offsets of head h's (or kv head g's) block in token row b·s + i.
-  __device__ int64_t q_at(int64_t b, int64_t h, int64_t i) const { return (b * seq + i) * q_stride + h * head_dim; }
-  __device__ int64_t kv_at(int64_t b, int64_t g, int64_t j) const { return (b * seq + j) * kv_stride + g * head_dim; }
-  __device__ int64_t out_at(int64_t b, int64_t h, int64_t i) const {
-    return (b * seq + i) * out_stride + h * head_dim;
-  }
-  // Index of row i of head h in the [b, a, s] arrays (lse, D); times s, the start of its row in [b, a, s, s].
-  __device__ int64_t row_at(int64_t b, int64_t h, int64_t i) const { return (b * heads + h) * seq + i; }
-};
-
-AttentionGeometry geometry(const AttentionShape& shape) {
-  AttentionGeometry g;
-  g.seq = shape.seq;
-  g.heads = shape.heads;
-  g.kv_heads = shape.kv_heads;
-  g.head_dim = shape.head_dim;
-  g.group = shape.heads / shape.kv_heads;
-  g.out_stride = shape.heads * shape.head_dim;
-  g.q_stride = shape.q_stride != 0 ? shape.q_stride : g.out_stride;
-  g.kv_stride = shape.kv_stride != 0 ? shape.kv_stride : shape.kv_heads * shape.head_dim;
-  g.scale = 1.0f / std::sqrt(static_cast<float>(shape.head_dim));
-  return g;
-}
-
-__device__ inline float dot(const float* a, const float* b, int64_t n) {
-  float sum = 0;
-  for (int64_t e = 0; e < n; ++e) sum += a[e] * b[e];
-  return sum;
-}
-
-// One block per query row, blockIdx.x = row_at(b, h, i); row [s] (dynamic shared) holds its scores, then P.
-// Writes out's row; probs' full row (zeros above the diagonal) when not null; lse[row] when not null.
-__global__ void k_attention_forward(AttentionGeometry g, const float* q, const float* k, const float* v, float* probs,
-                                    float* out, float* lse) {
-  extern __shared__ float row[];
-  const int64_t r = blockIdx.x, i = r % g.seq, h = (r / g.seq) % g.heads, b = r / (g.seq * g.heads);
-  const int64_t kvh = h / g.group;
-  const float* qi = q + g.q_at(b, h, i);
-  float local_max = -INFINITY;
-  for (int64_t j = threadIdx.x; j <= i; j += blockDim.x) {
-    row[j] = g.scale * dot(qi, k + g.kv_at(b, kvh, j), g.head_dim);
-    local_max = fmaxf(local_max, row[j]);
-  }
-  const float max = block_max(local_max);
-  double local_sum = 0;
-  for (int64_t j = threadIdx.x; j <= i; j += blockDim.x) {
-    row[j] = expf(row[j] - max);
-    local_sum += row[j];
-  }
-  const float sum = static_cast<float>(block_sum(local_sum));
-  const float inv = 1.0f / sum;
-  for (int64_t j = threadIdx.x; j <= i; j += blockDim.x) row[j] *= inv;  // each thread its own j, as above
-  if (probs != nullptr) {
-    float* p = probs + r * g.seq;
-    for (int64_t j = threadIdx.x; j < g.seq; j += blockDim.x) p[j] = j <= i ? row[j] : 0.0f;
-  }
-  if (lse != nullptr && threadIdx.x == 0) lse[r] = max + logf(sum);
-  __syncthreads();  // the whole row of P before out reads it
-  float* o = out + g.out_at(b, h, i);
-  for (int64_t e = threadIdx.x; e < g.head_dim; e += blockDim.x) {
-    float acc = 0;
-    for (int64_t j = 0; j <= i; ++j) acc += row[j] * v[g.kv_at(b, kvh, j) + e];
-    o[e] = acc;
-  }
-}
-
-// D [b, a, s]: dot(dout_i, out_i) per query row, accumulated in double; one thread per row.
-__global__ void k_attention_row_dot(AttentionGeometry g, const float* out, const float* dout, float* d_rows,
-                                    size_t rows) {
-  EMU_FOR_EACH(r, rows) {
-    const int64_t i = int64_t(r) % g.seq, h = (int64_t(r) / g.seq) % g.heads, b = int64_t(r) / (g.seq * g.heads);
-    const int64_t at = g.out_at(b, h, i);
-    double sum = 0;
-    for (int64_t e = 0; e < g.head_dim; ++e) sum += double(out[at + e]) * dout[at + e];
-    d_rows[r] = static_cast<float>(sum);
-  }
-}
-
-// P_ij of query row i (r = row_at(b, h, i)) and key row j: the stored probs (classic) or exp(score − lse) (flash).
-__device__ inline float attention_p(const AttentionGeometry& g, const float* q, const float* k, const float* probs,
-                                    const float* lse, int64_t b, int64_t h, int64_t i, int64_t j) {
-  const int64_t r = g.row_at(b, h, i);
-  if (probs != nullptr) return probs[r * g.seq + j];
-  return expf(g.scale * dot(q + g.q_at(b, h, i), k + g.kv_at(b, h / g.group, j), g.head_dim) - lse[r]);
-}
-
-// dS_ij = P_ij · (dout_i · v_j − D_i).
-__device__ inline float attention_ds(const AttentionGeometry& g, const float* v, const float* dout,
-                                     const float* d_rows, float p, int64_t b, int64_t h, int64_t i, int64_t j) {
-  const float dp = dot(dout + g.out_at(b, h, i), v + g.kv_at(b, h / g.group, j), g.head_dim);
-  return p * (dp - d_rows[g.row_at(b, h, i)]);
-}
-
-// One block per query row, blockIdx.x = row_at(b, h, i); ds [s] (dynamic shared) holds the row of dS.
-// dq_i = dS_i · k / √d overwritten; dscores' full row (zeros above the diagonal) written when not null.
-__global__ void k_attention_backward_dq(AttentionGeometry g, const float* q, const float* k, const float* v,
-                                        const float* probs, const float* lse, const float* dout,
-                                        const float* d_rows, float* dq, float* dscores) {
-  extern __shared__ float ds[];
-  const int64_t r = blockIdx.x, i = r % g.seq, h = (r / g.seq) % g.heads, b = r / (g.seq * g.heads);
-  const int64_t kvh = h / g.group;
-  for (int64_t j = threadIdx.x; j <= i; j += blockDim.x) {
-    ds[j] = attention_ds(g, v, dout, d_rows, attention_p(g, q, k, probs, lse, b, h, i, j), b, h, i, j);
-  }
-  if (dscores != nullptr) {
-    float* row = dscores + r * g.seq;
-    for (int64_t j = threadIdx.x; j < g.seq; j += blockDim.x) row[j] = j <= i ? ds[j] : 0.0f;
-  }
-  __syncthreads();
-  float* out = dq + g.q_at(b, h, i);
-  for (int64_t e = threadIdx.x; e < g.head_dim; e += blockDim.x) {
-    float acc = 0;
-    for (int64_t j = 0; j <= i; ++j) acc += ds[j] * k[g.kv_at(b, kvh, j) + e];
-    out[e] = g.scale * acc;
-  }
-}
-
-// One block per key row, blockIdx.x = (b·kv + g)·s + j; column [2, s − j] (dynamic shared) holds P_ij and dS_ij
-// for i ≥ j of one query head at a time. Over the group's query heads in order: dk_j = Σ dSᵀ·q / √d and
-// dv_j = Σ Pᵀ·dout, overwritten by the first head, added to by the rest (the CPU's order).
-__global__ void k_attention_backward_dkdv(AttentionGeometry g, const float* q, const float* k, const float* v,
-                                          const float* probs, const float* dscores, const float* lse,
-                                          const float* dout, const float* d_rows, float* dk, float* dv) {
-  extern __shared__ float column[];
-  const int64_t r = blockIdx.x, j = r % g.seq, kvh = (r / g.seq) % g.kv_heads, b = r / (g.seq * g.kv_heads);
-  const int64_t n = g.seq - j;  // query rows i = j .. s − 1
-  float* p_col = column;
-  float* ds_col = column + n;
-  const int64_t at = g.kv_at(b, kvh, j);
-  for (int64_t member = 0; member < g.group; ++member) {
-    const int64_t h = kvh * g.group + member;
-    for (int64_t i = j + threadIdx.x; i < g.seq; i += blockDim.x) {
-      const float p = attention_p(g, q, k, probs, lse, b, h, i, j);
-      p_col[i - j] = p;
-      ds_col[i - j] = dscores != nullptr ? dscores[g.row_at(b, h, i) * g.seq + j]
-                                         : attention_ds(g, v, dout, d_rows, p, b, h, i, j);
-    }
-    __syncthreads();
-    for (int64_t e = threadIdx.x; e < g.head_dim; e += blockDim.x) {
-      float sk = 0, sv = 0;
-      for (int64_t i = j; i < g.seq; ++i) {
-        sk += ds_col[i - j] * q[g.q_at(b, h, i) + e];
-        sv += p_col[i - j] * dout[g.out_at(b, h, i) + e];
-      }
-      dk[at + e] = member == 0 ? g.scale * sk : dk[at + e] + g.scale * sk;
-      dv[at + e] = member == 0 ? sv : dv[at + e] + sv;
-    }
-    __syncthreads();  // the columns are rewritten for the next head
-  }
-}
-
-// ---- AdamW, as optim/adamw.cpp's update_run ----
+// ---- AdamW, as the CPU's (emu/cpu/adamw.cpp) ----
 
 template <typename W, typename M, typename G>
 __global__ void k_adamw(W* w, M* m, M* v, const G* g, uint16_t* copy, size_t n, bool decayed, AdamWOp k) {
@@ -595,21 +385,21 @@ class CudaOps final : public Ops {
 
   void attention_forward_classic(const AttentionShape& shape, const float* q, const float* k, const float* v,
                                  float* probs, float* out) override {
-    attention_forward(shape, q, k, v, probs, out, nullptr);
+    attention_forward(shape, q, k, v, probs, out, nullptr, shared_per_block_);
   }
   void attention_forward_flash(const AttentionShape& shape, const float* q, const float* k, const float* v,
                                float* out, float* lse) override {
-    attention_forward(shape, q, k, v, nullptr, out, lse);
+    attention_forward(shape, q, k, v, nullptr, out, lse, shared_per_block_);
   }
   void attention_backward_classic(const AttentionShape& shape, const float* q, const float* k, const float* v,
                                   const float* probs, const float* out, const float* dout, float* dq, float* dk,
                                   float* dv, float* dscores) override {
-    attention_backward(shape, q, k, v, probs, nullptr, out, dout, dq, dk, dv, dscores);
+    attention_backward(shape, q, k, v, probs, nullptr, out, dout, dq, dk, dv, dscores, shared_per_block_, *this);
   }
   void attention_backward_flash(const AttentionShape& shape, const float* q, const float* k, const float* v,
                                 const float* out, const float* lse, const float* dout, float* dq, float* dk,
                                 float* dv) override {
-    attention_backward(shape, q, k, v, nullptr, lse, out, dout, dq, dk, dv, nullptr);
+    attention_backward(shape, q, k, v, nullptr, lse, out, dout, dq, dk, dv, nullptr, shared_per_block_, *this);
   }
 
   void add(const float* a, const float* b, float* y, size_t n) override { launch(k_add, n, a, b, y, n); }
@@ -642,13 +432,6 @@ class CudaOps final : public Ops {
   }
 
  private:
-  template <typename... Params, typename... Args>
-  void launch(void (*kernel)(Params...), size_t n, Args... args) {
-    if (n == 0) return;
-    kernel<<<blocks_for(n), kThreads>>>(args...);
-    EMU_CUDA_CHECK_LAUNCH();
-  }
-
   // Row-major C [M, N] = alpha · op(A) · op(B) + beta · C, as cblas_sgemm(CblasRowMajor, ...): cuBLAS is
   // column-major, so it computes Cᵀ = op(B)ᵀ · op(A)ᵀ with the operands swapped. fp32 accumulation.
   void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const void* a,
@@ -673,68 +456,6 @@ class CudaOps final : public Ops {
     } else {
       gemm(false, false, rows, out, in, 1, x, type, in, w, type, out, beta, y, out);
     }
-  }
-
-  // Checks the shape and returns the number of query-row blocks, b·a·s (0: nothing to do).
-  static unsigned attention_blocks(const AttentionShape& shape, const char* op) {
-    if (shape.batch == 0 || shape.seq == 0 || shape.heads == 0) return 0;
-    EMU_CUDA_REQUIRE(shape.batch > 0 && shape.seq > 0 && shape.heads > 0 && shape.head_dim > 0 &&
-                         shape.kv_heads > 0 && shape.heads % shape.kv_heads == 0,
-                     std::string(op) + ": bad shape (batch " + std::to_string(shape.batch) + ", seq " +
-                         std::to_string(shape.seq) + ", heads " + std::to_string(shape.heads) + ", kv_heads " +
-                         std::to_string(shape.kv_heads) + ", head_dim " + std::to_string(shape.head_dim) +
-                         "): all must be positive and heads a multiple of kv_heads");
-    const int64_t blocks = shape.batch * shape.heads * shape.seq;
-    EMU_CUDA_REQUIRE(blocks <= INT_MAX, std::string(op) + ": batch·heads·seq = " + std::to_string(blocks) +
-                                            " blocks passes the grid limit " + std::to_string(INT_MAX));
-    return static_cast<unsigned>(blocks);
-  }
-
-  // Lets `kernel` take `floats_per_seq`·seq floats of dynamic shared memory, past the 48 KiB default up to what
-  // the GPU allows a block (less the kernel's static shared memory); a longer sequence ends the job naming it.
-  template <typename... Params>
-  void allow_shared(void (*kernel)(Params...), size_t bytes, int64_t seq, int floats_per_seq, const char* op) {
-    cudaFuncAttributes attributes{};
-    EMU_CUDA_CHECK(cudaFuncGetAttributes(&attributes, kernel));
-    const size_t limit = shared_per_block_ - attributes.sharedSizeBytes;
-    EMU_CUDA_REQUIRE(bytes <= limit,
-                     std::string(op) + ": seq = " + std::to_string(seq) + " needs " + std::to_string(bytes) +
-                         " bytes of shared memory per block (" + std::to_string(floats_per_seq) +
-                         " fp32 per position), over this GPU's limit of " + std::to_string(limit) +
-                         " bytes: the CUDA attention kernels take seq <= " +
-                         std::to_string(limit / (sizeof(float) * floats_per_seq)));
-    EMU_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
-  }
-
-  void attention_forward(const AttentionShape& shape, const float* q, const float* k, const float* v, float* probs,
-                         float* out, float* lse) {
-    const unsigned blocks = attention_blocks(shape, "attention_forward");
-    if (blocks == 0) return;
-    const size_t shared = sizeof(float) * size_t(shape.seq);
-    allow_shared(k_attention_forward, shared, shape.seq, 1, "attention_forward");
-    k_attention_forward<<<blocks, kThreads, shared>>>(geometry(shape), q, k, v, probs, out, lse);
-    EMU_CUDA_CHECK_LAUNCH();
-  }
-
-  // Classic passes probs and dscores (dS written there by the dq pass, read by the dk/dv pass); flash passes lse.
-  void attention_backward(const AttentionShape& shape, const float* q, const float* k, const float* v,
-                          const float* probs, const float* lse, const float* out, const float* dout, float* dq,
-                          float* dk, float* dv, float* dscores) {
-    const unsigned blocks = attention_blocks(shape, "attention_backward");
-    if (blocks == 0) return;
-    const AttentionGeometry g = geometry(shape);
-    const size_t shared = sizeof(float) * size_t(shape.seq);
-    allow_shared(k_attention_backward_dq, shared, shape.seq, 1, "attention_backward");
-    allow_shared(k_attention_backward_dkdv, 2 * shared, shape.seq, 2, "attention_backward");
-    auto* d_rows = static_cast<float*>(scratch_allocate(sizeof(float) * blocks, false));  // D [b, a, s]
-    launch(k_attention_row_dot, blocks, g, out, dout, d_rows, size_t(blocks));
-    k_attention_backward_dq<<<blocks, kThreads, shared>>>(g, q, k, v, probs, lse, dout, d_rows, dq, dscores);
-    EMU_CUDA_CHECK_LAUNCH();
-    const unsigned kv_blocks = static_cast<unsigned>(shape.batch * shape.kv_heads * shape.seq);
-    k_attention_backward_dkdv<<<kv_blocks, kThreads, 2 * shared>>>(g, q, k, v, probs, dscores, lse, dout, d_rows,
-                                                                   dk, dv);
-    EMU_CUDA_CHECK_LAUNCH();
-    scratch_free(d_rows, sizeof(float) * blocks);
   }
 
   int gpu_;

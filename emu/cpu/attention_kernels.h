@@ -1,4 +1,4 @@
-// Causal multi-head / grouped-query attention on the CPU, in fp32: classic and flash-style.
+// The CPU backend's causal multi-head / grouped-query attention, in fp32: classic and flash-style.
 //
 // q is [T, a·d], k and v are [T, kv·d], out is [T, a·d] (T = b·s rows, head h reading key/value head h / (a/kv)).
 // q, k, v and their gradients may be column blocks of a wider tensor (GPT-2's fused [T, 3h] qkv): their row
@@ -12,9 +12,7 @@
 
 #include "emu/ops.h"
 
-namespace emu::model::kernels {
-
-using AttentionShape = emu::AttentionShape;  // emu/ops.h
+namespace emu::cpu {
 
 // probs [b, a, s, s] receives softmax(q·kᵀ/√d) with the causal mask (zeros above the diagonal).
 void attention_forward_classic(const AttentionShape& shape, const float* q, const float* k, const float* v,
@@ -31,4 +29,4 @@ void attention_backward_classic(const AttentionShape& shape, const float* q, con
 void attention_backward_flash(const AttentionShape& shape, const float* q, const float* k, const float* v,
                               const float* out, const float* lse, const float* dout, float* dq, float* dk, float* dv);
 
-}  // namespace emu::model::kernels
+}  // namespace emu::cpu

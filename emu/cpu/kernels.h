@@ -1,10 +1,10 @@
-// The transformer's CPU math in fp32: matrix products through OpenBLAS, element-wise work in plain loops. The
-// host's ops (host_ops.h) are these; the model reaches them only through emu::Ops.
+// The CPU backend's kernels in fp32: matrix products through OpenBLAS, element-wise work in plain loops and Eigen.
+// The CPU ops (cpu_ops.cpp) are these; the model reaches them only through emu::Ops.
 //
 // Every function works on row-major fp32 arrays of T rows (T = b·s tokens). Backward functions accumulate (+=)
 // into weight and bias gradients, so a gradient buffer gathers a whole unit's contributions, and overwrite the
-// input gradient unless they say otherwise. These functions know nothing of devices or dtypes: the model turns
-// bf16 tensors into fp32 working copies around them (tensor.h).
+// input gradient unless they say otherwise. These functions know nothing of devices or dtypes: the caller turns
+// bf16 tensors into fp32 working copies around them (Ops::bf16_to_f32 and f32_to_bf16).
 #pragma once
 
 #include <cstddef>
@@ -12,9 +12,7 @@
 
 #include "emu/ops.h"
 
-namespace emu::model::kernels {
-
-using WeightLayout = emu::WeightLayout;  // emu/ops.h: kOutIn (torch.nn.Linear), kInOut (GPT-2's Conv1D)
+namespace emu::cpu {
 
 // y [T, out] = x [T, in] · W (+ bias [out] when not null).
 void linear_forward(const float* x, const float* w, const float* bias, float* y, int64_t rows, int64_t in, int64_t out,
@@ -37,11 +35,10 @@ void layernorm_forward(const float* x, const float* w, const float* b, float* y,
 void layernorm_backward(const float* dy, const float* x, const float* w, const float* mean, const float* rstd,
                         float* dx, float* dw, float* db, int64_t rows, int64_t dim);
 
-// Rotary embedding, Hugging Face's rotate_half convention: within each head of dimension d, element j < d/2 pairs
-// with j + d/2, rotated by the angle pos · theta^(−2j/d). cos and sin are [seq, d/2].
-void rope_tables(int64_t seq, int64_t head_dim, double theta, float* cos, float* sin);
-// In place on x [T, heads·d], T = batch·seq rows with position = row mod seq. backward = true rotates by −angle,
-// which is the gradient of the forward rotation.
+// Rotary embedding in place on x [T, heads·d], T = batch·seq rows with position = row mod seq, Hugging Face's
+// rotate_half convention: within each head of dimension d, element j < d/2 pairs with j + d/2, rotated by the angle
+// whose cos and sin are cos[pos, j] and sin[pos, j] ([seq, d/2], pos · theta^(−2j/d), made by the caller).
+// backward = true rotates by −angle, which is the gradient of the forward rotation.
 void rope_apply(float* x, const float* cos, const float* sin, int64_t rows, int64_t seq, int64_t heads,
                 int64_t head_dim, bool backward);
 
@@ -71,4 +68,4 @@ void add(const float* a, const float* b, float* y, size_t n);
 // y += x
 void accumulate(float* y, const float* x, size_t n);
 
-}  // namespace emu::model::kernels
+}  // namespace emu::cpu
