@@ -168,6 +168,7 @@ inline std::unique_ptr<StrategyRun> run_strategy(model::Style style, const strat
   const auto data = tiny_data(config);
   for (int step = 0; step < steps; ++step) {
     std::vector<data::Batch> batches;
+    batches.reserve(static_cast<size_t>(accumulation));
     for (int m = 0; m < accumulation; ++m) {
       batches.push_back(data.batch(step, data::sample_offset(rank, ranks, m, 1), 1));
     }

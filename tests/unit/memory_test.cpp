@@ -141,7 +141,7 @@ TEST(Device, BuffersChargeLogicalBytesAndReleaseOnDestruction) {
     ASSERT_NE(weights.data(), nullptr);
     EXPECT_EQ(weights.as<uint16_t>()[99], 0) << "buffers start zero-filled";
     Buffer moved = std::move(master);
-    EXPECT_FALSE(master.allocated());
+    EXPECT_FALSE(master.allocated());  // NOLINT(bugprone-use-after-move): the moved-from state is what is tested
     EXPECT_EQ(device->memory().in_use(), 600u);
     EXPECT_THROW(device->allocate(101, DType::kF32, Category::kTemporaries), OutOfMemoryError);
   }
