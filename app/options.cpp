@@ -1,11 +1,11 @@
-#include "emu/app/options.h"
+#include "app/options.h"
 
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
 
 #include <filesystem>
 
-#include "emu/app/deepspeed.h"
+#include "app/deepspeed.h"
 #include "emu/backend.h"
 #include "emu/check.h"
 #include "emu/log.h"

@@ -1,4 +1,4 @@
-#include "emu/app/plan.h"
+#include "app/plan.h"
 
 #include <fmt/format.h>
 

@@ -1,4 +1,4 @@
-#include "emu/app/faults.h"
+#include "app/faults.h"
 
 #include <fmt/format.h>
 #include <unistd.h>

@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "app/options.h"
 #include "collectives/types.h"
-#include "emu/app/options.h"
 #include "emu/memory.h"
 #include "emu/mpi_env.h"
 #include "strategies/analytic.h"

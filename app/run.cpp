@@ -1,4 +1,4 @@
-#include "emu/app/run.h"
+#include "app/run.h"
 
 #include <fmt/format.h>
 #include <mpi.h>

@@ -1,4 +1,4 @@
-#include "emu/app/svg.h"
+#include "app/svg.h"
 
 #include <fmt/format.h>
 
