@@ -9,6 +9,7 @@
 #include <memory>
 #include <optional>
 
+#include "app/one_strategy.h"
 #include "app/timeline.h"
 #include "collectives/nccl/select.h"
 #include "emu/backend.h"
@@ -21,7 +22,6 @@
 #include "workloads/data/token_file.h"
 #include "workloads/io/model_weights.h"
 #include "workloads/model/layout.h"
-#include "workloads/model/memory_terms.h"
 #include "workloads/model/model.h"
 #include "workloads/model/shrink.h"
 
@@ -69,96 +69,65 @@ Groups make_groups(Device& device, const RunOptions& options, int ranks_per_node
   return groups;
 }
 
-class Runner {
+// What a run does around each step of one strategy: its tokens, the faults asked for, the slowest rank's time and
+// the mean loss, the out-of-memory verdict agreed by every rank; at the end, the weights to save and every rank's
+// peaks, traffic, timeline and spans, gathered on rank 0.
+class RunDriver final : public StepDriver {
  public:
-  // `tokens`: a token file to train on, or null for each strategy's seeded synthetic tokens; `weights`: loaded
-  // initial weights, or null for the seeded initialisation.
-  Runner(const MpiSession& mpi, const RunOptions& options, RunReport& report, const data::TokenSource* tokens,
-         std::shared_ptr<const std::vector<std::vector<float>>> weights)
-      : mpi_(mpi), options_(options), report_(report), file_tokens_(tokens), weights_(std::move(weights)) {}
+  // `file_tokens`: a token file to train on, or null for the strategy's seeded synthetic tokens.
+  RunDriver(const MpiSession& mpi, const RunOptions& options, const RunReport& report,
+            const strategy::Options& strategy_options, const data::TokenSource* file_tokens, Device& device,
+            Groups& groups, const SpanRecorder* spans)
+      : mpi_(mpi),
+        options_(options),
+        report_(report),
+        first_(&strategy_options == &options.strategies.front()),
+        synthetic_(synthetic_config(strategy_options, report.model)),
+        tokens_(file_tokens != nullptr ? *file_tokens : synthetic_),
+        device_(device),
+        groups_(groups),
+        spans_(spans) {}
 
-  StrategyOutcome run(const strategy::Options& strategy_options) {
-    StrategyOutcome outcome;
-    outcome.name = strategy_options.name();
-    outcome.options = strategy_options;
-    const bool shapes = report_.plan;
-    MemoryPool::Options memory;
-    memory.cap = report_.cap;
-    memory.reserve = report_.reserve;
-    memory.mode = options_.strict_oom ? OomMode::kStrict : OomMode::kRecord;
-    memory.rank = mpi_.rank();
-    // The trace's zero: the memory timeline counts from the pool's making, just after this.
-    std::optional<SpanRecorder> spans;
-    if (!options_.trace_path.empty()) spans.emplace(steady_seconds());
-    auto device = shapes ? make_shapes_device(memory) : make_device(options_.device, memory, mpi_.local_rank());
-    device->memory().set_strategy(outcome.name);
-    auto host = make_cpu_device({});  // optimizer offload's host memory, off the cap
-    Groups groups = make_groups(*device, options_, report_.ranks_per_node);
-    model::Model model(*device, report_.model, options_.model_options);
-    model.set_initial_weights(weights_);
-    auto strategy = strategy::make_strategy({*device, *groups.world, model, groups.intra.get(), groups.inter.get(),
-                                             options_.offload ? host.get() : nullptr},
-                                            strategy_options);
-    if (spans) trace(*spans, groups, *strategy);
-    {
-      PhaseScope phase(device->memory(), "set-up: parameters, gradients and optimizer state");
-      const double start = steady_seconds();
-      strategy->setup();
-      if (spans) spans->add("set-up", "setup", start, steady_seconds());
-    }
-    outcome.prediction = strategy::predict(
-        strategy_options, strategy::analytic_input(model, mpi_.world(), report_.ranks_per_node, options_.accumulation));
-    outcome.predicted_activations = model::saved_activation_bytes(report_.model, options_.model_options);
-
-    data::SyntheticConfig synthetic;
-    synthetic.seed = strategy_options.seed;
-    synthetic.vocab = report_.model.vocab;
-    synthetic.seq_len = report_.model.seq;
-    const data::SyntheticTokens synthetic_tokens(synthetic);
-    const data::TokenSource& tokens = file_tokens_ != nullptr ? *file_tokens_ : synthetic_tokens;
+  std::vector<data::Batch> micro_batches(int step) override {
     const int64_t batch = report_.model.batch;
-    for (int step = 0; step < options_.steps; ++step) {
-      std::vector<data::Batch> micro_batches;
-      for (int m = 0; m < options_.accumulation; ++m) {
-        micro_batches.push_back(tokens.batch(step, data::sample_offset(mpi_.rank(), mpi_.world(), m, batch), batch));
-      }
-      inject_faults(options_.faults, mpi_.rank(), step + 1, &strategy_options == &options_.strategies.front(),
-                    [&] { groups.world->barrier("fault: an extra barrier"); });
-      PhaseScope phase(device->memory(), fmt::format("step {}", step + 1));
-      const double start = steady_seconds();
-      const strategy::StepResult result = strategy->step(micro_batches);
-      if (spans) spans->add(fmt::format("step {}", step + 1), "step", start, steady_seconds());
-      double seconds = result.seconds;
-      float loss = result.loss;
-      EMU_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &seconds, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
-      EMU_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &loss, 1, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD));
-      outcome.step_seconds.push_back(seconds);
-      outcome.losses.push_back(loss / static_cast<float>(mpi_.world()));
-      outcome.steps_run = step + 1;
-      outcome.verdict = strategy::agree_on_oom(device->memory(), *groups.control);
-      progress(outcome, step);
-      if (outcome.verdict.any()) break;  // it would not have run on the GPUs: stop with what it needed
+    std::vector<data::Batch> micro_batches;
+    for (int m = 0; m < options_.accumulation; ++m) {
+      micro_batches.push_back(tokens_.batch(step, data::sample_offset(mpi_.rank(), mpi_.world(), m, batch), batch));
     }
-    if (!options_.save_weights_path.empty() && !shapes && &strategy_options == &options_.strategies.front()) {
-      save_weights(model, *strategy, outcome);
-    }
-    collect(outcome, *device, *strategy, spans ? &*spans : nullptr);
-    return outcome;
+    return micro_batches;
+  }
+
+  void before_step(int step) override {
+    inject_faults(options_.faults, mpi_.rank(), step + 1, first_,
+                  [&] { groups_.world->barrier("fault: an extra barrier"); });
+  }
+
+  bool after_step(int step, const strategy::StepResult& result, StrategyOutcome& outcome) override {
+    double seconds = result.seconds;
+    float loss = result.loss;
+    EMU_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &seconds, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
+    EMU_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &loss, 1, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD));
+    outcome.step_seconds.push_back(seconds);
+    outcome.losses.push_back(loss / static_cast<float>(mpi_.world()));
+    outcome.steps_run = step + 1;
+    outcome.verdict = strategy::agree_on_oom(device_.memory(), *groups_.control);
+    progress(outcome, step);
+    return !outcome.verdict.any();  // it would not have run on the GPUs: stop with what it needed
+  }
+
+  void finish(StrategyOutcome& outcome, const model::Model& model, strategy::Strategy& strategy) override {
+    if (!options_.save_weights_path.empty() && first_) save_weights(model, strategy, outcome);
+    collect(outcome, strategy);
   }
 
  private:
-  // Every group's calls (splits made later inherit the observer from the world) and the strategy's spans.
-  static void trace(SpanRecorder& spans, Groups& groups, strategy::Strategy& strategy) {
-    const auto observer = [&spans](const coll::Communicator& group, const coll::Call& call,
-                                   const coll::Algorithm* algorithm, const coll::Traffic& moved, double start,
-                                   double end) { spans.add_call(group, call, algorithm, moved, start, end); };
-    for (coll::Communicator* group :
-         {groups.world.get(), groups.intra.get(), groups.inter.get(), groups.control.get()}) {
-      group->set_observer(observer);
-    }
-    strategy.set_span_sink([&spans](std::string_view name, std::string_view category, double start, double end) {
-      spans.add(name, category, start, end);
-    });
+  static data::SyntheticConfig synthetic_config(const strategy::Options& strategy_options,
+                                                const model::ModelConfig& model) {
+    data::SyntheticConfig synthetic;
+    synthetic.seed = strategy_options.seed;
+    synthetic.vocab = model.vocab;
+    synthetic.seq_len = model.seq;
+    return synthetic;
   }
 
   // The strategy's whole weights (collective), written by rank 0 at once: the file is complete or absent.
@@ -180,8 +149,8 @@ class Runner {
     std::fflush(stderr);
   }
 
-  void collect(StrategyOutcome& outcome, Device& device, strategy::Strategy& strategy, const SpanRecorder* spans) {
-    const MemoryPool& memory = device.memory();
+  void collect(StrategyOutcome& outcome, strategy::Strategy& strategy) {
+    const MemoryPool& memory = device_.memory();
     const int rank = mpi_.rank();
     const int world = mpi_.world();
     const auto peaks = gather_vectors(std::vector<uint64_t>{memory.peak()}, rank, world);
@@ -214,9 +183,9 @@ class Runner {
       const auto oom_seconds = gather_vectors(std::vector<double>{oom ? oom->seconds : -1.0}, rank, world);
       for (int r = 0; rank == 0 && r < world; ++r) outcome.oom_seconds.push_back(oom_seconds[r][0]);
     }
-    if (spans != nullptr) {
-      const auto packed = gather_vectors(pack_spans(spans->spans()), rank, world);
-      const auto dropped = gather_vectors(std::vector<uint64_t>{spans->dropped()}, rank, world);
+    if (spans_ != nullptr) {
+      const auto packed = gather_vectors(pack_spans(spans_->spans()), rank, world);
+      const auto dropped = gather_vectors(std::vector<uint64_t>{spans_->dropped()}, rank, world);
       for (int r = 0; rank == 0 && r < world; ++r) {
         outcome.spans.push_back(unpack_spans(packed[r]));
         outcome.spans_dropped.push_back(dropped[r][0]);
@@ -230,14 +199,56 @@ class Runner {
 
   const MpiSession& mpi_;
   const RunOptions& options_;
-  RunReport& report_;
-  const data::TokenSource* file_tokens_;
-  std::shared_ptr<const std::vector<std::vector<float>>> weights_;
+  const RunReport& report_;
+  const bool first_;  // the first strategy: the one faults strike and whose weights are saved
+  const data::SyntheticTokens synthetic_;
+  const data::TokenSource& tokens_;
+  Device& device_;
+  Groups& groups_;
+  const SpanRecorder* spans_;
 };
+
+// One strategy on this rank's emulated GPU, with every rank. `file_tokens`: a token file to train on, or null for
+// the strategy's seeded synthetic tokens; `weights`: loaded initial weights, or null for the seeded initialisation.
+StrategyOutcome run_one(const MpiSession& mpi, const RunOptions& options, const RunReport& report,
+                        const data::TokenSource* file_tokens,
+                        const std::shared_ptr<const std::vector<std::vector<float>>>& weights,
+                        const strategy::Options& strategy_options) {
+  MemoryPool::Options memory;
+  memory.cap = report.cap;
+  memory.reserve = report.reserve;
+  memory.mode = options.strict_oom ? OomMode::kStrict : OomMode::kRecord;
+  memory.rank = mpi.rank();
+  // The trace's zero: the memory timeline counts from the pool's making, just after this.
+  std::optional<SpanRecorder> spans;
+  if (!options.trace_path.empty()) spans.emplace(steady_seconds());
+  auto device = make_device(options.device, memory, mpi.local_rank());
+  device->memory().set_strategy(strategy_options.name());
+  auto host = make_cpu_device({});  // optimizer offload's host memory, off the cap
+  Groups groups = make_groups(*device, options, report.ranks_per_node);
+  const Stage stage{.device = *device,
+                    .offload = options.offload ? host.get() : nullptr,
+                    .world = *groups.world,
+                    .intra = groups.intra.get(),
+                    .inter = groups.inter.get(),
+                    .control = groups.control.get(),
+                    .model = report.model,
+                    .model_options = options.model_options,
+                    .initial_weights = weights,
+                    .shrink = report.shrink,
+                    .ranks = mpi.world(),
+                    .ranks_per_node = report.ranks_per_node,
+                    .accumulation = options.accumulation,
+                    .steps = options.steps,
+                    .spans = spans ? &*spans : nullptr};
+  RunDriver driver(mpi, options, report, strategy_options, file_tokens, *device, groups, stage.spans);
+  return run_one_strategy(stage, strategy_options, driver);
+}
 
 }  // namespace
 
 RunReport run_strategies(const MpiSession& mpi, const RunOptions& options) {
+  EMU_CHECK(!options.plan, "run_strategies runs; a plan goes to plan_strategies");
   const auto start = std::chrono::steady_clock::now();
   RunReport report;
   report.options = options;
@@ -245,13 +256,11 @@ RunReport run_strategies(const MpiSession& mpi, const RunOptions& options) {
   report.hosts = mpi.hosts();
   report.ranks_per_node = options.ranks_per_node > 0 ? options.ranks_per_node : mpi.local_size();
   if (mpi.world() % report.ranks_per_node != 0) report.ranks_per_node = 1;  // uneven hosts: no hybrid groups
-  report.plan = options.plan;
-  report.shrink = options.plan ? 1 : options.shrink;
-  report.model = options.plan ? options.full : model::shrink(options.full, options.shrink);
+  report.shrink = options.shrink;
+  report.model = model::shrink(options.full, options.shrink);
   const uint64_t k2 = static_cast<uint64_t>(options.shrink) * static_cast<uint64_t>(options.shrink);
-  const uint64_t per_rank_cap = options.cap.per_rank_bytes(options.shrink);
-  report.cap = options.plan ? options.cap.full_scale_bytes(options.shrink) : per_rank_cap;
-  report.reserve = options.plan ? options.reserve_full_scale : options.reserve_full_scale / k2;
+  report.cap = options.cap.per_rank_bytes(options.shrink);
+  report.reserve = options.reserve_full_scale / k2;
   if (report.cap != kNoCap && report.reserve > report.cap) {
     throw InputError(fmt::format("--reserve {} is more than the cap {} it is part of", format_bytes(report.reserve),
                                  format_bytes(report.cap)));
@@ -259,7 +268,7 @@ RunReport run_strategies(const MpiSession& mpi, const RunOptions& options) {
   // Data and initial weights are read once, before any strategy runs; a bad file is bad input on every rank.
   std::unique_ptr<data::TokenFile> tokens;
   std::shared_ptr<const std::vector<std::vector<float>>> weights;
-  if (!options.plan && !options.tokens_path.empty()) {
+  if (!options.tokens_path.empty()) {
     data::TokenFileConfig config;
     config.path = options.tokens_path;
     config.width = options.token_bits == 32 ? data::TokenWidth::kU32 : data::TokenWidth::kU16;
@@ -269,7 +278,7 @@ RunReport run_strategies(const MpiSession& mpi, const RunOptions& options) {
     config.seed = options.strategies.front().seed;
     tokens = std::make_unique<data::TokenFile>(config);
   }
-  if (!options.plan && !options.load_weights_path.empty()) {
+  if (!options.load_weights_path.empty()) {
     try {
       weights = std::make_shared<const std::vector<std::vector<float>>>(
           io::load_model_weights(options.load_weights_path, report.model));
@@ -281,9 +290,8 @@ RunReport run_strategies(const MpiSession& mpi, const RunOptions& options) {
                       error.what(), options.full.name, report.shrink));
     }
   }
-  Runner runner(mpi, options, report, tokens.get(), weights);
   for (const strategy::Options& strategy_options : options.strategies) {
-    report.outcomes.push_back(runner.run(strategy_options));
+    report.outcomes.push_back(run_one(mpi, options, report, tokens.get(), weights, strategy_options));
   }
   report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return report;

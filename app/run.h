@@ -66,7 +66,7 @@ struct RunReport {
 };
 
 // Collective over the world: runs every strategy in options.strategies, in order, and returns the outcomes
-// (complete on rank 0). Prints a progress line per step on rank 0's stderr.
+// (complete on rank 0). Prints a progress line per step on rank 0's stderr. Not for a plan (plan_strategies).
 RunReport run_strategies(const MpiSession& mpi, const RunOptions& options);
 
 }  // namespace emu::app
