@@ -22,12 +22,12 @@ std::string lower(std::string_view text) {
   return out;
 }
 
-struct Unit {
+struct SizeUnit {
   std::string_view name;  // lower case
   uint64_t bytes;
 };
-constexpr Unit kUnits[] = {{"b", 1},     {"kb", kKB},   {"mb", kMB},   {"gb", kGB},  {"tb", kTB},
-                           {"kib", kKiB}, {"mib", kMiB}, {"gib", kGiB}, {"tib", kTiB}};
+constexpr SizeUnit kUnits[] = {{"b", 1},      {"kb", kKB},   {"mb", kMB},   {"gb", kGB},  {"tb", kTB},
+                               {"kib", kKiB}, {"mib", kMiB}, {"gib", kGiB}, {"tib", kTiB}};
 
 // "39.59GiB" -> bytes, rounded to the nearest byte; false if it is not a number followed by a unit.
 bool parse_size(std::string_view text, uint64_t& bytes) {
@@ -40,7 +40,7 @@ bool parse_size(std::string_view text, uint64_t& bytes) {
   const auto [end, error] = std::from_chars(text.data(), text.data() + split, value);
   if (error != std::errc() || end != text.data() + split || !std::isfinite(value) || value <= 0) return false;
   const std::string unit = lower(text.substr(split));
-  for (const Unit& candidate : kUnits) {
+  for (const SizeUnit& candidate : kUnits) {
     if (unit != candidate.name) continue;
     const double total = std::round(value * static_cast<double>(candidate.bytes));
     if (total < 1 || total >= 1.8e19) return false;

@@ -1,11 +1,11 @@
-// Fuzzes the emu command line (emu/app/options.h). The input is the argument list after the program name, one
+// Fuzzes the emu command line (app/options.h). The input is the argument list after the program name, one
 // argument per line, so seeds read like a command line: "--cap\n40GB-scaled\n-k\n32".
 #include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
 
-#include "emu/app/options.h"
+#include "app/options.h"
 #include "tests/fuzz/fuzz_support.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

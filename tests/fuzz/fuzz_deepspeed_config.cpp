@@ -1,10 +1,10 @@
-// Fuzzes the DeepSpeed JSON config reader (emu/app/deepspeed.h) on the file's text, applied over the default
+// Fuzzes the DeepSpeed JSON config reader (app/deepspeed.h) on the file's text, applied over the default
 // strategy options as `emu --deepspeed FILE` does.
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
 
-#include "emu/app/deepspeed.h"
+#include "app/deepspeed.h"
 #include "tests/fuzz/fuzz_support.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

@@ -1,4 +1,4 @@
-#include "emu/app/trace.h"
+#include "app/trace.h"
 
 #include <fmt/format.h>
 

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "emu/app/faults.h"
+#include "app/faults.h"
 #include "emu/cap_spec.h"
 #include "strategies/strategy.h"
 #include "workloads/model/config.h"

@@ -1,4 +1,4 @@
-#include "emu/app/atomic_file.h"
+#include "app/atomic_file.h"
 
 #include <fcntl.h>
 #include <fmt/format.h>

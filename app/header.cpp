@@ -1,4 +1,4 @@
-#include "emu/app/header.h"
+#include "app/header.h"
 
 #include <cblas.h>
 #include <fmt/format.h>

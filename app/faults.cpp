@@ -1,4 +1,4 @@
-#include "emu/app/faults.h"
+#include "app/faults.h"
 
 #include <fmt/format.h>
 #include <unistd.h>
@@ -36,13 +36,13 @@ std::vector<Fault> parse_faults(const std::vector<std::string>& texts, int world
     const std::string kind = text.substr(0, first);
     Fault fault;
     if (kind == "delay") {
-      fault.kind = Fault::Kind::kDelay;
+      fault.kind = FaultKind::kDelay;
     } else if (kind == "kill") {
-      fault.kind = Fault::Kind::kKill;
+      fault.kind = FaultKind::kKill;
     } else if (kind == "hang") {
-      fault.kind = Fault::Kind::kHang;
+      fault.kind = FaultKind::kHang;
     } else if (kind == "mismatch") {
-      fault.kind = Fault::Kind::kMismatch;
+      fault.kind = FaultKind::kMismatch;
     } else {
       throw bad(fmt::format("has an unknown kind '{}'", kind));
     }
@@ -52,7 +52,7 @@ std::vector<Fault> parse_faults(const std::vector<std::string>& texts, int world
       fault.rank = std::stoi(rank, &used);
       if (used != rank.size()) throw std::invalid_argument(rank);
       const std::string value = text.substr(second + 1);
-      if (fault.kind == Fault::Kind::kDelay) {
+      if (fault.kind == FaultKind::kDelay) {
         fault.seconds = std::stod(value, &used);
       } else {
         fault.step = std::stoi(value, &used);
@@ -64,10 +64,10 @@ std::vector<Fault> parse_faults(const std::vector<std::string>& texts, int world
     if (fault.rank < 0 || fault.rank >= world) {
       throw bad(fmt::format("names rank {}, but ranks are 0 to {}", fault.rank, world - 1));
     }
-    if (fault.kind == Fault::Kind::kDelay && !(fault.seconds >= 0 && fault.seconds <= 3600)) {
+    if (fault.kind == FaultKind::kDelay && !(fault.seconds >= 0 && fault.seconds <= 3600)) {
       throw bad("has a delay outside 0 to 3600 seconds");
     }
-    if (fault.kind != Fault::Kind::kDelay && fault.step < 1) throw bad("has a step below 1");
+    if (fault.kind != FaultKind::kDelay && fault.step < 1) throw bad("has a step below 1");
     faults.push_back(fault);
   }
   return faults;
@@ -77,24 +77,24 @@ void inject_faults(const std::vector<Fault>& faults, int rank, int step, bool fi
                    const std::function<void()>& barrier) {
   for (const Fault& fault : faults) {
     if (fault.rank != rank) continue;
-    if (fault.kind == Fault::Kind::kDelay) {
+    if (fault.kind == FaultKind::kDelay) {
       std::this_thread::sleep_for(std::chrono::duration<double>(fault.seconds));
       continue;
     }
     if (!first_strategy || fault.step != step) continue;
     switch (fault.kind) {
-      case Fault::Kind::kKill:
+      case FaultKind::kKill:
         say(fmt::format("killing rank {} at step {}", rank, step));
         std::raise(SIGKILL);
         break;
-      case Fault::Kind::kHang:
+      case FaultKind::kHang:
         say(fmt::format("rank {} stops answering at step {}", rank, step));
         for (;;) pause();
-      case Fault::Kind::kMismatch:
+      case FaultKind::kMismatch:
         say(fmt::format("rank {} calls an extra barrier at step {}", rank, step));
         barrier();
         break;
-      case Fault::Kind::kDelay: break;
+      case FaultKind::kDelay: break;
     }
   }
 }

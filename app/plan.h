@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "emu/app/run.h"
+#include "app/run.h"
 
 namespace emu::app {
 

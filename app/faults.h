@@ -15,8 +15,10 @@
 
 namespace emu::app {
 
+enum class FaultKind { kDelay, kKill, kHang, kMismatch };
+
 struct Fault {
-  enum class Kind { kDelay, kKill, kHang, kMismatch } kind = Kind::kDelay;
+  FaultKind kind = FaultKind::kDelay;
   int rank = 0;
   double seconds = 0;  // delay
   int step = 1;        // kill, hang, mismatch: 1-based

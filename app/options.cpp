@@ -1,11 +1,11 @@
-#include "emu/app/options.h"
+#include "app/options.h"
 
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
 
 #include <filesystem>
 
-#include "emu/app/deepspeed.h"
+#include "app/deepspeed.h"
 #include "emu/backend.h"
 #include "emu/check.h"
 #include "emu/log.h"
@@ -78,41 +78,33 @@ std::vector<Expectation> parse_expectations(const std::vector<std::string>& text
   return out;
 }
 
-}  // namespace
-
-ParsedCommandLine parse_command_line(int argc, const char* const* argv, int world) {
-  ParsedCommandLine parsed;
-  RunOptions& options = parsed.options;
-  std::string cap_text = "none", reserve_text = "1GiB", precision = "mixed", attention = "flash";
-  std::string strategies_text, plan_text;
-  std::vector<std::string> expect_texts;
+// The flags' values as typed, before they are checked and turned into RunOptions.
+struct Flags {
+  std::string cap = "none", reserve = "1GiB", precision = "mixed", attention = "flash";
+  std::string strategies, plan;
+  std::vector<std::string> expect, faults;
   int shrink = 0;
   int64_t seq_len = 0, micro_batch = 0;
   int accumulation = 0;
   uint64_t seed = 1234;
   double lr = 0, clip = -1;
   bool bucket_view = false;
+};
 
-  CLI::App app{
-      "emu: each MPI rank emulates one GPU with a hard memory cap and trains a scaled-down transformer under "
-      "DDP, ZeRO and FSDP with real collectives, to show what fits, why, and what crosses the wire.\n\n"
-      "The canonical run:  mpirun -np 8 ./emu --cap 40GB-scaled",
-      "emu"};
-  app.set_version_flag("--version", fmt::format("emu {}", EMU_VERSION));
-  app.get_formatter()->column_width(34);
-
+// Flags are declared in the order --help lists them: group by group, as below.
+void add_model_flags(CLI::App& app, RunOptions& options, Flags& flags) {
   app.add_option("--model", options.model,
                  fmt::format("a preset ({}) or a Hugging Face config.json", fmt::join(model::preset_names(), ", ")))
       ->capture_default_str()
       ->group("Model");
-  app.add_option("--shrink,-k", shrink,
+  app.add_option("--shrink,-k", flags.shrink,
                  "shrink factor k: hidden, FFN, vocabulary and sequence length / k, every memory term / k^2 "
                  "(default: the smallest k that leaves at most 4M parameters)")
       ->group("Model");
-  app.add_option("--seq-len", seq_len, "sequence length at full scale (default: the model's context length)")
+  app.add_option("--seq-len", flags.seq_len, "sequence length at full scale (default: the model's context length)")
       ->group("Model");
-  app.add_option("--micro-batch", micro_batch, "sequences per micro-batch per GPU (default 1)")->group("Model");
-  app.add_option("--attention", attention,
+  app.add_option("--micro-batch", flags.micro_batch, "sequences per micro-batch per GPU (default 1)")->group("Model");
+  app.add_option("--attention", flags.attention,
                  "flash (only a logsumexp per row is saved, as SDPA and FlashAttention do) or classic (the score "
                  "matrix is saved)")
       ->capture_default_str()
@@ -130,22 +122,26 @@ ParsedCommandLine parse_command_line(int argc, const char* const* argv, int worl
   app.add_flag("--checkpoint,!--no-checkpoint", options.model_options.checkpoint,
                "activation checkpointing per block, as gradient_checkpointing=True (default: on)")
       ->group("Model");
+}
 
-  app.add_option("--strategies", strategies_text,
+void add_training_flags(CLI::App& app, RunOptions& options, Flags& flags) {
+  app.add_option("--strategies", flags.strategies,
                  fmt::format("comma-separated, run in order: {} (default: {})",
                              fmt::join(strategy::strategy_names(), ", "), fmt::join(kDefaultStrategies, ",")))
       ->group("Training");
-  app.add_option("--precision", precision, "mixed (bf16 + fp32 master, 16 B/param), bf16 (8 B/param) or fp32")
+  app.add_option("--precision", flags.precision, "mixed (bf16 + fp32 master, 16 B/param), bf16 (8 B/param) or fp32")
       ->capture_default_str()
       ->group("Training");
   app.add_option("--steps", options.steps, "optimizer steps per strategy")->capture_default_str()->group("Training");
-  app.add_option("--grad-accum", accumulation, "micro-batches per optimizer step (default 1)")->group("Training");
+  app.add_option("--grad-accum", flags.accumulation, "micro-batches per optimizer step (default 1)")->group("Training");
   app.add_flag("--offload", options.offload, "optimizer state in host memory (ZeRO-Offload); PCIe bytes counted")
       ->group("Training");
-  app.add_option("--lr", lr, "peak learning rate (default 1e-3)")->group("Training");
-  app.add_option("--clip", clip, "gradient clipping by global norm; 0 turns it off (default 1.0)")->group("Training");
-  app.add_option("--seed", seed, "initial weights and synthetic data")->capture_default_str()->group("Training");
-  app.add_flag("--bucket-view", bucket_view, "DDP: gradient_as_bucket_view=True (no bucket copies)")->group("Training");
+  app.add_option("--lr", flags.lr, "peak learning rate (default 1e-3)")->group("Training");
+  app.add_option("--clip", flags.clip, "gradient clipping by global norm; 0 turns it off (default 1.0)")
+      ->group("Training");
+  app.add_option("--seed", flags.seed, "initial weights and synthetic data")->capture_default_str()->group("Training");
+  app.add_flag("--bucket-view", flags.bucket_view, "DDP: gradient_as_bucket_view=True (no bucket copies)")
+      ->group("Training");
   app.add_option("--collectives", options.collectives,
                  "algorithms per collective, e.g. all_reduce=rhd,all_gather=mpi (default: ring everywhere)")
       ->group("Training");
@@ -164,7 +160,9 @@ ParsedCommandLine parse_command_line(int argc, const char* const* argv, int worl
                  "a DeepSpeed JSON config: zero_optimization, bf16/fp16, micro-batch, accumulation, clipping, "
                  "optimizer, WarmupLR")
       ->group("Training");
+}
 
+void add_emulated_gpu_flags(CLI::App& app, RunOptions& options, Flags& flags) {
   app.add_option("--device", options.device,
                  "where each rank's emulated GPU keeps its buffers and computes: cpu (host memory, OpenBLAS), or "
                  "cuda (a real GPU, cuBLAS and CUDA kernels; builds with -DEMU_CUDA=ON). Ranks on a host share its "
@@ -172,10 +170,10 @@ ParsedCommandLine parse_command_line(int argc, const char* const* argv, int worl
                  "its own, through MPI otherwise")
       ->capture_default_str()
       ->group("Emulated GPU");
-  app.add_option("--cap", cap_text, "memory per emulated GPU: " + cap_spec_help())
+  app.add_option("--cap", flags.cap, "memory per emulated GPU: " + cap_spec_help())
       ->capture_default_str()
       ->group("Emulated GPU");
-  app.add_option("--reserve", reserve_text,
+  app.add_option("--reserve", flags.reserve,
                  "fixed overheads per GPU at full scale (CUDA context, NCCL buffers), inside the cap; / k^2")
       ->capture_default_str()
       ->group("Emulated GPU");
@@ -183,8 +181,10 @@ ParsedCommandLine parse_command_line(int argc, const char* const* argv, int worl
                "abort at the first allocation past the cap, as a GPU would, instead of finishing the step over "
                "the cap and reporting what it would have needed")
       ->group("Emulated GPU");
+}
 
-  app.add_option("--plan", plan_text,
+void add_mode_flags(CLI::App& app, RunOptions& options, Flags& flags) {
+  app.add_option("--plan", flags.plan,
                  "shapes only, at full scale, without data: the same accounting for N ranks (e.g. --plan 1024); "
                  "'--plan 0' plans for the ranks emu runs on")
       ->group("Modes");
@@ -192,9 +192,10 @@ ParsedCommandLine parse_command_line(int argc, const char* const* argv, int worl
                  "search, per strategy, the largest micro-batch or seq-len that fits the cap (shapes only)")
       ->check(CLI::IsMember({"micro-batch", "seq-len"}))
       ->group("Modes");
+}
 
-  std::vector<std::string> fault_texts;
-  app.add_option("--fault", fault_texts,
+void add_fault_flags(CLI::App& app, RunOptions& options, Flags& flags) {
+  app.add_option("--fault", flags.faults,
                  "inject a fault: delay:RANK:SECONDS (a straggler), kill:RANK:STEP, hang:RANK:STEP or "
                  "mismatch:RANK:STEP (an extra collective); may be repeated")
       ->group("Faults");
@@ -206,16 +207,21 @@ ParsedCommandLine parse_command_line(int argc, const char* const* argv, int worl
   app.add_flag("--check-collectives", options.check_collectives,
                "before each collective the ranks compare what they call; disagreeing ranks are named (exit 3)")
       ->group("Faults");
+}
 
+void add_output_flags(CLI::App& app, RunOptions& options, Flags& flags) {
   app.add_option("--json", options.json_path, "write the results as JSON to FILE")->group("Outputs");
   app.add_option("--trace", options.trace_path, "write a Chrome-trace / Perfetto JSON to FILE")->group("Outputs");
   app.add_option("--svg", options.svg_path, "write a picture of memory over time per rank to FILE")->group("Outputs");
-  app.add_option("--expect", expect_texts,
+  app.add_option("--expect", flags.expect,
                  "fit, oom, or per strategy (zero3=fit,ddp=oom): exit 1 when the run disagrees")
       ->group("Outputs");
   app.add_option("--log", options.log_spec, "log levels, e.g. 'info' or 'coll=trace,warn' (also EMU_LOG)")
       ->group("Outputs");
+}
 
+// False when the command line only asked for --help or --version: `parsed` then holds the text to print.
+bool parse_flags(CLI::App& app, int argc, const char* const* argv, ParsedCommandLine& parsed) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {
@@ -224,51 +230,63 @@ ParsedCommandLine parse_command_line(int argc, const char* const* argv, int worl
       parsed.text_to_print = dynamic_cast<const CLI::CallForVersion*>(&error) != nullptr
                                  ? fmt::format("emu {}\n", EMU_VERSION)
                                  : app.help();
-      return parsed;
+      return false;
     }
     throw InputError(fmt::format("{} (see emu --help)", error.what()));
   }
-  if (!options.log_spec.empty()) log::configure(options.log_spec);
+  return true;
+}
 
-  // The emulated GPU.
-  options.cap = parse_cap_spec(cap_text);
-  options.reserve_full_scale = parse_reserve(reserve_text);
+void read_emulated_gpu(RunOptions& options, const Flags& flags) {
+  options.cap = parse_cap_spec(flags.cap);
+  options.reserve_full_scale = parse_reserve(flags.reserve);
+}
 
-  // Strategy knobs: defaults, then a DeepSpeed config, then flags.
+// A DeepSpeed config's knobs over `base` and its strategy in `names`; its micro-batch and accumulation fill the
+// flags not given.
+void apply_deepspeed(RunOptions& options, Flags& flags, int world, strategy::StrategyOptions& base,
+                     std::vector<std::string>& names) {
+  const DeepSpeedConfig ds = load_deepspeed_config(options.deepspeed, base);
+  base = ds.knobs;
+  base.seed = flags.seed;
+  names = {ds.strategy};
+  if (ds.micro_batch > 0 && flags.micro_batch == 0) flags.micro_batch = ds.micro_batch;
+  if (ds.accumulation > 0 && flags.accumulation == 0) flags.accumulation = ds.accumulation;
+  options.offload = options.offload || ds.offload_optimizer;
+  const int64_t mb = flags.micro_batch > 0 ? flags.micro_batch : 1;
+  const int64_t acc = flags.accumulation > 0 ? flags.accumulation : 1;
+  if (ds.train_batch_size > 0 && ds.train_batch_size != mb * acc * world) {
+    throw InputError(
+        fmt::format("{}: train_batch_size {} is not train_micro_batch_size_per_gpu {} x "
+                    "gradient_accumulation_steps {} x {} ranks = {}",
+                    options.deepspeed, ds.train_batch_size, mb, acc, world, mb * acc * world));
+  }
+  if (!ds.ignored.empty()) {
+    log::warn("app", "{}: not modelled by emu, ignored: {}", options.deepspeed, fmt::join(ds.ignored, ", "));
+  }
+}
+
+// Strategy knobs: defaults, then a DeepSpeed config, then flags. Returns the knobs every strategy shares.
+strategy::StrategyOptions read_strategies(RunOptions& options, Flags& flags, int world) {
   strategy::StrategyOptions base;
-  base.recipe = optim::parse_precision_recipe(precision);
-  base.seed = seed;
+  base.recipe = optim::parse_precision_recipe(flags.precision);
+  base.seed = flags.seed;
   std::vector<std::string> names = kDefaultStrategies;
-  if (!options.deepspeed.empty()) {
-    const DeepSpeedConfig ds = load_deepspeed_config(options.deepspeed, base);
-    base = ds.knobs;
-    base.seed = seed;
-    names = {ds.strategy};
-    if (ds.micro_batch > 0 && micro_batch == 0) micro_batch = ds.micro_batch;
-    if (ds.accumulation > 0 && accumulation == 0) accumulation = ds.accumulation;
-    options.offload = options.offload || ds.offload_optimizer;
-    const int64_t mb = micro_batch > 0 ? micro_batch : 1;
-    const int64_t acc = accumulation > 0 ? accumulation : 1;
-    if (ds.train_batch_size > 0 && ds.train_batch_size != mb * acc * world) {
-      throw InputError(
-          fmt::format("{}: train_batch_size {} is not train_micro_batch_size_per_gpu {} x "
-                      "gradient_accumulation_steps {} x {} ranks = {}",
-                      options.deepspeed, ds.train_batch_size, mb, acc, world, mb * acc * world));
+  if (!options.deepspeed.empty()) apply_deepspeed(options, flags, world, base, names);
+  if (flags.lr != 0) {
+    if (!(flags.lr > 0 && flags.lr < 10)) {
+      throw InputError(fmt::format("--lr {} is out of range; accepted: (0, 10)", flags.lr));
     }
-    if (!ds.ignored.empty()) {
-      log::warn("app", "{}: not modelled by emu, ignored: {}", options.deepspeed, fmt::join(ds.ignored, ", "));
+    base.adamw.lr = flags.lr;
+  }
+  if (flags.clip != -1) {
+    if (!(flags.clip >= 0)) {
+      throw InputError(fmt::format("--clip {} is out of range; accepted: 0 (off) or more", flags.clip));
     }
+    base.clip_norm = static_cast<float>(flags.clip);
   }
-  if (lr != 0) {
-    if (!(lr > 0 && lr < 10)) throw InputError(fmt::format("--lr {} is out of range; accepted: (0, 10)", lr));
-    base.adamw.lr = lr;
-  }
-  if (clip != -1) {
-    if (!(clip >= 0)) throw InputError(fmt::format("--clip {} is out of range; accepted: 0 (off) or more", clip));
-    base.clip_norm = static_cast<float>(clip);
-  }
-  base.ddp.gradient_as_bucket_view = bucket_view;
-  if (!strategies_text.empty()) names = split_list(strategies_text);
+  base.ddp.gradient_as_bucket_view = flags.bucket_view;
+  if (!flags.strategies.empty()) names = split_list(flags.strategies);
   if (names.empty()) {
     throw InputError(fmt::format("--strategies is empty; accepted: {}", fmt::join(strategy::strategy_names(), ", ")));
   }
@@ -277,14 +295,16 @@ ParsedCommandLine parse_command_line(int argc, const char* const* argv, int worl
     strategy::set_kind(one, name);
     options.strategies.push_back(one);
   }
+  return base;
+}
 
-  // Training loop.
+void read_training_loop(RunOptions& options, const Flags& flags, int world) {
   if (options.steps < 1 || options.steps > 100000) {
     throw InputError(fmt::format("--steps {} is out of range; accepted: 1 to 100000", options.steps));
   }
-  options.accumulation = accumulation > 0 ? accumulation : 1;
-  if (accumulation < 0 || options.accumulation > 4096) {
-    throw InputError(fmt::format("--grad-accum {} is out of range; accepted: 1 to 4096", accumulation));
+  options.accumulation = flags.accumulation > 0 ? flags.accumulation : 1;
+  if (flags.accumulation < 0 || options.accumulation > 4096) {
+    throw InputError(fmt::format("--grad-accum {} is out of range; accepted: 1 to 4096", flags.accumulation));
   }
   if (options.ranks_per_node < 0 || options.ranks_per_node > kMaxRanks) {
     throw InputError(
@@ -294,50 +314,58 @@ ParsedCommandLine parse_command_line(int argc, const char* const* argv, int worl
     throw InputError(fmt::format("--ranks-per-node {} does not divide the {} ranks; accepted: a divisor of {}",
                                  options.ranks_per_node, world, world));
   }
+}
 
-  // The model, at full scale, then k.
-  if (attention != "classic" && attention != "flash") {
-    throw InputError(fmt::format("--attention '{}' is not one of classic, flash", attention));
+// The model at full scale, with --seq-len and --micro-batch applied; its math in the strategies' `base` precision.
+void read_model(RunOptions& options, const Flags& flags, const strategy::StrategyOptions& base) {
+  if (flags.attention != "classic" && flags.attention != "flash") {
+    throw InputError(fmt::format("--attention '{}' is not one of classic, flash", flags.attention));
   }
-  options.model_options.attention = attention == "flash" ? model::Attention::kFlash : model::Attention::kClassic;
+  options.model_options.attention = flags.attention == "flash" ? model::Attention::kFlash : model::Attention::kClassic;
   options.model_options.compute = base.recipe.params;
   options.full = load_model(options.model);
-  if (seq_len != 0) {
-    if (seq_len < 1 || seq_len > (1 << 20)) {
-      throw InputError(fmt::format("--seq-len {} is out of range; accepted: 1 to {}", seq_len, 1 << 20));
+  if (flags.seq_len != 0) {
+    if (flags.seq_len < 1 || flags.seq_len > (1 << 20)) {
+      throw InputError(fmt::format("--seq-len {} is out of range; accepted: 1 to {}", flags.seq_len, 1 << 20));
     }
-    options.full.seq = seq_len;
+    options.full.seq = flags.seq_len;
   }
-  if (micro_batch != 0) {
-    if (micro_batch < 1 || micro_batch > 4096) {
-      throw InputError(fmt::format("--micro-batch {} is out of range; accepted: 1 to 4096", micro_batch));
+  if (flags.micro_batch != 0) {
+    if (flags.micro_batch < 1 || flags.micro_batch > 4096) {
+      throw InputError(fmt::format("--micro-batch {} is out of range; accepted: 1 to 4096", flags.micro_batch));
     }
-    options.full.batch = micro_batch;
+    options.full.batch = flags.micro_batch;
   }
   options.full.validate();
-  if (app.count("--shrink") > 0) {
-    if (shrink < 1) {
-      throw InputError(fmt::format("--shrink {} is out of range; accepted for {}: {}", shrink, options.full.name,
+}
+
+// k: --shrink when given (`given`), else the smallest k that leaves at most kAutoShrinkParams; every strategy
+// sizes its buckets by it.
+void read_shrink(RunOptions& options, const Flags& flags, bool given) {
+  if (given) {
+    if (flags.shrink < 1) {
+      throw InputError(fmt::format("--shrink {} is out of range; accepted for {}: {}", flags.shrink, options.full.name,
                                    fmt::join(model::valid_shrink_factors(options.full), ", ")));
     }
-    model::shrink(options.full, shrink);  // InputError listing the valid k
-    options.shrink = shrink;
+    model::shrink(options.full, flags.shrink);  // InputError listing the valid k
+    options.shrink = flags.shrink;
   } else {
     options.shrink = choose_shrink(options.full);
     options.shrink_chosen = true;
   }
   for (strategy::StrategyOptions& one : options.strategies) one.shrink = options.shrink;
+}
 
-  // Modes and outputs.
-  if (!plan_text.empty()) {
+void read_modes(RunOptions& options, const Flags& flags) {
+  if (!flags.plan.empty()) {
     options.plan = true;
     try {
       size_t used = 0;
-      options.plan_ranks = std::stoi(plan_text, &used);
-      if (used != plan_text.size()) throw std::invalid_argument(plan_text);
+      options.plan_ranks = std::stoi(flags.plan, &used);
+      if (used != flags.plan.size()) throw std::invalid_argument(flags.plan);
     } catch (const std::exception&) {
       throw InputError(fmt::format("--plan '{}' is not a number of ranks; accepted: 0 (the ranks emu runs on) to {}",
-                                   plan_text, kMaxRanks));
+                                   flags.plan, kMaxRanks));
     }
     if (options.plan_ranks < 0 || options.plan_ranks > kMaxRanks) {
       throw InputError(fmt::format("--plan {} is out of range; accepted: 0 (the ranks emu runs on) to {}",
@@ -345,6 +373,10 @@ ParsedCommandLine parse_command_line(int argc, const char* const* argv, int worl
     }
   }
   if (!options.find_limit.empty()) options.plan = true;  // the search plans at full scale
+}
+
+// The token file and the weights to start from, which must exist.
+void check_inputs(const RunOptions& options) {
   if (options.token_bits != 16 && options.token_bits != 32) {
     throw InputError(fmt::format("--token-bits {} is not a token width; accepted: 16, 32", options.token_bits));
   }
@@ -353,6 +385,10 @@ ParsedCommandLine parse_command_line(int argc, const char* const* argv, int worl
       throw InputError(fmt::format("'{}' cannot be read: no such file", *path));
     }
   }
+}
+
+// --device: a backend this build has, and for cuda a visible GPU (a plan needs neither).
+void check_device(const RunOptions& options) {
   if (options.device != "cpu" && options.device != "cuda") {
     throw InputError(fmt::format("--device '{}' is not a backend; accepted: cpu, cuda", options.device));
   }
@@ -367,6 +403,10 @@ ParsedCommandLine parse_command_line(int argc, const char* const* argv, int worl
       throw InputError("--device cuda: no GPU is visible to this process (check nvidia-smi, CUDA_VISIBLE_DEVICES)");
     }
   }
+}
+
+// Every file emu writes goes into a folder that exists.
+void check_outputs(const RunOptions& options) {
   for (const std::string* path :
        {&options.json_path, &options.trace_path, &options.svg_path, &options.save_weights_path}) {
     if (path->empty()) continue;
@@ -375,12 +415,51 @@ ParsedCommandLine parse_command_line(int argc, const char* const* argv, int worl
       throw InputError(fmt::format("'{}' cannot be written: the folder '{}' does not exist", *path, parent.string()));
     }
   }
-  options.expectations = parse_expectations(expect_texts);
-  options.faults = parse_faults(fault_texts, world);
+}
+
+void read_faults(RunOptions& options, const Flags& flags, int world) {
+  options.faults = parse_faults(flags.faults, world);
   if (!(options.watchdog_seconds >= 0 && options.watchdog_seconds <= 86400)) {
     throw InputError(
         fmt::format("--watchdog {} is out of range; accepted: 0 (off) to 86400 seconds", options.watchdog_seconds));
   }
+}
+
+}  // namespace
+
+// Declares the flags group by group, parses, then reads and checks each group; the steps run in this order so that
+// a command line with several errors reports the same first one every time.
+ParsedCommandLine parse_command_line(int argc, const char* const* argv, int world) {
+  ParsedCommandLine parsed;
+  RunOptions& options = parsed.options;
+  Flags flags;
+  CLI::App app{
+      "emu: each MPI rank emulates one GPU with a hard memory cap and trains a scaled-down transformer under "
+      "DDP, ZeRO and FSDP with real collectives, to show what fits, why, and what crosses the wire.\n\n"
+      "The canonical run:  mpirun -np 8 ./emu --cap 40GB-scaled",
+      "emu"};
+  app.set_version_flag("--version", fmt::format("emu {}", EMU_VERSION));
+  app.get_formatter()->column_width(34);
+  add_model_flags(app, options, flags);
+  add_training_flags(app, options, flags);
+  add_emulated_gpu_flags(app, options, flags);
+  add_mode_flags(app, options, flags);
+  add_fault_flags(app, options, flags);
+  add_output_flags(app, options, flags);
+  if (!parse_flags(app, argc, argv, parsed)) return parsed;
+
+  if (!options.log_spec.empty()) log::configure(options.log_spec);
+  read_emulated_gpu(options, flags);
+  const strategy::StrategyOptions base = read_strategies(options, flags, world);
+  read_training_loop(options, flags, world);
+  read_model(options, flags, base);
+  read_shrink(options, flags, app.count("--shrink") > 0);
+  read_modes(options, flags);
+  check_inputs(options);
+  check_device(options);
+  check_outputs(options);
+  options.expectations = parse_expectations(flags.expect);
+  read_faults(options, flags, world);
   return parsed;
 }
 

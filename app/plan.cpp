@@ -1,4 +1,4 @@
-#include "emu/app/plan.h"
+#include "app/plan.h"
 
 #include <fmt/format.h>
 
@@ -6,14 +6,13 @@
 #include <chrono>
 #include <nlohmann/json.hpp>
 
+#include "app/one_strategy.h"
 #include "collectives/virtual/virtual_link.h"
 #include "emu/check.h"
 #include "emu/device.h"
 #include "emu/units.h"
 #include "strategies/strategy.h"
-#include "workloads/data/synthetic.h"
 #include "workloads/model/layout.h"
-#include "workloads/model/memory_terms.h"
 #include "workloads/model/model.h"
 
 namespace emu::app {
@@ -22,14 +21,62 @@ namespace {
 constexpr int64_t kMaxMicroBatch = 4096;  // as --micro-batch accepts
 constexpr int64_t kMaxSeqLen = 1 << 20;    // as --seq-len accepts
 
-// One strategy planned for `ranks` ranks on the full-scale `config`.
+// What a plan does around its one step: micro-batches of the right shape, and at the end this process's pool
+// and ledgers, which speak for every rank.
+class PlanDriver final : public StepDriver {
+ public:
+  PlanDriver(const model::ModelConfig& config, int accumulation, const MemoryPool& pool)
+      : config_(config), accumulation_(accumulation), pool_(pool) {}
+
+  // Token ids are read by nothing on a shapes-only device; they only give the micro-batches their shape.
+  std::vector<data::Batch> micro_batches(int step) override {
+    data::Batch batch;
+    batch.batch = config_.batch;
+    batch.seq_len = config_.seq;
+    batch.tokens.assign(static_cast<size_t>(config_.batch * config_.seq), 0);
+    batch.targets = batch.tokens;
+    return std::vector<data::Batch>(static_cast<size_t>(accumulation_), batch);
+  }
+
+  bool after_step(int step, const strategy::StepResult& result, StrategyOutcome& outcome) override {
+    outcome.steps_run = step + 1;
+    return true;
+  }
+
+  void finish(StrategyOutcome& outcome, const model::Model& model, strategy::Strategy& strategy) override {
+    strategy::RankMemory mine;
+    mine.cap = pool_.cap();
+    mine.peak = pool_.peak();
+    if (const auto& oom = pool_.first_oom()) {
+      mine.out_of_memory = true;
+      mine.requested = oom->requested;
+      mine.in_use = oom->in_use;
+      mine.phase = oom->phase;
+      mine.what = oom->what;
+    }
+    outcome.verdict.ranks.push_back(mine);
+    outcome.peak = {pool_.peak()};
+    outcome.category_peaks = {pool_.category_peaks()};
+    outcome.at_peak = {pool_.breakdown_at_peak()};
+    for (coll::Communicator* group : strategy.groups()) {
+      for (const auto& [key, entry] : group->ledger().entries()) {
+        outcome.traffic_per_step[key.first] += entry.moved;
+        outcome.calls_per_step[key.first] += entry.calls;
+      }
+    }
+    outcome.host_per_step = strategy.host_traffic();
+  }
+
+ private:
+  const model::ModelConfig& config_;
+  const int accumulation_;
+  const MemoryPool& pool_;
+};
+
+// One strategy planned for `ranks` ranks on the full-scale `config`: one step on a shapes-only device over
+// virtual groups.
 StrategyOutcome plan_one(const RunOptions& options, const strategy::StrategyOptions& strategy_options,
                          const model::ModelConfig& config, int ranks, int ranks_per_node) {
-  StrategyOutcome outcome;
-  outcome.name = strategy_options.name();
-  outcome.options = strategy_options;
-  strategy::StrategyOptions full_scale = strategy_options;
-  full_scale.shrink = 1;  // bucket and threshold sizes as PyTorch and DeepSpeed state them
   // A plan is at full scale: the cap as stated ("40GB-scaled" and "40GB" both mean 40 GB per GPU here).
   MemoryPool::Options memory;
   memory.cap = options.cap.unlimited ? kNoCap : options.cap.bytes;
@@ -37,59 +84,28 @@ StrategyOutcome plan_one(const RunOptions& options, const strategy::StrategyOpti
   memory.mode = OomMode::kRecord;
   memory.timeline = false;
   auto device = make_shapes_device(memory);
-  device->memory().set_strategy(outcome.name);
+  device->memory().set_strategy(strategy_options.name());
   auto host = make_shapes_device({});
   auto world = coll::make_virtual_communicator(*device, 0, ranks, "world");
   auto intra = coll::make_virtual_communicator(*device, 0, ranks_per_node, "intra-node 0");
   auto inter = coll::make_virtual_communicator(*device, 0, ranks / ranks_per_node, "inter-node 0");
-  model::Model model(*device, config, options.model_options);
-  auto strategy = strategy::make_strategy(
-      {*device, *world, model, intra.get(), inter.get(), options.offload ? host.get() : nullptr}, full_scale);
-  {
-    PhaseScope phase(device->memory(), "set-up: parameters, gradients and optimizer state");
-    strategy->setup();
-  }
-
-  // Token ids are read by nothing on a shapes-only device; they only give the micro-batches their shape.
-  data::Batch batch;
-  batch.batch = config.batch;
-  batch.seq_len = config.seq;
-  batch.tokens.assign(static_cast<size_t>(config.batch * config.seq), 0);
-  batch.targets = batch.tokens;
-  const std::vector<data::Batch> micro_batches(static_cast<size_t>(options.accumulation), batch);
-  {
-    PhaseScope phase(device->memory(), "step 1");
-    strategy->step(micro_batches);
-  }
-  outcome.steps_run = 1;
-
-  outcome.prediction =
-      strategy::predict(full_scale, strategy::analytic_input(model, ranks, ranks_per_node, options.accumulation));
-  outcome.predicted_activations = model::saved_activation_bytes(config, options.model_options);
-
-  const MemoryPool& pool = device->memory();
-  strategy::RankMemory mine;
-  mine.cap = pool.cap();
-  mine.peak = pool.peak();
-  if (const auto& oom = pool.first_oom()) {
-    mine.out_of_memory = true;
-    mine.requested = oom->requested;
-    mine.in_use = oom->in_use;
-    mine.phase = oom->phase;
-    mine.what = oom->what;
-  }
-  outcome.verdict.ranks.push_back(mine);
-  outcome.peak = {pool.peak()};
-  outcome.category_peaks = {pool.category_peaks()};
-  outcome.at_peak = {pool.breakdown_at_peak()};
-  for (coll::Communicator* group : strategy->groups()) {
-    for (const auto& [key, entry] : group->ledger().entries()) {
-      outcome.traffic_per_step[key.first] += entry.moved;
-      outcome.calls_per_step[key.first] += entry.calls;
-    }
-  }
-  outcome.host_per_step = strategy->host_traffic();
-  return outcome;
+  const Stage stage{.device = *device,
+                    .offload = options.offload ? host.get() : nullptr,
+                    .world = *world,
+                    .intra = intra.get(),
+                    .inter = inter.get(),
+                    .control = nullptr,
+                    .model = config,
+                    .model_options = options.model_options,
+                    .initial_weights = nullptr,
+                    .shrink = 1,
+                    .ranks = ranks,
+                    .ranks_per_node = ranks_per_node,
+                    .accumulation = options.accumulation,
+                    .steps = 1,
+                    .spans = nullptr};
+  PlanDriver driver(config, options.accumulation, device->memory());
+  return run_one_strategy(stage, strategy_options, driver);
 }
 
 int group_size(const RunOptions& options, int world, int ranks_per_node) {

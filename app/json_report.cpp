@@ -1,4 +1,4 @@
-#include "emu/app/json_report.h"
+#include "app/json_report.h"
 
 #include <nlohmann/json.hpp>
 

@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "emu/app/run.h"
+#include "app/run.h"
 
 namespace emu::app {
 

@@ -2,7 +2,7 @@
 // topology and where each rank runs.
 #pragma once
 
-#include "emu/app/options.h"
+#include "app/options.h"
 #include "emu/mpi_env.h"
 
 namespace emu::app {

@@ -1,4 +1,4 @@
-#include "emu/app/report.h"
+#include "app/report.h"
 
 #include <fmt/format.h>
 

@@ -1,4 +1,4 @@
-#include "emu/app/deepspeed.h"
+#include "app/deepspeed.h"
 
 #include <fmt/format.h>
 

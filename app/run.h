@@ -7,8 +7,9 @@
 #include <string>
 #include <vector>
 
+#include "app/options.h"
+#include "app/timeline.h"
 #include "collectives/types.h"
-#include "emu/app/options.h"
 #include "emu/memory.h"
 #include "emu/mpi_env.h"
 #include "strategies/analytic.h"
@@ -16,30 +17,6 @@
 #include "workloads/model/config.h"
 
 namespace emu::app {
-
-// In-use bytes of one rank over time, thinned to a bounded number of points (peaks kept), with the bytes of
-// every category at each point: what the trace's counters and the memory picture draw.
-struct MemorySeries {
-  std::vector<double> seconds;          // since the strategy's set-up began
-  std::vector<CategoryBytes> current;   // in use by category after the change
-};
-
-// A span of work on one rank, for the trace: set-up, a step, forward/backward of a unit, the gradient reduction,
-// the optimizer, a collective.
-struct Span {
-  std::string name;      // "forward, block 3", "all_gather 1.20 MiB (ring) — forward all-gather, unit 3"
-  std::string category;  // "setup", "step", "compute", "collective", "optimizer"
-  double start = 0;      // seconds since the strategy's set-up began
-  double end = 0;
-  // One collective call (`kind` is empty for every other span):
-  std::string kind;       // "all_gather"
-  std::string algorithm;  // "ring"; empty for send and recv
-  std::string group;      // "world", "intra-node 0", "control" (the out-of-memory agreement)
-  std::string phase;      // the caller's label, e.g. "forward all-gather, unit 3"
-  uint64_t bytes = 0;     // the payload, S in the bandwidth formulas, as run (not full scale)
-  uint64_t sent = 0;      // this rank's point-to-point bytes, as the ledger counts them
-  uint64_t received = 0;
-};
 
 struct StrategyOutcome {
   std::string name;
@@ -89,7 +66,7 @@ struct RunReport {
 };
 
 // Collective over the world: runs every strategy in options.strategies, in order, and returns the outcomes
-// (complete on rank 0). Prints a progress line per step on rank 0's stderr.
+// (complete on rank 0). Prints a progress line per step on rank 0's stderr. Not for a plan (plan_strategies).
 RunReport run_strategies(const MpiSession& mpi, const RunOptions& options);
 
 }  // namespace emu::app

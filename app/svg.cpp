@@ -1,4 +1,4 @@
-#include "emu/app/svg.h"
+#include "app/svg.h"
 
 #include <fmt/format.h>
 
@@ -74,13 +74,13 @@ double tick_step(double range, int ticks) {
 }
 
 // Bytes at full scale shown in GiB when the picture reaches a GiB, else MiB.
-struct Unit {
+struct AxisUnit {
   double bytes;
   const char* name;
 };
-Unit unit_for(double max_bytes) {
-  return max_bytes >= static_cast<double>(kGiB) ? Unit{static_cast<double>(kGiB), "GiB"}
-                                                : Unit{static_cast<double>(kMiB), "MiB"};
+AxisUnit unit_for(double max_bytes) {
+  return max_bytes >= static_cast<double>(kGiB) ? AxisUnit{static_cast<double>(kGiB), "GiB"}
+                                                : AxisUnit{static_cast<double>(kMiB), "MiB"};
 }
 
 // One column of kColumnPixels of a rank's series: its highest point, with the categories at that point.
@@ -166,7 +166,7 @@ void draw_total_line(std::string& svg, const Frame& f, const std::vector<Column>
                      step_path(f, cols, y_of, same), style);
 }
 
-void draw_axes(std::string& svg, const Frame& f, const Unit& unit) {
+void draw_axes(std::string& svg, const Frame& f, const AxisUnit& unit) {
   const double bottom = f.top + kPlotHeight;
   svg += fmt::format("<rect x=\"{}\" y=\"{:.1f}\" width=\"{}\" height=\"{}\" fill=\"none\" stroke=\"#444\"/>\n", kLeft,
                      f.top, kPlotWidth, kPlotHeight);
@@ -242,14 +242,14 @@ double bytes_max_of(const RunReport& r, const StrategyOutcome& o) {
     if (m.out_of_memory) top = std::max(top, static_cast<double>((m.in_use + m.requested) * r.scale()));
   }
   top = std::max(top * 1.1, static_cast<double>(kMiB));
-  const Unit unit = unit_for(top);
+  const AxisUnit unit = unit_for(top);
   const double step = tick_step(top / unit.bytes, 5);
   return std::ceil(top / unit.bytes / step) * step * unit.bytes;
 }
 
 void draw_panel(std::string& svg, const RunReport& r, const StrategyOutcome& o, double top) {
   const double bytes_max = bytes_max_of(r, o);
-  const Unit unit = unit_for(bytes_max);
+  const AxisUnit unit = unit_for(bytes_max);
   double seconds_max = 0;
   for (const MemorySeries& s : o.memory) {
     if (!s.seconds.empty()) seconds_max = std::max(seconds_max, s.seconds.back());

@@ -1,0 +1,60 @@
+#include "app/one_strategy.h"
+
+#include <fmt/format.h>
+
+#include "emu/memory.h"
+#include "workloads/model/memory_terms.h"
+
+namespace emu::app {
+namespace {
+
+// Every group's calls (splits made later inherit the observer from the world) and the strategy's spans.
+void trace(SpanRecorder& spans, const Stage& stage, strategy::Strategy& strategy) {
+  const auto observer = [&spans](const coll::Communicator& group, const coll::Call& call,
+                                 const coll::Algorithm* algorithm, const coll::Traffic& moved, double start,
+                                 double end) { spans.add_call(group, call, algorithm, moved, start, end); };
+  for (coll::Communicator* group : {&stage.world, stage.intra, stage.inter, stage.control}) {
+    if (group != nullptr) group->set_observer(observer);
+  }
+  strategy.set_span_sink([&spans](std::string_view name, std::string_view category, double start, double end) {
+    spans.add(name, category, start, end);
+  });
+}
+
+}  // namespace
+
+StrategyOutcome run_one_strategy(const Stage& stage, const strategy::StrategyOptions& options, StepDriver& driver) {
+  StrategyOutcome outcome;
+  outcome.name = options.name();
+  outcome.options = options;
+  strategy::StrategyOptions sized = options;
+  sized.shrink = stage.shrink;
+  model::Model model(stage.device, stage.model, stage.model_options);
+  model.set_initial_weights(stage.initial_weights);
+  auto strategy =
+      strategy::make_strategy({stage.device, stage.world, model, stage.intra, stage.inter, stage.offload}, sized);
+  if (stage.spans != nullptr) trace(*stage.spans, stage, *strategy);
+  {
+    PhaseScope phase(stage.device.memory(), "set-up: parameters, gradients and optimizer state");
+    const double start = steady_seconds();
+    strategy->setup();
+    if (stage.spans != nullptr) stage.spans->add("set-up", "setup", start, steady_seconds());
+  }
+  outcome.prediction =
+      strategy::predict(sized, strategy::analytic_input(model, stage.ranks, stage.ranks_per_node, stage.accumulation));
+  outcome.predicted_activations = model::saved_activation_bytes(stage.model, stage.model_options);
+
+  for (int step = 0; step < stage.steps; ++step) {
+    const std::vector<data::Batch> micro_batches = driver.micro_batches(step);
+    driver.before_step(step);
+    PhaseScope phase(stage.device.memory(), fmt::format("step {}", step + 1));
+    const double start = steady_seconds();
+    const strategy::StepResult result = strategy->step(micro_batches);
+    if (stage.spans != nullptr) stage.spans->add(fmt::format("step {}", step + 1), "step", start, steady_seconds());
+    if (!driver.after_step(step, result, outcome)) break;
+  }
+  driver.finish(outcome, model, *strategy);
+  return outcome;
+}
+
+}  // namespace emu::app

@@ -1,0 +1,300 @@
+#include "app/run.h"
+
+#include <fmt/format.h>
+#include <mpi.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <optional>
+
+#include "app/one_strategy.h"
+#include "app/timeline.h"
+#include "collectives/nccl/select.h"
+#include "emu/backend.h"
+#include "emu/check.h"
+#include "emu/device.h"
+#include "emu/log.h"
+#include "emu/units.h"
+#include "strategies/strategy.h"
+#include "workloads/data/synthetic.h"
+#include "workloads/data/token_file.h"
+#include "workloads/io/model_weights.h"
+#include "workloads/model/layout.h"
+#include "workloads/model/model.h"
+#include "workloads/model/shrink.h"
+
+namespace emu::app {
+namespace {
+
+// Gathers a trivially copyable vector from every rank onto rank 0.
+template <typename T>
+std::vector<std::vector<T>> gather_vectors(const std::vector<T>& mine, int rank, int world) {
+  const int bytes = static_cast<int>(mine.size() * sizeof(T));
+  std::vector<int> sizes(static_cast<size_t>(world));
+  EMU_MPI_CHECK(MPI_Gather(&bytes, 1, MPI_INT, sizes.data(), 1, MPI_INT, 0, MPI_COMM_WORLD));
+  std::vector<int> offsets(static_cast<size_t>(world), 0);
+  int total = 0;
+  for (int r = 0; r < world; ++r) {
+    offsets[r] = total;
+    total += sizes[r];
+  }
+  std::vector<char> all(rank == 0 ? static_cast<size_t>(total) : 0);
+  EMU_MPI_CHECK(
+      MPI_Gatherv(mine.data(), bytes, MPI_BYTE, all.data(), sizes.data(), offsets.data(), MPI_BYTE, 0, MPI_COMM_WORLD));
+  std::vector<std::vector<T>> out;
+  for (int r = 0; rank == 0 && r < world; ++r) {
+    const T* begin = reinterpret_cast<const T*>(all.data() + offsets[r]);
+    out.emplace_back(begin, begin + sizes[r] / sizeof(T));
+  }
+  return out;
+}
+
+struct Groups {
+  std::unique_ptr<coll::Communicator> world, intra, inter, control;
+};
+
+Groups make_groups(Device& device, const RunOptions& options, int ranks_per_node) {
+  Groups groups;
+  coll::Options collective_options = coll::Options::from_environment();
+  collective_options.watchdog_seconds = options.watchdog_seconds;
+  collective_options.check_calls = collective_options.check_calls || options.check_collectives;
+  groups.world = coll::make_communicator(MPI_COMM_WORLD, device, "world", collective_options, options.collectives);
+  const int rank = groups.world->rank();
+  groups.intra = groups.world->split(rank / ranks_per_node, rank, fmt::format("intra-node {}", rank / ranks_per_node));
+  groups.inter = groups.world->split(rank % ranks_per_node, rank, fmt::format("inter-node {}", rank % ranks_per_node));
+  // The verdicts travel apart from the training traffic.
+  groups.control = groups.world->split(0, rank, "control");
+  return groups;
+}
+
+// What a run does around each step of one strategy: its tokens, the faults asked for, the slowest rank's time and
+// the mean loss, the out-of-memory verdict agreed by every rank; at the end, the weights to save and every rank's
+// peaks, traffic, timeline and spans, gathered on rank 0.
+class RunDriver final : public StepDriver {
+ public:
+  // `file_tokens`: a token file to train on, or null for the strategy's seeded synthetic tokens.
+  RunDriver(const MpiSession& mpi, const RunOptions& options, const RunReport& report,
+            const strategy::StrategyOptions& strategy_options, const data::TokenSource* file_tokens, Device& device,
+            Groups& groups, const SpanRecorder* spans)
+      : mpi_(mpi),
+        options_(options),
+        report_(report),
+        first_(&strategy_options == &options.strategies.front()),
+        synthetic_(synthetic_config(strategy_options, report.model)),
+        tokens_(file_tokens != nullptr ? *file_tokens : synthetic_),
+        device_(device),
+        groups_(groups),
+        spans_(spans) {}
+
+  std::vector<data::Batch> micro_batches(int step) override {
+    const int64_t batch = report_.model.batch;
+    std::vector<data::Batch> micro_batches;
+    for (int m = 0; m < options_.accumulation; ++m) {
+      micro_batches.push_back(tokens_.batch(step, data::sample_offset(mpi_.rank(), mpi_.world(), m, batch), batch));
+    }
+    return micro_batches;
+  }
+
+  void before_step(int step) override {
+    inject_faults(options_.faults, mpi_.rank(), step + 1, first_,
+                  [&] { groups_.world->barrier("fault: an extra barrier"); });
+  }
+
+  bool after_step(int step, const strategy::StepResult& result, StrategyOutcome& outcome) override {
+    double seconds = result.seconds;
+    float loss = result.loss;
+    EMU_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &seconds, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
+    EMU_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &loss, 1, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD));
+    outcome.step_seconds.push_back(seconds);
+    outcome.losses.push_back(loss / static_cast<float>(mpi_.world()));
+    outcome.steps_run = step + 1;
+    outcome.verdict = strategy::agree_on_oom(device_.memory(), *groups_.control);
+    progress(outcome, step);
+    return !outcome.verdict.any();  // it would not have run on the GPUs: stop with what it needed
+  }
+
+  void finish(StrategyOutcome& outcome, const model::Model& model, strategy::Strategy& strategy) override {
+    if (!options_.save_weights_path.empty() && first_) save_weights(model, strategy, outcome);
+    collect(outcome, strategy);
+  }
+
+ private:
+  static data::SyntheticConfig synthetic_config(const strategy::StrategyOptions& strategy_options,
+                                                const model::ModelConfig& model) {
+    data::SyntheticConfig synthetic;
+    synthetic.seed = strategy_options.seed;
+    synthetic.vocab = model.vocab;
+    synthetic.seq_len = model.seq;
+    return synthetic;
+  }
+
+  // The strategy's whole weights (collective), written by rank 0 at once: the file is complete or absent.
+  void save_weights(const model::Model& model, strategy::Strategy& strategy, const StrategyOutcome& outcome) const {
+    std::vector<std::vector<float>> units;
+    for (int u = 0; u < model.num_units(); ++u) units.push_back(strategy.full_weights(u));
+    if (mpi_.rank() != 0) return;
+    io::save_model_weights(options_.save_weights_path, report_.model, units, DType::kF32,
+                           {{"emu_model", report_.model.name},
+                            {"emu_strategy", outcome.name},
+                            {"emu_steps", std::to_string(outcome.steps_run)}});
+  }
+
+  void progress(const StrategyOutcome& outcome, int step) const {
+    if (mpi_.rank() != 0) return;
+    const char* state = outcome.verdict.any() ? "out of memory" : "ok";
+    std::fprintf(stderr, "emu: %-13s step %d/%d  loss %.4f  %.2f s  %s\n", outcome.name.c_str(), step + 1,
+                 options_.steps, outcome.losses.back(), outcome.step_seconds.back(), state);
+    std::fflush(stderr);
+  }
+
+  void collect(StrategyOutcome& outcome, strategy::Strategy& strategy) {
+    const MemoryPool& memory = device_.memory();
+    const int rank = mpi_.rank();
+    const int world = mpi_.world();
+    const auto peaks = gather_vectors(std::vector<uint64_t>{memory.peak()}, rank, world);
+    const auto categories = gather_vectors(std::vector<CategoryBytes>{memory.category_peaks()}, rank, world);
+    const auto at_peak = gather_vectors(std::vector<CategoryBytes>{memory.breakdown_at_peak()}, rank, world);
+    for (int r = 0; rank == 0 && r < world; ++r) {
+      outcome.peak.push_back(peaks[r][0]);
+      outcome.category_peaks.push_back(categories[r][0]);
+      outcome.at_peak.push_back(at_peak[r][0]);
+      if (outcome.peak.back() > outcome.peak[outcome.peak_rank]) outcome.peak_rank = r;
+    }
+    const double steps = std::max(1, outcome.steps_run);
+    for (coll::Communicator* group : strategy.groups()) {
+      for (const auto& [key, entry] : group->ledger().entries()) {
+        if (key.second.starts_with("report:")) continue;
+        coll::Traffic& t = outcome.traffic_per_step[key.first];
+        t.sent += static_cast<uint64_t>(static_cast<double>(entry.moved.sent) / steps + 0.5);
+        t.received += static_cast<uint64_t>(static_cast<double>(entry.moved.received) / steps + 0.5);
+        outcome.calls_per_step[key.first] += static_cast<uint64_t>(static_cast<double>(entry.calls) / steps + 0.5);
+      }
+    }
+    outcome.host_per_step = {static_cast<uint64_t>(strategy.host_traffic().device_to_host / steps),
+                             static_cast<uint64_t>(strategy.host_traffic().host_to_device / steps)};
+    if (!options_.trace_path.empty() || !options_.svg_path.empty()) {
+      const MemorySeries series = thin_timeline(memory.timeline());
+      const auto seconds = gather_vectors(series.seconds, rank, world);
+      const auto current = gather_vectors(series.current, rank, world);
+      for (int r = 0; rank == 0 && r < world; ++r) outcome.memory.push_back({seconds[r], current[r]});
+      const auto& oom = memory.first_oom();
+      const auto oom_seconds = gather_vectors(std::vector<double>{oom ? oom->seconds : -1.0}, rank, world);
+      for (int r = 0; rank == 0 && r < world; ++r) outcome.oom_seconds.push_back(oom_seconds[r][0]);
+    }
+    if (spans_ != nullptr) {
+      const auto packed = gather_vectors(pack_spans(spans_->spans()), rank, world);
+      const auto dropped = gather_vectors(std::vector<uint64_t>{spans_->dropped()}, rank, world);
+      for (int r = 0; rank == 0 && r < world; ++r) {
+        outcome.spans.push_back(unpack_spans(packed[r]));
+        outcome.spans_dropped.push_back(dropped[r][0]);
+        if (dropped[r][0] > 0) {
+          std::fprintf(stderr, "emu: trace: %s, rank %d: kept the first %zu spans, dropped %llu more\n",
+                       outcome.name.c_str(), r, kMaxSpansPerRank, static_cast<unsigned long long>(dropped[r][0]));
+        }
+      }
+    }
+  }
+
+  const MpiSession& mpi_;
+  const RunOptions& options_;
+  const RunReport& report_;
+  const bool first_;  // the first strategy: the one faults strike and whose weights are saved
+  const data::SyntheticTokens synthetic_;
+  const data::TokenSource& tokens_;
+  Device& device_;
+  Groups& groups_;
+  const SpanRecorder* spans_;
+};
+
+// One strategy on this rank's emulated GPU, with every rank. `file_tokens`: a token file to train on, or null for
+// the strategy's seeded synthetic tokens; `weights`: loaded initial weights, or null for the seeded initialisation.
+StrategyOutcome run_one(const MpiSession& mpi, const RunOptions& options, const RunReport& report,
+                        const data::TokenSource* file_tokens,
+                        const std::shared_ptr<const std::vector<std::vector<float>>>& weights,
+                        const strategy::StrategyOptions& strategy_options) {
+  MemoryPool::Options memory;
+  memory.cap = report.cap;
+  memory.reserve = report.reserve;
+  memory.mode = options.strict_oom ? OomMode::kStrict : OomMode::kRecord;
+  memory.rank = mpi.rank();
+  // The trace's zero: the memory timeline counts from the pool's making, just after this.
+  std::optional<SpanRecorder> spans;
+  if (!options.trace_path.empty()) spans.emplace(steady_seconds());
+  auto device = make_device(options.device, memory, mpi.local_rank());
+  device->memory().set_strategy(strategy_options.name());
+  auto host = make_cpu_device({});  // optimizer offload's host memory, off the cap
+  Groups groups = make_groups(*device, options, report.ranks_per_node);
+  const Stage stage{.device = *device,
+                    .offload = options.offload ? host.get() : nullptr,
+                    .world = *groups.world,
+                    .intra = groups.intra.get(),
+                    .inter = groups.inter.get(),
+                    .control = groups.control.get(),
+                    .model = report.model,
+                    .model_options = options.model_options,
+                    .initial_weights = weights,
+                    .shrink = report.shrink,
+                    .ranks = mpi.world(),
+                    .ranks_per_node = report.ranks_per_node,
+                    .accumulation = options.accumulation,
+                    .steps = options.steps,
+                    .spans = spans ? &*spans : nullptr};
+  RunDriver driver(mpi, options, report, strategy_options, file_tokens, *device, groups, stage.spans);
+  return run_one_strategy(stage, strategy_options, driver);
+}
+
+}  // namespace
+
+RunReport run_strategies(const MpiSession& mpi, const RunOptions& options) {
+  EMU_CHECK(!options.plan, "run_strategies runs; a plan goes to plan_strategies");
+  const auto start = std::chrono::steady_clock::now();
+  RunReport report;
+  report.options = options;
+  report.world = mpi.world();
+  report.hosts = mpi.hosts();
+  report.ranks_per_node = options.ranks_per_node > 0 ? options.ranks_per_node : mpi.local_size();
+  if (mpi.world() % report.ranks_per_node != 0) report.ranks_per_node = 1;  // uneven hosts: no hybrid groups
+  report.shrink = options.shrink;
+  report.model = model::shrink(options.full, options.shrink);
+  const uint64_t k2 = static_cast<uint64_t>(options.shrink) * static_cast<uint64_t>(options.shrink);
+  report.cap = options.cap.per_rank_bytes(options.shrink);
+  report.reserve = options.reserve_full_scale / k2;
+  if (report.cap != kNoCap && report.reserve > report.cap) {
+    throw InputError(fmt::format("--reserve {} is more than the cap {} it is part of", format_bytes(report.reserve),
+                                 format_bytes(report.cap)));
+  }
+  // Data and initial weights are read once, before any strategy runs; a bad file is bad input on every rank.
+  std::unique_ptr<data::TokenFile> tokens;
+  std::shared_ptr<const std::vector<std::vector<float>>> weights;
+  if (!options.tokens_path.empty()) {
+    data::TokenFileConfig config;
+    config.path = options.tokens_path;
+    config.width = options.token_bits == 32 ? data::TokenWidth::kU32 : data::TokenWidth::kU16;
+    config.vocab = options.full.vocab;
+    config.fold_vocab = report.model.vocab;
+    config.seq_len = report.model.seq;
+    config.seed = options.strategies.front().seed;
+    tokens = std::make_unique<data::TokenFile>(config);
+  }
+  if (!options.load_weights_path.empty()) {
+    try {
+      weights = std::make_shared<const std::vector<std::vector<float>>>(
+          io::load_model_weights(options.load_weights_path, report.model));
+    } catch (const InputError& error) {
+      if (report.shrink == 1) throw;
+      throw InputError(
+          fmt::format("{} (the run's shapes are {} shrunk by k = {}: weights of the full-size model "
+                      "load with --shrink 1)",
+                      error.what(), options.full.name, report.shrink));
+    }
+  }
+  for (const strategy::StrategyOptions& strategy_options : options.strategies) {
+    report.outcomes.push_back(run_one(mpi, options, report, tokens.get(), weights, strategy_options));
+  }
+  report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return report;
+}
+
+}  // namespace emu::app
