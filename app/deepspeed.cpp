@@ -51,7 +51,8 @@ class Fields {
       if (!value.is_number()) fail(name(key), value, fmt::format("a number from {} to {}", lo, hi));
       const double number = value.get<double>();
       if (!(number >= lo && number <= hi) || (std::is_integral_v<T> && std::floor(number) != number)) {
-        fail(name(key), value, fmt::format("{} from {} to {}", std::is_integral_v<T> ? "an integer" : "a number", lo, hi));
+        fail(name(key), value,
+             fmt::format("{} from {} to {}", std::is_integral_v<T> ? "an integer" : "a number", lo, hi));
       }
       out = static_cast<T>(number);
     }
@@ -140,14 +141,15 @@ DeepSpeedConfig parse_deepspeed_config(std::string_view text, std::string_view s
     if (z.get("reduce_bucket_size", value, 1, 1e13)) o.zero.reduce_bucket_elements = static_cast<uint64_t>(value);
     if (z.get("allgather_bucket_size", value, 1, 1e13)) o.zero.allgather_bucket_elements = static_cast<uint64_t>(value);
     z.get("overlap_comm", o.zero.overlap_comm, 0, 1);
-    if (z.get("stage3_prefetch_bucket_size", value, 0, 1e13)) o.zero.prefetch_bucket_elements = static_cast<uint64_t>(value);
+    if (z.get("stage3_prefetch_bucket_size", value, 0, 1e13))
+      o.zero.prefetch_bucket_elements = static_cast<uint64_t>(value);
     if (z.get("stage3_param_persistence_threshold", value, 0, 1e13)) {
       o.zero.param_persistence_threshold = static_cast<uint64_t>(value);
     }
     if (z.get("stage3_max_live_parameters", value, 1, 1e13)) o.zero.max_live_parameters = static_cast<uint64_t>(value);
-    for (const char* key : {"contiguous_gradients", "reduce_scatter", "allgather_partitions", "round_robin_gradients",
-                            "stage3_max_reuse_distance", "stage3_gather_16bit_weights_on_model_save",
-                            "sub_group_size"}) {
+    for (const char* key :
+         {"contiguous_gradients", "reduce_scatter", "allgather_partitions", "round_robin_gradients",
+          "stage3_max_reuse_distance", "stage3_gather_16bit_weights_on_model_save", "sub_group_size"}) {
       z.use(key);  // no effect on what emu measures
     }
     if (const json* offload = z.child("offload_optimizer")) {
@@ -155,9 +157,10 @@ DeepSpeedConfig parse_deepspeed_config(std::string_view text, std::string_view s
       std::string device = "none";
       f.get_string("device", device, {"none", "cpu", "nvme"});
       if (device == "nvme") {
-        throw InputError(fmt::format("{}: \"zero_optimization.offload_optimizer.device\" is \"nvme\"; emu models "
-                                     "\"cpu\" and \"none\"",
-                                     source));
+        throw InputError(
+            fmt::format("{}: \"zero_optimization.offload_optimizer.device\" is \"nvme\"; emu models "
+                        "\"cpu\" and \"none\"",
+                        source));
       }
       config.offload_optimizer = device == "cpu";
       f.use("pin_memory");
@@ -168,9 +171,10 @@ DeepSpeedConfig parse_deepspeed_config(std::string_view text, std::string_view s
       std::string device = "none";
       f.get_string("device", device, {"none", "cpu", "nvme"});
       if (device != "none") {
-        throw InputError(fmt::format("{}: \"zero_optimization.offload_param.device\" is \"{}\"; emu offloads the "
-                                     "optimizer only, accepted: \"none\"",
-                                     source, device));
+        throw InputError(
+            fmt::format("{}: \"zero_optimization.offload_param.device\" is \"{}\"; emu offloads the "
+                        "optimizer only, accepted: \"none\"",
+                        source, device));
       }
       f.use("pin_memory");
       f.finish();

@@ -14,11 +14,11 @@
 namespace emu::app {
 
 struct DeepSpeedConfig {
-  std::string strategy;  // "ddp" (stage 0), "zero1", "zero2" or "zero3"
+  std::string strategy;             // "ddp" (stage 0), "zero1", "zero2" or "zero3"
   strategy::StrategyOptions knobs;  // recipe, bucket sizes, prefetch, persistence, clipping, AdamW, warm-up
-  int micro_batch = 0;      // 0: not given
-  int accumulation = 0;     // 0: not given
-  int train_batch_size = 0; // 0: not given; must equal micro_batch · accumulation · ranks
+  int micro_batch = 0;              // 0: not given
+  int accumulation = 0;             // 0: not given
+  int train_batch_size = 0;         // 0: not given; must equal micro_batch · accumulation · ranks
   bool offload_optimizer = false;
   std::vector<std::string> ignored;  // keys present that emu does not model
 };

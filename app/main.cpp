@@ -27,8 +27,8 @@ int bad_input(const emu::MpiSession& mpi, const emu::AgreedError& agreed) {
   if (mpi.rank() == 0) {
     std::fprintf(stderr, "emu: error: %s\n", agreed.message.c_str());
     if (agreed.ranks_with_error != mpi.world()) {
-      std::fprintf(stderr, "emu: (found on %d of %d ranks, first on rank %d)\n", agreed.ranks_with_error,
-                   mpi.world(), agreed.first_rank);
+      std::fprintf(stderr, "emu: (found on %d of %d ranks, first on rank %d)\n", agreed.ranks_with_error, mpi.world(),
+                   agreed.first_rank);
     }
   }
   return emu::kExitBadInput;

@@ -35,11 +35,11 @@ struct RunOptions {
   int steps = 3;
   int accumulation = 1;
   bool offload = false;
-  std::string collectives;  // "all_reduce=ring,all_gather=mpi"
-  int ranks_per_node = 0;   // 0: the ranks found on each host
-  std::string deepspeed;    // the DeepSpeed config the strategy knobs came from, if any
-  std::string tokens_path;  // a token file to train on; empty: seeded synthetic tokens
-  int token_bits = 16;      // its ids: 16 or 32 bits, little-endian
+  std::string collectives;        // "all_reduce=ring,all_gather=mpi"
+  int ranks_per_node = 0;         // 0: the ranks found on each host
+  std::string deepspeed;          // the DeepSpeed config the strategy knobs came from, if any
+  std::string tokens_path;        // a token file to train on; empty: seeded synthetic tokens
+  int token_bits = 16;            // its ids: 16 or 32 bits, little-endian
   std::string load_weights_path;  // safetensors weights to start from; empty: the seeded initialisation
   std::string save_weights_path;  // where the first strategy's trained weights go (safetensors); empty: nowhere
 
@@ -50,13 +50,13 @@ struct RunOptions {
   bool strict_oom = false;
 
   // Modes.
-  bool plan = false;    // shapes only, at full scale, for plan_ranks ranks
-  int plan_ranks = 0;   // 0: the ranks emu runs on
+  bool plan = false;       // shapes only, at full scale, for plan_ranks ranks
+  int plan_ranks = 0;      // 0: the ranks emu runs on
   std::string find_limit;  // "", "micro-batch" or "seq-len"
 
   // Faults and their detection.
   std::vector<Fault> faults;
-  double watchdog_seconds = 300;  // a collective that takes longer ends the job (exit code 3); 0 turns it off
+  double watchdog_seconds = 300;   // a collective that takes longer ends the job (exit code 3); 0 turns it off
   bool check_collectives = false;  // ranks compare each collective before it runs
 
   // Outputs.

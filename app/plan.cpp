@@ -19,7 +19,7 @@ namespace emu::app {
 namespace {
 
 constexpr int64_t kMaxMicroBatch = 4096;  // as --micro-batch accepts
-constexpr int64_t kMaxSeqLen = 1 << 20;    // as --seq-len accepts
+constexpr int64_t kMaxSeqLen = 1 << 20;   // as --seq-len accepts
 
 // What a plan does around its one step: micro-batches of the right shape, and at the end this process's pool
 // and ledgers, which speak for every rank.
@@ -145,8 +145,8 @@ std::vector<Limit> find_limits(const RunOptions& options, int world, int ranks_p
   const int ranks = options.plan_ranks > 0 ? options.plan_ranks : world;
   const int per_node = group_size(options, ranks, ranks_per_node);
   const bool batch = what == "micro-batch";
-  const int64_t top = batch ? kMaxMicroBatch
-                            : (options.full.style == model::Style::kGpt2 ? options.full.max_positions : kMaxSeqLen);
+  const int64_t top =
+      batch ? kMaxMicroBatch : (options.full.style == model::Style::kGpt2 ? options.full.max_positions : kMaxSeqLen);
   std::vector<Limit> limits;
   for (const strategy::StrategyOptions& strategy_options : options.strategies) {
     Limit limit;
@@ -196,10 +196,9 @@ std::string format_limits(const RunOptions& options, int world, const std::strin
   const int ranks = options.plan_ranks > 0 ? options.plan_ranks : world;
   const uint64_t cap = options.cap.unlimited ? kNoCap : options.cap.bytes;
   std::string out = fmt::format(
-      "\nlargest {} that fits, per strategy: {} on {} ranks, cap {} per GPU, {} {} (shapes only, full scale)\n",
-      what, options.full.name, ranks, cap == kNoCap ? "none" : format_bytes(cap),
-      what == "micro-batch" ? "seq-len" : "micro-batch",
-      what == "micro-batch" ? options.full.seq : options.full.batch);
+      "\nlargest {} that fits, per strategy: {} on {} ranks, cap {} per GPU, {} {} (shapes only, full scale)\n", what,
+      options.full.name, ranks, cap == kNoCap ? "none" : format_bytes(cap),
+      what == "micro-batch" ? "seq-len" : "micro-batch", what == "micro-batch" ? options.full.seq : options.full.batch);
   out += fmt::format("{:<14} {:>10} {:>16} {:>22}\n", "strategy", what, "peak GiB there", "next step needs GiB");
   for (const Limit& limit : limits) {
     const auto gib = [](uint64_t bytes) { return fmt::format("{:.2f}", static_cast<double>(bytes) / kGiB); };

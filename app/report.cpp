@@ -18,8 +18,9 @@ std::string gb(double bytes) { return fmt::format("{:.2f}", bytes / 1e9); }
 std::string verdict_text(const StrategyOutcome& o) {
   if (o.fits()) return "fits";
   const auto failing = o.verdict.failing_ranks();
-  return failing.size() == o.verdict.ranks.size() ? "OOM (all)"
-                                                  : fmt::format("OOM ({} of {})", failing.size(), o.verdict.ranks.size());
+  return failing.size() == o.verdict.ranks.size()
+             ? "OOM (all)"
+             : fmt::format("OOM ({} of {})", failing.size(), o.verdict.ranks.size());
 }
 
 const char* recipe_words(const optim::PrecisionRecipe& recipe) {
@@ -52,13 +53,14 @@ std::string format_report(const RunReport& r) {
       "\n{} on {} rank{}{}: h {}, F {}, V {}, s {}, L {}, a {}, kv {}, b {}; {} parameters{}; {} step{} each{}\n",
       m.name, r.world, r.world == 1 ? "" : "s", r.plan ? " (shapes only, full scale)" : "", m.hidden, m.ffn, m.vocab,
       m.seq, m.layers, m.heads, m.kv_heads, m.batch, model::parameter_count(m),
-      r.plan ? "" : fmt::format(" (x k^2 = {:.3g} at full scale)", static_cast<double>(model::parameter_count(m)) * scale),
+      r.plan ? ""
+             : fmt::format(" (x k^2 = {:.3g} at full scale)", static_cast<double>(model::parameter_count(m)) * scale),
       r.options.steps, r.options.steps == 1 ? "" : "s",
       r.options.accumulation > 1 ? fmt::format(" of {} micro-batches", r.options.accumulation) : "");
-  out += fmt::format("cap per rank {}{}; figures in GiB at full scale{}\n\n",
-                     r.cap == kNoCap ? "none" : format_bytes(r.cap),
-                     r.cap == kNoCap || r.plan ? "" : fmt::format(" = {} GiB at full scale", gib(static_cast<double>(r.cap) * scale)),
-                     r.plan ? "" : fmt::format(" (measured bytes x {}^2)", r.shrink));
+  out += fmt::format(
+      "cap per rank {}{}; figures in GiB at full scale{}\n\n", r.cap == kNoCap ? "none" : format_bytes(r.cap),
+      r.cap == kNoCap || r.plan ? "" : fmt::format(" = {} GiB at full scale", gib(static_cast<double>(r.cap) * scale)),
+      r.plan ? "" : fmt::format(" (measured bytes x {}^2)", r.shrink));
 
   // Memory at the peak of the rank that peaked highest.
   out += fmt::format("{:<14} {:<12} {:>10} {:>9} | {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} | {:>9} {:>9}\n",
@@ -71,17 +73,17 @@ std::string format_report(const RunReport& r) {
     const double states = static_cast<double>(own[Category::kParameters] + own[Category::kGradients] +
                                               own[Category::kMasterWeights] + own[Category::kOptimizerState]);
     const auto g = [&](Category c) { return gib(static_cast<double>(at[c]) * scale); };
-    out += fmt::format("{:<14} {:<12} {:>10} {:>9} | {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} | {:>9} {:>9}\n",
-                       o.name, verdict_text(o), format_bytes(o.peak[o.peak_rank]),
-                       gib(static_cast<double>(o.peak[o.peak_rank]) * scale), g(Category::kParameters),
-                       g(Category::kGradients), g(Category::kMasterWeights), g(Category::kOptimizerState),
-                       g(Category::kActivations), g(Category::kTemporaries), g(Category::kCommBuffers),
-                       g(Category::kBuckets), gib(states * scale),
-                       gib(static_cast<double>(o.prediction.model_state_bytes()) * scale));
+    out += fmt::format(
+        "{:<14} {:<12} {:>10} {:>9} | {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} | {:>9} {:>9}\n", o.name,
+        verdict_text(o), format_bytes(o.peak[o.peak_rank]), gib(static_cast<double>(o.peak[o.peak_rank]) * scale),
+        g(Category::kParameters), g(Category::kGradients), g(Category::kMasterWeights), g(Category::kOptimizerState),
+        g(Category::kActivations), g(Category::kTemporaries), g(Category::kCommBuffers), g(Category::kBuckets),
+        gib(states * scale), gib(static_cast<double>(o.prediction.model_state_bytes()) * scale));
   }
-  out += "  peak: the highest rank's peak in use; the columns after it are what was in use at that moment, reserve "
-         "aside.\n  states: parameters + gradients + master + optimizer at their own peaks; predicted: the "
-         "analytic model (ZeRO paper + buffers).\n\n";
+  out +=
+      "  peak: the highest rank's peak in use; the columns after it are what was in use at that moment, reserve "
+      "aside.\n  states: parameters + gradients + master + optimizer at their own peaks; predicted: the "
+      "analytic model (ZeRO paper + buffers).\n\n";
 
   // Traffic per optimizer step of one rank.
   out += fmt::format("{:<14} {:>11} {:>14} {:>11} {:>11} {:>11} {:>9} | {:>9} {:>9}\n", "traffic/rank", "all-reduce",
@@ -96,27 +98,28 @@ std::string format_report(const RunReport& r) {
     double predicted = 0;
     for (const auto& t : o.prediction.traffic) predicted += static_cast<double>(t.sent);
     const double pcie = static_cast<double>(o.host_per_step.device_to_host + o.host_per_step.host_to_device);
-    const double seconds = o.step_seconds.empty()
-                               ? 0
-                               : std::accumulate(o.step_seconds.begin(), o.step_seconds.end(), 0.0) /
-                                     static_cast<double>(o.step_seconds.size());
+    const double seconds = o.step_seconds.empty() ? 0
+                                                  : std::accumulate(o.step_seconds.begin(), o.step_seconds.end(), 0.0) /
+                                                        static_cast<double>(o.step_seconds.size());
     out += fmt::format("{:<14} {:>11} {:>14} {:>11} {:>11} {:>11} {:>9} | {:>9} {:>9}\n", o.name,
                        gb(sent(coll::Kind::kAllReduce) * scale), gb(sent(coll::Kind::kReduceScatter) * scale),
                        gb(sent(coll::Kind::kAllGather) * scale), gb(total * scale), gb(predicted * scale),
                        gb(pcie * scale), r.plan ? "-" : fmt::format("{:.3f}", seconds),
                        o.losses.empty() || r.plan ? "-" : fmt::format("{:.4f}", o.losses.back()));
   }
-  out += "  bytes each rank sends per optimizer step, in GB (10^9) at full scale; predicted: ring volumes "
-         "2(N-1)/N and (N-1)/N of each payload.\n  step s: wall time of the emulation on this machine, not a GPU's.\n";
+  out +=
+      "  bytes each rank sends per optimizer step, in GB (10^9) at full scale; predicted: ring volumes "
+      "2(N-1)/N and (N-1)/N of each payload.\n  step s: wall time of the emulation on this machine, not a GPU's.\n";
   for (const StrategyOutcome& o : r.outcomes) {
     if (o.fits()) continue;
     if (r.plan) {
       // A plan's rank 0 stands for every rank: they hold equal shards.
       const strategy::RankMemory& first = o.verdict.ranks.front();
-      out += fmt::format("  {}: every rank runs out of memory, first in {} (tried to allocate {} for {} with {} in use), "
-                         "needing {} at its peak\n",
-                         o.name, first.phase, format_bytes(first.requested), first.what, format_bytes(first.in_use),
-                         format_bytes(first.peak));
+      out += fmt::format(
+          "  {}: every rank runs out of memory, first in {} (tried to allocate {} for {} with {} in use), "
+          "needing {} at its peak\n",
+          o.name, first.phase, format_bytes(first.requested), first.what, format_bytes(first.in_use),
+          format_bytes(first.peak));
     } else {
       out += fmt::format("  {}: {}\n", o.name, o.verdict.summary());
     }
@@ -160,10 +163,10 @@ std::string format_conclusion(const RunReport& r) {
                        gb(cheapest_bytes * scale));
   }
   if (!r.plan) {
-    out += fmt::format("Figures are the shrunk run's bytes x {}^2 (k = {}{}); `--plan {}` accounts the full-scale "
-                       "shapes directly.\n",
-                       r.shrink, r.shrink, r.options.shrink_chosen ? ", chosen for speed; --shrink to change" : "",
-                       r.world);
+    out += fmt::format(
+        "Figures are the shrunk run's bytes x {}^2 (k = {}{}); `--plan {}` accounts the full-scale "
+        "shapes directly.\n",
+        r.shrink, r.shrink, r.options.shrink_chosen ? ", chosen for speed; --shrink to change" : "", r.world);
   }
   return out;
 }

@@ -42,8 +42,8 @@ struct StrategyOutcome {
   std::vector<float> losses;         // mean over the global batch, per step
 
   // On rank 0, when a trace or picture is asked for:
-  std::vector<MemorySeries> memory;      // [ranks]
-  std::vector<double> oom_seconds;       // [ranks] when each rank first passed the cap; negative if it never did
+  std::vector<MemorySeries> memory;  // [ranks]
+  std::vector<double> oom_seconds;   // [ranks] when each rank first passed the cap; negative if it never did
   // On rank 0, when a trace is asked for:
   std::vector<std::vector<Span>> spans;  // [ranks] in the order they ended
   std::vector<uint64_t> spans_dropped;   // [ranks] spans past the limit per rank, not kept
@@ -51,10 +51,10 @@ struct StrategyOutcome {
 
 struct RunReport {
   RunOptions options;
-  int world = 1;          // ranks that ran (a plan: ranks planned for)
+  int world = 1;  // ranks that ran (a plan: ranks planned for)
   int hosts = 1;
   int ranks_per_node = 1;
-  bool plan = false;      // shapes only, at full scale
+  bool plan = false;         // shapes only, at full scale
   model::ModelConfig model;  // what ran: shrunk, or full scale for a plan
   int shrink = 1;            // k of `model` (1 for a plan)
   uint64_t cap = kNoCap;     // per rank, as charged

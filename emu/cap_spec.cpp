@@ -113,11 +113,11 @@ uint64_t CapSpec::full_scale_bytes(int shrink) const {
 
 std::string CapSpec::describe(int shrink) const {
   if (unlimited) return "none (no cap)";
-  const std::string stated =
-      gpu.empty() ? fmt::format("{} ({} bytes)", format_bytes(bytes), bytes)
-                  : fmt::format("{} ({}, {} bytes)", gpu, format_bytes(bytes), bytes);
-  if (!scaled) return fmt::format("{} per rank, stands for {} at full scale (x {}^2)", stated,
-                                  format_bytes(full_scale_bytes(shrink)), shrink);
+  const std::string stated = gpu.empty() ? fmt::format("{} ({} bytes)", format_bytes(bytes), bytes)
+                                         : fmt::format("{} ({}, {} bytes)", gpu, format_bytes(bytes), bytes);
+  if (!scaled)
+    return fmt::format("{} per rank, stands for {} at full scale (x {}^2)", stated,
+                       format_bytes(full_scale_bytes(shrink)), shrink);
   return fmt::format("{} / {}^2 = {} ({} bytes) per rank", stated, shrink, format_bytes(per_rank_bytes(shrink)),
                      per_rank_bytes(shrink));
 }

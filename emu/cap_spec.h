@@ -21,11 +21,11 @@ struct NamedGpu {
 const std::vector<NamedGpu>& named_gpus();
 
 struct CapSpec {
-  std::string text;         // as given
-  bool unlimited = false;   // "none"
-  uint64_t bytes = 0;       // the stated capacity, before any shrinking
-  bool scaled = false;      // "-scaled": divide by k^2
-  std::string gpu;          // the named GPU, if one was given
+  std::string text;        // as given
+  bool unlimited = false;  // "none"
+  uint64_t bytes = 0;      // the stated capacity, before any shrinking
+  bool scaled = false;     // "-scaled": divide by k^2
+  std::string gpu;         // the named GPU, if one was given
 
   // The cap of one shrunk rank, for shrink factor k. kNoCap when unlimited.
   uint64_t per_rank_bytes(int shrink) const;

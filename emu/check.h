@@ -50,12 +50,12 @@ class InputError : public std::runtime_error {
   } while (0)
 
 // EMU_MPI_CHECK(MPI_Call(...)): on an MPI error, names the call and MPI's error string, ends every rank.
-#define EMU_MPI_CHECK(call)                                                               \
-  do {                                                                                    \
-    int emu_mpi_rc_ = (call);                                                             \
-    if (emu_mpi_rc_ != 0) [[unlikely]] {                                                  \
+#define EMU_MPI_CHECK(call)                                                                \
+  do {                                                                                     \
+    int emu_mpi_rc_ = (call);                                                              \
+    if (emu_mpi_rc_ != 0) [[unlikely]] {                                                   \
       ::emu::fatal(::emu::detail::mpi_error_text(#call, emu_mpi_rc_), __FILE__, __LINE__); \
-    }                                                                                     \
+    }                                                                                      \
   } while (0)
 
 namespace emu::detail {

@@ -51,7 +51,7 @@ class Buffer {
 
  private:
   friend class Device;
-class Ops;  // emu/ops.h
+  class Ops;  // emu/ops.h
   void swap(Buffer& other) noexcept;
 
   Device* device_ = nullptr;

@@ -21,9 +21,9 @@ Config& config() {
 }
 
 Level parse_level(std::string_view name) {
-  static const std::pair<std::string_view, Level> kLevels[] = {
-      {"trace", Level::kTrace}, {"debug", Level::kDebug}, {"info", Level::kInfo},
-      {"warn", Level::kWarn},   {"error", Level::kError}, {"off", Level::kOff}};
+  static const std::pair<std::string_view, Level> kLevels[] = {{"trace", Level::kTrace}, {"debug", Level::kDebug},
+                                                               {"info", Level::kInfo},   {"warn", Level::kWarn},
+                                                               {"error", Level::kError}, {"off", Level::kOff}};
   for (const auto& [text, level] : kLevels) {
     if (name == text) return level;
   }

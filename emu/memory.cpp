@@ -61,7 +61,7 @@ MemoryPool::MemoryPool(Options options) : options_(options), start_(std::chrono:
 void MemoryPool::charge(uint64_t bytes, Category category, std::string_view what) {
   const bool passes_cap = bytes > options_.cap || in_use_ > options_.cap - bytes;
   if (passes_cap) {
-    OomEvent event{options_.rank, bytes,          in_use_, options_.cap, current_, category,
+    OomEvent event{options_.rank,     bytes,  in_use_,   options_.cap,         current_, category,
                    std::string(what), phase_, strategy_, seconds_since_start()};
     if (options_.mode == OomMode::kStrict) throw OutOfMemoryError(std::move(event));
     if (!first_oom_) first_oom_ = std::move(event);

@@ -51,8 +51,8 @@ int run_guarded(const MpiSession& mpi, std::string_view program, const std::func
   try {
     return body();
   } catch (const InputError& error) {
-    if (mpi.rank() == 0) std::fprintf(stderr, "%.*s: error: %s\n", static_cast<int>(program.size()), program.data(),
-                                      error.what());
+    if (mpi.rank() == 0)
+      std::fprintf(stderr, "%.*s: error: %s\n", static_cast<int>(program.size()), program.data(), error.what());
     return kExitBadInput;
   } catch (const std::exception& error) {
     fatal(fmt::format("unexpected error: {}", error.what()), __FILE__, __LINE__);

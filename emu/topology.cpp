@@ -34,9 +34,9 @@ class Topology {
 }  // namespace
 
 std::string HostInfo::summary() const {
-  return fmt::format("{}: {} package{}, {} NUMA node{}, {} cores, {} hardware threads, {} memory{}", hostname,
-                     packages, packages == 1 ? "" : "s", numa_nodes, numa_nodes == 1 ? "" : "s", cores,
-                     hardware_threads, format_bytes(memory_bytes), cpu_model.empty() ? "" : ", " + cpu_model);
+  return fmt::format("{}: {} package{}, {} NUMA node{}, {} cores, {} hardware threads, {} memory{}", hostname, packages,
+                     packages == 1 ? "" : "s", numa_nodes, numa_nodes == 1 ? "" : "s", cores, hardware_threads,
+                     format_bytes(memory_bytes), cpu_model.empty() ? "" : ", " + cpu_model);
 }
 
 HostInfo describe_host() {

@@ -55,8 +55,7 @@ Prediction predict(const StrategyOptions& options, const AnalyticInput& input);
 // For the family predictors. Each sets the parameter, gradient and buffer peaks, the formula and the traffic, and
 // returns the elements whose master weights and Adam moments this rank keeps.
 uint64_t predict_ddp(const StrategyOptions& options, const AnalyticInput& input, Prediction& prediction);
-uint64_t predict_zero12(const StrategyOptions& options, const AnalyticInput& input, int stage,
-                        Prediction& prediction);
+uint64_t predict_zero12(const StrategyOptions& options, const AnalyticInput& input, int stage, Prediction& prediction);
 uint64_t predict_zero3(const StrategyOptions& options, const AnalyticInput& input, Prediction& prediction);
 uint64_t predict_fsdp(const StrategyOptions& options, const AnalyticInput& input, Prediction& prediction);
 

@@ -18,7 +18,6 @@ struct Bucket {
 };
 
 // `param_bytes` in registration order. Every parameter lands in exactly one bucket.
-std::vector<Bucket> assign_buckets(std::span<const size_t> param_bytes, size_t first_bucket_bytes,
-                                   size_t bucket_bytes);
+std::vector<Bucket> assign_buckets(std::span<const size_t> param_bytes, size_t first_bucket_bytes, size_t bucket_bytes);
 
 }  // namespace emu::strategy

@@ -53,7 +53,8 @@ class Ddp final : public Strategy {
       decay_.insert(decay_.end(), decay.begin(), decay.end());
     }
     convert(initial.empty() ? nullptr : initial.data(), DType::kF32, params_.data(), recipe.params, flat_.total);
-    if (device_.holds_data()) optimizer_->load_master(optim::ConstElementSpan(initial.data(), initial.size(), DType::kF32));
+    if (device_.holds_data())
+      optimizer_->load_master(optim::ConstElementSpan(initial.data(), initial.size(), DType::kF32));
     for (int u = 0; u < model_.num_units(); ++u) {
       model_.bind_weights(u, element(params_.data(), recipe.params, flat_.offset[u]));
       model_.bind_grads(u, element(grads_.data(), recipe.grads, flat_.offset[u]));
@@ -67,8 +68,8 @@ class Ddp final : public Strategy {
       convert(element(master.data(), master.dtype(), flat_.offset[unit]), master.dtype(), out.data(), DType::kF32,
               out.size());
     } else {
-      convert(element(params_.data(), params_.dtype(), flat_.offset[unit]), params_.dtype(), out.data(),
-              DType::kF32, out.size());
+      convert(element(params_.data(), params_.dtype(), flat_.offset[unit]), params_.dtype(), out.data(), DType::kF32,
+              out.size());
     }
     return out;
   }
@@ -97,8 +98,8 @@ class Ddp final : public Strategy {
   }
 
   void update(double lr, float grad_scale) override {
-    optimizer_->step(options_.adamw, optim::ElementSpan::of(params_), optim::ConstElementSpan::of(grads_), 0,
-                     decay_, lr, grad_scale);
+    optimizer_->step(options_.adamw, optim::ElementSpan::of(params_), optim::ConstElementSpan::of(grads_), 0, decay_,
+                     lr, grad_scale);
     count_offload(flat_.total);
     zero(grads_.data(), grads_.dtype(), grads_.count());
   }
@@ -121,8 +122,7 @@ class Ddp final : public Strategy {
                                                options_.scaled(options_.ddp.bucket_bytes))) {
       const size_t last = bucket.params.back();  // reverse order: the lowest index comes last
       const size_t first = bucket.params.front();
-      buckets_.push_back({begin[last], begin[first] + bytes[first] / dtype_size(options_.recipe.grads),
-                          unit_of[last]});
+      buckets_.push_back({begin[last], begin[first] + bytes[first] / dtype_size(options_.recipe.grads), unit_of[last]});
     }
   }
 

@@ -25,8 +25,7 @@ std::vector<optim::DecayRange> decay_ranges(const model::UnitLayout& layout, siz
 
 // Initial fp32 values of elements [begin, begin + count) of `unit` (the same on every rank, whatever the split),
 // stored into `out` at `dtype`. Nothing when out is null (shapes-only device).
-void init_into(const model::Model& model, int unit, uint64_t seed, size_t begin, size_t count, void* out,
-               DType dtype);
+void init_into(const model::Model& model, int unit, uint64_t seed, size_t begin, size_t count, void* out, DType dtype);
 
 // Element `index` of a buffer of `dtype`, as an address.
 inline void* element(void* base, DType dtype, size_t index) {

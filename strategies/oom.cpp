@@ -47,8 +47,8 @@ std::string OomVerdict::summary() const {
       "rank{} {} of {} ran out of memory; rank {} first in {} (tried to allocate {} for {} with {} in use of a {} "
       "cap), needing {} at its peak, {} more than its cap",
       failing.size() == 1 ? "" : "s", fmt::join(failing, ", "), ranks.size(), first.rank, first.phase,
-      format_bytes(first.requested), first.what.empty() ? "an unnamed tensor" : first.what,
-      format_bytes(first.in_use), format_bytes(first.cap), format_bytes(first.peak), format_bytes(over));
+      format_bytes(first.requested), first.what.empty() ? "an unnamed tensor" : first.what, format_bytes(first.in_use),
+      format_bytes(first.cap), format_bytes(first.peak), format_bytes(over));
 }
 
 OomVerdict agree_on_oom(const MemoryPool& memory, coll::Communicator& control) {
@@ -69,8 +69,8 @@ OomVerdict agree_on_oom(const MemoryPool& memory, coll::Communicator& control) {
   OomVerdict verdict;
   for (int r = 0; r < control.size(); ++r) {
     const Wire& w = all[static_cast<size_t>(r)];
-    verdict.ranks.push_back({r, w.out_of_memory != 0, w.cap, w.peak, w.requested, w.in_use, std::string(w.phase),
-                             std::string(w.what)});
+    verdict.ranks.push_back(
+        {r, w.out_of_memory != 0, w.cap, w.peak, w.requested, w.in_use, std::string(w.phase), std::string(w.what)});
   }
   return verdict;
 }

@@ -15,11 +15,11 @@
 namespace emu::strategy {
 
 struct ShardInfo {
-  size_t numel = 0;       // real elements of the whole buffer
-  size_t padded = 0;      // numel rounded up to a multiple of ranks
-  size_t shard = 0;       // elements per shard, padding included: padded / ranks
-  size_t offset = 0;      // where this rank's shard starts in the padded buffer
-  size_t valid = 0;       // real elements in this rank's shard: shard minus its padding
+  size_t numel = 0;   // real elements of the whole buffer
+  size_t padded = 0;  // numel rounded up to a multiple of ranks
+  size_t shard = 0;   // elements per shard, padding included: padded / ranks
+  size_t offset = 0;  // where this rank's shard starts in the padded buffer
+  size_t valid = 0;   // real elements in this rank's shard: shard minus its padding
   int rank = 0;
   int ranks = 1;
 

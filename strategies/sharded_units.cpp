@@ -21,17 +21,16 @@ void ShardedUnits::setup() {
     unit.shard = shard_of(count, shard_rank(), shard_size());
     unit.params = device_.allocate(unit.shard.shard, recipe.params, Category::kParameters,
                                    fmt::format("unit {} parameter shard", u));
-    unit.grads = device_.allocate(unit.shard.shard, grad_dtype, Category::kGradients,
-                                  fmt::format("unit {} gradient shard", u));
+    unit.grads =
+        device_.allocate(unit.shard.shard, grad_dtype, Category::kGradients, fmt::format("unit {} gradient shard", u));
     unit.optimizer = std::make_unique<optim::AdamWState>(optimizer_device(), recipe, unit.shard.shard,
                                                          fmt::format("unit {} optimizer shard", u));
     unit.decay = decay_ranges(model_.layout(u), 0);
     unit.keep_gathered = keeps_gathered(count);
     std::vector<float> initial(device_.holds_data() ? unit.shard.shard : 0);  // host scratch, padding stays 0
-    init_into(model_, u, options_.seed, unit.shard.offset, unit.shard.valid,
-              initial.empty() ? nullptr : initial.data(), DType::kF32);
-    convert(initial.empty() ? nullptr : initial.data(), DType::kF32, unit.params.data(), recipe.params,
-            initial.size());
+    init_into(model_, u, options_.seed, unit.shard.offset, unit.shard.valid, initial.empty() ? nullptr : initial.data(),
+              DType::kF32);
+    convert(initial.empty() ? nullptr : initial.data(), DType::kF32, unit.params.data(), recipe.params, initial.size());
     if (device_.holds_data()) {
       unit.optimizer->load_master(optim::ConstElementSpan(initial.data(), initial.size(), DType::kF32));
     }
@@ -76,8 +75,8 @@ double ShardedUnits::gradient_sum_of_squares() {
 
 void ShardedUnits::update(double lr, float grad_scale) {
   for (UnitState& unit : units_) {
-    unit.optimizer->step(options_.adamw, optim::ElementSpan::of(unit.params),
-                         optim::ConstElementSpan::of(unit.grads), unit.shard.offset, unit.decay, lr, grad_scale);
+    unit.optimizer->step(options_.adamw, optim::ElementSpan::of(unit.params), optim::ConstElementSpan::of(unit.grads),
+                         unit.shard.offset, unit.decay, lr, grad_scale);
     count_offload(unit.shard.shard);
     zero(unit.grads.data(), unit.grads.dtype(), unit.grads.count());
   }
@@ -101,8 +100,8 @@ void ShardedUnits::gather(int u, std::string_view pass) {
   const DType dtype = options_.recipe.params;
   const std::string phase = fmt::format("{} all-gather, unit {}", pass, u);
   PhaseScope scope(device_.memory(), phase);
-  unit.gathered = device_.allocate(unit.shard.padded, dtype, Category::kParameters,
-                                   fmt::format("unit {} gathered parameters", u));
+  unit.gathered =
+      device_.allocate(unit.shard.padded, dtype, Category::kParameters, fmt::format("unit {} gathered parameters", u));
   void* mine = element(unit.gathered.data(), dtype, unit.shard.offset);
   convert(unit.params.data(), dtype, mine, dtype, unit.shard.shard);
   shard_group().all_gather(mine, unit.gathered.data(), unit.shard.shard, dtype, phase);

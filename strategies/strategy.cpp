@@ -115,11 +115,7 @@ void Strategy::record_span(std::string_view name, std::string_view category, Wor
 }
 
 Strategy::Strategy(StrategyContext context, StrategyOptions options)
-    : context_(context),
-      options_(options),
-      model_(context.model),
-      device_(context.device),
-      world_(context.world) {}
+    : context_(context), options_(options), model_(context.model), device_(context.device), world_(context.world) {}
 
 Strategy::~Strategy() = default;
 
@@ -144,9 +140,7 @@ StepResult Strategy::step(std::span<const data::Batch> micro_batches) {
   // sum divided by the number of micro-batches.
   StepResult result;
   result.grad_norm = std::sqrt(gradient_sum_of_squares()) / count;
-  const float clip = options_.clip_norm > 0
-                         ? optim::clip_coefficient(result.grad_norm, options_.clip_norm)
-                         : 1.0f;
+  const float clip = options_.clip_norm > 0 ? optim::clip_coefficient(result.grad_norm, options_.clip_norm) : 1.0f;
   ++steps_;
   {
     PhaseScope phase(device_.memory(), "optimizer step");

@@ -59,9 +59,9 @@ struct ZeroOptions {
   uint64_t reduce_bucket_elements = 500'000'000;
   uint64_t allgather_bucket_elements = 500'000'000;
   bool overlap_comm = false;  // stage 2: two reduce buckets alternate (DeepSpeed's double ipg buffer)
-  uint64_t prefetch_bucket_elements = 50'000'000;          // stage 3: stage3_prefetch_bucket_size
-  uint64_t param_persistence_threshold = 100'000;          // stage 3: units at most this large stay gathered
-  uint64_t max_live_parameters = 1'000'000'000;            // stage 3: gathered elements alive at once
+  uint64_t prefetch_bucket_elements = 50'000'000;  // stage 3: stage3_prefetch_bucket_size
+  uint64_t param_persistence_threshold = 100'000;  // stage 3: units at most this large stay gathered
+  uint64_t max_live_parameters = 1'000'000'000;    // stage 3: gathered elements alive at once
 };
 
 // PyTorch FullyShardedDataParallel's knobs.
@@ -114,8 +114,8 @@ struct HostTraffic {
 };
 
 struct StepResult {
-  float loss = 0;          // this rank's mean loss over its micro-batches
-  double grad_norm = 0;    // global norm of the mean gradient, before clipping
+  float loss = 0;        // this rank's mean loss over its micro-batches
+  double grad_norm = 0;  // global norm of the mean gradient, before clipping
   double seconds = 0;
 };
 

@@ -51,13 +51,13 @@ class PartitionedOptimizer final : public Strategy {
       }
       unit_grads_.resize(static_cast<size_t>(model_.num_units()));
     }
-    optimizer_ = std::make_unique<optim::AdamWState>(optimizer_device(), recipe, shard_.shard, "ZeRO optimizer partition");
+    optimizer_ =
+        std::make_unique<optim::AdamWState>(optimizer_device(), recipe, shard_.shard, "ZeRO optimizer partition");
 
     std::vector<float> master(device_.holds_data() ? shard_.shard : 0);  // host scratch: the shard's initial values
     for (int u = 0; u < model_.num_units(); ++u) {
       const size_t at = flat_.offset[u];
-      init_into(model_, u, options_.seed, 0, flat_.count[u], element(params_.data(), recipe.params, at),
-                recipe.params);
+      init_into(model_, u, options_.seed, 0, flat_.count[u], element(params_.data(), recipe.params, at), recipe.params);
       size_t lo = 0, hi = 0;
       shard_.intersect(at, at + flat_.count[u], lo, hi);
       init_into(model_, u, options_.seed, lo - at, hi - lo,
@@ -67,7 +67,8 @@ class PartitionedOptimizer final : public Strategy {
       model_.bind_weights(u, element(params_.data(), recipe.params, at));
       if (stage_ == 1) model_.bind_grads(u, element(grads_.data(), recipe.grads, at));
     }
-    if (device_.holds_data()) optimizer_->load_master(optim::ConstElementSpan(master.data(), master.size(), DType::kF32));
+    if (device_.holds_data())
+      optimizer_->load_master(optim::ConstElementSpan(master.data(), master.size(), DType::kF32));
   }
 
   std::vector<float> full_weights(int unit) override {
@@ -178,8 +179,8 @@ class PartitionedOptimizer final : public Strategy {
     const DType dtype = options_.recipe.grads;
     size_t begin = 0, end = 0;
     shard_blocks(lo, hi, begin, end);
-    world_.reduce_scatter_v(data, element(data, dtype, begin - lo), block_counts(lo, hi), dtype,
-                            coll::ReduceOp::kAvg, phase);
+    world_.reduce_scatter_v(data, element(data, dtype, begin - lo), block_counts(lo, hi), dtype, coll::ReduceOp::kAvg,
+                            phase);
   }
 
   void* bucket_at(size_t flat_index) {
@@ -197,8 +198,8 @@ class PartitionedOptimizer final : public Strategy {
     size_t begin = 0, end = 0;
     shard_blocks(bucket_lo_, bucket_hi_, begin, end);
     if (end > begin) {  // this rank's shard meets the bucket
-      accumulate(element(data, dtype, begin - bucket_lo_), dtype,
-                 element(grads_.data(), dtype, begin - shard_.offset), dtype, end - begin);
+      accumulate(element(data, dtype, begin - bucket_lo_), dtype, element(grads_.data(), dtype, begin - shard_.offset),
+                 dtype, end - begin);
     }
     bucket_lo_ = bucket_hi_ = 0;
     current_bucket_ = (current_bucket_ + 1) % buckets_.size();
@@ -207,8 +208,8 @@ class PartitionedOptimizer final : public Strategy {
   int stage_;
   FlatLayout flat_;
   ShardInfo shard_;
-  Buffer params_;  // [N·S] recipe.params, every unit whole
-  Buffer grads_;   // stage 1: [N·S]; stage 2: [S], this rank's partition
+  Buffer params_;                   // [N·S] recipe.params, every unit whole
+  Buffer grads_;                    // stage 1: [N·S]; stage 2: [S], this rank's partition
   std::vector<Buffer> buckets_;     // stage 2: [B] each
   std::vector<Buffer> unit_grads_;  // stage 2: [n_u] while unit u's backward runs
   size_t bucket_capacity_ = 0;

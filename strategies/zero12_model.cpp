@@ -16,8 +16,7 @@
 
 namespace emu::strategy {
 
-uint64_t predict_zero12(const StrategyOptions& options, const AnalyticInput& input, int stage,
-                        Prediction& prediction) {
+uint64_t predict_zero12(const StrategyOptions& options, const AnalyticInput& input, int stage, Prediction& prediction) {
   const int world = input.world;
   const uint64_t parameters = input.parameter_count();
   const uint64_t padded_parameters = padded_elements(parameters, world);

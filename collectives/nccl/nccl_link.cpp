@@ -24,7 +24,7 @@
     const ncclResult_t emu_nccl_rc_ = (call);                                                                 \
     if (emu_nccl_rc_ != ncclSuccess) [[unlikely]] {                                                           \
       ::emu::fatal(::fmt::format("NCCL call failed: {}: {} ({}); hint: NCCL_DEBUG=WARN shows NCCL's reason; " \
-                                 "NCCL needs one GPU per rank",                                              \
+                                 "NCCL needs one GPU per rank",                                               \
                                  #call, ncclGetErrorString(emu_nccl_rc_), ncclGetLastError(nullptr)),         \
                    __FILE__, __LINE__);                                                                       \
     }                                                                                                         \
@@ -93,8 +93,7 @@ class NcclLink final : public Link {
         EMU_NCCL_CHECK(ncclBroadcast(call.send, call.recv, call.count, type, call.root, nccl_, stream_));
         break;
       case Kind::kReduce:
-        EMU_NCCL_CHECK(
-            ncclReduce(call.send, call.recv, call.count, type, nccl_op(call.op), call.root, nccl_, stream_));
+        EMU_NCCL_CHECK(ncclReduce(call.send, call.recv, call.count, type, nccl_op(call.op), call.root, nccl_, stream_));
         break;
       case Kind::kAllToAll: all_to_all(call, type); break;
       case Kind::kBarrier:
@@ -150,8 +149,8 @@ class NcclLink final : public Link {
     for (int r = 0; r < size_; ++r) {
       const auto i = static_cast<size_t>(r);
       if (blocks.count[i] == 0) continue;
-      EMU_NCCL_CHECK(ncclBroadcast(call.send, at_bytes(call.recv, blocks.offset[i], call.dtype), blocks.count[i],
-                                   type, r, nccl_, stream_));
+      EMU_NCCL_CHECK(ncclBroadcast(call.send, at_bytes(call.recv, blocks.offset[i], call.dtype), blocks.count[i], type,
+                                   r, nccl_, stream_));
     }
     EMU_NCCL_CHECK(ncclGroupEnd());
   }

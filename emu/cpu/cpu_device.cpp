@@ -28,8 +28,6 @@ class CpuDevice final : public Device {
 
 }  // namespace
 
-std::unique_ptr<Device> make_cpu_device(MemoryPool::Options options) {
-  return std::make_unique<CpuDevice>(options);
-}
+std::unique_ptr<Device> make_cpu_device(MemoryPool::Options options) { return std::make_unique<CpuDevice>(options); }
 
 }  // namespace emu

@@ -64,9 +64,7 @@ class CpuOps final : public Ops {
   void gelu_backward(const float* dy, const float* x, float* dx, size_t n) override {
     cpu::gelu_backward(dy, x, dx, n);
   }
-  void swiglu_forward(const float* g, const float* u, float* y, size_t n) override {
-    cpu::swiglu_forward(g, u, y, n);
-  }
+  void swiglu_forward(const float* g, const float* u, float* y, size_t n) override { cpu::swiglu_forward(g, u, y, n); }
   void swiglu_backward(const float* dy, const float* g, const float* u, float* dg, float* du, size_t n) override {
     cpu::swiglu_backward(dy, g, u, dg, du, n);
   }

@@ -26,9 +26,7 @@ struct AttentionGeometry {
   // Element offsets of head h's (or kv head g's) block in token row b·s + i.
   __device__ int64_t q_at(int64_t b, int64_t h, int64_t i) const { return (b * seq + i) * q_stride + h * head_dim; }
   __device__ int64_t kv_at(int64_t b, int64_t g, int64_t j) const { return (b * seq + j) * kv_stride + g * head_dim; }
-  __device__ int64_t out_at(int64_t b, int64_t h, int64_t i) const {
-    return (b * seq + i) * out_stride + h * head_dim;
-  }
+  __device__ int64_t out_at(int64_t b, int64_t h, int64_t i) const { return (b * seq + i) * out_stride + h * head_dim; }
   // Index of row i of head h in the [b, a, s] arrays (lse, D); times s, the start of its row in [b, a, s, s].
   __device__ int64_t row_at(int64_t b, int64_t h, int64_t i) const { return (b * heads + h) * seq + i; }
 };
@@ -110,8 +108,8 @@ __device__ inline float attention_p(const AttentionGeometry& g, const float* q, 
 }
 
 // dS_ij = P_ij · (dout_i · v_j − D_i).
-__device__ inline float attention_ds(const AttentionGeometry& g, const float* v, const float* dout,
-                                     const float* d_rows, float p, int64_t b, int64_t h, int64_t i, int64_t j) {
+__device__ inline float attention_ds(const AttentionGeometry& g, const float* v, const float* dout, const float* d_rows,
+                                     float p, int64_t b, int64_t h, int64_t i, int64_t j) {
   const float dp = dot(dout + g.out_at(b, h, i), v + g.kv_at(b, h / g.group, j), g.head_dim);
   return p * (dp - d_rows[g.row_at(b, h, i)]);
 }
@@ -119,8 +117,8 @@ __device__ inline float attention_ds(const AttentionGeometry& g, const float* v,
 // One block per query row, blockIdx.x = row_at(b, h, i); ds [s] (dynamic shared) holds the row of dS.
 // dq_i = dS_i · k / √d overwritten; dscores' full row (zeros above the diagonal) written when not null.
 __global__ void k_attention_backward_dq(AttentionGeometry g, const float* q, const float* k, const float* v,
-                                        const float* probs, const float* lse, const float* dout,
-                                        const float* d_rows, float* dq, float* dscores) {
+                                        const float* probs, const float* lse, const float* dout, const float* d_rows,
+                                        float* dq, float* dscores) {
   extern __shared__ float ds[];
   const int64_t r = blockIdx.x, i = r % g.seq, h = (r / g.seq) % g.heads, b = r / (g.seq * g.heads);
   const int64_t kvh = h / g.group;
@@ -144,8 +142,8 @@ __global__ void k_attention_backward_dq(AttentionGeometry g, const float* q, con
 // for i ≥ j of one query head at a time. Over the group's query heads in order: dk_j = Σ dSᵀ·q / √d and
 // dv_j = Σ Pᵀ·dout, overwritten by the first head, added to by the rest (the CPU's order).
 __global__ void k_attention_backward_dkdv(AttentionGeometry g, const float* q, const float* k, const float* v,
-                                          const float* probs, const float* dscores, const float* lse,
-                                          const float* dout, const float* d_rows, float* dk, float* dv) {
+                                          const float* probs, const float* dscores, const float* lse, const float* dout,
+                                          const float* d_rows, float* dk, float* dv) {
   extern __shared__ float column[];
   const int64_t r = blockIdx.x, j = r % g.seq, kvh = (r / g.seq) % g.kv_heads, b = r / (g.seq * g.kv_heads);
   const int64_t n = g.seq - j;  // query rows i = j .. s − 1
@@ -157,8 +155,8 @@ __global__ void k_attention_backward_dkdv(AttentionGeometry g, const float* q, c
     for (int64_t i = j + threadIdx.x; i < g.seq; i += blockDim.x) {
       const float p = attention_p(g, q, k, probs, lse, b, h, i, j);
       p_col[i - j] = p;
-      ds_col[i - j] = dscores != nullptr ? dscores[g.row_at(b, h, i) * g.seq + j]
-                                         : attention_ds(g, v, dout, d_rows, p, b, h, i, j);
+      ds_col[i - j] =
+          dscores != nullptr ? dscores[g.row_at(b, h, i) * g.seq + j] : attention_ds(g, v, dout, d_rows, p, b, h, i, j);
     }
     __syncthreads();
     for (int64_t e = threadIdx.x; e < g.head_dim; e += blockDim.x) {
@@ -177,8 +175,8 @@ __global__ void k_attention_backward_dkdv(AttentionGeometry g, const float* q, c
 // Checks the shape and returns the number of query-row blocks, b·a·s (0: nothing to do).
 unsigned attention_blocks(const AttentionShape& shape, const char* op) {
   if (shape.batch == 0 || shape.seq == 0 || shape.heads == 0) return 0;
-  EMU_CUDA_REQUIRE(shape.batch > 0 && shape.seq > 0 && shape.heads > 0 && shape.head_dim > 0 &&
-                       shape.kv_heads > 0 && shape.heads % shape.kv_heads == 0,
+  EMU_CUDA_REQUIRE(shape.batch > 0 && shape.seq > 0 && shape.heads > 0 && shape.head_dim > 0 && shape.kv_heads > 0 &&
+                       shape.heads % shape.kv_heads == 0,
                    std::string(op) + ": bad shape (batch " + std::to_string(shape.batch) + ", seq " +
                        std::to_string(shape.seq) + ", heads " + std::to_string(shape.heads) + ", kv_heads " +
                        std::to_string(shape.kv_heads) + ", head_dim " + std::to_string(shape.head_dim) +
@@ -197,12 +195,12 @@ void allow_shared(void (*kernel)(Params...), size_t bytes, int64_t seq, int floa
   cudaFuncAttributes attributes{};
   EMU_CUDA_CHECK(cudaFuncGetAttributes(&attributes, kernel));
   const size_t limit = shared_per_block - attributes.sharedSizeBytes;
-  EMU_CUDA_REQUIRE(bytes <= limit,
-                   std::string(op) + ": seq = " + std::to_string(seq) + " needs " + std::to_string(bytes) +
-                       " bytes of shared memory per block (" + std::to_string(floats_per_seq) +
-                       " fp32 per position), over this GPU's limit of " + std::to_string(limit) +
-                       " bytes: the CUDA attention kernels take seq <= " +
-                       std::to_string(limit / (sizeof(float) * floats_per_seq)));
+  EMU_CUDA_REQUIRE(
+      bytes <= limit,
+      std::string(op) + ": seq = " + std::to_string(seq) + " needs " + std::to_string(bytes) +
+          " bytes of shared memory per block (" + std::to_string(floats_per_seq) +
+          " fp32 per position), over this GPU's limit of " + std::to_string(limit) +
+          " bytes: the CUDA attention kernels take seq <= " + std::to_string(limit / (sizeof(float) * floats_per_seq)));
   EMU_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
 }
 
@@ -218,9 +216,9 @@ void attention_forward(const AttentionShape& shape, const float* q, const float*
   EMU_CUDA_CHECK_LAUNCH();
 }
 
-void attention_backward(const AttentionShape& shape, const float* q, const float* k, const float* v,
-                        const float* probs, const float* lse, const float* out, const float* dout, float* dq,
-                        float* dk, float* dv, float* dscores, size_t shared_per_block, Ops& scratch) {
+void attention_backward(const AttentionShape& shape, const float* q, const float* k, const float* v, const float* probs,
+                        const float* lse, const float* out, const float* dout, float* dq, float* dk, float* dv,
+                        float* dscores, size_t shared_per_block, Ops& scratch) {
   const unsigned blocks = attention_blocks(shape, "attention_backward");
   if (blocks == 0) return;
   const AttentionGeometry g = geometry(shape);
@@ -232,8 +230,7 @@ void attention_backward(const AttentionShape& shape, const float* q, const float
   k_attention_backward_dq<<<blocks, kThreads, shared>>>(g, q, k, v, probs, lse, dout, d_rows, dq, dscores);
   EMU_CUDA_CHECK_LAUNCH();
   const unsigned kv_blocks = static_cast<unsigned>(shape.batch * shape.kv_heads * shape.seq);
-  k_attention_backward_dkdv<<<kv_blocks, kThreads, 2 * shared>>>(g, q, k, v, probs, dscores, lse, dout, d_rows,
-                                                                 dk, dv);
+  k_attention_backward_dkdv<<<kv_blocks, kThreads, 2 * shared>>>(g, q, k, v, probs, dscores, lse, dout, d_rows, dk, dv);
   EMU_CUDA_CHECK_LAUNCH();
   scratch.scratch_free(d_rows, sizeof(float) * blocks);
 }

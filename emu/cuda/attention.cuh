@@ -13,8 +13,8 @@ void attention_forward(const AttentionShape& shape, const float* q, const float*
                        float* out, float* lse, size_t shared_per_block);
 // Classic passes probs and dscores (dS written there by the dq pass, read by the dk/dv pass); flash passes lse and
 // null probs and dscores. The row dots D [b, a, s] live in `scratch`'s scratch for the call.
-void attention_backward(const AttentionShape& shape, const float* q, const float* k, const float* v,
-                        const float* probs, const float* lse, const float* out, const float* dout, float* dq,
-                        float* dk, float* dv, float* dscores, size_t shared_per_block, Ops& scratch);
+void attention_backward(const AttentionShape& shape, const float* q, const float* k, const float* v, const float* probs,
+                        const float* lse, const float* out, const float* dout, float* dq, float* dk, float* dv,
+                        float* dscores, size_t shared_per_block, Ops& scratch);
 
 }  // namespace emu::cuda

@@ -30,7 +30,7 @@ std::string_view hint(cudaError_t rc) {
 
 void cuda_failed(const char* call, cudaError_t rc, const char* file, int line) {
   fatal(fmt::format("CUDA call failed: {}: {} ({}); hint: {}", call, cudaGetErrorString(rc), cudaGetErrorName(rc),
-                     hint(rc)),
+                    hint(rc)),
         file, line);
 }
 

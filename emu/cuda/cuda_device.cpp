@@ -20,8 +20,7 @@ uint64_t free_bytes(uint64_t* total = nullptr) {
 
 class CudaDevice final : public Device {
  public:
-  CudaDevice(MemoryPool::Options options, int gpu, Memory memory)
-      : Device(options), gpu_(gpu), memory_kind_(memory) {
+  CudaDevice(MemoryPool::Options options, int gpu, Memory memory) : Device(options), gpu_(gpu), memory_kind_(memory) {
     EMU_CUDA_CHECK(cudaSetDevice(gpu_));
     EMU_CUDA_CHECK(cudaFree(nullptr));  // creates the context now, so its memory shows in cudaMemGetInfo
     uint64_t total = 0;

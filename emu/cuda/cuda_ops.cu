@@ -112,8 +112,8 @@ __global__ void k_rmsnorm_backward_dw(const float* dy, const float* x, const flo
     dw[j] = sum;
   }
 }
-__global__ void k_layernorm_forward(const float* x, const float* w, const float* b, float* y, float* mean,
-                                    float* rstd, int64_t dim, float eps) {
+__global__ void k_layernorm_forward(const float* x, const float* w, const float* b, float* y, float* mean, float* rstd,
+                                    int64_t dim, float eps) {
   const float* xr = x + blockIdx.x * dim;
   float* yr = y + blockIdx.x * dim;
   double sum = 0;
@@ -290,8 +290,8 @@ class CudaOps final : public Ops {
                       int64_t out, WeightLayout layout) override {
     linear_forward_typed(x, w, CUDA_R_32F, bias, y, rows, in, out, layout);
   }
-  void linear_forward_bf16(const uint16_t* x, const uint16_t* w, const float* bias, float* y, int64_t rows,
-                           int64_t in, int64_t out, WeightLayout layout) override {
+  void linear_forward_bf16(const uint16_t* x, const uint16_t* w, const float* bias, float* y, int64_t rows, int64_t in,
+                           int64_t out, WeightLayout layout) override {
     linear_forward_typed(x, w, CUDA_R_16BF, bias, y, rows, in, out, layout);
   }
   void linear_backward(const float* x, const float* w, const float* dy, float* dx, float* dw, float* dbias,
@@ -361,8 +361,7 @@ class CudaOps final : public Ops {
     launch(k_embedding_backward, size_t(dim), tokens, dy, dtable, dpositions, rows, seq, dim);
   }
 
-  double cross_entropy(float* logits, const int32_t* targets, int64_t rows, int64_t vocab,
-                       float grad_scale) override {
+  double cross_entropy(float* logits, const int32_t* targets, int64_t rows, int64_t vocab, float grad_scale) override {
     if (rows == 0) return 0;
     double* loss = nullptr;
     int* bad = nullptr;
@@ -387,8 +386,8 @@ class CudaOps final : public Ops {
                                  float* probs, float* out) override {
     attention_forward(shape, q, k, v, probs, out, nullptr, shared_per_block_);
   }
-  void attention_forward_flash(const AttentionShape& shape, const float* q, const float* k, const float* v,
-                               float* out, float* lse) override {
+  void attention_forward_flash(const AttentionShape& shape, const float* q, const float* k, const float* v, float* out,
+                               float* lse) override {
     attention_forward(shape, q, k, v, nullptr, out, lse, shared_per_block_);
   }
   void attention_backward_classic(const AttentionShape& shape, const float* q, const float* k, const float* v,
@@ -439,13 +438,13 @@ class CudaOps final : public Ops {
             int64_t ldc) {
     if (m == 0 || n == 0) return;
     EMU_CUBLAS_CHECK(cublasGemmEx(blas_, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                  as_int(n, "n"), as_int(m, "m"), as_int(k, "k"), &alpha, b, b_type,
-                                  as_int(ldb, "ldb"), a, a_type, as_int(lda, "lda"), &beta, c, CUDA_R_32F,
-                                  as_int(ldc, "ldc"), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+                                  as_int(n, "n"), as_int(m, "m"), as_int(k, "k"), &alpha, b, b_type, as_int(ldb, "ldb"),
+                                  a, a_type, as_int(lda, "lda"), &beta, c, CUDA_R_32F, as_int(ldc, "ldc"),
+                                  CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
   }
 
-  void linear_forward_typed(const void* x, const void* w, cudaDataType type, const float* bias, float* y,
-                            int64_t rows, int64_t in, int64_t out, WeightLayout layout) {
+  void linear_forward_typed(const void* x, const void* w, cudaDataType type, const float* bias, float* y, int64_t rows,
+                            int64_t in, int64_t out, WeightLayout layout) {
     float beta = 0;
     if (bias != nullptr) {
       launch(k_fill_rows, size_t(rows * out), bias, y, rows, out);

@@ -19,9 +19,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static emu::fuzz::ScratchFile scratch("tokens.bin");
   if (size < kArgumentBytes) return 0;
   const auto width = (data[0] & 1) != 0 ? emu::data::TokenWidth::kU32 : emu::data::TokenWidth::kU16;
-  const auto raw_vocab = static_cast<int32_t>(static_cast<uint32_t>(data[1]) | static_cast<uint32_t>(data[2]) << 8 |
-                                              static_cast<uint32_t>(data[3]) << 16 |
-                                              static_cast<uint32_t>(data[4]) << 24);
+  const auto raw_vocab =
+      static_cast<int32_t>(static_cast<uint32_t>(data[1]) | static_cast<uint32_t>(data[2]) << 8 |
+                           static_cast<uint32_t>(data[3]) << 16 | static_cast<uint32_t>(data[4]) << 24);
   const int64_t vocab = raw_vocab + ((data[0] & 2) != 0 ? int64_t{1} << 31 : 0);
   const int64_t seq_len = int64_t{data[5]} + 1;
   const auto& path = scratch.write(data + kArgumentBytes, size - kArgumentBytes);

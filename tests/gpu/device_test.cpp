@@ -4,8 +4,8 @@
 
 #include <vector>
 
-#include "emu/check.h"
 #include "emu/backend.h"
+#include "emu/check.h"
 #include "emu/ops.h"
 #include "emu/units.h"
 #include "tests/gpu/gpu_test_support.h"

@@ -17,8 +17,8 @@ inline constexpr const char* kNoGpu =
     "GPU machine";
 
 // Skips the current test unless a GPU is visible.
-#define EMU_REQUIRE_GPU()                                                 \
-  do {                                                                    \
+#define EMU_REQUIRE_GPU()                                                      \
+  do {                                                                         \
     if (::emu::cuda::device_count() == 0) GTEST_SKIP() << ::emu::test::kNoGpu; \
   } while (0)
 

@@ -129,8 +129,8 @@ TEST_P(CudaLinearParity, BackwardAccumulatesWeightAndBiasGradients) {
   for (bool accumulate_dx : {false, true}) {
     auto dx = random_floats(rows * in, 10), dw = random_floats(in * out, 11), db = random_floats(out, 12);
     DeviceArray<float> gx(x), gw(w), gdy(dy), gdx(dx), gdw(dw), gdb(db);
-    k::linear_backward(x.data(), w.data(), dy.data(), dx.data(), dw.data(), db.data(), rows, in, out,
-                       GetParam(), accumulate_dx);
+    k::linear_backward(x.data(), w.data(), dy.data(), dx.data(), dw.data(), db.data(), rows, in, out, GetParam(),
+                       accumulate_dx);
     ops_->linear_backward(gx, gw, gdy, gdx, gdw, gdb, rows, in, out, GetParam(), accumulate_dx);
     expect_close(gdx.back(), dx, 1e-4, 1e-4, "dx");
     expect_close(gdw.back(), dw, 1e-4, 1e-4, "dw");
@@ -319,9 +319,7 @@ struct AttentionCase {
   }
   size_t elements() const { return size_t(rows() * (heads + 2 * kv_heads) * head_dim); }
   size_t k_offset() const { return size_t(fused ? heads * head_dim : rows() * heads * head_dim); }
-  size_t v_offset() const {
-    return size_t(fused ? 2 * heads * head_dim : rows() * (heads + kv_heads) * head_dim);
-  }
+  size_t v_offset() const { return size_t(fused ? 2 * heads * head_dim : rows() * (heads + kv_heads) * head_dim); }
   size_t out_elements() const { return size_t(rows() * heads * head_dim); }
   size_t lse_elements() const { return size_t(batch * heads * seq); }
   size_t probs_elements() const { return lse_elements() * size_t(seq); }
@@ -341,19 +339,19 @@ TEST_P(CudaAttentionParity, Classic) {
   const auto qkv = random_floats(c.elements(), 70), dout = random_floats(c.out_elements(), 71);
   auto probs = random_floats(c.probs_elements(), 72), out = random_floats(c.out_elements(), 73);
   DeviceArray<float> gqkv(qkv), gdout(dout), gprobs(probs), gout(out);
-  k::attention_forward_classic(shape, qkv.data(), qkv.data() + c.k_offset(), qkv.data() + c.v_offset(),
-                               probs.data(), out.data());
+  k::attention_forward_classic(shape, qkv.data(), qkv.data() + c.k_offset(), qkv.data() + c.v_offset(), probs.data(),
+                               out.data());
   ops_->attention_forward_classic(shape, gqkv, gqkv + c.k_offset(), gqkv + c.v_offset(), gprobs, gout);
   expect_close(gprobs.back(), probs, kAttentionAtol, kAttentionRtol, "classic probs");
   expect_close(gout.back(), out, kAttentionAtol, kAttentionRtol, "classic out");
 
   auto dqkv = random_floats(c.elements(), 74), dscores = random_floats(c.probs_elements(), 75);
   DeviceArray<float> gprobs_cpu(probs), gout_cpu(out), gdqkv(dqkv), gdscores(dscores);
-  k::attention_backward_classic(shape, qkv.data(), qkv.data() + c.k_offset(), qkv.data() + c.v_offset(),
-                                probs.data(), out.data(), dout.data(), dqkv.data(), dqkv.data() + c.k_offset(),
+  k::attention_backward_classic(shape, qkv.data(), qkv.data() + c.k_offset(), qkv.data() + c.v_offset(), probs.data(),
+                                out.data(), dout.data(), dqkv.data(), dqkv.data() + c.k_offset(),
                                 dqkv.data() + c.v_offset(), dscores.data());
-  ops_->attention_backward_classic(shape, gqkv, gqkv + c.k_offset(), gqkv + c.v_offset(), gprobs_cpu, gout_cpu,
-                                   gdout, gdqkv, gdqkv + c.k_offset(), gdqkv + c.v_offset(), gdscores);
+  ops_->attention_backward_classic(shape, gqkv, gqkv + c.k_offset(), gqkv + c.v_offset(), gprobs_cpu, gout_cpu, gdout,
+                                   gdqkv, gdqkv + c.k_offset(), gdqkv + c.v_offset(), gdscores);
   expect_close(gdscores.back(), dscores, kAttentionAtol, kAttentionRtol, "classic dscores");
   expect_close(gdqkv.back(), dqkv, kAttentionAtol, kAttentionRtol, "classic dq, dk, dv");
 }
@@ -438,7 +436,8 @@ TEST_P(CudaAdamWParity, MatchesTheCpuUpdate) {
   const AdamWCase c = GetParam();
   const size_t n = 2049;
   auto w = as_bytes(random_floats(n, 40), c.weights), g = as_bytes(random_floats(n, 41), c.grads);
-  auto m = as_bytes(random_floats(n, 42, -0.1f, 0.1f), c.moments), v = as_bytes(random_floats(n, 43, 0, 0.01f), c.moments);
+  auto m = as_bytes(random_floats(n, 42, -0.1f, 0.1f), c.moments),
+       v = as_bytes(random_floats(n, 43, 0, 0.01f), c.moments);
   std::vector<uint16_t> copy(c.copy ? n : 0);
   DeviceArray<uint8_t> gw(w), gm(m), gv(v), gg(g);
   DeviceArray<uint16_t> gcopy(copy);
@@ -448,8 +447,8 @@ TEST_P(CudaAdamWParity, MatchesTheCpuUpdate) {
   config.weight_decay = 0.1;
   const int64_t t = 7;
   const float grad_scale = 0.5f;
-  const std::vector<optim::DecayRange> decay = c.decay ? std::vector<optim::DecayRange>{{0, n}}
-                                                       : std::vector<optim::DecayRange>{};
+  const std::vector<optim::DecayRange> decay =
+      c.decay ? std::vector<optim::DecayRange>{{0, n}} : std::vector<optim::DecayRange>{};
   optim::AdamWStep step;
   step.weights = optim::ElementSpan(w.data(), n, c.weights);
   step.m = optim::ElementSpan(m.data(), n, c.moments);

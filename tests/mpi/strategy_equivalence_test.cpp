@@ -74,7 +74,8 @@ std::vector<Case> cases() {
     all.push_back({name, model::Style::kLlama, optim::Recipe::kFp32, 2});
     all.push_back({name, model::Style::kGpt2, optim::Recipe::kFp32, 1});
   }
-  for (const char* name : {"ddp", "zero2", "fsdp"}) all.push_back({name, model::Style::kLlama, optim::Recipe::kMixed, 1});
+  for (const char* name : {"ddp", "zero2", "fsdp"})
+    all.push_back({name, model::Style::kLlama, optim::Recipe::kMixed, 1});
   return all;
 }
 

@@ -72,8 +72,8 @@ inline strategy::StrategyOptions test_options(std::string_view name, optim::Reci
 }
 
 struct Trace {
-  std::vector<float> losses;                 // per step, mean over the global batch
-  std::vector<std::vector<float>> weights;   // per unit, fp32, after the last step
+  std::vector<float> losses;                // per step, mean over the global batch
+  std::vector<std::vector<float>> weights;  // per unit, fp32, after the last step
 };
 
 // Single device, the whole global batch: N·b sequences per micro-batch, `accumulation` micro-batches per step.
@@ -115,8 +115,8 @@ inline Trace run_reference(model::Style style, const strategy::StrategyOptions& 
     const float lr = options.schedule.lr_at(step + 1, options.adamw.lr);
     for (int u = 0; u < units; ++u) {
       const auto decay = strategy::decay_ranges(model.layout(u), 0);
-      optimizers[u]->step(options.adamw, optim::ElementSpan::of(weights[u]), optim::ConstElementSpan::of(grads[u]),
-                          0, decay, lr, clip / accumulation);
+      optimizers[u]->step(options.adamw, optim::ElementSpan::of(weights[u]), optim::ConstElementSpan::of(grads[u]), 0,
+                          decay, lr, clip / accumulation);
       std::memset(grads[u].data(), 0, grads[u].bytes());
     }
     trace.losses.push_back(static_cast<float>(loss / accumulation));

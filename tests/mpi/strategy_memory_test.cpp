@@ -149,10 +149,11 @@ TEST(Zero, PaperFigureOne) {
   strategy::StrategyOptions zero3;
   strategy::set_kind(zero3, "zero3");
   const auto p3 = strategy::predict(zero3, input);
-  EXPECT_NEAR(static_cast<double>(p3.model_state_bytes() - p3.peak[Category::kParameters] -
-                                  p3.peak[Category::kGradients]) / 1e9 +
-                  7.5 * 4 / 64,
-              1.9, 0.05);
+  EXPECT_NEAR(
+      static_cast<double>(p3.model_state_bytes() - p3.peak[Category::kParameters] - p3.peak[Category::kGradients]) /
+              1e9 +
+          7.5 * 4 / 64,
+      1.9, 0.05);
 }
 
 }  // namespace

@@ -30,8 +30,7 @@ TEST(Oom, OnlySomeRanksRunOutAndEveryRankGetsTheSameReport) {
   const uint64_t need = measured_peak("zero2");
   // Odd ranks get a cap just below what the step needs, even ranks plenty.
   const uint64_t cap = rank % 2 == 1 ? need - need / 10 : need * 2;
-  auto run = run_strategy(model::Style::kLlama, test_options("zero2", optim::Recipe::kMixed), 1, 2,
-                          recording_cap(cap));
+  auto run = run_strategy(model::Style::kLlama, test_options("zero2", optim::Recipe::kMixed), 1, 2, recording_cap(cap));
   auto control = run->world->split(0, rank, "control");
   const strategy::OomVerdict verdict = strategy::agree_on_oom(run->device->memory(), *control);
   std::vector<int> expected;

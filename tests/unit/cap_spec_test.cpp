@@ -48,8 +48,8 @@ TEST(CapSpec, UnscaledCapStandsForKSquaredAtFullScale) {
 }
 
 TEST(CapSpec, BadFormsAreRejectedWithTheAcceptedForms) {
-  for (const char* bad : {"", "40", "GB", "40XB", "-40GB", "0GB", "none-scaled", "40GB-scaled-scaled", "a100",
-                          "40 GB", "1e3GB", "nan GB", "40GB-scale", "0.0000000001B", "99999999999TB"}) {
+  for (const char* bad : {"", "40", "GB", "40XB", "-40GB", "0GB", "none-scaled", "40GB-scaled-scaled", "a100", "40 GB",
+                          "1e3GB", "nan GB", "40GB-scale", "0.0000000001B", "99999999999TB"}) {
     try {
       parse_cap_spec(bad);
       ADD_FAILURE() << "'" << bad << "' was accepted";

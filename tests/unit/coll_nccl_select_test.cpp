@@ -28,8 +28,9 @@ TEST(NcclAlgoSetting, AlgorithmsNcclDoesNotRunAreBadInput) {
     nccl_algo_setting("all_reduce=rhd");
     FAIL() << "rhd accepted";
   } catch (const InputError& error) {
-    EXPECT_NE(std::string(error.what()).find("all_reduce=rhd: over NCCL the collectives run inside NCCL, which offers "
-                                             "ring and tree for all_reduce"),
+    EXPECT_NE(std::string(error.what())
+                  .find("all_reduce=rhd: over NCCL the collectives run inside NCCL, which offers "
+                        "ring and tree for all_reduce"),
               std::string::npos)
         << error.what();
   }

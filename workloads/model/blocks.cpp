@@ -34,8 +34,8 @@ AttentionShape attention_shape(const ModelConfig& c) {
 }
 
 // The attention core on q, k, v, shared by both styles: saves probs or lse, writes attn.
-void attention_forward(const BlockEnv& env, const AttentionShape& shape, BlockSaved& s, const float* q,
-                       const float* k, const float* v, Category category) {
+void attention_forward(const BlockEnv& env, const AttentionShape& shape, BlockSaved& s, const float* q, const float* k,
+                       const float* v, Category category) {
   const ModelConfig& c = env.config;
   const DType dt = env.options.compute;
   if (env.options.attention == Attention::kClassic) {
@@ -56,8 +56,8 @@ void attention_forward(const BlockEnv& env, const AttentionShape& shape, BlockSa
 }
 
 // Fills dq, dk, dv (strided as `shape` says) from dattn; releases probs or lse and attn.
-void attention_backward(const BlockEnv& env, const AttentionShape& shape, BlockSaved& s, const float* q,
-                        const float* k, const float* v, const float* dattn, float* dq, float* dk, float* dv) {
+void attention_backward(const BlockEnv& env, const AttentionShape& shape, BlockSaved& s, const float* q, const float* k,
+                        const float* v, const float* dattn, float* dq, float* dk, float* dv) {
   const ModelConfig& c = env.config;
   if (env.options.attention == Attention::kClassic) {
     Buffer dscores = env.allocate(size_t(c.batch * c.heads * c.seq * c.seq), env.options.compute,
