@@ -13,7 +13,7 @@ packages=(
   build-essential cmake ninja-build pkg-config
   openmpi-bin libopenmpi-dev libopenblas-dev libeigen3-dev libhwloc-dev libgtest-dev
   libcli11-dev nlohmann-json3-dev libfmt-dev
-  clang libclang-rt-14-dev
+  clang libclang-rt-14-dev clang-format clang-tidy
 )
 
 missing=()
