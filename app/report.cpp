@@ -89,7 +89,7 @@ std::string format_report(const RunReport& r) {
   out += fmt::format("{:<14} {:>11} {:>14} {:>11} {:>11} {:>11} {:>9} | {:>9} {:>9}\n", "traffic/rank", "all-reduce",
                      "reduce-scatter", "all-gather", "total GB", "predicted", "PCIe GB", "step s", "loss");
   for (const StrategyOutcome& o : r.outcomes) {
-    const auto sent = [&](coll::Kind kind) {
+    const auto sent = [&](coll::CollectiveKind kind) {
       const auto it = o.traffic_per_step.find(kind);
       return it == o.traffic_per_step.end() ? 0.0 : static_cast<double>(it->second.sent);
     };
@@ -102,8 +102,9 @@ std::string format_report(const RunReport& r) {
                                                   : std::accumulate(o.step_seconds.begin(), o.step_seconds.end(), 0.0) /
                                                         static_cast<double>(o.step_seconds.size());
     out += fmt::format("{:<14} {:>11} {:>14} {:>11} {:>11} {:>11} {:>9} | {:>9} {:>9}\n", o.name,
-                       gb(sent(coll::Kind::kAllReduce) * scale), gb(sent(coll::Kind::kReduceScatter) * scale),
-                       gb(sent(coll::Kind::kAllGather) * scale), gb(total * scale), gb(predicted * scale),
+                       gb(sent(coll::CollectiveKind::kAllReduce) * scale),
+                       gb(sent(coll::CollectiveKind::kReduceScatter) * scale),
+                       gb(sent(coll::CollectiveKind::kAllGather) * scale), gb(total * scale), gb(predicted * scale),
                        gb(pcie * scale), r.plan ? "-" : fmt::format("{:.3f}", seconds),
                        o.losses.empty() || r.plan ? "-" : fmt::format("{:.4f}", o.losses.back()));
   }

@@ -34,8 +34,8 @@ struct StrategyOutcome {
   uint64_t predicted_activations = 0;  // the model's closed form: saved activations of every block + logits
 
   // Traffic of rank 0 per optimizer step, over every group the strategy uses, by kind.
-  std::map<coll::Kind, coll::Traffic> traffic_per_step;
-  std::map<coll::Kind, uint64_t> calls_per_step;
+  std::map<coll::CollectiveKind, coll::Traffic> traffic_per_step;
+  std::map<coll::CollectiveKind, uint64_t> calls_per_step;
   strategy::HostTraffic host_per_step;
 
   std::vector<double> step_seconds;  // the slowest rank's, per step

@@ -88,7 +88,7 @@ void SpanRecorder::add_call(const coll::Communicator& group, const coll::Call& c
   span.received = moved.received;
   span.name = algorithm != nullptr ? fmt::format("{} {} ({})", span.kind, format_bytes(span.bytes), span.algorithm)
                                    : fmt::format("{} {} {} rank {}", span.kind, format_bytes(span.bytes),
-                                                 call.kind == coll::Kind::kSend ? "to" : "from", call.root);
+                                                 call.kind == coll::CollectiveKind::kSend ? "to" : "from", call.root);
   if (!span.phase.empty()) span.name += " — " + span.phase;
   add(std::move(span));
 }

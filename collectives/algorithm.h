@@ -1,8 +1,8 @@
 // A collective algorithm: how it runs, what it declares it will move, and the typed table of all of them.
 //
 // One algorithm per file in algorithms/, each defining one `const Algorithm`; registry.cpp lists them. The
-// dispatch point (communicator.cpp) picks one per kind by name, runs it with a Context, and charges the ledger
-// with what the Context counted and what expect() declared; the two must agree to the byte.
+// dispatch point (communicator.cpp) picks one per kind by name, runs it with an AlgorithmContext, and charges the
+// ledger with what the AlgorithmContext counted and what expect() declared; the two must agree to the byte.
 #pragma once
 
 #include <span>
@@ -29,7 +29,7 @@ struct StepRecord {
 };
 
 // What an algorithm runs with: the link, the device its buffers come from, and the counters.
-struct Context {
+struct AlgorithmContext {
   Link& link;
   Device& device;
   size_t slice_bytes;  // the largest message; reductions go through scratch buffers of at most this size
@@ -52,20 +52,20 @@ struct Expectation {
 };
 
 struct Algorithm {
-  Kind kind;
+  CollectiveKind kind;
   std::string_view name;     // "ring", "tree", "rhd", "mpi", ...
   std::string_view summary;  // one line for --help and the README
-  void (*run)(Context& context, const Call& call);
+  void (*run)(AlgorithmContext& context, const Call& call);
   Expectation (*expect)(const Call& call, int rank, int size, size_t slice_bytes);
 };
 
 // Every registered algorithm, grouped by kind, the default of each kind first.
 std::span<const Algorithm* const> algorithms();
-std::vector<const Algorithm*> algorithms_for(Kind kind);
+std::vector<const Algorithm*> algorithms_for(CollectiveKind kind);
 // Null if there is none of that name for `kind`.
-const Algorithm* find_algorithm(Kind kind, std::string_view name);
+const Algorithm* find_algorithm(CollectiveKind kind, std::string_view name);
 // "ring, rhd, mpi"
-std::string algorithm_names(Kind kind);
+std::string algorithm_names(CollectiveKind kind);
 
 // Elements in one slice (at least 1).
 inline size_t slice_elements(size_t slice_bytes, DType dtype) {

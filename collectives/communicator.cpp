@@ -30,11 +30,11 @@ bool overlap(const void* a, size_t a_bytes, const void* b, size_t b_bytes) {
 void finish_average(const Call& call, int rank, int size) {
   if (call.op != ReduceOp::kAvg) return;
   switch (call.kind) {
-    case Kind::kAllReduce: divide(call.dtype, call.recv, call.count, size); break;
-    case Kind::kReduceScatter:
+    case CollectiveKind::kAllReduce: divide(call.dtype, call.recv, call.count, size); break;
+    case CollectiveKind::kReduceScatter:
       divide(call.dtype, call.recv, blocks_of(call, size).count[static_cast<size_t>(rank)], size);
       break;
-    case Kind::kReduce:
+    case CollectiveKind::kReduce:
       if (rank == call.root) divide(call.dtype, call.recv, call.count, size);
       break;
     default: break;
@@ -57,20 +57,20 @@ struct Signature {
 };
 
 std::string signature_text(const Signature& s) {
-  const Kind kind = kind_at(s.kind);
+  const CollectiveKind kind = kind_at(s.kind);
   std::string text =
       fmt::format("{} #{} of {} x {}", kind_name(kind), s.sequence, s.count, dtype_name(static_cast<DType>(s.dtype)));
-  if (kind == Kind::kAllReduce || kind == Kind::kReduceScatter || kind == Kind::kReduce) {
+  if (kind == CollectiveKind::kAllReduce || kind == CollectiveKind::kReduceScatter || kind == CollectiveKind::kReduce) {
     text += fmt::format(" {}", op_name(static_cast<ReduceOp>(s.op)));
   }
-  if (kind == Kind::kBroadcast || kind == Kind::kReduce) text += fmt::format(" root {}", s.root);
+  if (kind == CollectiveKind::kBroadcast || kind == CollectiveKind::kReduce) text += fmt::format(" root {}", s.root);
   return text;
 }
 
 }  // namespace
 
-Options Options::from_environment() {
-  Options options;
+CommunicatorOptions CommunicatorOptions::from_environment() {
+  CommunicatorOptions options;
   if (const char* timeout = std::getenv("EMU_COLL_TIMEOUT")) options.watchdog_seconds = std::atof(timeout);
   if (const char* check = std::getenv("EMU_COLL_CHECK")) options.check_calls = std::strcmp(check, "0") != 0;
   if (const char* slice = std::getenv("EMU_COLL_SLICE")) {
@@ -91,8 +91,9 @@ std::string missing_buffer(const void* pointer, size_t count, const char* which,
 
 // Per-rank counts and the reduction operator against the kind.
 std::string check_counts_and_op(const Call& call, int size) {
-  const bool reduces = call.kind == Kind::kAllReduce || call.kind == Kind::kReduceScatter || call.kind == Kind::kReduce;
-  const bool uneven_allowed = call.kind == Kind::kReduceScatter || call.kind == Kind::kAllGather;
+  const bool reduces = call.kind == CollectiveKind::kAllReduce || call.kind == CollectiveKind::kReduceScatter ||
+                       call.kind == CollectiveKind::kReduce;
+  const bool uneven_allowed = call.kind == CollectiveKind::kReduceScatter || call.kind == CollectiveKind::kAllGather;
   if (!call.counts.empty() && !uneven_allowed) return "per-rank counts are only for reduce_scatter and all_gather";
   if (!call.counts.empty() && call.counts.size() != static_cast<size_t>(size)) {
     return fmt::format("{} per-rank counts given for a group of {} ranks", call.counts.size(), size);
@@ -105,7 +106,7 @@ std::string check_counts_and_op(const Call& call, int size) {
 // All-reduce and all-to-all: send and recv of the same size, the same buffer or apart.
 std::string check_same_size_buffers(const Call& call, int size, bool holds_data) {
   const size_t e = dtype_size(call.dtype);
-  const size_t count = call.kind == Kind::kAllToAll ? call.count * static_cast<size_t>(size) : call.count;
+  const size_t count = call.kind == CollectiveKind::kAllToAll ? call.count * static_cast<size_t>(size) : call.count;
   std::string problem =
       missing_buffer(call.send, count, "send", holds_data) + missing_buffer(call.recv, count, "recv", holds_data);
   if (problem.empty() && call.send != call.recv && overlap(call.send, count * e, call.recv, count * e)) {
@@ -119,7 +120,7 @@ std::string check_block_buffers(const Call& call, int rank, int size, bool holds
   const size_t e = dtype_size(call.dtype);
   const Blocks blocks = blocks_of(call, size);
   const size_t mine = blocks.count[static_cast<size_t>(rank)];
-  const bool gather = call.kind == Kind::kAllGather;
+  const bool gather = call.kind == CollectiveKind::kAllGather;
   const void* whole = gather ? call.recv : call.send;
   const void* part = gather ? call.send : call.recv;
   std::string problem = missing_buffer(whole, blocks.total, gather ? "recv" : "send", holds_data) +
@@ -135,7 +136,7 @@ std::string check_block_buffers(const Call& call, int rank, int size, bool holds
 std::string check_rooted_buffers(const Call& call, int rank, int size, bool holds_data) {
   if (call.root < 0 || call.root >= size) return fmt::format("root {} is not a rank of 0..{}", call.root, size - 1);
   const bool at_root = rank == call.root;
-  if (call.kind == Kind::kBroadcast) {
+  if (call.kind == CollectiveKind::kBroadcast) {
     return (at_root ? missing_buffer(call.send, call.count, "send", holds_data) : "") +
            missing_buffer(call.recv, call.count, "recv", holds_data);
   }
@@ -148,7 +149,7 @@ std::string check_peer(const Call& call, int rank, int size, bool holds_data) {
   if (call.root < 0 || call.root >= size || call.root == rank) {
     return fmt::format("peer {} is not another rank of 0..{} (this is rank {})", call.root, size - 1, rank);
   }
-  return missing_buffer(call.kind == Kind::kSend ? call.send : call.recv, call.count, "message", holds_data);
+  return missing_buffer(call.kind == CollectiveKind::kSend ? call.send : call.recv, call.count, "message", holds_data);
 }
 
 }  // namespace
@@ -157,21 +158,21 @@ std::string check_call(const Call& call, int rank, int size, bool holds_data) {
   if (std::string problem = check_counts_and_op(call, size); !problem.empty()) return problem;
   std::string problem;
   switch (call.kind) {
-    case Kind::kAllReduce:
-    case Kind::kAllToAll: problem = check_same_size_buffers(call, size, holds_data); break;
-    case Kind::kReduceScatter:
-    case Kind::kAllGather: problem = check_block_buffers(call, rank, size, holds_data); break;
-    case Kind::kBroadcast:
-    case Kind::kReduce: problem = check_rooted_buffers(call, rank, size, holds_data); break;
-    case Kind::kSend:
-    case Kind::kRecv: problem = check_peer(call, rank, size, holds_data); break;
-    case Kind::kBarrier: break;
+    case CollectiveKind::kAllReduce:
+    case CollectiveKind::kAllToAll: problem = check_same_size_buffers(call, size, holds_data); break;
+    case CollectiveKind::kReduceScatter:
+    case CollectiveKind::kAllGather: problem = check_block_buffers(call, rank, size, holds_data); break;
+    case CollectiveKind::kBroadcast:
+    case CollectiveKind::kReduce: problem = check_rooted_buffers(call, rank, size, holds_data); break;
+    case CollectiveKind::kSend:
+    case CollectiveKind::kRecv: problem = check_peer(call, rank, size, holds_data); break;
+    case CollectiveKind::kBarrier: break;
   }
   if (problem.ends_with("; ")) problem.resize(problem.size() - 2);
   return problem;
 }
 
-Communicator::Communicator(std::unique_ptr<Link> link, Device& device, std::string name, Options options)
+Communicator::Communicator(std::unique_ptr<Link> link, Device& device, std::string name, CommunicatorOptions options)
     : link_(std::move(link)),
       device_(device),
       name_(std::move(name)),
@@ -186,7 +187,7 @@ Communicator::Communicator(std::unique_ptr<Link> link, Device& device, std::stri
 
 Communicator::~Communicator() = default;
 
-void Communicator::set_algorithm(Kind kind, std::string_view name) {
+void Communicator::set_algorithm(CollectiveKind kind, std::string_view name) {
   const Algorithm* found = find_algorithm(kind, name);
   if (found == nullptr) {
     const std::string valid = algorithm_names(kind);
@@ -200,7 +201,7 @@ void Communicator::set_algorithms(std::string_view spec) {
   for (const auto& [kind, algorithm] : parse_algorithm_list(spec)) set_algorithm(kind, algorithm);
 }
 
-const Algorithm& Communicator::algorithm(Kind kind) const {
+const Algorithm& Communicator::algorithm(CollectiveKind kind) const {
   const Algorithm* chosen = chosen_[static_cast<size_t>(kind)];
   EMU_CHECK(chosen != nullptr, "{} is point-to-point and has no algorithm", kind_name(kind));
   return *chosen;
@@ -250,15 +251,15 @@ void Communicator::check_agreement(const Call& call) {
 }
 
 // send or recv: one exchange with the peer. Returns the declared traffic.
-Traffic Communicator::run_point_to_point(Context& context, const Call& call) {
+Traffic Communicator::run_point_to_point(AlgorithmContext& context, const Call& call) {
   const uint64_t bytes = call.count * dtype_size(call.dtype);
-  const Traffic expected = call.kind == Kind::kSend ? Traffic{bytes, 0} : Traffic{0, bytes};
+  const Traffic expected = call.kind == CollectiveKind::kSend ? Traffic{bytes, 0} : Traffic{0, bytes};
   if (!device_.holds_data()) {
     context.moved = expected;
     return expected;
   }
   Transfer transfer;
-  if (call.kind == Kind::kSend) {
+  if (call.kind == CollectiveKind::kSend) {
     transfer.send = call.send, transfer.send_count = call.count, transfer.to = call.root;
   } else {
     transfer.recv = call.recv, transfer.recv_count = call.count, transfer.from = call.root;
@@ -268,7 +269,7 @@ Traffic Communicator::run_point_to_point(Context& context, const Call& call) {
 }
 
 // A collective: the algorithm, then the division of an average. Returns the declared traffic.
-Traffic Communicator::run_collective(Context& context, const Call& call, const Algorithm& algorithm) {
+Traffic Communicator::run_collective(AlgorithmContext& context, const Call& call, const Algorithm& algorithm) {
   const Expectation expectation = algorithm.expect(call, rank(), size(), options_.slice_bytes);
   if (device_.holds_data()) {
     algorithm.run(context, call);
@@ -304,7 +305,7 @@ void Communicator::run(const Call& call) {
   if (collective && options_.check_calls) check_agreement(call);
 
   const auto start = std::chrono::steady_clock::now();
-  Context context{*link_, device_, options_.slice_bytes, Traffic{}, record_};
+  AlgorithmContext context{*link_, device_, options_.slice_bytes, Traffic{}, record_};
   const Traffic expected = collective ? run_collective(context, call, *algorithm) : run_point_to_point(context, call);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (context.moved != expected) {
@@ -320,54 +321,54 @@ void Communicator::run(const Call& call) {
 
 void Communicator::all_reduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op,
                               std::string_view phase) {
-  run(Call{Kind::kAllReduce, send, recv, count, {}, dtype, op, 0, phase});
+  run(Call{CollectiveKind::kAllReduce, send, recv, count, {}, dtype, op, 0, phase});
 }
 
 void Communicator::reduce_scatter(const void* send, void* recv, size_t recv_count, DType dtype, ReduceOp op,
                                   std::string_view phase) {
-  run(Call{Kind::kReduceScatter, send, recv, recv_count, {}, dtype, op, 0, phase});
+  run(Call{CollectiveKind::kReduceScatter, send, recv, recv_count, {}, dtype, op, 0, phase});
 }
 
 void Communicator::reduce_scatter_v(const void* send, void* recv, std::span<const size_t> counts, DType dtype,
                                     ReduceOp op, std::string_view phase) {
   const size_t mine = counts.size() > static_cast<size_t>(rank()) ? counts[static_cast<size_t>(rank())] : 0;
-  run(Call{Kind::kReduceScatter, send, recv, mine, counts, dtype, op, 0, phase});
+  run(Call{CollectiveKind::kReduceScatter, send, recv, mine, counts, dtype, op, 0, phase});
 }
 
 void Communicator::all_gather(const void* send, void* recv, size_t send_count, DType dtype, std::string_view phase) {
-  run(Call{Kind::kAllGather, send, recv, send_count, {}, dtype, ReduceOp::kSum, 0, phase});
+  run(Call{CollectiveKind::kAllGather, send, recv, send_count, {}, dtype, ReduceOp::kSum, 0, phase});
 }
 
 void Communicator::all_gather_v(const void* send, void* recv, std::span<const size_t> counts, DType dtype,
                                 std::string_view phase) {
   const size_t mine = counts.size() > static_cast<size_t>(rank()) ? counts[static_cast<size_t>(rank())] : 0;
-  run(Call{Kind::kAllGather, send, recv, mine, counts, dtype, ReduceOp::kSum, 0, phase});
+  run(Call{CollectiveKind::kAllGather, send, recv, mine, counts, dtype, ReduceOp::kSum, 0, phase});
 }
 
 void Communicator::broadcast(const void* send, void* recv, size_t count, DType dtype, int root,
                              std::string_view phase) {
-  run(Call{Kind::kBroadcast, send, recv, count, {}, dtype, ReduceOp::kSum, root, phase});
+  run(Call{CollectiveKind::kBroadcast, send, recv, count, {}, dtype, ReduceOp::kSum, root, phase});
 }
 
 void Communicator::reduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op, int root,
                           std::string_view phase) {
-  run(Call{Kind::kReduce, send, recv, count, {}, dtype, op, root, phase});
+  run(Call{CollectiveKind::kReduce, send, recv, count, {}, dtype, op, root, phase});
 }
 
 void Communicator::all_to_all(const void* send, void* recv, size_t count, DType dtype, std::string_view phase) {
-  run(Call{Kind::kAllToAll, send, recv, count, {}, dtype, ReduceOp::kSum, 0, phase});
+  run(Call{CollectiveKind::kAllToAll, send, recv, count, {}, dtype, ReduceOp::kSum, 0, phase});
 }
 
 void Communicator::send(const void* data, size_t count, DType dtype, int peer, std::string_view phase) {
-  run(Call{Kind::kSend, data, nullptr, count, {}, dtype, ReduceOp::kSum, peer, phase});
+  run(Call{CollectiveKind::kSend, data, nullptr, count, {}, dtype, ReduceOp::kSum, peer, phase});
 }
 
 void Communicator::recv(void* data, size_t count, DType dtype, int peer, std::string_view phase) {
-  run(Call{Kind::kRecv, nullptr, data, count, {}, dtype, ReduceOp::kSum, peer, phase});
+  run(Call{CollectiveKind::kRecv, nullptr, data, count, {}, dtype, ReduceOp::kSum, peer, phase});
 }
 
 void Communicator::barrier(std::string_view phase) {
-  run(Call{Kind::kBarrier, nullptr, nullptr, 0, {}, DType::kF32, ReduceOp::kSum, 0, phase});
+  run(Call{CollectiveKind::kBarrier, nullptr, nullptr, 0, {}, DType::kF32, ReduceOp::kSum, 0, phase});
 }
 
 }  // namespace emu::coll

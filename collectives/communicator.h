@@ -32,7 +32,7 @@
 
 namespace emu::coll {
 
-struct Options {
+struct CommunicatorOptions {
   // The largest message; reductions go through scratch buffers of at most this size (NCCL's buffers are 4 MiB).
   size_t slice_bytes = 4 * kMiB;
   // A collective that takes longer ends the job with exit code 3; 0 turns the watchdog off.
@@ -42,12 +42,12 @@ struct Options {
   bool check_calls = false;
 
   // The defaults, changed by EMU_COLL_TIMEOUT=<seconds>, EMU_COLL_CHECK=1 and EMU_COLL_SLICE=<bytes>.
-  static Options from_environment();
+  static CommunicatorOptions from_environment();
 };
 
 class Communicator {
  public:
-  Communicator(std::unique_ptr<Link> link, Device& device, std::string name, Options options = {});
+  Communicator(std::unique_ptr<Link> link, Device& device, std::string name, CommunicatorOptions options = {});
   ~Communicator();
   Communicator(const Communicator&) = delete;
   Communicator& operator=(const Communicator&) = delete;
@@ -56,7 +56,7 @@ class Communicator {
   int size() const { return link_->size(); }
   const std::string& name() const { return name_; }
   Device& device() const { return device_; }
-  const Options& options() const { return options_; }
+  const CommunicatorOptions& options() const { return options_; }
 
   void all_reduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op, std::string_view phase = {});
   // NCCL semantics: send holds size() * recv_count elements; this rank receives block rank().
@@ -89,10 +89,10 @@ class Communicator {
   std::unique_ptr<Communicator> split(int color, int key, std::string name);
 
   // Chooses the algorithm for one kind by name; throws InputError naming the valid ones.
-  void set_algorithm(Kind kind, std::string_view name);
+  void set_algorithm(CollectiveKind kind, std::string_view name);
   // "all_reduce=rhd,broadcast=mpi"; throws InputError on an unknown kind or name.
   void set_algorithms(std::string_view spec);
-  const Algorithm& algorithm(Kind kind) const;
+  const Algorithm& algorithm(CollectiveKind kind) const;
 
   Ledger& ledger() { return ledger_; }
   const Ledger& ledger() const { return ledger_; }
@@ -110,14 +110,14 @@ class Communicator {
 
  private:
   void check_agreement(const Call& call);
-  Traffic run_point_to_point(Context& context, const Call& call);
-  Traffic run_collective(Context& context, const Call& call, const Algorithm& algorithm);
+  Traffic run_point_to_point(AlgorithmContext& context, const Call& call);
+  Traffic run_collective(AlgorithmContext& context, const Call& call, const Algorithm& algorithm);
   std::string describe(const Call& call) const;
 
   std::unique_ptr<Link> link_;
   Device& device_;
   std::string name_;
-  Options options_;
+  CommunicatorOptions options_;
   Ledger ledger_;
   std::vector<const Algorithm*> chosen_;  // by kind; null for send and recv
   uint64_t sequence_ = 0;

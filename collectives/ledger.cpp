@@ -14,18 +14,19 @@ LedgerEntry& LedgerEntry::operator+=(const LedgerEntry& other) {
   return *this;
 }
 
-void Ledger::charge(Kind kind, std::string_view phase, const Traffic& moved, const Traffic& expected, double seconds) {
-  auto it = entries_.find(std::pair<Kind, std::string_view>(kind, phase));
+void Ledger::charge(CollectiveKind kind, std::string_view phase, const Traffic& moved, const Traffic& expected,
+                    double seconds) {
+  auto it = entries_.find(std::pair<CollectiveKind, std::string_view>(kind, phase));
   if (it == entries_.end()) it = entries_.emplace(Key(kind, std::string(phase)), LedgerEntry{}).first;
   it->second += LedgerEntry{1, moved, expected, seconds};
 }
 
-LedgerEntry Ledger::at(Kind kind, std::string_view phase) const {
-  const auto it = entries_.find(std::pair<Kind, std::string_view>(kind, phase));
+LedgerEntry Ledger::at(CollectiveKind kind, std::string_view phase) const {
+  const auto it = entries_.find(std::pair<CollectiveKind, std::string_view>(kind, phase));
   return it == entries_.end() ? LedgerEntry{} : it->second;
 }
 
-LedgerEntry Ledger::total(Kind kind) const {
+LedgerEntry Ledger::total(CollectiveKind kind) const {
   LedgerEntry sum;
   for (const auto& [key, entry] : entries_) {
     if (key.first == kind) sum += entry;

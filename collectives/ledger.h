@@ -26,7 +26,7 @@ struct LedgerEntry {
 
 class Ledger {
  public:
-  using Key = std::pair<Kind, std::string>;
+  using Key = std::pair<CollectiveKind, std::string>;
   // Orders keys by kind then phase, and finds them by a (kind, string_view) without building a string.
   struct KeyLess {
     using is_transparent = void;
@@ -40,16 +40,17 @@ class Ledger {
 
   explicit Ledger(std::string group) : group_(std::move(group)) {}
 
-  void charge(Kind kind, std::string_view phase, const Traffic& moved, const Traffic& expected, double seconds);
+  void charge(CollectiveKind kind, std::string_view phase, const Traffic& moved, const Traffic& expected,
+              double seconds);
   void reset() { entries_.clear(); }
 
   const std::string& group() const { return group_; }
   // Entries in (kind, phase) order.
   const Entries& entries() const { return entries_; }
   // One phase of one kind; a zero entry if there were no such calls.
-  LedgerEntry at(Kind kind, std::string_view phase) const;
+  LedgerEntry at(CollectiveKind kind, std::string_view phase) const;
   // All phases of one kind.
-  LedgerEntry total(Kind kind) const;
+  LedgerEntry total(CollectiveKind kind) const;
   // Everything.
   LedgerEntry total() const;
   // A table for people: kind, phase, calls, sent, received, expected, time.

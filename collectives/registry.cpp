@@ -25,7 +25,7 @@ const std::array<const Algorithm*, 15> kTable = {
 
 std::span<const Algorithm* const> algorithms() { return kTable; }
 
-std::vector<const Algorithm*> algorithms_for(Kind kind) {
+std::vector<const Algorithm*> algorithms_for(CollectiveKind kind) {
   std::vector<const Algorithm*> found;
   for (const Algorithm* algorithm : kTable) {
     if (algorithm->kind == kind) found.push_back(algorithm);
@@ -33,14 +33,14 @@ std::vector<const Algorithm*> algorithms_for(Kind kind) {
   return found;
 }
 
-const Algorithm* find_algorithm(Kind kind, std::string_view name) {
+const Algorithm* find_algorithm(CollectiveKind kind, std::string_view name) {
   for (const Algorithm* algorithm : kTable) {
     if (algorithm->kind == kind && algorithm->name == name) return algorithm;
   }
   return nullptr;
 }
 
-std::string algorithm_names(Kind kind) {
+std::string algorithm_names(CollectiveKind kind) {
   std::string names;
   for (const Algorithm* algorithm : algorithms_for(kind)) {
     names += (names.empty() ? "" : ", ") + std::string(algorithm->name);

@@ -14,7 +14,7 @@ size_t slice_at(size_t count, size_t index, size_t slice) {
   return begin >= count ? 0 : std::min(slice, count - begin);
 }
 
-void log_step(Context& context, DType dtype, std::string_view stage, const Transfer& t, bool reduced) {
+void log_step(AlgorithmContext& context, DType dtype, std::string_view stage, const Transfer& t, bool reduced) {
   if (context.record == nullptr) return;
   const size_t element = dtype_size(dtype);
   const bool sends = t.send_count > 0 && t.to != kNoPeer;
@@ -26,7 +26,7 @@ void log_step(Context& context, DType dtype, std::string_view stage, const Trans
 
 // Runs the exchange slice by slice; after slice i arrives at recv_slice(i), on_received(i, elements) runs.
 template <typename RecvSlice, typename OnReceived>
-void sliced(Context& context, DType dtype, const Transfer& t, RecvSlice recv_slice, OnReceived on_received) {
+void sliced(AlgorithmContext& context, DType dtype, const Transfer& t, RecvSlice recv_slice, OnReceived on_received) {
   const size_t element = dtype_size(dtype);
   const size_t slice = slice_elements(context.slice_bytes, dtype);
   const int to = t.send_count > 0 ? t.to : kNoPeer;
@@ -51,15 +51,15 @@ void copy(DType dtype, const void* from, void* to, size_t count) {
   if (from != to && count > 0) std::memmove(to, from, count * dtype_size(dtype));
 }
 
-void exchange_copy(Context& context, DType dtype, std::string_view stage, const Transfer& transfer) {
+void exchange_copy(AlgorithmContext& context, DType dtype, std::string_view stage, const Transfer& transfer) {
   log_step(context, dtype, stage, transfer, false);
   sliced(
       context, dtype, transfer, [&](size_t i, size_t slice) { return at(transfer.recv, i * slice, dtype); },
       [](size_t, size_t) {});
 }
 
-void exchange_reduce(Context& context, DType dtype, ReduceOp op, std::string_view stage, const Transfer& transfer,
-                     const void* addend, void* scratch) {
+void exchange_reduce(AlgorithmContext& context, DType dtype, ReduceOp op, std::string_view stage,
+                     const Transfer& transfer, const void* addend, void* scratch) {
   log_step(context, dtype, stage, transfer, true);
   sliced(
       context, dtype, transfer, [&](size_t, size_t) { return scratch; },

@@ -1,7 +1,7 @@
 // The moves algorithms are made of: an exchange with one or two peers, copied or reduced, cut into slices.
 //
-// Every byte an algorithm sends or receives goes through these helpers, which count it in Context::moved and, for
-// the teaching view, log one StepRecord per exchange. Messages are cut into slices of at most slice_bytes; both
+// Every byte an algorithm sends or receives goes through these helpers, which count it in AlgorithmContext::moved and,
+// for the teaching view, log one StepRecord per exchange. Messages are cut into slices of at most slice_bytes; both
 // ranks of an exchange cut the same sizes the same way, so the slices pair up in order.
 #pragma once
 
@@ -25,12 +25,12 @@ struct Transfer {
 };
 
 // Receives straight into `recv`.
-void exchange_copy(Context& context, DType dtype, std::string_view stage, const Transfer& transfer);
+void exchange_copy(AlgorithmContext& context, DType dtype, std::string_view stage, const Transfer& transfer);
 
 // Receives each slice into `scratch` (at least min(recv_count, slice) elements), then recv = addend op slice.
 // `addend` may equal `recv` (accumulate in place).
-void exchange_reduce(Context& context, DType dtype, ReduceOp op, std::string_view stage, const Transfer& transfer,
-                     const void* addend, void* scratch);
+void exchange_reduce(AlgorithmContext& context, DType dtype, ReduceOp op, std::string_view stage,
+                     const Transfer& transfer, const void* addend, void* scratch);
 
 // Pointer arithmetic in elements; a null base (nothing held) stays null.
 inline const void* at(const void* base, size_t elements, DType dtype) {

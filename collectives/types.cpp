@@ -15,17 +15,17 @@ constexpr std::array<std::string_view, kNumKinds> kKindNames = {
 constexpr std::array<std::string_view, 3> kOpNames = {"sum", "avg", "max"};
 }  // namespace
 
-std::string_view kind_name(Kind kind) { return kKindNames[static_cast<size_t>(kind)]; }
+std::string_view kind_name(CollectiveKind kind) { return kKindNames[static_cast<size_t>(kind)]; }
 
-std::optional<Kind> parse_kind(std::string_view name) {
+std::optional<CollectiveKind> parse_kind(std::string_view name) {
   for (size_t i = 0; i < kNumKinds; ++i) {
     if (kKindNames[i] == name) return kind_at(i);
   }
   return std::nullopt;
 }
 
-std::vector<std::pair<Kind, std::string_view>> parse_algorithm_list(std::string_view list) {
-  std::vector<std::pair<Kind, std::string_view>> items;
+std::vector<std::pair<CollectiveKind, std::string_view>> parse_algorithm_list(std::string_view list) {
+  std::vector<std::pair<CollectiveKind, std::string_view>> items;
   while (!list.empty()) {
     const size_t comma = list.find(',');
     const std::string_view item = list.substr(0, comma);
@@ -63,23 +63,23 @@ uint64_t payload_bytes(const Call& call, int size) {
   const uint64_t element = dtype_size(call.dtype);
   const uint64_t n = static_cast<uint64_t>(size);
   switch (call.kind) {
-    case Kind::kReduceScatter:
-    case Kind::kAllGather:
+    case CollectiveKind::kReduceScatter:
+    case CollectiveKind::kAllGather:
       if (!call.counts.empty()) return element * std::accumulate(call.counts.begin(), call.counts.end(), uint64_t{0});
       return element * call.count * n;
-    case Kind::kAllToAll: return element * call.count * n;
-    case Kind::kBarrier: return 0;
+    case CollectiveKind::kAllToAll: return element * call.count * n;
+    case CollectiveKind::kBarrier: return 0;
     default: return element * call.count;
   }
 }
 
-double bus_factor(Kind kind, int size) {
+double bus_factor(CollectiveKind kind, int size) {
   const double n = size;
   switch (kind) {
-    case Kind::kAllReduce: return 2.0 * (n - 1) / n;
-    case Kind::kReduceScatter:
-    case Kind::kAllGather:
-    case Kind::kAllToAll: return (n - 1) / n;
+    case CollectiveKind::kAllReduce: return 2.0 * (n - 1) / n;
+    case CollectiveKind::kReduceScatter:
+    case CollectiveKind::kAllGather:
+    case CollectiveKind::kAllToAll: return (n - 1) / n;
     default: return 1.0;
   }
 }

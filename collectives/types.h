@@ -14,7 +14,7 @@
 
 namespace emu::coll {
 
-enum class Kind : uint8_t {
+enum class CollectiveKind : uint8_t {
   kAllReduce,
   kReduceScatter,
   kAllGather,
@@ -26,15 +26,17 @@ enum class Kind : uint8_t {
   kRecv,
 };
 inline constexpr size_t kNumKinds = 9;
-inline constexpr Kind kind_at(size_t index) { return static_cast<Kind>(index); }
+inline constexpr CollectiveKind kind_at(size_t index) { return static_cast<CollectiveKind>(index); }
 // "all_reduce", "reduce_scatter", ... (the names used on command lines and in JSON)
-std::string_view kind_name(Kind kind);
-std::optional<Kind> parse_kind(std::string_view name);
+std::string_view kind_name(CollectiveKind kind);
+std::optional<CollectiveKind> parse_kind(std::string_view name);
 // An algorithm list as given on the command line, "all_reduce=ring,all_gather=mpi": (kind, algorithm) in order,
 // empty items skipped. Throws InputError for an item that is not <kind>=<algorithm> with a known kind.
-std::vector<std::pair<Kind, std::string_view>> parse_algorithm_list(std::string_view list);
+std::vector<std::pair<CollectiveKind, std::string_view>> parse_algorithm_list(std::string_view list);
 // Collectives are called by every rank of a group and numbered; send and recv are point-to-point.
-inline constexpr bool is_collective(Kind kind) { return kind != Kind::kSend && kind != Kind::kRecv; }
+inline constexpr bool is_collective(CollectiveKind kind) {
+  return kind != CollectiveKind::kSend && kind != CollectiveKind::kRecv;
+}
 
 enum class ReduceOp : uint8_t { kSum, kAvg, kMax };
 std::string_view op_name(ReduceOp op);
@@ -53,7 +55,7 @@ std::optional<DType> parse_dtype(std::string_view name);
 // In place: all_reduce, broadcast, reduce: send == recv. reduce_scatter: recv == send + rank's block offset.
 // all_gather: send == recv + rank's block offset. all_to_all: send == recv.
 struct Call {
-  Kind kind = Kind::kAllReduce;
+  CollectiveKind kind = CollectiveKind::kAllReduce;
   const void* send = nullptr;
   void* recv = nullptr;
   size_t count = 0;
@@ -82,6 +84,6 @@ uint64_t payload_bytes(const Call& call, int size);
 
 // nccl-tests' bus bandwidth factor: busbw = algbw * factor, so that busbw compares with the link's peak whatever
 // the algorithm. all_reduce 2(N-1)/N; reduce_scatter, all_gather, all_to_all (N-1)/N; the others 1.
-double bus_factor(Kind kind, int size);
+double bus_factor(CollectiveKind kind, int size);
 
 }  // namespace emu::coll

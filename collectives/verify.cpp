@@ -11,7 +11,7 @@ namespace {
 constexpr float kPoison = -1.0f;  // never an answer: inputs and their reductions are >= 0
 }
 
-VerifiedCase::VerifiedCase(Device& device, Kind kind, DType dtype, ReduceOp op, size_t count,
+VerifiedCase::VerifiedCase(Device& device, CollectiveKind kind, DType dtype, ReduceOp op, size_t count,
                            std::vector<size_t> counts, int root, bool in_place, int rank, int size)
     : kind_(kind),
       dtype_(dtype),
@@ -27,13 +27,14 @@ VerifiedCase::VerifiedCase(Device& device, Kind kind, DType dtype, ReduceOp op, 
   size_t send_count = count;
   size_t recv_count = count;
   switch (kind) {
-    case Kind::kReduceScatter: send_count = blocks.total, recv_count = blocks.count[mine]; break;
-    case Kind::kAllGather: send_count = blocks.count[mine], recv_count = blocks.total; break;
-    case Kind::kAllToAll: send_count = recv_count = count * static_cast<size_t>(size); break;
-    case Kind::kBarrier: send_count = recv_count = 0; break;
+    case CollectiveKind::kReduceScatter: send_count = blocks.total, recv_count = blocks.count[mine]; break;
+    case CollectiveKind::kAllGather: send_count = blocks.count[mine], recv_count = blocks.total; break;
+    case CollectiveKind::kAllToAll: send_count = recv_count = count * static_cast<size_t>(size); break;
+    case CollectiveKind::kBarrier: send_count = recv_count = 0; break;
     default: break;
   }
-  const bool reduces = kind == Kind::kAllReduce || kind == Kind::kReduceScatter || kind == Kind::kReduce;
+  const bool reduces =
+      kind == CollectiveKind::kAllReduce || kind == CollectiveKind::kReduceScatter || kind == CollectiveKind::kReduce;
   call_ = Call{kind,
                nullptr,
                nullptr,
@@ -41,7 +42,7 @@ VerifiedCase::VerifiedCase(Device& device, Kind kind, DType dtype, ReduceOp op, 
                {},
                dtype,
                reduces ? op : ReduceOp::kSum,
-               kind == Kind::kBroadcast || kind == Kind::kReduce ? root : 0,
+               kind == CollectiveKind::kBroadcast || kind == CollectiveKind::kReduce ? root : 0,
                {}};
   if (!counts_.empty()) call_.counts = counts_;
   if (in_place) {
@@ -49,9 +50,9 @@ VerifiedCase::VerifiedCase(Device& device, Kind kind, DType dtype, ReduceOp op, 
     send_ = device.allocate(std::max(send_count, recv_count), dtype, Category::kTemporaries, "verified in-place");
     call_.send = send_.data();
     call_.recv = send_.data();
-    if (kind == Kind::kReduceScatter)
+    if (kind == CollectiveKind::kReduceScatter)
       call_.recv = static_cast<char*>(send_.data()) + blocks.offset[mine] * dtype_size(dtype);
-    if (kind == Kind::kAllGather)
+    if (kind == CollectiveKind::kAllGather)
       call_.send = static_cast<char*>(send_.data()) + blocks.offset[mine] * dtype_size(dtype);
   } else {
     send_ = device.allocate(send_count, dtype, Category::kTemporaries, "verified input");
@@ -88,19 +89,19 @@ void VerifiedCase::reset() {
   }
   void* send = const_cast<void*>(call_.send);
   switch (kind_) {
-    case Kind::kAllGather:
+    case CollectiveKind::kAllGather:
       for (size_t i = 0; i < blocks.count[mine]; ++i) store(send, i, input(rank_, blocks.offset[mine] + i));
       break;
-    case Kind::kBroadcast:
+    case CollectiveKind::kBroadcast:
       if (rank_ == root_) {
         for (size_t i = 0; i < count_; ++i) store(send, i, input(rank_, i));
       }
       break;
-    case Kind::kBarrier: break;
+    case CollectiveKind::kBarrier: break;
     default: {
-      const size_t n = kind_ == Kind::kReduceScatter ? blocks.total
-                       : kind_ == Kind::kAllToAll    ? count_ * static_cast<size_t>(size_)
-                                                     : count_;
+      const size_t n = kind_ == CollectiveKind::kReduceScatter ? blocks.total
+                       : kind_ == CollectiveKind::kAllToAll    ? count_ * static_cast<size_t>(size_)
+                                                               : count_;
       for (size_t i = 0; i < n; ++i) store(send, i, input(rank_, i));
     }
   }
@@ -125,16 +126,16 @@ uint64_t VerifiedCase::wrong() const {
   };
   const auto answer = [&](size_t i) -> float {
     switch (kind_) {
-      case Kind::kAllReduce:
-      case Kind::kReduce: return reduced(i);
-      case Kind::kReduceScatter: return reduced(blocks.offset[mine] + i);
-      case Kind::kAllGather:
+      case CollectiveKind::kAllReduce:
+      case CollectiveKind::kReduce: return reduced(i);
+      case CollectiveKind::kReduceScatter: return reduced(blocks.offset[mine] + i);
+      case CollectiveKind::kAllGather:
         return input(
             static_cast<int>(std::upper_bound(blocks.offset.begin(), blocks.offset.end(), i) - blocks.offset.begin()) -
                 1,
             i);
-      case Kind::kBroadcast: return input(root_, i);
-      case Kind::kAllToAll: {
+      case CollectiveKind::kBroadcast: return input(root_, i);
+      case CollectiveKind::kAllToAll: {
         const size_t from = i / count_;
         return input(static_cast<int>(from), mine * count_ + i % count_);
       }
@@ -143,12 +144,12 @@ uint64_t VerifiedCase::wrong() const {
   };
   size_t n = 0;
   switch (kind_) {
-    case Kind::kAllReduce:
-    case Kind::kBroadcast: n = count_; break;
-    case Kind::kReduce: n = rank_ == root_ ? count_ : 0; break;
-    case Kind::kReduceScatter: n = blocks.count[mine]; break;
-    case Kind::kAllGather: n = blocks.total; break;
-    case Kind::kAllToAll: n = count_ * static_cast<size_t>(size_); break;
+    case CollectiveKind::kAllReduce:
+    case CollectiveKind::kBroadcast: n = count_; break;
+    case CollectiveKind::kReduce: n = rank_ == root_ ? count_ : 0; break;
+    case CollectiveKind::kReduceScatter: n = blocks.count[mine]; break;
+    case CollectiveKind::kAllGather: n = blocks.total; break;
+    case CollectiveKind::kAllToAll: n = count_ * static_cast<size_t>(size_); break;
     default: break;
   }
   uint64_t wrong = 0;

@@ -23,8 +23,8 @@ inline float verify_value(int rank, size_t index) {
 class VerifiedCase {
  public:
   // `counts` empty: even blocks of `count`; else the uneven reduce_scatter / all_gather blocks.
-  VerifiedCase(Device& device, Kind kind, DType dtype, ReduceOp op, size_t count, std::vector<size_t> counts, int root,
-               bool in_place, int rank, int size);
+  VerifiedCase(Device& device, CollectiveKind kind, DType dtype, ReduceOp op, size_t count, std::vector<size_t> counts,
+               int root, bool in_place, int rank, int size);
 
   const Call& call() const { return call_; }
   // Rewrites the inputs (and poisons the outputs), for a case run more than once or in place.
@@ -37,7 +37,7 @@ class VerifiedCase {
   void store(void* data, size_t index, float value) const;
   float load(const void* data, size_t index) const;
 
-  Kind kind_;
+  CollectiveKind kind_;
   DType dtype_;
   ReduceOp op_;
   size_t count_;

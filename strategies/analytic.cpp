@@ -10,10 +10,10 @@ namespace emu::strategy {
 namespace {
 
 // Nominal ring bytes one rank sends for one call on a payload of `bytes` over `ranks` ranks.
-uint64_t ring_sent(coll::Kind kind, uint64_t bytes, int ranks) {
+uint64_t ring_sent(coll::CollectiveKind kind, uint64_t bytes, int ranks) {
   if (ranks <= 1) return 0;
   const double factor =
-      kind == coll::Kind::kAllReduce ? 2.0 * (ranks - 1) / ranks : static_cast<double>(ranks - 1) / ranks;
+      kind == coll::CollectiveKind::kAllReduce ? 2.0 * (ranks - 1) / ranks : static_cast<double>(ranks - 1) / ranks;
   return static_cast<uint64_t>(std::llround(factor * static_cast<double>(bytes)));
 }
 
@@ -37,7 +37,7 @@ uint64_t Prediction::model_state_bytes() const {
          peak[Category::kOptimizerState];
 }
 
-uint64_t Prediction::sent(coll::Kind kind) const {
+uint64_t Prediction::sent(coll::CollectiveKind kind) const {
   uint64_t total = 0;
   for (const PredictedTraffic& t : traffic) {
     if (t.kind == kind) total += t.sent;
@@ -45,8 +45,8 @@ uint64_t Prediction::sent(coll::Kind kind) const {
   return total;
 }
 
-void add_ring_traffic(Prediction& prediction, coll::Kind kind, const std::string& group, uint64_t payload_bytes,
-                      int group_size, uint64_t calls) {
+void add_ring_traffic(Prediction& prediction, coll::CollectiveKind kind, const std::string& group,
+                      uint64_t payload_bytes, int group_size, uint64_t calls) {
   if (group_size <= 1 || calls == 0) return;
   const uint64_t sent = calls * ring_sent(kind, payload_bytes, group_size);
   for (PredictedTraffic& entry : prediction.traffic) {

@@ -35,7 +35,7 @@ struct AnalyticInput {
 AnalyticInput analytic_input(const model::Model& model, int world, int ranks_per_node, int accumulation);
 
 struct PredictedTraffic {
-  coll::Kind kind = coll::Kind::kAllReduce;
+  coll::CollectiveKind kind = coll::CollectiveKind::kAllReduce;
   std::string group;  // "world", "intra-node", "inter-node"
   uint64_t calls = 0;
   uint64_t sent = 0;  // bytes per rank per step
@@ -47,7 +47,7 @@ struct Prediction {
   std::string formula;  // the ZeRO-paper line this strategy follows, e.g. "(2 + 2 + 12/N)Ψ"
 
   uint64_t model_state_bytes() const;  // parameters + gradients + master weights + optimizer state
-  uint64_t sent(coll::Kind kind) const;
+  uint64_t sent(coll::CollectiveKind kind) const;
 };
 
 Prediction predict(const StrategyOptions& options, const AnalyticInput& input);
@@ -61,8 +61,8 @@ uint64_t predict_fsdp(const StrategyOptions& options, const AnalyticInput& input
 
 // Adds `calls` calls of `kind` on a payload of `payload_bytes` within a group of `group_size` ranks named `group`,
 // at ring volume; nothing for a group of one rank or no calls.
-void add_ring_traffic(Prediction& prediction, coll::Kind kind, const std::string& group, uint64_t payload_bytes,
-                      int group_size, uint64_t calls = 1);
+void add_ring_traffic(Prediction& prediction, coll::CollectiveKind kind, const std::string& group,
+                      uint64_t payload_bytes, int group_size, uint64_t calls = 1);
 // `count` elements padded to a multiple of `ranks`, as a sharded flat buffer is.
 uint64_t padded_elements(uint64_t count, int ranks);
 

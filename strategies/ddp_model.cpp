@@ -19,7 +19,7 @@ uint64_t predict_ddp(const StrategyOptions& options, const AnalyticInput& input,
   prediction.peak[Category::kGradients] = parameters * grad_bytes;
   if (!options.ddp.gradient_as_bucket_view) prediction.peak[Category::kBuckets] = parameters * grad_bytes;
   prediction.formula = "(2 + 2 + K)Ψ: a full replica";
-  add_ring_traffic(prediction, coll::Kind::kAllReduce, "world", parameters * grad_bytes, input.world);
+  add_ring_traffic(prediction, coll::CollectiveKind::kAllReduce, "world", parameters * grad_bytes, input.world);
   return parameters;
 }
 

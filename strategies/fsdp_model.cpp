@@ -74,16 +74,17 @@ uint64_t predict_fsdp(const StrategyOptions& options, const AnalyticInput& input
   for (size_t unit = 0; unit < units; ++unit) {
     // The root stays gathered between forward and backward; SHARD_GRAD_OP keeps every unit.
     const uint64_t gathers = sharding != Sharding::kShardGradOp && unit != 0 ? 2 : 1;
-    add_ring_traffic(prediction, coll::Kind::kAllGather, group, shards.padded[unit] * param_bytes, group_size,
+    add_ring_traffic(prediction, coll::CollectiveKind::kAllGather, group, shards.padded[unit] * param_bytes, group_size,
                      micro_batches * gathers);
-    add_ring_traffic(prediction, coll::Kind::kReduceScatter, group, shards.padded[unit] * grad_bytes, group_size,
-                     micro_batches);
+    add_ring_traffic(prediction, coll::CollectiveKind::kReduceScatter, group, shards.padded[unit] * grad_bytes,
+                     group_size, micro_batches);
     if (across_nodes) {
-      add_ring_traffic(prediction, coll::Kind::kAllReduce, "inter-node", shards.padded[unit] / group_size * grad_bytes,
-                       replicas, micro_batches);
+      add_ring_traffic(prediction, coll::CollectiveKind::kAllReduce, "inter-node",
+                       shards.padded[unit] / group_size * grad_bytes, replicas, micro_batches);
     }
   }
-  add_ring_traffic(prediction, coll::Kind::kAllReduce, group, 4, group_size);  // the gradient norm's partial sums
+  add_ring_traffic(prediction, coll::CollectiveKind::kAllReduce, group, 4,
+                   group_size);  // the gradient norm's partial sums
   return shards.shard_elements;
 }
 

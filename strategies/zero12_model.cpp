@@ -26,7 +26,7 @@ uint64_t predict_zero12(const StrategyOptions& options, const AnalyticInput& inp
   if (stage == 1) {
     prediction.peak[Category::kGradients] = padded_parameters * grad_bytes;
     prediction.formula = "(2 + 2 + K/N)Ψ: optimizer state partitioned";
-    add_ring_traffic(prediction, coll::Kind::kReduceScatter, "world", padded_parameters * grad_bytes, world);
+    add_ring_traffic(prediction, coll::CollectiveKind::kReduceScatter, "world", padded_parameters * grad_bytes, world);
   } else {
     const uint64_t root = input.unit_counts.front();
     const uint64_t largest_block = *std::max_element(input.unit_counts.begin() + 1, input.unit_counts.end());
@@ -36,12 +36,13 @@ uint64_t predict_zero12(const StrategyOptions& options, const AnalyticInput& inp
     prediction.peak[Category::kGradients] = shard_elements * grad_bytes + (root + largest_block) * grad_bytes;
     prediction.peak[Category::kBuckets] = bucket_elements * grad_bytes * (options.zero.overlap_comm ? 2 : 1);
     prediction.formula = "(2 + (2 + K)/N)Ψ: optimizer state and gradients partitioned";
-    add_ring_traffic(prediction, coll::Kind::kReduceScatter, "world", parameters * grad_bytes, world,
+    add_ring_traffic(prediction, coll::CollectiveKind::kReduceScatter, "world", parameters * grad_bytes, world,
                      static_cast<uint64_t>(input.accumulation));
   }
-  add_ring_traffic(prediction, coll::Kind::kAllGather, "world", padded_parameters * dtype_size(options.recipe.params),
-                   world);
-  add_ring_traffic(prediction, coll::Kind::kAllReduce, "world", 4, world);  // the gradient norm's partial sums
+  add_ring_traffic(prediction, coll::CollectiveKind::kAllGather, "world",
+                   padded_parameters * dtype_size(options.recipe.params), world);
+  add_ring_traffic(prediction, coll::CollectiveKind::kAllReduce, "world", 4,
+                   world);  // the gradient norm's partial sums
   return shard_elements;
 }
 

@@ -73,15 +73,17 @@ uint64_t predict_zero3(const StrategyOptions& options, const AnalyticInput& inpu
   for (size_t unit = 0; unit < units; ++unit) {
     const uint64_t unit_param_bytes = shards.padded[unit] * param_bytes;
     if (persistent[unit]) {
-      add_ring_traffic(prediction, coll::Kind::kAllGather, "world", unit_param_bytes, world, 1);
+      add_ring_traffic(prediction, coll::CollectiveKind::kAllGather, "world", unit_param_bytes, world, 1);
     } else {
       const uint64_t gathers = unit != 0 ? 2 : 1;  // the root stays gathered between forward and backward
-      add_ring_traffic(prediction, coll::Kind::kAllGather, "world", unit_param_bytes, world, micro_batches * gathers);
+      add_ring_traffic(prediction, coll::CollectiveKind::kAllGather, "world", unit_param_bytes, world,
+                       micro_batches * gathers);
     }
-    add_ring_traffic(prediction, coll::Kind::kReduceScatter, "world", shards.padded[unit] * grad_bytes, world,
+    add_ring_traffic(prediction, coll::CollectiveKind::kReduceScatter, "world", shards.padded[unit] * grad_bytes, world,
                      micro_batches);
   }
-  add_ring_traffic(prediction, coll::Kind::kAllReduce, "world", 4, world);  // the gradient norm's partial sums
+  add_ring_traffic(prediction, coll::CollectiveKind::kAllReduce, "world", 4,
+                   world);  // the gradient norm's partial sums
   return shards.shard_elements;
 }
 

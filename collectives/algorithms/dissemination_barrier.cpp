@@ -8,7 +8,7 @@
 namespace emu::coll {
 namespace {
 
-void run(Context& context, const Call&) {
+void run(AlgorithmContext& context, const Call&) {
   const int n = context.size();
   const int r = context.rank();
   for (int distance = 1, round = 1; distance < n; distance *= 2, ++round) {
@@ -25,7 +25,8 @@ Expectation expect(const Call&, int, int, size_t) { return {}; }
 
 }  // namespace
 
-extern const Algorithm kDisseminationBarrier{
-    Kind::kBarrier, "dissemination", "ceil(log2 N) rounds of zero-byte signals at doubling distances", run, expect};
+extern const Algorithm kDisseminationBarrier{CollectiveKind::kBarrier, "dissemination",
+                                             "ceil(log2 N) rounds of zero-byte signals at doubling distances", run,
+                                             expect};
 
 }  // namespace emu::coll

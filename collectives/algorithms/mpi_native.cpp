@@ -13,7 +13,7 @@ namespace {
 // MPI's in-place reduce-scatter keeps the result at the start of the buffer, NCCL's at the rank's block; an
 // in-place call (NCCL semantics) therefore goes through a temporary block.
 bool needs_temporary(const Call& call, int rank, int n) {
-  if (call.kind != Kind::kReduceScatter || n == 1) return false;
+  if (call.kind != CollectiveKind::kReduceScatter || n == 1) return false;
   const Blocks blocks = call.counts.empty() ? Blocks::uniform(call.count, n) : Blocks::of(call.counts);
   const size_t mine = blocks.count[static_cast<size_t>(rank)];
   return mine > 0 && call.recv == at(call.send, blocks.offset[static_cast<size_t>(rank)], call.dtype);
@@ -24,7 +24,7 @@ Traffic nominal(const Call& call, int rank, int n, size_t slice_bytes) {
   return reference->expect(call, rank, n, slice_bytes).traffic;
 }
 
-void run(Context& context, const Call& call) {
+void run(AlgorithmContext& context, const Call& call) {
   Call native = call;
   if (native.op == ReduceOp::kAvg) native.op = ReduceOp::kSum;
   Buffer temporary;
@@ -54,12 +54,12 @@ constexpr std::string_view kSummary = "the library's own collective (MPI); nomin
 
 }  // namespace
 
-extern const Algorithm kMpiAllReduce{Kind::kAllReduce, "mpi", kSummary, run, expect};
-extern const Algorithm kMpiReduceScatter{Kind::kReduceScatter, "mpi", kSummary, run, expect};
-extern const Algorithm kMpiAllGather{Kind::kAllGather, "mpi", kSummary, run, expect};
-extern const Algorithm kMpiBroadcast{Kind::kBroadcast, "mpi", kSummary, run, expect};
-extern const Algorithm kMpiReduce{Kind::kReduce, "mpi", kSummary, run, expect};
-extern const Algorithm kMpiAllToAll{Kind::kAllToAll, "mpi", kSummary, run, expect};
-extern const Algorithm kMpiBarrier{Kind::kBarrier, "mpi", kSummary, run, expect};
+extern const Algorithm kMpiAllReduce{CollectiveKind::kAllReduce, "mpi", kSummary, run, expect};
+extern const Algorithm kMpiReduceScatter{CollectiveKind::kReduceScatter, "mpi", kSummary, run, expect};
+extern const Algorithm kMpiAllGather{CollectiveKind::kAllGather, "mpi", kSummary, run, expect};
+extern const Algorithm kMpiBroadcast{CollectiveKind::kBroadcast, "mpi", kSummary, run, expect};
+extern const Algorithm kMpiReduce{CollectiveKind::kReduce, "mpi", kSummary, run, expect};
+extern const Algorithm kMpiAllToAll{CollectiveKind::kAllToAll, "mpi", kSummary, run, expect};
+extern const Algorithm kMpiBarrier{CollectiveKind::kBarrier, "mpi", kSummary, run, expect};
 
 }  // namespace emu::coll

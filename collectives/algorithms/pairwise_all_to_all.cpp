@@ -10,7 +10,7 @@
 namespace emu::coll {
 namespace {
 
-void run(Context& context, const Call& call) {
+void run(AlgorithmContext& context, const Call& call) {
   const int n = context.size();
   const int r = context.rank();
   const DType dtype = call.dtype;
@@ -46,7 +46,8 @@ Expectation expect(const Call& call, int, int n, size_t) {
 
 }  // namespace
 
-extern const Algorithm kPairwiseAllToAll{
-    Kind::kAllToAll, "pairwise", "N-1 steps, each rank meeting one peer per step; (N-1)/N of the buffer", run, expect};
+extern const Algorithm kPairwiseAllToAll{CollectiveKind::kAllToAll, "pairwise",
+                                         "N-1 steps, each rank meeting one peer per step; (N-1)/N of the buffer", run,
+                                         expect};
 
 }  // namespace emu::coll

@@ -88,7 +88,7 @@ size_t largest_reduced(const std::vector<Move>& moves) {
   return largest;
 }
 
-void run(Context& context, const Call& call) {
+void run(AlgorithmContext& context, const Call& call) {
   const DType dtype = call.dtype;
   copy(dtype, call.send, call.recv, call.count);
   const std::vector<Move> moves = plan(call.count, context.rank(), context.size());
@@ -124,7 +124,7 @@ Expectation expect(const Call& call, int rank, int n, size_t slice_bytes) {
 
 }  // namespace
 
-extern const Algorithm kRhdAllReduce{Kind::kAllReduce, "rhd",
+extern const Algorithm kRhdAllReduce{CollectiveKind::kAllReduce, "rhd",
                                      "recursive halving then doubling; 2 log2 N steps, latency-oriented", run, expect};
 
 }  // namespace emu::coll

@@ -13,7 +13,7 @@ Blocks blocks_of(const Call& call, int n) {
   return call.counts.empty() ? Blocks::uniform(call.count, n) : Blocks::of(call.counts);
 }
 
-void run(Context& context, const Call& call) {
+void run(AlgorithmContext& context, const Call& call) {
   const int n = context.size();
   const int r = context.rank();
   const DType dtype = call.dtype;
@@ -44,7 +44,7 @@ Expectation expect(const Call& call, int r, int n, size_t) {
 
 }  // namespace
 
-extern const Algorithm kRingAllGather{Kind::kAllGather, "ring",
+extern const Algorithm kRingAllGather{CollectiveKind::kAllGather, "ring",
                                       "blocks passed around a ring; (N-1)/N of the output per rank", run, expect};
 
 }  // namespace emu::coll

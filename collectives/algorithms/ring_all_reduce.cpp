@@ -12,7 +12,7 @@
 namespace emu::coll {
 namespace {
 
-void run(Context& context, const Call& call) {
+void run(AlgorithmContext& context, const Call& call) {
   const int n = context.size();
   const int r = context.rank();
   const DType dtype = call.dtype;
@@ -57,7 +57,7 @@ Expectation expect(const Call& call, int r, int n, size_t slice_bytes) {
 
 }  // namespace
 
-extern const Algorithm kRingAllReduce{Kind::kAllReduce, "ring",
+extern const Algorithm kRingAllReduce{CollectiveKind::kAllReduce, "ring",
                                       "reduce-scatter then all-gather around a ring; 2(N-1)/N of the buffer per rank",
                                       run, expect};
 

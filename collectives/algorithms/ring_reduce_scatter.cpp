@@ -23,7 +23,7 @@ size_t column_part(size_t count, size_t column, size_t slice) {
   return begin >= count ? 0 : std::min(slice, count - begin);
 }
 
-void run(Context& context, const Call& call) {
+void run(AlgorithmContext& context, const Call& call) {
   const int n = context.size();
   const int r = context.rank();
   const DType dtype = call.dtype;
@@ -69,7 +69,8 @@ Expectation expect(const Call& call, int r, int n, size_t slice_bytes) {
 
 }  // namespace
 
-extern const Algorithm kRingReduceScatter{
-    Kind::kReduceScatter, "ring", "partial sums passed around a ring; (N-1)/N of the input per rank", run, expect};
+extern const Algorithm kRingReduceScatter{CollectiveKind::kReduceScatter, "ring",
+                                          "partial sums passed around a ring; (N-1)/N of the input per rank", run,
+                                          expect};
 
 }  // namespace emu::coll

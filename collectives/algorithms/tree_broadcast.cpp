@@ -10,7 +10,7 @@
 namespace emu::coll {
 namespace {
 
-void run(Context& context, const Call& call) {
+void run(AlgorithmContext& context, const Call& call) {
   const int n = context.size();
   const int v = wrap(context.rank() - call.root, n);
   const auto real = [&](int relative) { return wrap(relative + call.root, n); };
@@ -44,7 +44,8 @@ Expectation expect(const Call& call, int rank, int n, size_t) {
 
 }  // namespace
 
-extern const Algorithm kTreeBroadcast{
-    Kind::kBroadcast, "tree", "binomial tree from the root; ceil(log2 N) rounds of the whole buffer", run, expect};
+extern const Algorithm kTreeBroadcast{CollectiveKind::kBroadcast, "tree",
+                                      "binomial tree from the root; ceil(log2 N) rounds of the whole buffer", run,
+                                      expect};
 
 }  // namespace emu::coll

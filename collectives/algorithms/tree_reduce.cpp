@@ -12,7 +12,7 @@
 namespace emu::coll {
 namespace {
 
-void run(Context& context, const Call& call) {
+void run(AlgorithmContext& context, const Call& call) {
   const int n = context.size();
   const int v = wrap(context.rank() - call.root, n);
   const auto real = [&](int relative) { return wrap(relative + call.root, n); };
@@ -75,7 +75,8 @@ Expectation expect(const Call& call, int rank, int n, size_t slice_bytes) {
 
 }  // namespace
 
-extern const Algorithm kTreeReduce{
-    Kind::kReduce, "tree", "binomial tree into the root; each rank but the root sends the buffer once", run, expect};
+extern const Algorithm kTreeReduce{CollectiveKind::kReduce, "tree",
+                                   "binomial tree into the root; each rank but the root sends the buffer once", run,
+                                   expect};
 
 }  // namespace emu::coll

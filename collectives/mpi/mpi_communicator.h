@@ -16,7 +16,8 @@ namespace emu::coll {
 std::unique_ptr<Link> make_mpi_link(MPI_Comm comm);
 
 // A communicator over `comm`, its buffers from `device`. Collective over comm.
-std::unique_ptr<Communicator> make_mpi_communicator(MPI_Comm comm, Device& device, std::string name = "world",
-                                                    Options options = Options::from_environment());
+std::unique_ptr<Communicator> make_mpi_communicator(
+    MPI_Comm comm, Device& device, std::string name = "world",
+    CommunicatorOptions options = CommunicatorOptions::from_environment());
 
 }  // namespace emu::coll

@@ -79,31 +79,31 @@ class MpiLink final : public Link {
     const MPI_Datatype type = mpi_type(call.dtype);
     const int count = as_int(call.count, "count");
     switch (call.kind) {
-      case Kind::kAllReduce:
+      case CollectiveKind::kAllReduce:
         EMU_MPI_CHECK(MPI_Allreduce(call.send == call.recv ? MPI_IN_PLACE : call.send, call.recv, count, type,
                                     mpi_op(call.dtype, call.op), comm_));
         break;
-      case Kind::kReduceScatter: reduce_scatter(call, type); break;
-      case Kind::kAllGather: all_gather(call, type); break;
-      case Kind::kBroadcast:
+      case CollectiveKind::kReduceScatter: reduce_scatter(call, type); break;
+      case CollectiveKind::kAllGather: all_gather(call, type); break;
+      case CollectiveKind::kBroadcast:
         if (rank_ == call.root && call.send != call.recv && count > 0) {
           std::memcpy(call.recv, call.send, call.count * dtype_size(call.dtype));
         }
         EMU_MPI_CHECK(MPI_Bcast(call.recv, count, type, call.root, comm_));
         break;
-      case Kind::kReduce: {
+      case CollectiveKind::kReduce: {
         const bool in_place = rank_ == call.root && call.send == call.recv;
         EMU_MPI_CHECK(MPI_Reduce(in_place ? MPI_IN_PLACE : call.send, call.recv, count, type,
                                  mpi_op(call.dtype, call.op), call.root, comm_));
         break;
       }
-      case Kind::kAllToAll:
+      case CollectiveKind::kAllToAll:
         EMU_MPI_CHECK(MPI_Alltoall(call.send == call.recv ? MPI_IN_PLACE : call.send, count, type, call.recv, count,
                                    type, comm_));
         break;
-      case Kind::kBarrier: EMU_MPI_CHECK(MPI_Barrier(comm_)); break;
-      case Kind::kSend:
-      case Kind::kRecv: EMU_CHECK(false, "{} has no native collective", kind_name(call.kind));
+      case CollectiveKind::kBarrier: EMU_MPI_CHECK(MPI_Barrier(comm_)); break;
+      case CollectiveKind::kSend:
+      case CollectiveKind::kRecv: EMU_CHECK(false, "{} has no native collective", kind_name(call.kind));
     }
   }
 
@@ -166,7 +166,8 @@ std::unique_ptr<Link> make_mpi_link(MPI_Comm comm) {
   return std::make_unique<MpiLink>(duplicate);
 }
 
-std::unique_ptr<Communicator> make_mpi_communicator(MPI_Comm comm, Device& device, std::string name, Options options) {
+std::unique_ptr<Communicator> make_mpi_communicator(MPI_Comm comm, Device& device, std::string name,
+                                                    CommunicatorOptions options) {
   return std::make_unique<Communicator>(make_mpi_link(comm), device, std::move(name), options);
 }
 

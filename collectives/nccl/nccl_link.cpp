@@ -84,24 +84,24 @@ class NcclLink final : public Link {
   void native(const Call& call) override {
     const ncclDataType_t type = nccl_type(call.dtype);
     switch (call.kind) {
-      case Kind::kAllReduce:
+      case CollectiveKind::kAllReduce:
         EMU_NCCL_CHECK(ncclAllReduce(call.send, call.recv, call.count, type, nccl_op(call.op), nccl_, stream_));
         break;
-      case Kind::kReduceScatter: reduce_scatter(call, type); break;
-      case Kind::kAllGather: all_gather(call, type); break;
-      case Kind::kBroadcast:
+      case CollectiveKind::kReduceScatter: reduce_scatter(call, type); break;
+      case CollectiveKind::kAllGather: all_gather(call, type); break;
+      case CollectiveKind::kBroadcast:
         EMU_NCCL_CHECK(ncclBroadcast(call.send, call.recv, call.count, type, call.root, nccl_, stream_));
         break;
-      case Kind::kReduce:
+      case CollectiveKind::kReduce:
         EMU_NCCL_CHECK(ncclReduce(call.send, call.recv, call.count, type, nccl_op(call.op), call.root, nccl_, stream_));
         break;
-      case Kind::kAllToAll: all_to_all(call, type); break;
-      case Kind::kBarrier:
+      case CollectiveKind::kAllToAll: all_to_all(call, type); break;
+      case CollectiveKind::kBarrier:
         wait();
         EMU_MPI_CHECK(MPI_Barrier(mpi_));
         return;
-      case Kind::kSend:
-      case Kind::kRecv: EMU_CHECK(false, "{} has no native collective", kind_name(call.kind));
+      case CollectiveKind::kSend:
+      case CollectiveKind::kRecv: EMU_CHECK(false, "{} has no native collective", kind_name(call.kind));
     }
     wait();
   }

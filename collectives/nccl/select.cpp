@@ -50,8 +50,10 @@ void steer_nccl(std::string_view algorithms) {
 std::string nccl_algo_setting(std::string_view algorithms) {
   std::string setting;
   for (const auto& [kind, algorithm] : parse_algorithm_list(algorithms)) {
-    if (algorithm == "mpi" || algorithm == "nccl" || kind == Kind::kAllToAll || kind == Kind::kBarrier) continue;
-    const bool tree_ok = kind == Kind::kAllReduce;
+    if (algorithm == "mpi" || algorithm == "nccl" || kind == CollectiveKind::kAllToAll ||
+        kind == CollectiveKind::kBarrier)
+      continue;
+    const bool tree_ok = kind == CollectiveKind::kAllReduce;
     if (algorithm != "ring" && !(tree_ok && algorithm == "tree")) {
       throw InputError(
           fmt::format("{}={}: over NCCL the collectives run inside NCCL, which offers {} for {} "
@@ -94,8 +96,8 @@ std::unique_ptr<Link> make_link(MPI_Comm comm, const Device& device, std::string
   return make_mpi_link(comm);
 }
 
-std::unique_ptr<Communicator> make_communicator(MPI_Comm comm, Device& device, std::string name, Options options,
-                                                std::string_view algorithms) {
+std::unique_ptr<Communicator> make_communicator(MPI_Comm comm, Device& device, std::string name,
+                                                CommunicatorOptions options, std::string_view algorithms) {
   auto link = make_link(comm, device, algorithms);
   const bool nccl = link->library() == "nccl";
   auto communicator = std::make_unique<Communicator>(std::move(link), device, std::move(name), options);

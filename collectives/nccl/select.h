@@ -40,7 +40,7 @@ std::string nccl_algo_setting(std::string_view algorithms);
 // A communicator over make_link(comm, device) running `algorithms` (Communicator::set_algorithms; empty: the
 // defaults). Over NCCL, every kind on the pass-through, with `algorithms` steering NCCL (see above).
 std::unique_ptr<Communicator> make_communicator(MPI_Comm comm, Device& device, std::string name = "world",
-                                                Options options = Options::from_environment(),
+                                                CommunicatorOptions options = CommunicatorOptions::from_environment(),
                                                 std::string_view algorithms = {});
 
 }  // namespace emu::coll

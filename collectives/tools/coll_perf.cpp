@@ -44,7 +44,7 @@ struct Settings {
 };
 
 struct Row {
-  Kind kind;
+  CollectiveKind kind;
   std::string algorithm;
   uint64_t bytes;
   size_t count;
@@ -66,9 +66,10 @@ uint64_t parse_size(const std::string& text) {
 
 // Elements per call for a payload of `bytes` (S): per rank for reduce_scatter / all_gather, per peer for
 // all_to_all, whole otherwise. Rounded down to a whole number per rank.
-size_t count_for(Kind kind, uint64_t bytes, DType dtype, int size) {
+size_t count_for(CollectiveKind kind, uint64_t bytes, DType dtype, int size) {
   const uint64_t elements = bytes / dtype_size(dtype);
-  const bool per_rank = kind == Kind::kReduceScatter || kind == Kind::kAllGather || kind == Kind::kAllToAll;
+  const bool per_rank =
+      kind == CollectiveKind::kReduceScatter || kind == CollectiveKind::kAllGather || kind == CollectiveKind::kAllToAll;
   return static_cast<size_t>(per_rank ? elements / static_cast<uint64_t>(size) : elements);
 }
 
@@ -83,7 +84,7 @@ double median(std::vector<double> values) {
 std::vector<Row> measure(Communicator& comm, const std::vector<const Algorithm*>& chosen, uint64_t bytes,
                          const Settings& settings, DType dtype, ReduceOp op) {
   const int size = comm.size();
-  const Kind kind = chosen.front()->kind;
+  const CollectiveKind kind = chosen.front()->kind;
   const size_t count = count_for(kind, bytes, dtype, size);
   // One set of buffers for all algorithms, so that none is favoured by where its memory happens to lie.
   VerifiedCase verified(comm.device(), kind, dtype, op, count, {}, 0, settings.in_place, comm.rank(), size);
@@ -126,7 +127,7 @@ std::vector<Row> measure(Communicator& comm, const std::vector<const Algorithm*>
   return rows;
 }
 
-void print_header(Kind kind, int size, const Settings& settings) {
+void print_header(CollectiveKind kind, int size, const Settings& settings) {
   std::printf("#\n# %s, %d ranks, %s, op %s, %s, warm-up %d, %d iterations (median), slice %zu B\n#\n",
               std::string(kind_name(kind)).c_str(), size, settings.dtype.c_str(), settings.op.c_str(),
               settings.in_place ? "in place" : "out of place", settings.warmup, settings.iterations,
@@ -170,14 +171,14 @@ int run(const MpiSession& mpi, int argc, char** argv) {
   memory.rank = mpi.rank();
   memory.timeline = false;
   auto device = make_cpu_device(memory);
-  Options options = Options::from_environment();
+  CommunicatorOptions options = CommunicatorOptions::from_environment();
   options.slice_bytes = settings.slice_bytes;
   auto comm = make_mpi_communicator(MPI_COMM_WORLD, *device, "world", options);
 
   std::vector<Row> rows;
   for (const std::string& kind_text : settings.kinds) {
     const auto kind = parse_kind(kind_text);
-    if (!kind || !is_collective(*kind) || *kind == Kind::kBarrier) {
+    if (!kind || !is_collective(*kind) || *kind == CollectiveKind::kBarrier) {
       throw InputError(
           fmt::format("--kind {}: expected all_reduce, reduce_scatter, all_gather, broadcast, reduce "
                       "or all_to_all",

@@ -52,11 +52,12 @@ teach::Logs gather_logs(const std::vector<StepRecord>& mine, int rank, int size)
   return logs;
 }
 
-std::string partition_text(Kind kind, size_t count, int size, DType dtype) {
+std::string partition_text(CollectiveKind kind, size_t count, int size, DType dtype) {
   Blocks blocks;
-  if (kind == Kind::kAllReduce)
+  if (kind == CollectiveKind::kAllReduce)
     blocks = Blocks::even(count, size);
-  else if (kind == Kind::kReduceScatter || kind == Kind::kAllGather || kind == Kind::kAllToAll)
+  else if (kind == CollectiveKind::kReduceScatter || kind == CollectiveKind::kAllGather ||
+           kind == CollectiveKind::kAllToAll)
     blocks = Blocks::uniform(count, size);
   else
     return "";
@@ -107,7 +108,7 @@ int run(const MpiSession& mpi, int argc, char** argv) {
   MemoryPool::Options memory;
   memory.rank = mpi.rank();
   auto device = make_cpu_device(memory);
-  Options options;
+  CommunicatorOptions options;
   options.slice_bytes = settings.slice_bytes;
   auto comm = make_mpi_communicator(MPI_COMM_WORLD, *device, "world", options);
   comm->set_algorithm(*kind, settings.algorithm);

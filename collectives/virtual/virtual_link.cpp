@@ -40,7 +40,7 @@ std::unique_ptr<Link> make_virtual_link(int rank, int size) { return std::make_u
 
 std::unique_ptr<Communicator> make_virtual_communicator(Device& device, int rank, int size, std::string name) {
   EMU_CHECK(!device.holds_data(), "a virtual communicator needs a shapes-only device");
-  Options options;  // no watchdog, no call checks: nothing waits
+  CommunicatorOptions options;  // no watchdog, no call checks: nothing waits
   return std::make_unique<Communicator>(make_virtual_link(rank, size), device, std::move(name), options);
 }
 

@@ -36,7 +36,7 @@ bool gpus_for_every_rank() {
   return all == 1;
 }
 
-Call make_call(Kind kind, size_t count, std::string_view phase, ReduceOp op = ReduceOp::kSum, int root = 0,
+Call make_call(CollectiveKind kind, size_t count, std::string_view phase, ReduceOp op = ReduceOp::kSum, int root = 0,
                std::span<const size_t> counts = {}) {
   Call call;
   call.kind = kind;
@@ -109,13 +109,13 @@ TEST_F(NcclParity, ChoosesNcclWhenEveryRankHasItsOwnGpu) {
 TEST_F(NcclParity, EveryKindMatchesMpi) {
   const size_t n = 1000, size = size_t(world_size());
   for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax}) {
-    both(make_call(Kind::kAllReduce, n, "ar", op), input(n), n);
-    both(make_call(Kind::kReduceScatter, n, "rs", op), input(n * size), n);
-    both(make_call(Kind::kReduce, n, "reduce", op, int(size) - 1), input(n), n);
+    both(make_call(CollectiveKind::kAllReduce, n, "ar", op), input(n), n);
+    both(make_call(CollectiveKind::kReduceScatter, n, "rs", op), input(n * size), n);
+    both(make_call(CollectiveKind::kReduce, n, "reduce", op, int(size) - 1), input(n), n);
   }
-  both(make_call(Kind::kAllGather, n, "ag"), input(n), n * size);
-  both(make_call(Kind::kBroadcast, n, "bcast", ReduceOp::kSum, 0), input(n), n);
-  both(make_call(Kind::kAllToAll, n, "a2a"), input(n * size), n * size);
+  both(make_call(CollectiveKind::kAllGather, n, "ag"), input(n), n * size);
+  both(make_call(CollectiveKind::kBroadcast, n, "bcast", ReduceOp::kSum, 0), input(n), n);
+  both(make_call(CollectiveKind::kAllToAll, n, "a2a"), input(n * size), n * size);
 }
 
 TEST_F(NcclParity, UnevenBlocksMatchMpi) {
@@ -123,8 +123,8 @@ TEST_F(NcclParity, UnevenBlocksMatchMpi) {
   size_t total = 0;
   for (int r = 0; r < world_size(); ++r) total += counts.emplace_back(size_t(100 + 37 * r));
   const size_t mine = counts[size_t(world_rank())];
-  both(make_call(Kind::kReduceScatter, mine, "rs_v", ReduceOp::kSum, 0, counts), input(total), mine);
-  both(make_call(Kind::kAllGather, mine, "ag_v", ReduceOp::kSum, 0, counts), input(mine), total);
+  both(make_call(CollectiveKind::kReduceScatter, mine, "rs_v", ReduceOp::kSum, 0, counts), input(total), mine);
+  both(make_call(CollectiveKind::kAllGather, mine, "ag_v", ReduceOp::kSum, 0, counts), input(mine), total);
 }
 
 }  // namespace

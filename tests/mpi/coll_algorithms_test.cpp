@@ -34,9 +34,10 @@ std::string describe(const Algorithm& algorithm, const Shape& shape, DType dtype
 std::vector<char> output_of(const VerifiedCase& c, int rank, int size) {
   const Call& call = c.call();
   size_t count = call.count;
-  if (call.kind == Kind::kAllGather || call.kind == Kind::kAllToAll) count *= static_cast<size_t>(size);
-  if (call.kind == Kind::kReduce && rank != call.root) count = 0;
-  if (call.kind == Kind::kBarrier) count = 0;
+  if (call.kind == CollectiveKind::kAllGather || call.kind == CollectiveKind::kAllToAll)
+    count *= static_cast<size_t>(size);
+  if (call.kind == CollectiveKind::kReduce && rank != call.root) count = 0;
+  if (call.kind == CollectiveKind::kBarrier) count = 0;
   const auto* data = static_cast<const char*>(call.recv);
   return std::vector<char>(data, data + count * dtype_size(call.dtype));
 }
@@ -85,12 +86,12 @@ class EveryAlgorithm : public ::testing::TestWithParam<const Algorithm*> {};
 TEST_P(EveryAlgorithm, MatchesTheExactAnswerAndMpi) {
   const Algorithm& algorithm = *GetParam();
   const int size = World().comm->size();
-  const bool reduces =
-      algorithm.kind == Kind::kAllReduce || algorithm.kind == Kind::kReduceScatter || algorithm.kind == Kind::kReduce;
-  const bool rooted = algorithm.kind == Kind::kBroadcast || algorithm.kind == Kind::kReduce;
+  const bool reduces = algorithm.kind == CollectiveKind::kAllReduce ||
+                       algorithm.kind == CollectiveKind::kReduceScatter || algorithm.kind == CollectiveKind::kReduce;
+  const bool rooted = algorithm.kind == CollectiveKind::kBroadcast || algorithm.kind == CollectiveKind::kReduce;
   const std::set<int> roots = rooted ? std::set<int>{0, size - 1} : std::set<int>{0};
   for (const Shape& shape : shapes(size)) {
-    Options options;
+    CommunicatorOptions options;
     options.slice_bytes = shape.slice_bytes;
     World world(options);
     for (DType dtype : {DType::kF32, DType::kBF16}) {
@@ -122,7 +123,7 @@ TEST(UnevenBlocks, ReduceScatterAndAllGather) {
   std::vector<size_t> counts;
   counts.reserve(static_cast<size_t>(size));
   for (int r = 0; r < size; ++r) counts.push_back(static_cast<size_t>((r * 37 + 11) % 53) * (r % 3 == 1 ? 0 : 1));
-  for (Kind kind : {Kind::kReduceScatter, Kind::kAllGather}) {
+  for (CollectiveKind kind : {CollectiveKind::kReduceScatter, CollectiveKind::kAllGather}) {
     for (const Algorithm* algorithm : algorithms_for(kind)) {
       for (bool in_place : {false, true}) {
         SCOPED_TRACE(fmt::format("{} {} {}", kind_name(kind), algorithm->name, in_place ? "in place" : ""));

@@ -25,14 +25,14 @@ TEST(Ledger, RingVolumesAreTheClosedForms) {
   comm.all_reduce(a.data(), b.data(), count, DType::kF32, ReduceOp::kSum, "grads");
   comm.reduce_scatter(a.data(), b.data(), count / n, DType::kF32, ReduceOp::kSum, "grads");
   comm.all_gather(a.data(), b.data(), count / n, DType::kF32, "params");
-  const LedgerEntry all_reduce = comm.ledger().at(Kind::kAllReduce, "grads");
+  const LedgerEntry all_reduce = comm.ledger().at(CollectiveKind::kAllReduce, "grads");
   EXPECT_EQ(all_reduce.calls, 1u);
   EXPECT_EQ(all_reduce.moved.sent, 2 * (n - 1) * s / n);
   EXPECT_EQ(all_reduce.moved.received, 2 * (n - 1) * s / n);
-  const LedgerEntry reduce_scatter = comm.ledger().at(Kind::kReduceScatter, "grads");
+  const LedgerEntry reduce_scatter = comm.ledger().at(CollectiveKind::kReduceScatter, "grads");
   EXPECT_EQ(reduce_scatter.moved.sent, (n - 1) * s / n);
   EXPECT_EQ(reduce_scatter.moved.received, (n - 1) * s / n);
-  const LedgerEntry all_gather = comm.ledger().at(Kind::kAllGather, "params");
+  const LedgerEntry all_gather = comm.ledger().at(CollectiveKind::kAllGather, "params");
   EXPECT_EQ(all_gather.moved.sent, (n - 1) * s / n);
   EXPECT_EQ(all_gather.moved.received, (n - 1) * s / n);
   EXPECT_EQ(comm.ledger().total().moved, comm.ledger().total().expected);
@@ -44,13 +44,13 @@ TEST(Ledger, RhdMovesTheRingVolumeOnPowersOfTwo) {
   Communicator& comm = *world.comm;
   const uint64_t n = static_cast<uint64_t>(comm.size());
   if ((n & (n - 1)) != 0) GTEST_SKIP() << "halving-doubling folds extra ranks when N is not a power of two";
-  comm.set_algorithm(Kind::kAllReduce, "rhd");
+  comm.set_algorithm(CollectiveKind::kAllReduce, "rhd");
   const size_t count = 64 * n;
   std::vector<float> a(count, 1.0f);
   comm.all_reduce(a.data(), a.data(), count, DType::kF32, ReduceOp::kSum);
   const uint64_t s = count * sizeof(float);
-  EXPECT_EQ(comm.ledger().total(Kind::kAllReduce).moved.sent, 2 * (n - 1) * s / n);
-  EXPECT_EQ(comm.ledger().total(Kind::kAllReduce).moved.received, 2 * (n - 1) * s / n);
+  EXPECT_EQ(comm.ledger().total(CollectiveKind::kAllReduce).moved.sent, 2 * (n - 1) * s / n);
+  EXPECT_EQ(comm.ledger().total(CollectiveKind::kAllReduce).moved.received, 2 * (n - 1) * s / n);
 }
 
 TEST(Ledger, PhasesAreSeparateAndResetClears) {
@@ -62,9 +62,9 @@ TEST(Ledger, PhasesAreSeparateAndResetClears) {
                     fmt::format("backward, unit {}", unit));
   }
   comm.all_reduce(data.data(), data.data(), data.size(), DType::kBF16, ReduceOp::kAvg, "backward, unit 0");
-  EXPECT_EQ(comm.ledger().at(Kind::kAllReduce, "backward, unit 0").calls, 2u);
-  EXPECT_EQ(comm.ledger().at(Kind::kAllReduce, "backward, unit 2").calls, 1u);
-  EXPECT_EQ(comm.ledger().total(Kind::kAllReduce).calls, 4u);
+  EXPECT_EQ(comm.ledger().at(CollectiveKind::kAllReduce, "backward, unit 0").calls, 2u);
+  EXPECT_EQ(comm.ledger().at(CollectiveKind::kAllReduce, "backward, unit 2").calls, 1u);
+  EXPECT_EQ(comm.ledger().total(CollectiveKind::kAllReduce).calls, 4u);
   EXPECT_EQ(comm.ledger().entries().size(), 3u);
   EXPECT_EQ(comm.sequence(), 4u);
   comm.ledger().reset();
@@ -87,8 +87,8 @@ TEST(Ledger, SplitGroupsKeepTheirOwnLedgers) {
   for (float v : data) EXPECT_EQ(v, static_cast<float>(node_size));
   inter->all_reduce(data.data(), data.data(), data.size(), DType::kF32, ReduceOp::kSum, "inter");
   EXPECT_EQ(comm.ledger().total().calls, 0u);
-  EXPECT_EQ(intra->ledger().at(Kind::kAllReduce, "intra").calls, 1u);
-  EXPECT_EQ(inter->ledger().at(Kind::kAllReduce, "inter").calls, 1u);
+  EXPECT_EQ(intra->ledger().at(CollectiveKind::kAllReduce, "intra").calls, 1u);
+  EXPECT_EQ(inter->ledger().at(CollectiveKind::kAllReduce, "inter").calls, 1u);
   EXPECT_EQ(intra->ledger().group(), fmt::format("intra-node {}", rank / 2));
 }
 
@@ -104,8 +104,8 @@ TEST(Ledger, SendAndRecvAreCountedOnTheirOwnSide) {
     for (float v : message) EXPECT_EQ(v, 0.0f);
   }
   const uint64_t bytes = 33 * sizeof(float);
-  EXPECT_EQ(comm.ledger().at(Kind::kSend, "activations").moved.sent, rank == 0 ? bytes : 0);
-  EXPECT_EQ(comm.ledger().at(Kind::kRecv, "activations").moved.received, rank == 1 ? bytes : 0);
+  EXPECT_EQ(comm.ledger().at(CollectiveKind::kSend, "activations").moved.sent, rank == 0 ? bytes : 0);
+  EXPECT_EQ(comm.ledger().at(CollectiveKind::kRecv, "activations").moved.received, rank == 1 ? bytes : 0);
   EXPECT_EQ(comm.sequence(), 0u) << "point-to-point calls are not numbered";
 }
 
@@ -117,16 +117,16 @@ TEST(Ledger, ShapesDeviceAccountsWithoutMoving) {
   MemoryPool::Options memory;
   memory.rank = rank;
   auto device = make_shapes_device(memory);
-  auto comm = make_mpi_communicator(MPI_COMM_WORLD, *device, "world", Options{});
+  auto comm = make_mpi_communicator(MPI_COMM_WORLD, *device, "world", CommunicatorOptions{});
   const size_t count = 1 << 20;
   comm->all_reduce(nullptr, nullptr, 0, DType::kF32, ReduceOp::kSum);
   Buffer grads = device->allocate(count, DType::kBF16, Category::kGradients);
   comm->all_reduce(grads.data(), grads.data(), count, DType::kBF16, ReduceOp::kSum, "grads");
   const Expectation declared =
-      comm->algorithm(Kind::kAllReduce)
-          .expect(Call{Kind::kAllReduce, nullptr, nullptr, count, {}, DType::kBF16, ReduceOp::kSum, 0, {}},
+      comm->algorithm(CollectiveKind::kAllReduce)
+          .expect(Call{CollectiveKind::kAllReduce, nullptr, nullptr, count, {}, DType::kBF16, ReduceOp::kSum, 0, {}},
                   comm->rank(), comm->size(), comm->options().slice_bytes);
-  EXPECT_EQ(comm->ledger().at(Kind::kAllReduce, "grads").moved, declared.traffic);
+  EXPECT_EQ(comm->ledger().at(CollectiveKind::kAllReduce, "grads").moved, declared.traffic);
   EXPECT_EQ(device->memory().peak(Category::kCommBuffers), declared.buffer_bytes);
 }
 
@@ -141,7 +141,7 @@ TEST(Ledger, CommBuffersCountAgainstTheCap) {
   memory.rank = rank;
   memory.cap = 4096;
   auto device = make_cpu_device(memory);
-  auto comm = make_mpi_communicator(MPI_COMM_WORLD, *device, "world", Options{});
+  auto comm = make_mpi_communicator(MPI_COMM_WORLD, *device, "world", CommunicatorOptions{});
   Buffer data = device->allocate(1024, DType::kF32, Category::kGradients);  // the whole cap
   EXPECT_THROW(comm->all_reduce(data.data(), data.data(), 1024, DType::kF32, ReduceOp::kSum), OutOfMemoryError);
 }

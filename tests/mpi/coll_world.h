@@ -14,7 +14,7 @@ struct World {
   std::unique_ptr<Device> device;
   std::unique_ptr<Communicator> comm;
 
-  explicit World(Options options = {}) {
+  explicit World(CommunicatorOptions options = {}) {
     int rank = 0;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MemoryPool::Options memory;

@@ -49,14 +49,15 @@ TEST_P(MemoryAndTraffic, MeasuredEqualsAnalytic) {
   }
 
   // Traffic of one step, summed over the groups the strategy uses.
-  std::map<coll::Kind, uint64_t> sent;
+  std::map<coll::CollectiveKind, uint64_t> sent;
   for (coll::Communicator* group : run->strategy->groups()) {
     for (const auto& [key, entry] : group->ledger().entries()) {
       EXPECT_EQ(entry.moved, entry.expected) << group->name() << " " << coll::kind_name(key.first) << " " << key.second;
       sent[key.first] += entry.moved.sent;
     }
   }
-  for (coll::Kind kind : {coll::Kind::kAllReduce, coll::Kind::kReduceScatter, coll::Kind::kAllGather}) {
+  for (coll::CollectiveKind kind :
+       {coll::CollectiveKind::kAllReduce, coll::CollectiveKind::kReduceScatter, coll::CollectiveKind::kAllGather}) {
     const double want = static_cast<double>(predicted.sent(kind));
     const double got = static_cast<double>(sent[kind]);
     // Ring chunks of payloads that do not divide by N differ from the nominal (N−1)/N by a few elements per call.

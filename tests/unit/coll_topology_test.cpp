@@ -69,7 +69,7 @@ TEST(Blocks, EvenSplitPutsTheRemainderFirst) {
 TEST(CheckCall, NamesTheProblem) {
   std::vector<float> a(8);
   std::vector<float> b(8);
-  Call call{Kind::kAllReduce, a.data(), b.data(), 8, {}, DType::kF32, ReduceOp::kSum, 0, {}};
+  Call call{CollectiveKind::kAllReduce, a.data(), b.data(), 8, {}, DType::kF32, ReduceOp::kSum, 0, {}};
   EXPECT_EQ(check_call(call, 0, 4), "");
   call.send = nullptr;
   EXPECT_NE(check_call(call, 0, 4).find("send buffer is null"), std::string::npos);
@@ -77,12 +77,13 @@ TEST(CheckCall, NamesTheProblem) {
   call.recv = a.data();
   call.count = 4;
   EXPECT_NE(check_call(call, 0, 4).find("overlap"), std::string::npos);
-  Call broadcast{Kind::kBroadcast, a.data(), a.data(), 8, {}, DType::kF32, ReduceOp::kSum, 4, {}};
+  Call broadcast{CollectiveKind::kBroadcast, a.data(), a.data(), 8, {}, DType::kF32, ReduceOp::kSum, 4, {}};
   EXPECT_NE(check_call(broadcast, 0, 4).find("root 4"), std::string::npos);
-  Call send{Kind::kSend, a.data(), nullptr, 8, {}, DType::kF32, ReduceOp::kSum, 2, {}};
+  Call send{CollectiveKind::kSend, a.data(), nullptr, 8, {}, DType::kF32, ReduceOp::kSum, 2, {}};
   EXPECT_NE(check_call(send, 2, 4).find("peer 2"), std::string::npos);
   // In-place reduce-scatter: the rank's block inside the input is fine; anywhere else inside it is not.
-  Call reduce_scatter{Kind::kReduceScatter, a.data(), a.data() + 4, 2, {}, DType::kF32, ReduceOp::kSum, 0, {}};
+  Call reduce_scatter{
+      CollectiveKind::kReduceScatter, a.data(), a.data() + 4, 2, {}, DType::kF32, ReduceOp::kSum, 0, {}};
   EXPECT_EQ(check_call(reduce_scatter, 2, 4), "");
   EXPECT_NE(check_call(reduce_scatter, 1, 4), "");
   const std::vector<size_t> counts{1, 2};
@@ -98,7 +99,7 @@ class SoloLink final : public Link {
   std::string_view library() const override { return "solo"; }
   void exchange(const void*, size_t, int, void*, size_t, int) override { FAIL() << "a single rank never exchanges"; }
   void native(const Call& call) override {
-    if (call.kind == Kind::kAllReduce) copy_through(call);
+    if (call.kind == CollectiveKind::kAllReduce) copy_through(call);
   }
   void gather_all(const void* mine, size_t bytes, void* all) override { std::memcpy(all, mine, bytes); }
   std::unique_ptr<Link> split(int, int) override { return std::make_unique<SoloLink>(); }
@@ -112,26 +113,26 @@ class SoloLink final : public Link {
 TEST(Selection, RingIsTheDefaultAndUnknownNamesListTheValidOnes) {
   auto device = make_cpu_device({});
   Communicator comm(std::make_unique<SoloLink>(), *device, "solo");
-  EXPECT_EQ(comm.algorithm(Kind::kAllReduce).name, "ring");
-  EXPECT_EQ(comm.algorithm(Kind::kReduceScatter).name, "ring");
-  EXPECT_EQ(comm.algorithm(Kind::kAllGather).name, "ring");
-  EXPECT_EQ(comm.algorithm(Kind::kBroadcast).name, "tree");
+  EXPECT_EQ(comm.algorithm(CollectiveKind::kAllReduce).name, "ring");
+  EXPECT_EQ(comm.algorithm(CollectiveKind::kReduceScatter).name, "ring");
+  EXPECT_EQ(comm.algorithm(CollectiveKind::kAllGather).name, "ring");
+  EXPECT_EQ(comm.algorithm(CollectiveKind::kBroadcast).name, "tree");
   try {
-    comm.set_algorithm(Kind::kAllReduce, "butterfly");
+    comm.set_algorithm(CollectiveKind::kAllReduce, "butterfly");
     FAIL() << "expected an InputError";
   } catch (const InputError& error) {
     EXPECT_NE(std::string(error.what()).find("ring, rhd, mpi"), std::string::npos) << error.what();
   }
   comm.set_algorithms("all_reduce=rhd,broadcast=mpi");
-  EXPECT_EQ(comm.algorithm(Kind::kAllReduce).name, "rhd");
-  EXPECT_EQ(comm.algorithm(Kind::kBroadcast).name, "mpi");
+  EXPECT_EQ(comm.algorithm(CollectiveKind::kAllReduce).name, "rhd");
+  EXPECT_EQ(comm.algorithm(CollectiveKind::kBroadcast).name, "mpi");
   EXPECT_THROW(comm.set_algorithms("allreduce=ring"), InputError);
   EXPECT_THROW(comm.set_algorithms("reduce=ring"), InputError);
 }
 
 TEST(Selection, EveryKindButPointToPointHasOurAlgorithmAndMpi) {
   for (size_t i = 0; i < kNumKinds; ++i) {
-    const Kind kind = kind_at(i);
+    const CollectiveKind kind = kind_at(i);
     const auto found = algorithms_for(kind);
     if (!is_collective(kind)) {
       EXPECT_TRUE(found.empty());
@@ -159,12 +160,12 @@ TEST(Reduce, Bf16RoundsEveryStepToNearestEven) {
 
 TEST(LedgerBook, ChargesByKindAndPhase) {
   Ledger ledger("world");
-  ledger.charge(Kind::kAllGather, "forward, unit 1", {10, 20}, {10, 20}, 0.5);
-  ledger.charge(Kind::kAllGather, "forward, unit 1", {1, 2}, {1, 2}, 0.25);
-  ledger.charge(Kind::kReduceScatter, "backward, unit 1", {5, 5}, {5, 5}, 1);
-  EXPECT_EQ(ledger.at(Kind::kAllGather, "forward, unit 1").calls, 2u);
-  EXPECT_EQ(ledger.at(Kind::kAllGather, "forward, unit 1").moved, (Traffic{11, 22}));
-  EXPECT_EQ(ledger.at(Kind::kAllGather, "backward, unit 1").calls, 0u);
+  ledger.charge(CollectiveKind::kAllGather, "forward, unit 1", {10, 20}, {10, 20}, 0.5);
+  ledger.charge(CollectiveKind::kAllGather, "forward, unit 1", {1, 2}, {1, 2}, 0.25);
+  ledger.charge(CollectiveKind::kReduceScatter, "backward, unit 1", {5, 5}, {5, 5}, 1);
+  EXPECT_EQ(ledger.at(CollectiveKind::kAllGather, "forward, unit 1").calls, 2u);
+  EXPECT_EQ(ledger.at(CollectiveKind::kAllGather, "forward, unit 1").moved, (Traffic{11, 22}));
+  EXPECT_EQ(ledger.at(CollectiveKind::kAllGather, "backward, unit 1").calls, 0u);
   EXPECT_DOUBLE_EQ(ledger.total().seconds, 1.75);
   EXPECT_NE(ledger.format().find("forward, unit 1"), std::string::npos);
 }

@@ -16,7 +16,7 @@ int main(int argc, char** argv) {
   emu::MemoryPool::Options memory;
   memory.rank = mpi.rank();
   auto device = emu::make_cpu_device(memory);
-  emu::coll::Options options;
+  emu::coll::CommunicatorOptions options;
   options.watchdog_seconds = 2.0;
   options.check_calls = mode == "mismatch";
   auto comm = emu::coll::make_mpi_communicator(MPI_COMM_WORLD, *device, "world", options);

@@ -73,7 +73,7 @@ void Model::set_initial_weights(std::shared_ptr<const std::vector<std::vector<fl
 
 const float* Model::weights_f32(int unit, Scratch& scratch) const {
   if (!math_) return nullptr;
-  const Unit& u = units_[static_cast<size_t>(unit)];
+  const UnitBindings& u = units_[static_cast<size_t>(unit)];
   EMU_CHECK(u.weights != nullptr, "no weights are bound to unit {} ({}); bind them before its before_ hook returns",
             unit, layout(unit).name);
   if (options_.compute == DType::kF32) return static_cast<const float*>(u.weights);
@@ -89,7 +89,7 @@ float* Model::zeroed_grads(int unit, Scratch& scratch) const {
 
 void Model::flush_grads(int unit, const float* grads) {
   if (!math_) return;
-  const Unit& u = units_[static_cast<size_t>(unit)];
+  const UnitBindings& u = units_[static_cast<size_t>(unit)];
   EMU_CHECK(u.grads != nullptr, "no gradient buffer is bound to unit {} ({})", unit, layout(unit).name);
   const size_t n = layout(unit).count;
   if (options_.compute == DType::kF32) {

@@ -97,7 +97,7 @@ class Model {
   void set_initial_weights(std::shared_ptr<const std::vector<std::vector<float>>> weights);
 
  private:
-  struct Unit {
+  struct UnitBindings {  // what a strategy bound to one unit
     const void* weights = nullptr;
     void* grads = nullptr;
   };
@@ -121,7 +121,7 @@ class Model {
   ModelConfig config_;
   ModelOptions options_;
   std::vector<UnitLayout> layouts_;
-  std::vector<Unit> units_;
+  std::vector<UnitBindings> units_;
   bool math_ = true;
   bool has_forward_ = false;
   Ops* ops_ = nullptr;  // the device's ops (Device::ops); null on a shapes-only device
