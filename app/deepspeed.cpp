@@ -94,27 +94,29 @@ class Fields {
 
 }  // namespace
 
-DeepSpeedConfig parse_deepspeed_config(std::string_view text, std::string_view source,
-                                       const strategy::StrategyOptions& defaults) {
-  json root;
+namespace {
+
+json parse_json(std::string_view text, std::string_view source) {
   try {
-    root = json::parse(text);
+    return json::parse(text);
   } catch (const json::parse_error& error) {
     throw InputError(fmt::format("{}: not valid JSON at byte {}: {}", source, error.byte, error.what()));
   } catch (const json::exception& error) {  // out_of_range: a number such as 1e400
     throw InputError(fmt::format("{}: not valid JSON: {}", source, error.what()));
   }
-  DeepSpeedConfig config;
-  config.knobs = defaults;
-  strategy::StrategyOptions& o = config.knobs;
-  Fields top(root, "", source, config.ignored);
+}
 
+// train_micro_batch_size_per_gpu, gradient_accumulation_steps, train_batch_size, gradient_clipping.
+void read_batch_and_clipping(Fields& top, DeepSpeedConfig& config) {
   top.get("train_micro_batch_size_per_gpu", config.micro_batch, 1, 4096);
   top.get("gradient_accumulation_steps", config.accumulation, 1, 4096);
   top.get("train_batch_size", config.train_batch_size, 1, 1 << 30);
-  double clip = o.clip_norm;
-  if (top.get("gradient_clipping", clip, 0, 1e9)) o.clip_norm = static_cast<float>(clip);
+  double clip = config.knobs.clip_norm;
+  if (top.get("gradient_clipping", clip, 0, 1e9)) config.knobs.clip_norm = static_cast<float>(clip);
+}
 
+// bf16 / fp16 sections: either enabled makes the recipe mixed precision.
+void read_precision(Fields& top, std::string_view source, DeepSpeedConfig& config) {
   bool bf16 = false, fp16 = false;
   if (const json* section = top.child("bf16")) {
     Fields f(*section, "bf16", source, config.ignored);
@@ -131,99 +133,136 @@ DeepSpeedConfig parse_deepspeed_config(std::string_view text, std::string_view s
   }
   // fp16 mixed precision keeps the same bytes as bf16 mixed precision: 2-byte weights and gradients, fp32 master
   // and moments. emu computes it as bf16.
-  o.recipe = optim::precision_recipe(bf16 || fp16 ? optim::Recipe::kMixed : optim::Recipe::kFp32);
+  config.knobs.recipe = optim::precision_recipe(bf16 || fp16 ? optim::Recipe::kMixed : optim::Recipe::kFp32);
+}
 
+// zero_optimization.offload_optimizer: "cpu" offloads the optimizer, "none" keeps it; "nvme" is not modelled.
+void read_offload_optimizer(Fields& zero, std::string_view source, DeepSpeedConfig& config) {
+  const json* offload = zero.child("offload_optimizer");
+  if (offload == nullptr) return;
+  Fields f(*offload, "zero_optimization.offload_optimizer", source, config.ignored);
+  std::string device = "none";
+  f.get_string("device", device, {"none", "cpu", "nvme"});
+  if (device == "nvme") {
+    throw InputError(
+        fmt::format("{}: \"zero_optimization.offload_optimizer.device\" is \"nvme\"; emu models "
+                    "\"cpu\" and \"none\"",
+                    source));
+  }
+  config.offload_optimizer = device == "cpu";
+  f.use("pin_memory");
+  f.finish();
+}
+
+// zero_optimization.offload_param: only "none" is accepted.
+void read_offload_param(Fields& zero, std::string_view source, DeepSpeedConfig& config) {
+  const json* offload = zero.child("offload_param");
+  if (offload == nullptr) return;
+  Fields f(*offload, "zero_optimization.offload_param", source, config.ignored);
+  std::string device = "none";
+  f.get_string("device", device, {"none", "cpu", "nvme"});
+  if (device != "none") {
+    throw InputError(
+        fmt::format("{}: \"zero_optimization.offload_param.device\" is \"{}\"; emu offloads the "
+                    "optimizer only, accepted: \"none\"",
+                    source, device));
+  }
+  f.use("pin_memory");
+  f.finish();
+}
+
+// zero_optimization: the stage (0 when the section is absent) and DeepSpeed's bucket and stage-3 knobs.
+int read_zero(Fields& top, std::string_view source, DeepSpeedConfig& config) {
   int stage = 0;
-  if (const json* section = top.child("zero_optimization")) {
-    Fields z(*section, "zero_optimization", source, config.ignored);
-    z.get("stage", stage, 0, 3);
-    double value = 0;
-    if (z.get("reduce_bucket_size", value, 1, 1e13)) o.zero.reduce_bucket_elements = static_cast<uint64_t>(value);
-    if (z.get("allgather_bucket_size", value, 1, 1e13)) o.zero.allgather_bucket_elements = static_cast<uint64_t>(value);
-    z.get("overlap_comm", o.zero.overlap_comm, 0, 1);
-    if (z.get("stage3_prefetch_bucket_size", value, 0, 1e13))
-      o.zero.prefetch_bucket_elements = static_cast<uint64_t>(value);
-    if (z.get("stage3_param_persistence_threshold", value, 0, 1e13)) {
-      o.zero.param_persistence_threshold = static_cast<uint64_t>(value);
-    }
-    if (z.get("stage3_max_live_parameters", value, 1, 1e13)) o.zero.max_live_parameters = static_cast<uint64_t>(value);
-    for (const char* key :
-         {"contiguous_gradients", "reduce_scatter", "allgather_partitions", "round_robin_gradients",
-          "stage3_max_reuse_distance", "stage3_gather_16bit_weights_on_model_save", "sub_group_size"}) {
-      z.use(key);  // no effect on what emu measures
-    }
-    if (const json* offload = z.child("offload_optimizer")) {
-      Fields f(*offload, "zero_optimization.offload_optimizer", source, config.ignored);
-      std::string device = "none";
-      f.get_string("device", device, {"none", "cpu", "nvme"});
-      if (device == "nvme") {
-        throw InputError(
-            fmt::format("{}: \"zero_optimization.offload_optimizer.device\" is \"nvme\"; emu models "
-                        "\"cpu\" and \"none\"",
-                        source));
-      }
-      config.offload_optimizer = device == "cpu";
-      f.use("pin_memory");
-      f.finish();
-    }
-    if (const json* offload = z.child("offload_param")) {
-      Fields f(*offload, "zero_optimization.offload_param", source, config.ignored);
-      std::string device = "none";
-      f.get_string("device", device, {"none", "cpu", "nvme"});
-      if (device != "none") {
-        throw InputError(
-            fmt::format("{}: \"zero_optimization.offload_param.device\" is \"{}\"; emu offloads the "
-                        "optimizer only, accepted: \"none\"",
-                        source, device));
-      }
-      f.use("pin_memory");
-      f.finish();
-    }
-    z.finish();
+  const json* section = top.child("zero_optimization");
+  if (section == nullptr) return stage;
+  strategy::ZeroOptions& zero = config.knobs.zero;
+  Fields z(*section, "zero_optimization", source, config.ignored);
+  z.get("stage", stage, 0, 3);
+  double value = 0;
+  if (z.get("reduce_bucket_size", value, 1, 1e13)) zero.reduce_bucket_elements = static_cast<uint64_t>(value);
+  if (z.get("allgather_bucket_size", value, 1, 1e13)) zero.allgather_bucket_elements = static_cast<uint64_t>(value);
+  z.get("overlap_comm", zero.overlap_comm, 0, 1);
+  if (z.get("stage3_prefetch_bucket_size", value, 0, 1e13))
+    zero.prefetch_bucket_elements = static_cast<uint64_t>(value);
+  if (z.get("stage3_param_persistence_threshold", value, 0, 1e13)) {
+    zero.param_persistence_threshold = static_cast<uint64_t>(value);
   }
-  config.strategy = stage == 0 ? "ddp" : fmt::format("zero{}", stage);
+  if (z.get("stage3_max_live_parameters", value, 1, 1e13)) zero.max_live_parameters = static_cast<uint64_t>(value);
+  for (const char* key : {"contiguous_gradients", "reduce_scatter", "allgather_partitions", "round_robin_gradients",
+                          "stage3_max_reuse_distance", "stage3_gather_16bit_weights_on_model_save", "sub_group_size"}) {
+    z.use(key);  // no effect on what emu measures
+  }
+  read_offload_optimizer(z, source, config);
+  read_offload_param(z, source, config);
+  z.finish();
+  return stage;
+}
 
-  if (const json* section = top.child("optimizer")) {
-    Fields f(*section, "optimizer", source, config.ignored);
-    std::string type;
-    f.get_string("type", type, {"AdamW", "Adam"});
-    if (const json* params = f.child("params")) {
-      Fields p(*params, "optimizer.params", source, config.ignored);
-      double value = 0;
-      if (p.get("lr", value, 0, 10)) o.adamw.lr = value;
-      if (p.get("eps", value, 1e-30, 1)) o.adamw.eps = value;
-      if (p.get("weight_decay", value, 0, 10)) o.adamw.weight_decay = value;
-      p.use("betas");
-      if (p.has("betas")) {
-        const json& betas = (*params)["betas"];
-        if (!betas.is_array() || betas.size() != 2 || !betas[0].is_number() || !betas[1].is_number() ||
-            betas[0].get<double>() < 0 || betas[0].get<double>() >= 1 || betas[1].get<double>() < 0 ||
-            betas[1].get<double>() >= 1) {
-          p.fail("optimizer.params.betas", betas, "two numbers in [0, 1)");
-        }
-        o.adamw.beta1 = betas[0].get<double>();
-        o.adamw.beta2 = betas[1].get<double>();
+// optimizer: AdamW or Adam, with lr, eps, weight_decay and betas.
+void read_optimizer(Fields& top, std::string_view source, DeepSpeedConfig& config) {
+  const json* section = top.child("optimizer");
+  if (section == nullptr) return;
+  optim::AdamWConfig& adamw = config.knobs.adamw;
+  Fields f(*section, "optimizer", source, config.ignored);
+  std::string type;
+  f.get_string("type", type, {"AdamW", "Adam"});
+  if (const json* params = f.child("params")) {
+    Fields p(*params, "optimizer.params", source, config.ignored);
+    double value = 0;
+    if (p.get("lr", value, 0, 10)) adamw.lr = value;
+    if (p.get("eps", value, 1e-30, 1)) adamw.eps = value;
+    if (p.get("weight_decay", value, 0, 10)) adamw.weight_decay = value;
+    p.use("betas");
+    if (p.has("betas")) {
+      const json& betas = (*params)["betas"];
+      if (!betas.is_array() || betas.size() != 2 || !betas[0].is_number() || !betas[1].is_number() ||
+          betas[0].get<double>() < 0 || betas[0].get<double>() >= 1 || betas[1].get<double>() < 0 ||
+          betas[1].get<double>() >= 1) {
+        p.fail("optimizer.params.betas", betas, "two numbers in [0, 1)");
       }
-      p.finish();
+      adamw.beta1 = betas[0].get<double>();
+      adamw.beta2 = betas[1].get<double>();
     }
-    f.finish();
+    p.finish();
   }
-  if (const json* section = top.child("scheduler")) {
-    Fields f(*section, "scheduler", source, config.ignored);
-    std::string type;
-    f.get_string("type", type, {"WarmupLR"});
-    if (const json* params = f.child("params")) {
-      Fields p(*params, "scheduler.params", source, config.ignored);
-      int64_t warmup = 0;
-      if (p.get("warmup_num_steps", warmup, 0, 1e9)) o.schedule.warmup_steps = warmup;
-      double value = 0;
-      if (p.get("warmup_max_lr", value, 0, 10)) o.adamw.lr = value;
-      p.use("warmup_min_lr");
-      p.use("warmup_type");
-      p.finish();
-    }
-    f.finish();
+  f.finish();
+}
+
+// scheduler: WarmupLR's warm-up steps and peak learning rate.
+void read_scheduler(Fields& top, std::string_view source, DeepSpeedConfig& config) {
+  const json* section = top.child("scheduler");
+  if (section == nullptr) return;
+  Fields f(*section, "scheduler", source, config.ignored);
+  std::string type;
+  f.get_string("type", type, {"WarmupLR"});
+  if (const json* params = f.child("params")) {
+    Fields p(*params, "scheduler.params", source, config.ignored);
+    int64_t warmup = 0;
+    if (p.get("warmup_num_steps", warmup, 0, 1e9)) config.knobs.schedule.warmup_steps = warmup;
+    double value = 0;
+    if (p.get("warmup_max_lr", value, 0, 10)) config.knobs.adamw.lr = value;
+    p.use("warmup_min_lr");
+    p.use("warmup_type");
+    p.finish();
   }
+  f.finish();
+}
+
+}  // namespace
+
+DeepSpeedConfig parse_deepspeed_config(std::string_view text, std::string_view source,
+                                       const strategy::StrategyOptions& defaults) {
+  const json root = parse_json(text, source);
+  DeepSpeedConfig config;
+  config.knobs = defaults;
+  Fields top(root, "", source, config.ignored);
+  read_batch_and_clipping(top, config);
+  read_precision(top, source, config);
+  const int stage = read_zero(top, source, config);
+  config.strategy = stage == 0 ? "ddp" : fmt::format("zero{}", stage);
+  read_optimizer(top, source, config);
+  read_scheduler(top, source, config);
   for (const char* key : {"steps_per_print", "wall_clock_breakdown", "zero_allow_untested_optimizer",
                           "prescale_gradients", "gradient_predivide_factor"}) {
     top.use(key);

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <memory>
 #include <optional>
@@ -27,6 +28,11 @@
 
 namespace emu::app {
 namespace {
+
+// A count over `steps` steps as a per-step figure, rounded to the nearest whole.
+uint64_t per_step(uint64_t total, double steps) {
+  return static_cast<uint64_t>(std::llround(static_cast<double>(total) / steps));
+}
 
 // Gathers a trivially copyable vector from every rank onto rank 0.
 template <typename T>
@@ -91,6 +97,7 @@ class RunDriver final : public StepDriver {
   std::vector<data::Batch> micro_batches(int step) override {
     const int64_t batch = report_.model.batch;
     std::vector<data::Batch> micro_batches;
+    micro_batches.reserve(static_cast<size_t>(options_.accumulation));
     for (int m = 0; m < options_.accumulation; ++m) {
       micro_batches.push_back(tokens_.batch(step, data::sample_offset(mpi_.rank(), mpi_.world(), m, batch), batch));
     }
@@ -133,6 +140,7 @@ class RunDriver final : public StepDriver {
   // The strategy's whole weights (collective), written by rank 0 at once: the file is complete or absent.
   void save_weights(const model::Model& model, strategy::Strategy& strategy, const StrategyOutcome& outcome) const {
     std::vector<std::vector<float>> units;
+    units.reserve(static_cast<size_t>(model.num_units()));
     for (int u = 0; u < model.num_units(); ++u) units.push_back(strategy.full_weights(u));
     if (mpi_.rank() != 0) return;
     io::save_model_weights(options_.save_weights_path, report_.model, units, DType::kF32,
@@ -167,9 +175,9 @@ class RunDriver final : public StepDriver {
       for (const auto& [key, entry] : group->ledger().entries()) {
         if (key.second.starts_with("report:")) continue;
         coll::Traffic& t = outcome.traffic_per_step[key.first];
-        t.sent += static_cast<uint64_t>(static_cast<double>(entry.moved.sent) / steps + 0.5);
-        t.received += static_cast<uint64_t>(static_cast<double>(entry.moved.received) / steps + 0.5);
-        outcome.calls_per_step[key.first] += static_cast<uint64_t>(static_cast<double>(entry.calls) / steps + 0.5);
+        t.sent += per_step(entry.moved.sent, steps);
+        t.received += per_step(entry.moved.received, steps);
+        outcome.calls_per_step[key.first] += per_step(entry.calls, steps);
       }
     }
     outcome.host_per_step = {static_cast<uint64_t>(strategy.host_traffic().device_to_host / steps),
