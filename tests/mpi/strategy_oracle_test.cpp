@@ -31,12 +31,26 @@ const std::vector<std::pair<std::string, Category>> kCategories = {{"parameters"
 // Three blocks, so that prefetching one block differs from keeping them all; sizes that need padding on 8 ranks
 // (the roots: Llama 1500, GPT-2 940 elements) while each block divides by 8 (Llama 4240, GPT-2 4896).
 oracle::Shapes small_llama() {
-  return {.family = oracle::Family::kLlama, .h = 20, .ffn = 50, .vocab = 37, .positions = 8, .layers = 3,
-          .heads = 2, .kv_heads = 1, .tied_head = false};
+  return {.family = oracle::Family::kLlama,
+          .h = 20,
+          .ffn = 50,
+          .vocab = 37,
+          .positions = 8,
+          .layers = 3,
+          .heads = 2,
+          .kv_heads = 1,
+          .tied_head = false};
 }
 oracle::Shapes small_gpt2() {
-  return {.family = oracle::Family::kGpt2, .h = 20, .ffn = 76, .vocab = 37, .positions = 8, .layers = 3,
-          .heads = 2, .kv_heads = 2, .tied_head = true};
+  return {.family = oracle::Family::kGpt2,
+          .h = 20,
+          .ffn = 76,
+          .vocab = 37,
+          .positions = 8,
+          .layers = 3,
+          .heads = 2,
+          .kv_heads = 2,
+          .tied_head = true};
 }
 
 model::ModelConfig config_of(const oracle::Shapes& s, const std::string& name, int64_t seq) {
@@ -212,9 +226,9 @@ TEST_P(Oracle, MeasuredPlannedAndPredictedAgreeWithTheOracle) {
       EXPECT_EQ(measured[category], want) << "measured, " << where;
       EXPECT_EQ(planned[category], want) << "plan, " << where;
       EXPECT_EQ(predicted.peak[category], want) << "predicted, " << where;
-      table += fmt::format("{:<14} {:<6} {:>2} {:<16} {:>9} {:>9} {:>9} {:>9} {:>9}\n", name, m.name, n,
-                           category_label, estimate.by_category(category_label), want, measured[category],
-                           planned[category], predicted.peak[category]);
+      table += fmt::format("{:<14} {:<6} {:>2} {:<16} {:>9} {:>9} {:>9} {:>9} {:>9}\n", name, m.name, n, category_label,
+                           estimate.by_category(category_label), want, measured[category], planned[category],
+                           predicted.peak[category]);
     }
     for (const Difference& d : differences) {
       if (d.bytes != 0) table += fmt::format("    named: {} {:+} B: {}\n", d.category, d.bytes, d.name);
@@ -239,11 +253,24 @@ INSTANTIATE_TEST_SUITE_P(Strategies, Oracle,
 
 TEST(OracleCounts, PublishedParameterCounts) {
   // Llama 2 7B (Touvron et al. 2023; Hugging Face meta-llama/Llama-2-7b-hf) and GPT-2 small (124M, HF gpt2).
-  const oracle::Shapes llama2_7b = {.family = oracle::Family::kLlama, .h = 4096, .ffn = 11008, .vocab = 32000,
-                                    .positions = 4096, .layers = 32, .heads = 32, .kv_heads = 32,
+  const oracle::Shapes llama2_7b = {.family = oracle::Family::kLlama,
+                                    .h = 4096,
+                                    .ffn = 11008,
+                                    .vocab = 32000,
+                                    .positions = 4096,
+                                    .layers = 32,
+                                    .heads = 32,
+                                    .kv_heads = 32,
                                     .tied_head = false};
-  const oracle::Shapes gpt2 = {.family = oracle::Family::kGpt2, .h = 768, .ffn = 3072, .vocab = 50257,
-                               .positions = 1024, .layers = 12, .heads = 12, .kv_heads = 12, .tied_head = true};
+  const oracle::Shapes gpt2 = {.family = oracle::Family::kGpt2,
+                               .h = 768,
+                               .ffn = 3072,
+                               .vocab = 50257,
+                               .positions = 1024,
+                               .layers = 12,
+                               .heads = 12,
+                               .kv_heads = 12,
+                               .tied_head = true};
   EXPECT_EQ(oracle::parameter_count(llama2_7b), 6'738'415'616u);
   EXPECT_EQ(oracle::parameter_count(gpt2), 124'439'808u);
 }
@@ -254,8 +281,15 @@ TEST(OracleCounts, PublishedParameterCounts) {
 // oracle), against 16Ψ, (4 + 12/N)Ψ, (2 + 14/N)Ψ and 16Ψ/N.
 TEST(PaperFigureOne, MeasuredModelStatesAtSevenPointFiveBillion) {
   constexpr int kRanks = 64;
-  const oracle::Shapes shapes = {.family = oracle::Family::kLlama, .h = 4096, .ffn = 12944, .vocab = 32000,
-                                 .positions = 4096, .layers = 32, .heads = 32, .kv_heads = 32, .tied_head = false};
+  const oracle::Shapes shapes = {.family = oracle::Family::kLlama,
+                                 .h = 4096,
+                                 .ffn = 12944,
+                                 .vocab = 32000,
+                                 .positions = 4096,
+                                 .layers = 32,
+                                 .heads = 32,
+                                 .kv_heads = 32,
+                                 .tied_head = false};
   const double psi = static_cast<double>(oracle::parameter_count(shapes));
   ASSERT_NEAR(psi / 1e9, 7.5, 0.001);
   const model::ModelConfig config = config_of(shapes, "figure-1-7.5b", 16);
@@ -293,12 +327,13 @@ TEST(PaperFigureOne, MeasuredModelStatesAtSevenPointFiveBillion) {
     uint64_t extra = 0;
     std::string named;
     for (const oracle::Term& term : estimate.terms) {
-      const bool beyond_paper = term.name.find("being made") != std::string::npos ||
-                                term.name.find("gathered") != std::string::npos;
+      const bool beyond_paper =
+          term.name.find("being made") != std::string::npos || term.name.find("gathered") != std::string::npos;
       if (beyond_paper) extra += term.bytes;
       if (beyond_paper || term.category == "buckets") {
-        named += fmt::format("    {} {}: {:.3f} GB{}\n", term.category, term.name, static_cast<double>(term.bytes) / 1e9,
-                             term.category == "buckets" ? " (not a model state)" : "");
+        named +=
+            fmt::format("    {} {}: {:.3f} GB{}\n", term.category, term.name, static_cast<double>(term.bytes) / 1e9,
+                        term.category == "buckets" ? " (not a model state)" : "");
       }
     }
     const auto differences = named_differences(shapes, knobs);
@@ -307,11 +342,12 @@ TEST(PaperFigureOne, MeasuredModelStatesAtSevenPointFiveBillion) {
       if (d.category != "buckets") emu_only += d.bytes;
     }
     const double gb = static_cast<double>(measured) / 1e9;
-    const double without = (static_cast<double>(measured) - static_cast<double>(extra) -
-                            static_cast<double>(emu_only)) / 1e9;
-    out += fmt::format("  {:<6} measured {:8.3f} GB, less the named buffers {:8.3f} GB; paper {:6.1f} GB "
-                       "(formula {:.3f} GB)\n{}",
-                       row.strategy, gb, without, row.paper_gb, row.formula_bytes / 1e9, named);
+    const double without =
+        (static_cast<double>(measured) - static_cast<double>(extra) - static_cast<double>(emu_only)) / 1e9;
+    out += fmt::format(
+        "  {:<6} measured {:8.3f} GB, less the named buffers {:8.3f} GB; paper {:6.1f} GB "
+        "(formula {:.3f} GB)\n{}",
+        row.strategy, gb, without, row.paper_gb, row.formula_bytes / 1e9, named);
     EXPECT_NEAR(without, row.formula_bytes / 1e9, 0.01) << row.strategy;
     EXPECT_NEAR(without, row.paper_gb, 0.1) << row.strategy;
     EXPECT_EQ(measured, estimate.model_states() + static_cast<uint64_t>(emu_only)) << row.strategy;

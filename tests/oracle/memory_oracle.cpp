@@ -95,8 +95,7 @@ Estimate ddp(const Shapes& s, const Knobs& k) {
 // The root's and the largest block's gradients while backward makes them (the root's backward encloses the
 // blocks'), each `padded` to the given multiple.
 uint64_t transient_unit_gradients(const std::vector<uint64_t>& counts, uint64_t multiple) {
-  const uint64_t largest_block =
-      counts.size() > 1 ? *std::max_element(counts.begin() + 1, counts.end()) : uint64_t{0};
+  const uint64_t largest_block = counts.size() > 1 ? *std::max_element(counts.begin() + 1, counts.end()) : uint64_t{0};
   return round_up(counts[0], multiple) + round_up(largest_block, multiple);
 }
 
@@ -125,8 +124,7 @@ Estimate zero12(const Shapes& s, const Knobs& k, int stage) {
 
 // ZeRO-3: one step at unit grain, from the start of forward to the end of backward. Returns the most elements
 // gathered at once (padded).
-uint64_t zero3_gathered_peak(const std::vector<uint64_t>& counts, const std::vector<uint64_t>& padded,
-                             const Knobs& k) {
+uint64_t zero3_gathered_peak(const std::vector<uint64_t>& counts, const std::vector<uint64_t>& padded, const Knobs& k) {
   const int units = static_cast<int>(counts.size());
   const uint64_t threshold = per_k2(k.param_persistence_threshold, k.shrink);
   const uint64_t bucket = per_k2(k.prefetch_bucket_size, k.shrink);

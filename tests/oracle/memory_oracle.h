@@ -43,14 +43,14 @@ enum class Family : uint8_t { kLlama, kGpt2 };
 // The model, by its shapes alone.
 struct Shapes {
   Family family = Family::kLlama;
-  int64_t h = 0;              // hidden
-  int64_t ffn = 0;            // F
-  int64_t vocab = 0;          // V
-  int64_t positions = 0;      // GPT-2's learned position rows
-  int64_t layers = 0;         // L
-  int64_t heads = 0;          // a
-  int64_t kv_heads = 0;       // grouped-query attention (Llama); a for GPT-2
-  bool tied_head = false;     // the head reuses the embedding (GPT-2)
+  int64_t h = 0;           // hidden
+  int64_t ffn = 0;         // F
+  int64_t vocab = 0;       // V
+  int64_t positions = 0;   // GPT-2's learned position rows
+  int64_t layers = 0;      // L
+  int64_t heads = 0;       // a
+  int64_t kv_heads = 0;    // grouped-query attention (Llama); a for GPT-2
+  bool tied_head = false;  // the head reuses the embedding (GPT-2)
 };
 
 // Tensor sizes of one unit, as the frameworks see them (unit 0 the root, then the blocks).
