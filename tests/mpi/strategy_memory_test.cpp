@@ -127,35 +127,5 @@ TEST(Offload, OptimizerStateLeavesTheDeviceAndPcieTrafficIsCounted) {
   EXPECT_EQ(strategy->host_traffic().host_to_device, shard * 2);
 }
 
-TEST(Zero, PaperFigureOne) {
-  // Ψ = 7.5B, N = 64, mixed precision: 120 / 31.4 / 16.6 / 1.9 GB per rank (ZeRO paper, Figure 1).
-  strategy::AnalyticInput input;
-  input.unit_counts = {7'500'000'000ull / 64 * 64};
-  input.unit_counts.push_back(64);  // a block, so that there is one
-  input.world = 64;
-  const auto gb = [&](const char* name) {
-    strategy::StrategyOptions options;
-    strategy::set_kind(options, name);
-    return static_cast<double>(strategy::predict(options, input).model_state_bytes()) / 1e9;
-  };
-  EXPECT_NEAR(gb("ddp"), 120.0, 0.1);
-  EXPECT_NEAR(gb("zero1"), 31.4, 0.1);
-  // Stage 2's gradient partition is 2Ψ/N; emu adds the gradients of the unit being made (here all of Ψ, one
-  // unit), which the paper leaves out. Without them: 16.6 GB.
-  strategy::StrategyOptions zero2;
-  strategy::set_kind(zero2, "zero2");
-  const auto p2 = strategy::predict(zero2, input);
-  const double transient = static_cast<double>(input.unit_counts[0] + input.unit_counts[1]) * 2 / 1e9;
-  EXPECT_NEAR(static_cast<double>(p2.model_state_bytes()) / 1e9 - transient, 16.6, 0.1);
-  strategy::StrategyOptions zero3;
-  strategy::set_kind(zero3, "zero3");
-  const auto p3 = strategy::predict(zero3, input);
-  EXPECT_NEAR(
-      static_cast<double>(p3.model_state_bytes() - p3.peak[Category::kParameters] - p3.peak[Category::kGradients]) /
-              1e9 +
-          7.5 * 4 / 64,
-      1.9, 0.05);
-}
-
 }  // namespace
 }  // namespace emu::testing

@@ -1,0 +1,253 @@
+#include "tests/oracle/memory_oracle.h"
+
+#include <algorithm>
+#include <numeric>
+#include <set>
+#include <stdexcept>
+
+namespace emu::oracle {
+
+uint64_t per_k2(uint64_t full_scale, int64_t shrink) {
+  const auto k = static_cast<uint64_t>(shrink);
+  return std::max<uint64_t>(1, full_scale / (k * k));
+}
+
+uint64_t round_up(uint64_t count, uint64_t multiple) { return (count + multiple - 1) / multiple * multiple; }
+
+uint64_t Estimate::by_category(const std::string& category) const {
+  if (category == "parameters") return parameters;
+  if (category == "gradients") return gradients;
+  if (category == "master_weights") return master_weights;
+  if (category == "optimizer_state") return optimizer_state;
+  if (category == "buckets") return buckets;
+  throw std::invalid_argument("unknown category " + category);
+}
+
+// Llama (Hugging Face LlamaForCausalLM): embed_tokens [V, h], norm [h], lm_head [V, h] unless tied.
+// GPT-2 (GPT2LMHeadModel): wte [V, h], wpe [P, h], ln_f weight and bias [h]; the head is wte.
+std::vector<uint64_t> root_tensors(const Shapes& s) {
+  const auto h = static_cast<uint64_t>(s.h);
+  const auto v = static_cast<uint64_t>(s.vocab);
+  if (s.family == Family::kLlama) {
+    std::vector<uint64_t> tensors = {v * h, h};
+    if (!s.tied_head) tensors.push_back(v * h);
+    return tensors;
+  }
+  std::vector<uint64_t> tensors = {v * h, static_cast<uint64_t>(s.positions) * h, h, h};
+  if (!s.tied_head) tensors.push_back(v * h);
+  return tensors;
+}
+
+// Llama: q and o [h, h], k and v [kv·d, h] with d = h/a (grouped-query attention), gate, up [F, h], down [h, F],
+// two RMSNorm weights [h]: 2h² + 2h·kv·d + 3hF + 2h (4h² + 3hF + 2h when kv = a).
+// GPT-2 (Conv1D, biases): ln_1 and ln_2 weight and bias, c_attn [h, 3h] + [3h], attn c_proj [h, h] + [h],
+// c_fc [h, F] + [F], mlp c_proj [F, h] + [h].
+std::vector<uint64_t> block_tensors(const Shapes& s) {
+  const auto h = static_cast<uint64_t>(s.h);
+  const auto f = static_cast<uint64_t>(s.ffn);
+  if (s.family == Family::kLlama) {
+    const uint64_t kv = static_cast<uint64_t>(s.kv_heads) * (h / static_cast<uint64_t>(s.heads));
+    return {h * h, kv * h, kv * h, h * h, f * h, f * h, h * f, h, h};
+  }
+  return {h, h, h * 3 * h, 3 * h, h * h, h, h, h, h * f, f, f * h, h};
+}
+
+std::vector<uint64_t> unit_counts(const Shapes& s) {
+  const auto sum = [](const std::vector<uint64_t>& tensors) {
+    return std::accumulate(tensors.begin(), tensors.end(), uint64_t{0});
+  };
+  std::vector<uint64_t> counts = {sum(root_tensors(s))};
+  counts.insert(counts.end(), static_cast<size_t>(s.layers), sum(block_tensors(s)));
+  return counts;
+}
+
+uint64_t parameter_count(const Shapes& s) {
+  const std::vector<uint64_t> counts = unit_counts(s);
+  return std::accumulate(counts.begin(), counts.end(), uint64_t{0});
+}
+
+namespace {
+
+void add(Estimate& e, uint64_t Estimate::*field, const char* category, std::string name, uint64_t bytes) {
+  e.*field += bytes;
+  e.terms.push_back({category, std::move(name), bytes});
+}
+
+// Master weights (fp32) and Adam's m and v over the `elements` this rank updates.
+void add_optimizer(Estimate& e, const Knobs& k, uint64_t elements, const std::string& what) {
+  if (k.master) add(e, &Estimate::master_weights, "master_weights", "fp32 master weights of " + what, elements * 4);
+  add(e, &Estimate::optimizer_state, "optimizer_state", "Adam m and v of " + what, elements * 2 * k.moment_bytes);
+}
+
+Estimate ddp(const Shapes& s, const Knobs& k) {
+  const uint64_t psi = parameter_count(s);
+  Estimate e;
+  add(e, &Estimate::parameters, "parameters", "parameters (2Ψ)", psi * k.param_bytes);
+  add(e, &Estimate::gradients, "gradients", "gradients (2Ψ)", psi * k.grad_bytes);
+  if (!k.gradient_as_bucket_view) {
+    add(e, &Estimate::buckets, "buckets", "DDP bucket copies of every gradient (25 MiB buckets, first 1 MiB)",
+        psi * k.grad_bytes);
+  }
+  add_optimizer(e, k, psi, "all Ψ");
+  return e;
+}
+
+// The root's and the largest block's gradients while backward makes them (the root's backward encloses the
+// blocks'), each `padded` to the given multiple.
+uint64_t transient_unit_gradients(const std::vector<uint64_t>& counts, uint64_t multiple) {
+  const uint64_t largest_block = counts.size() > 1 ? *std::max_element(counts.begin() + 1, counts.end()) : uint64_t{0};
+  return round_up(counts[0], multiple) + round_up(largest_block, multiple);
+}
+
+Estimate zero12(const Shapes& s, const Knobs& k, int stage) {
+  const uint64_t psi = parameter_count(s);
+  const auto n = static_cast<uint64_t>(k.world);
+  const uint64_t padded = round_up(psi, 2 * n);  // DeepSpeed: nccl_start_alignment_factor (2) × N
+  const uint64_t shard = padded / n;
+  const uint64_t bucket = per_k2(k.reduce_bucket_size, k.shrink);
+  Estimate e;
+  add(e, &Estimate::parameters, "parameters", "bit16 flat parameters, aligned to 2N", padded * k.param_bytes);
+  if (stage == 1) {
+    add(e, &Estimate::gradients, "gradients", "autograd .grad of every parameter", psi * k.grad_bytes);
+  } else {
+    add(e, &Estimate::gradients, "gradients", "gradient partition (2Ψ/N)", shard * k.grad_bytes);
+    add(e, &Estimate::gradients, "gradients", "unit gradients being made: root and largest block",
+        transient_unit_gradients(unit_counts(s), 1) * k.grad_bytes);
+  }
+  const int buffers = k.overlap_comm ? 2 : 1;
+  add(e, &Estimate::buckets, "buckets",
+      std::string("ipg reduce bucket (reduce_bucket_size elements)") + (buffers == 2 ? " x2, overlap_comm" : ""),
+      bucket * k.grad_bytes * buffers);
+  add_optimizer(e, k, shard, "the partition (12Ψ/N)");
+  return e;
+}
+
+// ZeRO-3: one step at unit grain, from the start of forward to the end of backward. Returns the most elements
+// gathered at once (padded).
+uint64_t zero3_gathered_peak(const std::vector<uint64_t>& counts, const std::vector<uint64_t>& padded, const Knobs& k) {
+  const int units = static_cast<int>(counts.size());
+  const uint64_t threshold = per_k2(k.param_persistence_threshold, k.shrink);
+  const uint64_t bucket = per_k2(k.prefetch_bucket_size, k.shrink);
+  const uint64_t max_live = per_k2(k.max_live_parameters, k.shrink);
+  std::set<int> live;
+  uint64_t peak = 0;
+  const auto live_elements = [&] {
+    uint64_t sum = 0;
+    for (int u : live) sum += padded[static_cast<size_t>(u)];
+    return sum;
+  };
+  const auto gather = [&](int u) {
+    live.insert(u);
+    peak = std::max(peak, live_elements());
+  };
+  const auto release = [&](int u) {
+    if (counts[static_cast<size_t>(u)] > threshold) live.erase(u);
+  };
+  // Fetching u for use also fetches the units next in the pass, nearest first, while they fit.
+  const auto fetch = [&](int u, const std::vector<int>& next) {
+    gather(u);
+    uint64_t prefetched = 0;
+    for (int v : next) {
+      if (live.count(v) != 0) continue;
+      const uint64_t size = padded[static_cast<size_t>(v)];
+      if (prefetched + size > bucket || live_elements() + size > max_live) break;
+      gather(v);
+      prefetched += size;
+    }
+  };
+  const auto forward_after = [&](int u) {
+    std::vector<int> next;
+    for (int v = u + 1; v < units; ++v) next.push_back(v);
+    return next;
+  };
+  const auto backward_after = [&](int u) {  // from the root: every block, last first
+    std::vector<int> next;
+    for (int v = (u == 0 ? units - 1 : u - 1); v >= 1; --v) next.push_back(v);
+    return next;
+  };
+  gather(0);  // the root's forward encloses every block's: it stays gathered until its backward ends
+  for (int u = 1; u < units; ++u) {
+    fetch(u, forward_after(u));
+    release(u);
+  }
+  fetch(0, backward_after(0));
+  for (int u = units - 1; u >= 1; --u) {
+    fetch(u, backward_after(u));
+    release(u);
+  }
+  return peak;
+}
+
+Estimate zero3(const Shapes& s, const Knobs& k) {
+  const std::vector<uint64_t> counts = unit_counts(s);
+  const auto n = static_cast<uint64_t>(k.world);
+  std::vector<uint64_t> padded;
+  uint64_t shards = 0;
+  for (uint64_t c : counts) {
+    padded.push_back(round_up(c, n));
+    shards += padded.back() / n;
+  }
+  Estimate e;
+  add(e, &Estimate::parameters, "parameters", "parameter partitions (2Ψ/N)", shards * k.param_bytes);
+  if (k.world > 1) {
+    add(e, &Estimate::parameters, "parameters", "gathered units: root, persistent, current and prefetched",
+        zero3_gathered_peak(counts, padded, k) * k.param_bytes);
+  }
+  add(e, &Estimate::gradients, "gradients", "gradient partitions (2Ψ/N)", shards * k.grad_bytes);
+  add(e, &Estimate::gradients, "gradients", "unit gradients being made: root and largest block",
+      transient_unit_gradients(counts, n) * k.grad_bytes);
+  add_optimizer(e, k, shards, "the partitions (12Ψ/N)");
+  return e;
+}
+
+Estimate fsdp(const Shapes& s, const Knobs& k) {
+  const std::vector<uint64_t> counts = unit_counts(s);
+  int group = k.world;
+  if (k.strategy == "fsdp-no-shard") group = 1;
+  if (k.strategy == "fsdp-hybrid") group = k.ranks_per_node;
+  const auto m = static_cast<uint64_t>(group);
+  std::vector<uint64_t> padded;
+  uint64_t shards = 0;
+  for (uint64_t c : counts) {
+    padded.push_back(round_up(c, m));
+    shards += padded.back() / m;
+  }
+  Estimate e;
+  if (group > 1) {
+    // Blocks alive at once besides the root: all of them (SHARD_GRAD_OP keeps each from its forward to its
+    // backward), else the one in use and, with any prefetch, the next.
+    const std::vector<uint64_t> blocks(padded.begin() + 1, padded.end());
+    uint64_t window = 0;
+    if (k.strategy == "fsdp-grad-op") {
+      window = std::accumulate(blocks.begin(), blocks.end(), uint64_t{0});
+    } else {
+      const bool prefetch = k.backward_prefetch != Prefetch::kNone || k.forward_prefetch;
+      for (size_t b = 0; b < blocks.size(); ++b) {
+        window = std::max(window, blocks[b] + (prefetch && b + 1 < blocks.size() ? blocks[b + 1] : 0));
+      }
+    }
+    add(e, &Estimate::parameters, "parameters", "unsharded low-precision units: root and blocks in use",
+        (padded[0] + window) * k.param_bytes);
+  }
+  // The sharded flat parameter is fp32 in the mixed recipe (the master copy); its gradient too.
+  const uint64_t shard_grad_bytes = k.master ? 4 : k.grad_bytes;
+  if (!k.master) add(e, &Estimate::parameters, "parameters", "sharded flat parameters", shards * k.param_bytes);
+  add(e, &Estimate::gradients, "gradients", "sharded flat gradients", shards * shard_grad_bytes);
+  add(e, &Estimate::gradients, "gradients", "unsharded unit gradients being made: root and largest block",
+      transient_unit_gradients(counts, m) * k.grad_bytes);
+  add_optimizer(e, k, shards, "the flat shards");
+  return e;
+}
+
+}  // namespace
+
+Estimate estimate(const Shapes& shapes, const Knobs& knobs) {
+  if (knobs.strategy == "ddp") return ddp(shapes, knobs);
+  if (knobs.strategy == "zero1") return zero12(shapes, knobs, 1);
+  if (knobs.strategy == "zero2") return zero12(shapes, knobs, 2);
+  if (knobs.strategy == "zero3") return zero3(shapes, knobs);
+  if (knobs.strategy.rfind("fsdp", 0) == 0) return fsdp(shapes, knobs);
+  throw std::invalid_argument("unknown strategy " + knobs.strategy);
+}
+
+}  // namespace emu::oracle

@@ -1,0 +1,108 @@
+// A second estimator of per-rank model-state memory, used only by tests (DESIGN §4b). It is written from the
+// ZeRO paper (Rajbhandari et al. 2020, §5: 2Ψ + 2Ψ + KΨ, K = 12, divided by N as each stage partitions more)
+// and from what PyTorch DDP, DeepSpeed ZeRO and PyTorch FSDP1 document and allocate, and it takes nothing but the
+// model's shapes and the knobs: it includes nothing from strategies/ and counts parameters with its own formulas,
+// so that its agreement with emu's measurement means something.
+//
+// Grain: the model's units (the root — embeddings, final norm, head — then one unit per block) are the modules
+// the frameworks fetch, wrap and bucket, and the root's backward encloses every block's (the model's hook order:
+// the head's gradients come first, the embeddings' last). Within a unit the oracle does not go down to single
+// tensors except to count them.
+//
+// Per rank, Ψ parameters, N ranks, k the shrink factor (every full-scale bucket and threshold size / k²):
+//   DDP      parameters Ψ·p, gradients Ψ·g, bucket copies Ψ·g unless gradient_as_bucket_view (the Reducer's
+//            buckets hold every gradient once; 25 MiB and a 1 MiB first bucket change their number, not their
+//            sum), master and Adam over Ψ
+//   ZeRO-1   DeepSpeed flattens the bit16 parameters into one group aligned to 2·N elements
+//            (nccl_start_alignment_factor = 2): P = Ψ rounded up to 2N, S = P/N. parameters P·p, gradients Ψ·g
+//            (autograd's .grad per tensor), reduce bucket R·g (the ipg buffer of reduce_bucket_size elements that
+//            backward allocates with contiguous_gradients, two with overlap_comm), master and Adam over S
+//   ZeRO-2   as ZeRO-1, but gradients S·g (grads_in_partition) plus the unit gradients autograd makes before they
+//            are copied into the bucket: the root's and the largest block's
+//   ZeRO-3   every unit padded to N (P_u), partition P_u/N; parameters Σ P_u/N·p plus the units gathered at the
+//            peak of a simulated step (fetch before use, release after, persistent units of at most
+//            stage3_param_persistence_threshold elements kept, prefetch of following units while they fit in
+//            stage3_prefetch_bucket_size and under stage3_max_live_parameters); gradients Σ P_u/N·g plus the root's
+//            and the largest block's; master and Adam over Σ P_u/N
+//   FSDP1    one FlatParameter per unit padded to a multiple of the shard group M (world, 1, or a node); the fp32
+//            sharded flat parameter is the master copy (4·Σ P_u/M), the gradient shard is fp32 in the mixed recipe,
+//            Adam over Σ P_u/M; parameters are the low-precision unsharded units alive at the peak: the root (not
+//            resharded after forward) and two blocks (BACKWARD_PRE), one without prefetch, all for
+//            SHARD_GRAD_OP, none when M = 1. The transient low-precision shard FSDP makes for each all-gather is not
+//            counted (at most one unit's shard, freed right after).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace emu::oracle {
+
+enum class Family : uint8_t { kLlama, kGpt2 };
+
+// The model, by its shapes alone.
+struct Shapes {
+  Family family = Family::kLlama;
+  int64_t h = 0;           // hidden
+  int64_t ffn = 0;         // F
+  int64_t vocab = 0;       // V
+  int64_t positions = 0;   // GPT-2's learned position rows
+  int64_t layers = 0;      // L
+  int64_t heads = 0;       // a
+  int64_t kv_heads = 0;    // grouped-query attention (Llama); a for GPT-2
+  bool tied_head = false;  // the head reuses the embedding (GPT-2)
+};
+
+// Tensor sizes of one unit, as the frameworks see them (unit 0 the root, then the blocks).
+std::vector<uint64_t> root_tensors(const Shapes& shapes);
+std::vector<uint64_t> block_tensors(const Shapes& shapes);
+std::vector<uint64_t> unit_counts(const Shapes& shapes);  // [1 + L]
+uint64_t parameter_count(const Shapes& shapes);
+
+enum class Prefetch : uint8_t { kBackwardPre, kBackwardPost, kNone };
+
+// The strategy and its knobs, as the frameworks state them (full scale), and the precision's bytes.
+struct Knobs {
+  std::string strategy;  // ddp, zero1, zero2, zero3, fsdp, fsdp-grad-op, fsdp-no-shard, fsdp-hybrid
+  int world = 1;
+  int ranks_per_node = 1;  // HYBRID_SHARD's shard group
+  int64_t shrink = 1;      // k
+  // Precision: bytes of the compute parameters and gradients; fp32 master weights or not; Adam moment bytes.
+  uint64_t param_bytes = 2, grad_bytes = 2, moment_bytes = 4;
+  bool master = true;
+  // PyTorch DDP.
+  bool gradient_as_bucket_view = false;
+  // DeepSpeed, in elements.
+  uint64_t reduce_bucket_size = 500'000'000;
+  bool overlap_comm = false;
+  uint64_t prefetch_bucket_size = 50'000'000;
+  uint64_t param_persistence_threshold = 100'000;
+  uint64_t max_live_parameters = 1'000'000'000;
+  // PyTorch FSDP.
+  Prefetch backward_prefetch = Prefetch::kBackwardPre;
+  bool forward_prefetch = false;
+};
+
+// One named contribution, for tables and for naming what makes a figure differ from the paper's.
+struct Term {
+  std::string category;  // "parameters", "gradients", "master_weights", "optimizer_state", "buckets"
+  std::string name;
+  uint64_t bytes = 0;
+};
+
+// Per-rank peak bytes by category (each category's own peak).
+struct Estimate {
+  uint64_t parameters = 0, gradients = 0, master_weights = 0, optimizer_state = 0, buckets = 0;
+  std::vector<Term> terms;  // what each category is made of, by name
+  uint64_t model_states() const { return parameters + gradients + master_weights + optimizer_state; }
+  uint64_t by_category(const std::string& category) const;
+};
+
+Estimate estimate(const Shapes& shapes, const Knobs& knobs);
+
+// A full-scale size divided by k², at least 1 (as every shrunk bucket and threshold is).
+uint64_t per_k2(uint64_t full_scale, int64_t shrink);
+// `count` rounded up to a multiple of `multiple`.
+uint64_t round_up(uint64_t count, uint64_t multiple);
+
+}  // namespace emu::oracle
