@@ -136,6 +136,75 @@ void print_header(CollectiveKind kind, int size, const Settings& settings) {
               "time (us)", "algbw (GB/s)", "busbw (GB/s)", "#wrong");
 }
 
+// The kind named `kind_text` and the algorithms of it to run: those --algorithms names, or all of the kind.
+std::pair<CollectiveKind, std::vector<const Algorithm*>> chosen_algorithms(const std::string& kind_text,
+                                                                           const Settings& settings) {
+  const auto kind = parse_kind(kind_text);
+  if (!kind || !is_collective(*kind) || *kind == CollectiveKind::kBarrier) {
+    throw InputError(
+        fmt::format("--kind {}: expected all_reduce, reduce_scatter, all_gather, broadcast, reduce "
+                    "or all_to_all",
+                    kind_text));
+  }
+  std::vector<const Algorithm*> chosen;
+  for (const Algorithm* algorithm : algorithms_for(*kind)) {
+    if (settings.algorithms.empty() || std::find(settings.algorithms.begin(), settings.algorithms.end(),
+                                                 algorithm->name) != settings.algorithms.end()) {
+      chosen.push_back(algorithm);
+    }
+  }
+  if (chosen.empty())
+    throw InputError(
+        fmt::format("--algorithms: none of them is a {} algorithm ({})", kind_text, algorithm_names(*kind)));
+  return {*kind, chosen};
+}
+
+void print_row(const Row& row, DType dtype, const Settings& settings) {
+  std::printf("%12llu %12zu %9s %5s %14s %12.1f %12.3f %12.3f %8llu\n", static_cast<unsigned long long>(row.bytes),
+              row.count, std::string(dtype_name(dtype)).c_str(), settings.op.c_str(), row.algorithm.c_str(),
+              row.seconds * 1e6, row.algbw, row.busbw, static_cast<unsigned long long>(row.wrong));
+  std::fflush(stdout);
+}
+
+// Our algorithms against MPI's own at the largest size of each kind.
+void print_against_mpi(const std::vector<Row>& rows) {
+  std::printf("#\n");
+  for (const Row& row : rows) {
+    if (row.algorithm == "mpi" || row.bytes != rows.back().bytes) continue;
+    for (const Row& reference : rows) {
+      if (reference.kind == row.kind && reference.bytes == row.bytes && reference.algorithm == "mpi") {
+        std::printf("# %s %s at %llu B: busbw %.3f GB/s = %.2f x MPI's %.3f GB/s\n",
+                    std::string(kind_name(row.kind)).c_str(), row.algorithm.c_str(),
+                    static_cast<unsigned long long>(row.bytes), row.busbw, row.busbw / reference.busbw,
+                    reference.busbw);
+      }
+    }
+  }
+}
+
+void write_json(const Settings& settings, int ranks, const std::vector<Row>& rows) {
+  nlohmann::json out;
+  out["ranks"] = ranks;
+  out["dtype"] = settings.dtype;
+  out["op"] = settings.op;
+  out["in_place"] = settings.in_place;
+  out["warmup"] = settings.warmup;
+  out["iterations"] = settings.iterations;
+  out["statistic"] = "median over iterations of the slowest rank's time";
+  out["slice_bytes"] = settings.slice_bytes;
+  for (const Row& row : rows) {
+    out["rows"].push_back({{"kind", kind_name(row.kind)},
+                           {"algorithm", row.algorithm},
+                           {"bytes", row.bytes},
+                           {"count", row.count},
+                           {"time_us", row.seconds * 1e6},
+                           {"algbw_gbps", row.algbw},
+                           {"busbw_gbps", row.busbw},
+                           {"wrong", row.wrong}});
+  }
+  std::ofstream(settings.json) << out.dump(2) << "\n";
+}
+
 int run(const MpiSession& mpi, int argc, char** argv) {
   Settings settings;
   CLI::App app{"coll-perf: bandwidth of the collective algorithms, nccl-tests style"};
@@ -177,34 +246,13 @@ int run(const MpiSession& mpi, int argc, char** argv) {
 
   std::vector<Row> rows;
   for (const std::string& kind_text : settings.kinds) {
-    const auto kind = parse_kind(kind_text);
-    if (!kind || !is_collective(*kind) || *kind == CollectiveKind::kBarrier) {
-      throw InputError(
-          fmt::format("--kind {}: expected all_reduce, reduce_scatter, all_gather, broadcast, reduce "
-                      "or all_to_all",
-                      kind_text));
-    }
-    std::vector<const Algorithm*> chosen;
-    for (const Algorithm* algorithm : algorithms_for(*kind)) {
-      if (settings.algorithms.empty() || std::find(settings.algorithms.begin(), settings.algorithms.end(),
-                                                   algorithm->name) != settings.algorithms.end()) {
-        chosen.push_back(algorithm);
-      }
-    }
-    if (chosen.empty())
-      throw InputError(
-          fmt::format("--algorithms: none of them is a {} algorithm ({})", kind_text, algorithm_names(*kind)));
-    if (mpi.rank() == 0) print_header(*kind, mpi.world(), settings);
+    const auto [kind, chosen] = chosen_algorithms(kind_text, settings);
+    if (mpi.rank() == 0) print_header(kind, mpi.world(), settings);
     for (double bytes = static_cast<double>(min_bytes); bytes <= static_cast<double>(max_bytes) * 1.0001;
          bytes *= settings.factor) {
       for (const Row& row : measure(*comm, chosen, static_cast<uint64_t>(bytes), settings, *dtype, *op)) {
         rows.push_back(row);
-        if (mpi.rank() != 0) continue;
-        std::printf("%12llu %12zu %9s %5s %14s %12.1f %12.3f %12.3f %8llu\n",
-                    static_cast<unsigned long long>(row.bytes), row.count, std::string(dtype_name(*dtype)).c_str(),
-                    settings.op.c_str(), row.algorithm.c_str(), row.seconds * 1e6, row.algbw, row.busbw,
-                    static_cast<unsigned long long>(row.wrong));
-        std::fflush(stdout);
+        if (mpi.rank() == 0) print_row(row, *dtype, settings);
       }
     }
   }
@@ -212,42 +260,9 @@ int run(const MpiSession& mpi, int argc, char** argv) {
   uint64_t wrong = 0;
   for (const Row& row : rows) wrong += row.wrong;
   if (mpi.rank() == 0) {
-    // Our algorithms against MPI's own at the largest size of each kind.
-    std::printf("#\n");
-    for (const Row& row : rows) {
-      if (row.algorithm == "mpi" || row.bytes != rows.back().bytes) continue;
-      for (const Row& reference : rows) {
-        if (reference.kind == row.kind && reference.bytes == row.bytes && reference.algorithm == "mpi") {
-          std::printf("# %s %s at %llu B: busbw %.3f GB/s = %.2f x MPI's %.3f GB/s\n",
-                      std::string(kind_name(row.kind)).c_str(), row.algorithm.c_str(),
-                      static_cast<unsigned long long>(row.bytes), row.busbw, row.busbw / reference.busbw,
-                      reference.busbw);
-        }
-      }
-    }
+    print_against_mpi(rows);
     std::printf("# %s\n", wrong == 0 ? "all results correct" : fmt::format("{} wrong elements", wrong).c_str());
-    if (!settings.json.empty()) {
-      nlohmann::json out;
-      out["ranks"] = mpi.world();
-      out["dtype"] = settings.dtype;
-      out["op"] = settings.op;
-      out["in_place"] = settings.in_place;
-      out["warmup"] = settings.warmup;
-      out["iterations"] = settings.iterations;
-      out["statistic"] = "median over iterations of the slowest rank's time";
-      out["slice_bytes"] = settings.slice_bytes;
-      for (const Row& row : rows) {
-        out["rows"].push_back({{"kind", kind_name(row.kind)},
-                               {"algorithm", row.algorithm},
-                               {"bytes", row.bytes},
-                               {"count", row.count},
-                               {"time_us", row.seconds * 1e6},
-                               {"algbw_gbps", row.algbw},
-                               {"busbw_gbps", row.busbw},
-                               {"wrong", row.wrong}});
-      }
-      std::ofstream(settings.json) << out.dump(2) << "\n";
-    }
+    if (!settings.json.empty()) write_json(settings, mpi.world(), rows);
   }
   return wrong == 0 ? kExitOk : kExitExpectationFailed;
 }
