@@ -11,6 +11,8 @@
 #include <vector>
 
 #include "collectives/mpi/mpi_communicator.h"
+#include "emu/bf16.h"
+#include "emu/check.h"
 #include "emu/device.h"
 #include "strategies/flat.h"
 #include "strategies/strategy.h"
@@ -71,15 +73,69 @@ inline strategy::StrategyOptions test_options(std::string_view name, optim::Reci
   return options;
 }
 
+// What a run produced, step by step, on every rank.
 struct Trace {
-  std::vector<float> losses;                // per step, mean over the global batch
-  std::vector<std::vector<float>> weights;  // per unit, fp32, after the last step
+  std::vector<float> losses;                             // [steps] mean over the global batch
+  std::vector<double> grad_norms;                        // [steps] global norm of the step's mean gradient, unclipped
+  std::vector<std::vector<std::vector<float>>> weights;  // [steps][units][elements] fp32 (master) after each step
 };
 
-// Single device, the whole global batch: N·b sequences per micro-batch, `accumulation` micro-batches per step.
+namespace detail {
+
+// The clip coefficient Strategy::step applies: clip_norm 0 turns clipping off.
+inline float clip_factor(double norm, float clip_norm) {
+  return clip_norm > 0 ? optim::clip_coefficient(norm, clip_norm) : 1.0f;
+}
+
+// Each unit's fp32 weights: the master copy when the recipe keeps one, else the parameters.
+inline std::vector<std::vector<float>> snapshot(const model::Model& model, const std::vector<Buffer>& weights,
+                                                const std::vector<std::unique_ptr<optim::AdamWState>>& optimizers) {
+  std::vector<std::vector<float>> units;
+  for (size_t u = 0; u < weights.size(); ++u) {
+    std::vector<float> out(model.layout(static_cast<int>(u)).count);
+    const optim::ElementSpan master = optimizers[u]->master();
+    if (!master.empty()) {
+      model::widen(master.data(), master.dtype(), out.size(), out.data());
+    } else {
+      model::widen(weights[u].data(), weights[u].dtype(), out.size(), out.data());
+    }
+    units.push_back(std::move(out));
+  }
+  return units;
+}
+
+// The N ranks' bf16 gradients of one micro-batch reduced as a bf16 collective does (collectives/reduce.h): partial
+// sums rounded to bf16 after each of the N−1 additions, here in rank order 0, 1, …, N−1, then the sum divided by N
+// and rounded once more. `ranks` holds [N][n] gradients widened to fp32 (each exact in bf16); the result is written
+// to `out` as bf16 [n].
+inline void bf16_average(const std::vector<std::vector<float>>& ranks, void* out) {
+  const size_t n = ranks.front().size();
+  std::vector<float> average(n);
+  for (size_t i = 0; i < n; ++i) {
+    float sum = ranks[0][i];
+    for (size_t r = 1; r < ranks.size(); ++r) sum = round_to_bf16(sum + ranks[r][i]);
+    average[i] = sum / static_cast<float>(ranks.size());
+  }
+  model::narrow(average.data(), DType::kBF16, n, out);
+}
+
+}  // namespace detail
+
+// Single device, the same global batch and the same recipe as the strategies, trusted by the ladder.
+//   fp32 recipe: one model of micro-batch N·b takes the whole global micro-batch; `accumulation` micro-batches
+//     per step. Agrees with any strategy up to the order of fp32 sums.
+//   mixed recipe: a model of micro-batch b runs each rank's sequence in turn with the same bf16 weights, so each
+//     rank's bf16 gradient is the strategies' bit for bit; the N gradients are averaged as a bf16 reduction
+//     rounds (detail::bf16_average). It differs from a strategy only in the order of the N−1 rounded additions
+//     (a ring starts each block's sum at another rank). The strategies' rounding points agree with this for one
+//     micro-batch per step only (DDP accumulates micro-batches in bf16 before its all-reduce, FSDP in fp32 after
+//     its reduce-scatter), so the mixed reference takes accumulation 1.
 inline Trace run_reference(model::Style style, const strategy::StrategyOptions& options, int ranks, int accumulation,
                            int steps) {
-  const model::ModelConfig config = tiny_config(style, ranks);
+  const bool per_rank = options.recipe.grads == DType::kBF16;
+  EMU_CHECK(!per_rank || accumulation == 1, "the bf16-gradient reference takes one micro-batch per step, not {}",
+            accumulation);
+  const model::ModelConfig config = tiny_config(style, per_rank ? 1 : ranks);
   auto device = make_cpu_device({});
   model::ModelOptions model_options;
   model_options.compute = options.recipe.params;
@@ -87,7 +143,7 @@ inline Trace run_reference(model::Style style, const strategy::StrategyOptions& 
   const auto data = tiny_data(config);
   model::NoHooks hooks;
   const int units = model.num_units();
-  std::vector<Buffer> weights, grads;
+  std::vector<Buffer> weights, grads, rank_grads;
   std::vector<std::unique_ptr<optim::AdamWState>> optimizers;
   for (int u = 0; u < units; ++u) {
     const size_t count = model.layout(u).count;
@@ -95,23 +151,39 @@ inline Trace run_reference(model::Style style, const strategy::StrategyOptions& 
     model.init_unit(u, options.seed, initial.data());
     weights.push_back(device->allocate(count, options.recipe.params, Category::kParameters));
     grads.push_back(device->allocate(count, options.recipe.grads, Category::kGradients));
+    rank_grads.push_back(device->allocate(count, options.recipe.grads, Category::kGradients));
     model::narrow(initial.data(), options.recipe.params, count, weights.back().data());
     optimizers.push_back(std::make_unique<optim::AdamWState>(*device, options.recipe, count));
     optimizers.back()->load_master(optim::ConstElementSpan(initial.data(), count, DType::kF32));
     model.bind_weights(u, weights.back().data());
-    model.bind_grads(u, grads.back().data());
+    model.bind_grads(u, (per_rank ? rank_grads : grads).back().data());
   }
   Trace trace;
   for (int step = 0; step < steps; ++step) {
     double loss = 0;
-    for (int m = 0; m < accumulation; ++m) {
-      const data::Batch batch = data.batch(step, int64_t{m} * ranks, ranks);
-      loss += model.step(batch.tokens.data(), batch.targets.data(), hooks);
+    if (per_rank) {
+      std::vector<std::vector<std::vector<float>>> by_unit(static_cast<size_t>(units));  // [units][N][elements]
+      for (int r = 0; r < ranks; ++r) {
+        const data::Batch batch = data.batch(step, data::sample_offset(r, ranks, 0, 1), 1);
+        loss += model.step(batch.tokens.data(), batch.targets.data(), hooks) / ranks;
+        for (int u = 0; u < units; ++u) {
+          std::vector<float> g(rank_grads[u].count());
+          model::widen(rank_grads[u].data(), rank_grads[u].dtype(), g.size(), g.data());
+          by_unit[u].push_back(std::move(g));
+          std::memset(rank_grads[u].data(), 0, rank_grads[u].bytes());
+        }
+      }
+      for (int u = 0; u < units; ++u) detail::bf16_average(by_unit[u], grads[u].data());
+    } else {
+      for (int m = 0; m < accumulation; ++m) {
+        const data::Batch batch = data.batch(step, int64_t{m} * ranks, ranks);
+        loss += model.step(batch.tokens.data(), batch.targets.data(), hooks);
+      }
     }
     double sum_squares = 0;
     for (const Buffer& g : grads) sum_squares += optim::grad_sum_of_squares(optim::ConstElementSpan::of(g));
     const double norm = std::sqrt(sum_squares) / accumulation;
-    const float clip = optim::clip_coefficient(norm, options.clip_norm);
+    const float clip = detail::clip_factor(norm, options.clip_norm);
     const float lr = options.schedule.lr_at(step + 1, options.adamw.lr);
     for (int u = 0; u < units; ++u) {
       const auto decay = strategy::decay_ranges(model.layout(u), 0);
@@ -119,17 +191,9 @@ inline Trace run_reference(model::Style style, const strategy::StrategyOptions& 
                           decay, lr, clip / accumulation);
       std::memset(grads[u].data(), 0, grads[u].bytes());
     }
-    trace.losses.push_back(static_cast<float>(loss / accumulation));
-  }
-  for (int u = 0; u < units; ++u) {
-    std::vector<float> out(model.layout(u).count);
-    const optim::ElementSpan master = optimizers[u]->master();
-    if (!master.empty()) {
-      model::widen(master.data(), master.dtype(), out.size(), out.data());
-    } else {
-      model::widen(weights[u].data(), weights[u].dtype(), out.size(), out.data());
-    }
-    trace.weights.push_back(std::move(out));
+    trace.losses.push_back(static_cast<float>(per_rank ? loss : loss / accumulation));
+    trace.grad_norms.push_back(norm);
+    trace.weights.push_back(detail::snapshot(model, weights, optimizers));
   }
   return trace;
 }
@@ -147,8 +211,11 @@ struct StrategyRun {
   Trace trace;
 };
 
+// With `weights_every_step`, every unit's full weights are gathered after each step (a collective; the memory and
+// OOM tests leave it off so that their peaks are the training's).
 inline std::unique_ptr<StrategyRun> run_strategy(model::Style style, const strategy::StrategyOptions& options,
-                                                 int accumulation, int steps, MemoryPool::Options memory = {}) {
+                                                 int accumulation, int steps, MemoryPool::Options memory = {},
+                                                 bool weights_every_step = false) {
   auto run = std::make_unique<StrategyRun>();
   const int rank = world_rank();
   const int ranks = world_size();
@@ -172,15 +239,18 @@ inline std::unique_ptr<StrategyRun> run_strategy(model::Style style, const strat
     for (int m = 0; m < accumulation; ++m) {
       batches.push_back(data.batch(step, data::sample_offset(rank, ranks, m, 1), 1));
     }
-    float loss = run->strategy->step(batches).loss;
+    const strategy::StepResult result = run->strategy->step(batches);
+    float loss = result.loss;
     MPI_Allreduce(MPI_IN_PLACE, &loss, 1, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
     run->trace.losses.push_back(loss / static_cast<float>(ranks));
+    run->trace.grad_norms.push_back(result.grad_norm);
+    if (weights_every_step) {
+      std::vector<std::vector<float>> units(static_cast<size_t>(run->model->num_units()));
+      for (size_t u = 0; u < units.size(); ++u) units[u] = run->strategy->full_weights(static_cast<int>(u));
+      run->trace.weights.push_back(std::move(units));
+    }
   }
   return run;
-}
-
-inline void collect_weights(StrategyRun& run) {
-  for (int u = 0; u < run.model->num_units(); ++u) run.trace.weights.push_back(run.strategy->full_weights(u));
 }
 
 }  // namespace emu::testing
