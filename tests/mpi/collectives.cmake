@@ -25,3 +25,11 @@ if(TARGET coll-perf)
   set_tests_properties(coll_perf_smoke.np4 PROPERTIES LABELS "mpi" TIMEOUT 120 PROCESSORS 4
                        ENVIRONMENT "${EMU_MPIEXEC_ENV}")
 endif()
+
+# The ledgers of our algorithms against the bytes the MPI profiling layer sees them send (tests/support/pmpi_counter).
+add_library(emu_pmpi_counter OBJECT support/pmpi_counter.cpp)
+target_include_directories(emu_pmpi_counter PUBLIC ${PROJECT_SOURCE_DIR})
+target_link_libraries(emu_pmpi_counter PUBLIC MPI::MPI_CXX)
+emu_configure_target(emu_pmpi_counter)
+emu_add_mpi_test(coll_pmpi_test SOURCES mpi/coll_pmpi_test.cpp LIBS emu_collectives emu_pmpi_counter
+                 RANKS 1 2 3 4 5 8 SEPARATE LedgerAtTheProfilingLayer.SendAndRecvAreWhatMpiWasHanded)
