@@ -1,8 +1,15 @@
 # Test registration. Unit tests run without MPI; MPI tests run under mpiexec at each of EMU_TEST_RANKS (or the
 # RANKS given), oversubscribed, and as root where CI runs them.
 #
-#   emu_add_unit_test(<name> SOURCES a.cpp b.cpp LIBS emu_device [LABELS x])
-#   emu_add_mpi_test(<name> SOURCES a.cpp LIBS emu_collectives [RANKS 1 2 3 4 5 8] [TIMEOUT 300])
+#   emu_add_unit_test(<name> SOURCES a.cpp b.cpp LIBS emu_device [LABELS x] [SEPARATE Suite.Case Suite2.*])
+#   emu_add_mpi_test(<name> SOURCES a.cpp LIBS emu_collectives [RANKS 1 2 3 4 5 8] [TIMEOUT 300] [SEPARATE ...])
+#
+# Skips are visible: the test mains (tests/support/*_main.cpp) exit 77 when nothing failed and some case skipped
+# (GTEST_SKIP), and every test is registered with SKIP_RETURN_CODE 77, so ctest reports it skipped, never passed;
+# a failure anywhere still fails it. An executable that skips some cases and runs others (at some rank count, or
+# without a GPU) names the skipping cases under SEPARATE: each pattern (a --gtest_filter) becomes its own ctest
+# test, <name>.<Suite.Case>[.npN], and the plain <name>[.npN] runs the rest, so ctest shows exactly which case
+# skipped where. A pattern that matches no case fails (test_exit.h): a renamed case cannot drop out silently.
 
 # EMU_COLL_TIMEOUT: a collective hung by a failing test ends the job through the watchdog (exit 3) long before
 # ctest's own timeout would.
@@ -13,24 +20,48 @@ if(EMU_SANITIZE)
   list(APPEND EMU_MPIEXEC_ENV "ASAN_OPTIONS=detect_leaks=0" "UBSAN_OPTIONS=print_stacktrace=1")
 endif()
 
+set(EMU_SKIP_RETURN_CODE 77)
+
+# Adds `command` as ctest test <name><suffix> for the cases outside SEPARATE and <name>.<pattern><suffix> for each
+# SEPARATE pattern; the names go to `out` for the caller's properties.
+function(_emu_add_cases name suffix command separate out)
+  set(names)
+  set(rest)
+  foreach(pattern IN LISTS separate)
+    string(REPLACE ".*" "" label "${pattern}")
+    string(REPLACE "*" "" label "${label}")
+    add_test(NAME ${name}.${label}${suffix} COMMAND ${command} --gtest_filter=${pattern})
+    list(APPEND names ${name}.${label}${suffix})
+    list(APPEND rest ${pattern})
+  endforeach()
+  if(rest)
+    list(JOIN rest ":" excluded)
+    add_test(NAME ${name}${suffix} COMMAND ${command} --gtest_filter=-${excluded})
+  else()
+    add_test(NAME ${name}${suffix} COMMAND ${command})
+  endif()
+  list(APPEND names ${name}${suffix})
+  set(${out} ${names} PARENT_SCOPE)
+endfunction()
+
 function(emu_add_unit_test name)
-  cmake_parse_arguments(ARG "" "TIMEOUT" "SOURCES;LIBS;LABELS" ${ARGN})
+  cmake_parse_arguments(ARG "" "TIMEOUT" "SOURCES;LIBS;LABELS;SEPARATE" ${ARGN})
   if(NOT ARG_TIMEOUT)
     set(ARG_TIMEOUT 120)
   endif()
   add_executable(${name} ${ARG_SOURCES})
-  target_link_libraries(${name} PRIVATE ${ARG_LIBS} GTest::gtest GTest::gtest_main)
+  target_link_libraries(${name} PRIVATE ${ARG_LIBS} emu_unit_test_main)
   target_compile_definitions(${name} PRIVATE EMU_BINARY_DIR="${PROJECT_BINARY_DIR}"
                                              EMU_SOURCE_DIR="${PROJECT_SOURCE_DIR}"
                                              EMU_MPIEXEC="${MPIEXEC_EXECUTABLE}")
   emu_configure_target(${name})
-  add_test(NAME ${name} COMMAND ${name})
-  set_tests_properties(${name} PROPERTIES LABELS "unit;${ARG_LABELS}" TIMEOUT ${ARG_TIMEOUT}
-                                          ENVIRONMENT "${EMU_MPIEXEC_ENV}")
+  _emu_add_cases(${name} "" "$<TARGET_FILE:${name}>" "${ARG_SEPARATE}" tests)
+  set_tests_properties(${tests} PROPERTIES LABELS "unit;${ARG_LABELS}" TIMEOUT ${ARG_TIMEOUT}
+                                           ENVIRONMENT "${EMU_MPIEXEC_ENV}" SKIP_RETURN_CODE ${EMU_SKIP_RETURN_CODE})
 endfunction()
 
 function(emu_add_mpi_test name)
-  cmake_parse_arguments(ARG "" "TIMEOUT" "SOURCES;LIBS;RANKS;LABELS" ${ARGN})
+  cmake_parse_arguments(ARG "" "TIMEOUT" "SOURCES;LIBS;RANKS;LABELS;SEPARATE" ${ARGN})
   if(NOT ARG_RANKS)
     set(ARG_RANKS ${EMU_TEST_RANKS})
   endif()
@@ -43,10 +74,10 @@ function(emu_add_mpi_test name)
                                              EMU_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
   emu_configure_target(${name})
   foreach(ranks IN LISTS ARG_RANKS)
-    add_test(NAME ${name}.np${ranks}
-             COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${ranks} ${MPIEXEC_PREFLAGS}
-                     $<TARGET_FILE:${name}> ${MPIEXEC_POSTFLAGS})
-    set_tests_properties(${name}.np${ranks} PROPERTIES LABELS "mpi;${ARG_LABELS}" TIMEOUT ${ARG_TIMEOUT}
-                                                       PROCESSORS ${ranks} ENVIRONMENT "${EMU_MPIEXEC_ENV}")
+    set(command ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${ranks} ${MPIEXEC_PREFLAGS} $<TARGET_FILE:${name}>
+                ${MPIEXEC_POSTFLAGS})
+    _emu_add_cases(${name} ".np${ranks}" "${command}" "${ARG_SEPARATE}" tests)
+    set_tests_properties(${tests} PROPERTIES LABELS "mpi;${ARG_LABELS}" TIMEOUT ${ARG_TIMEOUT} PROCESSORS ${ranks}
+                                             ENVIRONMENT "${EMU_MPIEXEC_ENV}" SKIP_RETURN_CODE ${EMU_SKIP_RETURN_CODE})
   endforeach()
 endfunction()

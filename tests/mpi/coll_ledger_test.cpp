@@ -1,6 +1,7 @@
-// The traffic ledger against the closed forms of DESIGN.md §3: per rank, ring all-reduce sends and receives
-// 2(N-1)/N of the buffer, ring reduce-scatter and all-gather (N-1)/N; per phase label; per group after a split;
-// send / recv; and the shapes-only path that accounts without moving data.
+// The traffic ledger against nccl-tests' bus-bandwidth factors: per rank, ring all-reduce sends and receives
+// 2(N-1)/N of the buffer, ring reduce-scatter and all-gather (N-1)/N, tree broadcast and reduce the buffer once per
+// non-root rank; per phase label; per group after a split; send / recv; and the shapes-only path that accounts
+// without moving data.
 #include <gtest/gtest.h>
 
 #include <vector>
@@ -14,7 +15,13 @@ namespace {
 
 using testing::World;
 
-TEST(Ledger, RingVolumesAreTheClosedForms) {
+// nccl-tests' bus-bandwidth factors (doc/PERFORMANCE.md), written out here as literals rather than taken from
+// emu's own factor functions: busBw = algBw × 2(n-1)/n for all-reduce, × (n-1)/n for reduce-scatter and
+// all-gather, × 1 for broadcast and reduce. For a buffer of S bytes (the all-reduce's whole buffer, the
+// reduce-scatter's input, the all-gather's output, the broadcast's or reduce's buffer) each rank of a ring sends
+// and receives that factor times S; in a rooted tree every rank but the root receives (broadcast) or sends
+// (reduce) S exactly once.
+TEST(Ledger, RingVolumesAreNcclTestsBusBandwidthFactors) {
   World world;
   Communicator& comm = *world.comm;
   const uint64_t n = static_cast<uint64_t>(comm.size());
@@ -37,6 +44,29 @@ TEST(Ledger, RingVolumesAreTheClosedForms) {
   EXPECT_EQ(all_gather.moved.received, (n - 1) * s / n);
   EXPECT_EQ(comm.ledger().total().moved, comm.ledger().total().expected);
   EXPECT_GT(comm.ledger().total().seconds, 0.0);
+}
+
+TEST(Ledger, TreeVolumesAreNcclTestsBusBandwidthFactors) {
+  World world;
+  Communicator& comm = *world.comm;
+  const uint64_t n = static_cast<uint64_t>(comm.size());
+  const int root = comm.size() - 1;
+  const bool at_root = comm.rank() == root;
+  const size_t count = 77;
+  const uint64_t s = count * sizeof(float);
+  std::vector<float> a(count, 1.0f);
+  std::vector<float> b(count, 0.0f);
+  comm.broadcast(a.data(), b.data(), count, DType::kF32, root, "params");
+  comm.reduce(a.data(), b.data(), count, DType::kF32, ReduceOp::kSum, root, "grads");
+  const LedgerEntry broadcast = comm.ledger().at(CollectiveKind::kBroadcast, "params");
+  const LedgerEntry reduce = comm.ledger().at(CollectiveKind::kReduce, "grads");
+  EXPECT_EQ(broadcast.moved.received, at_root ? 0 : s);
+  EXPECT_EQ(reduce.moved.sent, at_root ? 0 : s);
+  // What one side of the tree counts the other side counts too: over the group, (N-1)·S each way.
+  uint64_t totals[2] = {broadcast.moved.sent, reduce.moved.received};
+  MPI_Allreduce(MPI_IN_PLACE, totals, 2, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);
+  EXPECT_EQ(totals[0], (n - 1) * s);
+  EXPECT_EQ(totals[1], (n - 1) * s);
 }
 
 TEST(Ledger, RhdMovesTheRingVolumeOnPowersOfTwo) {

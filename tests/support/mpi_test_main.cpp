@@ -1,5 +1,6 @@
 // GoogleTest main for MPI tests: every rank runs every test; a failure on any rank fails the test and the
 // executable; rank 0 prints the usual report, the other ranks print only their own failures, tagged "[rR/N]".
+// The exit code, agreed by all ranks, is test_exit.h's: 77 (ctest: skipped) when no rank failed and some skipped.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -7,6 +8,7 @@
 #include <string>
 
 #include "emu/check.h"
+#include "tests/support/test_exit.h"
 
 namespace {
 
@@ -62,9 +64,17 @@ int main(int argc, char** argv) {
   }
   listeners.Append(new RankAgreement);
 
-  const int local = RUN_ALL_TESTS();
-  int global = 0;
-  MPI_Allreduce(&local, &global, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  const int result = RUN_ALL_TESTS();
+  const testing::UnitTest& unit = *testing::UnitTest::GetInstance();
+  // Over all ranks: did any fail, did any skip, did any select a case.
+  int counts[3] = {result != 0 || unit.failed_test_count() > 0 ? 1 : 0, unit.skipped_test_count(),
+                   unit.test_to_run_count()};
+  MPI_Allreduce(MPI_IN_PLACE, counts, 3, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
   MPI_Finalize();
-  return global;
+  const int code = emu::testing::test_exit_code(counts[0], counts[1], counts[2]);
+  if (rank == 0 && code == emu::testing::kSkipExitCode) {
+    std::fprintf(stdout, "[ SKIPPED  ] exit %d: no case failed on any of %d rank(s), %d skipped\n", code, world,
+                 counts[1]);
+  }
+  return code;
 }

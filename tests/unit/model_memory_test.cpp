@@ -2,8 +2,10 @@
 // full-scale models, the 13B shrink check (shrunk peak × k² against the full-scale peak), and OOM phases.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <string_view>
 #include <vector>
 
 #include "emu/device.h"
@@ -75,18 +77,85 @@ TEST(ModelMemory, SavedActivationsPerBlockMatchTheClosedForm) {
   }
 }
 
-// Korthikanti et al.'s s·b·h·(34 + 5·a·s/h) counts dropout; emu's GPT-2 block at bf16 keeps
-// s·b·h·(32 + 2·a·s/h) + 16·s·b (memory_terms.h explains each term).
-TEST(ModelMemory, Gpt2ClosedFormAgainstKorthikanti) {
-  ModelConfig c = preset("gpt2-xl");
-  c.batch = 4;
-  const double s = double(c.seq), b = double(c.batch), h = double(c.hidden), a = double(c.heads);
-  const uint64_t ours = saved_activation_bytes_per_block(c, {DType::kBF16, Attention::kClassic, false});
-  EXPECT_EQ(double(ours), s * b * h * (32 + 2 * a * s / h) + 16 * s * b);
-  const double korthikanti = s * b * h * (34 + 5 * a * s / h);
-  std::printf("gpt2-xl block, s=%lld b=%lld: emu %s, Korthikanti %s (ratio %.3f)\n", (long long)c.seq,
-              (long long)c.batch, format_bytes(ours).c_str(), format_bytes(uint64_t(korthikanti)).c_str(),
-              double(ours) / korthikanti);
+// Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer Models", Section 4.1: the
+// activations one GPT-style layer stores (16-bit activations, F = 4h, dropout, no recomputation, no tensor or
+// sequence parallelism), term by term as the paper lists them, in bytes: `sbh` multiplies s·b·h, `as2b` a·s²·b.
+struct PaperTerm {
+  const char* what;
+  double sbh;
+  double as2b;
+};
+constexpr PaperTerm kKorthikanti[] = {
+    // Attention block, 11sbh + 5as²b.
+    {"QKV matmul input", 2, 0},
+    {"QK^T: Q and K", 4, 0},
+    {"softmax output", 0, 2},
+    {"softmax dropout mask (1 byte)", 0, 1},
+    {"attention over values: dropout output", 0, 2},
+    {"attention over values: V", 2, 0},
+    {"output projection input", 2, 0},
+    {"attention dropout mask (1 byte)", 1, 0},
+    // MLP, 19sbh.
+    {"first linear input", 2, 0},
+    {"GeLU input", 8, 0},
+    {"second linear input (GeLU output)", 8, 0},
+    {"MLP dropout mask (1 byte)", 1, 0},
+    // Layer norms, 4sbh.
+    {"attention layer-norm input", 2, 0},
+    {"MLP layer-norm input", 2, 0},
+};
+// The paper's terms emu's GPT-2 block does not have: it has no dropout, so no masks and no dropout output
+// (attention multiplies the softmax output itself by V).
+constexpr const char* kNotInEmu[] = {
+    "softmax dropout mask (1 byte)",
+    "attention over values: dropout output",
+    "attention dropout mask (1 byte)",
+    "MLP dropout mask (1 byte)",
+};
+
+TEST(ModelMemory, Gpt2MeasuredActivationsAreKorthikantiWithoutDropout) {
+  // The sum of the listed terms is the paper's Eq. 1, s·b·h·(34 + 5·a·s/h).
+  double sbh = 0, as2b = 0;
+  for (const PaperTerm& term : kKorthikanti) sbh += term.sbh, as2b += term.as2b;
+  ASSERT_EQ(sbh, 34);
+  ASSERT_EQ(as2b, 5);
+  ModelConfig full = preset("gpt2-xl");
+  full.batch = 4;
+  ModelConfig small = shrink(full, 32);
+  small.layers = 2;
+  for (const bool shapes_only : {true, false}) {
+    const ModelConfig& c = shapes_only ? full : small;
+    ASSERT_EQ(c.ffn, 4 * c.hidden) << "the paper's layer has F = 4h";
+    const double s = double(c.seq), b = double(c.batch), h = double(c.hidden), a = double(c.heads);
+    double expected = s * b * h * sbh + a * s * s * b * as2b;
+    for (const char* removed : kNotInEmu) {
+      const PaperTerm* term = std::find_if(std::begin(kKorthikanti), std::end(kKorthikanti),
+                                           [&](const PaperTerm& t) { return std::string_view(t.what) == removed; });
+      ASSERT_NE(term, std::end(kKorthikanti)) << removed;
+      const double bytes = s * b * h * term->sbh + a * s * s * b * term->as2b;
+      std::printf("%s: - %s: %.0f B\n", c.name.c_str(), removed, bytes);
+      expected -= bytes;
+    }
+    // emu's own addition: each layer norm keeps its mean and 1/std per token in fp32 for backward, 2 × 2 × 4 B
+    // per token (the paper neglects them).
+    const double norm_statistics = 2 * 2 * 4 * s * b;
+    std::printf("%s: + fp32 layer-norm mean and rstd: %.0f B\n", c.name.c_str(), norm_statistics);
+    expected += norm_statistics;
+    // Measured: what the block's forward leaves allocated as activations, bf16, classic attention, no
+    // checkpointing; full scale on the shapes-only device, the shrunk copy with real math on the CPU.
+    const ModelOptions options{DType::kBF16, Attention::kClassic, false};
+    auto device = shapes_only ? make_shapes_device({}) : make_cpu_device({});
+    Model model(*device, c, options);
+    LocalParams params(model, 1);
+    ActivationProbe probe(device->memory());
+    const std::vector<int32_t> tokens = tokens_for(c);
+    model.step(tokens.data(), tokens.data(), probe);
+    ASSERT_EQ(probe.per_block.size(), size_t(c.layers));
+    std::printf("%s s=%lld b=%lld: Korthikanti %.0f B, adjusted %.0f B, emu measured %llu B per block\n",
+                c.name.c_str(), (long long)c.seq, (long long)c.batch, s * b * h * (34 + 5 * a * s / h), expected,
+                (unsigned long long)probe.per_block.front());
+    for (uint64_t measured : probe.per_block) EXPECT_EQ(double(measured), expected) << c.name;
+  }
 }
 
 // The peak of one training step (weights, gradients, activations, temporaries) on a device.
