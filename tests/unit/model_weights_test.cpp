@@ -87,6 +87,7 @@ std::vector<Owned> parameter_tensors(const ModelConfig& config, const Units& uni
 
 void write_owned(const fs::path& path, const std::vector<Owned>& tensors) {
   std::vector<TensorView> views;
+  views.reserve(tensors.size());
   for (const Owned& t : tensors) views.push_back({t.name, t.dtype, t.shape, t.bytes});
   write_safetensors(path, views);
 }
@@ -294,10 +295,10 @@ std::vector<BadFile> bad_files() {
   auto remove = [](std::string name) {
     return [name](std::vector<Owned>& t) { std::erase_if(t, [&](const Owned& o) { return o.name == name; }); };
   };
-  auto add = [zeros](std::string name, std::vector<int64_t> shape) {
+  auto add = [zeros](const std::string& name, const std::vector<int64_t>& shape) {
     return [=](std::vector<Owned>& t) { t.push_back(f32_tensor(name, shape, zeros.data())); };
   };
-  auto reshape = [](std::string name, std::vector<int64_t> shape) {
+  auto reshape = [](const std::string& name, const std::vector<int64_t>& shape) {
     return [=](std::vector<Owned>& t) {
       Owned* o = find(t, name);
       if (o != nullptr) o->shape = shape;
