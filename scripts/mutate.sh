@@ -159,6 +159,21 @@ if [[ ! -f "$build/build.ninja" ]]; then
 fi
 cmake --build "$build" --target help >"$scratch/targets" 2>/dev/null || true
 
+# The tests regex $1 selects, one name a line.
+tests_for() {
+  local listed
+  listed=$(ctest --test-dir "$build" -N -R "$1")
+  sed -n 's/^ *Test *#[0-9]*: *//p' <<<"$listed"
+}
+
+# One regex for several regexes' tests, by name: CMake's regular expressions take at most nine groups, too few to
+# join the catalogue's regexes with |.
+union_of() {
+  local names
+  names=$(for regex in "$@"; do tests_for "$regex"; done | sort -u | sed 's/\./\\./g' | paste -sd'|')
+  echo "^(${names})\$"
+}
+
 # The build targets behind the tests a regex selects: the test name less its .npN suffix, where that is a target
 # (the end-to-end tests depend on the emu executable themselves).
 targets_for() {
@@ -168,8 +183,8 @@ targets_for() {
     target=${name%.np[0-9]*}
     [[ -n "${seen[$target]:-}" ]] && continue
     seen[$target]=1
-    grep -q "^$target:" "$scratch/targets" && echo "$target"
-  done < <(ctest --test-dir "$build" -N -R "$1" | sed -n 's/^ *Test *#[0-9]*: *//p')
+    if grep -q "^$target:" "$scratch/targets"; then echo "$target"; fi
+  done < <(tests_for "$1")
 }
 
 build_for() {  # builds what regex $1's tests need; the log in $2
@@ -179,22 +194,31 @@ build_for() {  # builds what regex $1's tests need; the log in $2
   nice cmake --build "$build" -j "$jobs" --target "${targets[@]}" >"$2" 2>&1
 }
 
+# Whether regex $1 selects at least one test (captured, not piped into grep -q: pipefail would see ctest's SIGPIPE).
+any_tests() {
+  local listed
+  listed=$(ctest --test-dir "$build" -N -R "$1")
+  [[ "$listed" =~ Total\ Tests:\ [1-9] ]]
+}
+
 # Runs regex $1's tests; prints the names of those that failed. Returns 1 when no test matches.
 failing_tests() {
   local log=$scratch/ctest.log
-  if ! ctest --test-dir "$build" -R "$1" -N | grep -q "Total Tests: [1-9]"; then return 1; fi
+  any_tests "$1" || return 1
   nice ctest --test-dir "$build" -R "$1" -j "$jobs" --timeout 300 >"$log" 2>&1 || true
   sed -n '/The following tests FAILED:/,$ s/^[[:space:]]*[0-9]* - \([^ ]*\) .*/\1/p' "$log"
 }
 
 # The baseline: every chosen mutant's tests pass on the unmutated tree.
-union=$(for i in "${chosen[@]}"; do echo "${regexes[$i]}"; done | sort -u | paste -sd'|')
+chosen_regexes=()
+for i in "${chosen[@]}"; do chosen_regexes+=("${regexes[$i]}"); done
+union=$(union_of "${chosen_regexes[@]}")
 build_for "$union" "$scratch/build.log" || { tail -30 "$scratch/build.log" >&2; fail "the unmutated tree does not build"; }
 for i in "${chosen[@]}"; do
-  ctest --test-dir "$build" -R "${regexes[$i]}" -N | grep -q "Total Tests: [1-9]" ||
+  any_tests "${regexes[$i]}" ||
     fail "${ids[$i]}: no test matches its regex ${regexes[$i]}"
 done
-baseline=$(failing_tests "$union")
+baseline=$(failing_tests "$union") || fail "no test matches the chosen mutants' regexes"
 [[ -z "$baseline" ]] || fail "tests fail before any mutant is planted: $(echo "$baseline" | paste -sd' ')"
 echo "baseline: the chosen mutants' tests pass unmutated ($((SECONDS - start_time)) s)"
 
