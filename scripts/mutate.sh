@@ -15,13 +15,15 @@
 #   scripts/mutate.sh --check       only that every entry still matches its file exactly once
 #
 # Prints a table: mutant, file, what it plants, the tests that caught it (or SURVIVED). Exit 0 when every mutant
-# was caught, 1 when one survived, 2 when the catalogue or the build is broken.
+# was caught, 1 when one survived, 2 when the catalogue or the build is broken. A mutant whose tests hang past
+# EMU_MUTATE_TEST_SECONDS (240) is caught: the suite would fail it by its watchdog or ctest's timeout.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 catalogue=$root/scripts/mutants.txt
 src=$root/build/mutate-src
 build=$root/build/mutate
 jobs=${EMU_MUTATE_JOBS:-2}
+limit=${EMU_MUTATE_TEST_SECONDS:-240}  # one mutant's tests; a mutant that hangs them counts as caught
 cd "$root"
 
 fail() {
@@ -205,7 +207,12 @@ any_tests() {
 failing_tests() {
   local log=$scratch/ctest.log
   any_tests "$1" || return 1
-  nice ctest --test-dir "$build" -R "$1" -j "$jobs" --timeout 300 >"$log" 2>&1 || true
+  local rc=0
+  timeout -k 10 "$limit" nice ctest --test-dir "$build" -R "$1" -j "$jobs" >"$log" 2>&1 || rc=$?
+  if ((rc == 124 || rc == 137)); then  # a hang: ctest and its MPI jobs killed (timeout signals its process group)
+    echo "hung: killed after $limit s"
+    return 0
+  fi
   sed -n '/The following tests FAILED:/,$ s/^[[:space:]]*[0-9]* - \([^ ]*\) .*/\1/p' "$log"
 }
 
