@@ -1,18 +1,21 @@
 #!/usr/bin/env bash
-# Runs emu's whole test suite, in five parts, stopping at the first that fails:
+# Runs emu's whole test suite, in six parts, stopping at the first that fails:
 #   1. release  set up and build (scripts/setup.sh), then every unit, MPI and end-to-end test with ctest; MPI tests
 #               run at 1, 2, 4 and 8 ranks, oversubscribed where the machine has fewer cores; the layering check
 #   2. hygiene  scripts/format.sh (every source follows .clang-format) and scripts/tidy.sh (clang-tidy on the files
 #               changed by the last commit and the working tree: bugprone, performance, cognitive complexity ≤ 40)
-#   3. cuda     where the CUDA toolkit is installed: the -DEMU_CUDA=ON build (CUDA backend, NCCL link) must build
+#   3. mutate   scripts/mutate.sh --subset 3: three planted bugs of scripts/mutants.txt, a different three each day,
+#               each of which the tests must catch (built in build/mutate, kept between runs; a few minutes)
+#   4. cuda     where the CUDA toolkit is installed: the -DEMU_CUDA=ON build (CUDA backend, NCCL link) must build
 #               and link; its GPU tests run where a GPU is and report themselves skipped elsewhere
-#   4. asan     the same tests as part 1 under AddressSanitizer + UndefinedBehaviorSanitizer (the asan preset,
+#   5. asan     the same tests as part 1 under AddressSanitizer + UndefinedBehaviorSanitizer (the asan preset,
 #               clang; the same build holds the libFuzzer targets)
-#   5. fuzz     scripts/fuzz.sh: a bounded libFuzzer run of every parser of user input
+#   6. fuzz     scripts/fuzz.sh: a bounded libFuzzer run of every parser of user input
 #
-# The last line counts ctest's tests over every part: total: N passed, N failed, N skipped.
+# The last line counts ctest's tests over every part (the mutation check's runs are not counted): total: N
+# passed, N failed, N skipped.
 #
-#   scripts/test.sh                   all five parts (what CI runs)
+#   scripts/test.sh                   all six parts (what CI runs)
 #   EMU_TEST_QUICK=1 scripts/test.sh  the release part only
 #   scripts/test.sh -R cap_spec       extra arguments go to the release and asan ctest runs
 #   EMU_PRESET=debug scripts/test.sh  another preset for part 1
@@ -60,32 +63,36 @@ run_ctest() {
   return "$rc"
 }
 
-part "1/5 $preset build and tests"
+part "1/6 $preset build and tests"
 scripts/setup.sh
 run_ctest "$preset" -j "$(nproc)" "$@"
 part_done "$preset"
 
 if [[ "$quick" != 1 ]]; then
-  part "2/5 hygiene (format, clang-tidy on changed files)"
+  part "2/6 hygiene (format, clang-tidy on changed files)"
   scripts/format.sh
   scripts/tidy.sh
   part_done hygiene
 
+  part "3/6 mutation check (rotating subset)"
+  scripts/mutate.sh --subset 3
+  part_done mutate
+
   if [[ -x /usr/local/cuda/bin/nvcc ]] || command -v nvcc >/dev/null 2>&1; then
-    part "3/5 cuda build (CUDA backend and NCCL must link; GPU tests skip without a GPU)"
+    part "4/6 cuda build (CUDA backend and NCCL must link; GPU tests skip without a GPU)"
     EMU_PRESET=cuda scripts/setup.sh
     run_ctest cuda
     part_done cuda
   else
-    echo "== emu test: 3/5 cuda: skipped, no CUDA toolkit on this machine =="
+    echo "== emu test: 4/6 cuda: skipped, no CUDA toolkit on this machine =="
   fi
 
-  part "4/5 asan build and tests (AddressSanitizer + UndefinedBehaviorSanitizer)"
+  part "5/6 asan build and tests (AddressSanitizer + UndefinedBehaviorSanitizer)"
   EMU_PRESET=asan scripts/setup.sh
   run_ctest asan -j "$(nproc)" "$@"
   part_done asan
 
-  part "5/5 bounded fuzz runs"
+  part "6/6 bounded fuzz runs"
   scripts/fuzz.sh
   part_done fuzz
 fi

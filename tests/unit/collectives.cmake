@@ -1,5 +1,7 @@
 # The collectives' pure parts (no MPI), and the watchdog on a real job started from the test.
 emu_add_unit_test(coll_topology_test SOURCES unit/coll_topology_test.cpp LIBS emu_collectives)
+# The traffic ledger's bookkeeping: moved and expected bytes kept apart, totals, the table's expected column.
+emu_add_unit_test(coll_ledger_entries_test SOURCES unit/coll_ledger_entries_test.cpp LIBS emu_collectives)
 
 add_executable(coll_watchdog_probe unit/coll_watchdog_probe.cpp)
 target_link_libraries(coll_watchdog_probe PRIVATE emu_collectives)

@@ -1,10 +1,11 @@
-// Shard arithmetic and DDP bucket assignment.
+// Shard arithmetic, DDP bucket assignment and the shrinking of full-scale sizes.
 #include <gtest/gtest.h>
 
 #include <vector>
 
 #include "strategies/buckets.h"
 #include "strategies/shard.h"
+#include "strategies/strategy.h"
 
 namespace emu::strategy {
 namespace {
@@ -61,6 +62,20 @@ TEST(Buckets, EveryParameterInExactlyOneBucket) {
   }
   for (int count : seen) EXPECT_EQ(count, 1);
   for (size_t i = 0; i + 1 < buckets.size(); ++i) EXPECT_GE(buckets[i].bytes, i == 0 ? 64u : 256u);
+}
+
+// A memory term shrinks by k² (docs/architecture.md), and so do the full-scale sizes that bound one: DDP's 25 MB
+// bucket at k = 4 is 25'000'000 / 16 = 1'562'500 bytes, not 25'000'000 / 4. A size never shrinks to nothing.
+TEST(Scaled, FullScaleSizesShrinkByKSquared) {
+  StrategyOptions options;
+  options.shrink = 4;
+  EXPECT_EQ(options.scaled(25'000'000), 1'562'500u);
+  EXPECT_EQ(options.scaled(100'000), 6'250u);  // ZeRO-3's persistence threshold at k = 4
+  options.shrink = 8;
+  EXPECT_EQ(options.scaled(500'000'000), 7'812'500u);  // DeepSpeed's reduce bucket at k = 8
+  EXPECT_EQ(options.scaled(63), 1u);
+  options.shrink = 1;
+  EXPECT_EQ(options.scaled(25'000'000), 25'000'000u);
 }
 
 }  // namespace
