@@ -186,7 +186,10 @@ void add_emulated_gpu_flags(CLI::App& app, RunOptions& options, Flags& flags) {
 void add_mode_flags(CLI::App& app, RunOptions& options, Flags& flags) {
   app.add_option("--plan", flags.plan,
                  "shapes only, at full scale, without data: the same accounting for N ranks (e.g. --plan 1024); "
-                 "'--plan 0' plans for the ranks emu runs on")
+                 "'--plan' alone or '--plan 0' plans for the ranks emu runs on")
+      ->expected(0, 1)
+      ->default_str("0")
+      ->option_text("[N]")
       ->group("Modes");
   app.add_option("--find-limit", options.find_limit,
                  "search, per strategy, the largest micro-batch or seq-len that fits the cap (shapes only)")

@@ -49,9 +49,31 @@ TEST(Cli, NamedGpuCap) {
       << run.out;
 }
 
+// --plan alone, as the README writes it (--plan [N]): the ranks emu runs on, as --plan 0; a value or the next flag
+// still follows it.
+TEST(Cli, PlanWithoutAValuePlansForTheRanksEmuRunsOn) {
+  const std::string plan_for_2 = "plan      shapes only at full scale for 2 ranks";
+  for (const char* plan : {" --plan", " --plan 0", " --plan --seed 7"}) {
+    const auto run = run_process(mpiexec(2) + kEmu + kQuick + plan);
+    ASSERT_EQ(run.exit_code, 0) << plan << "\n" << run.err;
+    EXPECT_EQ(count_of(run.out, plan_for_2), 1) << plan << "\n" << run.out;
+  }
+  const auto then_cap = run_process(mpiexec(1) + kEmu + kQuick + " --plan --cap 40GB");
+  ASSERT_EQ(then_cap.exit_code, 0) << then_cap.err;
+  EXPECT_NE(then_cap.out.find("cap       37.25 GiB per GPU, as stated"), std::string::npos) << then_cap.out;
+  const auto eight = run_process(mpiexec(1) + kEmu + kQuick + " --plan 8");
+  ASSERT_EQ(eight.exit_code, 0) << eight.err;
+  EXPECT_EQ(count_of(eight.out, "plan      shapes only at full scale for 8 ranks"), 1) << eight.out;
+  const auto help = run_process(kEmu + " --help");
+  EXPECT_NE(help.out.find("--plan [N]"), std::string::npos) << help.out;
+  EXPECT_NE(help.out.find("'--plan' alone or '--plan 0' plans for the ranks emu runs on"), std::string::npos)
+      << help.out;
+}
+
 struct BadInput {
   std::string args;
-  std::string message;  // a piece of the expected message
+  std::string message;        // a piece of the expected message
+  std::string base = kQuick;  // what comes before `args` (a flag given twice is an error of its own)
   friend void PrintTo(const BadInput& bad, std::ostream* os) { *os << bad.args; }
 };
 
