@@ -3,7 +3,10 @@
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <filesystem>
+#include <iterator>
+#include <utility>
 
 #include "app/deepspeed.h"
 #include "emu/backend.h"
@@ -55,7 +58,12 @@ int choose_shrink(const model::ModelConfig& full) {
   return static_cast<int>(valid.back());
 }
 
-std::vector<Expectation> parse_expectations(const std::vector<std::string>& texts) {
+// `run`: the strategies this run runs; an expectation about any other is bad input.
+std::vector<Expectation> parse_expectations(const std::vector<std::string>& texts,
+                                            const std::vector<strategy::StrategyOptions>& run) {
+  std::vector<std::string> running;
+  running.reserve(run.size());
+  for (const strategy::StrategyOptions& one : run) running.push_back(one.name());
   std::vector<Expectation> out;
   for (const std::string& text : texts) {
     for (const std::string& item : split_list(text)) {
@@ -71,6 +79,10 @@ std::vector<Expectation> parse_expectations(const std::vector<std::string>& text
       if (who != "all") {
         strategy::StrategyOptions probe;
         strategy::set_kind(probe, who);  // InputError listing the names
+        if (std::find(running.begin(), running.end(), who) == running.end()) {
+          throw InputError(fmt::format("--expect '{}': {} does not run; the strategies that run: {} (--strategies)",
+                                       item, who, fmt::join(running, ", ")));
+        }
       }
       out.push_back({who, what == "fit"});
     }
@@ -89,6 +101,8 @@ struct Flags {
   uint64_t seed = 1234;
   double lr = 0, clip = -1;
   bool bucket_view = false;
+  // Given on the command line, so that an explicit 0 or '' is checked rather than taken for "not given".
+  bool strategies_given = false, seq_len_given = false, micro_batch_given = false;
 };
 
 // Flags are declared in the order --help lists them: group by group, as below.
@@ -253,7 +267,7 @@ void apply_deepspeed(RunOptions& options, Flags& flags, int world, strategy::Str
   base = ds.knobs;
   base.seed = flags.seed;
   names = {ds.strategy};
-  if (ds.micro_batch > 0 && flags.micro_batch == 0) flags.micro_batch = ds.micro_batch;
+  if (ds.micro_batch > 0 && !flags.micro_batch_given) flags.micro_batch = ds.micro_batch;
   if (ds.accumulation > 0 && flags.accumulation == 0) flags.accumulation = ds.accumulation;
   options.offload = options.offload || ds.offload_optimizer;
   const int64_t mb = flags.micro_batch > 0 ? flags.micro_batch : 1;
@@ -289,9 +303,10 @@ strategy::StrategyOptions read_strategies(RunOptions& options, Flags& flags, int
     base.clip_norm = static_cast<float>(flags.clip);
   }
   base.ddp.gradient_as_bucket_view = flags.bucket_view;
-  if (!flags.strategies.empty()) names = split_list(flags.strategies);
+  if (flags.strategies_given) names = split_list(flags.strategies);
   if (names.empty()) {
-    throw InputError(fmt::format("--strategies is empty; accepted: {}", fmt::join(strategy::strategy_names(), ", ")));
+    throw InputError(fmt::format("--strategies '{}' names no strategy; accepted: one or more of {}, comma-separated",
+                                 flags.strategies, fmt::join(strategy::strategy_names(), ", ")));
   }
   for (const std::string& name : names) {
     strategy::StrategyOptions one = base;
@@ -327,13 +342,13 @@ void read_model(RunOptions& options, const Flags& flags, const strategy::Strateg
   options.model_options.attention = flags.attention == "flash" ? model::Attention::kFlash : model::Attention::kClassic;
   options.model_options.compute = base.recipe.params;
   options.full = load_model(options.model);
-  if (flags.seq_len != 0) {
+  if (flags.seq_len_given) {
     if (flags.seq_len < 1 || flags.seq_len > (1 << 20)) {
       throw InputError(fmt::format("--seq-len {} is out of range; accepted: 1 to {}", flags.seq_len, 1 << 20));
     }
     options.full.seq = flags.seq_len;
   }
-  if (flags.micro_batch != 0) {
+  if (flags.micro_batch_given || flags.micro_batch != 0) {  // or from a DeepSpeed config
     if (flags.micro_batch < 1 || flags.micro_batch > 4096) {
       throw InputError(fmt::format("--micro-batch {} is out of range; accepted: 1 to 4096", flags.micro_batch));
     }
@@ -408,14 +423,26 @@ void check_device(const RunOptions& options) {
   }
 }
 
-// Every file emu writes goes into a folder that exists.
+// Every file emu writes goes into a folder that exists, and no two outputs into the same file (the second would
+// overwrite the first).
 void check_outputs(const RunOptions& options) {
-  for (const std::string* path :
-       {&options.json_path, &options.trace_path, &options.svg_path, &options.save_weights_path}) {
-    if (path->empty()) continue;
-    const std::filesystem::path parent = std::filesystem::path(*path).parent_path();
+  const std::pair<const char*, const std::string*> outputs[] = {{"--json", &options.json_path},
+                                                                {"--trace", &options.trace_path},
+                                                                {"--svg", &options.svg_path},
+                                                                {"--save-weights", &options.save_weights_path}};
+  for (size_t i = 0; i < std::size(outputs); ++i) {
+    const std::string& path = *outputs[i].second;
+    if (path.empty()) continue;
+    const std::filesystem::path parent = std::filesystem::path(path).parent_path();
     if (!parent.empty() && !std::filesystem::is_directory(parent)) {
-      throw InputError(fmt::format("'{}' cannot be written: the folder '{}' does not exist", *path, parent.string()));
+      throw InputError(fmt::format("'{}' cannot be written: the folder '{}' does not exist", path, parent.string()));
+    }
+    const std::filesystem::path file = std::filesystem::absolute(path).lexically_normal();
+    for (size_t j = 0; j < i; ++j) {
+      const std::string& earlier = *outputs[j].second;
+      if (earlier.empty() || std::filesystem::absolute(earlier).lexically_normal() != file) continue;
+      throw InputError(fmt::format("{} and {} both write '{}'; accepted: a different file for each output",
+                                   outputs[j].first, outputs[i].first, path));
     }
   }
 }
@@ -450,6 +477,9 @@ ParsedCommandLine parse_command_line(int argc, const char* const* argv, int worl
   add_fault_flags(app, options, flags);
   add_output_flags(app, options, flags);
   if (!parse_flags(app, argc, argv, parsed)) return parsed;
+  flags.strategies_given = app.count("--strategies") > 0;
+  flags.seq_len_given = app.count("--seq-len") > 0;
+  flags.micro_batch_given = app.count("--micro-batch") > 0;
 
   if (!options.log_spec.empty()) log::configure(options.log_spec);
   read_emulated_gpu(options, flags);
@@ -461,7 +491,7 @@ ParsedCommandLine parse_command_line(int argc, const char* const* argv, int worl
   check_inputs(options);
   check_device(options);
   check_outputs(options);
-  options.expectations = parse_expectations(flags.expect);
+  options.expectations = parse_expectations(flags.expect, options.strategies);
   read_faults(options, flags, world);
   return parsed;
 }

@@ -82,7 +82,7 @@ class CliBadInput : public ::testing::TestWithParam<BadInput> {};
 TEST_P(CliBadInput, ExitsTwoWithOneMessageAndTheSameVerdictOnEveryRank) {
   const BadInput& bad = GetParam();
   for (int ranks : {1, 8}) {
-    const auto run = run_process("env EMU_LOG=app=debug " + mpiexec(ranks) + kEmu + kQuick + " " + bad.args);
+    const auto run = run_process("env EMU_LOG=app=debug " + mpiexec(ranks) + kEmu + bad.base + " " + bad.args);
     EXPECT_EQ(run.exit_code, 2) << bad.args << "\n" << run.err;
     EXPECT_EQ(count_of(run.err, "emu: error: "), 1) << "one message, from rank 0:\n" << run.err;
     EXPECT_NE(run.err.find(bad.message), std::string::npos) << run.err;
@@ -107,7 +107,15 @@ INSTANTIATE_TEST_SUITE_P(
                       BadInput{"--no-such-flag", "--no-such-flag"},
                       BadInput{"--log loud", "log level 'loud' is not one of"},
                       BadInput{"--device tpu", "--device 'tpu' is not a backend; accepted: cpu, cuda"},
-                      BadInput{"--device cuda", "--device cuda: this build has cpu, shapes only"}));
+                      BadInput{"--device cuda", "--device cuda: this build has cpu, shapes only"},
+                      BadInput{"--expect zero3=oom",
+                               "--expect 'zero3=oom': zero3 does not run; the strategies that run: ddp"},
+                      BadInput{"--micro-batch 0", "--micro-batch 0 is out of range; accepted: 1 to 4096"},
+                      BadInput{"--seq-len 0", "--seq-len 0 is out of range; accepted: 1 to 1048576"},
+                      BadInput{"--strategies ''", "--strategies '' names no strategy; accepted: one or more of ddp",
+                               " --model gpt2 --steps 1"},
+                      BadInput{"--json same.json --svg same.json", "--json and --svg both write 'same.json'"},
+                      BadInput{"--json same.json --trace ./same.json", "--json and --trace both write './same.json'"}));
 
 }  // namespace
 }  // namespace emu
