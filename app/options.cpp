@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <iterator>
+#include <string_view>
 #include <utility>
 
 #include "app/deepspeed.h"
@@ -237,6 +238,54 @@ void add_output_flags(CLI::App& app, RunOptions& options, Flags& flags) {
       ->group("Outputs");
 }
 
+// Edits (insertions, deletions, substitutions, swaps of neighbours) that turn `a` into `b`.
+size_t edit_distance(std::string_view a, std::string_view b) {
+  // d[i][j]: the distance between a's first i characters and b's first j, a row of b.size() + 1 per i.
+  const size_t width = b.size() + 1;
+  std::vector<size_t> d((a.size() + 1) * width);
+  for (size_t i = 0; i <= a.size(); ++i) d[i * width] = i;
+  for (size_t j = 0; j <= b.size(); ++j) d[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t substitute = d[(i - 1) * width + j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1);
+      size_t best = std::min({d[(i - 1) * width + j] + 1, d[i * width + j - 1] + 1, substitute});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1]) {
+        best = std::min(best, d[(i - 2) * width + j - 2] + 1);
+      }
+      d[i * width + j] = best;
+    }
+  }
+  return d.back();
+}
+
+// "; did you mean --cap?" for an unknown --cpa: the known long flag closest to each unknown one, within 2 edits (3
+// for names of 9 letters or more, so that --strategy finds --strategies). Empty when nothing is close.
+std::string suggest_flags(const CLI::App& app) {
+  std::vector<std::pair<std::string, std::string>> suggestions;  // {unknown, closest known}, without the dashes
+  for (const std::string& arg : app.remaining(false)) {
+    if (!arg.starts_with("--")) continue;
+    const std::string typed = arg.substr(2, arg.find('=') - 2);  // --name or --name=value; npos - 2: to the end
+    std::string best;
+    size_t best_edits = std::string::npos;
+    for (const CLI::Option* option : app.get_options()) {
+      for (const std::string& name : option->get_lnames()) {
+        const size_t edits = edit_distance(typed, name);
+        if (edits <= (name.size() >= 9 ? 3 : 2) && edits < best_edits) {
+          best = name;
+          best_edits = edits;
+        }
+      }
+    }
+    if (!best.empty()) suggestions.emplace_back(typed, best);
+  }
+  if (suggestions.empty()) return "";
+  if (suggestions.size() == 1) return fmt::format("; did you mean --{}?", suggestions[0].second);
+  std::vector<std::string> each;
+  each.reserve(suggestions.size());
+  for (const auto& [typed, known] : suggestions) each.push_back(fmt::format("--{} for --{}", known, typed));
+  return fmt::format("; did you mean {}?", fmt::join(each, ", "));
+}
+
 // False when the command line only asked for --help or --version: `parsed` then holds the text to print.
 bool parse_flags(CLI::App& app, int argc, const char* const* argv, ParsedCommandLine& parsed) {
   try {
@@ -249,7 +298,8 @@ bool parse_flags(CLI::App& app, int argc, const char* const* argv, ParsedCommand
                                  : app.help();
       return false;
     }
-    throw InputError(fmt::format("{} (see emu --help)", error.what()));
+    const std::string suggestion = dynamic_cast<const CLI::ExtrasError*>(&error) != nullptr ? suggest_flags(app) : "";
+    throw InputError(fmt::format("{}{} (see emu --help)", error.what(), suggestion));
   }
   return true;
 }

@@ -115,7 +115,9 @@ INSTANTIATE_TEST_SUITE_P(
                       BadInput{"--strategies ''", "--strategies '' names no strategy; accepted: one or more of ddp",
                                " --model gpt2 --steps 1"},
                       BadInput{"--json same.json --svg same.json", "--json and --svg both write 'same.json'"},
-                      BadInput{"--json same.json --trace ./same.json", "--json and --trace both write './same.json'"}));
+                      BadInput{"--json same.json --trace ./same.json", "--json and --trace both write './same.json'"},
+                      BadInput{"--strategy zero3", "--strategy; did you mean --strategies?"},
+                      BadInput{"--cpa 40GB", "--cpa; did you mean --cap?"}));
 
 }  // namespace
 }  // namespace emu
