@@ -103,7 +103,7 @@ struct Flags {
   double lr = 0, clip = -1;
   bool bucket_view = false;
   // Given on the command line, so that an explicit 0 or '' is checked rather than taken for "not given".
-  bool strategies_given = false, seq_len_given = false, micro_batch_given = false;
+  bool strategies_given = false, seq_len_given = false, micro_batch_given = false, accumulation_given = false;
 };
 
 // Flags are declared in the order --help lists them: group by group, as below.
@@ -318,7 +318,7 @@ void apply_deepspeed(RunOptions& options, Flags& flags, int world, strategy::Str
   base.seed = flags.seed;
   names = {ds.strategy};
   if (ds.micro_batch > 0 && !flags.micro_batch_given) flags.micro_batch = ds.micro_batch;
-  if (ds.accumulation > 0 && flags.accumulation == 0) flags.accumulation = ds.accumulation;
+  if (ds.accumulation > 0 && !flags.accumulation_given) flags.accumulation = ds.accumulation;
   options.offload = options.offload || ds.offload_optimizer;
   const int64_t mb = flags.micro_batch > 0 ? flags.micro_batch : 1;
   const int64_t acc = flags.accumulation > 0 ? flags.accumulation : 1;
@@ -371,7 +371,7 @@ void read_training_loop(RunOptions& options, const Flags& flags, int world) {
     throw InputError(fmt::format("--steps {} is out of range; accepted: 1 to 100000", options.steps));
   }
   options.accumulation = flags.accumulation > 0 ? flags.accumulation : 1;
-  if (flags.accumulation < 0 || options.accumulation > 4096) {
+  if ((flags.accumulation_given && flags.accumulation < 1) || options.accumulation > 4096) {
     throw InputError(fmt::format("--grad-accum {} is out of range; accepted: 1 to 4096", flags.accumulation));
   }
   if (options.ranks_per_node < 0 || options.ranks_per_node > kMaxRanks) {
@@ -530,6 +530,7 @@ ParsedCommandLine parse_command_line(int argc, const char* const* argv, int worl
   flags.strategies_given = app.count("--strategies") > 0;
   flags.seq_len_given = app.count("--seq-len") > 0;
   flags.micro_batch_given = app.count("--micro-batch") > 0;
+  flags.accumulation_given = app.count("--grad-accum") > 0;
 
   if (!options.log_spec.empty()) log::configure(options.log_spec);
   read_emulated_gpu(options, flags);

@@ -112,6 +112,7 @@ INSTANTIATE_TEST_SUITE_P(
                                "--expect 'zero3=oom': zero3 does not run; the strategies that run: ddp"},
                       BadInput{"--micro-batch 0", "--micro-batch 0 is out of range; accepted: 1 to 4096"},
                       BadInput{"--seq-len 0", "--seq-len 0 is out of range; accepted: 1 to 1048576"},
+                      BadInput{"--grad-accum 0", "--grad-accum 0 is out of range; accepted: 1 to 4096"},
                       BadInput{"--strategies ''", "--strategies '' names no strategy; accepted: one or more of ddp",
                                " --model gpt2 --steps 1"},
                       BadInput{"--json same.json --svg same.json", "--json and --svg both write 'same.json'"},
