@@ -38,7 +38,7 @@ Measured run_once(World& world, const Algorithm& algorithm, size_t count, DType 
 }
 
 TEST(LedgerAtTheProfilingLayer, EveryAlgorithmsLedgerIsWhatMpiWasHanded) {
-  CommunicatorOptions options;
+  CommunicatorOptions options = CommunicatorOptions::from_environment();  // the watchdog, as World
   options.slice_bytes = 96;  // 24 fp32 or 48 bf16 elements: most calls below take several slices
   World world(options);
   const int size = world.comm->size();

@@ -1,4 +1,7 @@
-// Shared set-up for the collectives' MPI tests: a device and a world communicator per test.
+// Shared set-up for the collectives' MPI tests: a device and a world communicator per test. The communicator's
+// options come from the environment unless a test passes its own, so EMU_COLL_TIMEOUT (set for every MPI test by
+// cmake/EmuTesting.cmake) arms the watchdog: a collective that hangs ends the test with a message naming it,
+// instead of waiting for ctest's timeout.
 #pragma once
 
 #include <mpi.h>
@@ -14,7 +17,7 @@ struct World {
   std::unique_ptr<Device> device;
   std::unique_ptr<Communicator> comm;
 
-  explicit World(CommunicatorOptions options = {}) {
+  explicit World(CommunicatorOptions options = CommunicatorOptions::from_environment()) {
     int rank = 0;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MemoryPool::Options memory;
