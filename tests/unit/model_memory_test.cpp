@@ -41,17 +41,22 @@ std::vector<int32_t> tokens_for(const ModelConfig& c) {
   return t;
 }
 
-void expect_closed_form(const ModelConfig& config, const ModelOptions& options, bool shapes_only) {
+// What each block's forward leaves allocated as activations over one training step: full scale on the shapes-only
+// device, or with real math on the CPU. A block's net forward allocation is what it saves (its input was charged
+// by the block before it and its output is the next block's input, both T·h at the compute dtype).
+std::vector<uint64_t> measured_per_block(const ModelConfig& config, const ModelOptions& options, bool shapes_only) {
   auto device = shapes_only ? make_shapes_device({}) : make_cpu_device({});
   Model model(*device, config, options);
   LocalParams params(model, 1);
   ActivationProbe probe(device->memory());
   const std::vector<int32_t> tokens = tokens_for(config);
   model.step(tokens.data(), tokens.data(), probe);
-  ASSERT_EQ(probe.per_block.size(), size_t(config.layers));
-  // A block's net forward allocation is what it saves (its input was charged by the block before it and its
-  // output is the next block's input, both T·h at the compute dtype).
-  for (uint64_t measured : probe.per_block) {
+  EXPECT_EQ(probe.per_block.size(), size_t(config.layers));
+  return probe.per_block;
+}
+
+void expect_closed_form(const ModelConfig& config, const ModelOptions& options, bool shapes_only) {
+  for (uint64_t measured : measured_per_block(config, options, shapes_only)) {
     EXPECT_EQ(measured, saved_activation_bytes_per_block(config, options))
         << config.name << " " << dtype_name(options.compute) << " " << attention_name(options.attention)
         << (options.checkpoint ? " checkpointed" : "");
@@ -144,17 +149,12 @@ TEST(ModelMemory, Gpt2MeasuredActivationsAreKorthikantiWithoutDropout) {
     // Measured: what the block's forward leaves allocated as activations, bf16, classic attention, no
     // checkpointing; full scale on the shapes-only device, the shrunk copy with real math on the CPU.
     const ModelOptions options{DType::kBF16, Attention::kClassic, false};
-    auto device = shapes_only ? make_shapes_device({}) : make_cpu_device({});
-    Model model(*device, c, options);
-    LocalParams params(model, 1);
-    ActivationProbe probe(device->memory());
-    const std::vector<int32_t> tokens = tokens_for(c);
-    model.step(tokens.data(), tokens.data(), probe);
-    ASSERT_EQ(probe.per_block.size(), size_t(c.layers));
+    const std::vector<uint64_t> per_block = measured_per_block(c, options, shapes_only);
+    ASSERT_FALSE(per_block.empty());
     std::printf("%s s=%lld b=%lld: Korthikanti %.0f B, adjusted %.0f B, emu measured %llu B per block\n",
                 c.name.c_str(), (long long)c.seq, (long long)c.batch, s * b * h * (34 + 5 * a * s / h), expected,
-                (unsigned long long)probe.per_block.front());
-    for (uint64_t measured : probe.per_block) EXPECT_EQ(double(measured), expected) << c.name;
+                (unsigned long long)per_block.front());
+    for (uint64_t measured : per_block) EXPECT_EQ(double(measured), expected) << c.name;
   }
 }
 
