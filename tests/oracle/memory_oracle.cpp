@@ -94,6 +94,21 @@ Estimate ddp(const Shapes& s, const Knobs& k) {
 
 // The root's and the largest block's gradients while backward makes them (the root's backward encloses the
 // blocks'), each `padded` to the given multiple.
+// Each unit's flat buffer padded to a multiple of the shard group's `ranks`, and the elements of one rank's shards
+// over all units.
+struct PaddedUnits {
+  std::vector<uint64_t> padded;
+  uint64_t shard_elements = 0;
+};
+PaddedUnits pad_units(const std::vector<uint64_t>& counts, uint64_t ranks) {
+  PaddedUnits units;
+  for (uint64_t c : counts) {
+    units.padded.push_back(round_up(c, ranks));
+    units.shard_elements += units.padded.back() / ranks;
+  }
+  return units;
+}
+
 uint64_t transient_unit_gradients(const std::vector<uint64_t>& counts, uint64_t multiple) {
   const uint64_t largest_block = counts.size() > 1 ? *std::max_element(counts.begin() + 1, counts.end()) : uint64_t{0};
   return round_up(counts[0], multiple) + round_up(largest_block, multiple);
@@ -181,12 +196,7 @@ uint64_t zero3_gathered_peak(const std::vector<uint64_t>& counts, const std::vec
 Estimate zero3(const Shapes& s, const Knobs& k) {
   const std::vector<uint64_t> counts = unit_counts(s);
   const auto n = static_cast<uint64_t>(k.world);
-  std::vector<uint64_t> padded;
-  uint64_t shards = 0;
-  for (uint64_t c : counts) {
-    padded.push_back(round_up(c, n));
-    shards += padded.back() / n;
-  }
+  const auto [padded, shards] = pad_units(counts, n);
   Estimate e;
   add(e, &Estimate::parameters, "parameters", "parameter partitions (2Ψ/N)", shards * k.param_bytes);
   if (k.world > 1) {
@@ -206,12 +216,7 @@ Estimate fsdp(const Shapes& s, const Knobs& k) {
   if (k.strategy == "fsdp-no-shard") group = 1;
   if (k.strategy == "fsdp-hybrid") group = k.ranks_per_node;
   const auto m = static_cast<uint64_t>(group);
-  std::vector<uint64_t> padded;
-  uint64_t shards = 0;
-  for (uint64_t c : counts) {
-    padded.push_back(round_up(c, m));
-    shards += padded.back() / m;
-  }
+  const auto [padded, shards] = pad_units(counts, m);
   Estimate e;
   if (group > 1) {
     // Blocks alive at once besides the root: all of them (SHARD_GRAD_OP keeps each from its forward to its
