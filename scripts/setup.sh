@@ -14,6 +14,7 @@ packages=(
   openmpi-bin libopenmpi-dev libopenblas-dev libeigen3-dev libhwloc-dev libgtest-dev
   libcli11-dev nlohmann-json3-dev libfmt-dev
   clang libclang-rt-14-dev clang-format clang-tidy
+  python3  # scripts/mutate.sh plants mutants with it (part of scripts/test.sh)
 )
 
 missing=()
