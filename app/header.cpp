@@ -52,9 +52,11 @@ void print_run_header(const MpiSession& mpi, const RunOptions& options) {
   std::string text = fmt::format("emu {}: {} rank{} on {} host{}, one emulated GPU per rank\n", EMU_VERSION,
                                  mpi.world(), mpi.world() == 1 ? "" : "s", mpi.hosts(), mpi.hosts() == 1 ? "" : "s");
   text += fmt::format("  host      {}\n", host.summary());
-  text += fmt::format("  model     {} ({}), micro-batch {}, seq-len {}, {} attention, activation checkpointing {}\n",
+  const std::string seq_note =
+      options.full.seq_default.empty() ? "" : fmt::format(" (default: {})", options.full.seq_default);
+  text += fmt::format("  model     {} ({}), micro-batch {}, seq-len {}{}, {} attention, activation checkpointing {}\n",
                       options.full.name, model::style_name(options.full.style), options.full.batch, options.full.seq,
-                      model::attention_name(options.model_options.attention),
+                      seq_note, model::attention_name(options.model_options.attention),
                       options.model_options.checkpoint ? "on" : "off");
   text += fmt::format("  training  {} precision, AdamW lr {}, clip {}, {} step{} of {} micro-batch{}{}{}\n",
                       first.recipe.name(), first.adamw.lr, first.clip_norm, options.steps,

@@ -46,7 +46,10 @@ std::vector<std::string> split_list(const std::string& text) {
 }
 
 model::ModelConfig load_model(const std::string& name) {
-  if (name.ends_with(".json") || name.find('/') != std::string::npos) return model::load_hf_config(name);
+  std::error_code error;
+  if (name.ends_with(".json") || name.find('/') != std::string::npos || std::filesystem::is_directory(name, error)) {
+    return model::load_hf_config(name);  // a config.json, or a snapshot folder holding one
+  }
   return model::preset(name);
 }
 
@@ -116,7 +119,8 @@ void add_model_flags(CLI::App& app, RunOptions& options, Flags& flags) {
                  "shrink factor k: hidden, FFN, vocabulary and sequence length / k, every memory term / k^2 "
                  "(default: the smallest k that leaves at most 4M parameters)")
       ->group("Model");
-  app.add_option("--seq-len", flags.seq_len, "sequence length at full scale (default: the model's context length)")
+  app.add_option("--seq-len", flags.seq_len,
+                 "sequence length at full scale (default: the pre-training context, at most 8192)")
       ->group("Model");
   app.add_option("--micro-batch", flags.micro_batch, "sequences per micro-batch per GPU (default 1)")->group("Model");
   app.add_option("--attention", flags.attention,
@@ -397,6 +401,7 @@ void read_model(RunOptions& options, const Flags& flags, const strategy::Strateg
       throw InputError(fmt::format("--seq-len {} is out of range; accepted: 1 to {}", flags.seq_len, 1 << 20));
     }
     options.full.seq = flags.seq_len;
+    options.full.seq_default.clear();
   }
   if (flags.micro_batch_given || flags.micro_batch != 0) {  // or from a DeepSpeed config
     if (flags.micro_batch < 1 || flags.micro_batch > 4096) {

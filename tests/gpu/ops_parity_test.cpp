@@ -183,7 +183,7 @@ TEST_F(CudaOpsParity, LayerNormForwardAndBackward) {
 TEST_F(CudaOpsParity, RotaryEmbeddingBothDirections) {
   const int64_t batch = 2, seq = 11, heads = 3, head_dim = 16, rows = batch * seq;
   std::vector<float> cos(seq * head_dim / 2), sin(seq * head_dim / 2);
-  model::rope_tables(seq, head_dim, 10000.0, cos.data(), sin.data());
+  model::rope_tables(seq, model::rope_inverse_frequencies(head_dim, 10000.0, {}, seq), cos.data(), sin.data());
   for (bool backward : {false, true}) {
     auto x = random_floats(rows * heads * head_dim, 25);
     DeviceArray<float> gx(x), gcos(cos), gsin(sin);

@@ -1,5 +1,6 @@
 // Presets with the published parameter counts, the shrink rule and its report, and Hugging Face config.json files.
 #include <gtest/gtest.h>
+#include <cmath>
 
 #include <cstdio>
 #include <filesystem>
@@ -13,6 +14,7 @@
 #include "workloads/model/local_params.h"
 #include "workloads/model/memory_terms.h"
 #include "workloads/model/model.h"
+#include "workloads/model/rope.h"
 #include "workloads/model/shrink.h"
 
 namespace emu::model {
@@ -193,6 +195,132 @@ TEST(ModelHfConfig, BadFilesNameTheFileKeyAndValue) {
                          "num_attention_heads": 6, "vocab_size": 10, "max_position_embeddings": 8})",
                      "attention heads a = 6");
   EXPECT_THROW(load_hf_config("/nonexistent/config.json"), InputError);
+}
+
+// Real config.json files as their model repositories publish them (tests/data/hf/README.md names each source),
+// with the parameter counts the model cards and the safetensors index publish.
+std::filesystem::path hf_file(const std::string& name) {
+  return std::filesystem::path(EMU_SOURCE_DIR) / "tests/data/hf" / (name + ".json");
+}
+
+TEST(ModelHfConfig, RealConfigsGiveThePublishedParameterCounts) {
+  struct Case {
+    std::string file;
+    uint64_t parameters;
+    int64_t seq;  // the default sequence length
+  };
+  const std::vector<Case> cases = {
+      {"llama-3.1-8b", 8'030'261'248, 8192},    {"llama-3.2-1b", 1'235'814'400, 8192},
+      {"llama-3.2-3b", 3'212'749'824, 8192},    {"llama-2-7b", 6'738'415'616, 4096},
+      {"tinyllama-1.1b", 1'100'048'384, 2048},  {"smollm2-135m", 134'515'008, 8192},
+      {"smollm2-1.7b", 1'711'376'384, 8192},    {"mistral-7b-v0.1", 7'241'732'096, 4096},
+      {"mistral-7b-v0.3", 7'248'023'552, 8192}, {"gpt2", 124'439'808, 1024},
+      {"gpt2-medium", 354'823'168, 1024},       {"gpt2-xl", 1'557'611'200, 1024},
+  };
+  for (const Case& c : cases) {
+    const ModelConfig config = load_hf_config(hf_file(c.file));
+    EXPECT_EQ(parameter_count(config), c.parameters) << c.file;
+    EXPECT_EQ(config.seq, c.seq) << c.file;
+  }
+}
+
+TEST(ModelHfConfig, DefaultSequenceIsThePretrainingContextAndSaysWhy) {
+  // Llama 3.1: 131072 positions through rope_scaling; pre-trained at 8192.
+  EXPECT_EQ(load_hf_config(hf_file("llama-3.1-8b")).seq_default, "rope_scaling's original_max_position_embeddings");
+  // Mistral v0.1: every token attends to 4096 others at most, which emu does not model beyond the window.
+  EXPECT_EQ(load_hf_config(hf_file("mistral-7b-v0.1")).seq_default, "the sliding window");
+  // Mistral v0.3: 32768 positions, no scaling, no window: the ceiling.
+  EXPECT_EQ(load_hf_config(hf_file("mistral-7b-v0.3")).seq_default,
+            "emu's default ceiling; the model takes up to 32768");
+  ModelConfig mistral = load_hf_config(hf_file("mistral-7b-v0.1"));
+  mistral.seq = 8192;
+  EXPECT_THROW(mistral.validate(), InputError);
+}
+
+TEST(ModelHfConfig, SnapshotFolderIsReadThroughItsConfig) {
+  const std::filesystem::path folder = std::filesystem::temp_directory_path() / "emu_model_test_snapshot";
+  std::filesystem::create_directories(folder);
+  std::filesystem::copy_file(hf_file("tinyllama-1.1b"), folder / "config.json",
+                             std::filesystem::copy_options::overwrite_existing);
+  EXPECT_EQ(parameter_count(load_hf_config(folder)), 1'100'048'384ull);
+  std::filesystem::remove(folder / "config.json");
+  try {
+    load_hf_config(folder);
+    ADD_FAILURE() << "accepted a folder without config.json";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("a folder without config.json"), std::string::npos) << e.what();
+  }
+  std::filesystem::remove(folder);
+}
+
+TEST(ModelHfConfig, FamiliesEmuDoesNotModelAreRefusedByName) {
+  auto refusal = [](const std::string& file) {
+    try {
+      load_hf_config(hf_file(file));
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  EXPECT_NE(refusal("mixtral-8x7b").find("mixture-of-experts is not modelled yet"), std::string::npos);
+  EXPECT_NE(refusal("qwen2-0.5b").find("q/k/v biases"), std::string::npos);
+  EXPECT_NE(refusal("gemma-2b").find("not modelled yet"), std::string::npos);
+  EXPECT_NE(refusal("phi-3-mini-4k").find("fused qkv"), std::string::npos);
+}
+
+TEST(ModelHfConfig, KeysThatChangeTheMathAreComputedOrRefused) {
+  const std::string shape = R"("model_type": "llama", "hidden_size": 64, "intermediate_size": 128,
+      "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 10, "max_position_embeddings": 8)";
+  expect_input_error("head_dim.json", "{" + shape + R"(, "head_dim": 32})", R"(key "head_dim" is 32; expected 16)");
+  expect_input_error("act.json", "{" + shape + R"(, "hidden_act": "gelu"})", R"(key "hidden_act" is "gelu")");
+  expect_input_error("bias.json", "{" + shape + R"(, "attention_bias": true})", "biases in attention");
+  expect_input_error("mlp_bias.json", "{" + shape + R"(, "mlp_bias": true})", "biases in the MLP");
+  expect_input_error("yarn.json", "{" + shape + R"(, "rope_scaling": {"rope_type": "yarn", "factor": 4.0}})",
+                     "yarn and longrope, are not modelled yet");
+  const std::string gpt2 = R"("n_embd": 64, "n_layer": 2, "n_head": 4, "n_positions": 8, "vocab_size": 10)";
+  expect_input_error("gelu.json", "{" + gpt2 + R"(, "activation_function": "relu"})",
+                     R"(key "activation_function" is "relu")");
+  expect_input_error("scale.json", "{" + gpt2 + R"(, "scale_attn_weights": false})", "scale_attn_weights");
+  expect_input_error("upcast.json", "{" + gpt2 + R"(, "reorder_and_upcast_attn": true})", "reorder_and_upcast_attn");
+  // Values equal to what emu computes pass: Llama 3.2's explicit head_dim, GPT-2's exact-tanh GELU name.
+  EXPECT_NO_THROW(load_hf_config(write_file("same.json", "{" + shape + R"(, "head_dim": 16})")));
+  EXPECT_NO_THROW(
+      load_hf_config(write_file("tanh.json", "{" + gpt2 + R"(, "activation_function": "gelu_pytorch_tanh"})")));
+}
+
+// transformers' modeling_rope_utils.py, by hand for head dimension 128, theta 500000: inv_freq_j = 500000^(−j/64).
+TEST(ModelRope, Llama3ScalingStretchesOnlyTheLowFrequencies) {
+  RopeScaling llama3;
+  llama3.type = RopeScaling::Type::kLlama3;
+  llama3.factor = 8;
+  llama3.low_freq_factor = 1;
+  llama3.high_freq_factor = 4;
+  llama3.original_max_positions = 8192;
+  const std::vector<double> f = rope_inverse_frequencies(128, 500000, llama3, 8192);
+  ASSERT_EQ(f.size(), 64u);
+  // j = 0: wavelength 2π, below 8192 / 4: kept.
+  EXPECT_DOUBLE_EQ(f[0], 1.0);
+  // j = 32: 500000^(−1/2) = 1.4142136e-3, wavelength 4442.883 between 2048 and 8192: smooth =
+  // (8192/4442.883 − 1)/3 = 0.2812826, so f = 1.4142136e-3 · ((1 − 0.2812826)/8 + 0.2812826) = 5.248462e-4.
+  EXPECT_NEAR(f[32], 5.248462e-4, 1e-10);
+  // j = 63: wavelength 2.56e6 above 8192: divided by 8: 500000^(−63/64) / 8 = 3.06893e-7.
+  EXPECT_NEAR(f[63], std::pow(500000.0, -63.0 / 64.0) / 8, 1e-15);
+  EXPECT_NEAR(f[63], 3.06893e-7, 1e-11);
+
+  RopeScaling linear;
+  linear.type = RopeScaling::Type::kLinear;
+  linear.factor = 4;
+  EXPECT_DOUBLE_EQ(rope_inverse_frequencies(128, 10000, linear, 4096)[1], std::pow(10000.0, -1.0 / 64.0) / 4);
+
+  // Dynamic NTK: unchanged within the original context; beyond it the base grows to
+  // theta · (factor · s / context − (factor − 1))^(d / (d − 2)).
+  RopeScaling dynamic;
+  dynamic.type = RopeScaling::Type::kDynamic;
+  dynamic.factor = 2;
+  dynamic.original_max_positions = 4096;
+  EXPECT_DOUBLE_EQ(rope_inverse_frequencies(128, 10000, dynamic, 4096)[1], std::pow(10000.0, -1.0 / 64.0));
+  const double base = 10000 * std::pow(2.0 * 8192 / 4096 - 1, 128.0 / 126.0);
+  EXPECT_NEAR(rope_inverse_frequencies(128, 10000, dynamic, 8192)[1], std::pow(base, -1.0 / 64.0), 1e-15);
 }
 
 }  // namespace

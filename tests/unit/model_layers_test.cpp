@@ -110,7 +110,7 @@ TEST(ModelLayers, LayerNorm) {
 TEST(ModelLayers, RotaryEmbeddingFollowsRotateHalf) {
   const int64_t b = 2, s = 4, heads = 2, d = 6;
   std::vector<float> cos(s * d / 2), sin(s * d / 2);
-  model::rope_tables(s, d, 10000.0, cos.data(), sin.data());
+  model::rope_tables(s, model::rope_inverse_frequencies(d, 10000.0, {}, s), cos.data(), sin.data());
   // Hugging Face: out = x·cos(θ) + rotate_half(x)·sin(θ), rotate_half(x) = (−x[d/2:], x[:d/2]), θ_j = pos·θ^(−2j/d).
   std::vector<float> x = random_vector(b * s * heads * d, 12);
   std::vector<float> y = x;

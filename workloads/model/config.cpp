@@ -26,6 +26,9 @@ void ModelConfig::validate() const {
   if (style == Style::kLlama) {
     require(head_dim() % 2 == 0, "head dimension h/a", head_dim(),
             "rotary embedding pairs dimensions, so it must be even");
+    require(
+        sliding_window == 0 || seq <= sliding_window, "sequence length s", seq,
+        fmt::format("sliding-window attention is not modelled, so s must be at most the window, {}", sliding_window));
   } else {
     require(max_positions >= seq, "position table rows (n_positions)", max_positions,
             fmt::format("GPT-2 needs one learned position per token, at least s = {}", seq));

@@ -20,6 +20,21 @@ enum class Style : uint8_t {
 };
 std::string_view style_name(Style style);
 
+// Hugging Face's rope_scaling (Llama): how the rotary frequencies are stretched for a longer context.
+struct RopeScaling {
+  enum class Type : uint8_t {
+    kNone,
+    kLinear,   // every frequency / factor
+    kDynamic,  // NTK: the base grows once the sequence passes the original context
+    kLlama3,   // Llama 3.1: low frequencies / factor, high ones kept, a smooth ramp between
+  };
+  Type type = Type::kNone;
+  double factor = 1;
+  double low_freq_factor = 1;          // llama3
+  double high_freq_factor = 4;         // llama3
+  int64_t original_max_positions = 0;  // the context the model was pre-trained at (llama3, dynamic)
+};
+
 struct ModelConfig {
   std::string name;  // preset or file it came from, plus "/k" once shrunk
   Style style = Style::kLlama;
@@ -33,7 +48,10 @@ struct ModelConfig {
   int64_t kv_heads = 0;       // kv; a for multi-head attention
   int64_t batch = 1;          // b: sequences per micro-batch
   double norm_eps = 1e-5;
-  double rope_theta = 10000;  // Llama only
+  double rope_theta = 10000;   // Llama only
+  RopeScaling rope_scaling;    // Llama only
+  int64_t sliding_window = 0;  // Mistral v0.1: each token attends to at most this many; 0 for full attention
+  std::string seq_default;     // why s is what it is when no --seq-len was given (shown in the header)
   bool tie_embeddings = false;
   int64_t shrink = 1;  // k this config was shrunk by (1: full scale)
 
@@ -52,11 +70,20 @@ std::vector<std::string> preset_names();
 // InputError listing the known names when `name` is none of them.
 ModelConfig preset(std::string_view name);
 
-// Shapes from a Hugging Face config.json: Llama keys (hidden_size, intermediate_size, num_hidden_layers,
-// num_attention_heads, num_key_value_heads, vocab_size, max_position_embeddings, rms_norm_eps, rope_theta,
-// tie_word_embeddings) or GPT-2 keys (n_embd, n_layer, n_head, n_positions, vocab_size, layer_norm_epsilon,
-// n_inner). The style comes from model_type ("llama", "gpt2"), else from which keys are present. InputError
-// naming the file, the key and the bad value for a missing, mistyped or out-of-range entry.
+// The longest sequence a default run trains at without --seq-len: long-context models (Llama 3.1: 131072
+// positions) are fine-tuned at their pre-training length, and the activations of 128k tokens fill any GPU.
+inline constexpr int64_t kDefaultSeqCeiling = 8192;
+
+// Shapes from a Hugging Face config.json, or from a snapshot folder holding one: Llama keys (hidden_size,
+// intermediate_size, num_hidden_layers, num_attention_heads, num_key_value_heads, head_dim, vocab_size,
+// max_position_embeddings, rms_norm_eps, rope_theta, rope_scaling, hidden_act, attention_bias, mlp_bias,
+// tie_word_embeddings; Mistral's sliding_window) or GPT-2 keys (n_embd, n_layer, n_head, n_positions, vocab_size,
+// layer_norm_epsilon, n_inner, activation_function, scale_attn_weights, ...). The family comes from model_type
+// ("llama", "mistral", "gpt2"), else from which keys are present. The default s is the pre-training context:
+// max_position_embeddings, or rope_scaling's original_max_position_embeddings, at most the sliding window and
+// kDefaultSeqCeiling. InputError naming the file, the key and the bad value for a missing, mistyped or
+// out-of-range entry, and for every key whose value changes the math in a way emu does not compute (never a
+// silent default); mixture-of-experts and other families are refused by name.
 ModelConfig load_hf_config(const std::filesystem::path& path);
 
 }  // namespace emu::model

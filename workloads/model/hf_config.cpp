@@ -18,6 +18,7 @@ class Reader {
   Reader(const std::filesystem::path& path, json root) : path_(path), root_(std::move(root)) {}
 
   bool has(const char* key) const { return root_.contains(key) && !root_[key].is_null(); }
+  const json& value(const char* key) const { return get(key); }
 
   // Shapes past 2^20 are no real model's, and keep every product of shapes inside 64 bits.
   static constexpr int64_t kMaxDimension = int64_t{1} << 20;
@@ -62,7 +63,70 @@ class Reader {
   json root_;
 };
 
-ModelConfig read_llama(const Reader& r, const std::filesystem::path& path) {
+// Keys whose value changes the math: accepted only at a value emu computes, refused otherwise.
+void require_value(const Reader& r, const char* key, const json& computed, std::string_view why) {
+  if (r.has(key) && r.value(key) != computed) {
+    r.bad(key, r.value(key), fmt::format("{} ({})", computed.dump(), why));
+  }
+}
+
+RopeScaling read_rope_scaling(const Reader& r, int64_t max_positions) {
+  RopeScaling scaling;
+  if (!r.has("rope_scaling")) return scaling;
+  const json& value = r.value("rope_scaling");
+  auto number = [&](const char* key, double fallback) {
+    if (!value.contains(key)) return fallback;
+    if (!value[key].is_number() || !(value[key].get<double>() > 0))
+      r.bad("rope_scaling", value, fmt::format("\"{}\" a positive number", key));
+    return value[key].get<double>();
+  };
+  if (!value.is_object()) r.bad("rope_scaling", value, "null or an object with \"rope_type\"");
+  const char* type_key = value.contains("rope_type") ? "rope_type" : "type";
+  const std::string type =
+      value.contains(type_key) && value[type_key].is_string() ? value[type_key].get<std::string>() : "";
+  scaling.factor = number("factor", 1);
+  scaling.original_max_positions = max_positions;
+  if (type == "default") {
+    scaling.type = RopeScaling::Type::kNone;
+  } else if (type == "linear") {
+    scaling.type = RopeScaling::Type::kLinear;
+  } else if (type == "dynamic") {
+    scaling.type = RopeScaling::Type::kDynamic;
+  } else if (type == "llama3") {
+    scaling.type = RopeScaling::Type::kLlama3;
+    scaling.low_freq_factor = number("low_freq_factor", 1);
+    scaling.high_freq_factor = number("high_freq_factor", 4);
+    if (!(scaling.high_freq_factor > scaling.low_freq_factor)) {
+      r.bad("rope_scaling", value, "high_freq_factor above low_freq_factor");
+    }
+    scaling.original_max_positions = static_cast<int64_t>(number("original_max_position_embeddings", 8192));
+  } else {
+    r.bad("rope_scaling", value,
+          "rope_type \"default\", \"linear\", \"dynamic\" or \"llama3\" (others, such as yarn and "
+          "longrope, are not modelled yet)");
+  }
+  return scaling;
+}
+
+// The default s: the context the model was pre-trained at, at most the sliding window and kDefaultSeqCeiling.
+void default_seq(ModelConfig& c) {
+  c.seq = c.max_positions;
+  c.seq_default = "max_position_embeddings";
+  if (c.rope_scaling.type == RopeScaling::Type::kLlama3 && c.rope_scaling.original_max_positions < c.seq) {
+    c.seq = c.rope_scaling.original_max_positions;
+    c.seq_default = "rope_scaling's original_max_position_embeddings";
+  }
+  if (c.sliding_window > 0 && c.sliding_window < c.seq) {
+    c.seq = c.sliding_window;
+    c.seq_default = "the sliding window";
+  }
+  if (c.seq > kDefaultSeqCeiling) {
+    c.seq = kDefaultSeqCeiling;
+    c.seq_default = fmt::format("emu's default ceiling; the model takes up to {}", c.max_positions);
+  }
+}
+
+ModelConfig read_llama(const Reader& r, const std::filesystem::path& path, const std::string& type) {
   ModelConfig c;
   c.name = path.string();
   c.style = Style::kLlama;
@@ -73,10 +137,20 @@ ModelConfig read_llama(const Reader& r, const std::filesystem::path& path) {
   c.kv_heads = r.positive_int_or("num_key_value_heads", c.heads);
   c.vocab = r.positive_int("vocab_size");
   c.max_positions = r.positive_int("max_position_embeddings");
-  c.seq = c.max_positions;
   c.norm_eps = r.positive_number_or("rms_norm_eps", 1e-6);
   c.rope_theta = r.positive_number_or("rope_theta", 10000);
   c.tie_embeddings = r.boolean_or("tie_word_embeddings", false);
+  if (c.hidden % c.heads == 0) {
+    require_value(r, "head_dim", c.hidden / c.heads,
+                  "hidden_size / num_attention_heads; a head dimension of its own is not modelled yet");
+  }
+  require_value(r, "hidden_act", "silu", "SwiGLU with SiLU is the activation emu computes");
+  require_value(r, "attention_bias", false, "biases in attention are not modelled yet");
+  require_value(r, "mlp_bias", false, "biases in the MLP are not modelled yet");
+  require_value(r, "pretraining_tp", 1, "the tensor-parallel emulation of pre-training is not modelled");
+  c.rope_scaling = read_rope_scaling(r, c.max_positions);
+  if (type == "mistral") c.sliding_window = r.positive_int_or("sliding_window", 0);
+  default_seq(c);
   return c;
 }
 
@@ -90,9 +164,15 @@ ModelConfig read_gpt2(const Reader& r, const std::filesystem::path& path) {
   c.kv_heads = c.heads;
   c.vocab = r.positive_int("vocab_size");
   c.max_positions = r.positive_int("n_positions");
-  c.seq = c.max_positions;
   c.ffn = r.positive_int_or("n_inner", 4 * c.hidden);  // null or absent: 4h, as GPT2Config documents
   c.norm_eps = r.positive_number_or("layer_norm_epsilon", 1e-5);
+  default_seq(c);
+  if (r.has("activation_function") && r.value("activation_function") != "gelu_pytorch_tanh") {
+    require_value(r, "activation_function", "gelu_new", "GELU with the tanh approximation is what emu computes");
+  }
+  require_value(r, "scale_attn_weights", true, "scores divided by the square root of the head dimension");
+  require_value(r, "scale_attn_by_inverse_layer_idx", false, "per-layer score scaling is not modelled");
+  require_value(r, "reorder_and_upcast_attn", false, "the fp32 attention of that option is not modelled");
   c.tie_embeddings = r.boolean_or("tie_word_embeddings", true);
   if (!c.tie_embeddings) {
     throw InputError(
@@ -101,11 +181,38 @@ ModelConfig read_gpt2(const Reader& r, const std::filesystem::path& path) {
   return c;
 }
 
+// Families that share a modelled family's math and shapes, and those refused with the reason.
+bool is_mixture_of_experts(const Reader& r, const std::string& type) {
+  for (const char* key : {"num_local_experts", "num_experts", "n_routed_experts", "moe_intermediate_size"}) {
+    if (r.has(key)) return true;
+  }
+  return type.find("moe") != std::string::npos || type == "mixtral" || type == "dbrx" || type == "jamba" ||
+         type.rfind("deepseek", 0) == 0;
+}
+
+std::string_view not_modelled_reason(const std::string& type) {
+  if (type == "qwen2" || type == "qwen3") return "its q/k/v biases (qwen2) and q/k norms (qwen3) are not modelled yet";
+  if (type == "phi3") return "its fused qkv and gate_up projections are not modelled yet";
+  if (type.rfind("gemma", 0) == 0) return "its head_dim, GeGLU and scaled embeddings are not modelled yet";
+  return {};
+}
+
 }  // namespace
 
-ModelConfig load_hf_config(const std::filesystem::path& path) {
+ModelConfig load_hf_config(const std::filesystem::path& given) {
+  // A snapshot folder (as from huggingface_hub's snapshot_download) holds its config.json.
+  std::error_code error_code;
+  const std::filesystem::path path = std::filesystem::is_directory(given, error_code) ? given / "config.json" : given;
   std::ifstream file(path);
-  if (!file) throw InputError(fmt::format("{}: cannot open the model config file", path.string()));
+  if (!file) {
+    if (path != given) {
+      throw InputError(
+          fmt::format("{}: a folder without config.json; give a Hugging Face config.json or the "
+                      "snapshot folder that holds one",
+                      given.string()));
+    }
+    throw InputError(fmt::format("{}: cannot open the model config file", path.string()));
+  }
   json root;
   try {
     root = json::parse(file);
@@ -116,14 +223,23 @@ ModelConfig load_hf_config(const std::filesystem::path& path) {
   const Reader reader(path, root);
 
   const std::string type = reader.string_or("model_type", reader.has("n_embd") ? "gpt2" : "llama");
+  if (is_mixture_of_experts(reader, type)) {
+    throw InputError(
+        fmt::format("{}: model_type \"{}\" is a mixture-of-experts model; mixture-of-experts is not "
+                    "modelled yet (accepted: llama, mistral, gpt2)",
+                    path.string(), type));
+  }
   ModelConfig config;
-  if (type == "llama") {
-    config = read_llama(reader, path);
+  if (type == "llama" || type == "mistral") {
+    config = read_llama(reader, path, type);
   } else if (type == "gpt2") {
     config = read_gpt2(reader, path);
+  } else if (const std::string_view why = not_modelled_reason(type); !why.empty()) {
+    throw InputError(fmt::format("{}: model_type \"{}\" is not accepted: {} (accepted: llama, mistral, gpt2)",
+                                 path.string(), type, why));
   } else {
-    throw InputError(
-        fmt::format("{}: key \"model_type\" is \"{}\"; expected \"llama\" or \"gpt2\"", path.string(), type));
+    throw InputError(fmt::format("{}: key \"model_type\" is \"{}\"; expected \"llama\", \"mistral\" or \"gpt2\"",
+                                 path.string(), type));
   }
   config.validate();
   return config;
