@@ -22,7 +22,7 @@ void say(const std::string& what) {
 
 }  // namespace
 
-std::vector<Fault> parse_faults(const std::vector<std::string>& texts, int world) {
+std::vector<Fault> parse_faults(const std::vector<std::string>& texts, int world, int steps) {
   std::vector<Fault> faults;
   for (const std::string& text : texts) {
     const auto bad = [&](const std::string& why) {
@@ -35,6 +35,7 @@ std::vector<Fault> parse_faults(const std::vector<std::string>& texts, int world
     }
     const std::string kind = text.substr(0, first);
     Fault fault;
+    fault.text = text;
     if (kind == "delay") {
       fault.kind = FaultKind::kDelay;
     } else if (kind == "kill") {
@@ -68,9 +69,25 @@ std::vector<Fault> parse_faults(const std::vector<std::string>& texts, int world
       throw bad("has a delay outside 0 to 3600 seconds");
     }
     if (fault.kind != FaultKind::kDelay && fault.step < 1) throw bad("has a step below 1");
+    if (fault.kind != FaultKind::kDelay && fault.step > steps) {
+      throw InputError(
+          fmt::format("--fault '{}' strikes at step {}, but --steps is {}: it would never fire; accepted "
+                      "steps: 1 to {}",
+                      text, fault.step, steps, steps));
+    }
     faults.push_back(fault);
   }
   return faults;
+}
+
+std::string unfired_faults(const std::vector<Fault>& faults, const std::string& strategy, int steps_run) {
+  std::string out;
+  for (const Fault& fault : faults) {
+    if (fault.kind == FaultKind::kDelay || fault.step <= steps_run) continue;
+    out += fmt::format("emu: --fault {} never fired: {}, the strategy faults strike, stopped after step {}\n",
+                       fault.text, strategy, steps_run);
+  }
+  return out;
 }
 
 void inject_faults(const std::vector<Fault>& faults, int rank, int step, bool first_strategy,

@@ -22,10 +22,16 @@ struct Fault {
   int rank = 0;
   double seconds = 0;  // delay
   int step = 1;        // kill, hang, mismatch: 1-based
+  std::string text;    // as given, e.g. "kill:1:3"
 };
 
-// InputError naming the bad text and the accepted forms; ranks must be below `world`.
-std::vector<Fault> parse_faults(const std::vector<std::string>& texts, int world);
+// InputError naming the bad text and the accepted forms; ranks must be below `world`, and a step-bound fault's
+// step at most `steps` (a fault that could never fire is bad input).
+std::vector<Fault> parse_faults(const std::vector<std::string>& texts, int world, int steps);
+
+// The faults bound to a step that the first strategy never reached (it stopped early, e.g. out of memory after
+// `steps_run` steps), one line each saying so; empty when every one fired.
+std::string unfired_faults(const std::vector<Fault>& faults, const std::string& strategy, int steps_run);
 
 // Called by every rank before each step; `first_strategy` is whether this is the first strategy of the run, and
 // `barrier` makes the extra collective of a mismatch.

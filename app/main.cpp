@@ -133,6 +133,15 @@ int run(const emu::MpiSession& mpi, int argc, char** argv) {
   if (const auto agreed = emu::agree_on_error(write_error)) return bad_input(mpi, *agreed);
   // Rank 0 holds every outcome (a plan's only there); its verdict is everyone's.
   int code = mpi.rank() == 0 ? check_expectations(report, 0) : emu::kExitOk;
+  if (mpi.rank() == 0 && !report.plan && !report.outcomes.empty()) {
+    // A fault asked for and never struck would let a fault test pass without testing anything.
+    const std::string unfired =
+        emu::app::unfired_faults(options.faults, report.outcomes.front().name, report.outcomes.front().steps_run);
+    if (!unfired.empty()) {
+      std::fputs(unfired.c_str(), stderr);
+      code = emu::kExitExpectationFailed;
+    }
+  }
   EMU_MPI_CHECK(MPI_Bcast(&code, 1, MPI_INT, 0, MPI_COMM_WORLD));
   return code;
 }

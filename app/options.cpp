@@ -503,7 +503,7 @@ void check_outputs(const RunOptions& options) {
 }
 
 void read_faults(RunOptions& options, const Flags& flags, int world) {
-  options.faults = parse_faults(flags.faults, world);
+  options.faults = parse_faults(flags.faults, world, options.steps);
   if (!(options.watchdog_seconds >= 0 && options.watchdog_seconds <= 86400)) {
     throw InputError(
         fmt::format("--watchdog {} is out of range; accepted: 0 (off) to 86400 seconds", options.watchdog_seconds));

@@ -89,12 +89,25 @@ TEST(Fault, MismatchedCollectivesAreNamed) {
 }
 
 TEST(Fault, BadFaultsAreBadInput) {
-  for (const char* bad :
-       {"--fault kill:9:1", "--fault explode:1:1", "--fault delay:1", "--fault hang:x:2", "--watchdog -1"}) {
+  for (const char* bad : {"--fault kill:9:1", "--fault explode:1:1", "--fault delay:1", "--fault hang:x:2",
+                          "--watchdog -1", "--fault kill:1:3"}) {  // kSmall runs 2 steps: step 3 never comes
     const auto run = run_process(mpiexec(2) + kEmu + kSmall + " " + bad);
     EXPECT_EQ(run.exit_code, 2) << bad << "\n" << run.err;
     EXPECT_EQ(count_of(run.err, "emu: error: "), 1) << bad << "\n" << run.err;
   }
+}
+
+TEST(Fault, AFaultThatNeverFiresFailsTheRun) {
+  // The first strategy runs out of memory in step 1 and stops, so the kill asked for at step 2 never happens: a
+  // fault test that relied on it would pass without testing anything.
+  const auto run =
+      run_process(mpiexec(2) + kEmu + kSmall + " --strategies ddp --cap 2GB-scaled --reserve 0 --fault kill:1:2");
+  EXPECT_EQ(run.exit_code, 1) << run.err;
+  EXPECT_EQ(count_of(run.err,
+                     "emu: --fault kill:1:2 never fired: ddp, the strategy faults strike, stopped after "
+                     "step 1"),
+            1)
+      << run.err;
 }
 
 }  // namespace
