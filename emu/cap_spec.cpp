@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cctype>
-#include <charconv>
 #include <cmath>
 
 #include "emu/check.h"
@@ -20,34 +19,6 @@ std::string lower(std::string_view text) {
   std::string out(text);
   std::transform(out.begin(), out.end(), out.begin(), [](unsigned char c) { return std::tolower(c); });
   return out;
-}
-
-struct SizeUnit {
-  std::string_view name;  // lower case
-  uint64_t bytes;
-};
-constexpr SizeUnit kUnits[] = {{"b", 1},      {"kb", kKB},   {"mb", kMB},   {"gb", kGB},  {"tb", kTB},
-                               {"kib", kKiB}, {"mib", kMiB}, {"gib", kGiB}, {"tib", kTiB}};
-
-// "39.59GiB" -> bytes, rounded to the nearest byte; false if it is not a number followed by a unit.
-bool parse_size(std::string_view text, uint64_t& bytes) {
-  size_t split = 0;
-  while (split < text.size() && (std::isdigit(static_cast<unsigned char>(text[split])) || text[split] == '.')) {
-    ++split;
-  }
-  if (split == 0 || split == text.size()) return false;
-  double value = 0;
-  const auto [end, error] = std::from_chars(text.data(), text.data() + split, value);
-  if (error != std::errc() || end != text.data() + split || !std::isfinite(value) || value <= 0) return false;
-  const std::string unit = lower(text.substr(split));
-  for (const SizeUnit& candidate : kUnits) {
-    if (unit != candidate.name) continue;
-    const double total = std::round(value * static_cast<double>(candidate.bytes));
-    if (total < 1 || total >= 1.8e19) return false;
-    bytes = static_cast<uint64_t>(total);
-    return true;
-  }
-  return false;
 }
 
 uint64_t gib(double value) { return static_cast<uint64_t>(std::llround(value * static_cast<double>(kGiB))); }
@@ -94,7 +65,10 @@ CapSpec parse_cap_spec(std::string_view text) {
       return spec;
     }
   }
-  if (parse_size(body, spec.bytes)) return spec;
+  if (const std::optional<uint64_t> bytes = parse_bytes(body)) {
+    spec.bytes = *bytes;
+    return spec;
+  }
   throw InputError(fmt::format("--cap '{}' is not a cap specification; accepted: {}", text, cap_spec_help()));
 }
 

@@ -2,7 +2,9 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <string_view>
 
 namespace emu {
 
@@ -15,5 +17,9 @@ std::string format_bytes(uint64_t bytes);
 std::string format_bytes_signed(int64_t bytes);
 // "40.00 GB": decimal units, as GPU datasheets print capacity.
 std::string format_bytes_decimal(uint64_t bytes);
+
+// "39.59GiB", "150MB", "512KiB", "1000000B" (units in any case; GB = 10^9, GiB = 2^30) -> bytes, rounded to the
+// nearest byte; empty unless a positive number with one of those units. The one size parser of emu and its tools.
+std::optional<uint64_t> parse_bytes(std::string_view text);
 
 }  // namespace emu

@@ -24,6 +24,7 @@
 #include "collectives/verify.h"
 #include "emu/check.h"
 #include "emu/mpi_env.h"
+#include "emu/units.h"
 
 namespace emu::coll {
 namespace {
@@ -54,14 +55,20 @@ struct Row {
   uint64_t wrong;
 };
 
+// emu's sizes (64MiB, 100MB: emu/units.h), plus nccl-tests' -b/-e forms: a byte count, or K, M, G as powers of 2.
 uint64_t parse_size(const std::string& text) {
-  size_t used = 0;
-  const double value = std::stod(text, &used);
-  const std::string unit = text.substr(used);
-  const std::map<std::string, uint64_t> units{{"", 1}, {"B", 1}, {"K", 1 << 10}, {"M", 1 << 20}, {"G", 1ull << 30}};
-  const auto it = units.find(unit);
-  if (it == units.end() || value < 0) throw InputError(fmt::format("size '{}': expected e.g. 512, 4K, 64M, 1G", text));
-  return static_cast<uint64_t>(value * static_cast<double>(it->second));
+  if (const std::optional<uint64_t> bytes = parse_bytes(text)) return *bytes;
+  const size_t digits = text.find_first_not_of("0123456789");
+  const std::map<std::string, uint64_t> short_units{{"", 1}, {"K", kKiB}, {"M", kMiB}, {"G", kGiB}};
+  const auto unit = short_units.find(digits == std::string::npos ? "" : text.substr(digits));
+  if (digits != 0 && unit != short_units.end()) {
+    const uint64_t value = std::stoull(text.substr(0, digits));
+    if (value > 0 && value <= (uint64_t{1} << 50) / unit->second) return value * unit->second;
+  }
+  throw InputError(
+      fmt::format("size '{}' is not a size; accepted: 512, 4K, 64M, 1G (powers of 2, as nccl-tests), or "
+                  "with a unit: 64MiB, 100MB, 1GiB, 512B (GB = 10^9, GiB = 2^30), from 1 byte to 1 PiB",
+                  text));
 }
 
 // Elements per call for a payload of `bytes` (S): per rank for reduce_scatter / all_gather, per peer for
@@ -211,8 +218,9 @@ int run(const MpiSession& mpi, int argc, char** argv) {
   app.add_option("-k,--kind", settings.kinds, "collective kinds")->delimiter(',');
   app.add_option("-a,--algorithms", settings.algorithms, "algorithms to run (default: all of the kind)")
       ->delimiter(',');
-  app.add_option("-b,--min-bytes", settings.min_bytes, "smallest payload S");
-  app.add_option("-e,--max-bytes", settings.max_bytes, "largest payload S");
+  app.add_option("-b,--min-bytes", settings.min_bytes,
+                 "smallest payload S: 512, 4K, 64M, 1G (powers of 2, as nccl-tests) or 64MiB, 100MB (as emu)");
+  app.add_option("-e,--max-bytes", settings.max_bytes, "largest payload S, in the same forms");
   app.add_option("-f,--factor", settings.factor, "size multiplier between rows")->check(CLI::Range(1.01, 1e6));
   app.add_option("-w,--warmup", settings.warmup, "warm-up calls per row")->check(CLI::NonNegativeNumber);
   app.add_option("-n,--iterations", settings.iterations, "timed calls per row")->check(CLI::PositiveNumber);

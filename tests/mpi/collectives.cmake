@@ -24,6 +24,17 @@ if(TARGET coll-perf)
                    --dtype bfloat16 --json coll_perf_smoke.json)
   set_tests_properties(coll_perf_smoke.np4 PROPERTIES LABELS "mpi" TIMEOUT 120 PROCESSORS 4
                        ENVIRONMENT "${EMU_MPIEXEC_ENV}")
+  # Sizes as emu reads them (one parser, emu/units.h): 1KiB to 4KB is 1024 and 2048 bytes; a bad size is named.
+  add_test(NAME coll_perf_sizes.np2
+           COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 2 $<TARGET_FILE:coll-perf> --kind all_reduce
+                   -b 1KiB -e 4KB -f 2 -w 1 -n 1)
+  set_tests_properties(coll_perf_sizes.np2 PROPERTIES LABELS "mpi" TIMEOUT 60 PROCESSORS 2
+                       ENVIRONMENT "${EMU_MPIEXEC_ENV}" PASS_REGULAR_EXPRESSION "\n +2048 +512 +float32")
+  add_test(NAME coll_perf_bad_size.np2
+           COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 2 $<TARGET_FILE:coll-perf> --kind all_reduce
+                   -b 64Mx -e 4KB)
+  set_tests_properties(coll_perf_bad_size.np2 PROPERTIES LABELS "mpi" TIMEOUT 60 PROCESSORS 2
+                       ENVIRONMENT "${EMU_MPIEXEC_ENV}" PASS_REGULAR_EXPRESSION "size '64Mx' is not a size; accepted")
 endif()
 
 # The ledgers of our algorithms against the bytes the MPI profiling layer sees them send (tests/support/pmpi_counter).

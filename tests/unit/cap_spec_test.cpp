@@ -4,9 +4,21 @@
 #include "emu/cap_spec.h"
 #include "emu/check.h"
 #include "emu/memory.h"
+#include "emu/units.h"
 
 namespace emu {
 namespace {
+
+TEST(Units, OneSizeParserForEmuAndItsTools) {
+  EXPECT_EQ(parse_bytes("64MiB"), 64ull << 20);
+  EXPECT_EQ(parse_bytes("100MB"), 100'000'000ull);
+  EXPECT_EQ(parse_bytes("1.5kib"), 1536ull);
+  EXPECT_EQ(parse_bytes("512B"), 512ull);
+  EXPECT_FALSE(parse_bytes("64"));  // no unit: never guess between 10^6 and 2^20
+  EXPECT_FALSE(parse_bytes("64M"));
+  EXPECT_FALSE(parse_bytes("-1GB"));
+  EXPECT_FALSE(parse_bytes("0GB"));
+}
 
 TEST(CapSpec, SizesInDecimalAndBinaryUnits) {
   EXPECT_EQ(parse_cap_spec("40GB").bytes, 40'000'000'000ull);
