@@ -115,17 +115,23 @@ void read_batch_and_clipping(Fields& top, DeepSpeedConfig& config) {
   if (top.get("gradient_clipping", clip, 0, 1e9)) config.knobs.clip_norm = static_cast<float>(clip);
 }
 
-// bf16 / fp16 sections: either enabled makes the recipe mixed precision.
+// bf16 / fp16 sections: either enabled makes the recipe mixed precision; "auto" (the Hugging Face Trainer fills it
+// from its own --bf16/--fp16) keeps emu's recipe, which --precision sets.
 void read_precision(Fields& top, std::string_view source, DeepSpeedConfig& config) {
-  bool bf16 = false, fp16 = false;
+  bool bf16 = false, fp16 = false, any_auto = false;
+  auto enabled = [&](const json& section) {
+    return section.contains("enabled") && section["enabled"].is_string() && section["enabled"] == "auto";
+  };
   if (const json* section = top.child("bf16")) {
     Fields f(*section, "bf16", source, config.ignored);
     f.get("enabled", bf16, 0, 1);
+    any_auto = any_auto || enabled(*section);
     f.finish();
   }
   if (const json* section = top.child("fp16")) {
     Fields f(*section, "fp16", source, config.ignored);
     f.get("enabled", fp16, 0, 1);
+    any_auto = any_auto || enabled(*section);
     for (const char* key : {"loss_scale", "initial_scale_power", "loss_scale_window", "hysteresis", "min_loss_scale"}) {
       f.use(key);  // loss scaling changes no memory or traffic
     }
@@ -133,6 +139,10 @@ void read_precision(Fields& top, std::string_view source, DeepSpeedConfig& confi
   }
   // fp16 mixed precision keeps the same bytes as bf16 mixed precision: 2-byte weights and gradients, fp32 master
   // and moments. emu computes it as bf16.
+  if (!bf16 && !fp16 && any_auto) {
+    config.precision_auto = true;
+    return;
+  }
   config.knobs.recipe = optim::precision_recipe(bf16 || fp16 ? optim::Recipe::kMixed : optim::Recipe::kFp32);
 }
 
@@ -269,6 +279,41 @@ DeepSpeedConfig parse_deepspeed_config(std::string_view text, std::string_view s
   }
   top.finish();
   return config;
+}
+
+void derive_batch(int train_batch_size, int ranks, int& micro_batch, int& accumulation, std::string_view source) {
+  const int64_t tbs = train_batch_size;
+  const auto fail = [&](const std::string& why) {
+    throw InputError(fmt::format("{}: train_batch_size {} {}", source, tbs, why));
+  };
+  if (tbs == 0) {
+    if (accumulation == 0) accumulation = 1;
+    if (micro_batch == 0) micro_batch = 1;
+    return;
+  }
+  if (micro_batch == 0 && accumulation == 0) accumulation = 1;
+  if (micro_batch == 0) {
+    const int64_t per_step = int64_t{accumulation} * ranks;
+    if (tbs % per_step != 0) {
+      fail(fmt::format("is not a multiple of gradient_accumulation_steps {} x {} ranks = {}", accumulation, ranks,
+                       per_step));
+    }
+    micro_batch = static_cast<int>(tbs / per_step);
+  } else if (accumulation == 0) {
+    const int64_t per_step = int64_t{micro_batch} * ranks;
+    if (tbs % per_step != 0) {
+      fail(fmt::format("is not a multiple of train_micro_batch_size_per_gpu {} x {} ranks = {}", micro_batch, ranks,
+                       per_step));
+    }
+    accumulation = static_cast<int>(tbs / per_step);
+  }
+  if (tbs != int64_t{micro_batch} * accumulation * ranks) {
+    fail(fmt::format("is not train_micro_batch_size_per_gpu {} x gradient_accumulation_steps {} x {} ranks = {}",
+                     micro_batch, accumulation, ranks, int64_t{micro_batch} * accumulation * ranks));
+  }
+  if (micro_batch > 4096 || accumulation > 4096) {
+    fail(fmt::format("gives micro-batch {} and accumulation {}; accepted: 1 to 4096 each", micro_batch, accumulation));
+  }
 }
 
 DeepSpeedConfig load_deepspeed_config(const std::filesystem::path& path, const strategy::StrategyOptions& defaults) {

@@ -19,6 +19,7 @@ struct DeepSpeedConfig {
   int micro_batch = 0;              // 0: not given
   int accumulation = 0;             // 0: not given
   int train_batch_size = 0;         // 0: not given; must equal micro_batch · accumulation · ranks
+  bool precision_auto = false;      // bf16/fp16 "enabled": "auto" and neither true: the recipe stays emu's
   bool offload_optimizer = false;
   std::vector<std::string> ignored;  // keys present that emu does not model
 };
@@ -28,5 +29,11 @@ struct DeepSpeedConfig {
 DeepSpeedConfig parse_deepspeed_config(std::string_view text, std::string_view source,
                                        const strategy::StrategyOptions& defaults);
 DeepSpeedConfig load_deepspeed_config(const std::filesystem::path& path, const strategy::StrategyOptions& defaults);
+
+// DeepSpeed's batch arithmetic (runtime/config.py, _set_batch_related_parameters): train_batch_size = micro-batch ×
+// gradient_accumulation_steps × data-parallel ranks; any two of the three give the third (one alone: accumulation
+// 1), and all three must agree. `micro_batch`/`accumulation` are 0 when not given and are filled in. InputError
+// naming the file and the arithmetic when they cannot agree.
+void derive_batch(int train_batch_size, int ranks, int& micro_batch, int& accumulation, std::string_view source);
 
 }  // namespace emu::app

@@ -87,6 +87,9 @@ int run(const emu::MpiSession& mpi, int argc, char** argv) {
     return emu::kExitOk;
   }
   const emu::app::RunOptions& options = parsed.options;
+  if (mpi.rank() == 0) {
+    for (const std::string& warning : options.warnings) emu::log::warn("app", "{}", warning);  // once per job
+  }
   emu::app::print_run_header(mpi, options);
 
   emu::app::RunReport report;

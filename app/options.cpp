@@ -106,7 +106,8 @@ struct Flags {
   double lr = 0, clip = -1;
   bool bucket_view = false;
   // Given on the command line, so that an explicit 0 or '' is checked rather than taken for "not given".
-  bool strategies_given = false, seq_len_given = false, micro_batch_given = false, accumulation_given = false;
+  bool strategies_given = false, seq_len_given = false, micro_batch_given = false, accumulation_given = false,
+       precision_given = false;
 };
 
 // Flags are declared in the order --help lists them: group by group, as below.
@@ -314,27 +315,26 @@ void read_emulated_gpu(RunOptions& options, const Flags& flags) {
 }
 
 // A DeepSpeed config's knobs over `base` and its strategy in `names`; its micro-batch and accumulation fill the
-// flags not given.
-void apply_deepspeed(RunOptions& options, Flags& flags, int world, strategy::StrategyOptions& base,
+// flags not given, derived from train_batch_size over `ranks` data-parallel ranks as DeepSpeed derives them.
+void apply_deepspeed(RunOptions& options, Flags& flags, int ranks, strategy::StrategyOptions& base,
                      std::vector<std::string>& names) {
   const DeepSpeedConfig ds = load_deepspeed_config(options.deepspeed, base);
   base = ds.knobs;
   base.seed = flags.seed;
   names = {ds.strategy};
-  if (ds.micro_batch > 0 && !flags.micro_batch_given) flags.micro_batch = ds.micro_batch;
-  if (ds.accumulation > 0 && !flags.accumulation_given) flags.accumulation = ds.accumulation;
   options.offload = options.offload || ds.offload_optimizer;
-  const int64_t mb = flags.micro_batch > 0 ? flags.micro_batch : 1;
-  const int64_t acc = flags.accumulation > 0 ? flags.accumulation : 1;
-  if (ds.train_batch_size > 0 && ds.train_batch_size != mb * acc * world) {
-    throw InputError(
-        fmt::format("{}: train_batch_size {} is not train_micro_batch_size_per_gpu {} x "
-                    "gradient_accumulation_steps {} x {} ranks = {}",
-                    options.deepspeed, ds.train_batch_size, mb, acc, world, mb * acc * world));
-  }
   if (!ds.ignored.empty()) {
-    log::warn("app", "{}: not modelled by emu, ignored: {}", options.deepspeed, fmt::join(ds.ignored, ", "));
+    options.warnings.push_back(
+        fmt::format("{}: not modelled by emu, ignored: {}", options.deepspeed, fmt::join(ds.ignored, ", ")));
   }
+  if ((flags.micro_batch_given && flags.micro_batch < 1) || (flags.accumulation_given && flags.accumulation < 1)) {
+    return;  // out of range: read_model and read_training_loop say so
+  }
+  int micro_batch = flags.micro_batch_given ? flags.micro_batch : ds.micro_batch;
+  int accumulation = flags.accumulation_given ? flags.accumulation : ds.accumulation;
+  derive_batch(ds.train_batch_size, ranks, micro_batch, accumulation, options.deepspeed);
+  flags.micro_batch = micro_batch;
+  flags.accumulation = accumulation;
 }
 
 // Strategy knobs: defaults, then a DeepSpeed config, then flags. Returns the knobs every strategy shares.
@@ -343,7 +343,11 @@ strategy::StrategyOptions read_strategies(RunOptions& options, Flags& flags, int
   base.recipe = optim::parse_precision_recipe(flags.precision);
   base.seed = flags.seed;
   std::vector<std::string> names = kDefaultStrategies;
-  if (!options.deepspeed.empty()) apply_deepspeed(options, flags, world, base, names);
+  if (!options.deepspeed.empty()) {
+    // The config's batch arithmetic is over the ranks the run stands for: --plan N plans for N.
+    apply_deepspeed(options, flags, options.plan && options.plan_ranks > 0 ? options.plan_ranks : world, base, names);
+    if (flags.precision_given) base.recipe = optim::parse_precision_recipe(flags.precision);  // the flag wins
+  }
   if (flags.lr != 0) {
     if (!(flags.lr > 0 && flags.lr < 10)) {
       throw InputError(fmt::format("--lr {} is out of range; accepted: (0, 10)", flags.lr));
@@ -536,14 +540,15 @@ ParsedCommandLine parse_command_line(int argc, const char* const* argv, int worl
   flags.seq_len_given = app.count("--seq-len") > 0;
   flags.micro_batch_given = app.count("--micro-batch") > 0;
   flags.accumulation_given = app.count("--grad-accum") > 0;
+  flags.precision_given = app.count("--precision") > 0;
 
   if (!options.log_spec.empty()) log::configure(options.log_spec);
   read_emulated_gpu(options, flags);
+  read_modes(options, flags);
   const strategy::StrategyOptions base = read_strategies(options, flags, world);
   read_training_loop(options, flags, world);
   read_model(options, flags, base);
   read_shrink(options, flags, app.count("--shrink") > 0);
-  read_modes(options, flags);
   check_inputs(options);
   check_device(options);
   check_outputs(options);

@@ -35,13 +35,14 @@ struct RunOptions {
   int steps = 3;
   int accumulation = 1;
   bool offload = false;
-  std::string collectives;        // "all_reduce=ring,all_gather=mpi"
-  int ranks_per_node = 0;         // 0: the ranks found on each host
-  std::string deepspeed;          // the DeepSpeed config the strategy knobs came from, if any
-  std::string tokens_path;        // a token file to train on; empty: seeded synthetic tokens
-  int token_bits = 16;            // its ids: 16 or 32 bits, little-endian
-  std::string load_weights_path;  // safetensors weights to start from; empty: the seeded initialisation
-  std::string save_weights_path;  // where the first strategy's trained weights go (safetensors); empty: nowhere
+  std::string collectives;            // "all_reduce=ring,all_gather=mpi"
+  int ranks_per_node = 0;             // 0: the ranks found on each host
+  std::string deepspeed;              // the DeepSpeed config the strategy knobs came from, if any
+  std::vector<std::string> warnings;  // about the inputs, printed once per job (by rank 0)
+  std::string tokens_path;            // a token file to train on; empty: seeded synthetic tokens
+  int token_bits = 16;                // its ids: 16 or 32 bits, little-endian
+  std::string load_weights_path;      // safetensors weights to start from; empty: the seeded initialisation
+  std::string save_weights_path;      // where the first strategy's trained weights go (safetensors); empty: nowhere
 
   // The emulated GPU.
   std::string device = "cpu";  // its backend: "cpu" or "cuda" (EMU_CUDA builds); --plan accounts shapes only

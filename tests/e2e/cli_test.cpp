@@ -1,6 +1,7 @@
 // The emu executable end to end: what a user and a CI job see — exit codes, one clear message, the run header.
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <string>
 
 #include "tests/support/emu_process.h"
@@ -47,6 +48,23 @@ TEST(Cli, NamedGpuCap) {
   EXPECT_NE(run.out.find("a100-40gb (39.59 GiB, 42509438812 bytes) / 8^2 = 633.44 MiB (664209981 bytes)"),
             std::string::npos)
       << run.out;
+}
+
+// A DeepSpeed config as DeepSpeedExamples write them (train_batch_size, no micro-batch): DeepSpeed's arithmetic over
+// the ranks the run stands for — 4096 / (1 × 64) = 64 for --plan 64 — and a key emu does not model warned about
+// once per job, not once per rank.
+TEST(Cli, DeepSpeedBatchArithmeticUsesThePlansRanksAndWarnsOnce) {
+  testing::TempDir dir("cli");
+  const std::string config = dir.file("ds.json");
+  std::ofstream(config) << R"({"train_batch_size": 4096, "gradient_accumulation_steps": 1,
+                              "zero_optimization": {"stage": 1}, "bf16": {"enabled": "auto"}, "amp": {}})";
+  const auto run = run_process(mpiexec(2) + kEmu + " --model gpt2 --plan 64 --deepspeed " + config);
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_NE(run.out.find("micro-batch 64, seq-len 1024"), std::string::npos) << run.out;
+  EXPECT_NE(run.out.find("mixed precision"), std::string::npos) << "\"auto\" keeps emu's default:\n" << run.out;
+  EXPECT_EQ(count_of(run.err, "not modelled by emu, ignored: amp"), 1) << run.err;
+  const auto fp32 = run_process(mpiexec(2) + kEmu + " --model gpt2 --plan 64 --precision fp32 --deepspeed " + config);
+  EXPECT_NE(fp32.out.find("fp32 precision"), std::string::npos) << "the flag wins:\n" << fp32.out;
 }
 
 // --plan alone, as the README writes it (--plan [N]): the ranks emu runs on, as --plan 0; a value or the next flag

@@ -1,0 +1,2 @@
+# The front end's readers of user input (app/): DeepSpeed configs as DeepSpeed and the Hugging Face Trainer mean them.
+emu_add_unit_test(app_deepspeed_config_test SOURCES unit/deepspeed_config_test.cpp LIBS emu_app LABELS app)

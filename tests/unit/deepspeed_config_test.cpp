@@ -1,0 +1,94 @@
+// DeepSpeed configs read as DeepSpeed and the Hugging Face Trainer mean them: "auto" precision keeps emu's recipe
+// (the Trainer fills it from its own flags), and the batch arithmetic of DeepSpeed's runtime/config.py derives the
+// micro-batch or the accumulation from train_batch_size and the data-parallel ranks.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <string>
+
+#include "app/deepspeed.h"
+#include "emu/check.h"
+
+namespace emu::app {
+namespace {
+
+std::filesystem::path data_file(const std::string& name) {
+  return std::filesystem::path(EMU_SOURCE_DIR) / "tests/data/deepspeed" / name;
+}
+
+strategy::StrategyOptions defaults_with(optim::Recipe recipe) {
+  strategy::StrategyOptions defaults;
+  defaults.recipe = optim::precision_recipe(recipe);
+  return defaults;
+}
+
+TEST(DeepSpeedConfig, AutoPrecisionKeepsEmusRecipe) {
+  // The Trainer's ZeRO-2 config says "enabled": "auto" for both bf16 and fp16: the run's --precision decides.
+  const DeepSpeedConfig mixed =
+      load_deepspeed_config(data_file("hf_trainer_zero2.json"), defaults_with(optim::Recipe::kMixed));
+  EXPECT_TRUE(mixed.precision_auto);
+  EXPECT_EQ(mixed.knobs.recipe.name(), optim::precision_recipe(optim::Recipe::kMixed).name());
+  const DeepSpeedConfig fp32 =
+      load_deepspeed_config(data_file("hf_trainer_zero2.json"), defaults_with(optim::Recipe::kFp32));
+  EXPECT_EQ(fp32.knobs.recipe.name(), optim::precision_recipe(optim::Recipe::kFp32).name());
+  EXPECT_EQ(mixed.strategy, "zero2");
+  EXPECT_TRUE(mixed.offload_optimizer);
+}
+
+TEST(DeepSpeedConfig, ExplicitPrecisionIsTheConfigs) {
+  const auto fp32 = defaults_with(optim::Recipe::kFp32);
+  EXPECT_EQ(parse_deepspeed_config(R"({"bf16": {"enabled": true}})", "t", fp32).knobs.recipe.name(),
+            optim::precision_recipe(optim::Recipe::kMixed).name());
+  const auto mixed = defaults_with(optim::Recipe::kMixed);
+  EXPECT_EQ(parse_deepspeed_config(R"({"bf16": {"enabled": false}, "fp16": {"enabled": false}})", "t", mixed)
+                .knobs.recipe.name(),
+            optim::precision_recipe(optim::Recipe::kFp32).name());
+  // "auto" beside an explicit true: the true one decides.
+  EXPECT_EQ(parse_deepspeed_config(R"({"bf16": {"enabled": "auto"}, "fp16": {"enabled": true}})", "t", fp32)
+                .knobs.recipe.name(),
+            optim::precision_recipe(optim::Recipe::kMixed).name());
+}
+
+int micro_of(int tbs, int ranks, int micro, int accumulation) {
+  derive_batch(tbs, ranks, micro, accumulation, "t");
+  return micro;
+}
+int accumulation_of(int tbs, int ranks, int micro, int accumulation) {
+  derive_batch(tbs, ranks, micro, accumulation, "t");
+  return accumulation;
+}
+
+TEST(DeepSpeedConfig, BatchArithmeticAsDeepSpeedDerivesIt) {
+  // train_batch_size 4096 on 64 ranks, accumulation 1 (bing_bert): micro-batch 64.
+  EXPECT_EQ(micro_of(4096, 64, 0, 1), 64);
+  // Only train_batch_size: accumulation 1, micro-batch = 32 / 8.
+  EXPECT_EQ(micro_of(32, 8, 0, 0), 4);
+  EXPECT_EQ(accumulation_of(32, 8, 0, 0), 1);
+  // train_batch_size and micro-batch: accumulation = 32 / (2 × 8).
+  EXPECT_EQ(accumulation_of(32, 8, 2, 0), 2);
+  // Nothing given: 1 and 1.
+  EXPECT_EQ(micro_of(0, 8, 0, 0), 1);
+  EXPECT_EQ(accumulation_of(0, 8, 0, 0), 1);
+  // Disagreements name the arithmetic.
+  try {
+    micro_of(30, 8, 0, 1);
+    ADD_FAILURE() << "30 sequences over 8 ranks accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("train_batch_size 30 is not a multiple of gradient_accumulation_steps 1 x "
+                                         "8 ranks = 8"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(micro_of(64, 8, 2, 2), InputError);  // 2 × 2 × 8 = 32
+}
+
+TEST(DeepSpeedConfig, TrainBatchSizeWithoutMicroBatchIsAccepted) {
+  const DeepSpeedConfig ds = load_deepspeed_config(data_file("bing_bert_style_zero1.json"), {});
+  EXPECT_EQ(ds.strategy, "zero1");
+  EXPECT_EQ(ds.train_batch_size, 4096);
+  EXPECT_EQ(ds.micro_batch, 0);
+  EXPECT_EQ(micro_of(ds.train_batch_size, 64, ds.micro_batch, ds.accumulation), 64);
+}
+
+}  // namespace
+}  // namespace emu::app
