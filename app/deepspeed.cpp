@@ -181,6 +181,21 @@ void read_offload_param(Fields& zero, std::string_view source, DeepSpeedConfig& 
   f.finish();
 }
 
+// The keys older DeepSpeed configs use (runtime/zero/config.py still reads them): cpu_offload is offload_optimizer
+// to the CPU; cpu_offload_params and fp16_master_weights_and_grads change memory in ways emu does not model, so
+// they are refused rather than ignored.
+void read_legacy_offload(Fields& zero, std::string_view source, DeepSpeedConfig& config) {
+  bool on = false;
+  if (zero.get("cpu_offload", on, 0, 1) && on) config.offload_optimizer = true;
+  for (const char* key : {"cpu_offload_params", "fp16_master_weights_and_grads"}) {
+    on = false;
+    if (zero.get(key, on, 0, 1) && on) {
+      throw InputError(
+          fmt::format("{}: \"zero_optimization.{}\" is true; emu does not model it yet, accepted: false", source, key));
+    }
+  }
+}
+
 // zero_optimization: the stage (0 when the section is absent) and DeepSpeed's bucket and stage-3 knobs.
 int read_zero(Fields& top, std::string_view source, DeepSpeedConfig& config) {
   int stage = 0;
@@ -205,6 +220,7 @@ int read_zero(Fields& top, std::string_view source, DeepSpeedConfig& config) {
   }
   read_offload_optimizer(z, source, config);
   read_offload_param(z, source, config);
+  read_legacy_offload(z, source, config);
   z.finish();
   return stage;
 }

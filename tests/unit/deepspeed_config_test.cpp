@@ -90,5 +90,17 @@ TEST(DeepSpeedConfig, TrainBatchSizeWithoutMicroBatchIsAccepted) {
   EXPECT_EQ(micro_of(ds.train_batch_size, 64, ds.micro_batch, ds.accumulation), 64);
 }
 
+TEST(DeepSpeedConfig, LegacyOffloadKeysAreHonouredOrRefused) {
+  EXPECT_TRUE(
+      parse_deepspeed_config(R"({"zero_optimization": {"stage": 2, "cpu_offload": true}})", "t", {}).offload_optimizer);
+  EXPECT_TRUE(
+      parse_deepspeed_config(R"({"zero_optimization": {"stage": 2, "cpu_offload": true}})", "t", {}).ignored.empty());
+  EXPECT_THROW(parse_deepspeed_config(R"({"zero_optimization": {"stage": 3, "cpu_offload_params": true}})", "t", {}),
+               InputError);
+  EXPECT_THROW(
+      parse_deepspeed_config(R"({"zero_optimization": {"stage": 2, "fp16_master_weights_and_grads": true}})", "t", {}),
+      InputError);
+}
+
 }  // namespace
 }  // namespace emu::app
