@@ -264,12 +264,23 @@ void read_scheduler(Fields& top, std::string_view source, DeepSpeedConfig& confi
   f.get_string("type", type, {"WarmupLR"});
   if (const json* params = f.child("params")) {
     Fields p(*params, "scheduler.params", source, config.ignored);
+    optim::LrSchedule& schedule = config.knobs.schedule;
+    // Any of these given (not "auto"): DeepSpeed's own WarmupLR, with its defaults for the others (1000 steps, from
+    // 0, log). All "auto": the Hugging Face Trainer's schedule, which is emu's (--lr, no warm-up).
+    const bool deepspeed_warmup = p.has("warmup_num_steps") || p.has("warmup_min_lr") || p.has("warmup_type");
+    if (deepspeed_warmup) {
+      schedule.warmup = optim::LrSchedule::Warmup::kDeepSpeedLog;
+      schedule.warmup_steps = 1000;
+    }
     int64_t warmup = 0;
-    if (p.get("warmup_num_steps", warmup, 0, 1e9)) config.knobs.schedule.warmup_steps = warmup;
+    if (p.get("warmup_num_steps", warmup, 1, 1e9)) schedule.warmup_steps = warmup;
     double value = 0;
     if (p.get("warmup_max_lr", value, 0, 10)) config.knobs.adamw.lr = value;
-    p.use("warmup_min_lr");
-    p.use("warmup_type");
+    if (p.get("warmup_min_lr", value, 0, 10)) schedule.warmup_min_lr = value;
+    std::string type;
+    if (p.get_string("warmup_type", type, {"log", "linear"}) && type == "linear") {
+      schedule.warmup = optim::LrSchedule::Warmup::kDeepSpeedLinear;
+    }
     p.finish();
   }
   f.finish();

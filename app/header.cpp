@@ -58,8 +58,17 @@ void print_run_header(const MpiSession& mpi, const RunOptions& options) {
                       options.full.name, model::style_name(options.full.style), options.full.batch, options.full.seq,
                       seq_note, model::attention_name(options.model_options.attention),
                       options.model_options.checkpoint ? "on" : "off");
-  text += fmt::format("  training  {} precision, AdamW lr {}, clip {}, {} step{} of {} micro-batch{}{}{}\n",
-                      first.recipe.name(), first.adamw.lr, first.clip_norm, options.steps,
+  const optim::LrSchedule& schedule = first.schedule;
+  std::string warmup;
+  if (schedule.warmup != optim::LrSchedule::Warmup::kLinear) {
+    warmup = fmt::format(" (DeepSpeed WarmupLR, {} from {} over {} steps)",
+                         schedule.warmup == optim::LrSchedule::Warmup::kDeepSpeedLog ? "log" : "linear",
+                         schedule.warmup_min_lr, schedule.warmup_steps);
+  } else if (schedule.warmup_steps > 0) {
+    warmup = fmt::format(" (linear warm-up over {} steps)", schedule.warmup_steps);
+  }
+  text += fmt::format("  training  {} precision, AdamW lr {}{}, clip {}, {} step{} of {} micro-batch{}{}{}\n",
+                      first.recipe.name(), first.adamw.lr, warmup, first.clip_norm, options.steps,
                       options.steps == 1 ? "" : "s", options.accumulation, options.accumulation == 1 ? "" : "es",
                       options.offload ? ", optimizer offloaded to the host" : "",
                       options.deepspeed.empty() ? "" : ", DeepSpeed config " + options.deepspeed);

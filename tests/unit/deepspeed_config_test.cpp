@@ -90,6 +90,27 @@ TEST(DeepSpeedConfig, TrainBatchSizeWithoutMicroBatchIsAccepted) {
   EXPECT_EQ(micro_of(ds.train_batch_size, 64, ds.micro_batch, ds.accumulation), 64);
 }
 
+TEST(DeepSpeedConfig, WarmupLrIsDeepSpeedsWhenItsParametersAreGiven) {
+  // bing_bert: warmup_min_lr 1e-8, warmup_max_lr 6e-3, no steps or type: DeepSpeed's defaults, 1000 steps of log.
+  const optim::LrSchedule given = load_deepspeed_config(data_file("bing_bert_style_zero1.json"), {}).knobs.schedule;
+  EXPECT_EQ(given.warmup, optim::LrSchedule::Warmup::kDeepSpeedLog);
+  EXPECT_EQ(given.warmup_steps, 1000);
+  EXPECT_DOUBLE_EQ(given.warmup_min_lr, 1e-8);
+  // The Trainer's config: all "auto", so the Trainer's schedule (emu's) stays.
+  const optim::LrSchedule trainer = load_deepspeed_config(data_file("hf_trainer_zero2.json"), {}).knobs.schedule;
+  EXPECT_EQ(trainer.warmup, optim::LrSchedule::Warmup::kLinear);
+  const optim::LrSchedule linear =
+      parse_deepspeed_config(R"({"scheduler": {"type": "WarmupLR", "params": {"warmup_type": "linear",
+                                 "warmup_num_steps": 50}}})",
+                             "t", {})
+          .knobs.schedule;
+  EXPECT_EQ(linear.warmup, optim::LrSchedule::Warmup::kDeepSpeedLinear);
+  EXPECT_EQ(linear.warmup_steps, 50);
+  EXPECT_THROW(
+      parse_deepspeed_config(R"({"scheduler": {"type": "WarmupLR", "params": {"warmup_type": "cosine"}}})", "t", {}),
+      InputError);
+}
+
 TEST(DeepSpeedConfig, LegacyOffloadKeysAreHonouredOrRefused) {
   EXPECT_TRUE(
       parse_deepspeed_config(R"({"zero_optimization": {"stage": 2, "cpu_offload": true}})", "t", {}).offload_optimizer);

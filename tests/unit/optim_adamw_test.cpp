@@ -253,6 +253,37 @@ TEST(Clipping, GradScaleEqualsPrescaledGradients) {
   EXPECT_EQ(scaled.v, prescaled.v);
 }
 
+// DeepSpeed 0.19.8 (torch 2.15.0) WarmupLR, min 1e-5, max 1e-3, 10 steps: the rate each optimizer step used, as
+// recorded by scripts/oracle/deepspeed_warmup_lr.py. Steps 1 and 2 both run at the minimum (the scheduler starts at
+// iteration −1 and steps after the optimizer).
+TEST(LrSchedule, DeepSpeedWarmupLrAsRecorded) {
+  const std::vector<double> log_rates = {1e-05,
+                                         1e-05,
+                                         0.0003080196957073414,
+                                         0.00048235004217246576,
+                                         0.0006060393914146827,
+                                         0.0007019803042926585,
+                                         0.0007803697378798071,
+                                         0.0008466470596141142,
+                                         0.0009040590871220239,
+                                         0.0009547000843449315,
+                                         0.0009999999999999998,
+                                         0.001,
+                                         0.001};
+  const std::vector<double> linear_rates = {1e-05,    1e-05,    0.000109, 0.000208, 0.000307, 0.000406, 0.000505,
+                                            0.000604, 0.000703, 0.000802, 0.000901, 0.001,    0.001};
+  LrSchedule schedule;
+  schedule.warmup_min_lr = 1e-5;
+  schedule.warmup_steps = 10;
+  for (const auto& [warmup, rates] : {std::pair{LrSchedule::Warmup::kDeepSpeedLog, log_rates},
+                                      std::pair{LrSchedule::Warmup::kDeepSpeedLinear, linear_rates}}) {
+    schedule.warmup = warmup;
+    for (size_t t = 1; t <= rates.size(); ++t) {
+      EXPECT_NEAR(schedule.lr_at(static_cast<int64_t>(t), 1e-3), rates[t - 1], 1e-15) << "step " << t;
+    }
+  }
+}
+
 TEST(LrSchedule, LinearWarmupThenConstant) {
   LrSchedule schedule;
   schedule.warmup_steps = 4;

@@ -91,6 +91,17 @@ void LrSchedule::validate() const {
 }
 
 double LrSchedule::lr_at(int64_t step, double peak_lr) const {
+  if (warmup != Warmup::kLinear) {
+    const int64_t iteration = step - 2;
+    if (iteration < 0) return warmup_min_lr;
+    const int64_t w = std::max<int64_t>(2, warmup_steps);
+    double gamma = 1;
+    if (iteration < w) {
+      gamma = warmup == Warmup::kDeepSpeedLog ? std::log(static_cast<double>(iteration + 1)) / std::log(double(w))
+                                              : static_cast<double>(iteration) / static_cast<double>(w);
+    }
+    return warmup_min_lr + (peak_lr - warmup_min_lr) * gamma;
+  }
   if (warmup_steps > 0 && step <= warmup_steps) {
     return peak_lr * static_cast<double>(std::max<int64_t>(step, 0)) / static_cast<double>(warmup_steps);
   }
