@@ -144,6 +144,7 @@ void read_precision(Fields& top, std::string_view source, DeepSpeedConfig& confi
     return;
   }
   config.knobs.recipe = optim::precision_recipe(bf16 || fp16 ? optim::Recipe::kMixed : optim::Recipe::kFp32);
+  config.knobs.recipe.fp16 = fp16 && !bf16;
 }
 
 // zero_optimization.offload_optimizer: "cpu" offloads the optimizer, "none" keeps it; "nvme" is not modelled.

@@ -67,9 +67,10 @@ void print_run_header(const MpiSession& mpi, const RunOptions& options) {
   } else if (schedule.warmup_steps > 0) {
     warmup = fmt::format(" (linear warm-up over {} steps)", schedule.warmup_steps);
   }
-  text += fmt::format("  training  {} precision, AdamW lr {}{}, clip {}, {} step{} of {} micro-batch{}{}{}\n",
-                      first.recipe.name(), first.adamw.lr, warmup, first.clip_norm, options.steps,
-                      options.steps == 1 ? "" : "s", options.accumulation, options.accumulation == 1 ? "" : "es",
+  text += fmt::format("  training  {} precision{}, AdamW lr {}{}, clip {}, {} step{} of {} micro-batch{}{}{}\n",
+                      first.recipe.name(), first.recipe.fp16 ? " (fp16 as the config says, computed in bf16)" : "",
+                      first.adamw.lr, warmup, first.clip_norm, options.steps, options.steps == 1 ? "" : "s",
+                      options.accumulation, options.accumulation == 1 ? "" : "es",
                       options.offload ? ", optimizer offloaded to the host" : "",
                       options.deepspeed.empty() ? "" : ", DeepSpeed config " + options.deepspeed);
   text += fmt::format("  strategies {}\n", strategy_list(options));

@@ -23,11 +23,13 @@ std::string verdict_text(const StrategyOutcome& o) {
              : fmt::format("OOM ({} of {})", failing.size(), o.verdict.ranks.size());
 }
 
-const char* recipe_words(const optim::PrecisionRecipe& recipe) {
+std::string recipe_words(const optim::PrecisionRecipe& recipe) {
   switch (recipe.recipe) {
     case optim::Recipe::kMixed:
-      return "mixed-precision AdamW (16 bytes per parameter: bf16 weights and gradients, fp32 master weights and "
-             "Adam moments)";
+      return fmt::format(
+          "mixed-precision AdamW (16 bytes per parameter: {} weights and gradients, fp32 master weights and "
+          "Adam moments)",
+          recipe.half_name());
     case optim::Recipe::kPureBf16: return "pure-bf16 AdamW (8 bytes per parameter)";
     case optim::Recipe::kFp32: return "fp32 AdamW (16 bytes per parameter)";
   }

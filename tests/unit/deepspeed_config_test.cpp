@@ -88,6 +88,10 @@ TEST(DeepSpeedConfig, TrainBatchSizeWithoutMicroBatchIsAccepted) {
   EXPECT_EQ(ds.train_batch_size, 4096);
   EXPECT_EQ(ds.micro_batch, 0);
   EXPECT_EQ(micro_of(ds.train_batch_size, 64, ds.micro_batch, ds.accumulation), 64);
+  // fp16 with dynamic loss scaling: the same bytes as bf16, named as the user set it.
+  EXPECT_TRUE(ds.knobs.recipe.fp16);
+  EXPECT_EQ(ds.knobs.recipe.half_name(), "fp16");
+  EXPECT_FALSE(load_deepspeed_config(data_file("hf_trainer_zero2.json"), {}).knobs.recipe.fp16);
 }
 
 TEST(DeepSpeedConfig, WarmupLrIsDeepSpeedsWhenItsParametersAreGiven) {

@@ -26,6 +26,10 @@ struct PrecisionRecipe {
   DType grads = DType::kBF16;
   bool has_master = true;       // a separate fp32 copy of the weights, updated by the optimizer
   DType moments = DType::kF32;  // Adam's m and v
+  // A DeepSpeed fp16 config: the 2-byte weights and gradients are fp16, as the user set, with the same bytes as
+  // bf16; emu computes them in bf16, and DeepSpeed's dynamic loss scaler holds scalars only.
+  bool fp16 = false;
+  std::string_view half_name() const { return fp16 ? "fp16" : "bf16"; }
 
   std::string_view name() const;
   // Bytes per parameter charged to `category`: kParameters, kGradients, kMasterWeights or kOptimizerState
