@@ -190,7 +190,8 @@ class RunDriver final : public StepDriver {
       const MemorySeries series = thin_timeline(memory.timeline());
       const auto seconds = gather_vectors(series.seconds, rank, world);
       const auto current = gather_vectors(series.current, rank, world);
-      for (int r = 0; rank == 0 && r < world; ++r) outcome.memory.push_back({seconds[r], current[r]});
+      const auto reserved = gather_vectors(series.reserved, rank, world);
+      for (int r = 0; rank == 0 && r < world; ++r) outcome.memory.push_back({seconds[r], current[r], reserved[r]});
       const auto& oom = memory.first_oom();
       const auto oom_seconds = gather_vectors(std::vector<double>{oom ? oom->seconds : -1.0}, rank, world);
       for (int r = 0; rank == 0 && r < world; ++r) outcome.oom_seconds.push_back(oom_seconds[r][0]);
