@@ -137,6 +137,8 @@ std::string format_json(const RunReport& r) {
         {"full_scale_bytes", r.cap == kNoCap ? json(nullptr) : json(r.cap * r.scale())}}},
       {"reserve", {{"per_rank_bytes", r.reserve}, {"full_scale_bytes", o.reserve_full_scale}}},
       {"strict_oom", o.strict_oom},
+      {"allocator", std::string(allocator_name(o.allocator))},
+      {"alloc_conf", o.alloc_conf.str()},
   };
   root["model"] = {{"full_scale", shapes(o.full)}, {"run", shapes(r.model)}};
   json outcomes = json::array();
