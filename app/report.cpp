@@ -48,9 +48,9 @@ std::string format_reserved(const RunReport& r) {
   if (r.options.allocator != AllocatorKind::kCaching) return "";
   const double scale = static_cast<double>(r.scale());
   const std::string conf = r.options.alloc_conf.str();
-  std::string out = fmt::format("{:<14} {:>10} {:>10} {:>10} {:>10}   allocator: PyTorch's caching allocator{}\n",
-                                "reserved/rank", "allocated", "reserved", "fragment.", "peak rank",
-                                conf.empty() ? "" : fmt::format(" ({})", conf));
+  std::string out =
+      fmt::format("{:<14} {:>10} {:>10} {:>10} {:>10}   allocator: PyTorch's caching allocator{}\n", "reserved/rank",
+                  "allocated", "reserved", "fragment.", "peak rank", conf.empty() ? "" : fmt::format(" ({})", conf));
   for (const StrategyOutcome& o : r.outcomes) {
     if (o.reserved_peak.empty()) continue;
     const auto p = static_cast<size_t>(o.reserved_peak_rank);

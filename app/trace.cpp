@@ -67,7 +67,8 @@ void add_spans(json& events, const RunReport& report, const StrategyOutcome& out
   }
 }
 
-// Two counters per rank: the total in use beside what the device held (reserved), and in use by category (only the categories the rank ever used).
+// Two counters per rank: the total in use beside what the device held (reserved), and in use by category (only the
+// categories the rank ever used).
 void add_memory(json& events, const RunReport& report, const StrategyOutcome& outcome, int pid) {
   const double to_mib = static_cast<double>(report.scale()) / static_cast<double>(kMiB);
   for (size_t r = 0; r < outcome.memory.size(); ++r) {

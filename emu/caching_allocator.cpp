@@ -43,7 +43,8 @@ AllocatorConfig AllocatorConfig::parse(std::string_view text) {
   const std::vector<std::string> tokens = lex(text);
   for (size_t i = 0; i < tokens.size(); i += 4) {
     const std::string& key = tokens[i];
-    if (key != "expandable_segments" && key != "max_split_size_mb") bad_conf(text, fmt::format("unknown key '{}'", key));
+    if (key != "expandable_segments" && key != "max_split_size_mb")
+      bad_conf(text, fmt::format("unknown key '{}'", key));
     if (i + 2 >= tokens.size() || tokens[i + 1] != ":") bad_conf(text, fmt::format("'{}' needs ':' and a value", key));
     const std::string& value = tokens[i + 2];
     if (i + 3 < tokens.size() && tokens[i + 3] != ",") bad_conf(text, fmt::format("expected ',' after '{}'", value));
@@ -401,8 +402,7 @@ void CachingAllocator::unmap_block(BlockId id) {
   pool(b.small).unmapped.emplace(blocks_[id].addr, id);
 }
 
-CachingAllocator::BlockId CachingAllocator::try_allocate_expandable_block(bool small, uint64_t size,
-                                                                          bool past_limit) {
+CachingAllocator::BlockId CachingAllocator::try_allocate_expandable_block(bool small, uint64_t size, bool past_limit) {
   BlockId candidate = find_expandable_block(small, size);
   // Either unmapped (then maybe free after it), or free then unmapped: map until the free run holds `size`.
   if (!blocks_[candidate].mapped && !map_block(candidate, std::min(blocks_[candidate].size, size), past_limit)) {

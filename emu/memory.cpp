@@ -133,8 +133,8 @@ void MemoryPool::count(uint64_t bytes, Category category) {
 }
 
 void MemoryPool::release(const Charge& charge) {
-  EMU_CHECK(current_[charge.category] >= charge.bytes, "releasing {} bytes of {} but only {} are charged",
-            charge.bytes, category_name(charge.category), current_[charge.category]);
+  EMU_CHECK(current_[charge.category] >= charge.bytes, "releasing {} bytes of {} but only {} are charged", charge.bytes,
+            category_name(charge.category), current_[charge.category]);
   if (charge.block != CachingAllocator::kNoBlock) allocator_->free(charge.block);
   in_use_ -= charge.bytes;
   current_[charge.category] -= charge.bytes;

@@ -5,9 +5,10 @@
 // (CUDA context, NCCL's own buffers). With the caching allocator (the default of runs), each allocation also goes
 // through a model of PyTorch's CUDA caching allocator (caching_allocator.h) at full scale, and what the device
 // holds is the *reserved* memory: the reserve plus the allocator's segments. An allocation that would take the
-// reserved memory past the cap (allocated memory, with the exact allocator) is an out-of-memory: in strict mode it throws OutOfMemoryError at once, as a GPU would;
-// in record mode (the default for runs) the first one is recorded and the step continues over the cap on the
-// host, so no peer is left waiting inside a collective, and the ranks agree on the verdict at the step's end.
+// reserved memory past the cap (allocated memory, with the exact allocator) is an out-of-memory: in strict mode it
+// throws OutOfMemoryError at once, as a GPU would; in record mode (the default for runs) the first one is recorded and
+// the step continues over the cap on the host, so no peer is left waiting inside a collective, and the ranks agree on
+// the verdict at the step's end.
 #pragma once
 
 #include <array>

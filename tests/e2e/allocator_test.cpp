@@ -28,9 +28,9 @@ struct Planned {
 
 Planned plan(const std::string& args, const testing::TempDir& dir) {
   const std::string path = dir.file("plan.json");
-  const auto run = run_process(mpiexec(1) + kEmu + " --model llama2-70b --plan 64 --cap 29GiB --strategies zero3 " +
-                                   args + " --json " + path,
-                               120);
+  const auto run = run_process(
+      mpiexec(1) + kEmu + " --model llama2-70b --plan 64 --cap 29GiB --strategies zero3 " + args + " --json " + path,
+      120);
   EXPECT_EQ(run.exit_code, 0) << args << "\n" << run.err;
   return {run.out, read_json(path)["strategies"][0]};
 }
@@ -66,9 +66,8 @@ TEST(Allocator, ReservedMemoryDecidesTheVerdict) {
 
 // A shrunk run that passes its cap says so as PyTorch does, with what is reserved but unallocated.
 TEST(Allocator, OutOfMemoryReadsLikePyTorch) {
-  const auto run = run_process(mpiexec(2) + kEmu +
-                                   " --model gpt2 --shrink 8 --steps 1 --strategies ddp --cap 2.5GB-scaled --strict-oom",
-                               120);
+  const auto run = run_process(
+      mpiexec(2) + kEmu + " --model gpt2 --shrink 8 --steps 1 --strategies ddp --cap 2.5GB-scaled --strict-oom", 120);
   EXPECT_NE(run.exit_code, 0);
   EXPECT_NE(run.err.find("is reserved by PyTorch but unallocated"), std::string::npos) << run.err;
   EXPECT_NE(run.err.find("PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"), std::string::npos) << run.err;

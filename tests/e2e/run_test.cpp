@@ -182,8 +182,8 @@ TEST(Plan, AgreesWithTheShrunkRunWithinOnePercent) {
     if (std::string(name) != "zero2") {
       const double reserved = strategy(a, name)["reserved"]["peak_full_scale_bytes"];
       const double planned_reserved = strategy(b, name)["reserved"]["peak_full_scale_bytes"];
-      EXPECT_NEAR(reserved / planned_reserved, 1.0, 0.01) << name << ": reserved " << reserved << " vs plan "
-                                                          << planned_reserved;
+      EXPECT_NEAR(reserved / planned_reserved, 1.0, 0.01)
+          << name << ": reserved " << reserved << " vs plan " << planned_reserved;
     }
     for (const auto& [kind, traffic] : strategy(b, name)["traffic_per_step"].items()) {
       const double want = traffic["sent_full_scale_bytes"];
