@@ -178,6 +178,7 @@ TEST(MemoryPool, FragmentationIsAnOutOfMemoryOnlyWithTheCachingAllocator) {
     MemoryPool pool(options);
     pool.set_phase("backward, block 3");
     std::vector<MemoryPool::Charge> charges;
+    charges.reserve(9);
     for (int i = 0; i < 9; ++i) charges.push_back(pool.charge(6 * kMiB, Category::kActivations));
     for (size_t i = 0; i < charges.size(); i += 2) pool.release(charges[i]);
     (void)pool.charge(12 * kMiB, Category::kTemporaries, "attention scores");
