@@ -166,6 +166,11 @@ TEST(MemoryPool, CachingAllocatorLeavesTheReserveOutside) {
   // 15 MiB would fit an exact count (8 + 6 + 15 = 29 <= 30) but not the 14 MiB remainder, and a new 16 MiB
   // segment would hold 28 + 16 > 30.
   EXPECT_THROW((void)pool.charge(15 * kMiB, Category::kParameters), OutOfMemoryError);
+  // Segments may fill cap - reserve = 22 MiB: two 12 MiB tensors (two 12 MiB segments) pass it, though they would
+  // fit in 30 MiB were the reserve left out.
+  MemoryPool other(caching(30 * kMiB, 1, OomMode::kStrict, 8 * kMiB));
+  (void)other.charge(12 * kMiB, Category::kParameters);
+  EXPECT_THROW((void)other.charge(12 * kMiB, Category::kParameters), OutOfMemoryError);
 }
 
 // The fragmentation pattern of caching_allocator_test (nine 6 MiB tensors in three 20 MiB segments, every other
