@@ -60,6 +60,17 @@ json outcome_json(const RunReport& r, const StrategyOutcome& o) {
                  {"category_peaks", categories(o.category_peaks[p], 1)},
                  {"category_peaks_full_scale", categories(o.category_peaks[p], scale)}};
     s["peak_bytes_per_rank"] = o.peak;
+    const auto rp = static_cast<size_t>(o.reserved_peak_rank);
+    const uint64_t fragmentation = o.reserved_peak[rp] - o.allocated_at_reserved_peak[rp];
+    s["reserved"] = {{"allocator", std::string(allocator_name(r.options.allocator))},
+                     {"alloc_conf", r.options.alloc_conf.str()},
+                     {"rank", o.reserved_peak_rank},
+                     {"peak_bytes", o.reserved_peak[rp]},
+                     {"peak_full_scale_bytes", o.reserved_peak[rp] * scale},
+                     {"allocated_at_peak_bytes", o.allocated_at_reserved_peak[rp]},
+                     {"fragmentation_bytes", fragmentation},
+                     {"fragmentation_full_scale_bytes", fragmentation * scale}};
+    s["reserved_peak_bytes_per_rank"] = o.reserved_peak;
   }
   json traffic = json::array();
   for (const strategy::PredictedTraffic& t : o.prediction.traffic) {
@@ -126,6 +137,8 @@ std::string format_json(const RunReport& r) {
         {"full_scale_bytes", r.cap == kNoCap ? json(nullptr) : json(r.cap * r.scale())}}},
       {"reserve", {{"per_rank_bytes", r.reserve}, {"full_scale_bytes", o.reserve_full_scale}}},
       {"strict_oom", o.strict_oom},
+      {"allocator", std::string(allocator_name(o.allocator))},
+      {"alloc_conf", o.alloc_conf.str()},
   };
   root["model"] = {{"full_scale", shapes(o.full)}, {"run", shapes(r.model)}};
   json outcomes = json::array();

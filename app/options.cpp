@@ -97,6 +97,7 @@ std::vector<Expectation> parse_expectations(const std::vector<std::string>& text
 // The flags' values as typed, before they are checked and turned into RunOptions.
 struct Flags {
   std::string cap = "none", reserve = "1GiB", precision = "mixed", attention = "flash";
+  std::string allocator = "caching", alloc_conf;
   std::string strategies, plan;
   std::vector<std::string> expect, faults;
   int shrink = 0;
@@ -196,6 +197,15 @@ void add_emulated_gpu_flags(CLI::App& app, RunOptions& options, Flags& flags) {
   app.add_option("--reserve", flags.reserve,
                  "fixed overheads per GPU at full scale (CUDA context, NCCL buffers), inside the cap; / k^2")
       ->capture_default_str()
+      ->group("Emulated GPU");
+  app.add_option("--allocator", flags.allocator,
+                 "caching (PyTorch's CUDA caching allocator at full scale: 512 B rounding, 2 MiB / 20 MiB segments; "
+                 "the cap is checked against reserved memory, as on a GPU) or exact (against the bytes allocated)")
+      ->capture_default_str()
+      ->group("Emulated GPU");
+  app.add_option("--alloc-conf", flags.alloc_conf,
+                 "the caching allocator's knobs in PYTORCH_CUDA_ALLOC_CONF's syntax: "
+                 "expandable_segments:True|False, max_split_size_mb:N (N > 20), comma-separated")
       ->group("Emulated GPU");
   app.add_flag("--strict-oom", options.strict_oom,
                "abort at the first allocation past the cap, as a GPU would, instead of finishing the step over "
@@ -312,6 +322,15 @@ bool parse_flags(CLI::App& app, int argc, const char* const* argv, ParsedCommand
 void read_emulated_gpu(RunOptions& options, const Flags& flags) {
   options.cap = parse_cap_spec(flags.cap);
   options.reserve_full_scale = parse_reserve(flags.reserve);
+  if (flags.allocator != "caching" && flags.allocator != "exact") {
+    throw InputError(fmt::format("--allocator '{}': the allocators are caching, exact", flags.allocator));
+  }
+  options.allocator = flags.allocator == "caching" ? AllocatorKind::kCaching : AllocatorKind::kExact;
+  options.alloc_conf = AllocatorConfig::parse(flags.alloc_conf);
+  if (options.allocator == AllocatorKind::kExact && !flags.alloc_conf.empty()) {
+    throw InputError(fmt::format("--alloc-conf '{}' sets the caching allocator's knobs; --allocator exact has none",
+                                 flags.alloc_conf));
+  }
 }
 
 // A DeepSpeed config's knobs over `base` and its strategy in `names`; its micro-batch and accumulation fill the

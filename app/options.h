@@ -11,6 +11,7 @@
 
 #include "app/faults.h"
 #include "emu/cap_spec.h"
+#include "emu/memory.h"
 #include "strategies/strategy.h"
 #include "workloads/model/config.h"
 
@@ -49,6 +50,8 @@ struct RunOptions {
   CapSpec cap = parse_cap_spec("none");
   uint64_t reserve_full_scale = 0;  // fixed overheads at full scale; each rank is charged reserve / k²
   bool strict_oom = false;
+  AllocatorKind allocator = AllocatorKind::kCaching;  // what the cap is checked against: reserved or allocated
+  AllocatorConfig alloc_conf;                         // --alloc-conf, PYTORCH_CUDA_ALLOC_CONF's syntax
 
   // Modes.
   bool plan = false;       // shapes only, at full scale, for plan_ranks ranks

@@ -46,7 +46,7 @@ class PlanDriver final : public StepDriver {
   void finish(StrategyOutcome& outcome, const model::Model& model, strategy::Strategy& strategy) override {
     strategy::RankMemory mine;
     mine.cap = pool_.cap();
-    mine.peak = pool_.peak();
+    mine.peak = pool_.reserved_peak();
     if (const auto& oom = pool_.first_oom()) {
       mine.out_of_memory = true;
       mine.requested = oom->requested;
@@ -56,6 +56,8 @@ class PlanDriver final : public StepDriver {
     }
     outcome.verdict.ranks.push_back(mine);
     outcome.peak = {pool_.peak()};
+    outcome.reserved_peak = {pool_.reserved_peak()};
+    outcome.allocated_at_reserved_peak = {pool_.allocated_at_reserved_peak()};
     outcome.category_peaks = {pool_.category_peaks()};
     outcome.at_peak = {pool_.breakdown_at_peak()};
     for (coll::Communicator* group : strategy.groups()) {
@@ -83,6 +85,8 @@ StrategyOutcome plan_one(const RunOptions& options, const strategy::StrategyOpti
   memory.reserve = options.reserve_full_scale;
   memory.mode = OomMode::kRecord;
   memory.timeline = false;
+  memory.allocator = options.allocator;
+  memory.alloc_conf = options.alloc_conf;
   auto device = make_shapes_device(memory);
   device->memory().set_strategy(strategy_options.name());
   auto host = make_shapes_device({});
@@ -117,7 +121,7 @@ uint64_t planned_peak(const RunOptions& options, const strategy::StrategyOptions
                       const model::ModelConfig& config, int world, int per_node, bool& fits) {
   const StrategyOutcome outcome = plan_one(options, strategy_options, config, world, per_node);
   fits = outcome.fits();
-  return outcome.peak.front();
+  return outcome.reserved_peak.front();  // what the cap is checked against
 }
 
 }  // namespace

@@ -45,6 +45,31 @@ std::string cap_words(const RunReport& r) {
   return fmt::format("{} GPUs ({} GiB each)", stated, gib(static_cast<double>(r.cap) * static_cast<double>(r.scale())));
 }
 
+// Allocated beside reserved, for the rank whose reserved memory peaked highest: a GPU runs out of the latter.
+std::string format_reserved(const RunReport& r) {
+  if (r.options.allocator != AllocatorKind::kCaching) return "";
+  const double scale = static_cast<double>(r.scale());
+  const std::string conf = r.options.alloc_conf.str();
+  std::string out =
+      fmt::format("{:<14} {:>10} {:>10} {:>10} {:>10}   allocator: PyTorch's caching allocator{}\n", "reserved/rank",
+                  "allocated", "reserved", "fragment.", "peak rank", conf.empty() ? "" : fmt::format(" ({})", conf));
+  for (const StrategyOutcome& o : r.outcomes) {
+    if (o.reserved_peak.empty()) continue;
+    const auto p = static_cast<size_t>(o.reserved_peak_rank);
+    const uint64_t reserved = o.reserved_peak[p];
+    const uint64_t allocated = o.allocated_at_reserved_peak[p];
+    out += fmt::format("{:<14} {:>10} {:>10} {:>10} {:>10}\n", o.name,
+                       gib(static_cast<double>(o.peak[static_cast<size_t>(o.peak_rank)]) * scale),
+                       gib(static_cast<double>(reserved) * scale),
+                       gib(static_cast<double>(reserved - allocated) * scale), o.reserved_peak_rank);
+  }
+  out +=
+      "  GiB at full scale. allocated: the peak in use, as above; reserved: the peak held by the caching allocator's "
+      "segments plus the reserve,\n  what the cap is checked against (as a GPU runs out); fragment.: reserved - "
+      "allocated at the reserved peak.\n\n";
+  return out;
+}
+
 }  // namespace
 
 std::string format_report(const RunReport& r) {
@@ -86,6 +111,7 @@ std::string format_report(const RunReport& r) {
       "  peak: the highest rank's peak in use; the columns after it are what was in use at that moment, reserve "
       "aside.\n  states: parameters + gradients + master + optimizer at their own peaks; predicted: the "
       "analytic model (ZeRO paper + buffers).\n\n";
+  out += format_reserved(r);
 
   // Traffic per optimizer step of one rank.
   out += fmt::format("{:<14} {:>11} {:>14} {:>11} {:>11} {:>11} {:>9} | {:>9} {:>9}\n", "traffic/rank", "all-reduce",
@@ -137,7 +163,8 @@ std::string format_conclusion(const RunReport& r) {
   double cheapest_bytes = 0;
   for (const StrategyOutcome& o : r.outcomes) {
     if (o.peak.empty()) continue;
-    const double needed = static_cast<double>(o.peak[o.peak_rank]) * scale;
+    // What the device had to hold: the caching allocator's reserved peak (the allocated peak when exact).
+    const double needed = static_cast<double>(o.reserved_peak[o.reserved_peak_rank]) * scale;
     if (o.fits()) {
       fit.push_back(fmt::format("{} ({} GiB peak)", o.name, gib(needed)));
       double sent = 0;

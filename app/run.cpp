@@ -161,11 +161,15 @@ class RunDriver final : public StepDriver {
     const MemoryPool& memory = device_.memory();
     const int rank = mpi_.rank();
     const int world = mpi_.world();
-    const auto peaks = gather_vectors(std::vector<uint64_t>{memory.peak()}, rank, world);
+    const auto peaks = gather_vectors(
+        std::vector<uint64_t>{memory.peak(), memory.reserved_peak(), memory.allocated_at_reserved_peak()}, rank, world);
     const auto categories = gather_vectors(std::vector<CategoryBytes>{memory.category_peaks()}, rank, world);
     const auto at_peak = gather_vectors(std::vector<CategoryBytes>{memory.breakdown_at_peak()}, rank, world);
     for (int r = 0; rank == 0 && r < world; ++r) {
       outcome.peak.push_back(peaks[r][0]);
+      outcome.reserved_peak.push_back(peaks[r][1]);
+      outcome.allocated_at_reserved_peak.push_back(peaks[r][2]);
+      if (peaks[r][1] > outcome.reserved_peak[outcome.reserved_peak_rank]) outcome.reserved_peak_rank = r;
       outcome.category_peaks.push_back(categories[r][0]);
       outcome.at_peak.push_back(at_peak[r][0]);
       if (outcome.peak.back() > outcome.peak[outcome.peak_rank]) outcome.peak_rank = r;
@@ -186,7 +190,8 @@ class RunDriver final : public StepDriver {
       const MemorySeries series = thin_timeline(memory.timeline());
       const auto seconds = gather_vectors(series.seconds, rank, world);
       const auto current = gather_vectors(series.current, rank, world);
-      for (int r = 0; rank == 0 && r < world; ++r) outcome.memory.push_back({seconds[r], current[r]});
+      const auto reserved = gather_vectors(series.reserved, rank, world);
+      for (int r = 0; rank == 0 && r < world; ++r) outcome.memory.push_back({seconds[r], current[r], reserved[r]});
       const auto& oom = memory.first_oom();
       const auto oom_seconds = gather_vectors(std::vector<double>{oom ? oom->seconds : -1.0}, rank, world);
       for (int r = 0; rank == 0 && r < world; ++r) outcome.oom_seconds.push_back(oom_seconds[r][0]);
@@ -227,6 +232,9 @@ StrategyOutcome run_one(const MpiSession& mpi, const RunOptions& options, const 
   memory.reserve = report.reserve;
   memory.mode = options.strict_oom ? OomMode::kStrict : OomMode::kRecord;
   memory.rank = mpi.rank();
+  memory.allocator = options.allocator;
+  memory.alloc_conf = options.alloc_conf;
+  memory.scale = static_cast<uint64_t>(report.shrink) * static_cast<uint64_t>(report.shrink);
   // The trace's zero: the memory timeline counts from the pool's making, just after this.
   std::optional<SpanRecorder> spans;
   if (!options.trace_path.empty()) spans.emplace(steady_seconds());

@@ -30,6 +30,11 @@ struct StrategyOutcome {
   std::vector<CategoryBytes> category_peaks;  // [ranks] each category's own peak on each rank
   std::vector<CategoryBytes> at_peak;         // [ranks] in use by category when the rank peaked
   int peak_rank = 0;                          // the rank with the highest peak
+  // [ranks] the peak of what the device held (the caching allocator's segments + the reserve; = peak when
+  // exact), and what was allocated then: reserved_peak - allocated_at_reserved_peak is the fragmentation.
+  std::vector<uint64_t> reserved_peak;
+  std::vector<uint64_t> allocated_at_reserved_peak;
+  int reserved_peak_rank = 0;  // the rank with the highest reserved peak
   strategy::Prediction prediction;
   uint64_t predicted_activations = 0;  // the model's closed form: saved activations of every block + logits
 

@@ -33,6 +33,7 @@ MemorySeries thin_timeline(const std::vector<TimelinePoint>& timeline) {
   CategoryBytes best;
   double best_time = 0;
   uint64_t best_total = 0;
+  uint64_t best_reserved = 0;
   for (size_t i = 0; i < timeline.size(); ++i) {
     const TimelinePoint& p = timeline[i];
     current[p.category] = static_cast<uint64_t>(static_cast<int64_t>(current[p.category]) + p.delta);
@@ -40,10 +41,12 @@ MemorySeries thin_timeline(const std::vector<TimelinePoint>& timeline) {
       best = current;
       best_time = p.seconds;
       best_total = p.in_use;
+      best_reserved = p.reserved;
     }
     if ((i + 1) % stride == 0 || i + 1 == timeline.size()) {
       series.seconds.push_back(best_time);
       series.current.push_back(best);
+      series.reserved.push_back(best_reserved);
       best_total = 0;
     }
   }

@@ -24,6 +24,7 @@ namespace emu::app {
 struct MemorySeries {
   std::vector<double> seconds;         // since the strategy's set-up began
   std::vector<CategoryBytes> current;  // in use by category after the change
+  std::vector<uint64_t> reserved;      // held by the device (the caching allocator's segments + the reserve)
 };
 
 // A span of work on one rank, for the trace: set-up, a step, forward/backward of a unit, the gradient reduction,

@@ -67,7 +67,8 @@ void add_spans(json& events, const RunReport& report, const StrategyOutcome& out
   }
 }
 
-// Two counters per rank: the total in use, and in use by category (only the categories the rank ever used).
+// Two counters per rank: the total in use beside what the device held (reserved), and in use by category (only the
+// categories the rank ever used).
 void add_memory(json& events, const RunReport& report, const StrategyOutcome& outcome, int pid) {
   const double to_mib = static_cast<double>(report.scale()) / static_cast<double>(kMiB);
   for (size_t r = 0; r < outcome.memory.size(); ++r) {
@@ -86,7 +87,9 @@ void add_memory(json& events, const RunReport& report, const StrategyOutcome& ou
                         {"pid", pid},
                         {"tid", r},
                         {"ts", ts},
-                        {"args", {{"in use", static_cast<double>(point.total()) * to_mib}}}});
+                        {"args",
+                         {{"in use", static_cast<double>(point.total()) * to_mib},
+                          {"reserved", static_cast<double>(series.reserved[i]) * to_mib}}}});
       json by_category = json::object();
       for (size_t c = 0; c < kNumCategories; ++c) {
         if (used.bytes[c] != 0) {

@@ -276,8 +276,7 @@ Traffic Communicator::run_collective(AlgorithmContext& context, const Call& call
     finish_average(call, rank(), size());
   } else {
     // Shapes-only: the buffers are charged for the length of the call, nothing moves.
-    device_.memory().charge(expectation.buffer_bytes, Category::kCommBuffers, algorithm.name);
-    device_.memory().release(expectation.buffer_bytes, Category::kCommBuffers);
+    device_.memory().release(device_.memory().charge(expectation.buffer_bytes, Category::kCommBuffers, algorithm.name));
     context.moved = expectation.traffic;
   }
   return expectation.traffic;

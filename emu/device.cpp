@@ -7,9 +7,8 @@ namespace emu {
 
 void Buffer::reset() {
   if (device_ == nullptr) return;
-  const size_t size = bytes();
-  if (data_ != nullptr) device_->raw_free(data_, size);
-  device_->memory_.release(size, category_);
+  if (data_ != nullptr) device_->raw_free(data_, bytes());
+  device_->memory_.release(charge_);
   device_ = nullptr;
   data_ = nullptr;
   count_ = 0;
@@ -20,22 +19,21 @@ void Buffer::swap(Buffer& other) noexcept {
   std::swap(data_, other.data_);
   std::swap(count_, other.count_);
   std::swap(dtype_, other.dtype_);
-  std::swap(category_, other.category_);
+  std::swap(charge_, other.charge_);
 }
 
 Buffer Device::allocate(size_t count, DType dtype, Category category, std::string_view what) {
   const size_t size = count * dtype_size(dtype);
-  memory_.charge(size, category, what);
   Buffer buffer;
+  buffer.charge_ = memory_.charge(size, category, what);
   buffer.device_ = this;
   buffer.count_ = count;
   buffer.dtype_ = dtype;
-  buffer.category_ = category;
   if (size != 0) {
     buffer.data_ = raw_allocate(size);
     if (buffer.data_ == nullptr && holds_data()) {
       buffer.device_ = nullptr;
-      memory_.release(size, category);
+      memory_.release(buffer.charge_);
       throw std::bad_alloc();
     }
   }

@@ -45,7 +45,7 @@ class Buffer {
   size_t count() const { return count_; }
   DType dtype() const { return dtype_; }
   size_t bytes() const { return count_ * dtype_size(dtype_); }
-  Category category() const { return category_; }
+  Category category() const { return charge_.category; }
   Device* device() const { return device_; }
   bool allocated() const { return device_ != nullptr; }
 
@@ -58,7 +58,7 @@ class Buffer {
   void* data_ = nullptr;
   size_t count_ = 0;
   DType dtype_ = DType::kF32;
-  Category category_ = Category::kTemporaries;
+  MemoryPool::Charge charge_;  // what the device's memory gives back on reset
 };
 
 class Device {

@@ -1,10 +1,14 @@
 // The emulated GPU's memory: a per-rank byte budget with a hard cap, counted by category.
 //
-// Every tensor a GPU would hold is charged here at its logical size (bf16 = 2 bytes) before it exists. The cap
-// includes a reserve for the fixed overheads a real GPU has (CUDA context, NCCL's own buffers). An allocation
-// that would pass the cap is an out-of-memory: in strict mode it throws OutOfMemoryError at once, as a GPU would;
-// in record mode (the default for runs) the first one is recorded and the step continues over the cap on the
-// host, so no peer is left waiting inside a collective, and the ranks agree on the verdict at the step's end.
+// Every tensor a GPU would hold is charged here at its logical size (bf16 = 2 bytes) before it exists: that is
+// the *allocated* memory, counted by category. The cap includes a reserve for the fixed overheads a real GPU has
+// (CUDA context, NCCL's own buffers). With the caching allocator (the default of runs), each allocation also goes
+// through a model of PyTorch's CUDA caching allocator (caching_allocator.h) at full scale, and what the device
+// holds is the *reserved* memory: the reserve plus the allocator's segments. An allocation that would take the
+// reserved memory past the cap (allocated memory, with the exact allocator) is an out-of-memory: in strict mode it
+// throws OutOfMemoryError at once, as a GPU would; in record mode (the default for runs) the first one is recorded and
+// the step continues over the cap on the host, so no peer is left waiting inside a collective, and the ranks agree on
+// the verdict at the step's end.
 #pragma once
 
 #include <array>
@@ -16,6 +20,8 @@
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "emu/caching_allocator.h"
 
 namespace emu {
 
@@ -49,11 +55,19 @@ enum class OomMode : uint8_t {
   kRecord,  // record the first OOM, keep going over the cap, report at the step's end
 };
 
+enum class AllocatorKind : uint8_t {
+  kExact,    // the device holds exactly the bytes allocated
+  kCaching,  // PyTorch's CUDA caching allocator: the device holds the segments it reserved
+};
+std::string_view allocator_name(AllocatorKind kind);
+
 // Everything known at the moment an allocation would have passed the cap.
 struct OomEvent {
   int rank = 0;
   uint64_t requested = 0;  // bytes of the allocation that did not fit
   uint64_t in_use = 0;     // bytes in use before it, reserve included
+  uint64_t reserved = 0;   // bytes the device held when it failed, reserve included (caching: after freeing its cache)
+  bool caching = false;    // the caching allocator ran out, not the exact count
   uint64_t cap = 0;
   CategoryBytes breakdown;  // in use by category, before it
   Category category = Category::kTemporaries;
@@ -79,7 +93,8 @@ struct TimelinePoint {
   double seconds = 0;  // since the pool was made
   Category category = Category::kTemporaries;
   int64_t delta = 0;
-  uint64_t in_use = 0;  // total after the change
+  uint64_t in_use = 0;    // total after the change
+  uint64_t reserved = 0;  // held by the device after the change (= in_use with the exact allocator)
 };
 
 class MemoryPool {
@@ -90,6 +105,18 @@ class MemoryPool {
     OomMode mode = OomMode::kStrict;
     int rank = 0;
     bool timeline = true;
+    AllocatorKind allocator = AllocatorKind::kExact;  // runs default to kCaching (--allocator)
+    AllocatorConfig alloc_conf;                       // --alloc-conf, for kCaching
+    // k² in a shrunk run: the caching allocator sees every request × scale (full-scale sizes, so rounding and
+    // segments act as on the real GPU) and its reserved bytes ÷ scale count against the cap.
+    uint64_t scale = 1;
+  };
+
+  // One allocation, as charge() made it: what release() gives back.
+  struct Charge {
+    uint64_t bytes = 0;
+    Category category = Category::kTemporaries;
+    CachingAllocator::BlockId block = CachingAllocator::kNoBlock;
   };
 
   explicit MemoryPool(Options options);
@@ -97,8 +124,8 @@ class MemoryPool {
   MemoryPool& operator=(const MemoryPool&) = delete;
 
   // Charges `bytes` to `category`. Throws OutOfMemoryError in strict mode if it would pass the cap.
-  void charge(uint64_t bytes, Category category, std::string_view what = {});
-  void release(uint64_t bytes, Category category);
+  [[nodiscard]] Charge charge(uint64_t bytes, Category category, std::string_view what = {});
+  void release(const Charge& charge);
 
   uint64_t cap() const { return options_.cap; }
   uint64_t reserve() const { return options_.reserve; }
@@ -112,6 +139,15 @@ class MemoryPool {
   const CategoryBytes& category_peaks() const { return category_peak_; }
   // In use by category at the moment the total peaked.
   const CategoryBytes& breakdown_at_peak() const { return at_peak_; }
+  // Held by the device: the reserve plus the caching allocator's segments ÷ scale (= in_use() when exact).
+  uint64_t reserved() const;
+  uint64_t reserved_peak() const { return reserved_peak_; }
+  // Allocated at the reserved peak (the most while reserved stood there): the peak's fragmentation is
+  // reserved_peak() - allocated_at_reserved_peak().
+  uint64_t allocated_at_reserved_peak() const { return allocated_at_reserved_peak_; }
+  AllocatorKind allocator_kind() const { return options_.allocator; }
+  // The caching allocator's state, at full scale; null when exact.
+  const CachingAllocator* caching_allocator() const { return allocator_ ? &*allocator_ : nullptr; }
   // Peaks start again from what is in use now (e.g. at the start of a measured step).
   void reset_peaks();
 
@@ -128,10 +164,15 @@ class MemoryPool {
  private:
   void record(Category category, int64_t delta);
   double seconds_since_start() const;
+  void out_of_memory(uint64_t bytes, Category category, std::string_view what);
+  void count(uint64_t bytes, Category category);
 
   Options options_;
+  std::optional<CachingAllocator> allocator_;
   uint64_t in_use_ = 0;
   uint64_t peak_ = 0;
+  uint64_t reserved_peak_ = 0;
+  uint64_t allocated_at_reserved_peak_ = 0;
   CategoryBytes current_;
   CategoryBytes category_peak_;
   CategoryBytes at_peak_;

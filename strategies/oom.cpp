@@ -56,7 +56,7 @@ OomVerdict agree_on_oom(const MemoryPool& memory, coll::Communicator& control) {
   const auto& oom = memory.first_oom();
   mine.out_of_memory = oom.has_value() ? 1 : 0;
   mine.cap = memory.cap();
-  mine.peak = memory.peak();
+  mine.peak = memory.reserved_peak();  // what the device had to hold: reserved, or allocated when exact
   if (oom) {
     mine.requested = oom->requested;
     mine.in_use = oom->in_use;

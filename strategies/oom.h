@@ -17,7 +17,7 @@ struct RankMemory {
   int rank = 0;
   bool out_of_memory = false;
   uint64_t cap = 0;
-  uint64_t peak = 0;       // what the step needed: above the cap when out_of_memory
+  uint64_t peak = 0;       // what the step needed the device to hold (reserved): above the cap when out_of_memory
   uint64_t requested = 0;  // the first allocation that did not fit
   uint64_t in_use = 0;     // in use when it was asked for
   std::string phase;       // where, e.g. "backward, block 3"

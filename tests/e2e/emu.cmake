@@ -23,3 +23,7 @@ add_dependencies(emu_fault_test emu)
 emu_add_unit_test(emu_inputs_test SOURCES e2e/inputs_test.cpp LIBS emu_test_process emu_workloads
                   nlohmann_json::nlohmann_json LABELS e2e TIMEOUT 600)
 add_dependencies(emu_inputs_test emu)
+
+emu_add_unit_test(emu_allocator_test SOURCES e2e/allocator_test.cpp LIBS emu_test_process nlohmann_json::nlohmann_json
+                  LABELS e2e TIMEOUT 300)
+add_dependencies(emu_allocator_test emu)

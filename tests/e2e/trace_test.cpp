@@ -155,6 +155,8 @@ void check_counters(const StrategyTrace& s, const json& result, int ranks, uint6
       const std::string name = e["name"];
       if (name == "rank " + std::to_string(r) + " memory, full-scale MiB") {
         highest = std::max(highest, e["args"]["in use"].get<double>());
+        // The caching allocator (the default) holds whole segments: never less than what is in use.
+        EXPECT_GE(e["args"]["reserved"].get<double>(), e["args"]["in use"].get<double>()) << e.dump();
       } else {
         EXPECT_EQ(name, "rank " + std::to_string(r) + " by category, full-scale MiB");
         EXPECT_TRUE(e["args"].contains("parameters")) << e.dump();

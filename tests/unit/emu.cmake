@@ -2,3 +2,4 @@
 emu_add_unit_test(emu_memory_test SOURCES unit/memory_test.cpp LIBS emu_device)
 emu_add_unit_test(emu_cap_spec_test SOURCES unit/cap_spec_test.cpp LIBS emu_device)
 emu_add_unit_test(emu_dtype_test SOURCES unit/dtype_test.cpp LIBS emu_device)
+emu_add_unit_test(emu_caching_allocator_test SOURCES unit/caching_allocator_test.cpp LIBS emu_device)
