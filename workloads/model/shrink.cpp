@@ -22,6 +22,39 @@ int64_t divide_rounded(int64_t n, int64_t k) { return std::max<int64_t>(1, (2 * 
 
 }  // namespace
 
+uint64_t per_row_charge(const ModelConfig& config, uint64_t bytes) {
+  const auto k = static_cast<uint64_t>(config.shrink);
+  return (bytes + k - 1) / k;
+}
+
+Buffer allocate_per_row(Device& device, const ModelConfig& config, size_t count, DType dtype, Category category,
+                        std::string_view what) {
+  return device.allocate(count, dtype, category, what, per_row_charge(config, count * dtype_size(dtype)));
+}
+
+ParameterCharge parameter_charge(const ModelConfig& config, std::span<const UnitLayout> units) {
+  ParameterCharge charge;
+  uint64_t vectors = 0;  // norm weights and biases: one dimension, ∝ h or F
+  for (const UnitLayout& unit : units) {
+    charge.held += unit.count;
+    for (const ParamInfo& p : unit.params) {
+      if (p.shape.size() < 2) vectors += p.count;
+    }
+  }
+  charge.charged = double(charge.held - vectors) + double(vectors) / double(config.shrink);
+  return charge;
+}
+
+size_t ParameterCharge::bytes(size_t count, DType dtype) const {
+  if (held == 0 || charged == double(held)) return count * dtype_size(dtype);
+  return static_cast<size_t>(std::llround(double(count) * charged / double(held))) * dtype_size(dtype);
+}
+
+Buffer allocate_parameter_space(Device& device, const ParameterCharge& charge, size_t count, DType dtype,
+                                Category category, std::string_view what) {
+  return device.allocate(count, dtype, category, what, charge.bytes(count, dtype));
+}
+
 std::vector<int64_t> valid_shrink_factors(const ModelConfig& full) {
   std::vector<int64_t> factors;
   for (int64_t k = 1; k <= full.head_dim(); ++k) {
