@@ -23,10 +23,14 @@ uint64_t AnalyticInput::parameter_count() const {
   return std::accumulate(unit_counts.begin(), unit_counts.end(), uint64_t{0});
 }
 
+uint64_t AnalyticInput::elements(int unit, uint64_t elements) const {
+  if (unit == kAllUnits) return charge.elements(elements);
+  if (static_cast<size_t>(unit) >= unit_charge.size()) return elements;
+  return unit_charge[static_cast<size_t>(unit)].elements(elements);
+}
+
 uint64_t AnalyticInput::bytes(int unit, uint64_t elements, DType dtype) const {
-  if (unit == kAllUnits) return charge.bytes(elements, dtype);
-  if (static_cast<size_t>(unit) >= unit_charge.size()) return elements * dtype_size(dtype);
-  return unit_charge[static_cast<size_t>(unit)].bytes(elements, dtype);
+  return this->elements(unit, elements) * dtype_size(dtype);
 }
 
 AnalyticInput analytic_input(const model::Model& model, int world, int ranks_per_node, int accumulation) {

@@ -39,6 +39,8 @@ struct AnalyticInput {
   // `dtype`, as the strategy allocates it.
   static constexpr int kAllUnits = -1;
   uint64_t bytes(int unit, uint64_t elements, DType dtype) const;
+  // What those elements are charged for, in elements: what full-scale limits ÷ k² are compared with.
+  uint64_t elements(int unit, uint64_t elements) const;
 };
 
 // The input for `model` as it is laid out in units.

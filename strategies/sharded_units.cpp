@@ -27,7 +27,7 @@ void ShardedUnits::setup() {
     unit.optimizer = std::make_unique<optim::AdamWState>(optimizer_device(), recipe, unit.shard.shard,
                                                          fmt::format("unit {} optimizer shard", u), charge);
     unit.decay = decay_ranges(model_.layout(u), 0);
-    unit.keep_gathered = keeps_gathered(count);
+    unit.keep_gathered = keeps_gathered(charge.elements(count));
     std::vector<float> initial(device_.holds_data() ? unit.shard.shard : 0);  // host scratch, padding stays 0
     init_into(model_, u, options_.seed, unit.shard.offset, unit.shard.valid, initial.empty() ? nullptr : initial.data(),
               DType::kF32);
@@ -87,7 +87,7 @@ void ShardedUnits::update(double lr, float grad_scale) {
 
 size_t ShardedUnits::gathered_elements() const {
   size_t live = 0;
-  for (const UnitState& unit : units_) live += unit.gathered.count();
+  for (const UnitState& unit : units_) live += unit.gathered.charged_bytes() / dtype_size(unit.gathered.dtype());
   return live;
 }
 

@@ -27,18 +27,20 @@ uint64_t gathered_at_peak(const StrategyOptions& options, const AnalyticInput& i
   const auto unit_bytes = [&](size_t unit) {
     return input.bytes(static_cast<int>(unit), shards.padded[unit], options.recipe.params);
   };
-  uint64_t always_gathered = shards.padded[0];
+  // Elements as charged: what the full-scale limits ÷ k² are compared with.
+  const auto charged = [&](size_t unit) { return input.elements(static_cast<int>(unit), shards.padded[unit]); };
+  uint64_t always_gathered = charged(0);
   uint64_t always_bytes = unit_bytes(0);
   for (size_t unit = 1; unit < shards.padded.size(); ++unit) {
     if (persistent[unit]) {
-      always_gathered += shards.padded[unit];
+      always_gathered += charged(unit);
       always_bytes += unit_bytes(unit);
     }
   }
   // The blocks' padded sizes, 0 for a persistent block (counted above, never fetched again within a step).
   std::vector<uint64_t> blocks;
   for (size_t unit = 1; unit < shards.padded.size(); ++unit) {
-    blocks.push_back(persistent[unit] ? 0 : shards.padded[unit]);
+    blocks.push_back(persistent[unit] ? 0 : charged(unit));
   }
 
   const uint64_t prefetch_bucket = options.scaled(options.zero.prefetch_bucket_elements);
@@ -70,7 +72,8 @@ Updated predict_zero3(const StrategyOptions& options, const AnalyticInput& input
   const uint64_t grad_bytes = dtype_size(options.recipe.grads);
   std::vector<bool> persistent(units, false);
   for (size_t unit = 0; unit < units; ++unit) {
-    persistent[unit] = input.unit_counts[unit] <= options.scaled(options.zero.param_persistence_threshold);
+    persistent[unit] = input.elements(static_cast<int>(unit), input.unit_counts[unit]) <=
+                       options.scaled(options.zero.param_persistence_threshold);
   }
 
   const uint64_t gathered = world > 1 ? gathered_at_peak(options, input, shards, persistent) : 0;

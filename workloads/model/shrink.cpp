@@ -45,9 +45,9 @@ ParameterCharge parameter_charge(const ModelConfig& config, std::span<const Unit
   return charge;
 }
 
-size_t ParameterCharge::bytes(size_t count, DType dtype) const {
-  if (held == 0 || charged == double(held)) return count * dtype_size(dtype);
-  return static_cast<size_t>(std::llround(double(count) * charged / double(held))) * dtype_size(dtype);
+size_t ParameterCharge::elements(size_t count) const {
+  if (held == 0 || charged == double(held)) return count;
+  return static_cast<size_t>(std::llround(double(count) * charged / double(held)));
 }
 
 Buffer allocate_parameter_space(Device& device, const ParameterCharge& charge, size_t count, DType dtype,

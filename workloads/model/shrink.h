@@ -48,9 +48,12 @@ struct ParameterCharge {
   uint64_t held = 0;   // elements of the space
   double charged = 0;  // what they are charged for, in elements
 
-  // Bytes charged for `count` elements of the space at `dtype`: count · charged / held elements, rounded to the
-  // nearest; count elements when the space is empty or at full scale.
-  size_t bytes(size_t count, DType dtype) const;
+  // What `count` elements of the space are charged for, in elements: count · charged / held, rounded to the
+  // nearest; count when the space is empty or at full scale. Also what a full-scale size limit (a prefetch
+  // bucket, a persistence threshold, ÷ k²) is compared with, so the shrunk run decides as the full-scale one.
+  size_t elements(size_t count) const;
+  // Bytes charged for `count` elements of the space at `dtype`: elements(count) at dtype's size.
+  size_t bytes(size_t count, DType dtype) const { return elements(count) * dtype_size(dtype); }
 };
 ParameterCharge parameter_charge(const ModelConfig& config, std::span<const UnitLayout> units);
 // `count` elements of the space `charge` describes (parameters, gradients, buckets, optimizer state of a shard).
