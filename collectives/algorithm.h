@@ -42,7 +42,7 @@ struct AlgorithmContext {
   size_t slice_bytes;  // the largest message; reductions go through scratch buffers of at most this size
   // The slice a scratch buffer is charged for: slice_bytes / k² in a shrunk run (CommunicatorOptions::shrink).
   size_t charged_slice_bytes;
-  Traffic moved;  // counted by the helpers in steps.h
+  Traffic moved;                              // counted by the helpers in steps.h
   std::vector<StepRecord>* record = nullptr;  // the teaching view's log, or null
 
   int rank() const { return link.rank(); }

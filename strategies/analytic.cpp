@@ -114,7 +114,9 @@ Prediction predict(const StrategyOptions& options, const AnalyticInput& input) {
   }
   // Master weights (fp32) and Adam's two moments over the elements this rank updates.
   for (const auto& [unit, elements] : updated) {
-    if (options.recipe.has_master) prediction.peak[Category::kMasterWeights] += input.bytes(unit, elements, DType::kF32);
+    if (options.recipe.has_master) {
+      prediction.peak[Category::kMasterWeights] += input.bytes(unit, elements, DType::kF32);
+    }
     prediction.peak[Category::kOptimizerState] += 2 * input.bytes(unit, elements, options.recipe.moments);
   }
   return prediction;

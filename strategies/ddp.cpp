@@ -37,8 +37,8 @@ class Ddp final : public Strategy {
   void setup() override {
     const optim::PrecisionRecipe& recipe = options_.recipe;
     flat_ = flat_layout(model_);
-    params_ = model::allocate_parameter_space(device_, flat_.charge, flat_.total, recipe.params,
-                                              Category::kParameters, "DDP parameters");
+    params_ = model::allocate_parameter_space(device_, flat_.charge, flat_.total, recipe.params, Category::kParameters,
+                                              "DDP parameters");
     grads_ = model::allocate_parameter_space(device_, flat_.charge, flat_.total, recipe.grads, Category::kGradients,
                                              "DDP gradients");
     plan_buckets();

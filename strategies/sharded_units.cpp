@@ -102,7 +102,7 @@ void ShardedUnits::gather(int u, std::string_view pass) {
   const std::string phase = fmt::format("{} all-gather, unit {}", pass, u);
   PhaseScope scope(device_.memory(), phase);
   unit.gathered = model::allocate_parameter_space(device_, unit_charge(model_, u), unit.shard.padded, dtype,
-                                                 Category::kParameters, fmt::format("unit {} gathered parameters", u));
+                                                  Category::kParameters, fmt::format("unit {} gathered parameters", u));
   void* mine = element(unit.gathered.data(), dtype, unit.shard.offset);
   convert(unit.params.data(), dtype, mine, dtype, unit.shard.shard);
   shard_group().all_gather(mine, unit.gathered.data(), unit.shard.shard, dtype, phase);
@@ -118,9 +118,9 @@ void ShardedUnits::release(int u, bool stale) {
 
 void ShardedUnits::begin_gradients(int u) {
   UnitState& unit = units_[static_cast<size_t>(u)];
-  unit.unit_grads = model::allocate_parameter_space(device_, unit_charge(model_, u), unit.shard.padded,
-                                                   options_.recipe.grads, Category::kGradients,
-                                                   fmt::format("unit {} gradients", u));
+  unit.unit_grads =
+      model::allocate_parameter_space(device_, unit_charge(model_, u), unit.shard.padded, options_.recipe.grads,
+                                      Category::kGradients, fmt::format("unit {} gradients", u));
   model_.bind_grads(u, unit.unit_grads.data());
 }
 

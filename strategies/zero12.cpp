@@ -39,11 +39,11 @@ class PartitionedOptimizer final : public Strategy {
     params_ = model::allocate_parameter_space(device_, flat_.charge, shard_.padded, recipe.params,
                                               Category::kParameters, "ZeRO parameters");
     if (stage_ == 1) {
-      grads_ = model::allocate_parameter_space(device_, flat_.charge, shard_.padded, recipe.grads,
-                                               Category::kGradients, "ZeRO-1 gradients");
+      grads_ = model::allocate_parameter_space(device_, flat_.charge, shard_.padded, recipe.grads, Category::kGradients,
+                                               "ZeRO-1 gradients");
     } else {
-      grads_ = model::allocate_parameter_space(device_, flat_.charge, shard_.shard, recipe.grads,
-                                               Category::kGradients, "ZeRO-2 gradient partition");
+      grads_ = model::allocate_parameter_space(device_, flat_.charge, shard_.shard, recipe.grads, Category::kGradients,
+                                               "ZeRO-2 gradient partition");
       size_t largest = 0;
       for (size_t count : flat_.count) largest = std::max(largest, count);
       bucket_capacity_ = std::max<size_t>(largest, options_.scaled(options_.zero.reduce_bucket_elements));

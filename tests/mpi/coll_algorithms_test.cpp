@@ -59,7 +59,8 @@ void run_case(World& world, const Algorithm& algorithm, const Shape& shape, DTyp
   const uint64_t buffer_peak = world.device->memory().peak(Category::kCommBuffers);
   const LedgerEntry entry = comm.ledger().total(algorithm.kind);
   // Declared at the charged slice: slice_bytes itself at k = 1, slice_bytes / k² in a shrunk run.
-  const Expectation declared = algorithm.expect(ours.call(), rank, size, shape.slice_bytes / (shape.shrink * shape.shrink));
+  const Expectation declared =
+      algorithm.expect(ours.call(), rank, size, shape.slice_bytes / (shape.shrink * shape.shrink));
 
   comm.set_algorithm(algorithm.kind, "mpi");
   comm.run(reference.call());

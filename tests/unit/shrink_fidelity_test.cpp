@@ -33,7 +33,7 @@ namespace emu::app {
 namespace {
 
 constexpr int kRanks = 4;
-constexpr int kRanksPerNode = 2;    // fsdp-hybrid: two nodes of two
+constexpr int kRanksPerNode = 2;      // fsdp-hybrid: two nodes of two
 constexpr double kTolerance = 0.005;  // 0.5%
 
 const std::vector<std::string> kStrategies = {"ddp",  "zero1",        "zero2",         "zero3",
@@ -98,48 +98,47 @@ TEST(ShrinkFidelity, ShrunkTimesKSquaredEqualsThePlanForEveryModelStrategyAndVar
   int cases = 0;
   for (const std::string& name : models()) {
     for (const Variant& variant : kVariants) {
-      std::vector<std::string> args = {"--model", name, "--strategies",
-                                       fmt::format("{}", fmt::join(kStrategies, ","))};
+      std::vector<std::string> args = {"--model", name, "--strategies", fmt::format("{}", fmt::join(kStrategies, ","))};
       args.insert(args.end(), variant.flags.begin(), variant.flags.end());
       const RunOptions parsed = parse(args);
       for (int64_t k : model::valid_shrink_factors(parsed.full)) {
-      if (k == 1) continue;
-      RunOptions options = parsed;
-      options.shrink = static_cast<int>(k);
-      for (strategy::StrategyOptions& one : options.strategies) one.shrink = options.shrink;
-      const model::ModelConfig shrunk = model::shrink(options.full, k);
-      for (const strategy::StrategyOptions& strategy_options : options.strategies) {
-        SCOPED_TRACE(fmt::format("{} shrunk by k = {}, {}, {}", name, k, strategy_options.name(), variant.name));
-        const Accounted small = account(options, strategy_options, shrunk);
-        const Accounted full = account(options, strategy_options, options.full);
-        // A buffer's charge and a rank's shard are whole elements: in a toy model (h = 8, V = 10) a category of a
-        // few hundred bytes moves by whole percents. Up to one 4-byte element per rank per unit, × k², is rounding.
-        const double rounding = double(k * k) * 4 * kRanks * double(options.full.layers + 1);
-        std::string problems = compare("peak", small.peak, full.peak, k, rounding);
-        for (size_t c = 0; c < kNumCategories; ++c) {
-          const auto category = static_cast<Category>(c);
-          // Scratch smaller than its 4 MiB slice holds a whole payload block, norm weights and biases (∝ k)
-          // included, which a collective cannot tell apart: only toy models (h = 64) have blocks that small at
-          // full scale. The total above still holds them.
-          if (category == Category::kCommBuffers && full.categories[category] < 4 * kMiB) continue;
-          problems += compare(category_name(category).data(), small.categories[category], full.categories[category], k,
-                              rounding);
-        }
-        if (!problems.empty()) {
+        if (k == 1) continue;
+        RunOptions options = parsed;
+        options.shrink = static_cast<int>(k);
+        for (strategy::StrategyOptions& one : options.strategies) one.shrink = options.shrink;
+        const model::ModelConfig shrunk = model::shrink(options.full, k);
+        for (const strategy::StrategyOptions& strategy_options : options.strategies) {
+          SCOPED_TRACE(fmt::format("{} shrunk by k = {}, {}, {}", name, k, strategy_options.name(), variant.name));
+          const Accounted small = account(options, strategy_options, shrunk);
+          const Accounted full = account(options, strategy_options, options.full);
+          // A buffer's charge and a rank's shard are whole elements: in a toy model (h = 8, V = 10) a category of a
+          // few hundred bytes moves by whole percents. Up to one 4-byte element per rank per unit, × k², is rounding.
+          const double rounding = double(k * k) * 4 * kRanks * double(options.full.layers + 1);
+          std::string problems = compare("peak", small.peak, full.peak, k, rounding);
           for (size_t c = 0; c < kNumCategories; ++c) {
             const auto category = static_cast<Category>(c);
-            problems += fmt::format("\n  at the peak, {}: shrunk × k² {} B, plan {} B", category_name(category),
-                                    small.at_peak[category] * uint64_t(k * k), full.at_peak[category]);
+            // Scratch smaller than its 4 MiB slice holds a whole payload block, norm weights and biases (∝ k)
+            // included, which a collective cannot tell apart: only toy models (h = 64) have blocks that small at
+            // full scale. The total above still holds them.
+            if (category == Category::kCommBuffers && full.categories[category] < 4 * kMiB) continue;
+            problems += compare(category_name(category).data(), small.categories[category], full.categories[category],
+                                k, rounding);
           }
+          if (!problems.empty()) {
+            for (size_t c = 0; c < kNumCategories; ++c) {
+              const auto category = static_cast<Category>(c);
+              problems += fmt::format("\n  at the peak, {}: shrunk × k² {} B, plan {} B", category_name(category),
+                                      small.at_peak[category] * uint64_t(k * k), full.at_peak[category]);
+            }
+          }
+          EXPECT_EQ(problems, "");
+          const double deviation = double(small.peak) * double(k * k) / double(full.peak) - 1;
+          if (std::abs(deviation) > std::abs(worst)) {
+            worst = deviation;
+            worst_case = fmt::format("{} k={} {} {}", name, k, strategy_options.name(), variant.name);
+          }
+          ++cases;
         }
-        EXPECT_EQ(problems, "");
-        const double deviation = double(small.peak) * double(k * k) / double(full.peak) - 1;
-        if (std::abs(deviation) > std::abs(worst)) {
-          worst = deviation;
-          worst_case = fmt::format("{} k={} {} {}", name, k, strategy_options.name(), variant.name);
-        }
-        ++cases;
-      }
       }
     }
   }

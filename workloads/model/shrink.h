@@ -64,7 +64,8 @@ Buffer allocate_parameter_space(Device& device, const ParameterCharge& charge, s
 struct ShrinkTerm {
   std::string name;
   double full = 0;
-  double shrunk = 0;
+  double shrunk = 0;   // as a shrunk run charges it
+  bool memory = true;  // false: bytes on the wire, which are real data
   // shrunk · k² / full − 1: 0 is an exact 1/k² scaling.
   double deviation(int64_t k) const { return full == 0 ? 0 : shrunk * double(k) * double(k) / full - 1; }
 };
@@ -75,7 +76,13 @@ struct ShrinkReport {
   int64_t k = 1;
   std::vector<ShrinkTerm> terms;
 
-  // A table: the shapes side by side, then each term with its deviation in percent.
+  // The memory term furthest from an exact 1/k², after charging: only the rounding of F, V and s is left.
+  const ShrinkTerm& worst_memory_term() const;
+  // The wire's deviation: the parameters' payload as held (norm weights and biases at their shrunk size).
+  double wire_deviation() const;
+  // One line on what remains of the deviation, for the run header and the report's footer.
+  std::string remaining() const;
+  // A table: the shapes side by side, then each term with its deviation in percent, then remaining().
   std::string format() const;
 };
 

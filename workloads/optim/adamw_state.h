@@ -12,9 +12,9 @@
 #include <string_view>
 
 #include "emu/device.h"
+#include "workloads/model/shrink.h"
 #include "workloads/optim/adamw.h"
 #include "workloads/optim/precision.h"
-#include "workloads/model/shrink.h"
 
 namespace emu::optim {
 
