@@ -88,8 +88,11 @@ void print_run_header(const MpiSession& mpi, const RunOptions& options) {
                         options.save_weights_path);
   }
   if (options.plan) {
-    text += fmt::format("  plan      shapes only at full scale for {} ranks: no data, no math\n",
-                        options.plan_ranks > 0 ? options.plan_ranks : mpi.world());
+    const model::ShrinkReport shrunk = model::shrink_report(options.full, k, options.model_options);
+    text += fmt::format(
+        "  plan      shapes only at full scale for {} ranks: no data, no math; a run shrunk by k = {} charges "
+        "these figures / k^2 up to the rounding of F, V and s ({:+.3f}% at most on a memory term)\n",
+        options.plan_ranks > 0 ? options.plan_ranks : mpi.world(), k, 100 * shrunk.worst_memory_term().deviation(k));
   } else {
     text += fmt::format(
         "  shrink    k = {}{}: memory terms / k^2 = / {}\n", k,

@@ -75,14 +75,17 @@ class PlanDriver final : public StepDriver {
   const MemoryPool& pool_;
 };
 
-// One strategy planned for `ranks` ranks on the full-scale `config`: one step on a shapes-only device over
-// virtual groups.
-StrategyOutcome plan_one(const RunOptions& options, const strategy::StrategyOptions& strategy_options,
-                         const model::ModelConfig& config, int ranks, int ranks_per_node) {
-  // A plan is at full scale: the cap as stated ("40GB-scaled" and "40GB" both mean 40 GB per GPU here).
+}  // namespace
+
+StrategyOutcome account_shapes(const RunOptions& options, const strategy::StrategyOptions& strategy_options,
+                               const model::ModelConfig& config, int ranks, int ranks_per_node) {
+  // At full scale the cap is as stated ("40GB-scaled" and "40GB" both mean 40 GB per GPU here); a shrunk config
+  // gets the run's cap and reserve, ÷ k².
+  const int shrink = static_cast<int>(config.shrink);
+  const auto k2 = static_cast<uint64_t>(shrink) * static_cast<uint64_t>(shrink);
   MemoryPool::Options memory;
-  memory.cap = options.cap.unlimited ? kNoCap : options.cap.bytes;
-  memory.reserve = options.reserve_full_scale;
+  memory.cap = options.cap.unlimited ? kNoCap : options.cap.per_rank_bytes(shrink);
+  memory.reserve = options.reserve_full_scale / k2;
   memory.mode = OomMode::kRecord;
   memory.timeline = false;
   memory.allocator = options.allocator;
@@ -90,9 +93,9 @@ StrategyOutcome plan_one(const RunOptions& options, const strategy::StrategyOpti
   auto device = make_shapes_device(memory);
   device->memory().set_strategy(strategy_options.name());
   auto host = make_shapes_device({});
-  auto world = coll::make_virtual_communicator(*device, 0, ranks, "world");
-  auto intra = coll::make_virtual_communicator(*device, 0, ranks_per_node, "intra-node 0");
-  auto inter = coll::make_virtual_communicator(*device, 0, ranks / ranks_per_node, "inter-node 0");
+  auto world = coll::make_virtual_communicator(*device, 0, ranks, "world", shrink);
+  auto intra = coll::make_virtual_communicator(*device, 0, ranks_per_node, "intra-node 0", shrink);
+  auto inter = coll::make_virtual_communicator(*device, 0, ranks / ranks_per_node, "inter-node 0", shrink);
   const Stage stage{.device = *device,
                     .offload = options.offload ? host.get() : nullptr,
                     .world = *world,
@@ -102,7 +105,7 @@ StrategyOutcome plan_one(const RunOptions& options, const strategy::StrategyOpti
                     .model = config,
                     .model_options = options.model_options,
                     .initial_weights = nullptr,
-                    .shrink = 1,
+                    .shrink = shrink,
                     .ranks = ranks,
                     .ranks_per_node = ranks_per_node,
                     .accumulation = options.accumulation,
@@ -110,6 +113,13 @@ StrategyOutcome plan_one(const RunOptions& options, const strategy::StrategyOpti
                     .spans = nullptr};
   PlanDriver driver(config, options.accumulation, device->memory());
   return run_one_strategy(stage, strategy_options, driver);
+}
+
+namespace {
+
+StrategyOutcome plan_one(const RunOptions& options, const strategy::StrategyOptions& strategy_options,
+                         const model::ModelConfig& config, int ranks, int ranks_per_node) {
+  return account_shapes(options, strategy_options, config, ranks, ranks_per_node);
 }
 
 int group_size(const RunOptions& options, int world, int ranks_per_node) {

@@ -15,6 +15,13 @@
 
 namespace emu::app {
 
+// One strategy of `options` accounted for `ranks` ranks on a shapes-only device over virtual groups: one step of
+// `config`. At full scale (config.shrink 1) this is the plan; a shrunk config (shrink.h) goes through the same
+// allocations as a shrunk run does, its buckets, thresholds, slices, cap and reserve ÷ k², so the two can be
+// compared without running the shrunk math.
+StrategyOutcome account_shapes(const RunOptions& options, const strategy::StrategyOptions& strategy_options,
+                               const model::ModelConfig& config, int ranks, int ranks_per_node);
+
 // Rank 0 only: plans every strategy of `options` for options.plan_ranks (or `world`) ranks.
 RunReport plan_strategies(const RunOptions& options, int world, int ranks_per_node);
 

@@ -65,6 +65,7 @@ Groups make_groups(Device& device, const RunOptions& options, int ranks_per_node
   Groups groups;
   coll::CommunicatorOptions collective_options = coll::CommunicatorOptions::from_environment();
   collective_options.watchdog_seconds = options.watchdog_seconds;
+  collective_options.shrink = options.shrink;
   collective_options.check_calls = collective_options.check_calls || options.check_collectives;
   groups.world = coll::make_communicator(MPI_COMM_WORLD, device, "world", collective_options, options.collectives);
   const int rank = groups.world->rank();

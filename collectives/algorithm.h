@@ -5,6 +5,7 @@
 // ledger with what the AlgorithmContext counted and what expect() declared; the two must agree to the byte.
 #pragma once
 
+#include <algorithm>
 #include <span>
 #include <string>
 #include <string_view>
@@ -28,12 +29,20 @@ struct StepRecord {
   bool reduced = false;  // the received data was combined with ours rather than copied
 };
 
+// Elements in one slice (at least 1).
+inline size_t slice_elements(size_t slice_bytes, DType dtype) {
+  const size_t elements = slice_bytes / dtype_size(dtype);
+  return elements == 0 ? 1 : elements;
+}
+
 // What an algorithm runs with: the link, the device its buffers come from, and the counters.
 struct AlgorithmContext {
   Link& link;
   Device& device;
   size_t slice_bytes;  // the largest message; reductions go through scratch buffers of at most this size
-  Traffic moved;       // counted by the helpers in steps.h
+  // The slice a scratch buffer is charged for: slice_bytes / k² in a shrunk run (CommunicatorOptions::shrink).
+  size_t charged_slice_bytes;
+  Traffic moved;                              // counted by the helpers in steps.h
   std::vector<StepRecord>* record = nullptr;  // the teaching view's log, or null
 
   int rank() const { return link.rank(); }
@@ -42,6 +51,13 @@ struct AlgorithmContext {
   // OutOfMemoryError.
   Buffer buffer(size_t count, DType dtype, std::string_view what) {
     return device.allocate(count, dtype, Category::kCommBuffers, what);
+  }
+  // Scratch of `slices` slices for messages of at most `largest` elements: slices × min(largest, slice) elements,
+  // charged as slices × min(largest, charged slice) elements, what the full-scale GPU holds ÷ k². Same throws.
+  Buffer scratch(size_t largest, size_t slices, DType dtype, std::string_view what) {
+    const size_t held = slices * std::min(largest, slice_elements(slice_bytes, dtype));
+    const size_t charged = slices * std::min(largest, slice_elements(charged_slice_bytes, dtype));
+    return device.allocate(held, dtype, Category::kCommBuffers, what, charged * dtype_size(dtype));
   }
 };
 
@@ -66,11 +82,5 @@ std::vector<const Algorithm*> algorithms_for(CollectiveKind kind);
 const Algorithm* find_algorithm(CollectiveKind kind, std::string_view name);
 // "ring, rhd, mpi"
 std::string algorithm_names(CollectiveKind kind);
-
-// Elements in one slice (at least 1).
-inline size_t slice_elements(size_t slice_bytes, DType dtype) {
-  const size_t elements = slice_bytes / dtype_size(dtype);
-  return elements == 0 ? 1 : elements;
-}
 
 }  // namespace emu::coll

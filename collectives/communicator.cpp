@@ -81,6 +81,11 @@ CommunicatorOptions CommunicatorOptions::from_environment() {
   return options;
 }
 
+size_t CommunicatorOptions::charged_slice_bytes() const {
+  const auto k2 = static_cast<size_t>(shrink) * static_cast<size_t>(shrink);
+  return std::max<size_t>(1, slice_bytes / k2);
+}
+
 namespace {
 
 // "<which> buffer is null but holds N elements; " when a data-holding rank passed no buffer for a non-empty part.
@@ -270,7 +275,7 @@ Traffic Communicator::run_point_to_point(AlgorithmContext& context, const Call& 
 
 // A collective: the algorithm, then the division of an average. Returns the declared traffic.
 Traffic Communicator::run_collective(AlgorithmContext& context, const Call& call, const Algorithm& algorithm) {
-  const Expectation expectation = algorithm.expect(call, rank(), size(), options_.slice_bytes);
+  const Expectation expectation = algorithm.expect(call, rank(), size(), options_.charged_slice_bytes());
   if (device_.holds_data()) {
     algorithm.run(context, call);
     finish_average(call, rank(), size());
@@ -304,7 +309,7 @@ void Communicator::run(const Call& call) {
   if (collective && options_.check_calls) check_agreement(call);
 
   const auto start = std::chrono::steady_clock::now();
-  AlgorithmContext context{*link_, device_, options_.slice_bytes, Traffic{}, record_};
+  AlgorithmContext context{*link_, device_, options_.slice_bytes, options_.charged_slice_bytes(), Traffic{}, record_};
   const Traffic expected = collective ? run_collective(context, call, *algorithm) : run_point_to_point(context, call);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (context.moved != expected) {

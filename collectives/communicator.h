@@ -35,6 +35,12 @@ namespace emu::coll {
 struct CommunicatorOptions {
   // The largest message; reductions go through scratch buffers of at most this size (NCCL's buffers are 4 MiB).
   size_t slice_bytes = 4 * kMiB;
+  // k of a shrunk run: the scratch slices are charged as the GPU running the full-scale model holds them,
+  // slice_bytes / k² (DESIGN.md §1), while messages still go in slices of slice_bytes (4 MiB / k² would cut a
+  // shrunk run's traffic into thousands of small messages and slow it, for the same bytes). 1: full scale.
+  int64_t shrink = 1;
+  // The slice the device is charged for: slice_bytes / k², at least 1 byte.
+  size_t charged_slice_bytes() const;
   // A collective that takes longer ends the job with exit code 3; 0 turns the watchdog off.
   double watchdog_seconds = 0;
   // Before each collective, the ranks compare what they are calling (kind, count, type, op, root); ranks that

@@ -23,9 +23,13 @@ void Buffer::swap(Buffer& other) noexcept {
 }
 
 Buffer Device::allocate(size_t count, DType dtype, Category category, std::string_view what) {
+  return allocate(count, dtype, category, what, count * dtype_size(dtype));
+}
+
+Buffer Device::allocate(size_t count, DType dtype, Category category, std::string_view what, size_t charged_bytes) {
   const size_t size = count * dtype_size(dtype);
   Buffer buffer;
-  buffer.charge_ = memory_.charge(size, category, what);
+  buffer.charge_ = memory_.charge(charged_bytes, category, what);
   buffer.device_ = this;
   buffer.count_ = count;
   buffer.dtype_ = dtype;

@@ -45,6 +45,8 @@ class Buffer {
   size_t count() const { return count_; }
   DType dtype() const { return dtype_; }
   size_t bytes() const { return count_ * dtype_size(dtype_); }
+  // What the device's memory is charged for it: bytes(), unless it was allocated with a charge of its own.
+  size_t charged_bytes() const { return charge_.bytes; }
   Category category() const { return charge_.category; }
   Device* device() const { return device_; }
   bool allocated() const { return device_ != nullptr; }
@@ -81,6 +83,9 @@ class Device {
   // Charges count * dtype_size(dtype) bytes to `category` (may throw OutOfMemoryError in strict mode), then
   // allocates them, zero-filled. `what` names the tensor in out-of-memory reports.
   Buffer allocate(size_t count, DType dtype, Category category, std::string_view what = {});
+  // As above, but charges `charged_bytes` instead of count * dtype_size(dtype): a shrunk run's term that scales by
+  // k rather than k² (a norm weight, a per-row statistic) is charged at its full-scale bytes / k² (DESIGN.md §1).
+  Buffer allocate(size_t count, DType dtype, Category category, std::string_view what, size_t charged_bytes);
 
  protected:
   virtual void* raw_allocate(size_t bytes) = 0;

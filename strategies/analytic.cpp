@@ -23,9 +23,23 @@ uint64_t AnalyticInput::parameter_count() const {
   return std::accumulate(unit_counts.begin(), unit_counts.end(), uint64_t{0});
 }
 
+uint64_t AnalyticInput::elements(int unit, uint64_t elements) const {
+  if (unit == kAllUnits) return charge.elements(elements);
+  if (static_cast<size_t>(unit) >= unit_charge.size()) return elements;
+  return unit_charge[static_cast<size_t>(unit)].elements(elements);
+}
+
+uint64_t AnalyticInput::bytes(int unit, uint64_t elements, DType dtype) const {
+  return this->elements(unit, elements) * dtype_size(dtype);
+}
+
 AnalyticInput analytic_input(const model::Model& model, int world, int ranks_per_node, int accumulation) {
   AnalyticInput input;
-  for (int u = 0; u < model.num_units(); ++u) input.unit_counts.push_back(model.layout(u).count);
+  for (int u = 0; u < model.num_units(); ++u) {
+    input.unit_counts.push_back(model.layout(u).count);
+    input.unit_charge.push_back(model::parameter_charge(model.config(), {&model.layout(u), 1}));
+  }
+  input.charge = model::parameter_charge(model.config(), model.layouts());
   input.world = world;
   input.ranks_per_node = ranks_per_node;
   input.accumulation = accumulation;
@@ -63,29 +77,48 @@ uint64_t padded_elements(uint64_t count, int ranks) { return shard_of(count, 0, 
 
 UnitShards unit_shards(const AnalyticInput& input, int group_size) {
   UnitShards shards;
+  shards.group_size = group_size;
   for (uint64_t count : input.unit_counts) {
     shards.padded.push_back(padded_elements(count, group_size));
     shards.shard_elements += padded_elements(count, group_size) / group_size;
   }
   if (shards.padded.size() > 1) {
-    shards.largest_padded_block = *std::max_element(shards.padded.begin() + 1, shards.padded.end());
+    const auto largest = std::max_element(shards.padded.begin() + 1, shards.padded.end());
+    shards.largest_padded_block = *largest;
+    shards.largest_block = static_cast<int>(largest - shards.padded.begin());
   }
+  return shards;
+}
+
+uint64_t UnitShards::shard_bytes(const AnalyticInput& input, DType dtype) const {
+  uint64_t total = 0;
+  for (size_t u = 0; u < padded.size(); ++u) total += input.bytes(static_cast<int>(u), padded[u] / group_size, dtype);
+  return total;
+}
+
+Updated UnitShards::updated() const {
+  Updated shards;
+  for (size_t u = 0; u < padded.size(); ++u) shards.emplace_back(static_cast<int>(u), padded[u] / group_size);
   return shards;
 }
 
 Prediction predict(const StrategyOptions& options, const AnalyticInput& input) {
   Prediction prediction;
-  uint64_t updated_elements = 0;  // what this rank's optimizer updates
+  Updated updated;  // what this rank's optimizer updates
   switch (options.kind) {
-    case StrategyKind::kDdp: updated_elements = predict_ddp(options, input, prediction); break;
-    case StrategyKind::kZero1: updated_elements = predict_zero12(options, input, 1, prediction); break;
-    case StrategyKind::kZero2: updated_elements = predict_zero12(options, input, 2, prediction); break;
-    case StrategyKind::kZero3: updated_elements = predict_zero3(options, input, prediction); break;
-    case StrategyKind::kFsdp: updated_elements = predict_fsdp(options, input, prediction); break;
+    case StrategyKind::kDdp: updated = predict_ddp(options, input, prediction); break;
+    case StrategyKind::kZero1: updated = predict_zero12(options, input, 1, prediction); break;
+    case StrategyKind::kZero2: updated = predict_zero12(options, input, 2, prediction); break;
+    case StrategyKind::kZero3: updated = predict_zero3(options, input, prediction); break;
+    case StrategyKind::kFsdp: updated = predict_fsdp(options, input, prediction); break;
   }
   // Master weights (fp32) and Adam's two moments over the elements this rank updates.
-  prediction.peak[Category::kMasterWeights] = options.recipe.has_master ? updated_elements * 4 : 0;
-  prediction.peak[Category::kOptimizerState] = updated_elements * 2 * dtype_size(options.recipe.moments);
+  for (const auto& [unit, elements] : updated) {
+    if (options.recipe.has_master) {
+      prediction.peak[Category::kMasterWeights] += input.bytes(unit, elements, DType::kF32);
+    }
+    prediction.peak[Category::kOptimizerState] += 2 * input.bytes(unit, elements, options.recipe.moments);
+  }
   return prediction;
 }
 

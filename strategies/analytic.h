@@ -14,11 +14,13 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "collectives/types.h"
 #include "emu/memory.h"
 #include "strategies/strategy.h"
+#include "workloads/model/shrink.h"
 
 namespace emu::strategy {
 
@@ -27,8 +29,18 @@ struct AnalyticInput {
   int world = 1;                      // N
   int ranks_per_node = 1;             // HYBRID_SHARD's shard group
   int accumulation = 1;               // micro-batches per step
+  // How a shrunk run charges each unit's elements and those of all units back to back (norm weights and biases
+  // ÷ k, workloads/model/shrink.h). Empty: every element as held (full scale, or an input made by hand).
+  std::vector<model::ParameterCharge> unit_charge;
+  model::ParameterCharge charge;
 
   uint64_t parameter_count() const;  // Ψ: the sum of unit_counts
+  // Bytes one buffer of `elements` elements of unit `unit` (kAllUnits: of the whole flat space) is charged at
+  // `dtype`, as the strategy allocates it.
+  static constexpr int kAllUnits = -1;
+  uint64_t bytes(int unit, uint64_t elements, DType dtype) const;
+  // What those elements are charged for, in elements: what full-scale limits ÷ k² are compared with.
+  uint64_t elements(int unit, uint64_t elements) const;
 };
 
 // The input for `model` as it is laid out in units.
@@ -54,10 +66,13 @@ Prediction predict(const StrategyOptions& options, const AnalyticInput& input);
 
 // For the family predictors. Each sets the parameter, gradient and buffer peaks, the formula and the traffic, and
 // returns the elements whose master weights and Adam moments this rank keeps.
-uint64_t predict_ddp(const StrategyOptions& options, const AnalyticInput& input, Prediction& prediction);
-uint64_t predict_zero12(const StrategyOptions& options, const AnalyticInput& input, int stage, Prediction& prediction);
-uint64_t predict_zero3(const StrategyOptions& options, const AnalyticInput& input, Prediction& prediction);
-uint64_t predict_fsdp(const StrategyOptions& options, const AnalyticInput& input, Prediction& prediction);
+// What a rank's optimizer updates: one (unit or kAllUnits, elements) per optimizer buffer it keeps.
+using Updated = std::vector<std::pair<int, uint64_t>>;
+
+Updated predict_ddp(const StrategyOptions& options, const AnalyticInput& input, Prediction& prediction);
+Updated predict_zero12(const StrategyOptions& options, const AnalyticInput& input, int stage, Prediction& prediction);
+Updated predict_zero3(const StrategyOptions& options, const AnalyticInput& input, Prediction& prediction);
+Updated predict_fsdp(const StrategyOptions& options, const AnalyticInput& input, Prediction& prediction);
 
 // Adds `calls` calls of `kind` on a payload of `payload_bytes` within a group of `group_size` ranks named `group`,
 // at ring volume; nothing for a group of one rank or no calls.
@@ -71,6 +86,13 @@ struct UnitShards {
   std::vector<uint64_t> padded;       // [units] P_u: n_u padded to a multiple of M
   uint64_t shard_elements = 0;        // Σ_u P_u/M: what this rank keeps of all units
   uint64_t largest_padded_block = 0;  // the largest P_u over the blocks; 0 without blocks
+  int largest_block = 0;              // its unit; 0 without blocks
+  int group_size = 1;                 // M
+
+  // Σ_u of the bytes charged for unit u's shard of P_u/M elements at `dtype`.
+  uint64_t shard_bytes(const AnalyticInput& input, DType dtype) const;
+  // The shards as the optimizer keeps them: one per unit.
+  Updated updated() const;
 };
 UnitShards unit_shards(const AnalyticInput& input, int group_size);
 

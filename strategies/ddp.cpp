@@ -37,13 +37,17 @@ class Ddp final : public Strategy {
   void setup() override {
     const optim::PrecisionRecipe& recipe = options_.recipe;
     flat_ = flat_layout(model_);
-    params_ = device_.allocate(flat_.total, recipe.params, Category::kParameters, "DDP parameters");
-    grads_ = device_.allocate(flat_.total, recipe.grads, Category::kGradients, "DDP gradients");
+    params_ = model::allocate_parameter_space(device_, flat_.charge, flat_.total, recipe.params, Category::kParameters,
+                                              "DDP parameters");
+    grads_ = model::allocate_parameter_space(device_, flat_.charge, flat_.total, recipe.grads, Category::kGradients,
+                                             "DDP gradients");
     plan_buckets();
     if (!options_.ddp.gradient_as_bucket_view) {
-      buckets_buffer_ = device_.allocate(flat_.total, recipe.grads, Category::kBuckets, "DDP gradient buckets");
+      buckets_buffer_ = model::allocate_parameter_space(device_, flat_.charge, flat_.total, recipe.grads,
+                                                        Category::kBuckets, "DDP gradient buckets");
     }
-    optimizer_ = std::make_unique<optim::AdamWState>(optimizer_device(), recipe, flat_.total, "DDP optimizer");
+    optimizer_ =
+        std::make_unique<optim::AdamWState>(optimizer_device(), recipe, flat_.total, "DDP optimizer", flat_.charge);
     std::vector<float> initial(device_.holds_data() ? flat_.total : 0);  // host scratch for the initial values
     for (int u = 0; u < model_.num_units(); ++u) {
       const size_t at = flat_.offset[u];

@@ -11,16 +11,18 @@
 
 namespace emu::strategy {
 
-uint64_t predict_ddp(const StrategyOptions& options, const AnalyticInput& input, Prediction& prediction) {
+Updated predict_ddp(const StrategyOptions& options, const AnalyticInput& input, Prediction& prediction) {
   const uint64_t parameters = input.parameter_count();
-  const uint64_t param_bytes = dtype_size(options.recipe.params);
   const uint64_t grad_bytes = dtype_size(options.recipe.grads);
-  prediction.peak[Category::kParameters] = parameters * param_bytes;
-  prediction.peak[Category::kGradients] = parameters * grad_bytes;
-  if (!options.ddp.gradient_as_bucket_view) prediction.peak[Category::kBuckets] = parameters * grad_bytes;
+  const int all = AnalyticInput::kAllUnits;
+  prediction.peak[Category::kParameters] = input.bytes(all, parameters, options.recipe.params);
+  prediction.peak[Category::kGradients] = input.bytes(all, parameters, options.recipe.grads);
+  if (!options.ddp.gradient_as_bucket_view) {
+    prediction.peak[Category::kBuckets] = input.bytes(all, parameters, options.recipe.grads);
+  }
   prediction.formula = "(2 + 2 + K)Ψ: a full replica";
   add_ring_traffic(prediction, coll::CollectiveKind::kAllReduce, "world", parameters * grad_bytes, input.world);
-  return parameters;
+  return {{all, parameters}};
 }
 
 }  // namespace emu::strategy

@@ -14,8 +14,14 @@ FlatLayout flat_layout(const model::Model& model) {
     flat.offset.push_back(flat.total);
     flat.count.push_back(model.layout(u).count);
     flat.total += model.layout(u).count;
+    flat.unit_charge.push_back(unit_charge(model, u));
   }
+  flat.charge = model::parameter_charge(model.config(), model.layouts());
   return flat;
+}
+
+model::ParameterCharge unit_charge(const model::Model& model, int unit) {
+  return model::parameter_charge(model.config(), {&model.layout(unit), 1});
 }
 
 std::vector<optim::DecayRange> decay_ranges(const model::UnitLayout& layout, size_t base) {

@@ -8,6 +8,7 @@
 
 #include "emu/device.h"
 #include "workloads/model/model.h"
+#include "workloads/model/shrink.h"
 #include "workloads/optim/adamw.h"
 
 namespace emu::strategy {
@@ -17,8 +18,13 @@ struct FlatLayout {
   std::vector<size_t> offset;  // [units] first element of each unit
   std::vector<size_t> count;   // [units]
   size_t total = 0;            // Ψ
+  // How a shrunk run charges elements of the whole space, and of each unit (norm weights and biases ÷ k).
+  model::ParameterCharge charge;
+  std::vector<model::ParameterCharge> unit_charge;  // [units]
 };
 FlatLayout flat_layout(const model::Model& model);
+// How a shrunk run charges elements of `unit`'s flat space (workloads/model/shrink.h).
+model::ParameterCharge unit_charge(const model::Model& model, int unit);
 
 // The elements of `layout` that receive weight decay, shifted by `base` (sorted, non-overlapping).
 std::vector<optim::DecayRange> decay_ranges(const model::UnitLayout& layout, size_t base);

@@ -32,8 +32,13 @@ int shard_group_size(Sharding sharding, const AnalyticInput& input) {
 }
 
 // Elements gathered at the peak beyond the shards: the root, plus the widest window of blocks gathered at once.
-uint64_t gathered_at_peak(const FsdpOptions& fsdp, const UnitShards& shards) {
-  const std::vector<uint64_t> blocks(shards.padded.begin() + 1, shards.padded.end());
+// Bytes of gathered units at the peak, each charged as the strategy allocates it (AnalyticInput::bytes).
+uint64_t gathered_at_peak(const StrategyOptions& options, const AnalyticInput& input, const UnitShards& shards) {
+  const FsdpOptions& fsdp = options.fsdp;
+  std::vector<uint64_t> blocks;  // [L] bytes of each gathered block
+  for (size_t unit = 1; unit < shards.padded.size(); ++unit) {
+    blocks.push_back(input.bytes(static_cast<int>(unit), shards.padded[unit], options.recipe.params));
+  }
   uint64_t widest_window = 0;
   if (fsdp.sharding == Sharding::kShardGradOp) {
     widest_window = std::accumulate(blocks.begin(), blocks.end(), uint64_t{0});
@@ -44,12 +49,12 @@ uint64_t gathered_at_peak(const FsdpOptions& fsdp, const UnitShards& shards) {
       widest_window = std::max(widest_window, blocks[block] + next);
     }
   }
-  return shards.padded[0] + widest_window;
+  return input.bytes(0, shards.padded[0], options.recipe.params) + widest_window;
 }
 
 }  // namespace
 
-uint64_t predict_fsdp(const StrategyOptions& options, const AnalyticInput& input, Prediction& prediction) {
+Updated predict_fsdp(const StrategyOptions& options, const AnalyticInput& input, Prediction& prediction) {
   const Sharding sharding = options.fsdp.sharding;
   const int group_size = shard_group_size(sharding, input);
   const int replicas = input.world / group_size;
@@ -57,12 +62,14 @@ uint64_t predict_fsdp(const StrategyOptions& options, const AnalyticInput& input
   const size_t units = input.unit_counts.size();
   const uint64_t param_bytes = dtype_size(options.recipe.params);
   const uint64_t grad_bytes = dtype_size(options.recipe.grads);
-  const uint64_t shard_grad_bytes = options.recipe.has_master ? 4 : grad_bytes;
+  const DType grads = options.recipe.grads;
+  const DType shard_grads = options.recipe.has_master ? DType::kF32 : grads;
 
-  const uint64_t gathered = group_size > 1 ? gathered_at_peak(options.fsdp, shards) : 0;
-  prediction.peak[Category::kParameters] = (shards.shard_elements + gathered) * param_bytes;
-  prediction.peak[Category::kGradients] =
-      shards.shard_elements * shard_grad_bytes + (shards.padded[0] + shards.largest_padded_block) * grad_bytes;
+  const uint64_t gathered = group_size > 1 ? gathered_at_peak(options, input, shards) : 0;
+  prediction.peak[Category::kParameters] = shards.shard_bytes(input, options.recipe.params) + gathered;
+  prediction.peak[Category::kGradients] = shards.shard_bytes(input, shard_grads) +
+                                          input.bytes(0, shards.padded[0], grads) +
+                                          input.bytes(shards.largest_block, shards.largest_padded_block, grads);
   prediction.formula = sharding == Sharding::kNoShard ? "(2 + 2 + K)Ψ: a full replica (NO_SHARD)"
                        : group_size < input.world
                            ? fmt::format("(2 + 2 + K)Ψ/{}: sharded within {} ranks", group_size, group_size)
@@ -85,7 +92,7 @@ uint64_t predict_fsdp(const StrategyOptions& options, const AnalyticInput& input
   }
   add_ring_traffic(prediction, coll::CollectiveKind::kAllReduce, group, 4,
                    group_size);  // the gradient norm's partial sums
-  return shards.shard_elements;
+  return shards.updated();
 }
 
 }  // namespace emu::strategy

@@ -19,14 +19,15 @@ void ShardedUnits::setup() {
     UnitState& unit = units_[static_cast<size_t>(u)];
     const size_t count = model_.layout(u).count;
     unit.shard = shard_of(count, shard_rank(), shard_size());
-    unit.params = device_.allocate(unit.shard.shard, recipe.params, Category::kParameters,
-                                   fmt::format("unit {} parameter shard", u));
-    unit.grads =
-        device_.allocate(unit.shard.shard, grad_dtype, Category::kGradients, fmt::format("unit {} gradient shard", u));
+    const model::ParameterCharge charge = unit_charge(model_, u);
+    unit.params = model::allocate_parameter_space(device_, charge, unit.shard.shard, recipe.params,
+                                                  Category::kParameters, fmt::format("unit {} parameter shard", u));
+    unit.grads = model::allocate_parameter_space(device_, charge, unit.shard.shard, grad_dtype, Category::kGradients,
+                                                 fmt::format("unit {} gradient shard", u));
     unit.optimizer = std::make_unique<optim::AdamWState>(optimizer_device(), recipe, unit.shard.shard,
-                                                         fmt::format("unit {} optimizer shard", u));
+                                                         fmt::format("unit {} optimizer shard", u), charge);
     unit.decay = decay_ranges(model_.layout(u), 0);
-    unit.keep_gathered = keeps_gathered(count);
+    unit.keep_gathered = keeps_gathered(charge.elements(count));
     std::vector<float> initial(device_.holds_data() ? unit.shard.shard : 0);  // host scratch, padding stays 0
     init_into(model_, u, options_.seed, unit.shard.offset, unit.shard.valid, initial.empty() ? nullptr : initial.data(),
               DType::kF32);
@@ -86,7 +87,7 @@ void ShardedUnits::update(double lr, float grad_scale) {
 
 size_t ShardedUnits::gathered_elements() const {
   size_t live = 0;
-  for (const UnitState& unit : units_) live += unit.gathered.count();
+  for (const UnitState& unit : units_) live += unit.gathered.charged_bytes() / dtype_size(unit.gathered.dtype());
   return live;
 }
 
@@ -100,8 +101,8 @@ void ShardedUnits::gather(int u, std::string_view pass) {
   const DType dtype = options_.recipe.params;
   const std::string phase = fmt::format("{} all-gather, unit {}", pass, u);
   PhaseScope scope(device_.memory(), phase);
-  unit.gathered =
-      device_.allocate(unit.shard.padded, dtype, Category::kParameters, fmt::format("unit {} gathered parameters", u));
+  unit.gathered = model::allocate_parameter_space(device_, unit_charge(model_, u), unit.shard.padded, dtype,
+                                                  Category::kParameters, fmt::format("unit {} gathered parameters", u));
   void* mine = element(unit.gathered.data(), dtype, unit.shard.offset);
   convert(unit.params.data(), dtype, mine, dtype, unit.shard.shard);
   shard_group().all_gather(mine, unit.gathered.data(), unit.shard.shard, dtype, phase);
@@ -117,8 +118,9 @@ void ShardedUnits::release(int u, bool stale) {
 
 void ShardedUnits::begin_gradients(int u) {
   UnitState& unit = units_[static_cast<size_t>(u)];
-  unit.unit_grads = device_.allocate(unit.shard.padded, options_.recipe.grads, Category::kGradients,
-                                     fmt::format("unit {} gradients", u));
+  unit.unit_grads =
+      model::allocate_parameter_space(device_, unit_charge(model_, u), unit.shard.padded, options_.recipe.grads,
+                                      Category::kGradients, fmt::format("unit {} gradients", u));
   model_.bind_grads(u, unit.unit_grads.data());
 }
 

@@ -36,23 +36,30 @@ class PartitionedOptimizer final : public Strategy {
     const optim::PrecisionRecipe& recipe = options_.recipe;
     flat_ = flat_layout(model_);
     shard_ = shard_of(flat_.total, world_.rank(), world_.size());
-    params_ = device_.allocate(shard_.padded, recipe.params, Category::kParameters, "ZeRO parameters");
+    params_ = model::allocate_parameter_space(device_, flat_.charge, shard_.padded, recipe.params,
+                                              Category::kParameters, "ZeRO parameters");
     if (stage_ == 1) {
-      grads_ = device_.allocate(shard_.padded, recipe.grads, Category::kGradients, "ZeRO-1 gradients");
+      grads_ = model::allocate_parameter_space(device_, flat_.charge, shard_.padded, recipe.grads, Category::kGradients,
+                                               "ZeRO-1 gradients");
     } else {
-      grads_ = device_.allocate(shard_.shard, recipe.grads, Category::kGradients, "ZeRO-2 gradient partition");
+      grads_ = model::allocate_parameter_space(device_, flat_.charge, shard_.shard, recipe.grads, Category::kGradients,
+                                               "ZeRO-2 gradient partition");
       size_t largest = 0;
       for (size_t count : flat_.count) largest = std::max(largest, count);
       bucket_capacity_ = std::max<size_t>(largest, options_.scaled(options_.zero.reduce_bucket_elements));
       bucket_capacity_ = std::min(bucket_capacity_, shard_.padded);
+      // Sized by the parameters (a unit, the flat space), or by reduce_bucket_size, already ÷ k².
+      const bool by_parameters = bucket_capacity_ != options_.scaled(options_.zero.reduce_bucket_elements);
+      const size_t bucket_bytes = by_parameters ? flat_.charge.bytes(bucket_capacity_, recipe.grads)
+                                                : bucket_capacity_ * dtype_size(recipe.grads);
       for (int i = 0; i < (options_.zero.overlap_comm ? 2 : 1); ++i) {
         buckets_.push_back(device_.allocate(bucket_capacity_, recipe.grads, Category::kBuckets,
-                                            fmt::format("ZeRO-2 reduce bucket {}", i)));
+                                            fmt::format("ZeRO-2 reduce bucket {}", i), bucket_bytes));
       }
       unit_grads_.resize(static_cast<size_t>(model_.num_units()));
     }
-    optimizer_ =
-        std::make_unique<optim::AdamWState>(optimizer_device(), recipe, shard_.shard, "ZeRO optimizer partition");
+    optimizer_ = std::make_unique<optim::AdamWState>(optimizer_device(), recipe, shard_.shard,
+                                                     "ZeRO optimizer partition", flat_.charge);
 
     std::vector<float> master(device_.holds_data() ? shard_.shard : 0);  // host scratch: the shard's initial values
     for (int u = 0; u < model_.num_units(); ++u) {
@@ -92,7 +99,8 @@ class PartitionedOptimizer final : public Strategy {
     if (stage_ == 1) return;
     const DType dtype = options_.recipe.grads;
     Buffer& grads = unit_grads_[static_cast<size_t>(unit)];
-    grads = device_.allocate(flat_.count[unit], dtype, Category::kGradients, fmt::format("unit {} gradients", unit));
+    grads = model::allocate_parameter_space(device_, flat_.unit_charge[unit], flat_.count[unit], dtype,
+                                            Category::kGradients, fmt::format("unit {} gradients", unit));
     model_.bind_grads(unit, grads.data());
   }
 

@@ -16,25 +16,34 @@
 
 namespace emu::strategy {
 
-uint64_t predict_zero12(const StrategyOptions& options, const AnalyticInput& input, int stage, Prediction& prediction) {
+Updated predict_zero12(const StrategyOptions& options, const AnalyticInput& input, int stage, Prediction& prediction) {
   const int world = input.world;
   const uint64_t parameters = input.parameter_count();
   const uint64_t padded_parameters = padded_elements(parameters, world);
   const uint64_t shard_elements = padded_parameters / world;
   const uint64_t grad_bytes = dtype_size(options.recipe.grads);
-  prediction.peak[Category::kParameters] = padded_parameters * dtype_size(options.recipe.params);
+  const DType grads = options.recipe.grads;
+  const int all = AnalyticInput::kAllUnits;
+  prediction.peak[Category::kParameters] = input.bytes(all, padded_parameters, options.recipe.params);
   if (stage == 1) {
-    prediction.peak[Category::kGradients] = padded_parameters * grad_bytes;
+    prediction.peak[Category::kGradients] = input.bytes(all, padded_parameters, grads);
     prediction.formula = "(2 + 2 + K/N)Ψ: optimizer state partitioned";
     add_ring_traffic(prediction, coll::CollectiveKind::kReduceScatter, "world", padded_parameters * grad_bytes, world);
   } else {
     const uint64_t root = input.unit_counts.front();
-    const uint64_t largest_block = *std::max_element(input.unit_counts.begin() + 1, input.unit_counts.end());
+    const auto largest = std::max_element(input.unit_counts.begin() + 1, input.unit_counts.end());
+    const uint64_t largest_block = *largest;
+    const int largest_unit_index = static_cast<int>(largest - input.unit_counts.begin());
     const uint64_t largest_unit = std::max(root, largest_block);
-    const uint64_t bucket_elements = std::min<uint64_t>(
-        std::max<uint64_t>(largest_unit, options.scaled(options.zero.reduce_bucket_elements)), padded_parameters);
-    prediction.peak[Category::kGradients] = shard_elements * grad_bytes + (root + largest_block) * grad_bytes;
-    prediction.peak[Category::kBuckets] = bucket_elements * grad_bytes * (options.zero.overlap_comm ? 2 : 1);
+    const uint64_t reduce_bucket = options.scaled(options.zero.reduce_bucket_elements);
+    const uint64_t bucket_elements =
+        std::min<uint64_t>(std::max<uint64_t>(largest_unit, reduce_bucket), padded_parameters);
+    // A bucket sized by the parameters is charged as they are; one of reduce_bucket_size is already ÷ k².
+    const uint64_t bucket_bytes =
+        bucket_elements == reduce_bucket ? bucket_elements * grad_bytes : input.bytes(all, bucket_elements, grads);
+    prediction.peak[Category::kGradients] = input.bytes(all, shard_elements, grads) + input.bytes(0, root, grads) +
+                                            input.bytes(largest_unit_index, largest_block, grads);
+    prediction.peak[Category::kBuckets] = bucket_bytes * (options.zero.overlap_comm ? 2 : 1);
     prediction.formula = "(2 + (2 + K)/N)Ψ: optimizer state and gradients partitioned";
     add_ring_traffic(prediction, coll::CollectiveKind::kReduceScatter, "world", parameters * grad_bytes, world,
                      static_cast<uint64_t>(input.accumulation));
@@ -43,7 +52,7 @@ uint64_t predict_zero12(const StrategyOptions& options, const AnalyticInput& inp
                    padded_parameters * dtype_size(options.recipe.params), world);
   add_ring_traffic(prediction, coll::CollectiveKind::kAllReduce, "world", 4,
                    world);  // the gradient norm's partial sums
-  return shard_elements;
+  return {{all, shard_elements}};
 }
 
 }  // namespace emu::strategy

@@ -21,6 +21,7 @@
 #include <memory>
 #include <vector>
 
+#include "strategies/flat.h"
 #include "strategies/sharded_units.h"
 
 namespace emu::strategy {
@@ -65,7 +66,7 @@ class Zero3 final : public ShardedUnits {
     const size_t max_live = options_.scaled(options_.zero.max_live_parameters);
     size_t fetched = 0;
     for (int next : following_units(u, forward)) {
-      const size_t count = padded_count(next);
+      const size_t count = unit_charge(model_, next).elements(padded_count(next));  // as at full scale, ÷ k²
       if (is_gathered(next)) continue;
       if (fetched + count > bucket || gathered_elements() + count > max_live) break;
       gather(next, forward ? "forward prefetch" : "backward prefetch");

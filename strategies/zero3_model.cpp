@@ -21,38 +21,50 @@ namespace {
 
 // Elements gathered at the peak beyond the shards: the root and the persistent units throughout, plus the widest
 // window of blocks gathered at once.
-uint64_t gathered_at_peak(const StrategyOptions& options, const UnitShards& shards,
+// Bytes of gathered units at the peak, each charged as the strategy allocates it (AnalyticInput::bytes).
+uint64_t gathered_at_peak(const StrategyOptions& options, const AnalyticInput& input, const UnitShards& shards,
                           const std::vector<bool>& persistent) {
-  uint64_t always_gathered = shards.padded[0];
+  const auto unit_bytes = [&](size_t unit) {
+    return input.bytes(static_cast<int>(unit), shards.padded[unit], options.recipe.params);
+  };
+  // Elements as charged: what the full-scale limits ÷ k² are compared with.
+  const auto charged = [&](size_t unit) { return input.elements(static_cast<int>(unit), shards.padded[unit]); };
+  uint64_t always_gathered = charged(0);
+  uint64_t always_bytes = unit_bytes(0);
   for (size_t unit = 1; unit < shards.padded.size(); ++unit) {
-    if (persistent[unit]) always_gathered += shards.padded[unit];
+    if (persistent[unit]) {
+      always_gathered += charged(unit);
+      always_bytes += unit_bytes(unit);
+    }
   }
   // The blocks' padded sizes, 0 for a persistent block (counted above, never fetched again within a step).
   std::vector<uint64_t> blocks;
   for (size_t unit = 1; unit < shards.padded.size(); ++unit) {
-    blocks.push_back(persistent[unit] ? 0 : shards.padded[unit]);
+    blocks.push_back(persistent[unit] ? 0 : charged(unit));
   }
 
   const uint64_t prefetch_bucket = options.scaled(options.zero.prefetch_bucket_elements);
   const uint64_t max_live = options.scaled(options.zero.max_live_parameters);
-  uint64_t widest_window = 0;
+  uint64_t widest_window = 0;  // bytes
   for (size_t current = 0; current < blocks.size(); ++current) {
     uint64_t prefetched = 0;
     uint64_t window = blocks[current];
+    uint64_t window_bytes = blocks[current] == 0 ? 0 : unit_bytes(current + 1);
     for (size_t ahead = current + 1; ahead < blocks.size(); ++ahead) {
       if (blocks[ahead] == 0) continue;
       if (prefetched + blocks[ahead] > prefetch_bucket || always_gathered + window + blocks[ahead] > max_live) break;
       prefetched += blocks[ahead];
       window += blocks[ahead];
+      window_bytes += unit_bytes(ahead + 1);
     }
-    widest_window = std::max(widest_window, window);
+    widest_window = std::max(widest_window, window_bytes);
   }
-  return always_gathered + widest_window;
+  return always_bytes + widest_window;
 }
 
 }  // namespace
 
-uint64_t predict_zero3(const StrategyOptions& options, const AnalyticInput& input, Prediction& prediction) {
+Updated predict_zero3(const StrategyOptions& options, const AnalyticInput& input, Prediction& prediction) {
   const int world = input.world;
   const UnitShards shards = unit_shards(input, world);
   const size_t units = input.unit_counts.size();
@@ -60,13 +72,15 @@ uint64_t predict_zero3(const StrategyOptions& options, const AnalyticInput& inpu
   const uint64_t grad_bytes = dtype_size(options.recipe.grads);
   std::vector<bool> persistent(units, false);
   for (size_t unit = 0; unit < units; ++unit) {
-    persistent[unit] = input.unit_counts[unit] <= options.scaled(options.zero.param_persistence_threshold);
+    persistent[unit] = input.elements(static_cast<int>(unit), input.unit_counts[unit]) <=
+                       options.scaled(options.zero.param_persistence_threshold);
   }
 
-  const uint64_t gathered = world > 1 ? gathered_at_peak(options, shards, persistent) : 0;
-  prediction.peak[Category::kParameters] = (shards.shard_elements + gathered) * param_bytes;
-  prediction.peak[Category::kGradients] =
-      shards.shard_elements * grad_bytes + (shards.padded[0] + shards.largest_padded_block) * grad_bytes;
+  const uint64_t gathered = world > 1 ? gathered_at_peak(options, input, shards, persistent) : 0;
+  const DType grads = options.recipe.grads;
+  prediction.peak[Category::kParameters] = shards.shard_bytes(input, options.recipe.params) + gathered;
+  prediction.peak[Category::kGradients] = shards.shard_bytes(input, grads) + input.bytes(0, shards.padded[0], grads) +
+                                          input.bytes(shards.largest_block, shards.largest_padded_block, grads);
   prediction.formula = "(2 + 2 + K)Ψ/N: everything partitioned";
 
   const uint64_t micro_batches = static_cast<uint64_t>(input.accumulation);
@@ -84,7 +98,7 @@ uint64_t predict_zero3(const StrategyOptions& options, const AnalyticInput& inpu
   }
   add_ring_traffic(prediction, coll::CollectiveKind::kAllReduce, "world", 4,
                    world);  // the gradient norm's partial sums
-  return shards.shard_elements;
+  return shards.updated();
 }
 
 }  // namespace emu::strategy

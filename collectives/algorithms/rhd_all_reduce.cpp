@@ -96,7 +96,7 @@ void run(AlgorithmContext& context, const Call& call) {
   // scratch: [min(largest reduced region, slice)] for each received slice before it is added.
   Buffer scratch;
   if (reduced > 0) {
-    scratch = context.buffer(std::min(reduced, slice_elements(context.slice_bytes, dtype)), dtype, "rhd scratch");
+    scratch = context.scratch(reduced, 1, dtype, "rhd scratch");
   }
   for (const Move& move : moves) {
     const Transfer transfer{at(call.recv, move.send_offset, dtype), move.send_count, move.peer, -1,

@@ -20,8 +20,7 @@ void run(AlgorithmContext& context, const Call& call) {
   if (n == 1 || call.count == 0) return;
   const Blocks blocks = Blocks::even(call.count, n);
   // scratch: [min(largest block, slice)] elements, where each received slice lands before it is added.
-  Buffer scratch = context.buffer(std::min(blocks.largest, slice_elements(context.slice_bytes, dtype)), dtype,
-                                  "ring all_reduce scratch");
+  Buffer scratch = context.scratch(blocks.largest, 1, dtype, "ring all_reduce scratch");
   void* data = call.recv;
   for (int step = 0; step < n - 1; ++step) {
     const auto a = static_cast<size_t>(ring_rs_send_block(r, step, n));

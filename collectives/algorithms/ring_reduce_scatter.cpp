@@ -36,7 +36,7 @@ void run(AlgorithmContext& context, const Call& call) {
   if (blocks.largest == 0) return;
   const size_t slice = std::min(blocks.largest, slice_elements(context.slice_bytes, dtype));
   // staging: [2][slice] elements; step s receives into and sums in half s % 2 while half (s-1) % 2 is sent.
-  Buffer staging = context.buffer(2 * slice, dtype, "ring reduce_scatter staging");
+  Buffer staging = context.scratch(blocks.largest, 2, dtype, "ring reduce_scatter staging");
   void* halves[2] = {staging.data(), at(staging.data(), slice, dtype)};
   const size_t columns = (blocks.largest + slice - 1) / slice;
   for (size_t column = 0; column < columns; ++column) {

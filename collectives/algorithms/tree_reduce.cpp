@@ -36,8 +36,7 @@ void run(AlgorithmContext& context, const Call& call) {
     }
     copy(dtype, call.send, sum, call.count);
     // scratch: [min(count, slice)] for each received slice before it is added.
-    scratch =
-        context.buffer(std::min(call.count, slice_elements(context.slice_bytes, dtype)), dtype, "tree reduce scratch");
+    scratch = context.scratch(call.count, 1, dtype, "tree reduce scratch");
     for (int child : children) {
       Transfer transfer;
       transfer.recv = sum;

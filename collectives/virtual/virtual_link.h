@@ -14,7 +14,9 @@ namespace emu::coll {
 // Rank `rank` of a group of `size`. exchange() and native() end the job: they mean data was about to move.
 std::unique_ptr<Link> make_virtual_link(int rank, int size);
 
-// A communicator over a virtual group, its buffers charged to `device` (which must hold no data).
-std::unique_ptr<Communicator> make_virtual_communicator(Device& device, int rank, int size, std::string name);
+// A communicator over a virtual group, its buffers charged to `device` (which must hold no data); `shrink`: the k
+// of a shrunk model accounted on shapes (its scratch slices charged ÷ k², CommunicatorOptions::shrink).
+std::unique_ptr<Communicator> make_virtual_communicator(Device& device, int rank, int size, std::string name,
+                                                        int64_t shrink = 1);
 
 }  // namespace emu::coll

@@ -7,6 +7,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "tests/support/emu_process.h"
 
@@ -160,11 +161,15 @@ TEST(Run, ThirteenBillionOnEightA100sFitsOnlyFullySharded) {
   EXPECT_NE(run.out.find("fits only with zero3"), std::string::npos) << run.out;
 }
 
-TEST(Plan, AgreesWithTheShrunkRunWithinOnePercent) {
-  // DESIGN.md §1: the shrunk run's bytes × k² and the full-scale shapes-only plan must agree to about 1%.
+// The shrunk CPU run's peaks × k² against the full-scale plan: within 0.5%, in total and per category
+// (DESIGN.md §1; tests/unit/shrink_fidelity_test.cpp checks every preset and strategy on shapes). gpt2-xl's ZeRO-1
+// and ZeRO-2 stood 11.6% and 13.9% above the plan while the collectives' 4 MiB slices were not divided by k².
+// Traffic is real bytes on the wire: norm weights and biases go at their shrunk size (∝ k), which GPT-2's 13 vectors
+// of h per block make +2.0% on gpt2-xl at k = 32 (Llama's two norm weights: +0.3% on llama2-13b at k = 64).
+void expect_run_matches_plan(const std::string& common, const std::vector<std::string>& names,
+                             double traffic_tolerance) {
   testing::TempDir dir("run");
   const std::string executed = dir.file("executed.json"), planned = dir.file("plan.json");
-  const std::string common = " --model llama2-13b --shrink 64 --steps 1 --strategies ddp,zero2,zero3,fsdp";
   const auto run = run_process(mpiexec(4) + kEmu + common + " --json " + executed, 240);
   ASSERT_EQ(run.exit_code, 0) << run.err;
   const auto plan = run_process(mpiexec(1) + kEmu + common + " --plan 4 --json " + planned, 120);
@@ -172,14 +177,21 @@ TEST(Plan, AgreesWithTheShrunkRunWithinOnePercent) {
   const json a = read_json(executed), b = read_json(planned);
   EXPECT_EQ(b["config"]["plan"], true);
   EXPECT_EQ(b["config"]["ranks"], 4);
-  for (const char* name : {"ddp", "zero2", "zero3", "fsdp"}) {
+  for (const std::string& name : names) {
     const double shrunk = strategy(a, name)["peak"]["full_scale_bytes"];
     const double full = strategy(b, name)["peak"]["full_scale_bytes"];
-    EXPECT_NEAR(shrunk / full, 1.0, 0.01) << name << ": peak " << shrunk << " vs plan " << full;
+    EXPECT_NEAR(shrunk / full, 1.0, 0.005) << name << ": peak " << shrunk << " vs plan " << full;
+    for (const auto& [category, value] : strategy(b, name)["peak"]["category_peaks_full_scale"].items()) {
+      const double want = value;
+      const double got = strategy(a, name)["peak"]["category_peaks_full_scale"][category];
+      if (want == 0) {
+        EXPECT_EQ(got, 0) << name << " " << category;
+      } else {
+        EXPECT_NEAR(got / want, 1.0, 0.005) << name << " " << category << ": " << got << " vs plan " << want;
+      }
+    }
     // The caching allocator sees the shrunk run's requests x k², so its segments and rounding are the plan's.
-    // ZeRO-2 is left out while the collectives' 4 MiB staging slices are not divided by k² (x k² they are 16 GiB
-    // requests that the allocator caches and splits).
-    if (std::string(name) != "zero2") {
+    {
       const double reserved = strategy(a, name)["reserved"]["peak_full_scale_bytes"];
       const double planned_reserved = strategy(b, name)["reserved"]["peak_full_scale_bytes"];
       EXPECT_NEAR(reserved / planned_reserved, 1.0, 0.01)
@@ -191,9 +203,16 @@ TEST(Plan, AgreesWithTheShrunkRunWithinOnePercent) {
       // overstates itself, by kilobytes. Only payloads that scale are compared.
       if (want < 1e6) continue;
       const double got = strategy(a, name)["traffic_per_step"][kind]["sent_full_scale_bytes"];
-      EXPECT_NEAR(got / want, 1.0, 0.01) << name << " " << kind;
+      EXPECT_NEAR(got / want, 1.0, traffic_tolerance) << name << " " << kind;
     }
   }
+}
+
+TEST(Plan, AgreesWithTheShrunkRunWithinHalfAPercent) {
+  expect_run_matches_plan(" --model llama2-13b --shrink 64 --steps 1 --strategies ddp,zero1,zero2,zero3,fsdp",
+                          {"ddp", "zero1", "zero2", "zero3", "fsdp"}, 0.005);
+  expect_run_matches_plan(" --model gpt2-xl --steps 1 --strategies zero1,zero2,fsdp-grad-op",
+                          {"zero1", "zero2", "fsdp-grad-op"}, 0.025);
 }
 
 TEST(Plan, AThousandRanksOfSeventyBillionInSeconds) {

@@ -142,8 +142,9 @@ TEST(ModelMemory, Gpt2MeasuredActivationsAreKorthikantiWithoutDropout) {
       expected -= bytes;
     }
     // emu's own addition: each layer norm keeps its mean and 1/std per token in fp32 for backward, 2 × 2 × 4 B
-    // per token (the paper neglects them).
-    const double norm_statistics = 2 * 2 * 4 * s * b;
+    // per token (the paper neglects them). Per token, they scale by k only: a model shrunk by k is charged
+    // their full-scale bytes ÷ k², 2 × 2 × 4 B × s·b / k (DESIGN.md §1).
+    const double norm_statistics = 2 * 2 * 4 * s * b / double(c.shrink);
     std::printf("%s: + fp32 layer-norm mean and rstd: %.0f B\n", c.name.c_str(), norm_statistics);
     expected += norm_statistics;
     // Measured: what the block's forward leaves allocated as activations, bf16, classic attention, no

@@ -1,2 +1,4 @@
 # Strategy building blocks: shard arithmetic, bucket assignment.
 emu_add_unit_test(strategy_shard_test SOURCES unit/strategy_shard_test.cpp LIBS emu_strategies)
+# Shrink stays exact: every preset and accepted config, every strategy, shrunk × k² against the full-scale plan.
+emu_add_unit_test(shrink_fidelity_test SOURCES unit/shrink_fidelity_test.cpp LIBS emu_app TIMEOUT 300)

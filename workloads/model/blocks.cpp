@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "workloads/model/shrink.h"
 #include "workloads/model/tensor.h"
 
 namespace emu::model {
@@ -10,6 +11,10 @@ using Access = F32::Access;
 
 Buffer BlockEnv::allocate(size_t count, DType dtype, Category category, std::string_view what) const {
   return device.allocate(count, dtype, category, fmt::format("block {} {}", unit, what));
+}
+
+Buffer BlockEnv::allocate_per_row(size_t count, DType dtype, Category category, std::string_view what) const {
+  return model::allocate_per_row(device, config, count, dtype, category, fmt::format("block {} {}", unit, what));
 }
 
 void BlockSaved::release_all_but_input() {
@@ -41,7 +46,7 @@ void attention_forward(const BlockEnv& env, const AttentionShape& shape, BlockSa
   if (env.options.attention == Attention::kClassic) {
     s.probs = env.allocate(size_t(c.batch * c.heads * c.seq * c.seq), dt, category, "attention probabilities");
   } else {
-    s.lse = env.allocate(size_t(c.batch * c.heads * c.seq), DType::kF32, category, "attention logsumexp");
+    s.lse = env.allocate_per_row(size_t(c.batch * c.heads * c.seq), DType::kF32, category, "attention logsumexp");
   }
   s.attn = env.allocate(size_t(c.tokens() * c.hidden), dt, category, "attention output");
   if (!env.math) return;
@@ -83,7 +88,7 @@ Buffer llama_forward(const BlockEnv& env, const float* w, BlockSaved& s, Categor
   auto W = [&](size_t i) { return w + env.layout.params[i].offset; };
   const float eps = static_cast<float>(c.norm_eps);
 
-  s.norm1_stats = env.allocate(size_t(d.T), DType::kF32, cat, "input_layernorm rstd");
+  s.norm1_stats = env.allocate_per_row(size_t(d.T), DType::kF32, cat, "input_layernorm rstd");
   s.xn1 = env.allocate(d.th(), dt, cat, "input_layernorm output");
   s.q = env.allocate(d.th(), dt, cat, "q");
   s.k = env.allocate(size_t(d.T * d.kvd), dt, cat, "k");
@@ -104,7 +109,7 @@ Buffer llama_forward(const BlockEnv& env, const float* w, BlockSaved& s, Categor
   }
   // x2 = x + attn·Woᵀ: the projection is written straight into the residual stream.
   s.x2 = env.allocate(d.th(), dt, cat, "residual after attention");
-  s.norm2_stats = env.allocate(size_t(d.T), DType::kF32, cat, "post_attention_layernorm rstd");
+  s.norm2_stats = env.allocate_per_row(size_t(d.T), DType::kF32, cat, "post_attention_layernorm rstd");
   s.xn2 = env.allocate(d.th(), dt, cat, "post_attention_layernorm output");
   if (env.math) {
     F32 attn(env.ops, s.attn, Access::kRead), x(env.ops, s.x, Access::kRead), x2(env.ops, s.x2, Access::kWrite);
@@ -225,7 +230,7 @@ Buffer gpt2_forward(const BlockEnv& env, const float* w, BlockSaved& s, Category
   auto W = [&](size_t i) { return w + env.layout.params[i].offset; };
   const float eps = static_cast<float>(c.norm_eps);
 
-  s.norm1_stats = env.allocate(size_t(2 * d.T), DType::kF32, cat, "ln_1 mean and rstd");
+  s.norm1_stats = env.allocate_per_row(size_t(2 * d.T), DType::kF32, cat, "ln_1 mean and rstd");
   s.xn1 = env.allocate(d.th(), dt, cat, "ln_1 output");
   s.qkv = env.allocate(3 * d.th(), dt, cat, "qkv");
   if (env.math) {
@@ -242,7 +247,7 @@ Buffer gpt2_forward(const BlockEnv& env, const float* w, BlockSaved& s, Category
     attention_forward(env, shape, s, base, base ? base + d.h : nullptr, base ? base + 2 * d.h : nullptr, cat);
   }
   s.x2 = env.allocate(d.th(), dt, cat, "residual after attention");
-  s.norm2_stats = env.allocate(size_t(2 * d.T), DType::kF32, cat, "ln_2 mean and rstd");
+  s.norm2_stats = env.allocate_per_row(size_t(2 * d.T), DType::kF32, cat, "ln_2 mean and rstd");
   s.xn2 = env.allocate(d.th(), dt, cat, "ln_2 output");
   if (env.math) {
     F32 attn(env.ops, s.attn, Access::kRead), x(env.ops, s.x, Access::kRead), x2(env.ops, s.x2, Access::kWrite);

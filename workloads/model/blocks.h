@@ -34,6 +34,8 @@ struct BlockEnv {
   Ops* ops = nullptr;               // the device's ops (Device::ops); null when !math
 
   Buffer allocate(size_t count, DType dtype, Category category, std::string_view what) const;
+  // A per-row statistic (∝ T or b·a·s, scaling by k): charged at full scale ÷ k² (shrink.h, allocate_per_row).
+  Buffer allocate_per_row(size_t count, DType dtype, Category category, std::string_view what) const;
 };
 
 // The tensors a block saves for backward; unused ones stay unallocated.

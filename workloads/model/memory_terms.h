@@ -9,6 +9,8 @@
 //           x, xn1, attn, x2, xn2 and qkv (3h); c_fc output and gelu output; two mean/rstd pairs
 //   attention: classic e·b·a·s² (the probabilities), flash 4·b·a·s (one logsumexp per row)
 //   with checkpointing: e·T·h (the block input only); the rest exists only while the block is (re)computed.
+// In a config shrunk by k the per-row terms (8T, 16T, 4·b·a·s) scale by k only; they are charged, and counted
+// here, at their full-scale bytes ÷ k²: each buffer's bytes / k, rounded up (shrink.h, per_row_charge).
 //
 // Relation to Korthikanti et al. 2022 (Eq. 1), s·b·h·(34 + 5·a·s/h) bytes for GPT-style blocks with F = 4h, 16-bit
 // activations and dropout. Their 34 = 4 (two LayerNorm inputs) + 2 (QKV input) + 6 (q, k, v) + 2 (output-projection

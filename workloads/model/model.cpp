@@ -7,6 +7,7 @@
 
 #include "emu/check.h"
 #include "workloads/model/rope.h"
+#include "workloads/model/shrink.h"
 #include "workloads/model/tensor.h"
 
 namespace emu::model {
@@ -185,7 +186,7 @@ void Model::forward_root_start(const int32_t* tokens) {
   const ModelConfig& c = config_;
   const UnitLayout& root = layouts_[0];
   const size_t T = size_t(c.tokens());
-  tokens_ = device_.allocate(T, DType::kF32, Category::kActivations, "token ids");
+  tokens_ = allocate_per_row(device_, c, T, DType::kF32, Category::kActivations, "token ids");
   if (math_) ops_->copy_from_host(tokens_.data(), tokens, T * sizeof(int32_t));
   if (c.style == Style::kLlama) {
     const size_t half = size_t(c.head_dim() / 2);
@@ -219,7 +220,8 @@ float Model::forward_root_end(const int32_t* targets) {
   const UnitLayout& root = layouts_[0];
   const bool llama = c.style == Style::kLlama;
   const size_t T = size_t(c.tokens());
-  final_stats_ = device_.allocate(llama ? T : 2 * T, DType::kF32, Category::kActivations, "final norm statistics");
+  final_stats_ =
+      allocate_per_row(device_, c, llama ? T : 2 * T, DType::kF32, Category::kActivations, "final norm statistics");
   final_xn_ = device_.allocate(T * size_t(c.hidden), options_.compute, Category::kActivations, "final norm output");
   logits_ = device_.allocate(T * size_t(c.vocab), DType::kF32, Category::kActivations, "logits");
   if (!math_) return 0;

@@ -9,11 +9,16 @@
 //   up as a deviation in the report instead.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
+#include "emu/device.h"
 #include "workloads/model/config.h"
+#include "workloads/model/layout.h"
 
 namespace emu::model {
 
@@ -22,11 +27,45 @@ std::vector<int64_t> valid_shrink_factors(const ModelConfig& full);
 // The config shrunk by k; InputError naming k and listing the valid factors when k breaks the head dimension.
 ModelConfig shrink(const ModelConfig& full, int64_t k);
 
+// Charging a shrunk run as the full-scale model ÷ k². Most buffers need nothing: their bytes scale by k² with
+// the shapes. Two kinds of term scale by k only, and are charged at their shrunk bytes / k, which is their
+// full-scale bytes / k² up to the rounding of s and F:
+// - per-row statistics, one value per token row (T = b·s) or per attention row (b·a·s): RMSNorm's rstd,
+//   LayerNorm's mean and rstd, the flash logsumexp, the token ids;
+// - norm weights and biases (∝ h or F) inside the flat parameter units, and every gradient, master weight, Adam
+//   moment and bucket that mirrors them.
+// A config at full scale (shrink 1) is charged as it holds.
+
+// Bytes charged for a per-row buffer of `bytes` held bytes: bytes / k, rounded up (k = config.shrink).
+uint64_t per_row_charge(const ModelConfig& config, uint64_t bytes);
+// A per-row buffer of `count` elements of `dtype`, charged per_row_charge() (Device::allocate's charged overload).
+Buffer allocate_per_row(Device& device, const ModelConfig& config, size_t count, DType dtype, Category category,
+                        std::string_view what);
+
+// How the elements of a flat parameter space (one unit, or all units back to back) are charged: a matrix or
+// embedding element as one, a norm weight or bias element as 1/k. A shard of the space is charged its share.
+struct ParameterCharge {
+  uint64_t held = 0;   // elements of the space
+  double charged = 0;  // what they are charged for, in elements
+
+  // What `count` elements of the space are charged for, in elements: count · charged / held, rounded to the
+  // nearest; count when the space is empty or at full scale. Also what a full-scale size limit (a prefetch
+  // bucket, a persistence threshold, ÷ k²) is compared with, so the shrunk run decides as the full-scale one.
+  size_t elements(size_t count) const;
+  // Bytes charged for `count` elements of the space at `dtype`: elements(count) at dtype's size.
+  size_t bytes(size_t count, DType dtype) const { return elements(count) * dtype_size(dtype); }
+};
+ParameterCharge parameter_charge(const ModelConfig& config, std::span<const UnitLayout> units);
+// `count` elements of the space `charge` describes (parameters, gradients, buckets, optimizer state of a shard).
+Buffer allocate_parameter_space(Device& device, const ParameterCharge& charge, size_t count, DType dtype,
+                                Category category, std::string_view what);
+
 // One memory term at full scale and shrunk, in bytes (or elements where said).
 struct ShrinkTerm {
   std::string name;
   double full = 0;
-  double shrunk = 0;
+  double shrunk = 0;   // as a shrunk run charges it
+  bool memory = true;  // false: bytes on the wire, which are real data
   // shrunk · k² / full − 1: 0 is an exact 1/k² scaling.
   double deviation(int64_t k) const { return full == 0 ? 0 : shrunk * double(k) * double(k) / full - 1; }
 };
@@ -37,7 +76,13 @@ struct ShrinkReport {
   int64_t k = 1;
   std::vector<ShrinkTerm> terms;
 
-  // A table: the shapes side by side, then each term with its deviation in percent.
+  // The memory term furthest from an exact 1/k², after charging: only the rounding of F, V and s is left.
+  const ShrinkTerm& worst_memory_term() const;
+  // The wire's deviation: the parameters' payload as held (norm weights and biases at their shrunk size).
+  double wire_deviation() const;
+  // One line on what remains of the deviation, for the run header and the report's footer.
+  std::string remaining() const;
+  // A table: the shapes side by side, then each term with its deviation in percent, then remaining().
   std::string format() const;
 };
 

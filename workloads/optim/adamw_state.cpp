@@ -9,12 +9,16 @@
 
 namespace emu::optim {
 
-AdamWState::AdamWState(Device& device, PrecisionRecipe recipe, size_t count, std::string_view what)
+AdamWState::AdamWState(Device& device, PrecisionRecipe recipe, size_t count, std::string_view what,
+                       const model::ParameterCharge& charge)
     : recipe_(recipe), count_(count) {
-  m_ = device.allocate(count, recipe.moments, Category::kOptimizerState, fmt::format("{} adam m", what));
-  v_ = device.allocate(count, recipe.moments, Category::kOptimizerState, fmt::format("{} adam v", what));
+  m_ = model::allocate_parameter_space(device, charge, count, recipe.moments, Category::kOptimizerState,
+                                       fmt::format("{} adam m", what));
+  v_ = model::allocate_parameter_space(device, charge, count, recipe.moments, Category::kOptimizerState,
+                                       fmt::format("{} adam v", what));
   if (recipe.has_master) {
-    master_ = device.allocate(count, DType::kF32, Category::kMasterWeights, fmt::format("{} master weights", what));
+    master_ = model::allocate_parameter_space(device, charge, count, DType::kF32, Category::kMasterWeights,
+                                              fmt::format("{} master weights", what));
   }
 }
 

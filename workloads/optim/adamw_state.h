@@ -12,6 +12,7 @@
 #include <string_view>
 
 #include "emu/device.h"
+#include "workloads/model/shrink.h"
 #include "workloads/optim/adamw.h"
 #include "workloads/optim/precision.h"
 
@@ -21,7 +22,9 @@ class AdamWState {
  public:
   // Allocates (zero-filled) from `device`; may throw OutOfMemoryError. `what` prefixes the tensor names in
   // out-of-memory reports, e.g. "unit 3 shard".
-  AdamWState(Device& device, PrecisionRecipe recipe, size_t count, std::string_view what = "adamw");
+  // `charge`: how a shrunk run charges the elements (model/shrink.h); charged as held by default.
+  AdamWState(Device& device, PrecisionRecipe recipe, size_t count, std::string_view what = "adamw",
+             const model::ParameterCharge& charge = {});
 
   size_t size() const { return count_; }
   const PrecisionRecipe& recipe() const { return recipe_; }
