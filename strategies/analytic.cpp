@@ -29,6 +29,9 @@ AnalyticInput analytic_input(const model::Model& model, int world, int ranks_per
   input.world = world;
   input.ranks_per_node = ranks_per_node;
   input.accumulation = accumulation;
+  for (const model::UnitLayout& unit : model.layouts()) {
+    for (const model::ParamInfo& p : unit.params) input.largest_parameter = std::max<uint64_t>(input.largest_parameter, p.count);
+  }
   return input;
 }
 
@@ -85,7 +88,8 @@ Prediction predict(const StrategyOptions& options, const AnalyticInput& input) {
   }
   // Master weights (fp32) and Adam's two moments over the elements this rank updates.
   prediction.peak[Category::kMasterWeights] = options.recipe.has_master ? updated_elements * 4 : 0;
-  prediction.peak[Category::kOptimizerState] = updated_elements * 2 * dtype_size(options.recipe.moments);
+  prediction.peak[Category::kOptimizerState] =
+      (updated_elements * 2 + prediction.step_temporary_elements) * dtype_size(options.recipe.moments);
   return prediction;
 }
 

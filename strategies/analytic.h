@@ -27,6 +27,7 @@ struct AnalyticInput {
   int world = 1;                      // N
   int ranks_per_node = 1;             // HYBRID_SHARD's shard group
   int accumulation = 1;               // micro-batches per step
+  uint64_t largest_parameter = 0;     // elements of the largest parameter tensor (single-tensor AdamW's peak)
 
   uint64_t parameter_count() const;  // Ψ: the sum of unit_counts
 };
@@ -45,6 +46,9 @@ struct Prediction {
   CategoryBytes peak;  // model states and strategy buffers at their peak (activations are the model's)
   std::vector<PredictedTraffic> traffic;
   std::string formula;  // the ZeRO-paper line this strategy follows, e.g. "(2 + 2 + 12/N)Ψ"
+  // Elements of torch.optim.AdamW's step temporaries at the state's dtype (foreach: every local element once;
+  // single: twice the largest local tensor; fused: none), included in peak[kOptimizerState]; DDP and FSDP only.
+  uint64_t step_temporary_elements = 0;
 
   uint64_t model_state_bytes() const;  // parameters + gradients + master weights + optimizer state
   uint64_t sent(coll::CollectiveKind kind) const;

@@ -41,6 +41,12 @@ class Fsdp final : public ShardedUnits {
   using ShardedUnits::ShardedUnits;
 
  protected:
+  std::vector<uint64_t> optimizer_tensors() const override {  // one FlatParameter shard per unit
+    std::vector<uint64_t> tensors;
+    for (int u = 0; u < model_.num_units(); ++u) tensors.push_back(shard_elements(u));
+    return tensors;
+  }
+
   ShardGroups shard_groups() override {
     ShardGroups chosen;  // FULL_SHARD and SHARD_GRAD_OP: the world, no replicas
     switch (options_.fsdp.sharding) {
