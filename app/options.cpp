@@ -413,9 +413,9 @@ void read_training_loop(RunOptions& options, const Flags& flags, int world) {
 
 // The model at full scale, with --seq-len and --micro-batch applied; its math in the strategies' `base` precision.
 void read_model(RunOptions& options, const Flags& flags, const strategy::StrategyOptions& base) {
-  options.model_options.attention = parse_choice("--attention", flags.attention, model::attention_names(),
-                                                 {model::Attention::kSdpa, model::Attention::kEager,
-                                                  model::Attention::kFlash});
+  options.model_options.attention =
+      parse_choice("--attention", flags.attention, model::attention_names(),
+                   {model::Attention::kSdpa, model::Attention::kEager, model::Attention::kFlash});
   options.model_options.loss =
       parse_choice("--loss", flags.loss, model::loss_names(), {model::Loss::kTrainer, model::Loss::kFused});
   options.model_options.compute = base.recipe.params;

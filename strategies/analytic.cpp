@@ -30,7 +30,8 @@ AnalyticInput analytic_input(const model::Model& model, int world, int ranks_per
   input.ranks_per_node = ranks_per_node;
   input.accumulation = accumulation;
   for (const model::UnitLayout& unit : model.layouts()) {
-    for (const model::ParamInfo& p : unit.params) input.largest_parameter = std::max<uint64_t>(input.largest_parameter, p.count);
+    for (const model::ParamInfo& p : unit.params)
+      input.largest_parameter = std::max<uint64_t>(input.largest_parameter, p.count);
   }
   return input;
 }

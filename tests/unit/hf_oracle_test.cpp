@@ -143,8 +143,8 @@ TEST(HfOracle, SavedActivationsPerBlockEqualTheRecording) {
     ASSERT_EQ(measured.per_block.size(), recorded.size());
     for (size_t b = 0; b < recorded.size(); ++b) {
       EXPECT_EQ(int64_t(measured.per_block[b]) + named, int64_t(recorded[b]))
-          << style << " kv " << config.kv_heads << " " << dtype << " " << attention << (checkpoint ? " checkpointed" : "")
-          << " block " << b + 1 << " (named differences " << named << " B)";
+          << style << " kv " << config.kv_heads << " " << dtype << " " << attention
+          << (checkpoint ? " checkpointed" : "") << " block " << b + 1 << " (named differences " << named << " B)";
       EXPECT_EQ(measured.per_block[b], saved_activation_bytes_per_block(config, options)) << "closed form";
     }
     // Storages every block saves (Llama's rotary cos and sin [s, d] at the compute dtype, once per model; GPT-2's

@@ -155,10 +155,11 @@ TEST(ModelMemory, Gpt2MeasuredActivationsAreKorthikantiWithoutDropout) {
     const std::vector<uint64_t> per_block = measured_per_block(c, options, shapes_only);
     ASSERT_FALSE(per_block.empty());
     const double paper = s * b * h * (34 + 5 * a * s / h);
-    std::printf("%s s=%lld b=%lld: Korthikanti %.0f B, adjusted %.0f B, emu (HF) measured %llu B per block, %.3fx the "
-                "paper\n",
-                c.name.c_str(), (long long)c.seq, (long long)c.batch, paper, expected,
-                (unsigned long long)per_block.front(), double(per_block.front()) / paper);
+    std::printf(
+        "%s s=%lld b=%lld: Korthikanti %.0f B, adjusted %.0f B, emu (HF) measured %llu B per block, %.3fx the "
+        "paper\n",
+        c.name.c_str(), (long long)c.seq, (long long)c.batch, paper, expected, (unsigned long long)per_block.front(),
+        double(per_block.front()) / paper);
     for (uint64_t measured : per_block) EXPECT_EQ(double(measured), expected) << c.name;
   }
 }

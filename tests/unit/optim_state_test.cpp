@@ -150,8 +150,9 @@ TEST(StepTemporaries, ChargeWhatTorchAdamWAllocatesAtStep) {
     DType state;
     uint64_t bytes;
   };
-  for (const Want& want : {Want{AdamWImpl::kForeach, DType::kF32, 15 * 4}, Want{AdamWImpl::kForeach, DType::kBF16, 15 * 2},
-                           Want{AdamWImpl::kSingle, DType::kF32, 2 * 7 * 4}, Want{AdamWImpl::kFused, DType::kF32, 0}}) {
+  for (const Want& want :
+       {Want{AdamWImpl::kForeach, DType::kF32, 15 * 4}, Want{AdamWImpl::kForeach, DType::kBF16, 15 * 2},
+        Want{AdamWImpl::kSingle, DType::kF32, 2 * 7 * 4}, Want{AdamWImpl::kFused, DType::kF32, 0}}) {
     auto device = make_cpu_device(uncapped());
     {
       const StepTemporaries temporaries(*device, want.impl, tensors, want.state);

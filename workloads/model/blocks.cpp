@@ -13,8 +13,9 @@ Buffer BlockEnv::allocate(size_t count, DType dtype, Category category, std::str
 }
 
 void BlockSaved::release_all_but_input() {
-  for (Buffer* b : {&x32, &norm1_stats, &norm1_hat, &xn1, &q, &k, &v, &qkv, &probs, &probs_copy, &lse, &attn, &x2, &x2_32,
-                    &norm2_stats, &norm2_hat, &xn2, &gate, &up, &silu, &fc, &gelu_tanh, &gelu_half, &gelu_sum, &act}) {
+  for (Buffer* b :
+       {&x32,   &norm1_stats, &norm1_hat, &xn1, &q,    &k,  &v,    &qkv, &probs,     &probs_copy, &lse,      &attn, &x2,
+        &x2_32, &norm2_stats, &norm2_hat, &xn2, &gate, &up, &silu, &fc,  &gelu_tanh, &gelu_half,  &gelu_sum, &act}) {
     b->reset();
   }
 }
@@ -108,7 +109,8 @@ void attention_backward(const BlockEnv& env, const AttentionShape& shape, BlockS
     Buffer dprobs = env.allocate(score_count(c), dt, Category::kTemporaries, "attention softmax gradient");
     s.probs_copy.reset();
     if (fp32_softmax_copy(env)) {
-      Buffer wide = env.allocate(score_count(c), DType::kF32, Category::kTemporaries, "attention softmax gradient, fp32");
+      Buffer wide =
+          env.allocate(score_count(c), DType::kF32, Category::kTemporaries, "attention softmax gradient, fp32");
       dprobs = std::move(wide);
     }
     Buffer dscores =

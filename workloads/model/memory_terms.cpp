@@ -15,8 +15,7 @@ uint64_t saved_activation_bytes_per_block(const ModelConfig& c, const ModelOptio
   uint64_t attention = 4 * uint64_t(c.batch * c.heads) * rows;
   if (options.attention == Attention::kEager) attention = (llama ? (e == 2 ? 4 + e : 4) : e) * scores;
   if (llama) {
-    const uint64_t kvc =
-        options.attention == Attention::kEager && c.kv_heads < c.heads ? h : uint64_t(c.kv_dim());
+    const uint64_t kvc = options.attention == Attention::kEager && c.kv_heads < c.heads ? h : uint64_t(c.kv_dim());
     return 8 * T * h + e * T * (6 * h + 2 * kvc + 4 * F) + 8 * T + attention;
   }
   return e * T * (8 * h + 5 * F) + 16 * T + attention;

@@ -258,8 +258,7 @@ Buffer Model::logits_gradient() {
   // the upcast logits [T, V] fp32 beside it and the saved log-softmax, then .float()'s backward narrows it to the
   // compute dtype. In emu's math the gradient already sits in logits_; it is carried along.
   const size_t n = size_t(config_.tokens()) * size_t(config_.vocab);
-  Buffer dlogp =
-      device_.allocate(n, DType::kF32, Category::kTemporaries, "log_softmax gradient (nll_loss backward)");
+  Buffer dlogp = device_.allocate(n, DType::kF32, Category::kTemporaries, "log_softmax gradient (nll_loss backward)");
   Buffer dlogits = device_.allocate(n, DType::kF32, Category::kTemporaries, "logits.float() gradient");
   if (math_) {
     ops_->fill_zero(dlogp.data(), n * sizeof(float));

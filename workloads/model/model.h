@@ -27,8 +27,8 @@
 // time), the final norm's output, the logits, and the gradients of activations. The loss is computed in fp32 as the
 // options say (config.h Loss): by default as Hugging Face's Trainer does (logits at the compute dtype, their fp32
 // upcast and the fp32 log-softmax; 10·T·V bytes at its peak in bf16, 12·T·V in its backward), or fused, one fp32
-// [T, V] buffer that the loss turns into its own gradient in place. With a shapes-only device the same allocations happen in the same order and no math
-// is done, so a full-scale model is accounted in seconds.
+// [T, V] buffer that the loss turns into its own gradient in place. With a shapes-only device the same allocations
+// happen in the same order and no math is done, so a full-scale model is accounted in seconds.
 //
 // The math goes through the device's ops (emu/ops.h, Device::ops): the CPU kernels on the cpu backend, CUDA kernels on
 // a CUDA device; the model names no backend. Ops may be asynchronous, so the model waits for them before each hook,
