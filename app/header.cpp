@@ -52,14 +52,15 @@ void print_run_header(const MpiSession& mpi, const RunOptions& options) {
   std::string text = fmt::format("emu {}: {} rank{} on {} host{}, one emulated GPU per rank\n", EMU_VERSION,
                                  mpi.world(), mpi.world() == 1 ? "" : "s", mpi.hosts(), mpi.hosts() == 1 ? "" : "s");
   text += fmt::format("  host      {}\n", host.summary());
-  text += fmt::format("  model     {} ({}), micro-batch {}, seq-len {}, {} attention, activation checkpointing {}\n",
-                      options.full.name, model::style_name(options.full.style), options.full.batch, options.full.seq,
-                      model::attention_name(options.model_options.attention),
-                      options.model_options.checkpoint ? "on" : "off");
-  text += fmt::format("  training  {} precision, AdamW lr {}, clip {}, {} step{} of {} micro-batch{}{}{}\n",
-                      first.recipe.name(), first.adamw.lr, first.clip_norm, options.steps,
-                      options.steps == 1 ? "" : "s", options.accumulation, options.accumulation == 1 ? "" : "es",
-                      options.offload ? ", optimizer offloaded to the host" : "",
+  text += fmt::format(
+      "  model     {} ({}), micro-batch {}, seq-len {}, {} attention, {} loss, activation checkpointing {}\n",
+      options.full.name, model::style_name(options.full.style), options.full.batch, options.full.seq,
+      model::attention_name(options.model_options.attention), model::loss_name(options.model_options.loss),
+      options.model_options.checkpoint ? "on" : "off");
+  text += fmt::format("  training  {} precision, AdamW ({}) lr {}, clip {}, {} step{} of {} micro-batch{}{}{}\n",
+                      first.recipe.name(), optim::adamw_impl_name(first.adamw_impl), first.adamw.lr, first.clip_norm,
+                      options.steps, options.steps == 1 ? "" : "s", options.accumulation,
+                      options.accumulation == 1 ? "" : "es", options.offload ? ", optimizer offloaded to the host" : "",
                       options.deepspeed.empty() ? "" : ", DeepSpeed config " + options.deepspeed);
   text += fmt::format("  strategies {}\n", strategy_list(options));
   if (!options.plan && !options.tokens_path.empty()) {
