@@ -42,8 +42,8 @@ class Fsdp final : public ShardedUnits {
 
  protected:
   std::vector<uint64_t> optimizer_tensors() const override {  // one FlatParameter shard per unit
-    std::vector<uint64_t> tensors;
-    for (int u = 0; u < model_.num_units(); ++u) tensors.push_back(shard_elements(u));
+    std::vector<uint64_t> tensors(static_cast<size_t>(model_.num_units()));
+    for (size_t u = 0; u < tensors.size(); ++u) tensors[u] = shard_elements(static_cast<int>(u));
     return tensors;
   }
 

@@ -260,8 +260,8 @@ Estimate fsdp(const Shapes& s, const Knobs& k) {
   add(e, &Estimate::gradients, "gradients", "unsharded unit gradients being made: root and largest block",
       transient_unit_gradients(counts, m) * k.grad_bytes);
   add_optimizer(e, k, shards, "the flat shards");
-  std::vector<uint64_t> flat_shards;
-  for (uint64_t p : padded) flat_shards.push_back(p / m);
+  std::vector<uint64_t> flat_shards(padded.size());
+  std::transform(padded.begin(), padded.end(), flat_shards.begin(), [m](uint64_t p) { return p / m; });
   add_step_temporaries(e, k, flat_shards);
   return e;
 }
