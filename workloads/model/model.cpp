@@ -268,7 +268,10 @@ Buffer Model::logits_gradient() {
   logits_.reset();
   if (options_.compute == DType::kF32) return dlogits;
   Buffer narrow = device_.allocate(n, options_.compute, Category::kTemporaries, "logits gradient");
-  if (math_) ops_->f32_to_bf16(dlogits.as<float>(), narrow.as<uint16_t>(), n);
+  if (math_) {  // the head's backward reads the fp32 gradient (logits_grad_), as emu's fp32 math does throughout
+    ops_->f32_to_bf16(dlogits.as<float>(), narrow.as<uint16_t>(), n);
+    ops_->accumulate(logits_grad_.reserve_as<float>(*ops_, n, true), dlogits.as<float>(), n);
+  }
   return narrow;
 }
 
@@ -282,7 +285,9 @@ void Model::backward_root_start() {
   Buffer dlogits = logits_gradient();
   Buffer dxn = device_.allocate(T * size_t(c.hidden), options_.compute, Category::kTemporaries, "d final norm output");
   if (math_) {
-    F32 xn(ops_, final_xn_, Access::kRead), dx(ops_, dxn, Access::kWrite), dl(ops_, dlogits, Access::kRead);
+    F32 xn(ops_, final_xn_, Access::kRead), dx(ops_, dxn, Access::kWrite);
+    const float* dl = dlogits.dtype() == DType::kF32 ? dlogits.as<float>()
+                                                     : logits_grad_.reserve_as<float>(*ops_, dlogits.count(), false);
     const size_t head = root.params[head_param(c)].offset;
     ops_->linear_backward(xn, w + head, dl, dx, g + head, nullptr, c.tokens(), c.hidden, c.vocab, WeightLayout::kOutIn,
                           false);

@@ -134,6 +134,7 @@ class Model {
   // buffers, and the targets brought over from the caller's host memory.
   Scratch root_w_, block_w_, root_g_, block_g_;  // [unit count] each
   Scratch targets_;                              // [T] int32
+  Scratch logits_grad_;  // [T, V] fp32: the logits' gradient for the head's backward when the charged one is bf16
   const float* root_weights_ = nullptr;
   float* root_grads_ = nullptr;
   std::shared_ptr<const std::vector<std::vector<float>>> initial_weights_;  // null: the seeded initialisation
