@@ -54,10 +54,11 @@ void print_run_header(const MpiSession& mpi, const RunOptions& options) {
   text += fmt::format("  host      {}\n", host.summary());
   const std::string seq_note =
       options.full.seq_default.empty() ? "" : fmt::format(" (default: {})", options.full.seq_default);
-  text += fmt::format("  model     {} ({}), micro-batch {}, seq-len {}{}, {} attention, activation checkpointing {}\n",
-                      options.full.name, model::style_name(options.full.style), options.full.batch, options.full.seq,
-                      seq_note, model::attention_name(options.model_options.attention),
-                      options.model_options.checkpoint ? "on" : "off");
+  text += fmt::format(
+      "  model     {} ({}), micro-batch {}, seq-len {}{}, {} attention, {} loss, activation checkpointing {}\n",
+      options.full.name, model::style_name(options.full.style), options.full.batch, options.full.seq, seq_note,
+      model::attention_name(options.model_options.attention), model::loss_name(options.model_options.loss),
+      options.model_options.checkpoint ? "on" : "off");
   const optim::LrSchedule& schedule = first.schedule;
   std::string warmup;
   if (schedule.warmup != optim::LrSchedule::Warmup::kLinear) {
@@ -67,10 +68,10 @@ void print_run_header(const MpiSession& mpi, const RunOptions& options) {
   } else if (schedule.warmup_steps > 0) {
     warmup = fmt::format(" (linear warm-up over {} steps)", schedule.warmup_steps);
   }
-  text += fmt::format("  training  {} precision{}, AdamW lr {}{}, clip {}, {} step{} of {} micro-batch{}{}{}\n",
+  text += fmt::format("  training  {} precision{}, AdamW ({}) lr {}{}, clip {}, {} step{} of {} micro-batch{}{}{}\n",
                       first.recipe.name(), first.recipe.fp16 ? " (fp16 as the config says, computed in bf16)" : "",
-                      first.adamw.lr, warmup, first.clip_norm, options.steps, options.steps == 1 ? "" : "s",
-                      options.accumulation, options.accumulation == 1 ? "" : "es",
+                      optim::adamw_impl_name(first.adamw_impl), first.adamw.lr, warmup, first.clip_norm, options.steps,
+                      options.steps == 1 ? "" : "s", options.accumulation, options.accumulation == 1 ? "" : "es",
                       options.offload ? ", optimizer offloaded to the host" : "",
                       options.deepspeed.empty() ? "" : ", DeepSpeed config " + options.deepspeed);
   text += fmt::format("  strategies {}\n", strategy_list(options));

@@ -124,6 +124,8 @@ std::string format_json(const RunReport& r) {
       {"gradient_accumulation", o.accumulation},
       {"activation_checkpointing", o.model_options.checkpoint},
       {"attention", std::string(model::attention_name(o.model_options.attention))},
+      {"loss", std::string(model::loss_name(o.model_options.loss))},
+      {"adamw", std::string(optim::adamw_impl_name(o.strategies.front().adamw_impl))},
       {"optimizer_offload", o.offload},
       {"collectives", o.collectives.empty() ? "ring" : o.collectives},
       {"deepspeed_config", o.deepspeed},

@@ -94,9 +94,21 @@ std::vector<Expectation> parse_expectations(const std::vector<std::string>& text
   return out;
 }
 
+// The value of `names` that `text` is, in the same order as `values`; InputError listing the choices otherwise.
+template <typename T>
+T parse_choice(std::string_view flag, const std::string& text, const std::vector<std::string>& names,
+               std::initializer_list<T> values) {
+  const auto found = std::find(names.begin(), names.end(), text);
+  if (found == names.end()) {
+    throw InputError(fmt::format("{} '{}' is not one of {}", flag, text, fmt::join(names, ", ")));
+  }
+  return *(values.begin() + (found - names.begin()));
+}
+
 // The flags' values as typed, before they are checked and turned into RunOptions.
 struct Flags {
-  std::string cap = "none", reserve = "1GiB", precision = "mixed", attention = "flash";
+  std::string cap = "none", reserve = "1GiB", precision = "mixed", attention = "sdpa", loss = "trainer",
+              adamw = "foreach";
   std::string allocator = "caching", alloc_conf;
   std::string strategies, plan;
   std::vector<std::string> expect, faults;
@@ -126,8 +138,15 @@ void add_model_flags(CLI::App& app, RunOptions& options, Flags& flags) {
       ->group("Model");
   app.add_option("--micro-batch", flags.micro_batch, "sequences per micro-batch per GPU (default 1)")->group("Model");
   app.add_option("--attention", flags.attention,
-                 "flash (only a logsumexp per row is saved, as SDPA and FlashAttention do) or classic (the score "
-                 "matrix is saved)")
+                 "Hugging Face's attn_implementation: sdpa (transformers' default; output and a logsumexp per row "
+                 "saved), eager (the softmax of the score matrix saved: fp32 plus a bf16 copy for Llama) or flash "
+                 "(flash_attention_2)")
+      ->capture_default_str()
+      ->group("Model");
+  app.add_option("--loss", flags.loss,
+                 "trainer (as the Hugging Face Trainer computes it: logits, their fp32 upcast and an fp32 "
+                 "log-softmax, 10 B per logit in bf16) or fused (one fp32 [tokens, vocab] buffer, as fused or "
+                 "chunked cross-entropy kernels)")
       ->capture_default_str()
       ->group("Model");
   app.add_option("--load-weights", options.load_weights_path,
@@ -151,6 +170,12 @@ void add_training_flags(CLI::App& app, RunOptions& options, Flags& flags) {
                              fmt::join(strategy::strategy_names(), ", "), fmt::join(kDefaultStrategies, ",")))
       ->group("Training");
   app.add_option("--precision", flags.precision, "mixed (bf16 + fp32 master, 16 B/param), bf16 (8 B/param) or fp32")
+      ->capture_default_str()
+      ->group("Training");
+  app.add_option("--adamw", flags.adamw,
+                 "torch.optim.AdamW's implementation for ddp and fsdp*: foreach (PyTorch's default; a temporary of "
+                 "the local optimizer state's size at step()), single (for-loop; two of the largest tensor's) or "
+                 "fused (none). zero1/2/3 use DeepSpeed's optimizer")
       ->capture_default_str()
       ->group("Training");
   app.add_option("--steps", options.steps, "optimizer steps per strategy")->capture_default_str()->group("Training");
@@ -380,6 +405,8 @@ strategy::StrategyOptions read_strategies(RunOptions& options, Flags& flags, int
     base.clip_norm = static_cast<float>(flags.clip);
   }
   base.ddp.gradient_as_bucket_view = flags.bucket_view;
+  base.adamw_impl = parse_choice("--adamw", flags.adamw, optim::adamw_impl_names(),
+                                 {optim::AdamWImpl::kForeach, optim::AdamWImpl::kFused, optim::AdamWImpl::kSingle});
   if (flags.strategies_given) names = split_list(flags.strategies);
   if (names.empty()) {
     throw InputError(fmt::format("--strategies '{}' names no strategy; accepted: one or more of {}, comma-separated",
@@ -413,10 +440,11 @@ void read_training_loop(RunOptions& options, const Flags& flags, int world) {
 
 // The model at full scale, with --seq-len and --micro-batch applied; its math in the strategies' `base` precision.
 void read_model(RunOptions& options, const Flags& flags, const strategy::StrategyOptions& base) {
-  if (flags.attention != "classic" && flags.attention != "flash") {
-    throw InputError(fmt::format("--attention '{}' is not one of classic, flash", flags.attention));
-  }
-  options.model_options.attention = flags.attention == "flash" ? model::Attention::kFlash : model::Attention::kClassic;
+  options.model_options.attention =
+      parse_choice("--attention", flags.attention, model::attention_names(),
+                   {model::Attention::kSdpa, model::Attention::kEager, model::Attention::kFlash});
+  options.model_options.loss =
+      parse_choice("--loss", flags.loss, model::loss_names(), {model::Loss::kTrainer, model::Loss::kFused});
   options.model_options.compute = base.recipe.params;
   options.full = load_model(options.model);
   if (flags.seq_len_given) {

@@ -79,10 +79,10 @@ export out
 # Several emulated GPUs on one real GPU (collectives over MPI): 8 x A100-40GB on one card, the README's default job.
 stage "8 ranks on one GPU, the default job (--device cuda vs cpu)" 150 \
   bash -c 'emu_pair "$@"' _ default8 8 --cap 40GB-scaled
-# A GPT-2 run with classic attention and fp32, 2 ranks.
-stage "2 ranks, gpt2 fp32 classic attention (--device cuda vs cpu)" 90 \
+# A GPT-2 run with eager attention (the score matrix saved) and fp32, 2 ranks.
+stage "2 ranks, gpt2 fp32 eager attention (--device cuda vs cpu)" 90 \
   bash -c 'emu_pair "$@"' _ gpt2 2 --model gpt2 --shrink 8 --steps 2 --strategies ddp,zero2,fsdp --precision fp32 \
-  --attention classic --cap 80GB-scaled
+  --attention eager --cap 80GB-scaled
 # One rank per GPU where the machine has several: NCCL, steered to its tree all-reduce.
 gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
 if ((gpus >= 2)); then

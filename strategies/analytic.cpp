@@ -43,6 +43,13 @@ AnalyticInput analytic_input(const model::Model& model, int world, int ranks_per
   input.world = world;
   input.ranks_per_node = ranks_per_node;
   input.accumulation = accumulation;
+  for (const model::UnitLayout& unit : model.layouts()) {
+    for (const model::ParamInfo& p : unit.params) {
+      const uint64_t charged = input.charge.elements(p.count);
+      input.parameter_tensors_charged += charged;
+      input.largest_parameter_charged = std::max(input.largest_parameter_charged, charged);
+    }
+  }
   return input;
 }
 
@@ -119,6 +126,7 @@ Prediction predict(const StrategyOptions& options, const AnalyticInput& input) {
     }
     prediction.peak[Category::kOptimizerState] += 2 * input.bytes(unit, elements, options.recipe.moments);
   }
+  prediction.peak[Category::kOptimizerState] += prediction.step_temporary_elements * dtype_size(options.recipe.moments);
   return prediction;
 }
 

@@ -33,6 +33,10 @@ struct AnalyticInput {
   // ÷ k, workloads/model/shrink.h). Empty: every element as held (full scale, or an input made by hand).
   std::vector<model::ParameterCharge> unit_charge;
   model::ParameterCharge charge;
+  // torch.optim.AdamW's tensors under DDP, one per parameter, as a shrunk run charges each (charge.elements of
+  // its count): their sum (foreach's temporaries) and the largest (single-tensor's peak is twice it).
+  uint64_t parameter_tensors_charged = 0;
+  uint64_t largest_parameter_charged = 0;
 
   uint64_t parameter_count() const;  // Ψ: the sum of unit_counts
   // Bytes one buffer of `elements` elements of unit `unit` (kAllUnits: of the whole flat space) is charged at
@@ -57,6 +61,9 @@ struct Prediction {
   CategoryBytes peak;  // model states and strategy buffers at their peak (activations are the model's)
   std::vector<PredictedTraffic> traffic;
   std::string formula;  // the ZeRO-paper line this strategy follows, e.g. "(2 + 2 + 12/N)Ψ"
+  // Elements of torch.optim.AdamW's step temporaries at the state's dtype (foreach: every local element once;
+  // single: twice the largest local tensor; fused: none), included in peak[kOptimizerState]; DDP and FSDP only.
+  uint64_t step_temporary_elements = 0;
 
   uint64_t model_state_bytes() const;  // parameters + gradients + master weights + optimizer state
   uint64_t sent(coll::CollectiveKind kind) const;

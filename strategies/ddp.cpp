@@ -101,6 +101,15 @@ class Ddp final : public Strategy {
     return optim::grad_sum_of_squares(optim::ConstElementSpan::of(grads_));
   }
 
+  // Every parameter, as DDP's module registers them, each as a shrunk run charges it (model/shrink.h).
+  std::vector<uint64_t> optimizer_tensors() const override {
+    std::vector<uint64_t> tensors;
+    for (const model::UnitLayout& unit : model_.layouts()) {
+      for (const model::ParamInfo& p : unit.params) tensors.push_back(flat_.charge.elements(p.count));
+    }
+    return tensors;
+  }
+
   void update(double lr, float grad_scale) override {
     optimizer_->step(options_.adamw, optim::ElementSpan::of(params_), optim::ConstElementSpan::of(grads_), 0, decay_,
                      lr, grad_scale);

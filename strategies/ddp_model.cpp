@@ -5,6 +5,8 @@
 //   parameters  Ψ · parameter bytes      gradients  Ψ · gradient bytes
 //   buckets     Ψ · gradient bytes       (none with gradient_as_bucket_view: the gradients live in the buckets)
 //   master weights and Adam moments over all Ψ
+//   optimizer step  torch.optim.AdamW's temporaries (optim/step_temporaries.h): foreach Ψ, single twice the
+//                   largest parameter, fused none, at the moments' dtype, counted with the optimizer state
 // Traffic: the gradients all-reduced once per step (only the last micro-batch reduces); the bucket count does
 // not change the volume.
 #include "strategies/analytic.h"
@@ -22,6 +24,11 @@ Updated predict_ddp(const StrategyOptions& options, const AnalyticInput& input, 
   }
   prediction.formula = "(2 + 2 + K)Ψ: a full replica";
   add_ring_traffic(prediction, coll::CollectiveKind::kAllReduce, "world", parameters * grad_bytes, input.world);
+  switch (options.adamw_impl) {  // torch.optim.AdamW over every parameter tensor
+    case optim::AdamWImpl::kForeach: prediction.step_temporary_elements = input.parameter_tensors_charged; break;
+    case optim::AdamWImpl::kSingle: prediction.step_temporary_elements = 2 * input.largest_parameter_charged; break;
+    case optim::AdamWImpl::kFused: break;
+  }
   return {{all, parameters}};
 }
 

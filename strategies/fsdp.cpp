@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "emu/check.h"
+#include "strategies/flat.h"
 #include "strategies/sharded_units.h"
 
 namespace emu::strategy {
@@ -41,6 +42,16 @@ class Fsdp final : public ShardedUnits {
   using ShardedUnits::ShardedUnits;
 
  protected:
+  // One FlatParameter shard per unit, as a shrunk run charges it (model/shrink.h).
+  std::vector<uint64_t> optimizer_tensors() const override {
+    std::vector<uint64_t> tensors(static_cast<size_t>(model_.num_units()));
+    for (size_t u = 0; u < tensors.size(); ++u) {
+      const int unit = static_cast<int>(u);
+      tensors[u] = unit_charge(model_, unit).elements(shard_elements(unit));
+    }
+    return tensors;
+  }
+
   ShardGroups shard_groups() override {
     ShardGroups chosen;  // FULL_SHARD and SHARD_GRAD_OP: the world, no replicas
     switch (options_.fsdp.sharding) {

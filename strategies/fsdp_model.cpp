@@ -9,6 +9,8 @@
 //   gradients   Σ_u P_u/M at 4 bytes in the mixed recipe (FSDP's fp32 gradient shards), else at gradient bytes,
 //               plus the root's and the largest block's gathered gradients while backward makes them
 //   master weights and Adam moments over Σ_u P_u/M
+//   optimizer step  torch.optim.AdamW's temporaries over the units' flat shards: foreach Σ_u P_u/M, single
+//                   twice the largest P_u/M, fused none, at the moments' dtype, counted with the optimizer state
 // Traffic per micro-batch, in the shard group: each block all-gathered twice (once for SHARD_GRAD_OP), the root
 // once, every unit's gradients reduce-scattered, and with HYBRID_SHARD each reduced shard all-reduced across the
 // N/M replicas; once per step the gradient norm all-reduced.
@@ -92,7 +94,19 @@ Updated predict_fsdp(const StrategyOptions& options, const AnalyticInput& input,
   }
   add_ring_traffic(prediction, coll::CollectiveKind::kAllReduce, group, 4,
                    group_size);  // the gradient norm's partial sums
-  return shards.updated();
+  // torch.optim.AdamW over one flat shard per unit, P_u/M elements each, as a shrunk run charges them.
+  const Updated updated = shards.updated();
+  uint64_t all_shards = 0, largest_shard = 0;
+  for (const auto& [unit, elements] : updated) {
+    all_shards += input.elements(unit, elements);
+    largest_shard = std::max(largest_shard, input.elements(unit, elements));
+  }
+  switch (options.adamw_impl) {
+    case optim::AdamWImpl::kForeach: prediction.step_temporary_elements = all_shards; break;
+    case optim::AdamWImpl::kSingle: prediction.step_temporary_elements = 2 * largest_shard; break;
+    case optim::AdamWImpl::kFused: break;
+  }
+  return updated;
 }
 
 }  // namespace emu::strategy

@@ -70,6 +70,7 @@ class ShardedUnits : public Strategy {
   std::vector<int> following_units(int unit, bool forward) const;
   bool is_gathered(int unit) const { return units_[static_cast<size_t>(unit)].gathered.allocated(); }
   size_t padded_count(int unit) const { return units_[static_cast<size_t>(unit)].shard.padded; }
+  size_t shard_elements(int unit) const { return units_[static_cast<size_t>(unit)].shard.shard; }
   // Elements of every unit gathered now.
   size_t gathered_elements() const;
 

@@ -144,6 +144,8 @@ StepResult Strategy::step(std::span<const data::Batch> micro_batches) {
   ++steps_;
   {
     PhaseScope phase(device_.memory(), "optimizer step");
+    const std::vector<uint64_t> tensors = optimizer_tensors();
+    const optim::StepTemporaries temporaries(optimizer_device(), options_.adamw_impl, tensors, options_.recipe.moments);
     record_span("optimizer step", "optimizer",
                 [&] { update(options_.schedule.lr_at(steps_, options_.adamw.lr), clip / static_cast<float>(count)); });
   }

@@ -29,6 +29,7 @@
 #include "workloads/model/model.h"
 #include "workloads/optim/adamw.h"
 #include "workloads/optim/precision.h"
+#include "workloads/optim/step_temporaries.h"
 
 namespace emu::strategy {
 
@@ -78,6 +79,7 @@ struct StrategyOptions {
   FsdpOptions fsdp;
   optim::PrecisionRecipe recipe = optim::precision_recipe(optim::Recipe::kMixed);
   optim::AdamWConfig adamw;
+  optim::AdamWImpl adamw_impl = optim::AdamWImpl::kForeach;  // torch.optim.AdamW's (ddp, fsdp*): its step temporaries
   optim::LrSchedule schedule;
   float clip_norm = 1.0f;  // global gradient-norm clipping; 0 turns it off
   int shrink = 1;          // k: full-scale bucket and threshold sizes are divided by k²
@@ -159,6 +161,10 @@ class Strategy : protected model::Hooks {
   virtual double gradient_sum_of_squares() = 0;
   // One AdamW step at learning rate `lr`, gradients multiplied by `grad_scale`; then parameters made whole.
   virtual void update(double lr, float grad_scale) = 0;
+  // The element counts of the tensors torch.optim.AdamW steps over on this rank, as a shrunk run charges them
+  // (norm weights and biases ÷ k, model/shrink.h), whose step temporaries (optim/step_temporaries.h) are charged
+  // around update(); empty for DeepSpeed's own optimizer.
+  virtual std::vector<uint64_t> optimizer_tensors() const { return {}; }
 
   // Σ over the world of a local double (the gradient norm's partial sums), on every rank.
   double sum_over_world(double local, std::string_view phase);

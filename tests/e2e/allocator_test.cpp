@@ -2,6 +2,8 @@
 // report and the JSON show allocated beside reserved, and bad values are bad input on every rank.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -17,10 +19,11 @@ using testing::mpiexec;
 using testing::read_json;
 using testing::run_process;
 
-// llama2-70b under ZeRO-3 on 64 GPUs, planned at full scale: 28.69 GiB allocated at the peak. A 29 GiB GPU holds
-// that exactly, but PyTorch's caching allocator reserves whole segments (blocks rounded to 512 B, 2 MiB small
-// segments, 20 MiB ones for 1-10 MiB tensors), which come to more than 29 GiB; expandable segments, mapping pages
-// into one segment, fit in it.
+// llama2-70b under ZeRO-3 on 64 GPUs, planned at full scale. PyTorch's caching allocator reserves whole segments
+// (blocks rounded to 512 B, 2 MiB small segments, 20 MiB ones for 1-10 MiB tensors), so it reserves more than is
+// allocated at the peak; expandable segments, mapping pages into one segment, reserve less than whole segments do.
+// A GPU whose capacity lies between the two holds the run with expandable segments and runs out of memory with
+// plain caching although every allocated byte fits: an out-of-memory through fragmentation alone.
 struct Planned {
   std::string out;
   json strategy;
@@ -29,18 +32,45 @@ struct Planned {
 Planned plan(const std::string& args, const testing::TempDir& dir) {
   const std::string path = dir.file("plan.json");
   const auto run = run_process(
-      mpiexec(1) + kEmu + " --model llama2-70b --plan 64 --cap 29GiB --strategies zero3 " + args + " --json " + path,
-      120);
+      mpiexec(1) + kEmu + " --model llama2-70b --plan 64 --strategies zero3 " + args + " --json " + path, 120);
   EXPECT_EQ(run.exit_code, 0) << args << "\n" << run.err;
   return {run.out, read_json(path)["strategies"][0]};
 }
 
+// The smallest cap, to `step` bytes, in (lo, hi] under which the run fits with the allocator `args` sets.
+uint64_t smallest_cap_that_fits(const std::string& args, uint64_t lo, uint64_t hi, uint64_t step,
+                                const testing::TempDir& dir) {
+  while (hi - lo > step) {
+    const uint64_t mid = lo + (hi - lo) / 2;
+    if (plan("--cap " + std::to_string(mid) + "B " + args, dir).strategy["verdict"] == "fit") {
+      hi = mid;
+    } else {
+      lo = mid;
+    }
+  }
+  return hi;
+}
+
 TEST(Allocator, ReservedMemoryDecidesTheVerdict) {
   testing::TempDir dir("allocator");
-  const Planned caching = plan("", dir);
-  const Planned exact = plan("--allocator exact", dir);
-  const Planned expandable = plan("--alloc-conf expandable_segments:True", dir);
-  const uint64_t cap = 29ull << 30;
+  // Without a cap: what is allocated at the peak, and what plain caching reserves when nothing presses it.
+  const uint64_t allocated = plan("--allocator exact", dir).strategy["peak"]["bytes"];
+  const uint64_t reserved_caching = plan("", dir).strategy["reserved"]["peak_bytes"];
+  ASSERT_LT(allocated, reserved_caching);
+  // Pressed by a cap, each allocator frees what it caches and retries before it gives up: the smallest GPU each
+  // runs on, to 1 MiB.
+  const uint64_t needs_caching = smallest_cap_that_fits("", allocated, reserved_caching, 1 << 20, dir);
+  const uint64_t needs_expandable =
+      smallest_cap_that_fits("--alloc-conf expandable_segments:True", allocated, reserved_caching, 1 << 20, dir);
+  std::printf("allocated %llu, caching needs %llu, expandable segments need %llu\n", (unsigned long long)allocated,
+              (unsigned long long)needs_caching, (unsigned long long)needs_expandable);
+  ASSERT_LT(needs_expandable, needs_caching) << "expandable segments fragment less";
+  // A GPU on which every allocated byte fits, and expandable segments too, but plain caching does not.
+  const uint64_t cap = needs_expandable;
+  const std::string cap_flag = "--cap " + std::to_string(cap) + "B ";
+  const Planned caching = plan(cap_flag, dir);
+  const Planned exact = plan(cap_flag + "--allocator exact", dir);
+  const Planned expandable = plan(cap_flag + "--alloc-conf expandable_segments:True", dir);
 
   EXPECT_EQ(exact.strategy["verdict"], "fit");
   EXPECT_LE(exact.strategy["peak"]["bytes"].get<uint64_t>(), cap);

@@ -69,7 +69,7 @@ TEST_P(CudaTrainingStep, MatchesTheCpuDevice) {
 INSTANTIATE_TEST_SUITE_P(Models, CudaTrainingStep,
                          testing::Values(Case{Style::kLlama, DType::kBF16, Attention::kFlash},
                                          Case{Style::kGpt2, DType::kF32, Attention::kFlash},
-                                         Case{Style::kLlama, DType::kF32, Attention::kClassic}));
+                                         Case{Style::kLlama, DType::kF32, Attention::kEager}));
 
 }  // namespace
 }  // namespace emu::model

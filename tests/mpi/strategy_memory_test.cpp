@@ -90,6 +90,12 @@ std::vector<Case> cases() {
                    o.fsdp.backward_prefetch = strategy::BackwardPrefetch::kNone;
                    o.fsdp.forward_prefetch = true;
                  }});
+  // torch.optim.AdamW's step temporaries (default foreach above): the for-loop and the fused kernel.
+  for (const char* name : {"ddp", "fsdp"}) {
+    all.push_back(
+        {name, optim::Recipe::kMixed, "adamw_single", [](O& o) { o.adamw_impl = optim::AdamWImpl::kSingle; }});
+    all.push_back({name, optim::Recipe::kMixed, "adamw_fused", [](O& o) { o.adamw_impl = optim::AdamWImpl::kFused; }});
+  }
   return all;
 }
 

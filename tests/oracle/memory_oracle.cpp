@@ -79,6 +79,19 @@ void add_optimizer(Estimate& e, const Knobs& k, uint64_t elements, const std::st
   add(e, &Estimate::optimizer_state, "optimizer_state", "Adam m and v of " + what, elements * 2 * k.moment_bytes);
 }
 
+// torch.optim.AdamW's step temporaries over `tensors` (torch/optim/adam.py): _multi_tensor_adam's
+// _foreach_sqrt(exp_avg_sqs), one per tensor; _single_tensor_adam's exp_avg_sq.sqrt() and its quotient, for one
+// tensor at a time; the fused kernel none.
+void add_step_temporaries(Estimate& e, const Knobs& k, const std::vector<uint64_t>& tensors) {
+  if (k.adamw == "foreach") {
+    add(e, &Estimate::optimizer_state, "optimizer_state", "foreach AdamW: a sqrt(v) per tensor",
+        std::accumulate(tensors.begin(), tensors.end(), uint64_t{0}) * k.moment_bytes);
+  } else if (k.adamw == "single") {
+    add(e, &Estimate::optimizer_state, "optimizer_state", "single-tensor AdamW: sqrt(v) and its quotient",
+        2 * *std::max_element(tensors.begin(), tensors.end()) * k.moment_bytes);
+  }
+}
+
 Estimate ddp(const Shapes& s, const Knobs& k) {
   const uint64_t psi = parameter_count(s);
   Estimate e;
@@ -89,6 +102,12 @@ Estimate ddp(const Shapes& s, const Knobs& k) {
         psi * k.grad_bytes);
   }
   add_optimizer(e, k, psi, "all Ψ");
+  std::vector<uint64_t> tensors = root_tensors(s);
+  for (int64_t l = 0; l < s.layers; ++l) {
+    const std::vector<uint64_t> block = block_tensors(s);
+    tensors.insert(tensors.end(), block.begin(), block.end());
+  }
+  add_step_temporaries(e, k, tensors);
   return e;
 }
 
@@ -241,6 +260,9 @@ Estimate fsdp(const Shapes& s, const Knobs& k) {
   add(e, &Estimate::gradients, "gradients", "unsharded unit gradients being made: root and largest block",
       transient_unit_gradients(counts, m) * k.grad_bytes);
   add_optimizer(e, k, shards, "the flat shards");
+  std::vector<uint64_t> flat_shards(padded.size());
+  std::transform(padded.begin(), padded.end(), flat_shards.begin(), [m](uint64_t p) { return p / m; });
+  add_step_temporaries(e, k, flat_shards);
   return e;
 }
 

@@ -72,6 +72,8 @@ struct Knobs {
   bool master = true;
   // PyTorch DDP.
   bool gradient_as_bucket_view = false;
+  // torch.optim.AdamW (DDP, FSDP): "foreach" (PyTorch's default), "single" or "fused".
+  std::string adamw = "foreach";
   // DeepSpeed, in elements.
   uint64_t reduce_bucket_size = 500'000'000;
   bool overlap_comm = false;

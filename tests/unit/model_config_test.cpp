@@ -38,7 +38,7 @@ TEST(ModelPresets, ParameterCountsArePublished) {
 TEST(ModelPresets, ShapesOnlyDeviceChargesThePublishedCounts) {
   for (const Published& p : kPublished) {
     auto device = make_shapes_device({});
-    Model model(*device, preset(p.name), {DType::kBF16, Attention::kClassic, false});
+    Model model(*device, preset(p.name), {DType::kBF16, Attention::kEager, false});
     LocalParams params(model, 0);
     EXPECT_EQ(device->memory().in_use(Category::kParameters), 2 * p.parameters) << p.name;
     EXPECT_EQ(device->memory().in_use(Category::kGradients), 2 * p.parameters) << p.name;
@@ -110,7 +110,7 @@ TEST(ModelShrink, RejectsAKThatBreaksTheHeadDimension) {
 TEST(ModelShrink, ReportShowsEachTermsDeviation) {
   ModelConfig full = preset("llama2-13b");
   full.seq = 1024;
-  const ShrinkReport report = shrink_report(full, 32, {DType::kBF16, Attention::kClassic, false});
+  const ShrinkReport report = shrink_report(full, 32, {DType::kBF16, Attention::kEager, false});
   std::printf("%s", report.format().c_str());
   for (const ShrinkTerm& t : report.terms) {
     if (t.name == "  block matrices" || t.name == "  embeddings, head, positions") {

@@ -83,12 +83,12 @@ void check_model_gradients(Style style, const ModelOptions& options) {
   model.discard();
 }
 
-TEST(ModelGradients, LlamaClassic) { check_model_gradients(Style::kLlama, {DType::kF32, Attention::kClassic, false}); }
+TEST(ModelGradients, LlamaClassic) { check_model_gradients(Style::kLlama, {DType::kF32, Attention::kEager, false}); }
 TEST(ModelGradients, LlamaFlash) { check_model_gradients(Style::kLlama, {DType::kF32, Attention::kFlash, false}); }
 TEST(ModelGradients, LlamaCheckpointed) {
-  check_model_gradients(Style::kLlama, {DType::kF32, Attention::kClassic, true});
+  check_model_gradients(Style::kLlama, {DType::kF32, Attention::kEager, true});
 }
-TEST(ModelGradients, Gpt2Classic) { check_model_gradients(Style::kGpt2, {DType::kF32, Attention::kClassic, false}); }
+TEST(ModelGradients, Gpt2Classic) { check_model_gradients(Style::kGpt2, {DType::kF32, Attention::kEager, false}); }
 TEST(ModelGradients, Gpt2FlashCheckpointed) {
   check_model_gradients(Style::kGpt2, {DType::kF32, Attention::kFlash, true});
 }
@@ -97,7 +97,7 @@ TEST(ModelGradients, LlamaTiedHead) {
   ModelConfig config = tiny(Style::kLlama);
   config.tie_embeddings = true;
   auto device = make_cpu_device({});
-  Model model(*device, config, {DType::kF32, Attention::kClassic, false});
+  Model model(*device, config, {DType::kF32, Attention::kEager, false});
   EXPECT_EQ(model.layout(0).params.size(), 2u) << "a tied head adds no parameter";
 }
 
@@ -114,7 +114,7 @@ class RecordingHooks final : public Hooks {
 TEST(ModelHooks, OrderOfUnitsInForwardAndBackward) {
   const ModelConfig config = tiny(Style::kLlama);
   auto device = make_cpu_device({});
-  Model model(*device, config, {DType::kF32, Attention::kClassic, false});
+  Model model(*device, config, {DType::kF32, Attention::kEager, false});
   LocalParams params(model, 1);
   const Batch batch = random_batch(config, 4);
   RecordingHooks hooks;
@@ -127,7 +127,7 @@ TEST(ModelHooks, BackwardReleasesEverything) {
   for (bool checkpoint : {false, true}) {
     const ModelConfig config = tiny(Style::kGpt2);
     auto device = make_cpu_device({});
-    Model model(*device, config, {DType::kBF16, Attention::kClassic, checkpoint});
+    Model model(*device, config, {DType::kBF16, Attention::kEager, checkpoint});
     LocalParams params(model, 1);
     const uint64_t before = device->memory().in_use();
     const Batch batch = random_batch(config, 5);
@@ -142,7 +142,7 @@ TEST(ModelHooks, BackwardReleasesEverything) {
 TEST(ModelHooks, BackwardAccumulatesIntoBoundGradients) {
   const ModelConfig config = tiny(Style::kGpt2);
   auto device = make_cpu_device({});
-  Model model(*device, config, {DType::kF32, Attention::kClassic, false});
+  Model model(*device, config, {DType::kF32, Attention::kEager, false});
   LocalParams params(model, 1);
   const Batch batch = random_batch(config, 6);
   NoHooks hooks;
@@ -160,7 +160,7 @@ TEST(ModelModes, AttentionAndCheckpointingAgree) {
   std::vector<std::vector<float>> grads;
   std::vector<float> losses;
   for (const ModelOptions& options :
-       {ModelOptions{DType::kF32, Attention::kClassic, false}, ModelOptions{DType::kF32, Attention::kFlash, false},
+       {ModelOptions{DType::kF32, Attention::kEager, false}, ModelOptions{DType::kF32, Attention::kFlash, false},
         ModelOptions{DType::kF32, Attention::kFlash, true}}) {
     auto device = make_cpu_device({});
     Model model(*device, config, options);
@@ -185,7 +185,7 @@ TEST(ModelModes, Bf16TracksFp32) {
   for (int m = 0; m < 2; ++m) {
     const DType dt = m == 0 ? DType::kF32 : DType::kBF16;
     auto device = make_cpu_device({});
-    Model model(*device, config, {dt, Attention::kClassic, false});
+    Model model(*device, config, {dt, Attention::kEager, false});
     LocalParams params(model, 11);
     EXPECT_EQ(params.weights(1).bytes(), model.layout(1).count * dtype_size(dt));
     NoHooks hooks;

@@ -71,7 +71,7 @@ TEST(ModelMemory, SavedActivationsPerBlockMatchTheClosedForm) {
     ModelConfig small = shrink(full, 32);
     small.layers = 3;
     for (DType dt : {DType::kBF16, DType::kF32}) {
-      for (Attention attention : {Attention::kClassic, Attention::kFlash}) {
+      for (Attention attention : {Attention::kEager, Attention::kSdpa, Attention::kFlash}) {
         for (bool checkpoint : {false, true}) {
           const ModelOptions options{dt, attention, checkpoint};
           expect_closed_form(full, options, true);
@@ -109,8 +109,8 @@ constexpr PaperTerm kKorthikanti[] = {
     {"attention layer-norm input", 2, 0},
     {"MLP layer-norm input", 2, 0},
 };
-// The paper's terms emu's GPT-2 block does not have: it has no dropout, so no masks and no dropout output
-// (attention multiplies the softmax output itself by V).
+// The paper's terms emu's GPT-2 block does not have: it runs Hugging Face's block without dropout, so no masks and
+// no dropout output (attention multiplies the softmax output itself by V).
 constexpr const char* kNotInEmu[] = {
     "softmax dropout mask (1 byte)",
     "attention over values: dropout output",
@@ -141,20 +141,27 @@ TEST(ModelMemory, Gpt2MeasuredActivationsAreKorthikantiWithoutDropout) {
       std::printf("%s: - %s: %.0f B\n", c.name.c_str(), removed, bytes);
       expected -= bytes;
     }
-    // emu's own addition: each layer norm keeps its mean and 1/std per token in fp32 for backward, 2 × 2 × 4 B
-    // per token (the paper neglects them). Per token, they scale by k only: a model shrunk by k is charged
-    // their full-scale bytes ÷ k², 2 × 2 × 4 B × s·b / k (DESIGN.md §1).
+    // What Hugging Face's block keeps beyond the paper: each layer norm's mean and 1/std per token in fp32,
+    // 2 × 2 × 4 B per token (the paper neglects them), and gelu_new (NewGELUActivation, Python arithmetic) saves
+    // three more [T, F] tensors than one GeLU: tanh(...), 0.5·x and 1 + tanh(...), 3 × 2 × 4 = 24 B per s·b·h.
+    // Per token, the statistics scale by k only: a model shrunk by k is charged their full-scale bytes ÷ k²,
+    // 2 × 2 × 4 B × s·b / k (DESIGN.md §1).
     const double norm_statistics = 2 * 2 * 4 * s * b / double(c.shrink);
+    const double gelu_new = 3 * 2 * s * b * double(c.ffn);
     std::printf("%s: + fp32 layer-norm mean and rstd: %.0f B\n", c.name.c_str(), norm_statistics);
-    expected += norm_statistics;
+    std::printf("%s: + gelu_new's tanh, 0.5x and 1 + tanh: %.0f B\n", c.name.c_str(), gelu_new);
+    expected += norm_statistics + gelu_new;
     // Measured: what the block's forward leaves allocated as activations, bf16, classic attention, no
     // checkpointing; full scale on the shapes-only device, the shrunk copy with real math on the CPU.
-    const ModelOptions options{DType::kBF16, Attention::kClassic, false};
+    const ModelOptions options{DType::kBF16, Attention::kEager, false};  // GPT-2's eager softmax: 2 B per score
     const std::vector<uint64_t> per_block = measured_per_block(c, options, shapes_only);
     ASSERT_FALSE(per_block.empty());
-    std::printf("%s s=%lld b=%lld: Korthikanti %.0f B, adjusted %.0f B, emu measured %llu B per block\n",
-                c.name.c_str(), (long long)c.seq, (long long)c.batch, s * b * h * (34 + 5 * a * s / h), expected,
-                (unsigned long long)per_block.front());
+    const double paper = s * b * h * (34 + 5 * a * s / h);
+    std::printf(
+        "%s s=%lld b=%lld: Korthikanti %.0f B, adjusted %.0f B, emu (HF) measured %llu B per block, %.3fx the "
+        "paper\n",
+        c.name.c_str(), (long long)c.seq, (long long)c.batch, paper, expected, (unsigned long long)per_block.front(),
+        double(per_block.front()) / paper);
     for (uint64_t measured : per_block) EXPECT_EQ(double(measured), expected) << c.name;
   }
 }
@@ -175,7 +182,7 @@ TEST(ModelMemory, ShrunkPeakTimesKSquaredMatchesFullScaleLlama2_13b) {
   full.seq = 1024;  // shrunk by k = 32 to 32 tokens, so the real-math run takes a fraction of a second
   const int64_t k = 32;
   for (const ModelOptions& options :
-       {ModelOptions{DType::kBF16, Attention::kClassic, false}, ModelOptions{DType::kBF16, Attention::kFlash, true}}) {
+       {ModelOptions{DType::kBF16, Attention::kEager, false}, ModelOptions{DType::kBF16, Attention::kFlash, true}}) {
     auto shapes = make_shapes_device({});
     const uint64_t full_peak = step_peak(*shapes, full, options);
     auto cpu = make_cpu_device({});
@@ -195,7 +202,7 @@ TEST(ModelMemory, ShapesOnlyAllocatesExactlyAsTheCpuDevice) {
   for (const char* name : {"llama3-8b", "gpt2"}) {
     const ModelConfig config = shrink(preset(name), 64);
     for (const ModelOptions& options :
-         {ModelOptions{DType::kBF16, Attention::kClassic, false}, ModelOptions{DType::kF32, Attention::kFlash, true}}) {
+         {ModelOptions{DType::kBF16, Attention::kEager, false}, ModelOptions{DType::kF32, Attention::kFlash, true}}) {
       auto cpu = make_cpu_device({});
       auto shapes = make_shapes_device({});
       step_peak(*cpu, config, options);
@@ -216,7 +223,7 @@ TEST(ModelMemory, ShapesOnlyAccountsLlama2_70bInSeconds) {
   const auto start = std::chrono::steady_clock::now();
   auto device = make_shapes_device({});
   const ModelConfig config = preset("llama2-70b");
-  const uint64_t peak = step_peak(*device, config, {DType::kBF16, Attention::kClassic, false});
+  const uint64_t peak = step_peak(*device, config, {DType::kBF16, Attention::kEager, false});
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::printf("llama2-70b s=4096 b=1 bf16 classic: peak %s, accounted in %.4f s\n", format_bytes(peak).c_str(),
               seconds);
@@ -244,25 +251,25 @@ TEST(ModelMemory, OutOfMemoryNamesTheBlockAndPhase) {
   }
 }
 
-// Backward needs more than forward left allocated (gradients of activations); with a cap between the two, the
-// first out-of-memory is recorded in a backward phase.
+// Backward needs more than forward ever held (gradients of activations, the loss's 12·T·V against its forward's
+// 10·T·V); with a cap between the two, the first out-of-memory is recorded in a backward phase.
 TEST(ModelMemory, OutOfMemoryInBackwardNamesTheBackwardPhase) {
   const ModelConfig config = shrink(preset("gpt2"), 16);
   const std::vector<int32_t> tokens = tokens_for(config);
   NoHooks hooks;
-  uint64_t after_forward = 0, peak = 0;
+  uint64_t forward_peak = 0, peak = 0;
   {
     auto device = make_shapes_device({});
     Model model(*device, config, {});
     LocalParams params(model, 0);
     model.forward(tokens.data(), tokens.data(), hooks);
-    after_forward = device->memory().in_use();
+    forward_peak = device->memory().peak();
     model.backward(hooks);
     peak = device->memory().peak();
   }
-  ASSERT_GT(peak, after_forward);
+  ASSERT_GT(peak, forward_peak);
   MemoryPool::Options options;
-  options.cap = after_forward + (peak - after_forward) / 2;
+  options.cap = forward_peak + (peak - forward_peak) / 2;
   options.mode = OomMode::kRecord;
   auto device = make_shapes_device(options);
   Model model(*device, config, {});

@@ -210,8 +210,8 @@ TEST_P(OwnOps, EveryOpOfAStepGoesThroughTheDevicesOps) {
 
 INSTANTIATE_TEST_SUITE_P(Models, OwnOps,
                          testing::Values(Case{Style::kLlama, DType::kBF16, Attention::kFlash},
-                                         Case{Style::kLlama, DType::kF32, Attention::kClassic},
-                                         Case{Style::kGpt2, DType::kBF16, Attention::kClassic},
+                                         Case{Style::kLlama, DType::kF32, Attention::kEager},
+                                         Case{Style::kGpt2, DType::kBF16, Attention::kEager},
                                          Case{Style::kGpt2, DType::kF32, Attention::kFlash}));
 
 }  // namespace

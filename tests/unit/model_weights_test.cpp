@@ -103,7 +103,7 @@ Owned* find(std::vector<Owned>& tensors, const std::string& name) {
 // The mean loss of one forward pass of `config`'s model with fp32 `units` rounded to `compute` and bound.
 float forward_loss(const ModelConfig& config, const Units& units, DType compute) {
   auto device = make_cpu_device({});
-  model::Model m(*device, config, {compute, model::Attention::kClassic, false});
+  model::Model m(*device, config, {compute, model::Attention::kEager, false});
   std::vector<std::vector<uint16_t>> bf16(units.size());
   for (int u = 0; u < m.num_units(); ++u) {
     const std::vector<float>& values = units[size_t(u)];
@@ -217,7 +217,7 @@ TEST_F(ModelWeightsTest, ReloadedModelComputesTheSameLoss) {
 TEST_F(ModelWeightsTest, LocalParamsWeightsReloadIntoAFreshModel) {
   const ModelConfig config = tiny(Style::kGpt2, true);
   auto device = make_cpu_device({});
-  model::Model first(*device, config, {DType::kF32, model::Attention::kClassic, false});
+  model::Model first(*device, config, {DType::kF32, model::Attention::kEager, false});
   model::LocalParams params(first, 9);
   Units units;
   for (int u = 0; u < first.num_units(); ++u) {

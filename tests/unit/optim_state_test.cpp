@@ -10,6 +10,7 @@
 #include "emu/device.h"
 #include "workloads/optim/adamw_state.h"
 #include "workloads/optim/precision.h"
+#include "workloads/optim/step_temporaries.h"
 
 namespace emu::optim {
 namespace {
@@ -136,6 +137,30 @@ TEST(AdamWState, ShapesOnlyDeviceChargesButComputesNothing) {
   ConstElementSpan grads(nullptr, 1000, DType::kBF16);
   state.step(AdamWConfig{}, params, grads, 0, {}, 1e-3f);
   EXPECT_EQ(state.steps_taken(), 1);
+}
+
+// torch.optim.AdamW's step temporaries (torch/optim/adam.py), by hand for three tensors of 3, 7 and 5 elements:
+// foreach's _foreach_sqrt(exp_avg_sqs) is one new tensor per parameter, 15 elements; the single-tensor loop holds
+// exp_avg_sq.sqrt() and its quotient by bias_correction2_sqrt for the largest, 2 × 7; fused allocates nothing. At
+// the moments' dtype: 4 bytes in the mixed and fp32 recipes, 2 in pure bf16. Released when the step ends.
+TEST(StepTemporaries, ChargeWhatTorchAdamWAllocatesAtStep) {
+  const std::vector<uint64_t> tensors = {3, 7, 5};
+  struct Want {
+    AdamWImpl impl;
+    DType state;
+    uint64_t bytes;
+  };
+  for (const Want& want :
+       {Want{AdamWImpl::kForeach, DType::kF32, 15 * 4}, Want{AdamWImpl::kForeach, DType::kBF16, 15 * 2},
+        Want{AdamWImpl::kSingle, DType::kF32, 2 * 7 * 4}, Want{AdamWImpl::kFused, DType::kF32, 0}}) {
+    auto device = make_cpu_device(uncapped());
+    {
+      const StepTemporaries temporaries(*device, want.impl, tensors, want.state);
+      EXPECT_EQ(device->memory().in_use(Category::kOptimizerState), want.bytes) << adamw_impl_name(want.impl);
+    }
+    EXPECT_EQ(device->memory().in_use(), 0u) << adamw_impl_name(want.impl);
+    EXPECT_EQ(device->memory().peak(), want.bytes) << adamw_impl_name(want.impl);
+  }
 }
 
 }  // namespace

@@ -67,7 +67,7 @@ struct Variant {
 const std::vector<Variant> kVariants = {
     {"default", {}},
     {"offload", {"--offload"}},
-    {"no checkpointing, classic attention", {"--no-checkpoint", "--attention", "classic"}},
+    {"no checkpointing, eager attention", {"--no-checkpoint", "--attention", "eager"}},
 };
 
 // What one strategy needs per rank, accounted on shapes: the peak and each category's peak, in bytes.

@@ -6,3 +6,8 @@ emu_add_unit_test(model_config_test SOURCES unit/model_config_test.cpp LIBS emu_
 emu_add_unit_test(model_memory_test SOURCES unit/model_memory_test.cpp LIBS emu_workloads LABELS model)
 emu_add_unit_test(model_train_test SOURCES unit/model_train_test.cpp LIBS emu_workloads LABELS model)
 emu_add_unit_test(model_ops_test SOURCES unit/model_ops_test.cpp LIBS emu_workloads LABELS model)
+# Against the saved activations and loss bytes recorded from Hugging Face's modelling code
+# (scripts/oracle/saved_activations.py, fixture in tests/data/oracle/).
+emu_add_unit_test(hf_oracle_test SOURCES unit/hf_oracle_test.cpp LIBS emu_workloads nlohmann_json::nlohmann_json
+                  LABELS model)
+target_compile_definitions(hf_oracle_test PRIVATE EMU_SOURCE_DIR="${PROJECT_SOURCE_DIR}")

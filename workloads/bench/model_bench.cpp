@@ -75,10 +75,10 @@ int main(int argc, char** argv) {
   const std::string filter = argc > 1 ? argv[1] : "";
   mallopt(M_MMAP_THRESHOLD, 1 << 30);
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
-  const ModelOptions fp32_classic{emu::DType::kF32, Attention::kClassic, false};
+  const ModelOptions fp32_classic{emu::DType::kF32, Attention::kEager, false};
   const ModelOptions fp32_flash{emu::DType::kF32, Attention::kFlash, false};
-  const ModelOptions bf16_classic{emu::DType::kBF16, Attention::kClassic, false};
-  const ModelOptions fp32_ckpt{emu::DType::kF32, Attention::kClassic, true};
+  const ModelOptions bf16_classic{emu::DType::kBF16, Attention::kEager, false};
+  const ModelOptions fp32_ckpt{emu::DType::kF32, Attention::kEager, true};
   const Case cases[] = {
       {"gpt2", 4, 1024, 4, fp32_classic},       {"gpt2", 4, 1024, 4, fp32_flash},
       {"gpt2", 4, 1024, 4, bf16_classic},       {"gpt2", 4, 1024, 4, fp32_ckpt},

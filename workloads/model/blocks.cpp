@@ -19,7 +19,8 @@ Buffer BlockEnv::allocate_per_row(size_t count, DType dtype, Category category, 
 
 void BlockSaved::release_all_but_input() {
   for (Buffer* b :
-       {&norm1_stats, &xn1, &q, &k, &v, &qkv, &probs, &lse, &attn, &x2, &norm2_stats, &xn2, &gate, &up, &fc, &act}) {
+       {&x32,   &norm1_stats, &norm1_hat, &xn1, &q,    &k,  &v,    &qkv, &probs,     &probs_copy, &lse,      &attn, &x2,
+        &x2_32, &norm2_stats, &norm2_hat, &xn2, &gate, &up, &silu, &fc,  &gelu_tanh, &gelu_half,  &gelu_sum, &act}) {
     b->reset();
   }
 }
@@ -38,64 +39,138 @@ AttentionShape attention_shape(const ModelConfig& c) {
   return {c.batch, c.seq, c.heads, c.kv_heads, c.head_dim(), 0, 0};
 }
 
-// The attention core on q, k, v, shared by both styles: saves probs or lse, writes attn.
+bool eager(const BlockEnv& env) { return env.options.attention == Attention::kEager; }
+
+// Rows of the logsumexp per (sequence, head): s, or for SDPA in fp32, which a GPU runs with the memory-efficient
+// kernel, s rounded up to a multiple of 32 (PyTorch aten/src/ATen/native/transformers/cuda/attention.cu,
+// _efficient_attention_forward: logsumexp [B, heads, ceil(M/32)·32]).
+int64_t logsumexp_rows(const BlockEnv& env) {
+  const int64_t s = env.config.seq;
+  if (env.options.attention == Attention::kSdpa && env.options.compute == DType::kF32) return (s + 31) / 32 * 32;
+  return s;
+}
+
+// Llama's eager attention takes its softmax in fp32 (softmax(dtype=float32)) and multiplies V by a copy at the
+// compute dtype; GPT-2's takes it at the compute dtype, and .type(value.dtype) is then a no-op.
+bool fp32_softmax_copy(const BlockEnv& env) {
+  return env.config.style == Style::kLlama && env.options.compute != DType::kF32;
+}
+DType softmax_dtype(const BlockEnv& env) {
+  return env.config.style == Style::kLlama ? DType::kF32 : env.options.compute;
+}
+size_t score_count(const ModelConfig& c) { return size_t(c.batch * c.heads * c.seq * c.seq); }
+
+// Columns of the saved k and v: eager attention under grouped-query attention saves repeat_kv's copies [T, h];
+// SDPA (enable_gqa when there is no mask, transformers integrations/sdpa_attention.py use_gqa_in_sdpa) and flash
+// attention read the kv heads directly.
+int64_t saved_kv_columns(const BlockEnv& env) {
+  const ModelConfig& c = env.config;
+  return eager(env) && c.kv_heads < c.heads ? c.hidden : c.kv_dim();
+}
+
+// The attention core on q, k, v, shared by both styles: saves the softmax or the logsumexp, writes attn.
+// Eager holds, while its softmax runs, the scores at the compute dtype (q·kᵀ, then scaled and masked, each
+// replacing the last) and, for Llama at e = 2, their fp32 conversion.
 void attention_forward(const BlockEnv& env, const AttentionShape& shape, BlockSaved& s, const float* q, const float* k,
                        const float* v, Category category) {
   const ModelConfig& c = env.config;
   const DType dt = env.options.compute;
-  if (env.options.attention == Attention::kClassic) {
-    s.probs = env.allocate(size_t(c.batch * c.heads * c.seq * c.seq), dt, category, "attention probabilities");
+  Buffer scores, converted;
+  if (eager(env)) {
+    scores = env.allocate(score_count(c), dt, Category::kTemporaries, "attention scores");
+    if (fp32_softmax_copy(env)) {
+      converted = env.allocate(score_count(c), DType::kF32, Category::kTemporaries, "attention scores in fp32");
+    }
+    s.probs = env.allocate(score_count(c), softmax_dtype(env), category, "attention softmax");
   } else {
-    s.lse = env.allocate_per_row(size_t(c.batch * c.heads * c.seq), DType::kF32, category, "attention logsumexp");
+    s.lse = env.allocate_per_row(size_t(c.batch * c.heads) * size_t(logsumexp_rows(env)), DType::kF32, category,
+                                 "attention logsumexp");
   }
   s.attn = env.allocate(size_t(c.tokens() * c.hidden), dt, category, "attention output");
-  if (!env.math) return;
-  F32 attn(env.ops, s.attn, Access::kWrite);
-  if (env.options.attention == Attention::kClassic) {
-    F32 probs(env.ops, s.probs, Access::kWrite);
-    env.ops->attention_forward_classic(shape, q, k, v, probs, attn);
-  } else {
-    F32 lse(env.ops, s.lse, Access::kWrite);
-    env.ops->attention_forward_flash(shape, q, k, v, attn, lse);
+  if (env.math) {
+    F32 attn(env.ops, s.attn, Access::kWrite);
+    if (eager(env)) {
+      F32 probs(env.ops, s.probs, Access::kWrite);
+      env.ops->attention_forward_classic(shape, q, k, v, probs, attn);
+    } else {
+      F32 lse(env.ops, s.lse, Access::kWrite);
+      env.ops->attention_forward_flash(shape, q, k, v, attn, lse);
+    }
+  }
+  converted.reset();
+  if (eager(env) && fp32_softmax_copy(env)) {
+    s.probs_copy = env.allocate(score_count(c), dt, category, "attention softmax at the compute dtype");
   }
 }
 
-// Fills dq, dk, dv (strided as `shape` says) from dattn; releases probs or lse and attn.
+// Fills dq, dk, dv (strided as `shape` says) from dattn; releases the softmax or lse and attn. Eager backward
+// holds the softmax's gradient (at the compute dtype, then in fp32 for Llama at e = 2) and the scores' gradient
+// (in the softmax's dtype) beside the saved fp32 softmax while softmax's backward runs.
 void attention_backward(const BlockEnv& env, const AttentionShape& shape, BlockSaved& s, const float* q, const float* k,
                         const float* v, const float* dattn, float* dq, float* dk, float* dv) {
   const ModelConfig& c = env.config;
-  if (env.options.attention == Attention::kClassic) {
-    Buffer dscores = env.allocate(size_t(c.batch * c.heads * c.seq * c.seq), env.options.compute,
-                                  Category::kTemporaries, "attention score gradients");
+  const DType dt = env.options.compute;
+  if (eager(env)) {
+    Buffer dprobs = env.allocate(score_count(c), dt, Category::kTemporaries, "attention softmax gradient");
+    s.probs_copy.reset();
+    if (fp32_softmax_copy(env)) {
+      Buffer wide =
+          env.allocate(score_count(c), DType::kF32, Category::kTemporaries, "attention softmax gradient, fp32");
+      dprobs = std::move(wide);
+    }
+    Buffer dscores =
+        env.allocate(score_count(c), softmax_dtype(env), Category::kTemporaries, "attention score gradients");
     if (env.math) {
       F32 probs(env.ops, s.probs, Access::kRead), attn(env.ops, s.attn, Access::kRead),
           ds(env.ops, dscores, Access::kWrite);
       env.ops->attention_backward_classic(shape, q, k, v, probs, attn, dattn, dq, dk, dv, ds);
     }
+    s.probs.reset();
+    dprobs.reset();
+    if (fp32_softmax_copy(env)) {  // .float()'s backward: the score gradient back at the compute dtype
+      Buffer narrow = env.allocate(score_count(c), dt, Category::kTemporaries, "attention score gradients");
+      dscores = std::move(narrow);
+    }
   } else if (env.math) {
     F32 lse(env.ops, s.lse, Access::kRead), attn(env.ops, s.attn, Access::kRead);
     env.ops->attention_backward_flash(shape, q, k, v, attn, lse, dattn, dq, dk, dv);
   }
-  s.probs.reset();
   s.lse.reset();
   s.attn.reset();
 }
 
-Buffer llama_forward(const BlockEnv& env, const float* w, BlockSaved& s, Category cat, Category out_cat) {
+// LlamaRMSNorm.forward on `in` [T, h]: saves its input in fp32 (`in32`, a copy, at e = 2; `in` itself at e = 4), rstd,
+// the normalised tensor at the compute dtype and writes the output. Returns the buffer the backward reads as input.
+void rms_norm_forward(const BlockEnv& env, const float* w, const Buffer& in, Buffer& in32, Buffer& rstd, Buffer& hat,
+                      Buffer& out, Category cat, std::string_view name) {
+  const ModelConfig& c = env.config;
+  const DType dt = env.options.compute;
+  const size_t n = size_t(c.tokens() * c.hidden);
+  if (dt != DType::kF32) in32 = env.allocate(n, DType::kF32, cat, fmt::format("{} input in fp32", name));
+  rstd = env.allocate_per_row(size_t(c.tokens()), DType::kF32, cat, fmt::format("{} rstd", name));
+  hat = env.allocate(n, dt, cat, fmt::format("{} normalised input", name));
+  out = env.allocate(n, dt, cat, fmt::format("{} output", name));
+  if (!env.math) return;
+  if (dt != DType::kF32) env.ops->bf16_to_f32(in.as<uint16_t>(), in32.as<float>(), n);
+  F32 x(env.ops, dt != DType::kF32 ? in32 : in, Access::kRead), st(env.ops, rstd, Access::kWrite),
+      y(env.ops, out, Access::kWrite);
+  env.ops->rmsnorm_forward(x, w, y, st, c.tokens(), c.hidden, static_cast<float>(c.norm_eps));
+}
+
+Buffer llama_forward(const BlockEnv& env, const float* w, BlockSaved& s, Category cat, Category out_cat,
+                     bool keep_input) {
   const ModelConfig& c = env.config;
   const Dims d = dims(c);
   const DType dt = env.options.compute;
   auto W = [&](size_t i) { return w + env.layout.params[i].offset; };
-  const float eps = static_cast<float>(c.norm_eps);
+  const int64_t kv_cols = saved_kv_columns(env);
 
-  s.norm1_stats = env.allocate_per_row(size_t(d.T), DType::kF32, cat, "input_layernorm rstd");
-  s.xn1 = env.allocate(d.th(), dt, cat, "input_layernorm output");
+  rms_norm_forward(env, W(kInputNorm), s.x, s.x32, s.norm1_stats, s.norm1_hat, s.xn1, cat, "input_layernorm");
   s.q = env.allocate(d.th(), dt, cat, "q");
-  s.k = env.allocate(size_t(d.T * d.kvd), dt, cat, "k");
-  s.v = env.allocate(size_t(d.T * d.kvd), dt, cat, "v");
+  s.k = env.allocate(size_t(d.T * kv_cols), dt, cat, kv_cols == d.kvd ? "k" : "k (repeat_kv copy)");
+  s.v = env.allocate(size_t(d.T * kv_cols), dt, cat, kv_cols == d.kvd ? "v" : "v (repeat_kv copy)");
   if (env.math) {
-    F32 x(env.ops, s.x, Access::kRead), st(env.ops, s.norm1_stats, Access::kWrite), xn(env.ops, s.xn1, Access::kWrite);
-    env.ops->rmsnorm_forward(x, W(kInputNorm), xn, st, d.T, d.h, eps);
+    F32 xn(env.ops, s.xn1, Access::kRead);
     F32 q(env.ops, s.q, Access::kWrite), k(env.ops, s.k, Access::kWrite), v(env.ops, s.v, Access::kWrite);
     env.ops->linear_forward(xn, W(kQProj), nullptr, q, d.T, d.h, d.h, WeightLayout::kOutIn);
     env.ops->linear_forward(xn, W(kKProj), nullptr, k, d.T, d.h, d.kvd, WeightLayout::kOutIn);
@@ -109,16 +184,15 @@ Buffer llama_forward(const BlockEnv& env, const float* w, BlockSaved& s, Categor
   }
   // x2 = x + attn·Woᵀ: the projection is written straight into the residual stream.
   s.x2 = env.allocate(d.th(), dt, cat, "residual after attention");
-  s.norm2_stats = env.allocate_per_row(size_t(d.T), DType::kF32, cat, "post_attention_layernorm rstd");
-  s.xn2 = env.allocate(d.th(), dt, cat, "post_attention_layernorm output");
   if (env.math) {
     F32 attn(env.ops, s.attn, Access::kRead), x(env.ops, s.x, Access::kRead), x2(env.ops, s.x2, Access::kWrite);
     env.ops->linear_forward(attn, W(kOProj), nullptr, x2, d.T, d.h, d.h, WeightLayout::kOutIn);
     env.ops->accumulate(x2, x, d.th());
-    F32 st(env.ops, s.norm2_stats, Access::kWrite), xn(env.ops, s.xn2, Access::kWrite);
-    env.ops->rmsnorm_forward(x2, W(kPostNorm), xn, st, d.T, d.h, eps);
   }
+  rms_norm_forward(env, W(kPostNorm), s.x2, s.x2_32, s.norm2_stats, s.norm2_hat, s.xn2, cat,
+                   "post_attention_layernorm");
   s.gate = env.allocate(d.tf(), dt, cat, "gate_proj output");
+  s.silu = env.allocate(d.tf(), dt, cat, "silu(gate)");
   s.up = env.allocate(d.tf(), dt, cat, "up_proj output");
   s.act = env.allocate(d.tf(), dt, cat, "silu(gate)·up");
   Buffer out = env.allocate(d.th(), dt, out_cat, "output");
@@ -131,6 +205,11 @@ Buffer llama_forward(const BlockEnv& env, const float* w, BlockSaved& s, Categor
     F32 x2(env.ops, s.x2, Access::kRead), o(env.ops, out, Access::kWrite);
     env.ops->linear_forward(a, W(kDownProj), nullptr, o, d.T, d.F, d.h, WeightLayout::kOutIn);
     env.ops->accumulate(o, x2, d.th());
+  }
+  // At e = 2 nothing saved the residual stream itself, only its fp32 copies: it goes when the layer returns.
+  if (dt != DType::kF32) {
+    s.x2.reset();
+    if (!keep_input) s.x.reset();
   }
   return out;
 }
@@ -168,15 +247,19 @@ void llama_backward(const BlockEnv& env, const float* w, BlockSaved& s, float* d
       env.ops->linear_backward(xn, W(kUpProj), du, dx, G(kUpProj), nullptr, d.T, d.h, d.F, WeightLayout::kOutIn, true);
     }
     s.gate.reset();
+    s.silu.reset();
     s.up.reset();
     dgate.reset();
     dup.reset();
     s.xn2.reset();
+    s.norm2_hat.reset();
     if (env.math) {
-      F32 dx(env.ops, dxn, Access::kRead), x2(env.ops, s.x2, Access::kRead), st(env.ops, s.norm2_stats, Access::kRead);
+      F32 dx(env.ops, dxn, Access::kRead), x2(env.ops, dt != DType::kF32 ? s.x2_32 : s.x2, Access::kRead),
+          st(env.ops, s.norm2_stats, Access::kRead);
       env.ops->rmsnorm_backward(dx, x2, W(kPostNorm), st, dres, G(kPostNorm), d.T, d.h);
     }
     s.x2.reset();
+    s.x2_32.reset();
     s.norm2_stats.reset();
   }
   // Attention: x2 = x + o_proj(attention(rope(q_proj(xn1)), rope(k_proj(xn1)), v_proj(xn1)))
@@ -215,11 +298,14 @@ void llama_backward(const BlockEnv& env, const float* w, BlockSaved& s, float* d
   dk.reset();
   dv.reset();
   s.xn1.reset();
+  s.norm1_hat.reset();
   if (env.math) {
-    F32 dx(env.ops, dxn, Access::kRead), x(env.ops, s.x, Access::kRead), st(env.ops, s.norm1_stats, Access::kRead);
+    F32 dx(env.ops, dxn, Access::kRead), x(env.ops, dt != DType::kF32 ? s.x32 : s.x, Access::kRead),
+        st(env.ops, s.norm1_stats, Access::kRead);
     env.ops->rmsnorm_backward(dx, x, W(kInputNorm), st, dres, G(kInputNorm), d.T, d.h);
   }
   s.x.reset();
+  s.x32.reset();
   s.norm1_stats.reset();
 }
 
@@ -256,7 +342,17 @@ Buffer gpt2_forward(const BlockEnv& env, const float* w, BlockSaved& s, Category
     F32 st(env.ops, s.norm2_stats, Access::kWrite), xn(env.ops, s.xn2, Access::kWrite);
     env.ops->layernorm_forward(x2, W(kLn2Weight), W(kLn2Bias), xn, st, st + d.T, d.T, d.h, eps);
   }
+  // gelu_new, 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))), op by op as PyTorch runs the Python expression: each
+  // intermediate of the tanh's argument is dropped once the next one exists, so two are alive at a time.
   s.fc = env.allocate(d.tf(), dt, cat, "c_fc output");
+  s.gelu_half = env.allocate(d.tf(), dt, cat, "gelu_new 0.5·x");
+  {
+    Buffer cube = env.allocate(d.tf(), dt, Category::kTemporaries, "gelu_new x³");
+    Buffer inner = env.allocate(d.tf(), dt, Category::kTemporaries, "gelu_new tanh argument");
+    cube.reset();
+    s.gelu_tanh = env.allocate(d.tf(), dt, cat, "gelu_new tanh");
+  }
+  s.gelu_sum = env.allocate(d.tf(), dt, cat, "gelu_new 1 + tanh");
   s.act = env.allocate(d.tf(), dt, cat, "gelu output");
   Buffer out = env.allocate(d.th(), dt, out_cat, "output");
   if (env.math) {
@@ -286,6 +382,9 @@ void gpt2_backward(const BlockEnv& env, const float* w, BlockSaved& s, float* dr
     env.ops->gelu_backward(g, fc, g, d.tf());  // in place: the gradient of gelu's output becomes that of c_fc's
   }
   s.act.reset();
+  s.gelu_half.reset();
+  s.gelu_sum.reset();
+  s.gelu_tanh.reset();
   s.fc.reset();
   Buffer dxn = env.allocate(d.th(), dt, Category::kTemporaries, "d ln_2 output");
   if (env.math) {
@@ -344,10 +443,11 @@ void gpt2_backward(const BlockEnv& env, const float* w, BlockSaved& s, float* dr
 }  // namespace
 
 Buffer block_forward(const BlockEnv& env, const float* weights, Buffer x, BlockSaved& saved, Category saved_category,
-                     Category output_category) {
+                     Category output_category, bool keep_input) {
   saved.x = std::move(x);
-  return env.config.style == Style::kLlama ? llama_forward(env, weights, saved, saved_category, output_category)
-                                           : gpt2_forward(env, weights, saved, saved_category, output_category);
+  return env.config.style == Style::kLlama
+             ? llama_forward(env, weights, saved, saved_category, output_category, keep_input)
+             : gpt2_forward(env, weights, saved, saved_category, output_category);
 }
 
 void block_backward(const BlockEnv& env, const float* weights, BlockSaved& saved, float* dres, float* dweights) {

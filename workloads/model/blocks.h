@@ -1,15 +1,23 @@
 // One transformer block's forward and backward, Llama or GPT-2 style, allocating what a GPU would hold.
 //
-// Saved tensors (kept from forward to backward) are charged to the category the caller gives (kActivations, or
+// The tensors a block keeps for backward are the ones Hugging Face's modelling code leaves to autograd (transformers
+// models/llama/modeling_llama.py, models/gpt2/modeling_gpt2.py, activations.py; compared with a recorded run in
+// tests/unit/hf_oracle_test.cpp). Saved tensors are charged to the category the caller gives (kActivations, or
 // kTemporaries for the forward of a checkpointed block, whose tensors are dropped when it ends); gradients of
-// activations in backward are kTemporaries. Everything is at the compute dtype except the norm statistics and the
-// flash logsumexp, which are fp32 as GPU kernels keep them. The tensors a block saves, T = b·s, e = bytes of the
-// compute dtype, d = h/a (see memory_terms.h for the closed form):
+// activations in backward, and tensors an op holds only while it runs, are kTemporaries. T = b·s, e = bytes of the
+// compute dtype, d = h/a, kvd = kv·d (memory_terms.h has the closed form):
 //
-//   Llama  x, xn1, q, attn, x2, xn2 [T, h]; k, v [T, kv·d]; gate, up, act [T, F]; rstd1, rstd2 [T] fp32;
-//          classic: probs [b, a, s, s]; flash: lse [b, a, s] fp32
-//   GPT-2  x, xn1, attn, x2, xn2 [T, h]; qkv [T, 3h]; fc, act [T, F]; mean/rstd 1 and 2 [2, T] fp32;
-//          classic: probs [b, a, s, s]; flash: lse [b, a, s] fp32
+//   Llama  per RMSNorm (LlamaRMSNorm.forward): its input in fp32 [T, h] (hidden_states.to(float32): a copy at
+//          e = 2, the input itself at e = 4), rstd [T] fp32, the normalised tensor .to(input dtype) [T, h] and the
+//          output [T, h]; q [T, h]; k, v [T, kvd] after rotary embedding (eager with kv < a: repeat_kv's copies
+//          [T, h]); the attention output [T, h]; gate, silu(gate), up and silu(gate)·up [T, F]. At e = 2 the block
+//          input and the residual after attention are not kept, only their fp32 copies.
+//   GPT-2  per LayerNorm: its input [T, h], mean and rstd [T] fp32, the output [T, h]; qkv [T, 3h]; the attention
+//          output [T, h]; c_fc's output and, of gelu_new (NewGELUActivation, written out in Python), tanh(...),
+//          0.5·x, 1 + tanh(...) and their product [T, F] each.
+//   attention  eager: Llama the fp32 softmax [b, a, s, s] (softmax(dtype=float32)) plus its copy at the compute
+//              dtype when e = 2; GPT-2 the softmax at the compute dtype. sdpa and flash: the logsumexp [b, a, s]
+//              fp32 (sdpa in fp32 runs the memory-efficient kernel, whose rows are padded to a multiple of 32).
 #pragma once
 
 #include <string_view>
@@ -38,21 +46,31 @@ struct BlockEnv {
   Buffer allocate_per_row(size_t count, DType dtype, Category category, std::string_view what) const;
 };
 
-// The tensors a block saves for backward; unused ones stay unallocated.
+// The tensors a block saves for backward; unused ones stay unallocated. Buffers marked (held) are charged as the
+// framework holds them; emu's math reads the others.
 struct BlockSaved {
-  Buffer x;            // [T, h] block input
+  Buffer x;            // [T, h] block input (Llama at e = 2: released when the block ends, unless checkpointed)
+  Buffer x32;          // Llama at e = 2: [T, h] fp32 copy of the block input, input_layernorm's saved input
   Buffer norm1_stats;  // [T] rstd (Llama) or [2, T] mean then rstd (GPT-2), fp32
+  Buffer norm1_hat;    // Llama: [T, h] the normalised input at the compute dtype (held)
   Buffer xn1;          // [T, h] first norm's output
-  Buffer q, k, v;      // Llama: q [T, h], k and v [T, kv·d], after rotary embedding
+  Buffer q, k, v;      // Llama: q [T, h], k and v [T, kvd] after rotary embedding ([T, h] when repeat_kv copies)
   Buffer qkv;          // GPT-2: [T, 3h], q | k | v column blocks
-  Buffer probs;        // classic: [b, a, s, s]
-  Buffer lse;          // flash: [b, a, s] fp32
+  Buffer probs;        // eager: [b, a, s, s] softmax output, fp32 (Llama) or the compute dtype (GPT-2)
+  Buffer probs_copy;   // eager Llama at e = 2: [b, a, s, s] its .to(bf16) copy, what the PV product saves (held)
+  Buffer lse;          // sdpa, flash: [b, a, s] fp32 (rows padded to 32 for sdpa in fp32)
   Buffer attn;         // [T, h] attention output, input of the output projection
-  Buffer x2;           // [T, h] residual stream after attention
+  Buffer x2;           // [T, h] residual stream after attention (Llama at e = 2: released when the block ends)
+  Buffer x2_32;        // Llama at e = 2: [T, h] its fp32 copy, post_attention_layernorm's saved input
   Buffer norm2_stats;  // as norm1_stats
+  Buffer norm2_hat;    // as norm1_hat (held)
   Buffer xn2;          // [T, h] second norm's output
   Buffer gate, up;     // Llama: [T, F] each
+  Buffer silu;         // Llama: [T, F] silu(gate), saved by the product with up (held)
   Buffer fc;           // GPT-2: [T, F] pre-activation
+  Buffer gelu_tanh;    // GPT-2: [T, F] tanh(√(2/π)(x + 0.044715x³)) (held)
+  Buffer gelu_half;    // GPT-2: [T, F] 0.5·x (held)
+  Buffer gelu_sum;     // GPT-2: [T, F] 1 + tanh(...) (held)
   Buffer act;          // [T, F] input of the MLP's output projection
 
   // Releases everything but the block input (what checkpointing keeps).
@@ -60,9 +78,10 @@ struct BlockSaved {
 };
 
 // Runs the block on x (moved into saved.x) and returns its output [T, h], charged to `output_category`.
-// `weights` is the unit's flat fp32 buffer (null when !env.math).
+// `weights` is the unit's flat fp32 buffer (null when !env.math). `keep_input`: the caller holds the block input
+// for backward (activation checkpointing keeps it); otherwise a Llama block at e = 2 releases it when it ends.
 Buffer block_forward(const BlockEnv& env, const float* weights, Buffer x, BlockSaved& saved, Category saved_category,
-                     Category output_category);
+                     Category output_category, bool keep_input);
 
 // dres [T, h] fp32: on entry the gradient of the block output, on exit that of the block input. Accumulates the
 // block's weight gradients into dweights (flat fp32, the unit's layout) and releases the saved tensors as soon as

@@ -95,5 +95,16 @@ ModelConfig preset(std::string_view name) {
 }  // namespace emu::model
 
 namespace emu::model {
-std::string_view attention_name(Attention attention) { return attention == Attention::kClassic ? "classic" : "flash"; }
+std::string_view attention_name(Attention attention) {
+  switch (attention) {
+    case Attention::kEager: return "eager";
+    case Attention::kSdpa: return "sdpa";
+    case Attention::kFlash: return "flash";
+  }
+  return "?";
+}
+std::vector<std::string> attention_names() { return {"sdpa", "eager", "flash"}; }
+
+std::string_view loss_name(Loss loss) { return loss == Loss::kTrainer ? "trainer" : "fused"; }
+std::vector<std::string> loss_names() { return {"trainer", "fused"}; }
 }  // namespace emu::model

@@ -90,17 +90,35 @@ ModelConfig load_hf_config(const std::filesystem::path& path);
 
 namespace emu::model {
 
+// Attention as Hugging Face's attn_implementation runs it (transformers models/llama/modeling_llama.py,
+// integrations/sdpa_attention.py, integrations/flash_attention.py); blocks.h lists what each saves.
 enum class Attention : uint8_t {
-  kClassic,  // the b·a·s·s probability matrix is materialised and saved for backward
-  kFlash,    // only the output and one logsumexp per row are saved; backward recomputes the probabilities
+  kEager,  // eager_attention_forward: the score matrix materialised; its softmax saved for backward
+  kSdpa,   // torch scaled_dot_product_attention (transformers' default): output and one logsumexp per row saved;
+           // backward recomputes the probabilities. On a GPU bf16 runs the flash kernel, fp32 the memory-efficient
+           // one, whose logsumexp rows are padded to a multiple of 32
+  kFlash,  // flash_attention_2: as SDPA's flash kernel, logsumexp [b, a, s] fp32
 };
 std::string_view attention_name(Attention attention);
+// The names attention_name gives, for messages listing the choices.
+std::vector<std::string> attention_names();
+
+// How the loss is computed from the final hidden states.
+enum class Loss : uint8_t {
+  kTrainer,  // Hugging Face's ForCausalLMLoss as the Trainer calls it (transformers loss/loss_utils.py): logits at
+             // the compute dtype, their fp32 upcast (logits.float()), cross_entropy's fp32 log-softmax saved
+  kFused,    // one fp32 [T, V] buffer that the loss turns into its own gradient, as fused/chunked cross-entropy
+             // kernels (e.g. Liger's, torchtune's chunked loss) do
+};
+std::string_view loss_name(Loss loss);
+std::vector<std::string> loss_names();
 
 // How the model runs; independent of the shapes.
 struct ModelOptions {
   DType compute = DType::kBF16;  // weights, gradients and activations: kBF16 (mixed, pure bf16) or kF32 (fp32)
-  Attention attention = Attention::kClassic;
+  Attention attention = Attention::kSdpa;
   bool checkpoint = false;  // activation checkpointing per block: save the block input, recompute in backward
+  Loss loss = Loss::kTrainer;
 };
 
 }  // namespace emu::model

@@ -9,17 +9,35 @@ uint64_t saved_activation_bytes_per_block(const ModelConfig& c, const ModelOptio
   const uint64_t e = dtype_size(options.compute);
   const uint64_t T = uint64_t(c.tokens()), h = uint64_t(c.hidden), F = uint64_t(c.ffn);
   if (options.checkpoint) return e * T * h;
+  const uint64_t scores = uint64_t(c.batch * c.heads) * uint64_t(c.seq * c.seq);
+  const uint64_t rows =
+      options.attention == Attention::kSdpa && e == 4 ? (uint64_t(c.seq) + 31) / 32 * 32 : uint64_t(c.seq);
+  const bool llama = c.style == Style::kLlama;
   // Per-row statistics are charged at full scale ÷ k² in a shrunk run (shrink.h): each buffer bytes / k, rounded up.
-  const uint64_t attention = options.attention == Attention::kClassic
-                                 ? e * uint64_t(c.batch * c.heads) * uint64_t(c.seq * c.seq)
-                                 : per_row_charge(c, 4 * uint64_t(c.batch * c.heads * c.seq));
-  if (c.style == Style::kLlama) {
-    return e * T * (6 * h + 2 * uint64_t(c.kv_dim()) + 3 * F) + 2 * per_row_charge(c, 4 * T) + attention;
+  uint64_t attention = per_row_charge(c, 4 * uint64_t(c.batch * c.heads) * rows);
+  if (options.attention == Attention::kEager) attention = (llama ? (e == 2 ? 4 + e : 4) : e) * scores;
+  if (llama) {
+    const uint64_t kvc = options.attention == Attention::kEager && c.kv_heads < c.heads ? h : uint64_t(c.kv_dim());
+    return 8 * T * h + e * T * (6 * h + 2 * kvc + 4 * F) + 2 * per_row_charge(c, 4 * T) + attention;
   }
-  return e * T * (8 * h + 2 * F) + 2 * per_row_charge(c, 8 * T) + attention;
+  return e * T * (8 * h + 5 * F) + 2 * per_row_charge(c, 8 * T) + attention;
 }
 
 uint64_t logits_bytes(const ModelConfig& c) { return 4 * uint64_t(c.tokens()) * uint64_t(c.vocab); }
+
+uint64_t loss_forward_peak_bytes(const ModelConfig& c, const ModelOptions& options) {
+  const uint64_t tv = uint64_t(c.tokens()) * uint64_t(c.vocab), e = dtype_size(options.compute);
+  if (options.loss == Loss::kFused) return 4 * tv;
+  return (e + (e == 4 ? 0 : 4) + 4) * tv;
+}
+
+uint64_t loss_backward_peak_bytes(const ModelConfig& c, const ModelOptions& options) {
+  const uint64_t tv = uint64_t(c.tokens()) * uint64_t(c.vocab);
+  // Fused: the logits' gradient beside the head's input gradient [T, h]; the Trainer's three fp32 [T, V] tensors
+  // come first and are more (V > h/4 for every model).
+  return options.loss == Loss::kFused ? 4 * tv + dtype_size(options.compute) * uint64_t(c.tokens() * c.hidden)
+                                      : 12 * tv;
+}
 
 ParameterTerms parameter_terms(const ModelConfig& config) {
   ParameterTerms terms;

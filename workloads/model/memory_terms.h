@@ -1,24 +1,35 @@
 // Closed forms of the model's memory terms, in bytes, for the shrink report and for tests against the allocator.
 //
-// Saved activations of one block (what it keeps from forward to backward), T = b·s, e = bytes of the compute
-// dtype (2 for bf16, 4 for fp32), d = h/a, kvd = kv·d; norm statistics and the flash logsumexp are fp32:
+// Saved activations of one block (what it keeps from forward to backward), as Hugging Face's modelling code keeps
+// them (blocks.h lists the tensors), T = b·s, e = bytes of the compute dtype (2 for bf16, 4 for fp32), d = h/a,
+// kvd = kv·d, kvc = h for eager attention under grouped-query attention (repeat_kv's copies) else kvd:
 //
-//   Llama   e·T·(6h + 2·kvd + 3F) + 8T      + attention
-//           x, xn1, q, attn, x2, xn2; k, v; gate, up, silu(gate)·up; two rstd rows
-//   GPT-2   e·T·(8h + 2F) + 16T             + attention
-//           x, xn1, attn, x2, xn2 and qkv (3h); c_fc output and gelu output; two mean/rstd pairs
-//   attention: classic e·b·a·s² (the probabilities), flash 4·b·a·s (one logsumexp per row)
+//   Llama   8·T·h + e·T·(6h + 2·kvc + 4F) + 8T   + attention
+//           per RMSNorm its input in fp32 (4Th), the normalised tensor and the output (2eTh) and rstd (4T);
+//           q, attention output; k, v; gate, silu(gate), up, silu(gate)·up
+//   GPT-2   e·T·(8h + 5F) + 16T                  + attention
+//           x, ln_1 output, qkv (3h), attention output, x2, ln_2 output; c_fc output and gelu_new's tanh, 0.5·x,
+//           1 + tanh and product; two fp32 mean/rstd pairs
+//   attention: eager, Llama (4 + e)·b·a·s² at e = 2 (fp32 softmax and its bf16 copy), 4·b·a·s² at e = 4; GPT-2
+//           e·b·a·s². sdpa and flash 4·b·a·s (one fp32 logsumexp per row; sdpa at e = 4 pads s to a multiple of 32)
 //   with checkpointing: e·T·h (the block input only); the rest exists only while the block is (re)computed.
 // In a config shrunk by k the per-row terms (8T, 16T, 4·b·a·s) scale by k only; they are charged, and counted
 // here, at their full-scale bytes ÷ k²: each buffer's bytes / k, rounded up (shrink.h, per_row_charge).
 //
+// Against emu's earlier closed form (e·T·(6h + 2kvd + 3F) + 8T for Llama, e·T·(8h + 2F) + 16T for GPT-2) a Llama
+// block keeps 8Th + eTh + eTF more (1.42× for Llama 2 7B in bf16, 1.29× in fp32) and a GPT-2 block 3eTF more.
+//
 // Relation to Korthikanti et al. 2022 (Eq. 1), s·b·h·(34 + 5·a·s/h) bytes for GPT-style blocks with F = 4h, 16-bit
 // activations and dropout. Their 34 = 4 (two LayerNorm inputs) + 2 (QKV input) + 6 (q, k, v) + 2 (output-projection
 // input) + 2 (MLP input) + 8 (c_fc output) + 8 (GELU output) + 2 (two 1-byte dropout masks after attention and
-// MLP); their 5·a·s/h = 2 (softmax output) + 1 (dropout mask) + 2 (dropout output) per score. emu's GPT-2 block at
-// e = 2 has no dropout, so s·b·h·(32 + 2·a·s/h) + 16·s·b: the 2 mask bytes and 3 of 5 attention terms go, the
-// fp32 LayerNorm statistics (which they neglect) come in. Flash-style attention replaces 2·a·s/h with 4·a/h.
-// A Llama block has no biases or dropout but three F-wide tensors (SwiGLU) and narrower k, v under GQA.
+// MLP); their 5·a·s/h = 2 (softmax output) + 1 (dropout mask) + 2 (dropout output) per score. HF's GPT-2 block at
+// e = 2 without dropout keeps s·b·h·(56 + 2·a·s/h) + 16·s·b with eager attention: the masks and the dropout output
+// go, gelu_new's three extra [T, F] intermediates (24·sbh) and the fp32 LayerNorm statistics come in.
+//
+// The loss (config.h Loss), V the vocabulary: the Trainer's keeps 4·T·V after forward (the fp32 log-softmax), holds
+// (e + 4 + 4)·T·V at the forward's peak in bf16 (8·T·V in fp32: the upcast is the logits themselves) and 12·T·V in
+// its backward (the log-softmax, its gradient and the logits' gradient, fp32); fused, 4·T·V throughout, and e·T·h
+// more for the head's input gradient in backward.
 #pragma once
 
 #include <cstdint>
@@ -29,8 +40,11 @@ namespace emu::model {
 
 // Bytes one block keeps from its forward to its backward.
 uint64_t saved_activation_bytes_per_block(const ModelConfig& config, const ModelOptions& options);
-// The fp32 [T, V] logits buffer.
+// The fp32 [T, V] buffer the loss keeps from forward to backward (the log-softmax, or the fused loss's logits).
 uint64_t logits_bytes(const ModelConfig& config);
+// What the loss holds at the peak of its forward and of its backward, above the final norm's output.
+uint64_t loss_forward_peak_bytes(const ModelConfig& config, const ModelOptions& options);
+uint64_t loss_backward_peak_bytes(const ModelConfig& config, const ModelOptions& options);
 // What the model holds at the end of forward: every block's saved activations plus the logits.
 uint64_t saved_activation_bytes(const ModelConfig& config, const ModelOptions& options);
 

@@ -126,7 +126,7 @@ float Model::forward(const int32_t* tokens, const int32_t* targets, Hooks& hooks
     BlockSaved& saved = saved_[static_cast<size_t>(unit - 1)];
     const Category saved_category = options_.checkpoint ? Category::kTemporaries : Category::kActivations;
     Buffer out = block_forward(block_env(unit), weights_f32(unit, block_w_), std::move(final_x_), saved, saved_category,
-                               Category::kActivations);
+                               Category::kActivations, options_.checkpoint);
     if (options_.checkpoint) saved.release_all_but_input();
     final_x_ = std::move(out);
     sync();
@@ -223,7 +223,18 @@ float Model::forward_root_end(const int32_t* targets) {
   final_stats_ =
       allocate_per_row(device_, c, llama ? T : 2 * T, DType::kF32, Category::kActivations, "final norm statistics");
   final_xn_ = device_.allocate(T * size_t(c.hidden), options_.compute, Category::kActivations, "final norm output");
-  logits_ = device_.allocate(T * size_t(c.vocab), DType::kF32, Category::kActivations, "logits");
+  // The Trainer's loss (ForCausalLMLoss) holds, besides the fp32 log-softmax that cross_entropy saves, the head's
+  // logits at the compute dtype and their fp32 upcast until compute_loss returns; fp32 logits are upcast to
+  // themselves. emu's math needs one fp32 [T, V] buffer: the logits, turned into their gradient by the loss.
+  Buffer head, upcast;
+  if (options_.loss == Loss::kTrainer) {
+    head = device_.allocate(T * size_t(c.vocab), options_.compute, Category::kTemporaries, "logits (lm_head output)");
+    if (options_.compute != DType::kF32) {
+      upcast = device_.allocate(T * size_t(c.vocab), DType::kF32, Category::kTemporaries, "logits.float()");
+    }
+  }
+  logits_ = device_.allocate(T * size_t(c.vocab), DType::kF32, Category::kActivations,
+                             options_.loss == Loss::kTrainer ? "log_softmax of the logits (fp32)" : "logits (fp32)");
   if (!math_) return 0;
   const float* w = root_weights_;
   const float eps = static_cast<float>(c.norm_eps);
@@ -243,6 +254,30 @@ float Model::forward_root_end(const int32_t* targets) {
   return static_cast<float>(sum / double(T));
 }
 
+Buffer Model::logits_gradient() {
+  if (options_.loss == Loss::kFused) return std::move(logits_);  // the loss left its gradient in place
+  // The Trainer's loss backward, as autograd runs it (torch nn.functional.cross_entropy = log_softmax + nll_loss):
+  // nll_loss's backward writes the gradient of the log-softmax [T, V] fp32, log_softmax's backward the gradient of
+  // the upcast logits [T, V] fp32 beside it and the saved log-softmax, then .float()'s backward narrows it to the
+  // compute dtype. In emu's math the gradient already sits in logits_; it is carried along.
+  const size_t n = size_t(config_.tokens()) * size_t(config_.vocab);
+  Buffer dlogp = device_.allocate(n, DType::kF32, Category::kTemporaries, "log_softmax gradient (nll_loss backward)");
+  Buffer dlogits = device_.allocate(n, DType::kF32, Category::kTemporaries, "logits.float() gradient");
+  if (math_) {
+    ops_->fill_zero(dlogp.data(), n * sizeof(float));
+    ops_->add(logits_.as<float>(), dlogp.as<float>(), dlogits.as<float>(), n);
+  }
+  dlogp.reset();
+  logits_.reset();
+  if (options_.compute == DType::kF32) return dlogits;
+  Buffer narrow = device_.allocate(n, options_.compute, Category::kTemporaries, "logits gradient");
+  if (math_) {  // the head's backward reads the fp32 gradient (logits_grad_), as emu's fp32 math does throughout
+    ops_->f32_to_bf16(dlogits.as<float>(), narrow.as<uint16_t>(), n);
+    ops_->accumulate(logits_grad_.reserve_as<float>(*ops_, n, true), dlogits.as<float>(), n);
+  }
+  return narrow;
+}
+
 void Model::backward_root_start() {
   const ModelConfig& c = config_;
   const UnitLayout& root = layouts_[0];
@@ -250,14 +285,17 @@ void Model::backward_root_start() {
   const size_t T = size_t(c.tokens());
   const float* w = root_weights_;
   float* g = root_grads_;
+  Buffer dlogits = logits_gradient();
   Buffer dxn = device_.allocate(T * size_t(c.hidden), options_.compute, Category::kTemporaries, "d final norm output");
   if (math_) {
     F32 xn(ops_, final_xn_, Access::kRead), dx(ops_, dxn, Access::kWrite);
+    const float* dl = dlogits.dtype() == DType::kF32 ? dlogits.as<float>()
+                                                     : logits_grad_.reserve_as<float>(*ops_, dlogits.count(), false);
     const size_t head = root.params[head_param(c)].offset;
-    ops_->linear_backward(xn, w + head, logits_.as<float>(), dx, g + head, nullptr, c.tokens(), c.hidden, c.vocab,
-                          WeightLayout::kOutIn, false);
+    ops_->linear_backward(xn, w + head, dl, dx, g + head, nullptr, c.tokens(), c.hidden, c.vocab, WeightLayout::kOutIn,
+                          false);
   }
-  logits_.reset();
+  dlogits.reset();
   final_xn_.reset();
   dres_ = device_.allocate(T * size_t(c.hidden), options_.compute, Category::kTemporaries, "d residual stream");
   if (math_) {
@@ -286,7 +324,7 @@ void Model::backward_block(int unit, Hooks& hooks) {
   if (options_.checkpoint) {
     PhaseScope recompute(device_.memory(), fmt::format("backward, block {} (recomputing forward)", unit));
     Buffer x = std::move(saved.x);
-    block_forward(env, w, std::move(x), saved, Category::kActivations, Category::kTemporaries).reset();
+    block_forward(env, w, std::move(x), saved, Category::kActivations, Category::kTemporaries, true).reset();
   }
   {
     F32 dres(ops_, dres_, Access::kReadWrite);

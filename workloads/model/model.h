@@ -24,10 +24,11 @@
 //
 // Every tensor a GPU would hold is allocated from the device (blocks.h lists the saved ones): the token ids, the
 // rotary tables, each block's saved activations (released during backward as soon as they are used for the last
-// time), the final norm's output, the logits, and the gradients of activations. The loss is fp32: logits are
-// computed into an fp32 [T, V] buffer that the loss turns into its own gradient in place, as fused
-// cross-entropy kernels do. With a shapes-only device the same allocations happen in the same order and no math
-// is done, so a full-scale model is accounted in seconds.
+// time), the final norm's output, the logits, and the gradients of activations. The loss is computed in fp32 as the
+// options say (config.h Loss): by default as Hugging Face's Trainer does (logits at the compute dtype, their fp32
+// upcast and the fp32 log-softmax; 10·T·V bytes at its peak in bf16, 12·T·V in its backward), or fused, one fp32
+// [T, V] buffer that the loss turns into its own gradient in place. With a shapes-only device the same allocations
+// happen in the same order and no math is done, so a full-scale model is accounted in seconds.
 //
 // The math goes through the device's ops (emu/ops.h, Device::ops): the CPU kernels on the cpu backend, CUDA kernels on
 // a CUDA device; the model names no backend. Ops may be asynchronous, so the model waits for them before each hook,
@@ -113,6 +114,8 @@ class Model {
   BlockEnv block_env(int unit) const;
   void forward_root_start(const int32_t* tokens);
   float forward_root_end(const int32_t* targets);
+  // The gradient of the logits [T, V] the head's backward reads, made as the chosen loss makes it; releases logits_.
+  Buffer logits_gradient();
   void backward_root_start();
   void backward_root_end();
   void backward_block(int unit, Hooks& hooks);
@@ -131,6 +134,7 @@ class Model {
   // buffers, and the targets brought over from the caller's host memory.
   Scratch root_w_, block_w_, root_g_, block_g_;  // [unit count] each
   Scratch targets_;                              // [T] int32
+  Scratch logits_grad_;  // [T, V] fp32: the logits' gradient for the head's backward when the charged one is bf16
   const float* root_weights_ = nullptr;
   float* root_grads_ = nullptr;
   std::shared_ptr<const std::vector<std::vector<float>>> initial_weights_;  // null: the seeded initialisation
@@ -142,7 +146,8 @@ class Model {
   Buffer final_x_;                 // [T, h] output of block L, input of the final norm
   Buffer final_stats_;             // [T] rstd (Llama) or [2, T] mean and rstd (GPT-2), fp32
   Buffer final_xn_;                // [T, h] final norm output, input of the head
-  Buffer logits_;                  // [T, V] fp32: logits, then (after the loss) their gradient
+  Buffer logits_;                  // [T, V] fp32: logits, then (after the loss) their gradient; charged as the
+                                   // log-softmax the Trainer's loss saves, or as the fused loss's one buffer
   Buffer dres_;                    // [T, h] gradient of the residual stream during backward
 };
 

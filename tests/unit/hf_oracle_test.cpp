@@ -1,0 +1,198 @@
+// emu's saved activations and loss against Hugging Face's, as recorded from the real modelling code by
+// scripts/oracle/saved_activations.py (transformers and PyTorch on the CPU; versions in the fixture). The same tiny
+// shapes run through emu's model with real math on the CPU device; every block's saved bytes and the loss's bytes
+// must equal the recording, up to the differences named below with their reasons.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "emu/device.h"
+#include "workloads/model/local_params.h"
+#include "workloads/model/memory_terms.h"
+#include "workloads/model/model.h"
+
+namespace emu::model {
+namespace {
+
+using nlohmann::json;
+
+json fixture() {
+  std::ifstream in(std::string(EMU_SOURCE_DIR) + "/tests/data/oracle/hf_saved_activations.json");
+  EXPECT_TRUE(in.good()) << "tests/data/oracle/hf_saved_activations.json is missing";
+  return json::parse(in);
+}
+
+// The recording's model: its shapes, at the case's KV heads.
+ModelConfig recorded_config(const json& shapes, const std::string& style, int64_t kv_heads) {
+  ModelConfig c;
+  c.name = "hf-oracle-" + style;
+  c.batch = shapes["batch"];
+  c.seq = shapes["seq"];
+  if (style == "llama") {
+    const json& l = shapes["llama"];
+    c.style = Style::kLlama;
+    c.hidden = l["hidden_size"];
+    c.ffn = l["intermediate_size"];
+    c.heads = l["num_attention_heads"];
+    c.kv_heads = kv_heads;
+    c.vocab = l["vocab_size"];
+    c.layers = l["num_hidden_layers"];
+    c.max_positions = l["max_position_embeddings"];
+  } else {
+    const json& g = shapes["gpt2"];
+    c.style = Style::kGpt2;
+    c.hidden = g["n_embd"];
+    c.ffn = g["n_inner"];
+    c.heads = g["n_head"];
+    c.kv_heads = c.heads;
+    c.vocab = g["vocab_size"];
+    c.layers = g["n_layer"];
+    c.max_positions = g["n_positions"];
+    c.tie_embeddings = true;
+  }
+  return c;
+}
+
+// Per block, the activation bytes its forward leaves allocated, and the loss's bytes above the final norm's output:
+// at the peak of its forward, after it, and at the peak of its backward down to the head's input gradient.
+struct Measured {
+  std::vector<uint64_t> per_block;
+  uint64_t loss_forward_peak = 0, loss_after_forward = 0, loss_backward_peak = 0;
+};
+
+class Probe final : public Hooks {
+ public:
+  explicit Probe(const MemoryPool& pool, int layers) : pool_(pool), layers_(layers) {}
+  void before_forward(int unit) override {
+    if (unit > 0) start_ = pool_.in_use(Category::kActivations);
+  }
+  void after_forward(int unit) override {
+    if (unit > 0) m.per_block.push_back(pool_.in_use(Category::kActivations) - start_);
+    if (unit == layers_) mark_ = pool_.timeline().size();  // the loss starts: final norm, head, loss
+    if (unit == 0) {
+      m.loss_forward_peak = peak_since(mark_) - base_after_norm();
+      m.loss_after_forward = pool_.in_use() - base_after_norm();
+    }
+  }
+  void before_backward(int unit) override {
+    if (unit == 0) backward_mark_ = pool_.timeline().size();
+    if (unit == layers_) m.loss_backward_peak = peak_since(backward_mark_) - (loss_base_);
+  }
+  Measured m;
+
+ private:
+  // The in-use total at the highest point of the timeline from `from` on.
+  uint64_t peak_since(size_t from) const {
+    uint64_t peak = 0;
+    for (size_t i = from; i < pool_.timeline().size(); ++i) peak = std::max(peak, pool_.timeline()[i].in_use);
+    return peak;
+  }
+  // In use once the final norm's statistics and output (the first two allocations of the loss phase) exist: the
+  // recording starts from the final hidden states.
+  uint64_t base_after_norm() {
+    loss_base_ = pool_.timeline()[mark_ + 1].in_use;
+    return loss_base_;
+  }
+  const MemoryPool& pool_;
+  int layers_;
+  uint64_t start_ = 0, loss_base_ = 0;
+  size_t mark_ = 0, backward_mark_ = 0;
+};
+
+Measured measure(const ModelConfig& config, const ModelOptions& options) {
+  auto device = make_cpu_device({});
+  Model model(*device, config, options);
+  LocalParams params(model, 5);
+  Probe probe(device->memory(), int(config.layers));
+  std::vector<int32_t> tokens(size_t(config.tokens()));
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = int32_t((i * 11 + 5) % size_t(config.vocab));
+  model.step(tokens.data(), tokens.data(), probe);
+  return probe.m;
+}
+
+Attention attention_of(const std::string& name) { return name == "eager" ? Attention::kEager : Attention::kSdpa; }
+
+TEST(HfOracle, SavedActivationsPerBlockEqualTheRecording) {
+  const json doc = fixture();
+  std::printf("recorded with torch %s, transformers %s\n", doc["versions"]["torch"].get<std::string>().c_str(),
+              doc["versions"]["transformers"].get<std::string>().c_str());
+  int cases = 0;
+  for (const json& c : doc["blocks"]) {
+    const std::string style = c["style"], dtype = c["dtype"], attention = c["attention"];
+    const bool checkpoint = c["checkpoint"];
+    const ModelConfig config = recorded_config(doc["shapes"], style, c["kv_heads"]);
+    const ModelOptions options{dtype == "bfloat16" ? DType::kBF16 : DType::kF32, attention_of(attention), checkpoint};
+    const uint64_t e = dtype_size(options.compute);
+    const uint64_t T = uint64_t(config.tokens()), h = uint64_t(config.hidden);
+    // The differences, each with its reason; everything else must agree to the byte.
+    int64_t named = 0;
+    if (style == "gpt2" && !checkpoint) {
+      // PyTorch's CPU layer norm keeps mean and rstd at the input's dtype; CUDA's (which emu follows) in fp32:
+      // two norms, two [T] statistics each.
+      named -= int64_t(2 * 2 * T * (4 - e));
+      // GPT-2 hands SDPA an explicit causal mask; the CPU's flash kernel then saves contiguous copies of q and v
+      // beside the qkv projection they are views of. On a GPU (emu) SDPA saves the views.
+      if (attention == "sdpa") named += int64_t(2 * e * T * h);
+    }
+    const Measured measured = measure(config, options);
+    const std::vector<uint64_t> recorded = c["saved_per_block"];
+    ASSERT_EQ(measured.per_block.size(), recorded.size());
+    for (size_t b = 0; b < recorded.size(); ++b) {
+      EXPECT_EQ(int64_t(measured.per_block[b]) + named, int64_t(recorded[b]))
+          << style << " kv " << config.kv_heads << " " << dtype << " " << attention
+          << (checkpoint ? " checkpointed" : "") << " block " << b + 1 << " (named differences " << named << " B)";
+      EXPECT_EQ(measured.per_block[b], saved_activation_bytes_per_block(config, options)) << "closed form";
+    }
+    // Storages every block saves (Llama's rotary cos and sin [s, d] at the compute dtype, once per model; GPT-2's
+    // eager attention mask [b, 1, s, s] when checkpointing passes it to every block) are not per block; emu
+    // keeps its own fp32 rotary tables [s, d/2] (2·4·s·d/2 B) in the root and charges no eager mask.
+    const uint64_t shared = c["shared_by_blocks"];
+    const uint64_t s = uint64_t(config.seq), d = uint64_t(config.head_dim()), bsz = uint64_t(config.batch);
+    if (style == "llama" && !checkpoint) EXPECT_EQ(shared, 2 * e * s * d);
+    if (style == "gpt2" && checkpoint && attention == "eager") EXPECT_EQ(shared, e * bsz * s * s);
+    ++cases;
+  }
+  EXPECT_EQ(cases, 24);
+}
+
+TEST(HfOracle, TrainerLossBytesEqualTheRecording) {
+  const json doc = fixture();
+  for (const json& c : doc["loss"]) {
+    const std::string style = c["style"], dtype = c["dtype"];
+    const ModelConfig config = recorded_config(doc["shapes"], style, doc["shapes"]["llama"]["num_attention_heads"]);
+    const ModelOptions options{dtype == "bfloat16" ? DType::kBF16 : DType::kF32, Attention::kSdpa, false,
+                               Loss::kTrainer};
+    const Measured m = measure(config, options);
+    const uint64_t T = uint64_t(config.tokens());
+    // The recording holds what emu keeps on the host: HF's int64 labels padded by one ([b, s + 1]) and their
+    // shifted contiguous copy [T], and the scalar loss (fp32).
+    const uint64_t labels = 8 * uint64_t(config.batch) * uint64_t(config.seq + 1) + 8 * T;
+    EXPECT_EQ(m.loss_forward_peak + labels + 8, uint64_t(c["forward_peak"])) << style << " " << dtype;
+    EXPECT_EQ(m.loss_after_forward + 8 * T + 8, uint64_t(c["after_forward"])) << style << " " << dtype;
+    EXPECT_EQ(m.loss_backward_peak + 8, uint64_t(c["backward_peak"])) << style << " " << dtype;
+    EXPECT_EQ(m.loss_forward_peak, loss_forward_peak_bytes(config, options));
+    EXPECT_EQ(m.loss_backward_peak, loss_backward_peak_bytes(config, options));
+    EXPECT_EQ(m.loss_after_forward, logits_bytes(config));
+  }
+}
+
+// The fused loss keeps one fp32 [T, V] buffer from the head's output to its gradient.
+TEST(HfOracle, FusedLossKeepsOneFp32Buffer) {
+  const json doc = fixture();
+  const ModelConfig config = recorded_config(doc["shapes"], "llama", 4);
+  const uint64_t tv = uint64_t(config.tokens()) * uint64_t(config.vocab);
+  for (DType dt : {DType::kBF16, DType::kF32}) {
+    const Measured m = measure(config, {dt, Attention::kSdpa, false, Loss::kFused});
+    EXPECT_EQ(m.loss_forward_peak, 4 * tv);
+    EXPECT_EQ(m.loss_after_forward, 4 * tv);
+    // and, in backward, the head's input gradient [T, h] beside it
+    EXPECT_EQ(m.loss_backward_peak, 4 * tv + dtype_size(dt) * uint64_t(config.tokens() * config.hidden));
+  }
+}
+
+}  // namespace
+}  // namespace emu::model
