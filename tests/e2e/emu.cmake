@@ -23,3 +23,8 @@ add_dependencies(emu_fault_test emu)
 emu_add_unit_test(emu_inputs_test SOURCES e2e/inputs_test.cpp LIBS emu_test_process emu_workloads
                   nlohmann_json::nlohmann_json LABELS e2e TIMEOUT 600)
 add_dependencies(emu_inputs_test emu)
+
+# emu against numbers recorded from real PyTorch and DeepSpeed (tests/data/oracle/, scripts/oracle/).
+emu_add_unit_test(framework_oracle_test SOURCES e2e/framework_oracle_test.cpp oracle/memory_oracle.cpp
+                  LIBS emu_test_process fmt::fmt nlohmann_json::nlohmann_json LABELS e2e TIMEOUT 300)
+add_dependencies(framework_oracle_test emu)
