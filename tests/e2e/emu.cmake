@@ -27,3 +27,8 @@ add_dependencies(emu_inputs_test emu)
 emu_add_unit_test(emu_allocator_test SOURCES e2e/allocator_test.cpp LIBS emu_test_process nlohmann_json::nlohmann_json
                   LABELS e2e TIMEOUT 300)
 add_dependencies(emu_allocator_test emu)
+
+# emu against numbers recorded from real PyTorch and DeepSpeed (tests/data/oracle/, scripts/oracle/).
+emu_add_unit_test(framework_oracle_test SOURCES e2e/framework_oracle_test.cpp oracle/memory_oracle.cpp
+                  LIBS emu_test_process fmt::fmt nlohmann_json::nlohmann_json LABELS e2e TIMEOUT 300)
+add_dependencies(framework_oracle_test emu)

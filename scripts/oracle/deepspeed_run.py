@@ -1,0 +1,116 @@
+#!/usr/bin/env python3
+"""Tries DeepSpeed ZeRO-1/2/3 itself on CPU with gloo (DS_ACCELERATOR=cpu) on the tiny Llama, 2 ranks, and
+prints what happened per stage: the peak per MemTracker category over the second step, or the error.
+
+    DS_ACCELERATOR=cpu python deepspeed_run.py [--stage 1|2|3] [--precision fp32|bf16]
+"""
+import argparse
+import json
+import os
+import sys
+import traceback
+
+os.environ.setdefault("DS_ACCELERATOR", "cpu")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+
+def worker(rank, args, queue):
+    import torch
+    import torch.distributed as dist
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(args.port), RANK=str(rank), LOCAL_RANK=str(rank),
+                      WORLD_SIZE=str(args.ranks), LOCAL_SIZE=str(args.ranks))
+    try:
+        import deepspeed
+
+        import record
+
+        deepspeed.init_distributed(dist_backend="gloo")
+        model_args = argparse.Namespace(model="llama", attention="sdpa", checkpoint=0)
+        model, raw = record.build_model(model_args)
+        config = {
+            "train_micro_batch_size_per_gpu": record.MICRO_BATCH,
+            "gradient_accumulation_steps": 1,
+            "zero_optimization": {"stage": args.stage},
+            "bf16": {"enabled": args.precision == "bf16"},
+        }
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=True)
+        engine, optimizer, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, config=config)
+        g = torch.Generator().manual_seed(1234 + rank)
+        tokens = torch.randint(0, raw["vocab_size"], (record.MICRO_BATCH, record.SEQ_LEN), generator=g)
+
+        def step():
+            loss = engine(input_ids=tokens, labels=tokens).loss
+            engine.backward(loss)
+            engine.step()
+            return float(loss.detach())
+
+        losses = [step()]
+        from torch.distributed._tools.mem_tracker import MemTracker
+
+        tracker = MemTracker()
+        tracker.track_external(engine.module)
+        record.watch_category_peaks(tracker)
+        with tracker:
+            losses.append(step())
+        (peak,) = tracker.get_tracker_snapshot("peak").values()
+        queue.put({"rank": rank, "peak_bytes": int(peak["Total"]),
+                   "category_peaks": dict(sorted(tracker.category_peaks.items())), "losses": losses})
+    except Exception:  # noqa: BLE001 - reported to the parent
+        queue.put({"rank": rank, "error": traceback.format_exc()[-4000:]})
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--stage", type=int, default=0)
+    parser.add_argument("--precision", choices=["fp32", "bf16"], default="bf16")
+    parser.add_argument("--ranks", type=int, default=2)
+    parser.add_argument("--port", type=int, default=29701)
+    parser.add_argument("--out")
+    args = parser.parse_args()
+    command = "DS_ACCELERATOR=cpu python scripts/oracle/deepspeed_run.py " + " ".join(sys.argv[1:])
+    import torch.multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    results = {}
+    for stage in ([args.stage] if args.stage else [1, 2, 3]):
+        args.stage = stage
+        args.port += 1
+        queue = ctx.Queue()
+        procs = [ctx.Process(target=worker, args=(r, args, queue)) for r in range(args.ranks)]
+        for p in procs:
+            p.start()
+        out = sorted((queue.get(timeout=600) for _ in procs), key=lambda r: r["rank"])
+        for p in procs:
+            p.join()
+        results[f"zero{stage}-{args.precision}"] = out
+    import datetime
+
+    import record
+
+    with open(os.path.join(record.DATA, "llama-tiny.json")) as f:
+        raw = json.load(f)
+    params, _ = record.parameter_count("llama")
+    fixture = {
+        "what": "DeepSpeed ZeRO run on CPU (DS_ACCELERATOR=cpu, gloo), tracked by PyTorch's MemTracker over the "
+                "second step; zero_optimization has only 'stage' set, so every other knob is DeepSpeed's default",
+        "model": "llama", "model_config": raw, "parameters": params, "ranks": args.ranks,
+        "seq_len": record.SEQ_LEN, "micro_batch": record.MICRO_BATCH, "precision": args.precision,
+        "optimizer": "torch.optim.AdamW(lr=1e-3, foreach=True) handed to deepspeed.initialize",
+        "versions": record.versions(), "command": command, "date": datetime.date.today().isoformat(),
+        "stages": results,
+    }
+    text = json.dumps(fixture, indent=1, sort_keys=True) + "\n"
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(text)
+    else:
+        sys.stdout.write(text)
+    return 0 if all("error" not in r for rs in results.values() for r in rs) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
