@@ -23,9 +23,19 @@ uint64_t AnalyticInput::parameter_count() const {
   return std::accumulate(unit_counts.begin(), unit_counts.end(), uint64_t{0});
 }
 
+std::vector<uint64_t> AnalyticInput::tensors_of(size_t unit) const {
+  if (unit < unit_tensors.size()) return unit_tensors[unit];
+  return {unit_counts[unit]};
+}
+
 AnalyticInput analytic_input(const model::Model& model, int world, int ranks_per_node, int accumulation) {
   AnalyticInput input;
-  for (int u = 0; u < model.num_units(); ++u) input.unit_counts.push_back(model.layout(u).count);
+  for (int u = 0; u < model.num_units(); ++u) {
+    input.unit_counts.push_back(model.layout(u).count);
+    std::vector<uint64_t> tensors;
+    for (const model::ParamInfo& param : model.layout(u).params) tensors.push_back(param.count);
+    input.unit_tensors.push_back(std::move(tensors));
+  }
   input.world = world;
   input.ranks_per_node = ranks_per_node;
   input.accumulation = accumulation;
@@ -83,9 +93,12 @@ Prediction predict(const StrategyOptions& options, const AnalyticInput& input) {
     case StrategyKind::kZero3: updated_elements = predict_zero3(options, input, prediction); break;
     case StrategyKind::kFsdp: updated_elements = predict_fsdp(options, input, prediction); break;
   }
-  // Master weights (fp32) and Adam's two moments over the elements this rank updates.
-  prediction.peak[Category::kMasterWeights] = options.recipe.has_master ? updated_elements * 4 : 0;
-  prediction.peak[Category::kOptimizerState] = updated_elements * 2 * dtype_size(options.recipe.moments);
+  // Master weights (fp32) and Adam's two moments over the elements this rank updates; under offload in host
+  // memory, with the updated parameters sent back up every step.
+  CategoryBytes& optimizer = input.offload ? prediction.host_peak : prediction.peak;
+  optimizer[Category::kMasterWeights] = options.recipe.has_master ? updated_elements * 4 : 0;
+  optimizer[Category::kOptimizerState] = updated_elements * 2 * dtype_size(options.recipe.moments);
+  if (input.offload) prediction.pcie.host_to_device = updated_elements * dtype_size(options.recipe.params);
   return prediction;
 }
 

@@ -24,11 +24,15 @@ namespace emu::strategy {
 
 struct AnalyticInput {
   std::vector<uint64_t> unit_counts;  // n_u: root first, then blocks
-  int world = 1;                      // N
-  int ranks_per_node = 1;             // HYBRID_SHARD's shard group
-  int accumulation = 1;               // micro-batches per step
+  // Each unit's tensors' sizes in registration order (DeepSpeed buckets tensors); empty: one tensor per unit.
+  std::vector<std::vector<uint64_t>> unit_tensors;
+  int world = 1;           // N
+  int ranks_per_node = 1;  // HYBRID_SHARD's shard group
+  int accumulation = 1;    // micro-batches per step
+  bool offload = false;    // --offload: the optimizer state (and ZeRO/FSDP gradient shards) on the host
 
-  uint64_t parameter_count() const;  // Ψ: the sum of unit_counts
+  uint64_t parameter_count() const;                     // Ψ: the sum of unit_counts
+  std::vector<uint64_t> tensors_of(size_t unit) const;  // unit_tensors[unit], or {unit_counts[unit]}
 };
 
 // The input for `model` as it is laid out in units.
@@ -42,7 +46,9 @@ struct PredictedTraffic {
 };
 
 struct Prediction {
-  CategoryBytes peak;  // model states and strategy buffers at their peak (activations are the model's)
+  CategoryBytes peak;       // on the device: model states and strategy buffers at their peak (activations aside)
+  CategoryBytes host_peak;  // in host memory under --offload (off the cap)
+  HostTraffic pcie;         // bytes per step over PCIe under --offload
   std::vector<PredictedTraffic> traffic;
   std::string formula;  // the ZeRO-paper line this strategy follows, e.g. "(2 + 2 + 12/N)Ψ"
 
@@ -52,8 +58,9 @@ struct Prediction {
 
 Prediction predict(const StrategyOptions& options, const AnalyticInput& input);
 
-// For the family predictors. Each sets the parameter, gradient and buffer peaks, the formula and the traffic, and
-// returns the elements whose master weights and Adam moments this rank keeps.
+// For the family predictors. Each sets the parameter, gradient and buffer peaks (on the device and, under offload,
+// on the host), the formula, the traffic and, under offload, the bytes of gradients sent down to the host per step,
+// and returns the elements whose master weights and Adam moments this rank keeps.
 uint64_t predict_ddp(const StrategyOptions& options, const AnalyticInput& input, Prediction& prediction);
 uint64_t predict_zero12(const StrategyOptions& options, const AnalyticInput& input, int stage, Prediction& prediction);
 uint64_t predict_zero3(const StrategyOptions& options, const AnalyticInput& input, Prediction& prediction);

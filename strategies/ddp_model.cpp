@@ -20,6 +20,7 @@ uint64_t predict_ddp(const StrategyOptions& options, const AnalyticInput& input,
   if (!options.ddp.gradient_as_bucket_view) prediction.peak[Category::kBuckets] = parameters * grad_bytes;
   prediction.formula = "(2 + 2 + K)Ψ: a full replica";
   add_ring_traffic(prediction, coll::CollectiveKind::kAllReduce, "world", parameters * grad_bytes, input.world);
+  if (input.offload) prediction.pcie.device_to_host = parameters * grad_bytes;
   return parameters;
 }
 

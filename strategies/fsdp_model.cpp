@@ -3,11 +3,15 @@
 //
 // M is the world for FULL_SHARD and SHARD_GRAD_OP, one rank for NO_SHARD, a node's ranks for HYBRID_SHARD. Every
 // unit u of n_u elements is padded to P_u, a multiple of M, and sharded into P_u/M elements. Per rank:
-//   parameters  Σ_u P_u/M, plus the units gathered at the peak (none when M = 1): the root (not resharded
-//               between forward and backward) and the widest window of blocks: every block for SHARD_GRAD_OP,
-//               else a block and the next one with any prefetch (backward pre or post, or forward), one without
+//   parameters  Σ_u P_u/M (none in the mixed recipe when M > 1: the fp32 flat shard is the master), plus the
+//               units gathered at the peak (none when M = 1): the root (not resharded between forward and
+//               backward) and the widest window of blocks: every block for SHARD_GRAD_OP, else a block and the next
+//               one with any prefetch (backward pre or post, or forward), one without; in the mixed recipe plus
+//               the bf16 shard (P_b/M) of the block whose all-gather completes the window (FSDP1's _mp_shard), or
+//               the root's (P_0/M) while the root is gathered alone, whichever is more
 //   gradients   Σ_u P_u/M at 4 bytes in the mixed recipe (FSDP's fp32 gradient shards), else at gradient bytes,
-//               plus the root's and the largest block's gathered gradients while backward makes them
+//               (in host memory under offload), plus the root's and the largest block's gathered gradients while
+//               backward makes them
 //   master weights and Adam moments over Σ_u P_u/M
 // Traffic per micro-batch, in the shard group: each block all-gathered twice (once for SHARD_GRAD_OP), the root
 // once, every unit's gradients reduce-scattered, and with HYBRID_SHARD each reduced shard all-reduced across the
@@ -31,8 +35,9 @@ int shard_group_size(Sharding sharding, const AnalyticInput& input) {
   return input.world;
 }
 
-// Elements gathered at the peak beyond the shards: the root, plus the widest window of blocks gathered at once.
-uint64_t gathered_at_peak(const FsdpOptions& fsdp, const UnitShards& shards) {
+// Elements gathered at the peak beyond the shards: the root, plus the widest window of blocks gathered at once;
+// with `transient_shard` (no kept parameter shard), plus the low-precision shard of the unit being gathered.
+uint64_t gathered_at_peak(const FsdpOptions& fsdp, const UnitShards& shards, int group_size, bool transient_shard) {
   const std::vector<uint64_t> blocks(shards.padded.begin() + 1, shards.padded.end());
   uint64_t widest_window = 0;
   if (fsdp.sharding == Sharding::kShardGradOp) {
@@ -44,7 +49,9 @@ uint64_t gathered_at_peak(const FsdpOptions& fsdp, const UnitShards& shards) {
       widest_window = std::max(widest_window, blocks[block] + next);
     }
   }
-  return shards.padded[0] + widest_window;
+  if (!transient_shard) return shards.padded[0] + widest_window;
+  const auto m = static_cast<uint64_t>(group_size);
+  return shards.padded[0] + std::max(shards.padded[0] / m, widest_window + shards.largest_padded_block / m);
 }
 
 }  // namespace
@@ -59,10 +66,15 @@ uint64_t predict_fsdp(const StrategyOptions& options, const AnalyticInput& input
   const uint64_t grad_bytes = dtype_size(options.recipe.grads);
   const uint64_t shard_grad_bytes = options.recipe.has_master ? 4 : grad_bytes;
 
-  const uint64_t gathered = group_size > 1 ? gathered_at_peak(options.fsdp, shards) : 0;
-  prediction.peak[Category::kParameters] = (shards.shard_elements + gathered) * param_bytes;
-  prediction.peak[Category::kGradients] =
-      shards.shard_elements * shard_grad_bytes + (shards.padded[0] + shards.largest_padded_block) * grad_bytes;
+  const bool kept_shard = group_size == 1 || !options.recipe.has_master;
+  const uint64_t gathered = group_size > 1 ? gathered_at_peak(options.fsdp, shards, group_size, !kept_shard) : 0;
+  prediction.peak[Category::kParameters] = ((kept_shard ? shards.shard_elements : 0) + gathered) * param_bytes;
+  prediction.peak[Category::kGradients] = (input.offload ? 0 : shards.shard_elements * shard_grad_bytes) +
+                                          (shards.padded[0] + shards.largest_padded_block) * grad_bytes;
+  if (input.offload) {  // CPUOffload: the sharded gradients in host memory, sent down every step
+    prediction.host_peak[Category::kGradients] = shards.shard_elements * shard_grad_bytes;
+    prediction.pcie.device_to_host = shards.shard_elements * shard_grad_bytes;
+  }
   prediction.formula = sharding == Sharding::kNoShard ? "(2 + 2 + K)Ψ: a full replica (NO_SHARD)"
                        : group_size < input.world
                            ? fmt::format("(2 + 2 + K)Ψ/{}: sharded within {} ranks", group_size, group_size)

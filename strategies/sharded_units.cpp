@@ -19,10 +19,12 @@ void ShardedUnits::setup() {
     UnitState& unit = units_[static_cast<size_t>(u)];
     const size_t count = model_.layout(u).count;
     unit.shard = shard_of(count, shard_rank(), shard_size());
-    unit.params = device_.allocate(unit.shard.shard, recipe.params, Category::kParameters,
-                                   fmt::format("unit {} parameter shard", u));
-    unit.grads =
-        device_.allocate(unit.shard.shard, grad_dtype, Category::kGradients, fmt::format("unit {} gradient shard", u));
+    if (keeps_parameter_shard() || shard_size() == 1 || !recipe.has_master) {
+      unit.params = device_.allocate(unit.shard.shard, recipe.params, Category::kParameters,
+                                     fmt::format("unit {} parameter shard", u));
+    }
+    unit.grads = optimizer_device().allocate(unit.shard.shard, grad_dtype, Category::kGradients,
+                                             fmt::format("unit {} gradient shard", u));
     unit.optimizer = std::make_unique<optim::AdamWState>(optimizer_device(), recipe, unit.shard.shard,
                                                          fmt::format("unit {} optimizer shard", u));
     unit.decay = decay_ranges(model_.layout(u), 0);
@@ -75,9 +77,13 @@ double ShardedUnits::gradient_sum_of_squares() {
 
 void ShardedUnits::update(double lr, float grad_scale) {
   for (UnitState& unit : units_) {
-    unit.optimizer->step(options_.adamw, optim::ElementSpan::of(unit.params), optim::ConstElementSpan::of(unit.grads),
-                         unit.shard.offset, unit.decay, lr, grad_scale);
-    count_offload(unit.shard.shard);
+    // Without a kept parameter shard the step updates the master shard alone.
+    const optim::ElementSpan params = unit.params.allocated()
+                                          ? optim::ElementSpan::of(unit.params)
+                                          : optim::ElementSpan(nullptr, unit.shard.shard, options_.recipe.params);
+    unit.optimizer->step(options_.adamw, params, optim::ConstElementSpan::of(unit.grads), unit.shard.offset, unit.decay,
+                         lr, grad_scale);
+    count_offload(unit.shard.shard, dtype_size(unit.grads.dtype()));
     zero(unit.grads.data(), unit.grads.dtype(), unit.grads.count());
   }
   // Units kept gathered hold the old values: they are freed here and gathered afresh at their next use.
@@ -100,10 +106,20 @@ void ShardedUnits::gather(int u, std::string_view pass) {
   const DType dtype = options_.recipe.params;
   const std::string phase = fmt::format("{} all-gather, unit {}", pass, u);
   PhaseScope scope(device_.memory(), phase);
+  // FSDP1 without a kept shard: the low-precision shard (_mp_shard) made from the master shard for this
+  // all-gather and freed after it (FlatParamHandle pre_unshard / post_unshard).
+  Buffer low_precision;
+  if (!unit.params.allocated()) {
+    low_precision =
+        device_.allocate(unit.shard.shard, dtype, Category::kParameters, fmt::format("unit {} low-precision shard", u));
+    const optim::ElementSpan master = unit.optimizer->master();
+    convert(master.data(), master.dtype(), low_precision.data(), dtype, unit.shard.shard);
+  }
+  const Buffer& source = unit.params.allocated() ? unit.params : low_precision;
   unit.gathered =
       device_.allocate(unit.shard.padded, dtype, Category::kParameters, fmt::format("unit {} gathered parameters", u));
   void* mine = element(unit.gathered.data(), dtype, unit.shard.offset);
-  convert(unit.params.data(), dtype, mine, dtype, unit.shard.shard);
+  convert(source.data(), dtype, mine, dtype, unit.shard.shard);
   shard_group().all_gather(mine, unit.gathered.data(), unit.shard.shard, dtype, phase);
   model_.bind_weights(u, unit.gathered.data());
 }

@@ -1,43 +1,88 @@
-// ZeRO-1 and ZeRO-2's predicted memory and traffic (zero12.cpp runs them), after the ZeRO paper's
-// (2 + 2 + K/N)Ψ and (2 + (2 + K)/N)Ψ plus DeepSpeed's buffers.
+// ZeRO-1 and ZeRO-2's predicted memory and traffic (zero12.cpp runs them, as DeepSpeed 0.19's
+// stage_1_and_2.py), after the ZeRO paper's (2 + 2 + K/N)Ψ and (2 + (2 + K)/N)Ψ plus DeepSpeed's buffers.
 //
-// The flat space of Ψ parameters is padded to P, a multiple of N, and cut into shards of S = P/N. Per rank:
-//   stage 1  parameters P · parameter bytes   gradients P · gradient bytes
+// The flat space of Ψ parameters is padded to P, a multiple of 2N (DeepSpeed's nccl_start_alignment_factor), and
+// cut into shards of S = P/N. Per rank:
+//   stage 1  parameters P · parameter bytes
+//            gradients: every tensor's .grad (Ψ · gradient bytes) at the end of backward, or, when the gradient
+//            partition (S, made at the first reduction) arrives before F elements of .grad are freed,
+//            (Ψ − F + S) · gradient bytes: F is the units wholly copied into the ipg bucket when it first fills
+//            (tensors in registration order, a tensor larger than the bucket reduced from its own storage)
+//            reduce bucket R · gradient bytes (two with overlap_comm), R = reduce_bucket_size elements
 //   stage 2  parameters P · parameter bytes   gradients S · gradient bytes for the partition, plus the root's and
 //            the largest block's gradients while backward makes them (the root's backward encloses the blocks')
-//            reduce bucket B · gradient bytes (two with overlap_comm), B = the reduce bucket size, at least the
-//            largest unit and at most P
+//            reduce bucket R · gradient bytes (two with overlap_comm), R = reduce_bucket_size elements
 //   both     master weights and Adam moments over the S elements this rank updates
-// Traffic per step: the gradients reduce-scattered (stage 1: P once, after the last micro-batch; stage 2: Ψ every
-// micro-batch, padding never reduced), the updated shards all-gathered (P), the gradient norm all-reduced.
+//            the step: the partition, its flattened copy and, in the mixed recipe, its fp32 copy at once
+//            (S · (2 · gradient bytes + 4)), when that is more than backward's gradients
+//   offload  the gradient partition in host memory at fp32 (S · 4, sent down every step), not on the device; the
+//            device adds a staging buffer of the largest tensor (kBuckets)
+// Traffic per step: the gradients reduce-scattered (Ψ, padding never reduced: stage 1 once, after the last
+// micro-batch; stage 2 every micro-batch), the updated shards all-gathered (P), the gradient norm all-reduced.
 #include <algorithm>
 
 #include "strategies/analytic.h"
+#include "strategies/shard.h"
 
 namespace emu::strategy {
+namespace {
+
+// Stage 1: the elements of .grad freed (whole units copied into the bucket) when the first reduction happens.
+uint64_t freed_before_first_reduction(const AnalyticInput& input, uint64_t bucket) {
+  uint64_t freed = 0;
+  uint64_t in_bucket = 0;
+  for (size_t unit = 0; unit < input.unit_counts.size(); ++unit) {
+    for (uint64_t tensor : input.tensors_of(unit)) {
+      if (tensor > bucket || in_bucket + tensor > bucket) return freed;
+      in_bucket += tensor;
+    }
+    freed += input.unit_counts[unit];
+  }
+  return freed;  // everything fitted: the one reduction comes after every .grad was copied
+}
+
+}  // namespace
 
 uint64_t predict_zero12(const StrategyOptions& options, const AnalyticInput& input, int stage, Prediction& prediction) {
   const int world = input.world;
   const uint64_t parameters = input.parameter_count();
-  const uint64_t padded_parameters = padded_elements(parameters, world);
+  const uint64_t padded_parameters = shard_of(parameters, 0, world, 2).padded;
   const uint64_t shard_elements = padded_parameters / world;
   const uint64_t grad_bytes = dtype_size(options.recipe.grads);
+  const uint64_t buffers = options.zero.overlap_comm ? 2 : 1;
   prediction.peak[Category::kParameters] = padded_parameters * dtype_size(options.recipe.params);
+  // Under offload the partition is on the host: none on the device.
+  const uint64_t device_partition = input.offload ? 0 : shard_elements;
   if (stage == 1) {
-    prediction.peak[Category::kGradients] = padded_parameters * grad_bytes;
+    const uint64_t bucket_elements = options.scaled(options.zero.reduce_bucket_elements);
+    const uint64_t freed = freed_before_first_reduction(input, bucket_elements);
+    prediction.peak[Category::kGradients] =
+        (parameters + (device_partition > freed ? device_partition - freed : 0)) * grad_bytes;
+    prediction.peak[Category::kBuckets] = bucket_elements * grad_bytes * buffers;
     prediction.formula = "(2 + 2 + K/N)Ψ: optimizer state partitioned";
-    add_ring_traffic(prediction, coll::CollectiveKind::kReduceScatter, "world", padded_parameters * grad_bytes, world);
+    add_ring_traffic(prediction, coll::CollectiveKind::kReduceScatter, "world", parameters * grad_bytes, world);
   } else {
     const uint64_t root = input.unit_counts.front();
     const uint64_t largest_block = *std::max_element(input.unit_counts.begin() + 1, input.unit_counts.end());
-    const uint64_t largest_unit = std::max(root, largest_block);
-    const uint64_t bucket_elements = std::min<uint64_t>(
-        std::max<uint64_t>(largest_unit, options.scaled(options.zero.reduce_bucket_elements)), padded_parameters);
-    prediction.peak[Category::kGradients] = shard_elements * grad_bytes + (root + largest_block) * grad_bytes;
-    prediction.peak[Category::kBuckets] = bucket_elements * grad_bytes * (options.zero.overlap_comm ? 2 : 1);
+    prediction.peak[Category::kGradients] = (device_partition + root + largest_block) * grad_bytes;
+    prediction.peak[Category::kBuckets] = options.scaled(options.zero.reduce_bucket_elements) * grad_bytes * buffers;
     prediction.formula = "(2 + (2 + K)/N)Ψ: optimizer state and gradients partitioned";
     add_ring_traffic(prediction, coll::CollectiveKind::kReduceScatter, "world", parameters * grad_bytes, world,
                      static_cast<uint64_t>(input.accumulation));
+  }
+  if (!input.offload) {  // DeepSpeed's step(): flatten(averaged_gradients).to(fp32) beside the partition
+    const bool cast = options.recipe.has_master && options.recipe.grads != DType::kF32;
+    const uint64_t at_step = shard_elements * (2 * grad_bytes + (cast ? 4 : 0));
+    prediction.peak[Category::kGradients] = std::max(prediction.peak[Category::kGradients], at_step);
+  }
+  if (input.offload) {
+    uint64_t largest_tensor = 0;
+    for (size_t unit = 0; unit < input.unit_counts.size(); ++unit) {
+      for (uint64_t tensor : input.tensors_of(unit)) largest_tensor = std::max(largest_tensor, tensor);
+    }
+    prediction.peak[Category::kBuckets] += largest_tensor * grad_bytes;
+    prediction.host_peak[Category::kGradients] = shard_elements * 4;
+    prediction.pcie.device_to_host = shard_elements * 4;
   }
   add_ring_traffic(prediction, coll::CollectiveKind::kAllGather, "world",
                    padded_parameters * dtype_size(options.recipe.params), world);

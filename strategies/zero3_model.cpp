@@ -6,7 +6,8 @@
 //               the end of backward), every persistent unit (at most stage3_param_persistence_threshold
 //               elements), and the widest window of blocks in use: a block plus the blocks prefetched after it
 //               while they fit in stage3_prefetch_bucket_size and under stage3_max_live_parameters
-//   gradients   Σ_u P_u/N, plus the root's and the largest block's gathered gradients while backward makes them
+//   gradients   Σ_u P_u/N (in host memory under offload), plus the root's and the largest block's gathered
+//               gradients while backward makes them
 //   master weights and Adam moments over Σ_u P_u/N
 // Traffic per micro-batch: each block all-gathered twice (forward and backward), the root once, and every unit's
 // gradients reduce-scattered; a persistent unit is all-gathered once per step (after the optimizer step), and the
@@ -65,8 +66,12 @@ uint64_t predict_zero3(const StrategyOptions& options, const AnalyticInput& inpu
 
   const uint64_t gathered = world > 1 ? gathered_at_peak(options, shards, persistent) : 0;
   prediction.peak[Category::kParameters] = (shards.shard_elements + gathered) * param_bytes;
-  prediction.peak[Category::kGradients] =
-      shards.shard_elements * grad_bytes + (shards.padded[0] + shards.largest_padded_block) * grad_bytes;
+  prediction.peak[Category::kGradients] = (input.offload ? 0 : shards.shard_elements * grad_bytes) +
+                                          (shards.padded[0] + shards.largest_padded_block) * grad_bytes;
+  if (input.offload) {  // the gradient partitions in host memory, sent down every step
+    prediction.host_peak[Category::kGradients] = shards.shard_elements * grad_bytes;
+    prediction.pcie.device_to_host = shards.shard_elements * grad_bytes;
+  }
   prediction.formula = "(2 + 2 + K)Ψ/N: everything partitioned";
 
   const uint64_t micro_batches = static_cast<uint64_t>(input.accumulation);
