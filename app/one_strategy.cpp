@@ -40,8 +40,10 @@ StrategyOutcome run_one_strategy(const Stage& stage, const strategy::StrategyOpt
     strategy->setup();
     if (stage.spans != nullptr) stage.spans->add("set-up", "setup", start, steady_seconds());
   }
-  outcome.prediction =
-      strategy::predict(sized, strategy::analytic_input(model, stage.ranks, stage.ranks_per_node, stage.accumulation));
+  strategy::AnalyticInput input =
+      strategy::analytic_input(model, stage.ranks, stage.ranks_per_node, stage.accumulation);
+  input.offload = stage.offload != nullptr;
+  outcome.prediction = strategy::predict(sized, input);
   outcome.predicted_activations = model::saved_activation_bytes(stage.model, stage.model_options);
 
   for (int step = 0; step < stage.steps; ++step) {

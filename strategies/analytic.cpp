@@ -23,6 +23,11 @@ uint64_t AnalyticInput::parameter_count() const {
   return std::accumulate(unit_counts.begin(), unit_counts.end(), uint64_t{0});
 }
 
+std::vector<uint64_t> AnalyticInput::tensors_of(size_t unit) const {
+  if (unit < unit_tensors.size()) return unit_tensors[unit];
+  return {unit_counts[unit]};
+}
+
 uint64_t AnalyticInput::elements(int unit, uint64_t elements) const {
   if (unit == kAllUnits) return charge.elements(elements);
   if (static_cast<size_t>(unit) >= unit_charge.size()) return elements;
@@ -38,16 +43,24 @@ AnalyticInput analytic_input(const model::Model& model, int world, int ranks_per
   for (int u = 0; u < model.num_units(); ++u) {
     input.unit_counts.push_back(model.layout(u).count);
     input.unit_charge.push_back(model::parameter_charge(model.config(), {&model.layout(u), 1}));
+    std::vector<uint64_t> tensors;
+    for (const model::ParamInfo& param : model.layout(u).params) tensors.push_back(param.count);
+    input.unit_tensors.push_back(std::move(tensors));
   }
   input.charge = model::parameter_charge(model.config(), model.layouts());
   input.world = world;
   input.ranks_per_node = ranks_per_node;
   input.accumulation = accumulation;
+  uint64_t largest_tensor = 0;
   for (const model::UnitLayout& unit : model.layouts()) {
     for (const model::ParamInfo& p : unit.params) {
       const uint64_t charged = input.charge.elements(p.count);
       input.parameter_tensors_charged += charged;
       input.largest_parameter_charged = std::max(input.largest_parameter_charged, charged);
+      if (p.count > largest_tensor) {
+        largest_tensor = p.count;
+        input.largest_tensor_charged = model::tensor_charge(model.config(), p);
+      }
     }
   }
   return input;
@@ -119,14 +132,15 @@ Prediction predict(const StrategyOptions& options, const AnalyticInput& input) {
     case StrategyKind::kZero3: updated = predict_zero3(options, input, prediction); break;
     case StrategyKind::kFsdp: updated = predict_fsdp(options, input, prediction); break;
   }
-  // Master weights (fp32) and Adam's two moments over the elements this rank updates.
+  // Master weights (fp32) and Adam's two moments over the elements this rank updates, and AdamW's step
+  // temporaries beside them; under offload in host memory, with the updated parameters sent back up every step.
+  CategoryBytes& optimizer = input.offload ? prediction.host_peak : prediction.peak;
   for (const auto& [unit, elements] : updated) {
-    if (options.recipe.has_master) {
-      prediction.peak[Category::kMasterWeights] += input.bytes(unit, elements, DType::kF32);
-    }
-    prediction.peak[Category::kOptimizerState] += 2 * input.bytes(unit, elements, options.recipe.moments);
+    if (options.recipe.has_master) optimizer[Category::kMasterWeights] += input.bytes(unit, elements, DType::kF32);
+    optimizer[Category::kOptimizerState] += 2 * input.bytes(unit, elements, options.recipe.moments);
+    if (input.offload) prediction.pcie.host_to_device += input.bytes(unit, elements, options.recipe.params);
   }
-  prediction.peak[Category::kOptimizerState] += prediction.step_temporary_elements * dtype_size(options.recipe.moments);
+  optimizer[Category::kOptimizerState] += prediction.step_temporary_elements * dtype_size(options.recipe.moments);
   return prediction;
 }
 

@@ -26,9 +26,12 @@ namespace emu::strategy {
 
 struct AnalyticInput {
   std::vector<uint64_t> unit_counts;  // n_u: root first, then blocks
-  int world = 1;                      // N
-  int ranks_per_node = 1;             // HYBRID_SHARD's shard group
-  int accumulation = 1;               // micro-batches per step
+  // Each unit's tensors' sizes in registration order (DeepSpeed buckets tensors); empty: one tensor per unit.
+  std::vector<std::vector<uint64_t>> unit_tensors;
+  int world = 1;           // N
+  int ranks_per_node = 1;  // HYBRID_SHARD's shard group
+  int accumulation = 1;    // micro-batches per step
+  bool offload = false;    // --offload: the optimizer state (and ZeRO/FSDP gradient shards) on the host
   // How a shrunk run charges each unit's elements and those of all units back to back (norm weights and biases
   // ÷ k, workloads/model/shrink.h). Empty: every element as held (full scale, or an input made by hand).
   std::vector<model::ParameterCharge> unit_charge;
@@ -37,8 +40,12 @@ struct AnalyticInput {
   // its count): their sum (foreach's temporaries) and the largest (single-tensor's peak is twice it).
   uint64_t parameter_tensors_charged = 0;
   uint64_t largest_parameter_charged = 0;
+  // The largest tensor (by elements held) as a shrunk run charges that one tensor (model::tensor_charge); 0: as
+  // held (an input made by hand).
+  uint64_t largest_tensor_charged = 0;
 
-  uint64_t parameter_count() const;  // Ψ: the sum of unit_counts
+  uint64_t parameter_count() const;                     // Ψ: the sum of unit_counts
+  std::vector<uint64_t> tensors_of(size_t unit) const;  // unit_tensors[unit], or {unit_counts[unit]}
   // Bytes one buffer of `elements` elements of unit `unit` (kAllUnits: of the whole flat space) is charged at
   // `dtype`, as the strategy allocates it.
   static constexpr int kAllUnits = -1;
@@ -58,7 +65,9 @@ struct PredictedTraffic {
 };
 
 struct Prediction {
-  CategoryBytes peak;  // model states and strategy buffers at their peak (activations are the model's)
+  CategoryBytes peak;       // on the device: model states and strategy buffers at their peak (activations aside)
+  CategoryBytes host_peak;  // in host memory under --offload (off the cap)
+  HostTraffic pcie;         // bytes per step over PCIe under --offload
   std::vector<PredictedTraffic> traffic;
   std::string formula;  // the ZeRO-paper line this strategy follows, e.g. "(2 + 2 + 12/N)Ψ"
   // Elements of torch.optim.AdamW's step temporaries at the state's dtype (foreach: every local element once;
@@ -71,9 +80,10 @@ struct Prediction {
 
 Prediction predict(const StrategyOptions& options, const AnalyticInput& input);
 
-// For the family predictors. Each sets the parameter, gradient and buffer peaks, the formula and the traffic, and
-// returns the elements whose master weights and Adam moments this rank keeps.
-// What a rank's optimizer updates: one (unit or kAllUnits, elements) per optimizer buffer it keeps.
+// For the family predictors. Each sets the parameter, gradient and buffer peaks (on the device and, under offload,
+// on the host), the formula, the traffic and, under offload, the bytes of gradients sent down to the host per step,
+// and returns what this rank's optimizer updates (its master weights and Adam moments): one (unit or kAllUnits,
+// elements) per optimizer buffer it keeps.
 using Updated = std::vector<std::pair<int, uint64_t>>;
 
 Updated predict_ddp(const StrategyOptions& options, const AnalyticInput& input, Prediction& prediction);

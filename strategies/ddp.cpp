@@ -113,7 +113,7 @@ class Ddp final : public Strategy {
   void update(double lr, float grad_scale) override {
     optimizer_->step(options_.adamw, optim::ElementSpan::of(params_), optim::ConstElementSpan::of(grads_), 0, decay_,
                      lr, grad_scale);
-    count_offload(flat_.total);
+    count_offload(flat_.charge.elements(flat_.total));
     zero(grads_.data(), grads_.dtype(), grads_.count());
   }
 

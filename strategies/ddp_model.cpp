@@ -29,6 +29,7 @@ Updated predict_ddp(const StrategyOptions& options, const AnalyticInput& input, 
     case optim::AdamWImpl::kSingle: prediction.step_temporary_elements = 2 * input.largest_parameter_charged; break;
     case optim::AdamWImpl::kFused: break;
   }
+  if (input.offload) prediction.pcie.device_to_host = input.bytes(all, parameters, options.recipe.grads);
   return {{all, parameters}};
 }
 

@@ -1,4 +1,5 @@
-// FSDP as PyTorch runs it (FullyShardedDataParallel, one FSDP unit per model unit): each unit's parameters form
+// FSDP as PyTorch 2.x runs it (FSDP1: FullyShardedDataParallel with MixedPrecision(param_dtype=bf16), one FSDP
+// unit per model unit; torch/distributed/fsdp/_flat_param.py, _runtime_utils.py): each unit's parameters form
 // one FlatParameter, padded and cut into equal shards over the shard group, all-gathered (unsharded) before use
 // and freed (resharded) after. The shards and collectives are sharded_units.h's; this file is FSDP's policy: the
 // sharding strategy and the prefetch.
@@ -15,8 +16,11 @@
 //   HYBRID_SHARD   FULL_SHARD within a node (the context's intra-node group); the reduce-scattered gradient shards
 //                  are then all-reduced across nodes, among the ranks with the same local rank (the inter-node
 //                  group).
-// In the mixed recipe the gradient shards are fp32: FSDP reduces in bf16, then keeps the sharded gradient at the
-// dtype of its fp32 sharded parameter, which is the master weight (the bf16 shard is its compute copy).
+// In the mixed recipe the sharded flat parameter is fp32 and is the master weight; no bf16 shard is kept between
+// uses: each all-gather makes one from it (FlatParamHandle._use_low_precision_shard, the _mp_shard) and frees it
+// when the all-gather ends (post_unshard), so for a moment a unit's bf16 shard sits beside its gathered bf16 copy.
+// NO_SHARD keeps its bf16 copy, as FSDP1 frees _mp_shard only for sharded strategies. The gradient shards are
+// fp32: FSDP reduces in bf16, then keeps the sharded gradient at the dtype of its fp32 sharded parameter.
 //
 // Prefetch, one unit ahead of use at most:
 //   backward_prefetch  BACKWARD_PRE   the next unit in backward is gathered before this unit's gradients are
@@ -71,6 +75,8 @@ class Fsdp final : public ShardedUnits {
     }
     return chosen;
   }
+
+  bool keeps_parameter_shard() const override { return false; }
 
   DType gradient_shard_dtype() const override {
     return options_.recipe.has_master ? DType::kF32 : options_.recipe.grads;

@@ -3,11 +3,15 @@
 //
 // M is the world for FULL_SHARD and SHARD_GRAD_OP, one rank for NO_SHARD, a node's ranks for HYBRID_SHARD. Every
 // unit u of n_u elements is padded to P_u, a multiple of M, and sharded into P_u/M elements. Per rank:
-//   parameters  Σ_u P_u/M, plus the units gathered at the peak (none when M = 1): the root (not resharded
-//               between forward and backward) and the widest window of blocks: every block for SHARD_GRAD_OP,
-//               else a block and the next one with any prefetch (backward pre or post, or forward), one without
+//   parameters  Σ_u P_u/M (none in the mixed recipe when M > 1: the fp32 flat shard is the master), plus the
+//               units gathered at the peak (none when M = 1): the root (not resharded between forward and
+//               backward) and the widest window of blocks: every block for SHARD_GRAD_OP, else a block and the next
+//               one with any prefetch (backward pre or post, or forward), one without; in the mixed recipe plus
+//               the bf16 shard (P_b/M) of the block whose all-gather completes the window (FSDP1's _mp_shard), or
+//               the root's (P_0/M) while the root is gathered alone, whichever is more
 //   gradients   Σ_u P_u/M at 4 bytes in the mixed recipe (FSDP's fp32 gradient shards), else at gradient bytes,
-//               plus the root's and the largest block's gathered gradients while backward makes them
+//               (in host memory under offload), plus the root's and the largest block's gathered gradients while
+//               backward makes them
 //   master weights and Adam moments over Σ_u P_u/M
 //   optimizer step  torch.optim.AdamW's temporaries over the units' flat shards: foreach Σ_u P_u/M, single
 //                   twice the largest P_u/M, fused none, at the moments' dtype, counted with the optimizer state
@@ -33,13 +37,16 @@ int shard_group_size(Sharding sharding, const AnalyticInput& input) {
   return input.world;
 }
 
-// Elements gathered at the peak beyond the shards: the root, plus the widest window of blocks gathered at once.
-// Bytes of gathered units at the peak, each charged as the strategy allocates it (AnalyticInput::bytes).
-uint64_t gathered_at_peak(const StrategyOptions& options, const AnalyticInput& input, const UnitShards& shards) {
+// Bytes gathered at the peak beyond the kept shards, each buffer charged as the strategy allocates it
+// (AnalyticInput::bytes): the root, plus the widest window of blocks gathered at once; with `transient_shard` (no
+// kept parameter shard), plus the low-precision shard of the unit being gathered.
+uint64_t gathered_at_peak(const StrategyOptions& options, const AnalyticInput& input, const UnitShards& shards,
+                          bool transient_shard) {
   const FsdpOptions& fsdp = options.fsdp;
+  const DType params = options.recipe.params;
   std::vector<uint64_t> blocks;  // [L] bytes of each gathered block
   for (size_t unit = 1; unit < shards.padded.size(); ++unit) {
-    blocks.push_back(input.bytes(static_cast<int>(unit), shards.padded[unit], options.recipe.params));
+    blocks.push_back(input.bytes(static_cast<int>(unit), shards.padded[unit], params));
   }
   uint64_t widest_window = 0;
   if (fsdp.sharding == Sharding::kShardGradOp) {
@@ -51,7 +58,12 @@ uint64_t gathered_at_peak(const StrategyOptions& options, const AnalyticInput& i
       widest_window = std::max(widest_window, blocks[block] + next);
     }
   }
-  return input.bytes(0, shards.padded[0], options.recipe.params) + widest_window;
+  const uint64_t root = input.bytes(0, shards.padded[0], params);
+  if (!transient_shard) return root + widest_window;
+  const auto m = static_cast<uint64_t>(shards.group_size);
+  const uint64_t root_shard = input.bytes(0, shards.padded[0] / m, params);
+  const uint64_t block_shard = input.bytes(shards.largest_block, shards.largest_padded_block / m, params);
+  return root + std::max(root_shard, widest_window + block_shard);
 }
 
 }  // namespace
@@ -67,11 +79,18 @@ Updated predict_fsdp(const StrategyOptions& options, const AnalyticInput& input,
   const DType grads = options.recipe.grads;
   const DType shard_grads = options.recipe.has_master ? DType::kF32 : grads;
 
-  const uint64_t gathered = group_size > 1 ? gathered_at_peak(options, input, shards) : 0;
-  prediction.peak[Category::kParameters] = shards.shard_bytes(input, options.recipe.params) + gathered;
-  prediction.peak[Category::kGradients] = shards.shard_bytes(input, shard_grads) +
+  const bool kept_shard = group_size == 1 || !options.recipe.has_master;
+  const uint64_t gathered = group_size > 1 ? gathered_at_peak(options, input, shards, !kept_shard) : 0;
+  prediction.peak[Category::kParameters] =
+      (kept_shard ? shards.shard_bytes(input, options.recipe.params) : 0) + gathered;
+  const uint64_t gradient_shards = shards.shard_bytes(input, shard_grads);
+  prediction.peak[Category::kGradients] = (input.offload ? 0 : gradient_shards) +
                                           input.bytes(0, shards.padded[0], grads) +
                                           input.bytes(shards.largest_block, shards.largest_padded_block, grads);
+  if (input.offload) {  // CPUOffload: the sharded gradients in host memory, sent down every step
+    prediction.host_peak[Category::kGradients] = gradient_shards;
+    prediction.pcie.device_to_host = gradient_shards;
+  }
   prediction.formula = sharding == Sharding::kNoShard ? "(2 + 2 + K)Ψ: a full replica (NO_SHARD)"
                        : group_size < input.world
                            ? fmt::format("(2 + 2 + K)Ψ/{}: sharded within {} ranks", group_size, group_size)
@@ -95,7 +114,7 @@ Updated predict_fsdp(const StrategyOptions& options, const AnalyticInput& input,
   add_ring_traffic(prediction, coll::CollectiveKind::kAllReduce, group, 4,
                    group_size);  // the gradient norm's partial sums
   // torch.optim.AdamW over one flat shard per unit, P_u/M elements each, as a shrunk run charges them.
-  const Updated updated = shards.updated();
+  Updated updated = shards.updated();
   uint64_t all_shards = 0, largest_shard = 0;
   for (const auto& [unit, elements] : updated) {
     all_shards += input.elements(unit, elements);

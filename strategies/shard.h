@@ -1,8 +1,9 @@
 // Shard arithmetic: which elements of a flat buffer each rank owns.
 //
-// A flat buffer of `numel` elements is padded to a multiple of the number of ranks N and cut into N equal shards,
-// as FSDP pads its flat parameters and DeepSpeed its partitioned groups. The padding lives at the end of the last
-// shard(s): a rank may own fewer real elements than its shard holds, or none.
+// A flat buffer of `numel` elements is padded to a multiple of the number of ranks N (times an alignment) and cut
+// into N equal shards, as FSDP pads its flat parameters (to N) and DeepSpeed its ZeRO-1/2 flat groups (to 2N:
+// stage_1_and_2.py's nccl_start_alignment_factor, 4-byte-aligned bf16 partitions). The padding lives at the end of the
+// last shard(s): a rank may own fewer real elements than its shard holds, or none.
 //
 //   numel = 10, N = 4:  padded 12, shard 3
 //   rank 0 [0, 3)  rank 1 [3, 6)  rank 2 [6, 9)  rank 3 [9, 10) + 2 padding
@@ -34,14 +35,16 @@ struct ShardInfo {
   }
 };
 
-inline ShardInfo shard_of(size_t numel, int rank, int ranks) {
+// `alignment`: the padded size is a multiple of ranks × alignment.
+inline ShardInfo shard_of(size_t numel, int rank, int ranks, size_t alignment = 1) {
   ShardInfo info;
   info.numel = numel;
   info.rank = rank;
   info.ranks = ranks;
   const size_t n = static_cast<size_t>(ranks);
-  info.shard = (numel + n - 1) / n;
-  info.padded = info.shard * n;
+  const size_t multiple = n * alignment;
+  info.padded = (numel + multiple - 1) / multiple * multiple;
+  info.shard = info.padded / n;
   info.offset = info.shard * static_cast<size_t>(rank);
   info.valid = info.offset >= numel ? 0 : std::min(info.shard, numel - info.offset);
   return info;

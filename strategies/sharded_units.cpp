@@ -20,10 +20,12 @@ void ShardedUnits::setup() {
     const size_t count = model_.layout(u).count;
     unit.shard = shard_of(count, shard_rank(), shard_size());
     const model::ParameterCharge charge = unit_charge(model_, u);
-    unit.params = model::allocate_parameter_space(device_, charge, unit.shard.shard, recipe.params,
-                                                  Category::kParameters, fmt::format("unit {} parameter shard", u));
-    unit.grads = model::allocate_parameter_space(device_, charge, unit.shard.shard, grad_dtype, Category::kGradients,
-                                                 fmt::format("unit {} gradient shard", u));
+    if (keeps_parameter_shard() || shard_size() == 1 || !recipe.has_master) {
+      unit.params = model::allocate_parameter_space(device_, charge, unit.shard.shard, recipe.params,
+                                                    Category::kParameters, fmt::format("unit {} parameter shard", u));
+    }
+    unit.grads = model::allocate_parameter_space(optimizer_device(), charge, unit.shard.shard, grad_dtype,
+                                                 Category::kGradients, fmt::format("unit {} gradient shard", u));
     unit.optimizer = std::make_unique<optim::AdamWState>(optimizer_device(), recipe, unit.shard.shard,
                                                          fmt::format("unit {} optimizer shard", u), charge);
     unit.decay = decay_ranges(model_.layout(u), 0);
@@ -75,10 +77,15 @@ double ShardedUnits::gradient_sum_of_squares() {
 }
 
 void ShardedUnits::update(double lr, float grad_scale) {
-  for (UnitState& unit : units_) {
-    unit.optimizer->step(options_.adamw, optim::ElementSpan::of(unit.params), optim::ConstElementSpan::of(unit.grads),
-                         unit.shard.offset, unit.decay, lr, grad_scale);
-    count_offload(unit.shard.shard);
+  for (int u = 0; u < model_.num_units(); ++u) {
+    UnitState& unit = units_[static_cast<size_t>(u)];
+    // Without a kept parameter shard the step updates the master shard alone.
+    const optim::ElementSpan params = unit.params.allocated()
+                                          ? optim::ElementSpan::of(unit.params)
+                                          : optim::ElementSpan(nullptr, unit.shard.shard, options_.recipe.params);
+    unit.optimizer->step(options_.adamw, params, optim::ConstElementSpan::of(unit.grads), unit.shard.offset, unit.decay,
+                         lr, grad_scale);
+    count_offload(unit_charge(model_, u).elements(unit.shard.shard), dtype_size(unit.grads.dtype()));
     zero(unit.grads.data(), unit.grads.dtype(), unit.grads.count());
   }
   // Units kept gathered hold the old values: they are freed here and gathered afresh at their next use.
@@ -101,10 +108,21 @@ void ShardedUnits::gather(int u, std::string_view pass) {
   const DType dtype = options_.recipe.params;
   const std::string phase = fmt::format("{} all-gather, unit {}", pass, u);
   PhaseScope scope(device_.memory(), phase);
-  unit.gathered = model::allocate_parameter_space(device_, unit_charge(model_, u), unit.shard.padded, dtype,
-                                                  Category::kParameters, fmt::format("unit {} gathered parameters", u));
+  const model::ParameterCharge charge = unit_charge(model_, u);
+  // FSDP1 without a kept shard: the low-precision shard (_mp_shard) made from the master shard for this
+  // all-gather and freed after it (FlatParamHandle pre_unshard / post_unshard).
+  Buffer low_precision;
+  if (!unit.params.allocated()) {
+    low_precision = model::allocate_parameter_space(device_, charge, unit.shard.shard, dtype, Category::kParameters,
+                                                    fmt::format("unit {} low-precision shard", u));
+    const optim::ElementSpan master = unit.optimizer->master();
+    convert(master.data(), master.dtype(), low_precision.data(), dtype, unit.shard.shard);
+  }
+  const Buffer& source = unit.params.allocated() ? unit.params : low_precision;
+  unit.gathered = model::allocate_parameter_space(device_, charge, unit.shard.padded, dtype, Category::kParameters,
+                                                  fmt::format("unit {} gathered parameters", u));
   void* mine = element(unit.gathered.data(), dtype, unit.shard.offset);
-  convert(unit.params.data(), dtype, mine, dtype, unit.shard.shard);
+  convert(source.data(), dtype, mine, dtype, unit.shard.shard);
   shard_group().all_gather(mine, unit.gathered.data(), unit.shard.shard, dtype, phase);
   model_.bind_weights(u, unit.gathered.data());
 }

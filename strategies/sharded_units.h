@@ -5,11 +5,15 @@
 //
 // Each unit's flat buffer of n_u elements is padded to a multiple of the shard group's size M and cut into M
 // shards of S_u elements (shard.h). Per rank and unit, persistently:
-//   parameter shard  [S_u] recipe.params           kParameters
-//   gradient shard   [S_u] gradient_shard_dtype()  kGradients
+//   parameter shard  [S_u] recipe.params           kParameters, unless the policy keeps none (FSDP1's mixed
+//                                                  precision: the fp32 master shard is the flat parameter)
+//   gradient shard   [S_u] gradient_shard_dtype()  kGradients; in host memory under optimizer offload (DeepSpeed
+//                                                  ZeRO-3's grad partitions on the CPU, FSDP1 CPUOffload's _cpu_grad)
 //   master, m, v     [S_u]                         kMasterWeights / kOptimizerState (optim/adamw_state.h)
 // and while a unit is in use:
 //   gathered         [M·S_u] recipe.params  kParameters: all-gathered before use (gather), freed after (release)
+//   low-precision    [S_u] recipe.params    kParameters: without a kept parameter shard, made from the master shard
+//   shard                                   for each all-gather and freed when it ends (FSDP1's _mp_shard)
 //   unit gradients   [M·S_u] recipe.grads   kGradients: made in backward (begin_gradients), reduce-scattered
 //                                           (averaged) over the shard group, all-reduced across the replica group
 //                                           when there is one, added to the gradient shard and freed
@@ -50,6 +54,9 @@ class ShardedUnits : public Strategy {
   virtual DType gradient_shard_dtype() const { return options_.recipe.grads; }
   // Whether a unit of `count` elements stays gathered once fetched, until the next optimizer step.
   virtual bool keeps_gathered(size_t /*count*/) const { return false; }
+  // Whether a compute-precision parameter shard is kept between uses; when not, each all-gather makes one from the
+  // master shard and frees it after.
+  virtual bool keeps_parameter_shard() const { return true; }
 
   double gradient_sum_of_squares() override;
   void update(double lr, float grad_scale) override;
@@ -77,7 +84,7 @@ class ShardedUnits : public Strategy {
  private:
   struct UnitState {
     ShardInfo shard;
-    Buffer params;      // [S_u] recipe.params: this rank's shard
+    Buffer params;      // [S_u] recipe.params: this rank's shard, when the policy keeps one
     Buffer grads;       // [S_u] gradient_shard_dtype(): this rank's gradient shard
     Buffer gathered;    // [M·S_u] recipe.params while the unit is gathered
     Buffer unit_grads;  // [M·S_u] recipe.grads while the unit's backward runs

@@ -171,9 +171,10 @@ std::unique_ptr<Strategy> make_strategy(StrategyContext context, const StrategyO
   return nullptr;
 }
 
-void Strategy::count_offload(size_t elements) {
+void Strategy::count_offload(size_t elements, size_t gradient_bytes) {
   if (context_.offload == nullptr) return;
-  host_traffic_.device_to_host += elements * dtype_size(options_.recipe.grads);
+  if (gradient_bytes == 0) gradient_bytes = dtype_size(options_.recipe.grads);
+  host_traffic_.device_to_host += elements * gradient_bytes;
   host_traffic_.host_to_device += elements * dtype_size(options_.recipe.params);
 }
 

@@ -170,8 +170,9 @@ class Strategy : protected model::Hooks {
   double sum_over_world(double local, std::string_view phase);
   // The device the optimizer state lives on: the host under offload, else this rank's device.
   Device& optimizer_device() { return context_.offload != nullptr ? *context_.offload : device_; }
-  // Counts an offloaded optimizer step over `elements`: their gradients down, their parameters back up.
-  void count_offload(size_t elements);
+  // Counts an offloaded optimizer step over `elements` (as a shrunk run charges them, model/shrink.h): their
+  // gradients down (`gradient_bytes` each, the recipe's gradient dtype unless given), their parameters back up.
+  void count_offload(size_t elements, size_t gradient_bytes = 0);
 
   StrategyContext context_;
   StrategyOptions options_;

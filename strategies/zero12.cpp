@@ -1,18 +1,38 @@
-// ZeRO stages 1 and 2 as DeepSpeed runs them: the optimizer state (1), and the gradients too (2), partitioned
-// over the ranks; the parameters stay whole on every rank.
+// ZeRO stages 1 and 2 as DeepSpeed 0.19 runs them (runtime/zero/stage_1_and_2.py, contiguous_gradients on): the
+// optimizer state (1), and the gradients too (2), partitioned over the ranks; the parameters stay whole on every
+// rank.
 //
-// The flat space of all units (root, blocks 1..L) is padded to a multiple of N and cut into N equal shards
-// (shard.h); rank r updates shard r. Per rank, with S = ⌈Ψ/N⌉:
-//   stage 1  parameters [N·S] kParameters   gradients [N·S] kGradients   master, m, v [S]
-//            after the last backward, the gradients are reduce-scattered (averaged) in reduce buckets: each
-//            rank keeps its shard's average in place.
-//   stage 2  parameters [N·S] kParameters   gradient partition [S] kGradients   master, m, v [S]
-//            reduce bucket [B] kBuckets (two with overlap_comm, DeepSpeed's double buffer), B = the reduce
-//            bucket size, at least one unit. Each unit's gradients are made in a temporary [n_u] buffer
-//            (kGradients, as autograd's .grad), copied into the bucket when the unit's backward ends, and
-//            freed; a full bucket is reduce-scattered to the owners at once, every micro-batch, and each rank
-//            adds its part to its partition: the gradients it does not own are never kept.
+// The flat space of all units (root, blocks 1..L) is padded to a multiple of 2N, as DeepSpeed aligns its flat
+// bit16 group (nccl_start_alignment_factor = 2), and cut into N equal shards (shard.h); rank r updates shard r.
+// Per rank, with P = Ψ rounded up to 2N and S = P/N:
+//   both     parameters [P] kParameters   master, m, v [S]
+//   stage 1  gradients: autograd's .grad of every unit, [n_u] kGradients each, made when backward first reaches
+//            the unit and kept through the micro-batches (DeepSpeed stage 1 reduces only at the accumulation
+//            boundary). After the last backward DeepSpeed's reduce_gradients() walks the tensors in registration
+//            order through the ipg reduce bucket: [R] kBuckets (two with overlap_comm), R = reduce_bucket_size
+//            exactly, allocated when backward begins and freed when the reduction ends. Each tensor is copied into
+//            the bucket (a tensor larger than R is reduced from its own storage, DeepSpeed's
+//            extra_large_param_to_reduce); a full bucket is reduce-scattered (averaged) to the owners, and each
+//            rank copies its part into its gradient partition [S] kGradients (grads_in_partition, made at the
+//            first reduction and freed after the optimizer step). A unit's .grad is freed once all its tensors
+//            are in the bucket (DeepSpeed frees each tensor's, emu each unit's).
+//   stage 2  gradient partition [S] kGradients for the whole run; the ipg reduce bucket [R] kBuckets (two with
+//            overlap_comm) from the start of each backward to its end (DeepSpeed allocates it in backward() and
+//            releases it in the reduce epilogue). Each unit's gradients are made in a temporary [n_u] buffer
+//            (kGradients, as autograd's .grad); when the unit's backward ends its tensors, last first, are copied
+//            into the bucket (one larger than R is reduced from the unit's buffer) and the buffer is freed; a full
+//            bucket is reduce-scattered to the owners at once, every micro-batch, and each rank adds its part to
+//            its partition: the gradients it does not own are never kept.
+// At the step (DeepSpeed's step(): flatten(averaged_gradients).to(fp32)) the partition is flattened into a new
+// [S] recipe.grads buffer and, in the mixed recipe, cast into an fp32 [S] one (kGradients, the .grad of the fp32
+// partition) that AdamW reads; the flat copy is freed after the cast, the fp32 one after the step. For a moment
+// the partition, its flat copy and the fp32 copy are all alive.
 // After AdamW each rank's updated shard is all-gathered (in all-gather buckets) into every rank's parameters.
+//
+// Optimizer offload (offload_optimizer, DeepSpeed's cpu_offload): the gradient partition lives in host memory as
+// fp32 for the whole run (single_partition_of_fp32_groups[i].grad), each rank's reduced block is cast to fp32 and
+// sent down (4 bytes per element over PCIe), and the device keeps a staging buffer of the largest tensor
+// ([largest tensor] recipe.grads kBuckets, temp_grad_buffer_for_gpu_offload) instead of a partition.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -27,6 +47,9 @@
 namespace emu::strategy {
 namespace {
 
+// DeepSpeed pads its flat bit16 group to a multiple of this many × N elements (nccl_start_alignment_factor).
+constexpr size_t kNcclStartAlignment = 2;
+
 class PartitionedOptimizer final : public Strategy {
  public:
   PartitionedOptimizer(StrategyContext context, const StrategyOptions& options, int stage)
@@ -35,28 +58,27 @@ class PartitionedOptimizer final : public Strategy {
   void setup() override {
     const optim::PrecisionRecipe& recipe = options_.recipe;
     flat_ = flat_layout(model_);
-    shard_ = shard_of(flat_.total, world_.rank(), world_.size());
+    shard_ = shard_of(flat_.total, world_.rank(), world_.size(), kNcclStartAlignment);
     params_ = model::allocate_parameter_space(device_, flat_.charge, shard_.padded, recipe.params,
                                               Category::kParameters, "ZeRO parameters");
-    if (stage_ == 1) {
-      grads_ = model::allocate_parameter_space(device_, flat_.charge, shard_.padded, recipe.grads, Category::kGradients,
-                                               "ZeRO-1 gradients");
-    } else {
+    unit_grads_.resize(static_cast<size_t>(model_.num_units()));
+    if (offloaded()) {
+      grads_ = model::allocate_parameter_space(optimizer_device(), flat_.charge, shard_.shard, DType::kF32,
+                                               Category::kGradients, "ZeRO offload gradient partition (fp32, host)");
+      const model::ParamInfo* largest = nullptr;  // the largest tensor, charged as that tensor is
+      for (int u = 0; u < model_.num_units(); ++u) {
+        for (const model::ParamInfo& param : model_.layout(u).params) {
+          if (largest == nullptr || param.count > largest->count) largest = &param;
+        }
+      }
+      EMU_CHECK(largest != nullptr, "ZeRO offload: a model without parameters");
+      staging_ = device_.allocate(largest->count, recipe.grads, Category::kBuckets, "ZeRO offload gradient staging",
+                                  model::tensor_charge(model_.config(), *largest) * dtype_size(recipe.grads));
+    }
+    bucket_capacity_ = options_.scaled(options_.zero.reduce_bucket_elements);
+    if (stage_ == 2 && !offloaded()) {
       grads_ = model::allocate_parameter_space(device_, flat_.charge, shard_.shard, recipe.grads, Category::kGradients,
                                                "ZeRO-2 gradient partition");
-      size_t largest = 0;
-      for (size_t count : flat_.count) largest = std::max(largest, count);
-      bucket_capacity_ = std::max<size_t>(largest, options_.scaled(options_.zero.reduce_bucket_elements));
-      bucket_capacity_ = std::min(bucket_capacity_, shard_.padded);
-      // Sized by the parameters (a unit, the flat space), or by reduce_bucket_size, already ÷ k².
-      const bool by_parameters = bucket_capacity_ != options_.scaled(options_.zero.reduce_bucket_elements);
-      const size_t bucket_bytes = by_parameters ? flat_.charge.bytes(bucket_capacity_, recipe.grads)
-                                                : bucket_capacity_ * dtype_size(recipe.grads);
-      for (int i = 0; i < (options_.zero.overlap_comm ? 2 : 1); ++i) {
-        buckets_.push_back(device_.allocate(bucket_capacity_, recipe.grads, Category::kBuckets,
-                                            fmt::format("ZeRO-2 reduce bucket {}", i), bucket_bytes));
-      }
-      unit_grads_.resize(static_cast<size_t>(model_.num_units()));
     }
     optimizer_ = std::make_unique<optim::AdamWState>(optimizer_device(), recipe, shard_.shard,
                                                      "ZeRO optimizer partition", flat_.charge);
@@ -72,7 +94,6 @@ class PartitionedOptimizer final : public Strategy {
       auto decay = decay_ranges(model_.layout(u), at);
       decay_.insert(decay_.end(), decay.begin(), decay.end());
       model_.bind_weights(u, element(params_.data(), recipe.params, at));
-      if (stage_ == 1) model_.bind_grads(u, element(grads_.data(), recipe.grads, at));
     }
     if (device_.holds_data())
       optimizer_->load_master(optim::ConstElementSpan(master.data(), master.size(), DType::kF32));
@@ -96,52 +117,64 @@ class PartitionedOptimizer final : public Strategy {
 
  protected:
   void before_backward(int unit) override {
-    if (stage_ == 1) return;
-    const DType dtype = options_.recipe.grads;
     Buffer& grads = unit_grads_[static_cast<size_t>(unit)];
-    grads = model::allocate_parameter_space(device_, flat_.unit_charge[unit], flat_.count[unit], dtype,
+    // DeepSpeed's backward() makes the ipg bucket before autograd runs (the root's backward comes first).
+    if (buckets_.empty()) allocate_buckets();
+    if (stage_ == 1 && grads.allocated()) return;  // .grad accumulates over micro-batches until the reduction
+    grads = model::allocate_parameter_space(device_, flat_.unit_charge[unit], flat_.count[unit], options_.recipe.grads,
                                             Category::kGradients, fmt::format("unit {} gradients", unit));
     model_.bind_grads(unit, grads.data());
   }
 
   void after_backward(int unit) override {
     if (stage_ == 1) return;
-    const DType dtype = options_.recipe.grads;
-    Buffer& grads = unit_grads_[static_cast<size_t>(unit)];
-    const size_t begin = flat_.offset[unit];
-    const size_t end = begin + flat_.count[unit];
-    // Units finish in decreasing flat order, so the bucket holds one contiguous range [bucket_lo_, bucket_hi_),
-    // filled from its end backwards.
-    if (bucket_lo_ != bucket_hi_ && (end != bucket_lo_ || bucket_hi_ - begin > bucket_capacity_)) flush_bucket();
-    if (bucket_lo_ == bucket_hi_) bucket_hi_ = end;
-    bucket_lo_ = begin;
-    convert(grads.data(), dtype, bucket_at(begin), dtype, end - begin);
-    model_.bind_grads(unit, nullptr);
-    grads.reset();
-    if (unit == 0) flush_bucket();  // the root is the last unit of every backward
+    // Units finish in decreasing flat order, their tensors last first: the bucket fills from its end backwards.
+    const std::vector<model::ParamInfo>& params = model_.layout(unit).params;
+    for (auto param = params.rbegin(); param != params.rend(); ++param) reduce_tensor(unit, *param, false);
+    release_unit_gradients(unit);
+    if (unit == 0) finish_reduction();  // the root is the last unit of every backward
   }
 
   void finish_gradients() override {
     if (stage_ == 2) return;  // reduced during backward
-    // Stage 1: reduce-scatter the whole padded gradient buffer in reduce buckets.
-    const size_t bucket = options_.scaled(options_.zero.reduce_bucket_elements);
-    for (size_t lo = 0, index = 0; lo < shard_.padded; lo += bucket, ++index) {
-      const size_t hi = std::min(shard_.padded, lo + bucket);
-      reduce_scatter_range(element(grads_.data(), grads_.dtype(), lo), lo, hi,
-                           fmt::format("gradient reduce-scatter, bucket {}", index));
+    // Stage 1: every tensor in registration order through the ipg bucket; each unit's .grad freed once its last
+    // tensor is in the bucket.
+    for (int u = 0; u < model_.num_units(); ++u) {
+      for (const model::ParamInfo& param : model_.layout(u).params) reduce_tensor(u, param, true);
+      release_unit_gradients(u);
     }
+    finish_reduction();
   }
 
   double gradient_sum_of_squares() override {
-    return sum_over_world(optim::grad_sum_of_squares(shard_grads()), "clip: gradient norm");
+    return sum_over_world(optim::grad_sum_of_squares(optim::ConstElementSpan::of(grads_)), "clip: gradient norm");
   }
 
   void update(double lr, float grad_scale) override {
     const optim::PrecisionRecipe& recipe = options_.recipe;
     optim::ElementSpan params = optim::ElementSpan::of(params_).subspan(shard_.offset, shard_.shard);
-    optimizer_->step(options_.adamw, params, shard_grads(), shard_.offset, decay_, lr, grad_scale);
-    count_offload(shard_.shard);
-    zero(grads_.data(), grads_.dtype(), grads_.count());
+    Buffer step_grads;  // what AdamW reads: the partition (offload: already fp32 on the host) or its copies
+    if (!offloaded()) {
+      Buffer flat = model::allocate_parameter_space(device_, flat_.charge, shard_.shard, recipe.grads,
+                                                    Category::kGradients, "ZeRO flattened gradients");
+      convert(grads_.data(), grads_.dtype(), flat.data(), flat.dtype(), shard_.shard);
+      if (recipe.has_master && recipe.grads != DType::kF32) {
+        step_grads = model::allocate_parameter_space(device_, flat_.charge, shard_.shard, DType::kF32,
+                                                     Category::kGradients, "ZeRO fp32 gradient partition");
+        convert(flat.data(), flat.dtype(), step_grads.data(), DType::kF32, shard_.shard);
+      } else {
+        step_grads = std::move(flat);
+      }
+    }
+    const Buffer& read = step_grads.allocated() ? step_grads : grads_;
+    optimizer_->step(options_.adamw, params, optim::ConstElementSpan::of(read), shard_.offset, decay_, lr, grad_scale);
+    step_grads.reset();
+    count_offload(flat_.charge.elements(shard_.shard), dtype_size(grads_.dtype()));
+    if (stage_ == 1 && !offloaded()) {
+      grads_.reset();  // DeepSpeed frees the averaged gradients at step()
+    } else {
+      zero(grads_.data(), grads_.dtype(), grads_.count());
+    }
     // Every rank's updated shard into every rank's parameters, in all-gather buckets.
     const size_t bucket = options_.scaled(options_.zero.allgather_bucket_elements);
     for (size_t lo = 0, index = 0; lo < shard_.padded; lo += bucket, ++index) {
@@ -157,17 +190,55 @@ class PartitionedOptimizer final : public Strategy {
   }
 
  private:
-  // The gradients of this rank's shard: in place in the full buffer (stage 1) or the partition (stage 2).
-  optim::ConstElementSpan shard_grads() const {
-    const optim::ConstElementSpan all = optim::ConstElementSpan::of(grads_);
-    return stage_ == 1 ? all.subspan(shard_.offset, shard_.shard) : all;
+  bool offloaded() const { return context_.offload != nullptr; }
+
+  // DeepSpeed's bucket is reduce_bucket_size elements even when the whole flat group is smaller (a small model at
+  // k = 1): it is charged at that size, but only the part a range can reach, up to P, is backed by host memory.
+  // The size is already full scale ÷ k² (StrategyOptions::scaled), so a shrunk run charges the bucket as it holds it.
+  void allocate_buckets() {
+    const size_t backed = std::min(bucket_capacity_, shard_.padded);
+    const size_t charged = bucket_capacity_ * dtype_size(options_.recipe.grads);
+    for (int i = 0; i < (options_.zero.overlap_comm ? 2 : 1); ++i) {
+      buckets_.push_back(device_.allocate(backed, options_.recipe.grads, Category::kBuckets,
+                                          fmt::format("ZeRO-{} reduce bucket {}", stage_, i), charged));
+    }
+  }
+
+  void free_buckets() {
+    buckets_.clear();
+    current_bucket_ = 0;
+  }
+
+  // One tensor of `unit` into the bucket, or, larger than the bucket, reduced from the unit's gradients
+  // (DeepSpeed's extra_large_param_to_reduce).
+  void reduce_tensor(int unit, const model::ParamInfo& param, bool ascending) {
+    const size_t begin = flat_.offset[unit] + param.offset;
+    const size_t end = begin + param.count;
+    if (param.count <= bucket_capacity_) {
+      add_to_bucket(unit, begin, end, ascending);
+      return;
+    }
+    flush_bucket();
+    reduce_into_partition(element(unit_grads_[static_cast<size_t>(unit)].data(), options_.recipe.grads, param.offset),
+                          begin, end, fmt::format("gradient reduce-scatter, tensor at flat element {}", begin));
+  }
+
+  // The last bucket reduced; the buckets freed (DeepSpeed's _release_ipg_buffers in the reduce epilogue).
+  void finish_reduction() {
+    flush_bucket();
+    free_buckets();
+  }
+
+  void release_unit_gradients(int unit) {
+    model_.bind_grads(unit, nullptr);
+    unit_grads_[static_cast<size_t>(unit)].reset();
   }
 
   // How many elements of [lo, hi) each rank's shard holds: the reduce-scatter and all-gather blocks.
   std::vector<size_t> block_counts(size_t lo, size_t hi) const {
     std::vector<size_t> counts;
     for (int r = 0; r < world_.size(); ++r) {
-      const ShardInfo other = shard_of(flat_.total, r, world_.size());
+      const ShardInfo other = shard_of(flat_.total, r, world_.size(), kNcclStartAlignment);
       const size_t begin = std::max(lo, other.offset);
       const size_t end = std::min(hi, other.offset + other.shard);
       counts.push_back(end > begin ? end - begin : 0);
@@ -180,35 +251,62 @@ class PartitionedOptimizer final : public Strategy {
     end = std::clamp(shard_.offset + shard_.shard, lo, hi);
   }
 
-  // Reduce-scatters (averages) flat range [lo, hi), held at `data`, in place: this rank's block ends up at its
-  // own position in `data`.
-  void reduce_scatter_range(void* data, size_t lo, size_t hi, const std::string& phase) {
-    PhaseScope scope(device_.memory(), phase);
+  // Reduce-scatters (averages) flat range [lo, hi), held at `data`, in place, and adds this rank's block to its
+  // gradient partition (stage 1 makes the partition at its first reduction, as DeepSpeed's
+  // copy_grads_in_partition does).
+  void reduce_into_partition(void* data, size_t lo, size_t hi, const std::string& phase) {
     const DType dtype = options_.recipe.grads;
+    if (!grads_.allocated()) {  // stage 1 on the device
+      grads_ = model::allocate_parameter_space(device_, flat_.charge, shard_.shard, dtype, Category::kGradients,
+                                               "ZeRO-1 gradient partition");
+    }
     size_t begin = 0, end = 0;
     shard_blocks(lo, hi, begin, end);
-    world_.reduce_scatter_v(data, element(data, dtype, begin - lo), block_counts(lo, hi), dtype, coll::ReduceOp::kAvg,
-                            phase);
+    {
+      PhaseScope scope(device_.memory(), phase);
+      world_.reduce_scatter_v(data, element(data, dtype, begin - lo), block_counts(lo, hi), dtype, coll::ReduceOp::kAvg,
+                              phase);
+    }
+    if (end > begin) {  // this rank's shard meets the range
+      accumulate(element(data, dtype, begin - lo), dtype, element(grads_.data(), grads_.dtype(), begin - shard_.offset),
+                 grads_.dtype(), end - begin);
+    }
+  }
+
+  // Copies flat range [begin, end) of `unit`'s gradients into the bucket, flushing it first when the range does not
+  // continue the bucket's contiguous range or does not fit. Ranges arrive in increasing (stage 1) or decreasing
+  // (stage 2) flat order; the bucket's range sits at its start or at its end accordingly.
+  void add_to_bucket(int unit, size_t begin, size_t end, bool ascending) {
+    const bool empty = bucket_lo_ == bucket_hi_;
+    const bool continues = ascending ? begin == bucket_hi_ : end == bucket_lo_;
+    if (!empty && (!continues || std::max(end, bucket_hi_) - std::min(begin, bucket_lo_) > bucket_capacity_)) {
+      flush_bucket();
+    }
+    if (bucket_lo_ == bucket_hi_) {
+      bucket_ascending_ = ascending;
+      bucket_lo_ = begin;
+      bucket_hi_ = end;
+    } else {
+      bucket_lo_ = std::min(begin, bucket_lo_);
+      bucket_hi_ = std::max(end, bucket_hi_);
+    }
+    const DType dtype = options_.recipe.grads;
+    const void* source = element(unit_grads_[static_cast<size_t>(unit)].data(), dtype, begin - flat_.offset[unit]);
+    convert(source, dtype, bucket_at(begin), dtype, end - begin);
   }
 
   void* bucket_at(size_t flat_index) {
     Buffer& bucket = buckets_[current_bucket_];
-    return element(bucket.data(), bucket.dtype(), bucket_capacity_ - (bucket_hi_ - flat_index));
+    const size_t at = bucket_ascending_ ? flat_index - bucket_lo_ : bucket.count() - (bucket_hi_ - flat_index);
+    return element(bucket.data(), bucket.dtype(), at);
   }
 
-  // Stage 2: reduce-scatter the bucket's range to the owners; this rank adds its block to its partition.
+  // Reduce-scatters the bucket's range to the owners; this rank adds its block to its partition.
   void flush_bucket() {
     if (bucket_lo_ == bucket_hi_) return;
-    const DType dtype = options_.recipe.grads;
-    void* data = bucket_at(bucket_lo_);
-    reduce_scatter_range(data, bucket_lo_, bucket_hi_,
-                         fmt::format("backward reduce-scatter, units from flat element {}", bucket_lo_));
-    size_t begin = 0, end = 0;
-    shard_blocks(bucket_lo_, bucket_hi_, begin, end);
-    if (end > begin) {  // this rank's shard meets the bucket
-      accumulate(element(data, dtype, begin - bucket_lo_), dtype, element(grads_.data(), dtype, begin - shard_.offset),
-                 dtype, end - begin);
-    }
+    reduce_into_partition(bucket_at(bucket_lo_), bucket_lo_, bucket_hi_,
+                          fmt::format("{} reduce-scatter, units from flat element {}",
+                                      stage_ == 1 ? "gradient" : "backward", bucket_lo_));
     bucket_lo_ = bucket_hi_ = 0;
     current_bucket_ = (current_bucket_ + 1) % buckets_.size();
   }
@@ -216,12 +314,14 @@ class PartitionedOptimizer final : public Strategy {
   int stage_;
   FlatLayout flat_;
   ShardInfo shard_;
-  Buffer params_;                   // [N·S] recipe.params, every unit whole
-  Buffer grads_;                    // stage 1: [N·S]; stage 2: [S], this rank's partition
-  std::vector<Buffer> buckets_;     // stage 2: [B] each
-  std::vector<Buffer> unit_grads_;  // stage 2: [n_u] while unit u's backward runs
-  size_t bucket_capacity_ = 0;
+  Buffer params_;  // [P] recipe.params, every unit whole
+  Buffer grads_;  // [S] this rank's gradient partition (stage 1: from the first reduction to step; offload: fp32, host)
+  std::vector<Buffer> buckets_;           // [R] each, from the start of backward to the end of the reduction
+  Buffer staging_;                        // offload: [largest tensor] recipe.grads
+  std::vector<Buffer> unit_grads_;        // [n_u]: stage 1 from backward to the reduction; stage 2 during u's backward
+  size_t bucket_capacity_ = 0;            // R
   size_t bucket_lo_ = 0, bucket_hi_ = 0;  // flat range held by the current bucket
+  bool bucket_ascending_ = false;         // the range sits at the bucket's start (else at its end)
   size_t current_bucket_ = 0;
   std::vector<optim::DecayRange> decay_;
   std::unique_ptr<optim::AdamWState> optimizer_;

@@ -1,52 +1,98 @@
-// ZeRO-1 and ZeRO-2's predicted memory and traffic (zero12.cpp runs them), after the ZeRO paper's
-// (2 + 2 + K/N)Ψ and (2 + (2 + K)/N)Ψ plus DeepSpeed's buffers.
+// ZeRO-1 and ZeRO-2's predicted memory and traffic (zero12.cpp runs them, as DeepSpeed 0.19's
+// stage_1_and_2.py), after the ZeRO paper's (2 + 2 + K/N)Ψ and (2 + (2 + K)/N)Ψ plus DeepSpeed's buffers.
 //
-// The flat space of Ψ parameters is padded to P, a multiple of N, and cut into shards of S = P/N. Per rank:
-//   stage 1  parameters P · parameter bytes   gradients P · gradient bytes
+// The flat space of Ψ parameters is padded to P, a multiple of 2N (DeepSpeed's nccl_start_alignment_factor), and
+// cut into shards of S = P/N. Per rank:
+//   stage 1  parameters P · parameter bytes
+//            gradients: every tensor's .grad (Ψ · gradient bytes) at the end of backward, or, when the gradient
+//            partition (S, made at the first reduction) arrives before F elements of .grad are freed,
+//            (Ψ − F + S) · gradient bytes: F is the units wholly copied into the ipg bucket when it first fills
+//            (tensors in registration order, a tensor larger than the bucket reduced from its own storage)
+//            reduce bucket R · gradient bytes (two with overlap_comm), R = reduce_bucket_size elements
 //   stage 2  parameters P · parameter bytes   gradients S · gradient bytes for the partition, plus the root's and
 //            the largest block's gradients while backward makes them (the root's backward encloses the blocks')
-//            reduce bucket B · gradient bytes (two with overlap_comm), B = the reduce bucket size, at least the
-//            largest unit and at most P
+//            reduce bucket R · gradient bytes (two with overlap_comm), R = reduce_bucket_size elements
 //   both     master weights and Adam moments over the S elements this rank updates
-// Traffic per step: the gradients reduce-scattered (stage 1: P once, after the last micro-batch; stage 2: Ψ every
-// micro-batch, padding never reduced), the updated shards all-gathered (P), the gradient norm all-reduced.
+//            the step: the partition, its flattened copy and, in the mixed recipe, its fp32 copy at once
+//            (S · (2 · gradient bytes + 4)), when that is more than backward's gradients
+//   offload  the gradient partition in host memory at fp32 (S · 4, sent down every step), not on the device; the
+//            device adds a staging buffer of the largest tensor (kBuckets)
+// Each buffer sized in parameter elements is charged as a shrunk run charges it (AnalyticInput::bytes: norm
+// weights and biases ÷ k); R, reduce_bucket_size ÷ k², is charged as held.
+// Traffic per step: the gradients reduce-scattered (Ψ, padding never reduced: stage 1 once, after the last
+// micro-batch; stage 2 every micro-batch), the updated shards all-gathered (P), the gradient norm all-reduced.
 #include <algorithm>
 
 #include "strategies/analytic.h"
+#include "strategies/shard.h"
 
 namespace emu::strategy {
+namespace {
+
+// Stage 1: how many units' .grad (the first ones, wholly copied into the bucket) are freed when the first
+// reduction happens; all of them when everything fits in one bucket.
+size_t units_freed_before_first_reduction(const AnalyticInput& input, uint64_t bucket) {
+  uint64_t in_bucket = 0;
+  for (size_t unit = 0; unit < input.unit_counts.size(); ++unit) {
+    for (uint64_t tensor : input.tensors_of(unit)) {
+      if (tensor > bucket || in_bucket + tensor > bucket) return unit;
+      in_bucket += tensor;
+    }
+  }
+  return input.unit_counts.size();  // the one reduction comes after every .grad was copied
+}
+
+}  // namespace
 
 Updated predict_zero12(const StrategyOptions& options, const AnalyticInput& input, int stage, Prediction& prediction) {
   const int world = input.world;
   const uint64_t parameters = input.parameter_count();
-  const uint64_t padded_parameters = padded_elements(parameters, world);
+  const uint64_t padded_parameters = shard_of(parameters, 0, world, 2).padded;
   const uint64_t shard_elements = padded_parameters / world;
   const uint64_t grad_bytes = dtype_size(options.recipe.grads);
   const DType grads = options.recipe.grads;
   const int all = AnalyticInput::kAllUnits;
+  const uint64_t buffers = options.zero.overlap_comm ? 2 : 1;
+  // reduce_bucket_size is already full scale ÷ k²: the bucket is charged as it is held.
+  const uint64_t bucket_elements = options.scaled(options.zero.reduce_bucket_elements);
   prediction.peak[Category::kParameters] = input.bytes(all, padded_parameters, options.recipe.params);
+  prediction.peak[Category::kBuckets] = bucket_elements * grad_bytes * buffers;
+  // Under offload the partition is on the host: none on the device.
+  const uint64_t device_partition = input.offload ? 0 : input.bytes(all, shard_elements, grads);
   if (stage == 1) {
-    prediction.peak[Category::kGradients] = input.bytes(all, padded_parameters, grads);
+    const size_t freed = units_freed_before_first_reduction(input, bucket_elements);
+    uint64_t every_grad = 0, kept_grad = 0;  // every unit's .grad; those not yet freed at the first reduction
+    for (size_t unit = 0; unit < input.unit_counts.size(); ++unit) {
+      const uint64_t bytes = input.bytes(static_cast<int>(unit), input.unit_counts[unit], grads);
+      every_grad += bytes;
+      if (unit >= freed) kept_grad += bytes;
+    }
+    prediction.peak[Category::kGradients] = std::max(every_grad, kept_grad + device_partition);
     prediction.formula = "(2 + 2 + K/N)Ψ: optimizer state partitioned";
-    add_ring_traffic(prediction, coll::CollectiveKind::kReduceScatter, "world", padded_parameters * grad_bytes, world);
+    add_ring_traffic(prediction, coll::CollectiveKind::kReduceScatter, "world", parameters * grad_bytes, world);
   } else {
     const uint64_t root = input.unit_counts.front();
     const auto largest = std::max_element(input.unit_counts.begin() + 1, input.unit_counts.end());
-    const uint64_t largest_block = *largest;
-    const int largest_unit_index = static_cast<int>(largest - input.unit_counts.begin());
-    const uint64_t largest_unit = std::max(root, largest_block);
-    const uint64_t reduce_bucket = options.scaled(options.zero.reduce_bucket_elements);
-    const uint64_t bucket_elements =
-        std::min<uint64_t>(std::max<uint64_t>(largest_unit, reduce_bucket), padded_parameters);
-    // A bucket sized by the parameters is charged as they are; one of reduce_bucket_size is already ÷ k².
-    const uint64_t bucket_bytes =
-        bucket_elements == reduce_bucket ? bucket_elements * grad_bytes : input.bytes(all, bucket_elements, grads);
-    prediction.peak[Category::kGradients] = input.bytes(all, shard_elements, grads) + input.bytes(0, root, grads) +
-                                            input.bytes(largest_unit_index, largest_block, grads);
-    prediction.peak[Category::kBuckets] = bucket_bytes * (options.zero.overlap_comm ? 2 : 1);
+    const int largest_block = static_cast<int>(largest - input.unit_counts.begin());
+    prediction.peak[Category::kGradients] =
+        device_partition + input.bytes(0, root, grads) + input.bytes(largest_block, *largest, grads);
     prediction.formula = "(2 + (2 + K)/N)Ψ: optimizer state and gradients partitioned";
     add_ring_traffic(prediction, coll::CollectiveKind::kReduceScatter, "world", parameters * grad_bytes, world,
                      static_cast<uint64_t>(input.accumulation));
+  }
+  if (!input.offload) {  // DeepSpeed's step(): flatten(averaged_gradients).to(fp32) beside the partition
+    const bool cast = options.recipe.has_master && grads != DType::kF32;
+    const uint64_t at_step = 2 * device_partition + (cast ? input.bytes(all, shard_elements, DType::kF32) : 0);
+    prediction.peak[Category::kGradients] = std::max(prediction.peak[Category::kGradients], at_step);
+  } else {
+    uint64_t largest_tensor = 0;
+    for (size_t unit = 0; unit < input.unit_counts.size(); ++unit) {
+      for (uint64_t tensor : input.tensors_of(unit)) largest_tensor = std::max(largest_tensor, tensor);
+    }
+    const uint64_t staging = input.largest_tensor_charged != 0 ? input.largest_tensor_charged : largest_tensor;
+    prediction.peak[Category::kBuckets] += staging * grad_bytes;
+    prediction.host_peak[Category::kGradients] = input.bytes(all, shard_elements, DType::kF32);
+    prediction.pcie.device_to_host = prediction.host_peak[Category::kGradients];
   }
   add_ring_traffic(prediction, coll::CollectiveKind::kAllGather, "world",
                    padded_parameters * dtype_size(options.recipe.params), world);

@@ -6,7 +6,8 @@
 //               the end of backward), every persistent unit (at most stage3_param_persistence_threshold
 //               elements), and the widest window of blocks in use: a block plus the blocks prefetched after it
 //               while they fit in stage3_prefetch_bucket_size and under stage3_max_live_parameters
-//   gradients   Σ_u P_u/N, plus the root's and the largest block's gathered gradients while backward makes them
+//   gradients   Σ_u P_u/N (in host memory under offload), plus the root's and the largest block's gathered
+//               gradients while backward makes them
 //   master weights and Adam moments over Σ_u P_u/N
 // Traffic per micro-batch: each block all-gathered twice (forward and backward), the root once, and every unit's
 // gradients reduce-scattered; a persistent unit is all-gathered once per step (after the optimizer step), and the
@@ -78,9 +79,15 @@ Updated predict_zero3(const StrategyOptions& options, const AnalyticInput& input
 
   const uint64_t gathered = world > 1 ? gathered_at_peak(options, input, shards, persistent) : 0;
   const DType grads = options.recipe.grads;
+  const uint64_t gradient_shards = shards.shard_bytes(input, grads);
   prediction.peak[Category::kParameters] = shards.shard_bytes(input, options.recipe.params) + gathered;
-  prediction.peak[Category::kGradients] = shards.shard_bytes(input, grads) + input.bytes(0, shards.padded[0], grads) +
+  prediction.peak[Category::kGradients] = (input.offload ? 0 : gradient_shards) +
+                                          input.bytes(0, shards.padded[0], grads) +
                                           input.bytes(shards.largest_block, shards.largest_padded_block, grads);
+  if (input.offload) {  // the gradient partitions in host memory, sent down every step
+    prediction.host_peak[Category::kGradients] = gradient_shards;
+    prediction.pcie.device_to_host = gradient_shards;
+  }
   prediction.formula = "(2 + 2 + K)Ψ/N: everything partitioned";
 
   const uint64_t micro_batches = static_cast<uint64_t>(input.accumulation);

@@ -110,28 +110,54 @@ INSTANTIATE_TEST_SUITE_P(Strategies, MemoryAndTraffic, ::testing::ValuesIn(cases
                            return name;
                          });
 
-TEST(Offload, OptimizerStateLeavesTheDeviceAndPcieTrafficIsCounted) {
-  strategy::StrategyOptions options = test_options("zero2", optim::Recipe::kMixed);
+// Optimizer offload (--offload): the master weights and Adam moments leave the device, and so do the gradient
+// partitions of the sharded strategies, as DeepSpeed's cpu_offload (ZeRO-1/2: the fp32 grad of its fp32 partition;
+// ZeRO-3: its grad partitions) and FSDP1's CPUOffload (_cpu_grad) keep them in host memory. The predictor follows:
+// device and host peaks by category, and the PCIe bytes.
+class Offload : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(Offload, OptimizerStateAndGradientPartitionsLeaveTheDevice) {
+  strategy::StrategyOptions options = test_options(GetParam(), optim::Recipe::kMixed);
+  options.shrink = 32;
   auto host = make_cpu_device({});
   const int rank = world_rank();
-  auto device = make_cpu_device({});
+  MemoryPool::Options memory;
+  memory.rank = rank;
+  auto device = make_cpu_device(memory);
   auto world = coll::make_mpi_communicator(MPI_COMM_WORLD, *device);
   model::Model model(*device, tiny_config(model::Style::kLlama, 1), {});
-  auto strategy = strategy::make_strategy({*device, *world, model, nullptr, nullptr, host.get()}, options);
+  const int per_node = test_ranks_per_node();
+  auto intra = world->split(rank / per_node, rank, "intra-node");
+  auto inter = world->split(rank % per_node, rank, "inter-node");
+  auto strategy = strategy::make_strategy({*device, *world, model, intra.get(), inter.get(), host.get()}, options);
   strategy->setup();
   const auto data = tiny_data(model.config());
   const std::vector<data::Batch> batches = {data.batch(0, data::sample_offset(rank, world_size(), 0, 1), 1)};
   strategy->step(batches);
   EXPECT_EQ(device->memory().peak(Category::kMasterWeights), 0u);
   EXPECT_EQ(device->memory().peak(Category::kOptimizerState), 0u);
-  const auto predicted = strategy::predict(options, analytic_input(model, 1));
-  EXPECT_EQ(host->memory().peak(Category::kMasterWeights), predicted.peak[Category::kMasterWeights]);
-  EXPECT_EQ(host->memory().peak(Category::kOptimizerState), predicted.peak[Category::kOptimizerState]);
-  // One step: this rank's gradient partition down (bf16), its updated parameters up (bf16).
-  const uint64_t shard = predicted.peak[Category::kMasterWeights] / 4;
-  EXPECT_EQ(strategy->host_traffic().device_to_host, shard * 2);
-  EXPECT_EQ(strategy->host_traffic().host_to_device, shard * 2);
+
+  strategy::AnalyticInput input = analytic_input(model, 1);
+  input.offload = true;
+  const auto predicted = strategy::predict(options, input);
+  for (Category category : kModelStateCategories) {
+    EXPECT_EQ(device->memory().peak(category), predicted.peak[category]) << "device " << category_name(category);
+    EXPECT_EQ(host->memory().peak(category), predicted.host_peak[category]) << "host " << category_name(category);
+  }
+  // The gradients this rank updates, in host memory, at what the frameworks keep there: fp32 for ZeRO-1/2 (their
+  // fp32 partition's .grad) and FSDP (the fp32 sharded gradient), bf16 for ZeRO-3 (its partitions' dtype).
+  const uint64_t updated = predicted.host_peak[Category::kMasterWeights] / 4;
+  const uint64_t host_grad_bytes = GetParam() == "zero3" ? 2 : 4;
+  EXPECT_EQ(host->memory().peak(Category::kGradients), updated * host_grad_bytes);
+  // One step: the gradients down, the updated parameters up (bf16).
+  EXPECT_EQ(strategy->host_traffic().device_to_host, updated * host_grad_bytes);
+  EXPECT_EQ(strategy->host_traffic().host_to_device, updated * 2);
+  EXPECT_EQ(strategy->host_traffic().device_to_host, predicted.pcie.device_to_host);
+  EXPECT_EQ(strategy->host_traffic().host_to_device, predicted.pcie.host_to_device);
 }
+
+INSTANTIATE_TEST_SUITE_P(Strategies, Offload, ::testing::Values("zero1", "zero2", "zero3", "fsdp"),
+                         [](const ::testing::TestParamInfo<std::string>& param) { return param.param; });
 
 }  // namespace
 }  // namespace emu::testing

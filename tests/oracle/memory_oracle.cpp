@@ -143,10 +143,36 @@ Estimate zero12(const Shapes& s, const Knobs& k, int stage) {
   add(e, &Estimate::parameters, "parameters", "bit16 flat parameters, aligned to 2N", padded * k.param_bytes);
   if (stage == 1) {
     add(e, &Estimate::gradients, "gradients", "autograd .grad of every parameter", psi * k.grad_bytes);
+    // reduce_gradients() copies the tensors, in registration order, into the bucket (a tensor's .grad is dropped
+    // once copied; the oracle frees whole units) and makes the partition (grads_in_partition) at the first
+    // reduction: when the bucket first overflows, or a tensor larger than it comes.
+    uint64_t freed = 0, in_bucket = 0;
+    bool reduced = false;
+    for (size_t unit = 0; unit < 1 + static_cast<size_t>(s.layers) && !reduced; ++unit) {
+      for (uint64_t tensor : unit == 0 ? root_tensors(s) : block_tensors(s)) {
+        if (in_bucket + tensor > bucket) {
+          reduced = true;
+          break;
+        }
+        in_bucket += tensor;
+      }
+      if (!reduced) freed += unit_counts(s)[unit];
+    }
+    if (shard > freed) {
+      add(e, &Estimate::gradients, "gradients", "gradient partition made before enough .grad was freed",
+          (shard - freed) * k.grad_bytes);
+    }
   } else {
     add(e, &Estimate::gradients, "gradients", "gradient partition (2Ψ/N)", shard * k.grad_bytes);
     add(e, &Estimate::gradients, "gradients", "unit gradients being made: root and largest block",
         transient_unit_gradients(unit_counts(s), 1) * k.grad_bytes);
+  }
+  // step(): the partition flattened into a new buffer and cast to fp32 (flatten(averaged_gradients).to(fp32)),
+  // the three alive at once; more than backward's gradients when S is large.
+  const uint64_t at_step = shard * k.grad_bytes * 2 + (k.master && k.grad_bytes != 4 ? shard * 4 : 0);
+  if (at_step > e.gradients) {
+    add(e, &Estimate::gradients, "gradients", "step: flattened partition and its fp32 copy, beyond backward's",
+        at_step - e.gradients);
   }
   const int buffers = k.overlap_comm ? 2 : 1;
   add(e, &Estimate::buckets, "buckets",
@@ -252,10 +278,24 @@ Estimate fsdp(const Shapes& s, const Knobs& k) {
     }
     add(e, &Estimate::parameters, "parameters", "unsharded low-precision units: root and blocks in use",
         (padded[0] + window) * k.param_bytes);
+    if (k.master) {
+      // FSDP1 keeps no low-precision shard: each all-gather makes one (_mp_shard) and frees it when the
+      // all-gather completes, so the block whose gather completes the window adds its shard; the root's, gathered
+      // alone at the start of forward, when that is more.
+      const uint64_t largest_block = *std::max_element(blocks.begin(), blocks.end());
+      const uint64_t at_peak = std::max(padded[0] / m, window + largest_block / m);  // beyond the root
+      add(e, &Estimate::parameters, "parameters", "low-precision shard being all-gathered (_mp_shard)",
+          (at_peak - window) * k.param_bytes);
+    }
   }
   // The sharded flat parameter is fp32 in the mixed recipe (the master copy); its gradient too.
   const uint64_t shard_grad_bytes = k.master ? 4 : k.grad_bytes;
   if (!k.master) add(e, &Estimate::parameters, "parameters", "sharded flat parameters", shards * k.param_bytes);
+  // NO_SHARD with mixed precision: FSDP1 frees _mp_shard only for sharded strategies, so the bf16 copy stays.
+  if (k.master && group == 1) {
+    add(e, &Estimate::parameters, "parameters", "low-precision copy kept (NO_SHARD's _mp_shard)",
+        shards * k.param_bytes);
+  }
   add(e, &Estimate::gradients, "gradients", "sharded flat gradients", shards * shard_grad_bytes);
   add(e, &Estimate::gradients, "gradients", "unsharded unit gradients being made: root and largest block",
       transient_unit_gradients(counts, m) * k.grad_bytes);

@@ -15,10 +15,14 @@
 //            sum), master and Adam over Ψ
 //   ZeRO-1   DeepSpeed flattens the bit16 parameters into one group aligned to 2·N elements
 //            (nccl_start_alignment_factor = 2): P = Ψ rounded up to 2N, S = P/N. parameters P·p, gradients Ψ·g
-//            (autograd's .grad per tensor), reduce bucket R·g (the ipg buffer of reduce_bucket_size elements that
-//            backward allocates with contiguous_gradients, two with overlap_comm), master and Adam over S
+//            (autograd's .grad per tensor) plus, when the gradient partition S (made at the first
+//            reduction) comes before F elements of .grad were copied into the bucket and dropped, S − F; reduce
+//            bucket R·g (the ipg buffer of reduce_bucket_size elements that backward allocates with
+//            contiguous_gradients, two with overlap_comm), master and Adam over S
 //   ZeRO-2   as ZeRO-1, but gradients S·g (grads_in_partition) plus the unit gradients autograd makes before they
 //            are copied into the bucket: the root's and the largest block's
+//   both     at step() DeepSpeed flattens the partition into a new buffer and casts it to fp32
+//            (flatten(averaged_gradients).to(fp32)): S·g + S·g + S·4 at once, the gradients' peak when larger
 //   ZeRO-3   every unit padded to N (P_u), partition P_u/N; parameters Σ P_u/N·p plus the units gathered at the
 //            peak of a simulated step (fetch before use, release after, persistent units of at most
 //            stage3_param_persistence_threshold elements kept, prefetch of following units while they fit in
@@ -28,8 +32,10 @@
 //            sharded flat parameter is the master copy (4·Σ P_u/M), the gradient shard is fp32 in the mixed recipe,
 //            Adam over Σ P_u/M; parameters are the low-precision unsharded units alive at the peak: the root (not
 //            resharded after forward) and two blocks (BACKWARD_PRE), one without prefetch, all for
-//            SHARD_GRAD_OP, none when M = 1. The transient low-precision shard FSDP makes for each all-gather is not
-//            counted (at most one unit's shard, freed right after).
+//            SHARD_GRAD_OP, none when M = 1; in the mixed recipe, plus the low-precision shard FSDP makes for each
+//            all-gather and frees when it ends (_mp_shard: the shard of the block completing the window, or the
+//            root's when the root is gathered alone and that is more), and for NO_SHARD the low-precision copy
+//            FSDP keeps (it frees _mp_shard only for sharded strategies).
 #pragma once
 
 #include <cstdint>

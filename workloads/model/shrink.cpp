@@ -45,6 +45,11 @@ ParameterCharge parameter_charge(const ModelConfig& config, std::span<const Unit
   return charge;
 }
 
+size_t tensor_charge(const ModelConfig& config, const ParamInfo& param) {
+  if (param.shape.size() >= 2 || config.shrink <= 1) return param.count;
+  return static_cast<size_t>(std::llround(double(param.count) / double(config.shrink)));
+}
+
 size_t ParameterCharge::elements(size_t count) const {
   if (held == 0 || charged == double(held)) return count;
   return static_cast<size_t>(std::llround(double(count) * charged / double(held)));

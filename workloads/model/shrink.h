@@ -56,6 +56,9 @@ struct ParameterCharge {
   size_t bytes(size_t count, DType dtype) const { return elements(count) * dtype_size(dtype); }
 };
 ParameterCharge parameter_charge(const ModelConfig& config, std::span<const UnitLayout> units);
+// What one tensor's `param.count` elements are charged for, in elements: as held for a matrix or embedding, ÷ k
+// (rounded to the nearest) for a norm weight or bias. For a buffer sized by one tensor (ZeRO offload's staging).
+size_t tensor_charge(const ModelConfig& config, const ParamInfo& param);
 // `count` elements of the space `charge` describes (parameters, gradients, buckets, optimizer state of a shard).
 Buffer allocate_parameter_space(Device& device, const ParameterCharge& charge, size_t count, DType dtype,
                                 Category category, std::string_view what);
