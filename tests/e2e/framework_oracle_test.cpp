@@ -231,9 +231,12 @@ void name_zero1(const std::string& category, const CaseFacts& f, Line& line) {
          "under autocast keeps the fp32 weights",
          2 * psi + 4 * shard - 4 * psi});
   }
-  if (category == "gradients") {
-    line.named.push_back({"one flat gradient buffer padded to N", f.emu_bytes * (padded - psi)});
-    if (f.mixed) line.named.push_back({"bf16 gradients (under autocast PyTorch's are fp32)", -2 * psi});
+  if (category == "gradients" && f.mixed) {
+    line.named.push_back({"bf16 gradients (under autocast PyTorch's are fp32)", -2 * psi});
+    // DeepSpeed's step() holds the bf16 partition, its flattened copy and its fp32 copy at once (8 B per
+    // partition element), more than the .grad of every tensor (2 B each) when N is small.
+    line.named.push_back({"DeepSpeed's step(): partition, flattened copy and fp32 copy, beyond the bf16 .grad",
+                          std::max<int64_t>(0, 8 * shard - 2 * psi)});
   }
   if (category == "optimizer_state") {
     line.named.push_back(
@@ -246,6 +249,10 @@ void name_zero1(const std::string& category, const CaseFacts& f, Line& line) {
   if (category == "buckets") {
     line.named.push_back({"DDP's Reducer buckets under ZeroRedundancyOptimizer, unseen by MemTracker", 4 * psi});
     line.named.push_back({"DeepSpeed ZeRO-1 has no DDP Reducer", -4 * psi});
+    // DeepSpeed's ipg bucket is reduce_bucket_size elements (5e8 by default) whatever the model's size: 1-2 GB
+    // beside this 158K-parameter model, as DeepSpeed itself allocates it (tests/data/oracle/deepspeed/).
+    line.named.push_back(
+        {"DeepSpeed ZeRO-1's ipg reduce bucket, reduce_bucket_size (5e8) elements", f.emu_bytes * 500'000'000});
   }
   if (category == "buffers") line.named.push_back({"RoPE inv_freq buffers (emu keeps none)", -rope_buffers(f, 4)});
 }
@@ -259,7 +266,11 @@ void name_fsdp1(const std::string& category, const CaseFacts& f, Line& line) {
   const auto root = static_cast<int64_t>(units.at(0));
   const auto block = static_cast<int64_t>(units.at(1));
   if (category == "parameters" && f.mixed) {
-    line.named.push_back({"a bf16 shard of every unit kept between steps (FSDP1 makes it per all-gather)", 2 * q});
+    // FSDP1 makes the low-precision shard of a unit for its all-gather and frees it after (_mp_shard); emu
+    // charges it as a parameter, MemTracker files it elsewhere. At the parameters' peak it is the root's.
+    const auto root_shard = static_cast<int64_t>(
+        oracle::round_up(static_cast<uint64_t>(root), static_cast<uint64_t>(f.n)) / static_cast<uint64_t>(f.n));
+    line.named.push_back({"FSDP1's bf16 shard of the root made for its all-gather (_mp_shard)", 2 * root_shard});
   }
   if (category == "gradients") {
     line.named.push_back(
@@ -488,21 +499,21 @@ std::vector<Named> estimator_differences(const oracle::Shapes& s, int stage, int
   const auto n = static_cast<uint64_t>(gpus);
   const auto shard = static_cast<int64_t>(stage == 2 ? oracle::round_up(static_cast<uint64_t>(psi), 2 * n) / n : 0);
   std::vector<Named> named;
-  named.push_back(
-      {"no fp32 copy of the gradient partition at step() (DeepSpeed makes one; issue 14)", -4 * psi / gpus});
   if (stage == 2) {
-    // emu's ZeRO-2 reduce bucket: reduce_bucket_size elements, at least the largest unit, at most Ψ (bf16).
-    const std::vector<uint64_t> units = oracle::unit_counts(s);
-    const uint64_t largest_unit = *std::max_element(units.begin(), units.end());
-    const uint64_t bucket = std::min(std::max(largest_unit, knobs.reduce_bucket_size), static_cast<uint64_t>(psi));
     named.push_back(
-        {"emu's reduce bucket, min(max(largest unit, reduce_bucket_size), Ψ) bf16 elements, which the "
+        {"emu's ipg reduce bucket (reduce_bucket_size elements, two with overlap_comm), which the "
          "estimator leaves out",
-         static_cast<int64_t>(2 * bucket)});
-    named.push_back({"gradients of the units being made before their reduce (the root's and a block's)",
-                     static_cast<int64_t>(e.gradients) - 2 * shard});
-    named.push_back({"partitions padded to 2N, the estimator's Ψ/N unpadded", 14 * shard - 14 * psi / gpus});
+         static_cast<int64_t>(e.buckets)});
+    named.push_back(
+        {"gradients beyond the estimator's 6 B per partition element (bf16 + its fp32 copy): the units "
+         "being made before their reduce, and step()'s flattened copy beside the fp32 one",
+         static_cast<int64_t>(e.gradients) - 6 * shard});
+    named.push_back({"partitions padded to 2N, the estimator's Ψ/N unpadded", 18 * shard - 18 * psi / gpus});
   } else {
+    named.push_back(
+        {"no fp32 copy of the gradient partition at step() (DeepSpeed makes one per sub_group_size "
+         "elements; not modelled at stage 3 yet)",
+         -4 * psi / gpus});
     uint64_t partitions = 0;
     for (uint64_t u : oracle::unit_counts(s)) partitions += oracle::round_up(u, n) / n;
     const auto p3 = static_cast<int64_t>(partitions);
