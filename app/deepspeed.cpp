@@ -284,8 +284,8 @@ void read_scheduler(Fields& top, std::string_view source, DeepSpeedConfig& confi
     double value = 0;
     if (p.get("warmup_max_lr", value, 0, 10)) config.knobs.adamw.lr = value;
     if (p.get("warmup_min_lr", value, 0, 10)) schedule.warmup_min_lr = value;
-    std::string type;
-    if (p.get_string("warmup_type", type, {"log", "linear"}) && type == "linear") {
+    std::string warmup_type;
+    if (p.get_string("warmup_type", warmup_type, {"log", "linear"}) && warmup_type == "linear") {
       schedule.warmup = optim::LrSchedule::Warmup::kDeepSpeedLinear;
     }
     p.finish();

@@ -34,6 +34,38 @@ std::string strategy_list(const RunOptions& options) {
   return fmt::format("{}", fmt::join(names, ", "));
 }
 
+// "  model     llama2-13b (llama), micro-batch 1, seq-len 4096, sdpa attention, ...": the model as it runs.
+std::string model_line(const RunOptions& options) {
+  const std::string seq_note =
+      options.full.seq_default.empty() ? "" : fmt::format(" (default: {})", options.full.seq_default);
+  return fmt::format(
+      "  model     {} ({}), micro-batch {}, seq-len {}{}, {} attention, {} loss, activation checkpointing {}\n",
+      options.full.name, model::style_name(options.full.style), options.full.batch, options.full.seq, seq_note,
+      model::attention_name(options.model_options.attention), model::loss_name(options.model_options.loss),
+      options.model_options.checkpoint ? "on" : "off");
+}
+
+// " (DeepSpeed WarmupLR, log from 1e-08 over 1000 steps)", " (linear warm-up over 100 steps)" or nothing.
+std::string warmup_words(const optim::LrSchedule& schedule) {
+  if (schedule.warmup != optim::LrSchedule::Warmup::kLinear) {
+    return fmt::format(" (DeepSpeed WarmupLR, {} from {} over {} steps)",
+                       schedule.warmup == optim::LrSchedule::Warmup::kDeepSpeedLog ? "log" : "linear",
+                       schedule.warmup_min_lr, schedule.warmup_steps);
+  }
+  return schedule.warmup_steps > 0 ? fmt::format(" (linear warm-up over {} steps)", schedule.warmup_steps) : "";
+}
+
+// "  training  mixed precision, AdamW (foreach) lr 0.001, clip 1, 3 steps of 1 micro-batch ...".
+std::string training_line(const RunOptions& options) {
+  const strategy::StrategyOptions& first = options.strategies.front();
+  return fmt::format("  training  {} precision{}, AdamW ({}) lr {}{}, clip {}, {} step{} of {} micro-batch{}{}{}\n",
+                     first.recipe.name(), first.recipe.fp16 ? " (fp16 as the config says, computed in bf16)" : "",
+                     optim::adamw_impl_name(first.adamw_impl), first.adamw.lr, warmup_words(first.schedule),
+                     first.clip_norm, options.steps, options.steps == 1 ? "" : "s", options.accumulation,
+                     options.accumulation == 1 ? "" : "es", options.offload ? ", optimizer offloaded to the host" : "",
+                     options.deepspeed.empty() ? "" : ", DeepSpeed config " + options.deepspeed);
+}
+
 }  // namespace
 
 void print_run_header(const MpiSession& mpi, const RunOptions& options) {
@@ -48,32 +80,11 @@ void print_run_header(const MpiSession& mpi, const RunOptions& options) {
   const int k = options.shrink;
   const uint64_t k2 = static_cast<uint64_t>(k) * k;
   const uint64_t reserve = options.reserve_full_scale / k2;
-  const strategy::StrategyOptions& first = options.strategies.front();
   std::string text = fmt::format("emu {}: {} rank{} on {} host{}, one emulated GPU per rank\n", EMU_VERSION,
                                  mpi.world(), mpi.world() == 1 ? "" : "s", mpi.hosts(), mpi.hosts() == 1 ? "" : "s");
   text += fmt::format("  host      {}\n", host.summary());
-  const std::string seq_note =
-      options.full.seq_default.empty() ? "" : fmt::format(" (default: {})", options.full.seq_default);
-  text += fmt::format(
-      "  model     {} ({}), micro-batch {}, seq-len {}{}, {} attention, {} loss, activation checkpointing {}\n",
-      options.full.name, model::style_name(options.full.style), options.full.batch, options.full.seq, seq_note,
-      model::attention_name(options.model_options.attention), model::loss_name(options.model_options.loss),
-      options.model_options.checkpoint ? "on" : "off");
-  const optim::LrSchedule& schedule = first.schedule;
-  std::string warmup;
-  if (schedule.warmup != optim::LrSchedule::Warmup::kLinear) {
-    warmup = fmt::format(" (DeepSpeed WarmupLR, {} from {} over {} steps)",
-                         schedule.warmup == optim::LrSchedule::Warmup::kDeepSpeedLog ? "log" : "linear",
-                         schedule.warmup_min_lr, schedule.warmup_steps);
-  } else if (schedule.warmup_steps > 0) {
-    warmup = fmt::format(" (linear warm-up over {} steps)", schedule.warmup_steps);
-  }
-  text += fmt::format("  training  {} precision{}, AdamW ({}) lr {}{}, clip {}, {} step{} of {} micro-batch{}{}{}\n",
-                      first.recipe.name(), first.recipe.fp16 ? " (fp16 as the config says, computed in bf16)" : "",
-                      optim::adamw_impl_name(first.adamw_impl), first.adamw.lr, warmup, first.clip_norm, options.steps,
-                      options.steps == 1 ? "" : "s", options.accumulation, options.accumulation == 1 ? "" : "es",
-                      options.offload ? ", optimizer offloaded to the host" : "",
-                      options.deepspeed.empty() ? "" : ", DeepSpeed config " + options.deepspeed);
+  text += model_line(options);
+  text += training_line(options);
   text += fmt::format("  strategies {}\n", strategy_list(options));
   if (!options.plan && !options.tokens_path.empty()) {
     text += fmt::format(

@@ -152,8 +152,12 @@ TEST(HfOracle, SavedActivationsPerBlockEqualTheRecording) {
     // keeps its own fp32 rotary tables [s, d/2] (2·4·s·d/2 B) in the root and charges no eager mask.
     const uint64_t shared = c["shared_by_blocks"];
     const uint64_t s = uint64_t(config.seq), d = uint64_t(config.head_dim()), bsz = uint64_t(config.batch);
-    if (style == "llama" && !checkpoint) EXPECT_EQ(shared, 2 * e * s * d);
-    if (style == "gpt2" && checkpoint && attention == "eager") EXPECT_EQ(shared, e * bsz * s * s);
+    if (style == "llama" && !checkpoint) {
+      EXPECT_EQ(shared, 2 * e * s * d);
+    }
+    if (style == "gpt2" && checkpoint && attention == "eager") {
+      EXPECT_EQ(shared, e * bsz * s * s);
+    }
     ++cases;
   }
   EXPECT_EQ(cases, 24);
