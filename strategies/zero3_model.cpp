@@ -2,10 +2,10 @@
 // parameters DeepSpeed holds gathered.
 //
 // Every unit u of n_u elements is padded to P_u, a multiple of N, and partitioned into shards of P_u/N. Per rank:
-//   parameters  Σ_u P_u/N, plus the units gathered at the peak: the root (gathered from the start of forward to
-//               the end of backward), every persistent unit (at most stage3_param_persistence_threshold
-//               elements), and the widest window of blocks in use: a block plus the blocks prefetched after it
-//               while they fit in stage3_prefetch_bucket_size and under stage3_max_live_parameters
+//   parameters  Σ_u P_u/N, plus the units gathered at the peak of one step replayed as zero3.cpp runs it: the
+//               root (gathered from the start of forward to the end of backward), every persistent unit (at most
+//               stage3_param_persistence_threshold elements), and the blocks in use or prefetched ahead of use
+//               (stage3_prefetch_bucket_size newly fetched elements per fetch, stage3_max_live_parameters in all)
 //   gradients   Σ_u P_u/N (in host memory under offload), plus the root's and the largest block's gathered
 //               gradients while backward makes them
 //   master weights and Adam moments over Σ_u P_u/N
@@ -20,47 +20,62 @@
 namespace emu::strategy {
 namespace {
 
-// Elements gathered at the peak beyond the shards: the root and the persistent units throughout, plus the widest
-// window of blocks gathered at once.
-// Bytes of gathered units at the peak, each charged as the strategy allocates it (AnalyticInput::bytes).
+// Bytes of the units gathered at the peak beyond the shards, each charged as the strategy allocates it
+// (AnalyticInput::bytes), from one step replayed at unit grain as zero3.cpp runs it: the root gathered when forward
+// begins and released when backward ends; each block fetched before its forward and its backward and released
+// after; on every fetch, the units that follow in the pass prefetched nearest first while the newly fetched
+// elements fit in stage3_prefetch_bucket_size and all gathered ones under stage3_max_live_parameters, units
+// already gathered passed over without counting (DeepSpeed's PartitionedParameterCoordinator consumes its trace
+// queue the same way, so prefetching runs further ahead on every fetch); persistent units never released.
 uint64_t gathered_at_peak(const StrategyOptions& options, const AnalyticInput& input, const UnitShards& shards,
                           const std::vector<bool>& persistent) {
-  const auto unit_bytes = [&](size_t unit) {
-    return input.bytes(static_cast<int>(unit), shards.padded[unit], options.recipe.params);
+  const int last = static_cast<int>(shards.padded.size()) - 1;
+  const auto unit_bytes = [&](int unit) {
+    return input.bytes(unit, shards.padded[static_cast<size_t>(unit)], options.recipe.params);
   };
   // Elements as charged: what the full-scale limits ÷ k² are compared with.
-  const auto charged = [&](size_t unit) { return input.elements(static_cast<int>(unit), shards.padded[unit]); };
-  uint64_t always_gathered = charged(0);
-  uint64_t always_bytes = unit_bytes(0);
-  for (size_t unit = 1; unit < shards.padded.size(); ++unit) {
-    if (persistent[unit]) {
-      always_gathered += charged(unit);
-      always_bytes += unit_bytes(unit);
-    }
-  }
-  // The blocks' padded sizes, 0 for a persistent block (counted above, never fetched again within a step).
-  std::vector<uint64_t> blocks;
-  for (size_t unit = 1; unit < shards.padded.size(); ++unit) {
-    blocks.push_back(persistent[unit] ? 0 : charged(unit));
-  }
-
+  const auto charged = [&](int unit) { return input.elements(unit, shards.padded[static_cast<size_t>(unit)]); };
   const uint64_t prefetch_bucket = options.scaled(options.zero.prefetch_bucket_elements);
   const uint64_t max_live = options.scaled(options.zero.max_live_parameters);
-  uint64_t widest_window = 0;  // bytes
-  for (size_t current = 0; current < blocks.size(); ++current) {
-    uint64_t prefetched = 0;
-    uint64_t window = blocks[current];
-    uint64_t window_bytes = blocks[current] == 0 ? 0 : unit_bytes(current + 1);
-    for (size_t ahead = current + 1; ahead < blocks.size(); ++ahead) {
-      if (blocks[ahead] == 0) continue;
-      if (prefetched + blocks[ahead] > prefetch_bucket || always_gathered + window + blocks[ahead] > max_live) break;
-      prefetched += blocks[ahead];
-      window += blocks[ahead];
-      window_bytes += unit_bytes(ahead + 1);
+
+  std::vector<bool> live(shards.padded.size(), false);
+  uint64_t live_elements = 0, live_bytes = 0, peak = 0;
+  const auto gather = [&](int unit) {
+    if (live[static_cast<size_t>(unit)]) return;
+    live[static_cast<size_t>(unit)] = true;
+    live_elements += charged(unit);
+    live_bytes += unit_bytes(unit);
+    peak = std::max(peak, live_bytes);
+  };
+  const auto release = [&](int unit) {
+    if (!live[static_cast<size_t>(unit)] || persistent[static_cast<size_t>(unit)]) return;
+    live[static_cast<size_t>(unit)] = false;
+    live_elements -= charged(unit);
+    live_bytes -= unit_bytes(unit);
+  };
+  const auto prefetch = [&](int from, int to, int direction) {
+    uint64_t fetched = 0;
+    for (int next = from; next != to + direction; next += direction) {
+      if (live[static_cast<size_t>(next)]) continue;
+      const uint64_t count = charged(next);
+      if (fetched + count > prefetch_bucket || live_elements + count > max_live) break;
+      gather(next);
+      fetched += count;
     }
-    widest_window = std::max(widest_window, window_bytes);
+  };
+  gather(0);
+  for (int unit = 1; unit <= last; ++unit) {  // forward
+    gather(unit);
+    if (unit < last) prefetch(unit + 1, last, +1);
+    release(unit);
   }
-  return always_bytes + widest_window;
+  if (last >= 1) prefetch(last, 1, -1);       // the head's backward prefetches the last blocks
+  for (int unit = last; unit >= 1; --unit) {  // backward
+    gather(unit);
+    if (unit > 1) prefetch(unit - 1, 1, -1);
+    release(unit);
+  }
+  return peak;
 }
 
 }  // namespace

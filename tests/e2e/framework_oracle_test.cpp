@@ -568,13 +568,9 @@ TEST(DeepSpeedEstimator, ZeroModelStatesAgainstPlan) {
                line.framework, sum_named(line), measured, percent(measured, want), predicted);
     EXPECT_TRUE(within(measured, want)) << line.category << ": emu " << measured << ", DeepSpeed " << line.framework
                                         << " + named " << sum_named(line) << " = " << want;
-    if (stage == 3 && shapes.family == oracle::Family::kGpt2 && predicted != measured) {
-      // emu's own ZeRO-3 predictor counts fewer prefetched GPT-2 blocks than its plan gathers (28,351,488 bf16
-      // elements less at every rank count): a predictor defect, printed here and left to its owner.
-      fmt::print("    OPEN predicted {} differs from emu's own plan by {}\n", predicted, predicted - measured);
-    } else {
-      EXPECT_TRUE(within(predicted, want)) << line.category << ": emu predicted " << predicted << ", want " << want;
-    }
+    // emu's predictor from the shapes alone equals its own plan to the byte (at full scale, many blocks: the
+    // prefetch window that small test models never fill).
+    EXPECT_EQ(predicted, measured) << line.category;
   }
 }
 
