@@ -2,9 +2,10 @@
 // strategy and every combination of precision, offload, gradient accumulation, checkpointing, attention, loss and
 // AdamW implementation, the model states emu allocates on the device (parameters, gradients, master weights,
 // optimizer state, each at its own peak) and, under offload, the bytes it moves over PCIe per step equal what its
-// predictor computes from the shapes and options alone. The allocations are made by the strategies' own code on the shapes-only device
-// (app/plan.h, account_shapes), as a run makes them; the predictor (strategies/*_model.cpp) never sees them.
-// Before this test, --offload was ignored by the predictor (the states said 48.49 GiB, the prediction 84.85 GiB).
+// predictor computes from the shapes and options alone. The allocations are made by the strategies' own code on the
+// shapes-only device (app/plan.h, account_shapes), as a run makes them; the predictor (strategies/*_model.cpp) never
+// sees them. Before this test, --offload was ignored by the predictor (the states said 48.49 GiB, the prediction 84.85
+// GiB).
 #include <gtest/gtest.h>
 
 #include <fmt/format.h>
@@ -42,32 +43,37 @@ TEST(PredictionMatrix, StatesEqualThePredictionForEveryOption) {
             for (const char* attention : {"sdpa", "eager", "flash"}) {
               for (const char* loss : {"trainer", "fused"}) {
                 for (const char* adamw : {"foreach", "single", "fused"}) {
-                  std::vector<std::string> args = {
-                      "--model",     std::string(EMU_SOURCE_DIR) + "/" + model,
-                      "--precision", precision,
-                      "--grad-accum", accumulation,
-                      checkpoint,    "--attention",
-                      attention,     "--loss",
-                      loss,          "--adamw",
-                      adamw,         "--seq-len",
-                      "256",         "--strategies",
-                      "ddp,zero1,zero2,zero3,fsdp,fsdp-grad-op,fsdp-no-shard,fsdp-hybrid"};
+                  std::vector<std::string> args = {"--model",
+                                                   std::string(EMU_SOURCE_DIR) + "/" + model,
+                                                   "--precision",
+                                                   precision,
+                                                   "--grad-accum",
+                                                   accumulation,
+                                                   checkpoint,
+                                                   "--attention",
+                                                   attention,
+                                                   "--loss",
+                                                   loss,
+                                                   "--adamw",
+                                                   adamw,
+                                                   "--seq-len",
+                                                   "256",
+                                                   "--strategies",
+                                                   "ddp,zero1,zero2,zero3,fsdp,fsdp-grad-op,fsdp-no-shard,fsdp-hybrid"};
                   if (std::string(model) == "gpt2") args[1] = "gpt2";
                   if (offload) args.push_back("--offload");
                   const RunOptions options = parse(args);
                   for (const strategy::StrategyOptions& one : options.strategies) {
-                    const StrategyOutcome outcome =
-                        account_shapes(options, one, options.full, kRanks, kRanksPerNode);
+                    const StrategyOutcome outcome = account_shapes(options, one, options.full, kRanks, kRanksPerNode);
                     ++cases;
                     const strategy::HostTraffic& pcie = outcome.prediction.pcie;
                     if (outcome.host_per_step.device_to_host > 0) ++moved_over_pcie;
                     if (outcome.host_per_step.device_to_host != pcie.device_to_host ||
                         outcome.host_per_step.host_to_device != pcie.host_to_device) {
-                      failures.push_back(fmt::format("{} {}: PCIe measured {} down {} up, predicted {} down {} up",
-                                                     one.name(), fmt::join(args, " "),
-                                                     outcome.host_per_step.device_to_host,
-                                                     outcome.host_per_step.host_to_device, pcie.device_to_host,
-                                                     pcie.host_to_device));
+                      failures.push_back(
+                          fmt::format("{} {}: PCIe measured {} down {} up, predicted {} down {} up", one.name(),
+                                      fmt::join(args, " "), outcome.host_per_step.device_to_host,
+                                      outcome.host_per_step.host_to_device, pcie.device_to_host, pcie.host_to_device));
                     }
                     for (const Category category : kStates) {
                       const uint64_t measured = outcome.category_peaks.front()[category];

@@ -26,6 +26,7 @@
 
 #include "app/options.h"
 #include "app/plan.h"
+#include "emu/check.h"
 #include "emu/units.h"
 #include "workloads/model/shrink.h"
 
@@ -39,13 +40,23 @@ constexpr double kTolerance = 0.005;  // 0.5%
 const std::vector<std::string> kStrategies = {"ddp",  "zero1",        "zero2",         "zero3",
                                               "fsdp", "fsdp-grad-op", "fsdp-no-shard", "fsdp-hybrid"};
 
-// Every preset, and every config.json of the fuzz corpus that emu accepts (valid_*.json).
+// Every preset, every config.json of the fuzz corpus that emu accepts (valid_*.json), and every real model
+// repository's config.json under tests/data/hf that emu accepts (the refused families are tested for their
+// message in model_config_test).
 std::vector<std::string> models() {
   std::vector<std::string> list = model::preset_names();
-  const std::filesystem::path corpus = std::filesystem::path(EMU_SOURCE_DIR) / "tests/fuzz/corpus/fuzz_hf_config";
+  const std::filesystem::path root(EMU_SOURCE_DIR);
   std::vector<std::string> files;
-  for (const auto& entry : std::filesystem::directory_iterator(corpus)) {
+  for (const auto& entry : std::filesystem::directory_iterator(root / "tests/fuzz/corpus/fuzz_hf_config")) {
     if (entry.path().filename().string().starts_with("valid_")) files.push_back(entry.path().string());
+  }
+  for (const auto& entry : std::filesystem::directory_iterator(root / "tests/data/hf")) {
+    if (entry.path().extension() != ".json") continue;
+    try {
+      model::load_hf_config(entry.path());
+      files.push_back(entry.path().string());
+    } catch (const InputError&) {
+    }
   }
   std::sort(files.begin(), files.end());
   list.insert(list.end(), files.begin(), files.end());
