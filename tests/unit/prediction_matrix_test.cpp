@@ -31,66 +31,66 @@ RunOptions parse(const std::vector<std::string>& args) {
 const Category kStates[] = {Category::kParameters, Category::kGradients, Category::kMasterWeights,
                             Category::kOptimizerState};
 
+// Every combination of the options, one command line each: the cartesian product of the axes.
+std::vector<std::vector<std::string>> option_matrix() {
+  const std::vector<std::vector<std::vector<std::string>>> axes = {
+      // A Llama with grouped-query attention and a GPT-2, small enough to account in milliseconds at full scale.
+      {{"--model", std::string(EMU_SOURCE_DIR) + "/tests/fuzz/corpus/fuzz_hf_config/valid_llama3_gqa.json"},
+       {"--model", "gpt2"}},
+      {{"--precision", "mixed"}, {"--precision", "bf16"}, {"--precision", "fp32"}},
+      {{}, {"--offload"}},
+      {{"--grad-accum", "1"}, {"--grad-accum", "3"}},
+      {{"--checkpoint"}, {"--no-checkpoint"}},
+      {{"--attention", "sdpa"}, {"--attention", "eager"}, {"--attention", "flash"}},
+      {{"--loss", "trainer"}, {"--loss", "fused"}},
+      {{"--adamw", "foreach"}, {"--adamw", "single"}, {"--adamw", "fused"}},
+  };
+  std::vector<std::vector<std::string>> lines = {
+      {"--seq-len", "256", "--strategies", "ddp,zero1,zero2,zero3,fsdp,fsdp-grad-op,fsdp-no-shard,fsdp-hybrid"}};
+  for (const auto& axis : axes) {
+    std::vector<std::vector<std::string>> next;
+    for (const auto& line : lines) {
+      for (const auto& value : axis) {
+        next.push_back(line);
+        next.back().insert(next.back().end(), value.begin(), value.end());
+      }
+    }
+    lines = std::move(next);
+  }
+  return lines;
+}
+
+// Appends what differs between one strategy's allocated model states (and PCIe bytes) and its prediction.
+void compare(const RunOptions& options, const strategy::StrategyOptions& one, const std::string& line,
+             std::vector<std::string>& failures, int& moved_over_pcie) {
+  const StrategyOutcome outcome = account_shapes(options, one, options.full, kRanks, kRanksPerNode);
+  const strategy::HostTraffic& measured = outcome.host_per_step;
+  const strategy::HostTraffic& predicted = outcome.prediction.pcie;
+  if (measured.device_to_host > 0) ++moved_over_pcie;
+  if (measured.device_to_host != predicted.device_to_host || measured.host_to_device != predicted.host_to_device) {
+    failures.push_back(fmt::format("{} {}: PCIe measured {} down {} up, predicted {} down {} up", one.name(), line,
+                                   measured.device_to_host, measured.host_to_device, predicted.device_to_host,
+                                   predicted.host_to_device));
+  }
+  for (const Category category : kStates) {
+    const uint64_t allocated = outcome.category_peaks.front()[category];
+    const uint64_t expected = outcome.prediction.peak[category];
+    if (allocated != expected) {
+      failures.push_back(fmt::format("{} {}: {} measured {} B, predicted {} B", one.name(), line,
+                                     category_name(category), allocated, expected));
+    }
+  }
+}
+
 TEST(PredictionMatrix, StatesEqualThePredictionForEveryOption) {
   int cases = 0, moved_over_pcie = 0;
   std::vector<std::string> failures;
-  // A Llama with grouped-query attention and a GPT-2, small enough to account in milliseconds at full scale.
-  for (const char* model : {"tests/fuzz/corpus/fuzz_hf_config/valid_llama3_gqa.json", "gpt2"}) {
-    for (const char* precision : {"mixed", "bf16", "fp32"}) {
-      for (const bool offload : {false, true}) {
-        for (const char* accumulation : {"1", "3"}) {
-          for (const char* checkpoint : {"--checkpoint", "--no-checkpoint"}) {
-            for (const char* attention : {"sdpa", "eager", "flash"}) {
-              for (const char* loss : {"trainer", "fused"}) {
-                for (const char* adamw : {"foreach", "single", "fused"}) {
-                  std::vector<std::string> args = {"--model",
-                                                   std::string(EMU_SOURCE_DIR) + "/" + model,
-                                                   "--precision",
-                                                   precision,
-                                                   "--grad-accum",
-                                                   accumulation,
-                                                   checkpoint,
-                                                   "--attention",
-                                                   attention,
-                                                   "--loss",
-                                                   loss,
-                                                   "--adamw",
-                                                   adamw,
-                                                   "--seq-len",
-                                                   "256",
-                                                   "--strategies",
-                                                   "ddp,zero1,zero2,zero3,fsdp,fsdp-grad-op,fsdp-no-shard,fsdp-hybrid"};
-                  if (std::string(model) == "gpt2") args[1] = "gpt2";
-                  if (offload) args.push_back("--offload");
-                  const RunOptions options = parse(args);
-                  for (const strategy::StrategyOptions& one : options.strategies) {
-                    const StrategyOutcome outcome = account_shapes(options, one, options.full, kRanks, kRanksPerNode);
-                    ++cases;
-                    const strategy::HostTraffic& pcie = outcome.prediction.pcie;
-                    if (outcome.host_per_step.device_to_host > 0) ++moved_over_pcie;
-                    if (outcome.host_per_step.device_to_host != pcie.device_to_host ||
-                        outcome.host_per_step.host_to_device != pcie.host_to_device) {
-                      failures.push_back(
-                          fmt::format("{} {}: PCIe measured {} down {} up, predicted {} down {} up", one.name(),
-                                      fmt::join(args, " "), outcome.host_per_step.device_to_host,
-                                      outcome.host_per_step.host_to_device, pcie.device_to_host, pcie.host_to_device));
-                    }
-                    for (const Category category : kStates) {
-                      const uint64_t measured = outcome.category_peaks.front()[category];
-                      const uint64_t predicted = outcome.prediction.peak[category];
-                      if (measured != predicted) {
-                        failures.push_back(fmt::format("{} {}: {} measured {} B, predicted {} B", one.name(),
-                                                       fmt::join(args, " "), category_name(category), measured,
-                                                       predicted));
-                      }
-                    }
-                  }
-                }
-              }
-            }
-          }
-        }
-      }
+  for (const std::vector<std::string>& args : option_matrix()) {
+    const RunOptions options = parse(args);
+    const std::string line = fmt::format("{}", fmt::join(args, " "));
+    for (const strategy::StrategyOptions& one : options.strategies) {
+      compare(options, one, line, failures, moved_over_pcie);
+      ++cases;
     }
   }
   std::printf("%d strategy-option cases, %zu disagreements\n", cases, failures.size());
