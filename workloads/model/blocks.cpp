@@ -27,6 +27,13 @@ void BlockSaved::release_all_but_input() {
 
 namespace {
 
+// A parameter's place in the flat weights or gradients; null when the device holds no data (shapes only), where
+// null plus an offset would be undefined.
+template <typename T>
+T* offset_into(T* base, size_t offset) {
+  return base == nullptr ? nullptr : base + offset;
+}
+
 struct Dims {
   int64_t T, h, kvd, F, b, s, a;
   size_t th() const { return size_t(T * h); }
@@ -162,7 +169,7 @@ Buffer llama_forward(const BlockEnv& env, const float* w, BlockSaved& s, Categor
   const ModelConfig& c = env.config;
   const Dims d = dims(c);
   const DType dt = env.options.compute;
-  auto W = [&](size_t i) { return w + env.layout.params[i].offset; };
+  auto W = [&](size_t i) { return offset_into(w, env.layout.params[i].offset); };
   const int64_t kv_cols = saved_kv_columns(env);
 
   rms_norm_forward(env, W(kInputNorm), s.x, s.x32, s.norm1_stats, s.norm1_hat, s.xn1, cat, "input_layernorm");
@@ -218,8 +225,8 @@ void llama_backward(const BlockEnv& env, const float* w, BlockSaved& s, float* d
   const ModelConfig& c = env.config;
   const Dims d = dims(c);
   const DType dt = env.options.compute;
-  auto W = [&](size_t i) { return w + env.layout.params[i].offset; };
-  auto G = [&](size_t i) { return dw + env.layout.params[i].offset; };
+  auto W = [&](size_t i) { return offset_into(w, env.layout.params[i].offset); };
+  auto G = [&](size_t i) { return offset_into(dw, env.layout.params[i].offset); };
 
   // MLP: out = x2 + down(silu(gate)·up)
   {
@@ -313,7 +320,7 @@ Buffer gpt2_forward(const BlockEnv& env, const float* w, BlockSaved& s, Category
   const ModelConfig& c = env.config;
   const Dims d = dims(c);
   const DType dt = env.options.compute;
-  auto W = [&](size_t i) { return w + env.layout.params[i].offset; };
+  auto W = [&](size_t i) { return offset_into(w, env.layout.params[i].offset); };
   const float eps = static_cast<float>(c.norm_eps);
 
   s.norm1_stats = env.allocate_per_row(size_t(2 * d.T), DType::kF32, cat, "ln_1 mean and rstd");
@@ -370,8 +377,8 @@ void gpt2_backward(const BlockEnv& env, const float* w, BlockSaved& s, float* dr
   const ModelConfig& c = env.config;
   const Dims d = dims(c);
   const DType dt = env.options.compute;
-  auto W = [&](size_t i) { return w + env.layout.params[i].offset; };
-  auto G = [&](size_t i) { return dw + env.layout.params[i].offset; };
+  auto W = [&](size_t i) { return offset_into(w, env.layout.params[i].offset); };
+  auto G = [&](size_t i) { return offset_into(dw, env.layout.params[i].offset); };
 
   // MLP: out = x2 + c_proj(gelu(c_fc(ln_2(x2))))
   Buffer dfc = env.allocate(d.tf(), dt, Category::kTemporaries, "d gelu output");
