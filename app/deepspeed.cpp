@@ -14,11 +14,12 @@ namespace {
 
 using nlohmann::json;
 
-// Reads the fields of one JSON object, checking types and ranges, and remembers which keys were used.
+// Reads the fields of one JSON object, checking types and ranges; remembers which keys were used, and notes in
+// `config` the keys that set something and those left "auto".
 class Fields {
  public:
-  Fields(const json& object, std::string path, std::string_view source, std::vector<std::string>& ignored)
-      : object_(object), path_(std::move(path)), source_(source), ignored_(ignored) {
+  Fields(const json& object, std::string path, std::string_view source, DeepSpeedConfig& config)
+      : object_(object), path_(std::move(path)), source_(source), config_(config) {
     if (!object_.is_object()) fail(path_, object_, "an object");
   }
   ~Fields() = default;
@@ -26,7 +27,7 @@ class Fields {
   // Notes the keys no get() asked for.
   void finish() {
     for (const auto& [key, value] : object_.items()) {
-      if (std::find(used_.begin(), used_.end(), key) == used_.end()) ignored_.push_back(name(key));
+      if (std::find(used_.begin(), used_.end(), key) == used_.end()) config_.ignored.push_back(name(key));
     }
   }
 
@@ -38,10 +39,24 @@ class Fields {
     return object_.contains(key) && object_[key].is_object() ? &object_[key] : nullptr;
   }
   void use(const std::string& key) { used_.push_back(key); }
+  // Notes `key` as set by the file (its value as written) or as left "auto".
+  void note(const std::string& key) {
+    if (!object_.contains(key)) return;
+    const json& value = object_[key];
+    if (value.is_string() && value == "auto") {
+      config_.left_auto.push_back(name(key));
+    } else if (value.is_number_float() && std::abs(value.get<double>()) < 1e15 &&
+               std::floor(value.get<double>()) == value.get<double>()) {
+      config_.applied.push_back(fmt::format("{} {}", name(key), static_cast<int64_t>(value.get<double>())));  // 2e8
+    } else if (!value.is_null()) {
+      config_.applied.push_back(fmt::format("{} {}", name(key), value.dump()));
+    }
+  }
 
   template <typename T>
   bool get(const std::string& key, T& out, double lo, double hi) {
     used_.push_back(key);
+    note(key);
     if (!has(key)) return false;
     const json& value = object_[key];
     if constexpr (std::is_same_v<T, bool>) {
@@ -60,6 +75,7 @@ class Fields {
   }
   bool get_string(const std::string& key, std::string& out, const std::vector<std::string>& accepted) {
     used_.push_back(key);
+    note(key);
     if (!has(key)) return false;
     const json& value = object_[key];
     const std::string list = fmt::format("one of \"{}\"", fmt::join(accepted, "\", \""));
@@ -88,7 +104,7 @@ class Fields {
   const json& object_;
   std::string path_;
   std::string_view source_;
-  std::vector<std::string>& ignored_;
+  DeepSpeedConfig& config_;
   std::vector<std::string> used_;
 };
 
@@ -123,13 +139,13 @@ void read_precision(Fields& top, std::string_view source, DeepSpeedConfig& confi
     return section.contains("enabled") && section["enabled"].is_string() && section["enabled"] == "auto";
   };
   if (const json* section = top.child("bf16")) {
-    Fields f(*section, "bf16", source, config.ignored);
+    Fields f(*section, "bf16", source, config);
     f.get("enabled", bf16, 0, 1);
     any_auto = any_auto || enabled(*section);
     f.finish();
   }
   if (const json* section = top.child("fp16")) {
-    Fields f(*section, "fp16", source, config.ignored);
+    Fields f(*section, "fp16", source, config);
     f.get("enabled", fp16, 0, 1);
     any_auto = any_auto || enabled(*section);
     for (const char* key : {"loss_scale", "initial_scale_power", "loss_scale_window", "hysteresis", "min_loss_scale"}) {
@@ -151,7 +167,7 @@ void read_precision(Fields& top, std::string_view source, DeepSpeedConfig& confi
 void read_offload_optimizer(Fields& zero, std::string_view source, DeepSpeedConfig& config) {
   const json* offload = zero.child("offload_optimizer");
   if (offload == nullptr) return;
-  Fields f(*offload, "zero_optimization.offload_optimizer", source, config.ignored);
+  Fields f(*offload, "zero_optimization.offload_optimizer", source, config);
   std::string device = "none";
   f.get_string("device", device, {"none", "cpu", "nvme"});
   if (device == "nvme") {
@@ -169,7 +185,7 @@ void read_offload_optimizer(Fields& zero, std::string_view source, DeepSpeedConf
 void read_offload_param(Fields& zero, std::string_view source, DeepSpeedConfig& config) {
   const json* offload = zero.child("offload_param");
   if (offload == nullptr) return;
-  Fields f(*offload, "zero_optimization.offload_param", source, config.ignored);
+  Fields f(*offload, "zero_optimization.offload_param", source, config);
   std::string device = "none";
   f.get_string("device", device, {"none", "cpu", "nvme"});
   if (device != "none") {
@@ -203,7 +219,7 @@ int read_zero(Fields& top, std::string_view source, DeepSpeedConfig& config) {
   const json* section = top.child("zero_optimization");
   if (section == nullptr) return stage;
   strategy::ZeroOptions& zero = config.knobs.zero;
-  Fields z(*section, "zero_optimization", source, config.ignored);
+  Fields z(*section, "zero_optimization", source, config);
   z.get("stage", stage, 0, 3);
   double value = 0;
   if (z.get("reduce_bucket_size", value, 1, 1e13)) zero.reduce_bucket_elements = static_cast<uint64_t>(value);
@@ -237,16 +253,17 @@ void read_optimizer(Fields& top, std::string_view source, DeepSpeedConfig& confi
   const json* section = top.child("optimizer");
   if (section == nullptr) return;
   optim::AdamWConfig& adamw = config.knobs.adamw;
-  Fields f(*section, "optimizer", source, config.ignored);
+  Fields f(*section, "optimizer", source, config);
   std::string type;
   f.get_string("type", type, {"AdamW", "Adam"});
   if (const json* params = f.child("params")) {
-    Fields p(*params, "optimizer.params", source, config.ignored);
+    Fields p(*params, "optimizer.params", source, config);
     double value = 0;
     if (p.get("lr", value, 0, 10)) adamw.lr = value;
     if (p.get("eps", value, 1e-30, 1)) adamw.eps = value;
     if (p.get("weight_decay", value, 0, 10)) adamw.weight_decay = value;
     p.use("betas");
+    p.note("betas");
     if (p.has("betas")) {
       const json& betas = (*params)["betas"];
       if (!betas.is_array() || betas.size() != 2 || !betas[0].is_number() || !betas[1].is_number() ||
@@ -266,11 +283,11 @@ void read_optimizer(Fields& top, std::string_view source, DeepSpeedConfig& confi
 void read_scheduler(Fields& top, std::string_view source, DeepSpeedConfig& config) {
   const json* section = top.child("scheduler");
   if (section == nullptr) return;
-  Fields f(*section, "scheduler", source, config.ignored);
+  Fields f(*section, "scheduler", source, config);
   std::string type;
   f.get_string("type", type, {"WarmupLR"});
   if (const json* params = f.child("params")) {
-    Fields p(*params, "scheduler.params", source, config.ignored);
+    Fields p(*params, "scheduler.params", source, config);
     optim::LrSchedule& schedule = config.knobs.schedule;
     // Any of these given (not "auto"): DeepSpeed's own WarmupLR, with its defaults for the others (1000 steps, from
     // 0, log). All "auto": the Hugging Face Trainer's schedule, which is emu's (--lr, no warm-up).
@@ -300,7 +317,7 @@ DeepSpeedConfig parse_deepspeed_config(std::string_view text, std::string_view s
   const json root = parse_json(text, source);
   DeepSpeedConfig config;
   config.knobs = defaults;
-  Fields top(root, "", source, config.ignored);
+  Fields top(root, "", source, config);
   read_batch_and_clipping(top, config);
   read_precision(top, source, config);
   const int stage = read_zero(top, source, config);

@@ -66,6 +66,24 @@ std::string training_line(const RunOptions& options) {
                      options.deepspeed.empty() ? "" : ", DeepSpeed config " + options.deepspeed);
 }
 
+// Where the settings came from when a DeepSpeed config gave them: what it set, what it left "auto" and what the
+// command line overrode. Empty without a config.
+std::string settings_lines(const RunOptions& options) {
+  if (options.deepspeed.empty()) return "";
+  std::string text =
+      fmt::format("  config    {} sets {}\n", options.deepspeed,
+                  options.deepspeed_sets.empty() ? "nothing emu models"
+                                                 : fmt::format("{}", fmt::join(options.deepspeed_sets, ", ")));
+  if (!options.deepspeed_auto.empty()) {
+    text += fmt::format("            \"auto\" (emu's default or the command line's): {}\n",
+                        fmt::join(options.deepspeed_auto, ", "));
+  }
+  if (!options.overridden.empty()) {
+    text += fmt::format("            the command line overrides: {}\n", fmt::join(options.overridden, "; "));
+  }
+  return text;
+}
+
 }  // namespace
 
 void print_run_header(const MpiSession& mpi, const RunOptions& options) {
@@ -85,6 +103,7 @@ void print_run_header(const MpiSession& mpi, const RunOptions& options) {
   text += fmt::format("  host      {}\n", host.summary());
   text += model_line(options);
   text += training_line(options);
+  text += settings_lines(options);
   text += fmt::format("  strategies {}\n", strategy_list(options));
   if (!options.plan && !options.tokens_path.empty()) {
     text += fmt::format(

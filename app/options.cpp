@@ -366,6 +366,8 @@ void apply_deepspeed(RunOptions& options, Flags& flags, int ranks, strategy::Str
   base = ds.knobs;
   base.seed = flags.seed;
   names = {ds.strategy};
+  options.deepspeed_sets = ds.applied;
+  options.deepspeed_auto = ds.left_auto;
   options.offload = options.offload || ds.offload_optimizer;
   if (!ds.ignored.empty()) {
     options.warnings.push_back(
@@ -379,6 +381,26 @@ void apply_deepspeed(RunOptions& options, Flags& flags, int ranks, strategy::Str
   derive_batch(ds.train_batch_size, ranks, micro_batch, accumulation, options.deepspeed);
   flags.micro_batch = micro_batch;
   flags.accumulation = accumulation;
+}
+
+// The flags given on the command line that override a setting of the DeepSpeed config: "--precision fp32 over
+// bf16.enabled true", one entry per flag, for the header.
+void note_overrides(RunOptions& options, const Flags& flags) {
+  const auto over = [&](bool given, const std::string& flag, std::initializer_list<std::string_view> keys) {
+    if (!given) return;
+    std::vector<std::string> set;
+    for (const std::string& applied : options.deepspeed_sets) {
+      const std::string_view key = std::string_view(applied).substr(0, applied.find(' '));
+      if (std::find(keys.begin(), keys.end(), key) != keys.end()) set.push_back(applied);
+    }
+    if (!set.empty()) options.overridden.push_back(fmt::format("{} over {}", flag, fmt::join(set, ", ")));
+  };
+  over(flags.precision_given, "--precision " + flags.precision, {"bf16.enabled", "fp16.enabled"});
+  over(flags.micro_batch_given, fmt::format("--micro-batch {}", flags.micro_batch), {"train_micro_batch_size_per_gpu"});
+  over(flags.accumulation_given, fmt::format("--grad-accum {}", flags.accumulation), {"gradient_accumulation_steps"});
+  over(flags.lr != 0, fmt::format("--lr {}", flags.lr), {"optimizer.params.lr", "scheduler.params.warmup_max_lr"});
+  over(flags.clip != -1, fmt::format("--clip {}", flags.clip), {"gradient_clipping"});
+  over(flags.strategies_given, "--strategies " + flags.strategies, {"zero_optimization.stage"});
 }
 
 // Strategy knobs: defaults, then a DeepSpeed config, then flags. Returns the knobs every strategy shares.
@@ -408,6 +430,7 @@ strategy::StrategyOptions read_strategies(RunOptions& options, Flags& flags, int
   base.adamw_impl = parse_choice("--adamw", flags.adamw, optim::adamw_impl_names(),
                                  {optim::AdamWImpl::kForeach, optim::AdamWImpl::kFused, optim::AdamWImpl::kSingle});
   if (flags.strategies_given) names = split_list(flags.strategies);
+  if (!options.deepspeed.empty()) note_overrides(options, flags);
   if (names.empty()) {
     throw InputError(fmt::format("--strategies '{}' names no strategy; accepted: one or more of {}, comma-separated",
                                  flags.strategies, fmt::join(strategy::strategy_names(), ", ")));

@@ -40,10 +40,13 @@ struct RunOptions {
   int ranks_per_node = 0;             // 0: the ranks found on each host
   std::string deepspeed;              // the DeepSpeed config the strategy knobs came from, if any
   std::vector<std::string> warnings;  // about the inputs, printed once per job (by rank 0)
-  std::string tokens_path;            // a token file to train on; empty: seeded synthetic tokens
-  int token_bits = 16;                // its ids: 16 or 32 bits, little-endian
-  std::string load_weights_path;      // safetensors weights to start from; empty: the seeded initialisation
-  std::string save_weights_path;      // where the first strategy's trained weights go (safetensors); empty: nowhere
+  // Where the settings came from, for the header: what the DeepSpeed config set ("zero_optimization.stage 2"), the
+  // keys it left "auto", and the flags that overrode it ("--precision fp32 over bf16.enabled true").
+  std::vector<std::string> deepspeed_sets, deepspeed_auto, overridden;
+  std::string tokens_path;        // a token file to train on; empty: seeded synthetic tokens
+  int token_bits = 16;            // its ids: 16 or 32 bits, little-endian
+  std::string load_weights_path;  // safetensors weights to start from; empty: the seeded initialisation
+  std::string save_weights_path;  // where the first strategy's trained weights go (safetensors); empty: nowhere
 
   // The emulated GPU.
   std::string device = "cpu";  // its backend: "cpu" or "cuda" (EMU_CUDA builds); --plan accounts shapes only

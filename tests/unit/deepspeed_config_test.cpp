@@ -7,6 +7,7 @@
 #include <string>
 
 #include "app/deepspeed.h"
+#include "app/options.h"
 #include "emu/check.h"
 
 namespace emu::app {
@@ -125,6 +126,38 @@ TEST(DeepSpeedConfig, LegacyOffloadKeysAreHonouredOrRefused) {
   EXPECT_THROW(
       parse_deepspeed_config(R"({"zero_optimization": {"stage": 2, "fp16_master_weights_and_grads": true}})", "t", {}),
       InputError);
+}
+
+// The header says where each setting came from: what the config set (as written), what it left "auto", and which
+// flags overrode it.
+RunOptions parse(std::vector<std::string> args) {
+  std::vector<const char*> argv = {"emu"};
+  for (const std::string& arg : args) argv.push_back(arg.c_str());
+  return parse_command_line(static_cast<int>(argv.size()), argv.data(), 4).options;
+}
+
+bool has(const std::vector<std::string>& list, const std::string& entry) {
+  return std::find(list.begin(), list.end(), entry) != list.end();
+}
+
+TEST(DeepSpeedConfig, SettingsSayWhereTheyCameFrom) {
+  const RunOptions trainer = parse({"--deepspeed", data_file("hf_trainer_zero2.json").string(), "--precision", "fp32"});
+  EXPECT_TRUE(has(trainer.deepspeed_sets, "zero_optimization.stage 2"));
+  EXPECT_TRUE(has(trainer.deepspeed_sets, "zero_optimization.reduce_bucket_size 200000000"));  // written 2e8
+  EXPECT_TRUE(has(trainer.deepspeed_sets, "zero_optimization.offload_optimizer.device \"cpu\""));
+  EXPECT_TRUE(has(trainer.deepspeed_auto, "bf16.enabled"));
+  EXPECT_TRUE(has(trainer.deepspeed_auto, "optimizer.params.lr"));
+  EXPECT_FALSE(has(trainer.deepspeed_sets, "steps_per_print 2000"));  // read, but it sets nothing emu models
+  EXPECT_TRUE(trainer.overridden.empty()) << "--precision fills an \"auto\": it overrides nothing";
+
+  const RunOptions bert = parse({"--deepspeed", data_file("bing_bert_style_zero1.json").string(), "--precision", "fp32",
+                                 "--lr", "0.01", "--strategies", "zero2", "--grad-accum", "2"});
+  EXPECT_TRUE(has(bert.deepspeed_sets, "fp16.enabled true"));
+  EXPECT_TRUE(has(bert.overridden, "--precision fp32 over fp16.enabled true"));
+  EXPECT_TRUE(has(bert.overridden, "--lr 0.01 over optimizer.params.lr 0.006, scheduler.params.warmup_max_lr 0.006"));
+  EXPECT_TRUE(has(bert.overridden, "--strategies zero2 over zero_optimization.stage 1"));
+  EXPECT_TRUE(has(bert.overridden, "--grad-accum 2 over gradient_accumulation_steps 1"));
+  EXPECT_EQ(bert.overridden.size(), 4U);
 }
 
 }  // namespace
