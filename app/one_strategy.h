@@ -20,6 +20,7 @@ namespace emu::app {
 struct Stage {
   Device& device;             // the emulated GPU, its pool capped and named for the strategy
   Device* offload = nullptr;  // host memory for the optimizer (--offload), off the cap; null: none
+  Device* parameter_host = nullptr;  // host memory for ZeRO-3's offload_param partitions, off the cap; null: none
   coll::Communicator& world;
   coll::Communicator* intra = nullptr;  // this rank's node group and its cross-node group (HYBRID_SHARD)
   coll::Communicator* inter = nullptr;

@@ -3,7 +3,8 @@
 // sharded_units.h's; this file is DeepSpeed's policy: when a unit is fetched, prefetched, kept and released.
 //
 // Per rank and unit, with S_u = ⌈n_u/N⌉: parameter partition [S_u] recipe.params, gradient partition [S_u]
-// recipe.grads, master, m, v [S_u].
+// recipe.grads, master, m, v [S_u]; per rank, the ipg reduce bucket [R] recipe.grads kBuckets for the whole run,
+// R = reduce_bucket_size (full scale ÷ k²).
 //
 // Per micro-batch:
 //   blocks  fetched before their forward and released after it; fetched again before their backward, their
@@ -18,6 +19,10 @@
 // Persistence (stage3_param_persistence_threshold): a unit of at most that many elements is not released once
 //   fetched. The optimizer step changes its partition, so the step frees it and its next use fetches it afresh:
 //   one all-gather per step, as DeepSpeed re-gathers persistent parameters after the optimizer step.
+// Parameter offload (offload_param device "cpu"): the partitions live in host memory; every fetch copies the
+//   unit's partition up over PCIe before its all-gather (stage3.py keeps the bit16 partitions in a flat CPU buffer,
+//   partition_parameters.py copies ds_tensor to the device to gather it), also on one rank. After the step the
+//   updated partition goes down to its host copy, unless the optimizer is offloaded too and updates it there.
 #include <memory>
 #include <vector>
 
@@ -31,10 +36,22 @@ class Zero3 final : public ShardedUnits {
  public:
   using ShardedUnits::ShardedUnits;
 
+  void setup() override {
+    ShardedUnits::setup();
+    // DeepSpeed makes the ipg bucket with the optimizer (stage3.py _setup_for_real_optimizer, contiguous_gradients)
+    // and keeps it all run: reduce_bucket_size elements at the gradients' dtype, one per communication dtype (one
+    // here), whatever overlap_comm says and however small the model. emu reduces each unit from its own gradients,
+    // so the bucket is charged, not used: one element backs it.
+    const size_t elements = options_.scaled(options_.zero.reduce_bucket_elements);
+    ipg_bucket_ = device_.allocate(1, options_.recipe.grads, Category::kBuckets, "ZeRO-3 ipg reduce bucket",
+                                   elements * dtype_size(options_.recipe.grads));
+  }
+
  protected:
   bool keeps_gathered(size_t count) const override {
     return count <= options_.scaled(options_.zero.param_persistence_threshold);
   }
+  bool offloads_parameters() const override { return options_.zero.offload_param; }
 
   void before_forward(int u) override {
     gather(u, "forward");
@@ -73,6 +90,8 @@ class Zero3 final : public ShardedUnits {
       fetched += count;
     }
   }
+
+  Buffer ipg_bucket_;  // [reduce_bucket_size ÷ k²] recipe.grads, charged only
 };
 
 }  // namespace

@@ -9,9 +9,14 @@
 //   gradients   Σ_u P_u/N (in host memory under offload), plus the root's and the largest block's gathered
 //               gradients while backward makes them
 //   master weights and Adam moments over Σ_u P_u/N
+//   buckets     the ipg reduce bucket, R = reduce_bucket_size elements at the gradients' dtype, all run (one, also
+//               with overlap_comm)
 // Traffic per micro-batch: each block all-gathered twice (forward and backward), the root once, and every unit's
 // gradients reduce-scattered; a persistent unit is all-gathered once per step (after the optimizer step), and the
 // gradient norm all-reduced once.
+// offload_param: the parameter partitions Σ_u P_u/N in host memory instead; each all-gather above copies its
+// partition up over PCIe first, and the step sends the updated partitions down (unless the optimizer, offloaded
+// too, updates them on the host).
 #include <algorithm>
 #include <vector>
 
@@ -92,10 +97,12 @@ Updated predict_zero3(const StrategyOptions& options, const AnalyticInput& input
                        options.scaled(options.zero.param_persistence_threshold);
   }
 
-  const uint64_t gathered = world > 1 ? gathered_at_peak(options, input, shards, persistent) : 0;
+  const bool offload_param = options.zero.offload_param;
+  const uint64_t gathered = world > 1 || offload_param ? gathered_at_peak(options, input, shards, persistent) : 0;
   const DType grads = options.recipe.grads;
   const uint64_t gradient_shards = shards.shard_bytes(input, grads);
-  prediction.peak[Category::kParameters] = shards.shard_bytes(input, options.recipe.params) + gathered;
+  const uint64_t parameter_shards = shards.shard_bytes(input, options.recipe.params);
+  prediction.peak[Category::kParameters] = (offload_param ? 0 : parameter_shards) + gathered;
   prediction.peak[Category::kGradients] = (input.offload ? 0 : gradient_shards) +
                                           input.bytes(0, shards.padded[0], grads) +
                                           input.bytes(shards.largest_block, shards.largest_padded_block, grads);
@@ -103,17 +110,24 @@ Updated predict_zero3(const StrategyOptions& options, const AnalyticInput& input
     prediction.host_peak[Category::kGradients] = gradient_shards;
     prediction.pcie.device_to_host = gradient_shards;
   }
+  if (offload_param) {  // the partitions in host memory; the updated ones sent down unless updated there
+    prediction.host_peak[Category::kParameters] = parameter_shards;
+    if (!input.offload) prediction.pcie.device_to_host += parameter_shards;
+  }
+  // The ipg bucket: reduce_bucket_size ÷ k² elements, charged as held, whole run.
+  prediction.peak[Category::kBuckets] = options.scaled(options.zero.reduce_bucket_elements) * grad_bytes;
   prediction.formula = "(2 + 2 + K)Ψ/N: everything partitioned";
 
   const uint64_t micro_batches = static_cast<uint64_t>(input.accumulation);
   for (size_t unit = 0; unit < units; ++unit) {
     const uint64_t unit_param_bytes = shards.padded[unit] * param_bytes;
-    if (persistent[unit]) {
-      add_ring_traffic(prediction, coll::CollectiveKind::kAllGather, "world", unit_param_bytes, world, 1);
-    } else {
-      const uint64_t gathers = unit != 0 ? 2 : 1;  // the root stays gathered between forward and backward
-      add_ring_traffic(prediction, coll::CollectiveKind::kAllGather, "world", unit_param_bytes, world,
-                       micro_batches * gathers);
+    // The root stays gathered between forward and backward; a persistent unit is gathered once per step.
+    const uint64_t gathers = persistent[unit] ? 1 : micro_batches * (unit != 0 ? 2 : 1);
+    add_ring_traffic(prediction, coll::CollectiveKind::kAllGather, "world", unit_param_bytes, world, gathers);
+    if (offload_param) {  // each fetch copies the partition up first
+      prediction.pcie.host_to_device +=
+          gathers * input.bytes(static_cast<int>(unit), shards.padded[unit] / static_cast<uint64_t>(world),
+                                options.recipe.params);
     }
     add_ring_traffic(prediction, coll::CollectiveKind::kReduceScatter, "world", shards.padded[unit] * grad_bytes, world,
                      micro_batches);

@@ -511,6 +511,9 @@ std::vector<Named> estimator_differences(const oracle::Shapes& s, int stage, int
     named.push_back({"partitions padded to 2N, the estimator's Ψ/N unpadded", 18 * shard - 18 * psi / gpus});
   } else {
     named.push_back(
+        {"emu's ipg reduce bucket (reduce_bucket_size elements), which the estimator leaves out",
+         static_cast<int64_t>(e.buckets)});
+    named.push_back(
         {"no fp32 copy of the gradient partition at step() (DeepSpeed makes one per sub_group_size "
          "elements; not modelled at stage 3 yet)",
          -4 * psi / gpus});

@@ -251,6 +251,8 @@ Estimate zero3(const Shapes& s, const Knobs& k) {
   add(e, &Estimate::gradients, "gradients", "gradient partitions (2Ψ/N)", shards * k.grad_bytes);
   add(e, &Estimate::gradients, "gradients", "unit gradients being made: root and largest block",
       transient_unit_gradients(counts, n) * k.grad_bytes);
+  add(e, &Estimate::buckets, "buckets", "ipg reduce bucket (reduce_bucket_size elements, one whatever overlap_comm)",
+      per_k2(k.reduce_bucket_size, k.shrink) * k.grad_bytes);
   add_optimizer(e, k, shards, "the partitions (12Ψ/N)");
   return e;
 }

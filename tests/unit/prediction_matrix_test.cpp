@@ -29,7 +29,7 @@ RunOptions parse(const std::vector<std::string>& args) {
 }
 
 const Category kStates[] = {Category::kParameters, Category::kGradients, Category::kMasterWeights,
-                            Category::kOptimizerState};
+                            Category::kOptimizerState, Category::kBuckets};
 
 // Every combination of the options, one command line each: the cartesian product of the axes.
 std::vector<std::vector<std::string>> option_matrix() {
@@ -97,6 +97,59 @@ TEST(PredictionMatrix, StatesEqualThePredictionForEveryOption) {
   for (size_t i = 0; i < failures.size() && i < 20; ++i) ADD_FAILURE() << failures[i];
   EXPECT_TRUE(failures.empty());
   EXPECT_GT(moved_over_pcie, 0) << "no case sent gradients to the host: the PCIe comparison tested nothing";
+}
+
+// ZeRO-3 with offload_param (a DeepSpeed config's zero_optimization.offload_param.device "cpu"): the partitions in
+// host memory, each fetch copying one up, the step sending updated partitions down unless the optimizer is offloaded
+// too; and the ipg bucket beside the states. Over precision, optimizer offload, accumulation, persistence (none,
+// DeepSpeed's default, everything) and world sizes 1 and 4, so that every unit is fetched from the host, some kept
+// gathered, and a rank alone still copies its parameters up.
+TEST(PredictionMatrix, Zero3OffloadParamEqualsThePrediction) {
+  int cases = 0, moved_over_pcie = 0;
+  std::vector<std::string> failures;
+  for (const char* precision : {"mixed", "fp32"}) {
+    for (const bool offload : {false, true}) {
+      for (const char* accumulation : {"1", "3"}) {
+        std::vector<std::string> args = {"--model", "gpt2", "--seq-len", "256", "--strategies", "zero3",
+                                         "--precision", precision, "--grad-accum", accumulation};
+        if (offload) args.emplace_back("--offload");
+        const RunOptions options = parse(args);
+        for (const uint64_t persistence : {uint64_t{0}, uint64_t{100'000}, uint64_t{1'000'000'000}}) {
+          for (const int ranks : {1, kRanks}) {
+            strategy::StrategyOptions one = options.strategies.front();
+            one.zero.offload_param = true;
+            one.zero.param_persistence_threshold = persistence;
+            const std::string line = fmt::format("{} offload_param persistence {} on {}", fmt::join(args, " "),
+                                                 persistence, ranks);
+            const StrategyOutcome outcome = account_shapes(options, one, options.full, ranks, 1);
+            const strategy::HostTraffic& measured = outcome.host_per_step;
+            const strategy::HostTraffic& predicted = outcome.prediction.pcie;
+            if (measured.host_to_device > 0) ++moved_over_pcie;
+            if (measured.device_to_host != predicted.device_to_host ||
+                measured.host_to_device != predicted.host_to_device) {
+              failures.push_back(fmt::format("{}: PCIe measured {} down {} up, predicted {} down {} up", line,
+                                             measured.device_to_host, measured.host_to_device,
+                                             predicted.device_to_host, predicted.host_to_device));
+            }
+            for (const Category category :
+                 {Category::kParameters, Category::kGradients, Category::kMasterWeights, Category::kOptimizerState,
+                  Category::kBuckets}) {
+              const uint64_t allocated = outcome.category_peaks.front()[category];
+              if (allocated != outcome.prediction.peak[category]) {
+                failures.push_back(fmt::format("{}: {} measured {} B, predicted {} B", line, category_name(category),
+                                               allocated, outcome.prediction.peak[category]));
+              }
+            }
+            ++cases;
+          }
+        }
+      }
+    }
+  }
+  std::printf("%d zero3 offload_param cases, %zu disagreements\n", cases, failures.size());
+  for (size_t i = 0; i < failures.size() && i < 20; ++i) ADD_FAILURE() << failures[i];
+  EXPECT_TRUE(failures.empty());
+  EXPECT_EQ(moved_over_pcie, cases) << "a case copied no parameters up: offload_param was not taken";
 }
 
 }  // namespace
