@@ -80,17 +80,23 @@ double ShardedUnits::gradient_sum_of_squares() {
 }
 
 void ShardedUnits::update(double lr, float grad_scale) {
-  for (int u = 0; u < model_.num_units(); ++u) {
-    UnitState& unit = units_[static_cast<size_t>(u)];
-    // Without a kept parameter shard the step updates the master shard alone.
-    const optim::ElementSpan params = unit.params.allocated()
-                                          ? optim::ElementSpan::of(unit.params)
-                                          : optim::ElementSpan(nullptr, unit.shard.shard, options_.recipe.params);
-    unit.optimizer->step(options_.adamw, params, optim::ConstElementSpan::of(unit.grads), unit.shard.offset, unit.decay,
-                         lr, grad_scale);
-    count_step_traffic(unit_charge(model_, u).elements(unit.shard.shard), dtype_size(unit.grads.dtype()));
-    zero(unit.grads.data(), unit.grads.dtype(), unit.grads.count());
-  }
+  for (int u = 0; u < model_.num_units(); ++u) update_unit(u, lr, grad_scale);
+  release_stale_units();
+}
+
+void ShardedUnits::update_unit(int u, double lr, float grad_scale) {
+  UnitState& unit = units_[static_cast<size_t>(u)];
+  // Without a kept parameter shard the step updates the master shard alone.
+  const optim::ElementSpan params = unit.params.allocated()
+                                        ? optim::ElementSpan::of(unit.params)
+                                        : optim::ElementSpan(nullptr, unit.shard.shard, options_.recipe.params);
+  unit.optimizer->step(options_.adamw, params, optim::ConstElementSpan::of(unit.grads), unit.shard.offset, unit.decay,
+                       lr, grad_scale);
+  count_step_traffic(unit_charge(model_, u).elements(unit.shard.shard), dtype_size(unit.grads.dtype()));
+  zero(unit.grads.data(), unit.grads.dtype(), unit.grads.count());
+}
+
+void ShardedUnits::release_stale_units() {
   // Units kept gathered hold the old values: they are freed here and gathered afresh at their next use.
   for (int u = 0; u < model_.num_units(); ++u) release(u, /*stale=*/true);
 }

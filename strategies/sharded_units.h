@@ -64,7 +64,12 @@ class ShardedUnits : public Strategy {
   virtual bool offloads_parameters() const { return false; }
 
   double gradient_sum_of_squares() override;
+  // Every unit's optimizer step (update_unit), then release_stale_units().
   void update(double lr, float grad_scale) override;
+  // AdamW on `unit`'s shard, its gradient shard zeroed after.
+  void update_unit(int unit, double lr, float grad_scale);
+  // Frees the units kept gathered: their parameters changed.
+  void release_stale_units();
 
   // All-gathers `unit`'s parameters (phase "<pass> all-gather, unit u") and binds them to the model; nothing
   // when the unit is already gathered.

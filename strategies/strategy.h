@@ -66,6 +66,9 @@ struct ZeroOptions {
   // stage 3: offload_param.device "cpu": the bit16 parameter partitions live in host memory and each fetch copies
   // the partition up over PCIe before its all-gather (StrategyContext::parameter_host).
   bool offload_param = false;
+  // stage 3: step() updates the partition sub_group_size elements at a time, each sub-group's gradients flattened
+  // and cast to fp32 for its step.
+  uint64_t sub_group_size = 1'000'000'000;
 };
 
 // PyTorch FullyShardedDataParallel's knobs.

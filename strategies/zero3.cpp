@@ -53,6 +53,39 @@ class Zero3 final : public ShardedUnits {
   }
   bool offloads_parameters() const override { return options_.zero.offload_param; }
 
+  // stage3.py step(): the partition one sub-group at a time (_create_fp16_sub_groups closes a sub-group once it
+  // holds sub_group_size elements; emu's at unit boundaries). _prepare_sub_group flattens the sub-group's gradient
+  // partitions into a new buffer and casts it to fp32 (at fp32 the flat copy is the fp32 gradient), the flat copy
+  // freed once cast; the fp32 gradient lives through the sub-group's step and _release_sub_group drops it. Under
+  // optimizer offload the gradients are already on the host and nothing is made on the device. Both are charged
+  // (S_g elements as a shrunk run charges them), not used: AdamW reads the gradient shards themselves.
+  void update(double lr, float grad_scale) override {
+    const int units = model_.num_units();
+    const size_t limit = options_.scaled(options_.zero.sub_group_size);
+    const DType grads = options_.recipe.grads;
+    for (int first = 0; first < units;) {
+      size_t held = 0;
+      int end = first;
+      while (end < units && (end == first || held < limit)) {
+        held += unit_charge(model_, end).elements(shard_elements(end));
+        ++end;
+      }
+      Buffer flat, fp32;
+      if (context_.offload == nullptr) {
+        flat = device_.allocate(1, grads, Category::kGradients, "ZeRO-3 sub-group gradients, flattened",
+                                held * dtype_size(grads));
+        if (grads != DType::kF32) {
+          fp32 = device_.allocate(1, DType::kF32, Category::kGradients, "ZeRO-3 sub-group gradients, fp32",
+                                  held * dtype_size(DType::kF32));
+          flat.reset();
+        }
+      }
+      for (int u = first; u < end; ++u) update_unit(u, lr, grad_scale);
+      first = end;
+    }
+    release_stale_units();
+  }
+
   void before_forward(int u) override {
     gather(u, "forward");
     if (u == 0) return;  // the blocks prefetch in forward, from the first on

@@ -6,8 +6,10 @@
 //               root (gathered from the start of forward to the end of backward), every persistent unit (at most
 //               stage3_param_persistence_threshold elements), and the blocks in use or prefetched ahead of use
 //               (stage3_prefetch_bucket_size newly fetched elements per fetch, stage3_max_live_parameters in all)
-//   gradients   Σ_u P_u/N (in host memory under offload), plus the root's and the largest block's gathered
-//               gradients while backward makes them
+//   gradients   Σ_u P_u/N (in host memory under offload), plus the more of: the root's and the largest block's
+//               gathered gradients while backward makes them; step()'s largest sub-group (units in order until
+//               sub_group_size elements of partition) flattened and cast to fp32, S_g·(g + 4) (S_g·4 at fp32),
+//               none under offload
 //   master weights and Adam moments over Σ_u P_u/N
 //   buckets     the ipg reduce bucket, R = reduce_bucket_size elements at the gradients' dtype, all run (one, also
 //               with overlap_comm)
@@ -83,6 +85,21 @@ uint64_t gathered_at_peak(const StrategyOptions& options, const AnalyticInput& i
   return peak;
 }
 
+// Elements (as charged) of the largest of step()'s sub-groups: units in order, a sub-group closed once it holds
+// sub_group_size elements.
+uint64_t largest_sub_group(const StrategyOptions& options, const AnalyticInput& input, const UnitShards& shards) {
+  const uint64_t limit = options.scaled(options.zero.sub_group_size);
+  uint64_t largest = 0, held = 0;
+  for (size_t unit = 0; unit < shards.padded.size(); ++unit) {
+    held += input.elements(static_cast<int>(unit), shards.padded[unit] / static_cast<uint64_t>(shards.group_size));
+    if (held >= limit || unit + 1 == shards.padded.size()) {
+      largest = std::max(largest, held);
+      held = 0;
+    }
+  }
+  return largest;
+}
+
 }  // namespace
 
 Updated predict_zero3(const StrategyOptions& options, const AnalyticInput& input, Prediction& prediction) {
@@ -103,9 +120,13 @@ Updated predict_zero3(const StrategyOptions& options, const AnalyticInput& input
   const uint64_t gradient_shards = shards.shard_bytes(input, grads);
   const uint64_t parameter_shards = shards.shard_bytes(input, options.recipe.params);
   prediction.peak[Category::kParameters] = (offload_param ? 0 : parameter_shards) + gathered;
-  prediction.peak[Category::kGradients] = (input.offload ? 0 : gradient_shards) +
-                                          input.bytes(0, shards.padded[0], grads) +
-                                          input.bytes(shards.largest_block, shards.largest_padded_block, grads);
+  // Backward: the root's gradients beside the largest block's. step(): the largest sub-group's flattened gradients
+  // and their fp32 copy (at fp32 one buffer), on the device unless the optimizer is offloaded.
+  const uint64_t in_backward = input.bytes(0, shards.padded[0], grads) +
+                               input.bytes(shards.largest_block, shards.largest_padded_block, grads);
+  const uint64_t at_step = input.offload ? 0 : largest_sub_group(options, input, shards) *
+                                                   (grads == DType::kF32 ? 4 : dtype_size(grads) + 4);
+  prediction.peak[Category::kGradients] = (input.offload ? 0 : gradient_shards) + std::max(in_backward, at_step);
   if (input.offload) {  // the gradient partitions in host memory, sent down every step
     prediction.host_peak[Category::kGradients] = gradient_shards;
     prediction.pcie.device_to_host = gradient_shards;

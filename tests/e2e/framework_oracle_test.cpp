@@ -517,8 +517,8 @@ std::vector<Named> estimator_differences(const oracle::Shapes& s, int stage, int
         {"emu's ipg reduce bucket (reduce_bucket_size elements), which the estimator leaves out",
          static_cast<int64_t>(e.buckets)});
     named.push_back(
-        {"no fp32 copy of the gradient partition at step() (DeepSpeed makes one per sub_group_size "
-         "elements; not modelled at stage 3 yet)",
+        {"the estimator's fp32 copy of the whole gradient partition, where DeepSpeed's step() makes one sub-group's "
+         "(sub_group_size elements) at a time (in the gradients line below)",
          -4 * psi / gpus});
     uint64_t partitions = 0;
     for (uint64_t u : oracle::unit_counts(s)) partitions += oracle::round_up(u, n) / n;
@@ -526,8 +526,9 @@ std::vector<Named> estimator_differences(const oracle::Shapes& s, int stage, int
     named.push_back({"the bf16 parameter partition, which the estimator's 18 B/param leaves out at stage 3", 2 * p3});
     named.push_back({"units gathered at the peak, where the estimator counts 4 B x its largest layer",
                      static_cast<int64_t>(e.parameters) - 2 * p3 - 4 * largest_layer});
-    named.push_back(
-        {"gradients of the units being made before their reduce-scatter", static_cast<int64_t>(e.gradients) - 2 * p3});
+    named.push_back({"gradients beyond the partitions: the units being made before their reduce-scatter, or step()'s "
+                     "flat and fp32 copies of the largest sub-group, whichever peaks",
+                     static_cast<int64_t>(e.gradients) - 2 * p3});
     named.push_back({"each unit padded to N, the estimator's Ψ/N unpadded", 14 * p3 - 14 * psi / gpus});
   }
   return named;
@@ -593,13 +594,23 @@ struct DeepSpeedFacts {
   int64_t largest_block = 0;
   int64_t sub_groups = 1;      // the fp32 flat partitions the inner AdamW steps over (one per sub-group)
   int64_t largest_sub_group = 0;  // partition elements of the largest
+  int64_t unit_sub_group = 0;     // the same with sub-groups closed at unit boundaries, as emu closes them
 };
 
 DeepSpeedFacts deepspeed_facts(const oracle::Shapes& s, int64_t n, const json& zero) {
   DeepSpeedFacts f;
   const std::vector<uint64_t> units = oracle::unit_counts(s);
-  for (uint64_t u : units) {
-    f.partitions += static_cast<int64_t>(oracle::round_up(u, static_cast<uint64_t>(n)) / static_cast<uint64_t>(n));
+  const int64_t sub_group_size = zero.value("sub_group_size", int64_t{1'000'000'000});
+  int64_t in_unit_group = 0;
+  for (size_t u = 0; u < units.size(); ++u) {
+    const auto shard =
+        static_cast<int64_t>(oracle::round_up(units[u], static_cast<uint64_t>(n)) / static_cast<uint64_t>(n));
+    f.partitions += shard;
+    in_unit_group += shard;
+    if (in_unit_group >= sub_group_size || u + 1 == units.size()) {
+      f.unit_sub_group = std::max(f.unit_sub_group, in_unit_group);
+      in_unit_group = 0;
+    }
   }
   f.bucket = zero.value("reduce_bucket_size", int64_t{500'000'000});
   const std::vector<uint64_t> tensors = all_tensors(s);
@@ -617,7 +628,6 @@ DeepSpeedFacts deepspeed_facts(const oracle::Shapes& s, int64_t n, const json& z
     order.insert(order.end(), block.begin(), block.end());
   }
   order.insert(order.end(), root.begin() + static_cast<std::ptrdiff_t>(embeddings), root.end());
-  const int64_t sub_group_size = zero.value("sub_group_size", int64_t{1'000'000'000});
   f.sub_groups = 0;
   int64_t held = 0;
   for (size_t i = 0; i < order.size(); ++i) {
@@ -643,14 +653,18 @@ void name_deepspeed_zero3(const std::string& category, const DeepSpeedFacts& f, 
     line.named.push_back({"the ipg bucket, which MemTracker files under gradients (the .grad views into it) and emu "
                           "under buckets",
                           -2 * f.bucket});
-    line.named.push_back({"a unit's gradients made at once, the root's beside a block's, where DeepSpeed copies each "
-                          "tensor's .grad into the bucket as autograd makes it (its largest tensor's)",
-                          2 * (f.root + f.largest_block - f.largest_tensor)});
+    // emu's gradient peak beyond the partitions is the more of backward's and step()'s; DeepSpeed's, as MemTracker
+    // files it, one .grad being copied into the bucket (step()'s copies go under temporaries and optimizer state).
+    line.named.push_back({"emu's transient gradients, the more of a unit's made at once (the root's beside a "
+                          "block's, where DeepSpeed copies each tensor's .grad into the bucket as autograd makes it) "
+                          "and step()'s flat and fp32 copies of the largest sub-group (closed at unit boundaries), "
+                          "beyond DeepSpeed's largest .grad",
+                          std::max(2 * (f.root + f.largest_block), 6 * f.unit_sub_group) - 2 * f.largest_tensor});
   }
   if (category == "optimizer_state") {
     line.named.push_back({"AdamW's step counters, one fp32 tensor per sub-group's flat partition", -4 * f.sub_groups});
-    line.named.push_back({"step()'s fp32 gradient of a sub-group (_prepare_fp32_grad_for_sub_group), which "
-                          "MemTracker files under optimizer state: not modelled by emu at stage 3 yet",
+    line.named.push_back({"step()'s fp32 gradient of the largest sub-group (_prepare_fp32_grad_for_sub_group), "
+                          "which MemTracker files under optimizer state and emu under gradients",
                           -4 * f.largest_sub_group});
   }
   if (category == "buckets") {
