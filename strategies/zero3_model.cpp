@@ -122,10 +122,11 @@ Updated predict_zero3(const StrategyOptions& options, const AnalyticInput& input
   prediction.peak[Category::kParameters] = (offload_param ? 0 : parameter_shards) + gathered;
   // Backward: the root's gradients beside the largest block's. step(): the largest sub-group's flattened gradients
   // and their fp32 copy (at fp32 one buffer), on the device unless the optimizer is offloaded.
-  const uint64_t in_backward = input.bytes(0, shards.padded[0], grads) +
-                               input.bytes(shards.largest_block, shards.largest_padded_block, grads);
-  const uint64_t at_step = input.offload ? 0 : largest_sub_group(options, input, shards) *
-                                                   (grads == DType::kF32 ? 4 : dtype_size(grads) + 4);
+  const uint64_t in_backward =
+      input.bytes(0, shards.padded[0], grads) + input.bytes(shards.largest_block, shards.largest_padded_block, grads);
+  const uint64_t at_step =
+      input.offload ? 0
+                    : largest_sub_group(options, input, shards) * (grads == DType::kF32 ? 4 : dtype_size(grads) + 4);
   prediction.peak[Category::kGradients] = (input.offload ? 0 : gradient_shards) + std::max(in_backward, at_step);
   if (input.offload) {  // the gradient partitions in host memory, sent down every step
     prediction.host_peak[Category::kGradients] = gradient_shards;

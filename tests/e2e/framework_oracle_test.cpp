@@ -513,9 +513,8 @@ std::vector<Named> estimator_differences(const oracle::Shapes& s, int stage, int
          static_cast<int64_t>(e.gradients) - 6 * shard});
     named.push_back({"partitions padded to 2N, the estimator's Ψ/N unpadded", 18 * shard - 18 * psi / gpus});
   } else {
-    named.push_back(
-        {"emu's ipg reduce bucket (reduce_bucket_size elements), which the estimator leaves out",
-         static_cast<int64_t>(e.buckets)});
+    named.push_back({"emu's ipg reduce bucket (reduce_bucket_size elements), which the estimator leaves out",
+                     static_cast<int64_t>(e.buckets)});
     named.push_back(
         {"the estimator's fp32 copy of the whole gradient partition, where DeepSpeed's step() makes one sub-group's "
          "(sub_group_size elements) at a time (in the gradients line below)",
@@ -526,9 +525,10 @@ std::vector<Named> estimator_differences(const oracle::Shapes& s, int stage, int
     named.push_back({"the bf16 parameter partition, which the estimator's 18 B/param leaves out at stage 3", 2 * p3});
     named.push_back({"units gathered at the peak, where the estimator counts 4 B x its largest layer",
                      static_cast<int64_t>(e.parameters) - 2 * p3 - 4 * largest_layer});
-    named.push_back({"gradients beyond the partitions: the units being made before their reduce-scatter, or step()'s "
-                     "flat and fp32 copies of the largest sub-group, whichever peaks",
-                     static_cast<int64_t>(e.gradients) - 2 * p3});
+    named.push_back(
+        {"gradients beyond the partitions: the units being made before their reduce-scatter, or step()'s "
+         "flat and fp32 copies of the largest sub-group, whichever peaks",
+         static_cast<int64_t>(e.gradients) - 2 * p3});
     named.push_back({"each unit padded to N, the estimator's Ψ/N unpadded", 14 * p3 - 14 * psi / gpus});
   }
   return named;
@@ -592,7 +592,7 @@ struct DeepSpeedFacts {
   int64_t largest_tensor = 0;  // the largest parameter tensor, elements
   int64_t root = 0;            // the root unit's elements (embeddings, final norm, head)
   int64_t largest_block = 0;
-  int64_t sub_groups = 1;      // the fp32 flat partitions the inner AdamW steps over (one per sub-group)
+  int64_t sub_groups = 1;         // the fp32 flat partitions the inner AdamW steps over (one per sub-group)
   int64_t largest_sub_group = 0;  // partition elements of the largest
   int64_t unit_sub_group = 0;     // the same with sub-groups closed at unit boundaries, as emu closes them
 };
@@ -643,33 +643,38 @@ DeepSpeedFacts deepspeed_facts(const oracle::Shapes& s, int64_t n, const json& z
 
 void name_deepspeed_zero3(const std::string& category, const DeepSpeedFacts& f, Line& line) {
   if (category == "parameters") {
-    line.named.push_back({"the bit16 partitions (stage3.py's flat lp_param_buffer): unseen by MemTracker", 2 * f.partitions});
-    line.named.push_back({"the fp32 master partition (the inner AdamW's own parameter): unseen by MemTracker",
-                          4 * f.partitions});
+    line.named.push_back(
+        {"the bit16 partitions (stage3.py's flat lp_param_buffer): unseen by MemTracker", 2 * f.partitions});
+    line.named.push_back(
+        {"the fp32 master partition (the inner AdamW's own parameter): unseen by MemTracker", 4 * f.partitions});
   }
   if (category == "gradients") {
-    line.named.push_back({"the bit16 gradient partitions (stage3.py's grad_partitions_flat_buffer): unseen by MemTracker",
-                          2 * f.partitions});
-    line.named.push_back({"the ipg bucket, which MemTracker files under gradients (the .grad views into it) and emu "
-                          "under buckets",
-                          -2 * f.bucket});
+    line.named.push_back(
+        {"the bit16 gradient partitions (stage3.py's grad_partitions_flat_buffer): unseen by MemTracker",
+         2 * f.partitions});
+    line.named.push_back(
+        {"the ipg bucket, which MemTracker files under gradients (the .grad views into it) and emu "
+         "under buckets",
+         -2 * f.bucket});
     // emu's gradient peak beyond the partitions is the more of backward's and step()'s; DeepSpeed's, as MemTracker
     // files it, one .grad being copied into the bucket (step()'s copies go under temporaries and optimizer state).
-    line.named.push_back({"emu's transient gradients, the more of a unit's made at once (the root's beside a "
-                          "block's, where DeepSpeed copies each tensor's .grad into the bucket as autograd makes it) "
-                          "and step()'s flat and fp32 copies of the largest sub-group (closed at unit boundaries), "
-                          "beyond DeepSpeed's largest .grad",
-                          std::max(2 * (f.root + f.largest_block), 6 * f.unit_sub_group) - 2 * f.largest_tensor});
+    line.named.push_back(
+        {"emu's transient gradients, the more of a unit's made at once (the root's beside a "
+         "block's, where DeepSpeed copies each tensor's .grad into the bucket as autograd makes it) "
+         "and step()'s flat and fp32 copies of the largest sub-group (closed at unit boundaries), "
+         "beyond DeepSpeed's largest .grad",
+         std::max(2 * (f.root + f.largest_block), 6 * f.unit_sub_group) - 2 * f.largest_tensor});
   }
   if (category == "optimizer_state") {
     line.named.push_back({"AdamW's step counters, one fp32 tensor per sub-group's flat partition", -4 * f.sub_groups});
-    line.named.push_back({"step()'s fp32 gradient of the largest sub-group (_prepare_fp32_grad_for_sub_group), "
-                          "which MemTracker files under optimizer state and emu under gradients",
-                          -4 * f.largest_sub_group});
+    line.named.push_back(
+        {"step()'s fp32 gradient of the largest sub-group (_prepare_fp32_grad_for_sub_group), "
+         "which MemTracker files under optimizer state and emu under gradients",
+         -4 * f.largest_sub_group});
   }
   if (category == "buckets") {
-    line.named.push_back({"the ipg bucket (reduce_bucket_size elements, bf16), filed by MemTracker under gradients",
-                          2 * f.bucket});
+    line.named.push_back(
+        {"the ipg bucket (reduce_bucket_size elements, bf16), filed by MemTracker under gradients", 2 * f.bucket});
   }
 }
 
@@ -704,9 +709,10 @@ json run_emu_zero3(const json& fixture, const testing::TempDir& dir) {
   const std::string out = dir.file(fixture["file"].get<std::string>() + ".emu.json");
   const std::string command =
       mpiexec(fixture["ranks"]) + kEmu +
-      fmt::format(" --model {}/{}-tiny.json --shrink 1 --seq-len {} --reserve 0 --steps 1 --clip 0 --deepspeed {}"
-                  " --json {}",
-                  kData, fixture["model"].get<std::string>(), fixture["seq_len"].get<int>(), config_path, out);
+      fmt::format(
+          " --model {}/{}-tiny.json --shrink 1 --seq-len {} --reserve 0 --steps 1 --clip 0 --deepspeed {}"
+          " --json {}",
+          kData, fixture["model"].get<std::string>(), fixture["seq_len"].get<int>(), config_path, out);
   const auto run = run_process(command, 120);
   EXPECT_EQ(run.exit_code, 0) << command << "\n" << run.err;
   if (run.exit_code != 0) return json();
@@ -756,10 +762,11 @@ std::vector<Line> compare_deepspeed(const json& fixture, const json& rank, const
   total.framework = rank["peak_bytes"];
   total.measured = emu["peak"]["bytes"];
   total.open = true;
-  total.named.push_back({"bit16 partitions, gradient partitions and fp32 master, unseen by MemTracker",
-                         8 * f.partitions});
-  total.named.push_back({"the ipg bucket, seen by MemTracker only while a .grad points into it",
-                         2 * f.bucket - (rank.contains("at_peak") ? rank["at_peak"].value("Gradient", int64_t{0}) : 0)});
+  total.named.push_back(
+      {"bit16 partitions, gradient partitions and fp32 master, unseen by MemTracker", 8 * f.partitions});
+  total.named.push_back(
+      {"the ipg bucket, seen by MemTracker only while a .grad points into it",
+       2 * f.bucket - (rank.contains("at_peak") ? rank["at_peak"].value("Gradient", int64_t{0}) : 0)});
   total.named.push_back({"emu's collective staging in use at its peak (NCCL's own buffers on a GPU)",
                          emu["peak"]["at_peak_by_category"]["comm_buffers"].get<int64_t>()});
   lines.push_back(std::move(total));

@@ -122,10 +122,9 @@ TEST(DeepSpeedConfig, LegacyOffloadKeysAreHonouredOrRefused) {
       parse_deepspeed_config(R"({"zero_optimization": {"stage": 2, "cpu_offload": true}})", "t", {}).ignored.empty());
   // runtime/zero/config.py maps cpu_offload_param (deprecated) to offload_param {"device": "cpu"}; DeepSpeed refuses
   // the near-miss "cpu_offload_params" as an unknown key (pydantic extra="forbid"), and so does emu, naming the key.
-  const DeepSpeedConfig legacy =
-      parse_deepspeed_config(R"({"zero_optimization": {"stage": 3, "cpu_offload_param": true,
+  const DeepSpeedConfig legacy = parse_deepspeed_config(R"({"zero_optimization": {"stage": 3, "cpu_offload_param": true,
                                  "cpu_offload_use_pin_memory": true}})",
-                             "t", {});
+                                                        "t", {});
   EXPECT_TRUE(legacy.knobs.zero.offload_param);
   EXPECT_TRUE(legacy.ignored.empty());
   EXPECT_FALSE(parse_deepspeed_config(R"({"zero_optimization": {"stage": 3, "cpu_offload_param": false}})", "t", {})
@@ -152,9 +151,9 @@ TEST(DeepSpeedConfig, OffloadParamToTheCpu) {
   EXPECT_TRUE(hf.knobs.zero.offload_param);
   EXPECT_TRUE(hf.offload_optimizer);
   EXPECT_TRUE(hf.ignored.empty());
-  EXPECT_FALSE(parse_deepspeed_config(R"({"zero_optimization": {"stage": 3, "offload_param": {"device": "none"}}})",
-                                      "t", {})
-                   .knobs.zero.offload_param);
+  EXPECT_FALSE(
+      parse_deepspeed_config(R"({"zero_optimization": {"stage": 3, "offload_param": {"device": "none"}}})", "t", {})
+          .knobs.zero.offload_param);
   const DeepSpeedConfig stage2 =
       parse_deepspeed_config(R"({"zero_optimization": {"stage": 2, "offload_param": {"device": "cpu"}}})", "t", {});
   EXPECT_FALSE(stage2.knobs.zero.offload_param);
@@ -172,8 +171,9 @@ TEST(DeepSpeedConfig, ReduceBucketSizeZeroIsRefusedAsDeepSpeedRefusesIt) {
     parse_deepspeed_config(R"({"zero_optimization": {"stage": 3, "reduce_bucket_size": 0}})", "t", {});
     ADD_FAILURE() << "reduce_bucket_size 0 accepted";
   } catch (const InputError& error) {
-    EXPECT_NE(std::string(error.what()).find("\"zero_optimization.reduce_bucket_size\" is 0; accepted: a number from 1"),
-              std::string::npos)
+    EXPECT_NE(
+        std::string(error.what()).find("\"zero_optimization.reduce_bucket_size\" is 0; accepted: a number from 1"),
+        std::string::npos)
         << error.what();
   }
   EXPECT_EQ(parse_deepspeed_config(R"({"zero_optimization": {"stage": 3, "reduce_bucket_size": 1}})", "t", {})

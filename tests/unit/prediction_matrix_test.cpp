@@ -110,8 +110,8 @@ TEST(PredictionMatrix, Zero3OffloadParamEqualsThePrediction) {
   for (const char* precision : {"mixed", "fp32"}) {
     for (const bool offload : {false, true}) {
       for (const char* accumulation : {"1", "3"}) {
-        std::vector<std::string> args = {"--model", "gpt2", "--seq-len", "256", "--strategies", "zero3",
-                                         "--precision", precision, "--grad-accum", accumulation};
+        std::vector<std::string> args = {"--model", "gpt2",        "--seq-len", "256",          "--strategies",
+                                         "zero3",   "--precision", precision,   "--grad-accum", accumulation};
         if (offload) args.emplace_back("--offload");
         const RunOptions options = parse(args);
         for (const uint64_t persistence : {uint64_t{0}, uint64_t{100'000}, uint64_t{1'000'000'000}}) {
@@ -119,8 +119,8 @@ TEST(PredictionMatrix, Zero3OffloadParamEqualsThePrediction) {
             strategy::StrategyOptions one = options.strategies.front();
             one.zero.offload_param = true;
             one.zero.param_persistence_threshold = persistence;
-            const std::string line = fmt::format("{} offload_param persistence {} on {}", fmt::join(args, " "),
-                                                 persistence, ranks);
+            const std::string line =
+                fmt::format("{} offload_param persistence {} on {}", fmt::join(args, " "), persistence, ranks);
             const StrategyOutcome outcome = account_shapes(options, one, options.full, ranks, 1);
             const strategy::HostTraffic& measured = outcome.host_per_step;
             const strategy::HostTraffic& predicted = outcome.prediction.pcie;
@@ -128,12 +128,11 @@ TEST(PredictionMatrix, Zero3OffloadParamEqualsThePrediction) {
             if (measured.device_to_host != predicted.device_to_host ||
                 measured.host_to_device != predicted.host_to_device) {
               failures.push_back(fmt::format("{}: PCIe measured {} down {} up, predicted {} down {} up", line,
-                                             measured.device_to_host, measured.host_to_device,
-                                             predicted.device_to_host, predicted.host_to_device));
+                                             measured.device_to_host, measured.host_to_device, predicted.device_to_host,
+                                             predicted.host_to_device));
             }
-            for (const Category category :
-                 {Category::kParameters, Category::kGradients, Category::kMasterWeights, Category::kOptimizerState,
-                  Category::kBuckets}) {
+            for (const Category category : {Category::kParameters, Category::kGradients, Category::kMasterWeights,
+                                            Category::kOptimizerState, Category::kBuckets}) {
               const uint64_t allocated = outcome.category_peaks.front()[category];
               if (allocated != outcome.prediction.peak[category]) {
                 failures.push_back(fmt::format("{}: {} measured {} B, predicted {} B", line, category_name(category),
