@@ -98,15 +98,24 @@ std::string emu_strategy(const std::string& framework) {
   return "";
 }
 
-std::vector<json> load_pytorch_cases(const std::string& model) {
+// The fixtures of one folder under tests/data/oracle/, in name order, each with its file name as "file".
+std::vector<json> load_fixtures(const std::string& folder) {
   std::vector<std::filesystem::path> files;
-  for (const auto& entry : std::filesystem::directory_iterator(kData + "/pytorch")) {
+  for (const auto& entry : std::filesystem::directory_iterator(kData + "/" + folder)) {
     if (entry.path().extension() == ".json") files.push_back(entry.path());
   }
   std::sort(files.begin(), files.end());
-  std::vector<json> cases;
+  std::vector<json> fixtures;
   for (const auto& file : files) {
-    json c = read_json(file.string());
+    fixtures.push_back(read_json(file.string()));
+    fixtures.back()["file"] = file.filename().string();
+  }
+  return fixtures;
+}
+
+std::vector<json> load_pytorch_cases(const std::string& model) {
+  std::vector<json> cases;
+  for (json& c : load_fixtures("pytorch")) {
     if (c["model"] == model) cases.push_back(std::move(c));
   }
   return cases;
@@ -317,6 +326,47 @@ int64_t emu_category(const json& peaks, const std::string& category) {
   return peaks[category].get<int64_t>();
 }
 
+// One line per category in `states` and for activations and temporaries — the framework's peak, emu's measured and
+// predicted, named by `name(category, line)` — then activations + temporaries as one open line. MemTracker files a
+// tensor made in a module's forward as an activation and anything else as a temporary; emu files what is saved for
+// backward as an activation and the rest of the work as temporaries. The two split the same bytes differently (a
+// recomputed block's tensors, the loss's upcasts), so each is printed and their sum is what is checked.
+template <typename Name>
+std::vector<Line> category_lines(const std::vector<std::string>& states, const RecordedCategories& peaks,
+                                 const json& emu, Name&& name) {
+  const json& measured = emu["peak"]["category_peaks"];
+  const json& predicted = emu["predicted"]["by_category"];
+  std::vector<std::string> categories = states;
+  categories.insert(categories.end(), {"activations", "temporaries"});
+  std::vector<Line> lines;
+  for (const std::string& category : categories) {
+    Line line;
+    line.category = category;
+    line.framework = recorded(peaks, category);
+    line.measured =
+        static_cast<int64_t>(static_cast<double>(emu_category(measured, category)) * planted_scale(category));
+    if (category != "activations" && category != "temporaries") {
+      line.predicted =
+          static_cast<int64_t>(static_cast<double>(emu_category(predicted, category)) * planted_scale(category));
+    } else {
+      line.open = line.unchecked = true;
+      if (category == "activations") line.predicted = emu["predicted"]["activation_bytes"];
+    }
+    name(category, line);
+    lines.push_back(std::move(line));
+  }
+  Line work;
+  work.category = "act+temp";
+  work.open = true;
+  for (const Line& line : lines) {
+    if (line.category != "activations" && line.category != "temporaries") continue;
+    work.framework += line.framework;
+    work.measured += line.measured;
+  }
+  lines.push_back(std::move(work));
+  return lines;
+}
+
 std::vector<Line> compare(const json& c, const json& emu, const std::string& strategy) {
   CaseFacts f;
   f.shapes = shapes_of(c["model_config"]);
@@ -331,43 +381,13 @@ std::vector<Line> compare(const json& c, const json& emu, const std::string& str
   }
   f.recorded_rank = (*top)["rank"];
   const auto peaks = (*top)["category_peaks"].get<RecordedCategories>();
-  const json& measured = emu["peak"]["category_peaks"];
-  const json& predicted = emu["predicted"]["by_category"];
 
-  std::vector<Line> lines;
-  for (const std::string category :
-       {"parameters", "gradients", "optimizer_state", "buckets", "buffers", "activations", "temporaries"}) {
-    Line line;
-    line.category = category;
-    line.framework = recorded(peaks, category);
-    line.measured =
-        static_cast<int64_t>(static_cast<double>(emu_category(measured, category)) * planted_scale(category));
-    if (category != "activations" && category != "temporaries") {
-      line.predicted =
-          static_cast<int64_t>(static_cast<double>(emu_category(predicted, category)) * planted_scale(category));
-    } else {
-      line.open = true;
-      if (category == "activations") line.predicted = emu["predicted"]["activation_bytes"];
-    }
-    if (strategy == "ddp") name_ddp(category, f, line);
-    if (strategy == "zero1") name_zero1(category, f, line);
-    if (strategy == "fsdp") name_fsdp1(category, f, line);
-    // MemTracker files a tensor made in a module's forward as an activation and anything else as a temporary;
-    // emu files what is saved for backward as an activation and the rest of the work as temporaries. The two
-    // split the same bytes differently (a recomputed block's tensors, the loss's upcasts), so each is printed
-    // and their sum is what is checked.
-    line.unchecked = line.open;
-    lines.push_back(std::move(line));
-  }
-  Line work;
-  work.category = "act+temp";
-  work.open = true;
-  for (const Line& line : lines) {
-    if (line.category != "activations" && line.category != "temporaries") continue;
-    work.framework += line.framework;
-    work.measured += line.measured;
-  }
-  lines.push_back(std::move(work));
+  std::vector<Line> lines = category_lines({"parameters", "gradients", "optimizer_state", "buckets", "buffers"}, peaks,
+                                           emu, [&](const std::string& category, Line& line) {
+                                             if (strategy == "ddp") name_ddp(category, f, line);
+                                             if (strategy == "zero1") name_zero1(category, f, line);
+                                             if (strategy == "fsdp") name_fsdp1(category, f, line);
+                                           });
   Line total;
   total.category = "total";
   total.framework = (*top)["peak_bytes"];
@@ -678,21 +698,6 @@ void name_deepspeed_zero3(const std::string& category, const DeepSpeedFacts& f, 
   }
 }
 
-std::vector<json> load_deepspeed_runs() {
-  std::vector<std::filesystem::path> files;
-  for (const auto& entry : std::filesystem::directory_iterator(kData + "/deepspeed")) {
-    if (entry.path().extension() == ".json") files.push_back(entry.path());
-  }
-  std::sort(files.begin(), files.end());
-  std::vector<json> runs;
-  for (const auto& file : files) {
-    json run = read_json(file.string());
-    run["file"] = file.filename().string();
-    runs.push_back(std::move(run));
-  }
-  return runs;
-}
-
 // emu's zero3 from the fixture's DeepSpeed config (stage 3, bf16, its zero_optimization keys, no clipping: the
 // script sets none, and DeepSpeed's default is 0).
 json run_emu_zero3(const json& fixture, const testing::TempDir& dir) {
@@ -725,36 +730,9 @@ std::vector<Line> compare_deepspeed(const json& fixture, const json& rank, const
   const oracle::Shapes shapes = shapes_of(fixture["model_config"]);
   const DeepSpeedFacts f =
       deepspeed_facts(shapes, fixture["ranks"], fixture.value("zero_optimization", json::object()));
-  const auto peaks = rank["category_peaks"].get<RecordedCategories>();
-  const json& measured = emu["peak"]["category_peaks"];
-  const json& predicted = emu["predicted"]["by_category"];
-  std::vector<Line> lines;
-  for (const std::string category :
-       {"parameters", "gradients", "optimizer_state", "buckets", "activations", "temporaries"}) {
-    Line line;
-    line.category = category;
-    line.framework = recorded(peaks, category);
-    line.measured =
-        static_cast<int64_t>(static_cast<double>(emu_category(measured, category)) * planted_scale(category));
-    if (category == "activations" || category == "temporaries") {
-      // As for PyTorch: MemTracker and emu split the same work differently; their sum is checked in direction.
-      line.open = line.unchecked = true;
-    } else {
-      line.predicted =
-          static_cast<int64_t>(static_cast<double>(emu_category(predicted, category)) * planted_scale(category));
-    }
-    name_deepspeed_zero3(category, f, line);
-    lines.push_back(std::move(line));
-  }
-  Line work;
-  work.category = "act+temp";
-  work.open = true;
-  for (const Line& line : lines) {
-    if (line.category != "activations" && line.category != "temporaries") continue;
-    work.framework += line.framework;
-    work.measured += line.measured;
-  }
-  lines.push_back(std::move(work));
+  std::vector<Line> lines = category_lines(
+      {"parameters", "gradients", "optimizer_state", "buckets"}, rank["category_peaks"].get<RecordedCategories>(), emu,
+      [&](const std::string& category, Line& line) { name_deepspeed_zero3(category, f, line); });
   // The total: DeepSpeed's peak as MemTracker saw it plus the buffers it does not see, all alive all run; open until
   // emu's activations are Hugging Face's (the act+temp line).
   Line total;
@@ -775,7 +753,7 @@ std::vector<Line> compare_deepspeed(const json& fixture, const json& rank, const
 
 // DeepSpeed ZeRO-3 as it ran (its own code on CPU), by category, against emu's zero3 measured and predicted.
 TEST(DeepSpeedRun, Zero3AgainstEmu) {
-  const std::vector<json> fixtures = load_deepspeed_runs();
+  const std::vector<json> fixtures = load_fixtures("deepspeed");
   ASSERT_FALSE(fixtures.empty());
   testing::TempDir dir("ds-run");
   std::vector<std::string> rows;
