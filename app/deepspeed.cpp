@@ -181,35 +181,45 @@ void read_offload_optimizer(Fields& zero, std::string_view source, DeepSpeedConf
   f.finish();
 }
 
-// zero_optimization.offload_param: only "none" is accepted.
+// zero_optimization.offload_param: "cpu" keeps ZeRO-3's parameter partitions in host memory, "none" on the device;
+// "nvme" is not modelled. The nvme knobs (buffer_count, buffer_size, max_in_cpu) change nothing for "cpu".
 void read_offload_param(Fields& zero, std::string_view source, DeepSpeedConfig& config) {
   const json* offload = zero.child("offload_param");
   if (offload == nullptr) return;
   Fields f(*offload, "zero_optimization.offload_param", source, config);
   std::string device = "none";
   f.get_string("device", device, {"none", "cpu", "nvme"});
-  if (device != "none") {
-    throw InputError(
-        fmt::format("{}: \"zero_optimization.offload_param.device\" is \"{}\"; emu offloads the "
-                    "optimizer only, accepted: \"none\"",
-                    source, device));
+  if (device == "nvme") {
+    throw InputError(fmt::format(
+        "{}: \"zero_optimization.offload_param.device\" is \"nvme\"; emu models \"cpu\" and \"none\"", source));
   }
-  f.use("pin_memory");
+  config.knobs.zero.offload_param = device == "cpu";
+  for (const char* key : {"pin_memory", "buffer_count", "buffer_size", "max_in_cpu"}) f.use(key);
   f.finish();
 }
 
-// The keys older DeepSpeed configs use (runtime/zero/config.py still reads them): cpu_offload is offload_optimizer
-// to the CPU; cpu_offload_params and fp16_master_weights_and_grads change memory in ways emu does not model, so
-// they are refused rather than ignored.
+// The keys older DeepSpeed configs use, as runtime/zero/config.py maps them: cpu_offload is offload_optimizer to
+// the CPU, cpu_offload_param is offload_param to the CPU, cpu_offload_use_pin_memory only pins. DeepSpeed refuses
+// any other key in zero_optimization (pydantic's extra="forbid"), so the near-miss "cpu_offload_params" is refused
+// here too, naming the key it maps to. fp16_master_weights_and_grads changes memory in ways emu does not model.
 void read_legacy_offload(Fields& zero, std::string_view source, DeepSpeedConfig& config) {
   bool on = false;
   if (zero.get("cpu_offload", on, 0, 1) && on) config.offload_optimizer = true;
-  for (const char* key : {"cpu_offload_params", "fp16_master_weights_and_grads"}) {
-    on = false;
-    if (zero.get(key, on, 0, 1) && on) {
-      throw InputError(
-          fmt::format("{}: \"zero_optimization.{}\" is true; emu does not model it yet, accepted: false", source, key));
-    }
+  on = false;
+  if (zero.get("cpu_offload_param", on, 0, 1) && on) config.knobs.zero.offload_param = true;
+  zero.use("cpu_offload_use_pin_memory");
+  zero.use("cpu_offload_params");
+  if (zero.has("cpu_offload_params")) {
+    throw InputError(fmt::format(
+        "{}: \"zero_optimization.cpu_offload_params\" is not a DeepSpeed key (DeepSpeed refuses it); the legacy key "
+        "is \"cpu_offload_param\", or use \"offload_param\": {{\"device\": \"cpu\"}}",
+        source));
+  }
+  on = false;
+  if (zero.get("fp16_master_weights_and_grads", on, 0, 1) && on) {
+    throw InputError(fmt::format(
+        "{}: \"zero_optimization.fp16_master_weights_and_grads\" is true; emu does not model it yet, accepted: false",
+        source));
   }
 }
 
@@ -222,6 +232,7 @@ int read_zero(Fields& top, std::string_view source, DeepSpeedConfig& config) {
   Fields z(*section, "zero_optimization", source, config);
   z.get("stage", stage, 0, 3);
   double value = 0;
+  // DeepSpeed refuses 0 (runtime/zero/config.py: reduce_bucket_size > 0), and so does emu.
   if (z.get("reduce_bucket_size", value, 1, 1e13)) zero.reduce_bucket_elements = static_cast<uint64_t>(value);
   if (z.get("allgather_bucket_size", value, 1, 1e13)) zero.allgather_bucket_elements = static_cast<uint64_t>(value);
   z.get("overlap_comm", zero.overlap_comm, 0, 1);
@@ -231,6 +242,7 @@ int read_zero(Fields& top, std::string_view source, DeepSpeedConfig& config) {
     zero.param_persistence_threshold = static_cast<uint64_t>(value);
   }
   if (z.get("stage3_max_live_parameters", value, 1, 1e13)) zero.max_live_parameters = static_cast<uint64_t>(value);
+  if (z.get("sub_group_size", value, 0, 1e13)) zero.sub_group_size = static_cast<uint64_t>(value);
   // emu runs DeepSpeed's default contiguous_gradients path (the ipg bucket); without it DeepSpeed flattens each
   // bucket into a temporary instead, which emu does not model.
   bool contiguous = true;
@@ -238,13 +250,17 @@ int read_zero(Fields& top, std::string_view source, DeepSpeedConfig& config) {
     config.ignored.emplace_back("zero_optimization.contiguous_gradients = false (emu runs the contiguous path)");
   }
   for (const char* key : {"reduce_scatter", "allgather_partitions", "round_robin_gradients",
-                          "stage3_max_reuse_distance", "stage3_gather_16bit_weights_on_model_save", "sub_group_size"}) {
+                          "stage3_max_reuse_distance", "stage3_gather_16bit_weights_on_model_save"}) {
     z.use(key);  // no effect on what emu measures
   }
   read_offload_optimizer(z, source, config);
   read_offload_param(z, source, config);
   read_legacy_offload(z, source, config);
   z.finish();
+  if (stage != 3 && config.knobs.zero.offload_param) {
+    config.ignored.emplace_back("zero_optimization.offload_param (DeepSpeed offloads parameters at stage 3 only)");
+    config.knobs.zero.offload_param = false;
+  }
   return stage;
 }
 

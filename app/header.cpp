@@ -55,6 +55,13 @@ std::string warmup_words(const optim::LrSchedule& schedule) {
   return schedule.warmup_steps > 0 ? fmt::format(" (linear warm-up over {} steps)", schedule.warmup_steps) : "";
 }
 
+// ", optimizer offloaded to the host", ", ZeRO-3 parameters offloaded to the host", both, or nothing.
+std::string offload_words(const RunOptions& options) {
+  std::string words = options.offload ? ", optimizer offloaded to the host" : "";
+  if (options.strategies.front().zero.offload_param) words += ", ZeRO-3 parameters offloaded to the host";
+  return words;
+}
+
 // "  training  mixed precision, AdamW (foreach) lr 0.001, clip 1, 3 steps of 1 micro-batch ...".
 std::string training_line(const RunOptions& options) {
   const strategy::StrategyOptions& first = options.strategies.front();
@@ -62,7 +69,7 @@ std::string training_line(const RunOptions& options) {
                      first.recipe.name(), first.recipe.fp16 ? " (fp16 as the config says, computed in bf16)" : "",
                      optim::adamw_impl_name(first.adamw_impl), first.adamw.lr, warmup_words(first.schedule),
                      first.clip_norm, options.steps, options.steps == 1 ? "" : "s", options.accumulation,
-                     options.accumulation == 1 ? "" : "es", options.offload ? ", optimizer offloaded to the host" : "",
+                     options.accumulation == 1 ? "" : "es", offload_words(options),
                      options.deepspeed.empty() ? "" : ", DeepSpeed config " + options.deepspeed);
 }
 

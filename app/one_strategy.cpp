@@ -31,8 +31,8 @@ StrategyOutcome run_one_strategy(const Stage& stage, const strategy::StrategyOpt
   sized.shrink = stage.shrink;
   model::Model model(stage.device, stage.model, stage.model_options);
   model.set_initial_weights(stage.initial_weights);
-  auto strategy =
-      strategy::make_strategy({stage.device, stage.world, model, stage.intra, stage.inter, stage.offload}, sized);
+  auto strategy = strategy::make_strategy(
+      {stage.device, stage.world, model, stage.intra, stage.inter, stage.offload, stage.parameter_host}, sized);
   if (stage.spans != nullptr) trace(*stage.spans, stage, *strategy);
   {
     PhaseScope phase(stage.device.memory(), "set-up: parameters, gradients and optimizer state");

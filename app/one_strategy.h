@@ -18,8 +18,9 @@ namespace emu::app {
 
 // Where one strategy runs and on what; the caller owns all of it.
 struct Stage {
-  Device& device;             // the emulated GPU, its pool capped and named for the strategy
-  Device* offload = nullptr;  // host memory for the optimizer (--offload), off the cap; null: none
+  Device& device;                    // the emulated GPU, its pool capped and named for the strategy
+  Device* offload = nullptr;         // host memory for the optimizer (--offload), off the cap; null: none
+  Device* parameter_host = nullptr;  // host memory for ZeRO-3's offload_param partitions, off the cap; null: none
   coll::Communicator& world;
   coll::Communicator* intra = nullptr;  // this rank's node group and its cross-node group (HYBRID_SHARD)
   coll::Communicator* inter = nullptr;

@@ -98,6 +98,7 @@ StrategyOutcome account_shapes(const RunOptions& options, const strategy::Strate
   auto inter = coll::make_virtual_communicator(*device, 0, ranks / ranks_per_node, "inter-node 0", shrink);
   const Stage stage{.device = *device,
                     .offload = options.offload ? host.get() : nullptr,
+                    .parameter_host = strategy_options.zero.offload_param ? host.get() : nullptr,
                     .world = *world,
                     .intra = intra.get(),
                     .inter = inter.get(),

@@ -245,6 +245,7 @@ StrategyOutcome run_one(const MpiSession& mpi, const RunOptions& options, const 
   Groups groups = make_groups(*device, options, report.ranks_per_node);
   const Stage stage{.device = *device,
                     .offload = options.offload ? host.get() : nullptr,
+                    .parameter_host = strategy_options.zero.offload_param ? host.get() : nullptr,
                     .world = *groups.world,
                     .intra = groups.intra.get(),
                     .inter = groups.inter.get(),

@@ -138,7 +138,11 @@ Prediction predict(const StrategyOptions& options, const AnalyticInput& input) {
   for (const auto& [unit, elements] : updated) {
     if (options.recipe.has_master) optimizer[Category::kMasterWeights] += input.bytes(unit, elements, DType::kF32);
     optimizer[Category::kOptimizerState] += 2 * input.bytes(unit, elements, options.recipe.moments);
-    if (input.offload) prediction.pcie.host_to_device += input.bytes(unit, elements, options.recipe.params);
+    // ZeRO-3's offloaded partitions are updated on the host: nothing goes back up.
+    const bool parameters_on_host = options.kind == StrategyKind::kZero3 && options.zero.offload_param;
+    if (input.offload && !parameters_on_host) {
+      prediction.pcie.host_to_device += input.bytes(unit, elements, options.recipe.params);
+    }
   }
   optimizer[Category::kOptimizerState] += prediction.step_temporary_elements * dtype_size(options.recipe.moments);
   return prediction;

@@ -14,6 +14,9 @@ void ShardedUnits::setup() {
   groups_ = shard_groups();
   const DType grad_dtype = gradient_shard_dtype();
   const int units = model_.num_units();
+  EMU_CHECK(!offloads_parameters() || context_.parameter_host != nullptr,
+            "parameter offload needs a host device in the strategy's context");
+  Device& parameter_device = offloads_parameters() ? *context_.parameter_host : device_;
   units_.resize(static_cast<size_t>(units));
   for (int u = 0; u < units; ++u) {
     UnitState& unit = units_[static_cast<size_t>(u)];
@@ -21,7 +24,7 @@ void ShardedUnits::setup() {
     unit.shard = shard_of(count, shard_rank(), shard_size());
     const model::ParameterCharge charge = unit_charge(model_, u);
     if (keeps_parameter_shard() || shard_size() == 1 || !recipe.has_master) {
-      unit.params = model::allocate_parameter_space(device_, charge, unit.shard.shard, recipe.params,
+      unit.params = model::allocate_parameter_space(parameter_device, charge, unit.shard.shard, recipe.params,
                                                     Category::kParameters, fmt::format("unit {} parameter shard", u));
     }
     unit.grads = model::allocate_parameter_space(optimizer_device(), charge, unit.shard.shard, grad_dtype,
@@ -77,19 +80,36 @@ double ShardedUnits::gradient_sum_of_squares() {
 }
 
 void ShardedUnits::update(double lr, float grad_scale) {
-  for (int u = 0; u < model_.num_units(); ++u) {
-    UnitState& unit = units_[static_cast<size_t>(u)];
-    // Without a kept parameter shard the step updates the master shard alone.
-    const optim::ElementSpan params = unit.params.allocated()
-                                          ? optim::ElementSpan::of(unit.params)
-                                          : optim::ElementSpan(nullptr, unit.shard.shard, options_.recipe.params);
-    unit.optimizer->step(options_.adamw, params, optim::ConstElementSpan::of(unit.grads), unit.shard.offset, unit.decay,
-                         lr, grad_scale);
-    count_offload(unit_charge(model_, u).elements(unit.shard.shard), dtype_size(unit.grads.dtype()));
-    zero(unit.grads.data(), unit.grads.dtype(), unit.grads.count());
-  }
+  for (int u = 0; u < model_.num_units(); ++u) update_unit(u, lr, grad_scale);
+  release_stale_units();
+}
+
+void ShardedUnits::update_unit(int u, double lr, float grad_scale) {
+  UnitState& unit = units_[static_cast<size_t>(u)];
+  // Without a kept parameter shard the step updates the master shard alone.
+  const optim::ElementSpan params = unit.params.allocated()
+                                        ? optim::ElementSpan::of(unit.params)
+                                        : optim::ElementSpan(nullptr, unit.shard.shard, options_.recipe.params);
+  unit.optimizer->step(options_.adamw, params, optim::ConstElementSpan::of(unit.grads), unit.shard.offset, unit.decay,
+                       lr, grad_scale);
+  count_step_traffic(unit_charge(model_, u).elements(unit.shard.shard), dtype_size(unit.grads.dtype()));
+  zero(unit.grads.data(), unit.grads.dtype(), unit.grads.count());
+}
+
+void ShardedUnits::release_stale_units() {
   // Units kept gathered hold the old values: they are freed here and gathered afresh at their next use.
   for (int u = 0; u < model_.num_units(); ++u) release(u, /*stale=*/true);
+}
+
+void ShardedUnits::count_step_traffic(size_t elements, size_t gradient_bytes) {
+  if (!offloads_parameters()) {
+    count_offload(elements, gradient_bytes);
+    return;
+  }
+  // The updated partition stays in host memory: with the optimizer there, only the gradients go down; with the
+  // optimizer on the device, the updated bit16 partition goes down into its host copy.
+  const size_t param_bytes = dtype_size(options_.recipe.params);
+  host_traffic_.device_to_host += elements * (context_.offload != nullptr ? gradient_bytes : param_bytes);
 }
 
 size_t ShardedUnits::gathered_elements() const {
@@ -100,7 +120,7 @@ size_t ShardedUnits::gathered_elements() const {
 
 void ShardedUnits::gather(int u, std::string_view pass) {
   UnitState& unit = units_[static_cast<size_t>(u)];
-  if (shard_size() == 1) {  // the shard is the whole unit; nothing to gather
+  if (shard_size() == 1 && !offloads_parameters()) {  // the shard is the whole unit; nothing to gather
     model_.bind_weights(u, unit.params.data());
     return;
   }
@@ -109,6 +129,9 @@ void ShardedUnits::gather(int u, std::string_view pass) {
   const std::string phase = fmt::format("{} all-gather, unit {}", pass, u);
   PhaseScope scope(device_.memory(), phase);
   const model::ParameterCharge charge = unit_charge(model_, u);
+  // An offloaded shard is copied up from host memory into its slice of the gathered buffer (DeepSpeed's
+  // partition_parameters.py all-gather copies ds_tensor from the CPU), as a shrunk run charges it.
+  if (offloads_parameters()) host_traffic_.host_to_device += charge.elements(unit.shard.shard) * dtype_size(dtype);
   // FSDP1 without a kept shard: the low-precision shard (_mp_shard) made from the master shard for this
   // all-gather and freed after it (FlatParamHandle pre_unshard / post_unshard).
   Buffer low_precision;
@@ -123,7 +146,7 @@ void ShardedUnits::gather(int u, std::string_view pass) {
                                                   fmt::format("unit {} gathered parameters", u));
   void* mine = element(unit.gathered.data(), dtype, unit.shard.offset);
   convert(source.data(), dtype, mine, dtype, unit.shard.shard);
-  shard_group().all_gather(mine, unit.gathered.data(), unit.shard.shard, dtype, phase);
+  if (shard_size() > 1) shard_group().all_gather(mine, unit.gathered.data(), unit.shard.shard, dtype, phase);
   model_.bind_weights(u, unit.gathered.data());
 }
 

@@ -6,7 +6,9 @@
 // Each unit's flat buffer of n_u elements is padded to a multiple of the shard group's size M and cut into M
 // shards of S_u elements (shard.h). Per rank and unit, persistently:
 //   parameter shard  [S_u] recipe.params           kParameters, unless the policy keeps none (FSDP1's mixed
-//                                                  precision: the fp32 master shard is the flat parameter)
+//                                                  precision: the fp32 master shard is the flat parameter); in
+//                                                  host memory when the policy offloads parameters (ZeRO-3's
+//                                                  offload_param), copied up over PCIe before each all-gather
 //   gradient shard   [S_u] gradient_shard_dtype()  kGradients; in host memory under optimizer offload (DeepSpeed
 //                                                  ZeRO-3's grad partitions on the CPU, FSDP1 CPUOffload's _cpu_grad)
 //   master, m, v     [S_u]                         kMasterWeights / kOptimizerState (optim/adamw_state.h)
@@ -57,9 +59,17 @@ class ShardedUnits : public Strategy {
   // Whether a compute-precision parameter shard is kept between uses; when not, each all-gather makes one from the
   // master shard and frees it after.
   virtual bool keeps_parameter_shard() const { return true; }
+  // Whether the parameter shards live in host memory (StrategyContext::parameter_host), each copied up to the
+  // device for its all-gather.
+  virtual bool offloads_parameters() const { return false; }
 
   double gradient_sum_of_squares() override;
+  // Every unit's optimizer step (update_unit), then release_stale_units().
   void update(double lr, float grad_scale) override;
+  // AdamW on `unit`'s shard, its gradient shard zeroed after.
+  void update_unit(int unit, double lr, float grad_scale);
+  // Frees the units kept gathered: their parameters changed.
+  void release_stale_units();
 
   // All-gathers `unit`'s parameters (phase "<pass> all-gather, unit u") and binds them to the model; nothing
   // when the unit is already gathered.
@@ -80,6 +90,9 @@ class ShardedUnits : public Strategy {
   size_t shard_elements(int unit) const { return units_[static_cast<size_t>(unit)].shard.shard; }
   // Elements of every unit gathered now.
   size_t gathered_elements() const;
+  // Counts one unit's optimizer step over PCIe (`elements` as a shrunk run charges them): count_offload's, or with
+  // the parameters offloaded, what leaves the device for the host copies.
+  void count_step_traffic(size_t elements, size_t gradient_bytes);
 
  private:
   struct UnitState {

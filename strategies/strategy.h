@@ -63,6 +63,12 @@ struct ZeroOptions {
   uint64_t prefetch_bucket_elements = 50'000'000;  // stage 3: stage3_prefetch_bucket_size
   uint64_t param_persistence_threshold = 100'000;  // stage 3: units at most this large stay gathered
   uint64_t max_live_parameters = 1'000'000'000;    // stage 3: gathered elements alive at once
+  // stage 3: offload_param.device "cpu": the bit16 parameter partitions live in host memory and each fetch copies
+  // the partition up over PCIe before its all-gather (StrategyContext::parameter_host).
+  bool offload_param = false;
+  // stage 3: step() updates the partition sub_group_size elements at a time, each sub-group's gradients flattened
+  // and cast to fp32 for its step.
+  uint64_t sub_group_size = 1'000'000'000;
 };
 
 // PyTorch FullyShardedDataParallel's knobs.
@@ -107,9 +113,12 @@ struct StrategyContext {
   // Optimizer CPU offload: master weights and Adam moments live on this (host) device, off the cap; null keeps
   // them on `device`.
   Device* offload = nullptr;
+  // ZeRO-3 parameter offload (ZeroOptions::offload_param): the parameter partitions live on this (host) device.
+  Device* parameter_host = nullptr;
 };
 
-// Bytes over PCIe per rank when the optimizer is offloaded: gradients down, updated parameters up.
+// Bytes over PCIe per rank when the optimizer is offloaded (gradients down, updated parameters up) or ZeRO-3's
+// parameters are (each partition up before its all-gather).
 struct HostTraffic {
   uint64_t device_to_host = 0;
   uint64_t host_to_device = 0;

@@ -3,7 +3,8 @@
 // sharded_units.h's; this file is DeepSpeed's policy: when a unit is fetched, prefetched, kept and released.
 //
 // Per rank and unit, with S_u = ⌈n_u/N⌉: parameter partition [S_u] recipe.params, gradient partition [S_u]
-// recipe.grads, master, m, v [S_u].
+// recipe.grads, master, m, v [S_u]; per rank, the ipg reduce bucket [R] recipe.grads kBuckets for the whole run,
+// R = reduce_bucket_size (full scale ÷ k²).
 //
 // Per micro-batch:
 //   blocks  fetched before their forward and released after it; fetched again before their backward, their
@@ -18,6 +19,10 @@
 // Persistence (stage3_param_persistence_threshold): a unit of at most that many elements is not released once
 //   fetched. The optimizer step changes its partition, so the step frees it and its next use fetches it afresh:
 //   one all-gather per step, as DeepSpeed re-gathers persistent parameters after the optimizer step.
+// Parameter offload (offload_param device "cpu"): the partitions live in host memory; every fetch copies the
+//   unit's partition up over PCIe before its all-gather (stage3.py keeps the bit16 partitions in a flat CPU buffer,
+//   partition_parameters.py copies ds_tensor to the device to gather it), also on one rank. After the step the
+//   updated partition goes down to its host copy, unless the optimizer is offloaded too and updates it there.
 #include <memory>
 #include <vector>
 
@@ -31,9 +36,54 @@ class Zero3 final : public ShardedUnits {
  public:
   using ShardedUnits::ShardedUnits;
 
+  void setup() override {
+    ShardedUnits::setup();
+    // DeepSpeed makes the ipg bucket with the optimizer (stage3.py _setup_for_real_optimizer, contiguous_gradients)
+    // and keeps it all run: reduce_bucket_size elements at the gradients' dtype, one per communication dtype (one
+    // here), whatever overlap_comm says and however small the model. emu reduces each unit from its own gradients,
+    // so the bucket is charged, not used: one element backs it.
+    const size_t elements = options_.scaled(options_.zero.reduce_bucket_elements);
+    ipg_bucket_ = device_.allocate(1, options_.recipe.grads, Category::kBuckets, "ZeRO-3 ipg reduce bucket",
+                                   elements * dtype_size(options_.recipe.grads));
+  }
+
  protected:
   bool keeps_gathered(size_t count) const override {
     return count <= options_.scaled(options_.zero.param_persistence_threshold);
+  }
+  bool offloads_parameters() const override { return options_.zero.offload_param; }
+
+  // stage3.py step(): the partition one sub-group at a time (_create_fp16_sub_groups closes a sub-group once it
+  // holds sub_group_size elements; emu's at unit boundaries). _prepare_sub_group flattens the sub-group's gradient
+  // partitions into a new buffer and casts it to fp32 (at fp32 the flat copy is the fp32 gradient), the flat copy
+  // freed once cast; the fp32 gradient lives through the sub-group's step and _release_sub_group drops it. Under
+  // optimizer offload the gradients are already on the host and nothing is made on the device. Both are charged
+  // (S_g elements as a shrunk run charges them), not used: AdamW reads the gradient shards themselves.
+  void update(double lr, float grad_scale) override {
+    const int units = model_.num_units();
+    const size_t limit = options_.scaled(options_.zero.sub_group_size);
+    const DType grads = options_.recipe.grads;
+    for (int first = 0; first < units;) {
+      size_t held = 0;
+      int end = first;
+      while (end < units && (end == first || held < limit)) {
+        held += unit_charge(model_, end).elements(shard_elements(end));
+        ++end;
+      }
+      Buffer flat, fp32;
+      if (context_.offload == nullptr) {
+        flat = device_.allocate(1, grads, Category::kGradients, "ZeRO-3 sub-group gradients, flattened",
+                                held * dtype_size(grads));
+        if (grads != DType::kF32) {
+          fp32 = device_.allocate(1, DType::kF32, Category::kGradients, "ZeRO-3 sub-group gradients, fp32",
+                                  held * dtype_size(DType::kF32));
+          flat.reset();
+        }
+      }
+      for (int u = first; u < end; ++u) update_unit(u, lr, grad_scale);
+      first = end;
+    }
+    release_stale_units();
   }
 
   void before_forward(int u) override {
@@ -73,6 +123,8 @@ class Zero3 final : public ShardedUnits {
       fetched += count;
     }
   }
+
+  Buffer ipg_bucket_;  // [reduce_bucket_size ÷ k²] recipe.grads, charged only
 };
 
 }  // namespace

@@ -6,12 +6,19 @@
 //               root (gathered from the start of forward to the end of backward), every persistent unit (at most
 //               stage3_param_persistence_threshold elements), and the blocks in use or prefetched ahead of use
 //               (stage3_prefetch_bucket_size newly fetched elements per fetch, stage3_max_live_parameters in all)
-//   gradients   Σ_u P_u/N (in host memory under offload), plus the root's and the largest block's gathered
-//               gradients while backward makes them
+//   gradients   Σ_u P_u/N (in host memory under offload), plus the more of: the root's and the largest block's
+//               gathered gradients while backward makes them; step()'s largest sub-group (units in order until
+//               sub_group_size elements of partition) flattened and cast to fp32, S_g·(g + 4) (S_g·4 at fp32),
+//               none under offload
 //   master weights and Adam moments over Σ_u P_u/N
+//   buckets     the ipg reduce bucket, R = reduce_bucket_size elements at the gradients' dtype, all run (one, also
+//               with overlap_comm)
 // Traffic per micro-batch: each block all-gathered twice (forward and backward), the root once, and every unit's
 // gradients reduce-scattered; a persistent unit is all-gathered once per step (after the optimizer step), and the
 // gradient norm all-reduced once.
+// offload_param: the parameter partitions Σ_u P_u/N in host memory instead; each all-gather above copies its
+// partition up over PCIe first, and the step sends the updated partitions down (unless the optimizer, offloaded
+// too, updates them on the host).
 #include <algorithm>
 #include <vector>
 
@@ -78,6 +85,21 @@ uint64_t gathered_at_peak(const StrategyOptions& options, const AnalyticInput& i
   return peak;
 }
 
+// Elements (as charged) of the largest of step()'s sub-groups: units in order, a sub-group closed once it holds
+// sub_group_size elements.
+uint64_t largest_sub_group(const StrategyOptions& options, const AnalyticInput& input, const UnitShards& shards) {
+  const uint64_t limit = options.scaled(options.zero.sub_group_size);
+  uint64_t largest = 0, held = 0;
+  for (size_t unit = 0; unit < shards.padded.size(); ++unit) {
+    held += input.elements(static_cast<int>(unit), shards.padded[unit] / static_cast<uint64_t>(shards.group_size));
+    if (held >= limit || unit + 1 == shards.padded.size()) {
+      largest = std::max(largest, held);
+      held = 0;
+    }
+  }
+  return largest;
+}
+
 }  // namespace
 
 Updated predict_zero3(const StrategyOptions& options, const AnalyticInput& input, Prediction& prediction) {
@@ -92,28 +114,42 @@ Updated predict_zero3(const StrategyOptions& options, const AnalyticInput& input
                        options.scaled(options.zero.param_persistence_threshold);
   }
 
-  const uint64_t gathered = world > 1 ? gathered_at_peak(options, input, shards, persistent) : 0;
+  const bool offload_param = options.zero.offload_param;
+  const uint64_t gathered = world > 1 || offload_param ? gathered_at_peak(options, input, shards, persistent) : 0;
   const DType grads = options.recipe.grads;
   const uint64_t gradient_shards = shards.shard_bytes(input, grads);
-  prediction.peak[Category::kParameters] = shards.shard_bytes(input, options.recipe.params) + gathered;
-  prediction.peak[Category::kGradients] = (input.offload ? 0 : gradient_shards) +
-                                          input.bytes(0, shards.padded[0], grads) +
-                                          input.bytes(shards.largest_block, shards.largest_padded_block, grads);
+  const uint64_t parameter_shards = shards.shard_bytes(input, options.recipe.params);
+  prediction.peak[Category::kParameters] = (offload_param ? 0 : parameter_shards) + gathered;
+  // Backward: the root's gradients beside the largest block's. step(): the largest sub-group's flattened gradients
+  // and their fp32 copy (at fp32 one buffer), on the device unless the optimizer is offloaded.
+  const uint64_t in_backward =
+      input.bytes(0, shards.padded[0], grads) + input.bytes(shards.largest_block, shards.largest_padded_block, grads);
+  const uint64_t at_step =
+      input.offload ? 0
+                    : largest_sub_group(options, input, shards) * (grads == DType::kF32 ? 4 : dtype_size(grads) + 4);
+  prediction.peak[Category::kGradients] = (input.offload ? 0 : gradient_shards) + std::max(in_backward, at_step);
   if (input.offload) {  // the gradient partitions in host memory, sent down every step
     prediction.host_peak[Category::kGradients] = gradient_shards;
     prediction.pcie.device_to_host = gradient_shards;
   }
+  if (offload_param) {  // the partitions in host memory; the updated ones sent down unless updated there
+    prediction.host_peak[Category::kParameters] = parameter_shards;
+    if (!input.offload) prediction.pcie.device_to_host += parameter_shards;
+  }
+  // The ipg bucket: reduce_bucket_size ÷ k² elements, charged as held, whole run.
+  prediction.peak[Category::kBuckets] = options.scaled(options.zero.reduce_bucket_elements) * grad_bytes;
   prediction.formula = "(2 + 2 + K)Ψ/N: everything partitioned";
 
   const uint64_t micro_batches = static_cast<uint64_t>(input.accumulation);
   for (size_t unit = 0; unit < units; ++unit) {
     const uint64_t unit_param_bytes = shards.padded[unit] * param_bytes;
-    if (persistent[unit]) {
-      add_ring_traffic(prediction, coll::CollectiveKind::kAllGather, "world", unit_param_bytes, world, 1);
-    } else {
-      const uint64_t gathers = unit != 0 ? 2 : 1;  // the root stays gathered between forward and backward
-      add_ring_traffic(prediction, coll::CollectiveKind::kAllGather, "world", unit_param_bytes, world,
-                       micro_batches * gathers);
+    // The root stays gathered between forward and backward; a persistent unit is gathered once per step.
+    const uint64_t gathers = persistent[unit] ? 1 : micro_batches * (unit != 0 ? 2 : 1);
+    add_ring_traffic(prediction, coll::CollectiveKind::kAllGather, "world", unit_param_bytes, world, gathers);
+    if (offload_param) {  // each fetch copies the partition up first
+      prediction.pcie.host_to_device +=
+          gathers * input.bytes(static_cast<int>(unit), shards.padded[unit] / static_cast<uint64_t>(world),
+                                options.recipe.params);
     }
     add_ring_traffic(prediction, coll::CollectiveKind::kReduceScatter, "world", shards.padded[unit] * grad_bytes, world,
                      micro_batches);

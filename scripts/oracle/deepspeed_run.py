@@ -2,7 +2,10 @@
 """Tries DeepSpeed ZeRO-1/2/3 itself on CPU with gloo (DS_ACCELERATOR=cpu) on the tiny Llama, 2 ranks, and
 prints what happened per stage: the peak per MemTracker category over the second step, or the error.
 
-    DS_ACCELERATOR=cpu python deepspeed_run.py [--stage 1|2|3] [--precision fp32|bf16]
+    DS_ACCELERATOR=cpu python deepspeed_run.py [--stage 1|2|3] [--precision fp32|bf16] [--zero JSON]
+
+--zero adds keys to zero_optimization (e.g. '{"reduce_bucket_size": 20000}'), so that buffers sized by
+DeepSpeed's knobs show beside this tiny model's states.
 """
 import argparse
 import json
@@ -31,7 +34,7 @@ def worker(rank, args, queue):
         config = {
             "train_micro_batch_size_per_gpu": record.MICRO_BATCH,
             "gradient_accumulation_steps": 1,
-            "zero_optimization": {"stage": args.stage},
+            "zero_optimization": {"stage": args.stage, **json.loads(args.zero)},
             "bf16": {"enabled": args.precision == "bf16"},
         }
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=True)
@@ -49,12 +52,17 @@ def worker(rank, args, queue):
         from torch.distributed._tools.mem_tracker import MemTracker
 
         tracker = MemTracker()
-        tracker.track_external(engine.module)
+        # The module (parameters, .grad) and the torch AdamW inside DeepSpeed's optimizer (its fp32 partition and
+        # Adam states); DeepSpeed's own flat buffers (bit16 partitions, gradient partitions, the ipg bucket) are
+        # seen only where they back a parameter or a .grad.
+        inner = getattr(optimizer, "optimizer", None)
+        tracker.track_external(engine.module, *([inner] if isinstance(inner, torch.optim.Optimizer) else []))
         record.watch_category_peaks(tracker)
         with tracker:
             losses.append(step())
         (peak,) = tracker.get_tracker_snapshot("peak").values()
         queue.put({"rank": rank, "peak_bytes": int(peak["Total"]),
+                   "at_peak": {record.category_name(k): int(v) for k, v in sorted(peak.items(), key=str)},
                    "category_peaks": dict(sorted(tracker.category_peaks.items())), "losses": losses})
     except Exception:  # noqa: BLE001 - reported to the parent
         queue.put({"rank": rank, "error": traceback.format_exc()[-4000:]})
@@ -69,6 +77,7 @@ def main():
     parser.add_argument("--precision", choices=["fp32", "bf16"], default="bf16")
     parser.add_argument("--ranks", type=int, default=2)
     parser.add_argument("--port", type=int, default=29701)
+    parser.add_argument("--zero", default="{}", help="extra zero_optimization keys, as JSON")
     parser.add_argument("--out")
     args = parser.parse_args()
     command = "DS_ACCELERATOR=cpu python scripts/oracle/deepspeed_run.py " + " ".join(sys.argv[1:])
@@ -96,7 +105,9 @@ def main():
     params, _ = record.parameter_count("llama")
     fixture = {
         "what": "DeepSpeed ZeRO run on CPU (DS_ACCELERATOR=cpu, gloo), tracked by PyTorch's MemTracker over the "
-                "second step; zero_optimization has only 'stage' set, so every other knob is DeepSpeed's default",
+                "second step; zero_optimization has 'stage' and the keys of 'zero_optimization' below set, so every "
+                "other knob is DeepSpeed's default",
+        "zero_optimization": json.loads(args.zero),
         "model": "llama", "model_config": raw, "parameters": params, "ranks": args.ranks,
         "seq_len": record.SEQ_LEN, "micro_batch": record.MICRO_BATCH, "precision": args.precision,
         "optimizer": "torch.optim.AdamW(lr=1e-3, foreach=True) handed to deepspeed.initialize",

@@ -116,10 +116,11 @@ TEST_P(Ranks, BadInputsExitTwoWithOneMessage) {
 INSTANTIATE_TEST_SUITE_P(Run, Ranks, ::testing::Values(2, 4, 8));
 
 TEST(Run, ExpectationsSetTheExitCode) {
-  // On 4 ranks with a 3 GB cap at full scale, GPT-2 fits under ZeRO-3 and not under DDP (16 B x 124M = 2 GB of
-  // model state alone, plus buckets, foreach AdamW's 4 B per parameter, and the Trainer's 12 B x T x V loss).
+  // On 4 ranks with a 3.9 GB cap at full scale, GPT-2 fits under ZeRO-3 (3.65 GB reserved, DeepSpeed's 1 GB ipg
+  // bucket included) and not under DDP (4.14 GB: 16 B x 124M = 2 GB of model state alone, plus buckets, foreach
+  // AdamW's 4 B per parameter, and the Trainer's 12 B x T x V loss).
   const std::string base =
-      mpiexec(4) + kEmu + " --model gpt2 --shrink 8 --steps 1 --strategies ddp,zero3 --cap 3GB-scaled";
+      mpiexec(4) + kEmu + " --model gpt2 --shrink 8 --steps 1 --strategies ddp,zero3 --cap 3.9GB-scaled";
   const auto agree = run_process(base + " --expect zero3=fit,ddp=oom");
   EXPECT_EQ(agree.exit_code, 0) << agree.out << agree.err;
   const auto disagree = run_process(base + " --expect fit");
@@ -148,6 +149,38 @@ TEST(Run, DeepSpeedConfigRunsAsItIs) {
   EXPECT_EQ(root["config"]["precision"], "mixed");
   // overlap_comm: two reduce buckets, each at least one unit's gradients.
   EXPECT_GT(root["strategies"][0]["peak"]["category_peaks"]["buckets"].get<uint64_t>(), 0u);
+}
+
+// The Hugging Face docs' standard ZeRO-3 config (offload_optimizer and offload_param to the CPU, pinned), on the tiny
+// Llama of tests/data/oracle (h 64, F 176, V 512, L 2, kv 2 of 4 heads) at k = 1 on 2 ranks, a persistence threshold
+// of 50,000 elements. By hand: the root (embeddings 512·64 + head 512·64 + norm 64 = 65,600 elements) is not
+// persistent and is fetched once per micro-batch; each block (q 64·64, k and v 32·64 each, o 64·64, gate, up and
+// down 176·64 each, two norms of 64: 46,208 elements) is persistent and fetched once per step. Each fetch copies this
+// rank's bf16 partition up: 65,600 + 2 · 46,208 = 158,016 B up. The gradient partitions go down to the offloaded
+// optimizer, (65,600 + 2 · 46,208)/2 · 2 B = 158,016 B; the updated partitions stay on the host. On the device,
+// no parameter partitions: the parameters' peak is the gathered units alone (every unit gathered at once at the end
+// of forward: 158,016 · 2 B = 316,032 B).
+TEST(Run, DeepSpeedOffloadParamCopiesEachFetchOverPcie) {
+  testing::TempDir dir("run");
+  const std::string config = dir.file("ds.json");
+  std::ofstream(config) << R"({
+    "train_micro_batch_size_per_gpu": 2, "bf16": {"enabled": "auto"},
+    "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 50000,
+      "offload_optimizer": {"device": "cpu", "pin_memory": true},
+      "offload_param": {"device": "cpu", "pin_memory": true}}
+  })";
+  const std::string out = dir.file("ds-run.json");
+  const auto run = run_process(mpiexec(2) + kEmu + " --model " + std::string(EMU_SOURCE_DIR) +
+                               "/tests/data/oracle/llama-tiny.json --shrink 1 --seq-len 64 --steps 2 --deepspeed " +
+                               config + " --json " + out);
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_NE(run.out.find("ZeRO-3 parameters offloaded to the host"), std::string::npos) << run.out;
+  const json root = read_json(out);
+  const json& zero3 = root["strategies"][0];
+  EXPECT_EQ(zero3["name"], "zero3");
+  EXPECT_EQ(zero3["pcie_per_step"]["host_to_device_bytes"], 158'016);
+  EXPECT_EQ(zero3["pcie_per_step"]["device_to_host_bytes"], 158'016);
+  EXPECT_EQ(zero3["peak"]["category_peaks"]["parameters"], 316'032);
 }
 
 TEST(Run, ThirteenBillionOnEightA100sFitsOnlyFullySharded) {

@@ -71,7 +71,8 @@ model::ModelConfig config_of(const oracle::Shapes& s, const std::string& name, i
 }
 
 // The knobs at full scale: a reduce bucket of 6000 elements once shrunk (more than any unit, less than Ψ), a
-// prefetch bucket of exactly one block, a persistence threshold (900) below every unit.
+// prefetch bucket of exactly one block, a persistence threshold (900) below every unit, ZeRO-3 sub-groups of 1500
+// partition elements.
 oracle::Knobs knobs_for(const std::string& strategy, const oracle::Shapes& shapes, int world) {
   oracle::Knobs k;
   k.strategy = strategy;
@@ -81,6 +82,7 @@ oracle::Knobs knobs_for(const std::string& strategy, const oracle::Shapes& shape
   k.reduce_bucket_size = 6000 * kK2;
   k.prefetch_bucket_size = oracle::unit_counts(shapes)[1] * kK2;
   k.param_persistence_threshold = 900 * kK2;
+  k.sub_group_size = 1500 * kK2;  // ZeRO-3's step in sub-groups of a few units
   return k;
 }
 
@@ -91,6 +93,7 @@ strategy::StrategyOptions options_for(const oracle::Knobs& k) {
   options.zero.prefetch_bucket_elements = k.prefetch_bucket_size;
   options.zero.param_persistence_threshold = k.param_persistence_threshold;
   options.zero.max_live_parameters = k.max_live_parameters;
+  options.zero.sub_group_size = k.sub_group_size;
   return options;
 }
 
@@ -147,6 +150,7 @@ CategoryBytes plan(const model::ModelConfig& config, strategy::StrategyOptions o
   options.zero.prefetch_bucket_elements /= kK2;
   options.zero.param_persistence_threshold /= kK2;
   options.zero.max_live_parameters /= kK2;
+  options.zero.sub_group_size /= kK2;
   options.shrink = 1;
   app::RunOptions run;
   run.full = config;

@@ -249,8 +249,25 @@ Estimate zero3(const Shapes& s, const Knobs& k) {
         zero3_gathered_peak(counts, padded, k) * k.param_bytes);
   }
   add(e, &Estimate::gradients, "gradients", "gradient partitions (2Ψ/N)", shards * k.grad_bytes);
-  add(e, &Estimate::gradients, "gradients", "unit gradients being made: root and largest block",
-      transient_unit_gradients(counts, n) * k.grad_bytes);
+  const uint64_t backward = transient_unit_gradients(counts, n) * k.grad_bytes;
+  uint64_t sub_group = 0, largest_sub_group = 0;
+  const uint64_t sub_group_limit = per_k2(k.sub_group_size, k.shrink);
+  for (uint64_t p : padded) {
+    sub_group += p / n;
+    if (sub_group >= sub_group_limit) {
+      largest_sub_group = std::max(largest_sub_group, sub_group);
+      sub_group = 0;
+    }
+  }
+  largest_sub_group = std::max(largest_sub_group, sub_group);
+  const uint64_t at_step = largest_sub_group * (k.grad_bytes == 4 ? 4 : k.grad_bytes + 4);
+  if (at_step > backward) {
+    add(e, &Estimate::gradients, "gradients", "step: the largest sub-group's flat and fp32 gradients", at_step);
+  } else {
+    add(e, &Estimate::gradients, "gradients", "unit gradients being made: root and largest block", backward);
+  }
+  add(e, &Estimate::buckets, "buckets", "ipg reduce bucket (reduce_bucket_size elements, one whatever overlap_comm)",
+      per_k2(k.reduce_bucket_size, k.shrink) * k.grad_bytes);
   add_optimizer(e, k, shards, "the partitions (12Ψ/N)");
   return e;
 }

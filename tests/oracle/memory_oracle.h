@@ -27,7 +27,10 @@
 //            peak of a simulated step (fetch before use, release after, persistent units of at most
 //            stage3_param_persistence_threshold elements kept, prefetch of following units while they fit in
 //            stage3_prefetch_bucket_size and under stage3_max_live_parameters); gradients Σ P_u/N·g plus the root's
-//            and the largest block's; master and Adam over Σ P_u/N
+//            and the largest block's, or at step() (stage3.py, one sub-group at a time: units in order until they
+//            hold sub_group_size partition elements) the largest sub-group's gradients flattened and cast to fp32,
+//            S_g·(g + 4) (S_g·4 when g is 4), whichever is more; master and Adam over Σ P_u/N; the ipg bucket R·g
+//            (stage3.py allocates one per communication dtype at set-up and keeps it, overlap_comm or not)
 //   FSDP1    one FlatParameter per unit padded to a multiple of the shard group M (world, 1, or a node); the fp32
 //            sharded flat parameter is the master copy (4·Σ P_u/M), the gradient shard is fp32 in the mixed recipe,
 //            Adam over Σ P_u/M; parameters are the low-precision unsharded units alive at the peak: the root (not
@@ -86,6 +89,7 @@ struct Knobs {
   uint64_t prefetch_bucket_size = 50'000'000;
   uint64_t param_persistence_threshold = 100'000;
   uint64_t max_live_parameters = 1'000'000'000;
+  uint64_t sub_group_size = 1'000'000'000;
   // PyTorch FSDP.
   Prefetch backward_prefetch = Prefetch::kBackwardPre;
   bool forward_prefetch = false;

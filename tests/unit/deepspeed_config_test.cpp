@@ -121,8 +121,21 @@ TEST(DeepSpeedConfig, LegacyOffloadKeysAreHonouredOrRefused) {
       parse_deepspeed_config(R"({"zero_optimization": {"stage": 2, "cpu_offload": true}})", "t", {}).offload_optimizer);
   EXPECT_TRUE(
       parse_deepspeed_config(R"({"zero_optimization": {"stage": 2, "cpu_offload": true}})", "t", {}).ignored.empty());
-  EXPECT_THROW(parse_deepspeed_config(R"({"zero_optimization": {"stage": 3, "cpu_offload_params": true}})", "t", {}),
-               InputError);
+  // runtime/zero/config.py maps cpu_offload_param (deprecated) to offload_param {"device": "cpu"}; DeepSpeed refuses
+  // the near-miss "cpu_offload_params" as an unknown key (pydantic extra="forbid"), and so does emu, naming the key.
+  const DeepSpeedConfig legacy = parse_deepspeed_config(R"({"zero_optimization": {"stage": 3, "cpu_offload_param": true,
+                                 "cpu_offload_use_pin_memory": true}})",
+                                                        "t", {});
+  EXPECT_TRUE(legacy.knobs.zero.offload_param);
+  EXPECT_TRUE(legacy.ignored.empty());
+  EXPECT_FALSE(parse_deepspeed_config(R"({"zero_optimization": {"stage": 3, "cpu_offload_param": false}})", "t", {})
+                   .knobs.zero.offload_param);
+  try {
+    parse_deepspeed_config(R"({"zero_optimization": {"stage": 3, "cpu_offload_params": true}})", "t", {});
+    ADD_FAILURE() << "cpu_offload_params accepted";
+  } catch (const InputError& error) {
+    EXPECT_NE(std::string(error.what()).find("\"cpu_offload_param\""), std::string::npos) << error.what();
+  }
   EXPECT_THROW(
       parse_deepspeed_config(R"({"zero_optimization": {"stage": 2, "fp16_master_weights_and_grads": true}})", "t", {}),
       InputError);
@@ -158,6 +171,47 @@ TEST(DeepSpeedConfig, SettingsSayWhereTheyCameFrom) {
   EXPECT_TRUE(has(bert.overridden, "--strategies zero2 over zero_optimization.stage 1"));
   EXPECT_TRUE(has(bert.overridden, "--grad-accum 2 over gradient_accumulation_steps 1"));
   EXPECT_EQ(bert.overridden.size(), 4U);
+}
+
+// zero_optimization.offload_param as the Hugging Face docs' standard ZeRO-3 example writes it: the parameter
+// partitions to the host at stage 3; at stages 1 and 2 DeepSpeed has no parameter offload, so it is listed as not
+// modelled; "nvme" is refused.
+TEST(DeepSpeedConfig, OffloadParamToTheCpu) {
+  const DeepSpeedConfig hf = parse_deepspeed_config(
+      R"({"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu", "pin_memory": true},
+          "offload_param": {"device": "cpu", "pin_memory": true}}})",
+      "t", {});
+  EXPECT_TRUE(hf.knobs.zero.offload_param);
+  EXPECT_TRUE(hf.offload_optimizer);
+  EXPECT_TRUE(hf.ignored.empty());
+  EXPECT_FALSE(
+      parse_deepspeed_config(R"({"zero_optimization": {"stage": 3, "offload_param": {"device": "none"}}})", "t", {})
+          .knobs.zero.offload_param);
+  const DeepSpeedConfig stage2 =
+      parse_deepspeed_config(R"({"zero_optimization": {"stage": 2, "offload_param": {"device": "cpu"}}})", "t", {});
+  EXPECT_FALSE(stage2.knobs.zero.offload_param);
+  ASSERT_EQ(stage2.ignored.size(), 1U);
+  EXPECT_NE(stage2.ignored[0].find("offload_param"), std::string::npos);
+  EXPECT_THROW(
+      parse_deepspeed_config(R"({"zero_optimization": {"stage": 3, "offload_param": {"device": "nvme"}}})", "t", {}),
+      InputError);
+}
+
+// DeepSpeed 0.19 refuses reduce_bucket_size 0 (runtime/zero/config.py: Field(gt=0), "Input should be greater than
+// 0"); emu refuses it too, with the accepted range.
+TEST(DeepSpeedConfig, ReduceBucketSizeZeroIsRefusedAsDeepSpeedRefusesIt) {
+  try {
+    parse_deepspeed_config(R"({"zero_optimization": {"stage": 3, "reduce_bucket_size": 0}})", "t", {});
+    ADD_FAILURE() << "reduce_bucket_size 0 accepted";
+  } catch (const InputError& error) {
+    EXPECT_NE(
+        std::string(error.what()).find("\"zero_optimization.reduce_bucket_size\" is 0; accepted: a number from 1"),
+        std::string::npos)
+        << error.what();
+  }
+  EXPECT_EQ(parse_deepspeed_config(R"({"zero_optimization": {"stage": 3, "reduce_bucket_size": 1}})", "t", {})
+                .knobs.zero.reduce_bucket_elements,
+            1U);
 }
 
 }  // namespace

@@ -29,24 +29,12 @@ RunOptions parse(const std::vector<std::string>& args) {
 }
 
 const Category kStates[] = {Category::kParameters, Category::kGradients, Category::kMasterWeights,
-                            Category::kOptimizerState};
+                            Category::kOptimizerState, Category::kBuckets};
 
-// Every combination of the options, one command line each: the cartesian product of the axes.
-std::vector<std::vector<std::string>> option_matrix() {
-  const std::vector<std::vector<std::vector<std::string>>> axes = {
-      // A Llama with grouped-query attention and a GPT-2, small enough to account in milliseconds at full scale.
-      {{"--model", std::string(EMU_SOURCE_DIR) + "/tests/fuzz/corpus/fuzz_hf_config/valid_llama3_gqa.json"},
-       {"--model", "gpt2"}},
-      {{"--precision", "mixed"}, {"--precision", "bf16"}, {"--precision", "fp32"}},
-      {{}, {"--offload"}},
-      {{"--grad-accum", "1"}, {"--grad-accum", "3"}},
-      {{"--checkpoint"}, {"--no-checkpoint"}},
-      {{"--attention", "sdpa"}, {"--attention", "eager"}, {"--attention", "flash"}},
-      {{"--loss", "trainer"}, {"--loss", "fused"}},
-      {{"--adamw", "foreach"}, {"--adamw", "single"}, {"--adamw", "fused"}},
-  };
-  std::vector<std::vector<std::string>> lines = {
-      {"--seq-len", "256", "--strategies", "ddp,zero1,zero2,zero3,fsdp,fsdp-grad-op,fsdp-no-shard,fsdp-hybrid"}};
+// Every combination of `axes` after `base`, one command line each: their cartesian product.
+std::vector<std::vector<std::string>> product(const std::vector<std::string>& base,
+                                              const std::vector<std::vector<std::vector<std::string>>>& axes) {
+  std::vector<std::vector<std::string>> lines = {base};
   for (const auto& axis : axes) {
     std::vector<std::vector<std::string>> next;
     for (const auto& line : lines) {
@@ -60,13 +48,32 @@ std::vector<std::vector<std::string>> option_matrix() {
   return lines;
 }
 
-// Appends what differs between one strategy's allocated model states (and PCIe bytes) and its prediction.
-void compare(const RunOptions& options, const strategy::StrategyOptions& one, const std::string& line,
-             std::vector<std::string>& failures, int& moved_over_pcie) {
-  const StrategyOutcome outcome = account_shapes(options, one, options.full, kRanks, kRanksPerNode);
+// Every combination of the options, one command line each.
+std::vector<std::vector<std::string>> option_matrix() {
+  return product(
+      {"--seq-len", "256", "--strategies", "ddp,zero1,zero2,zero3,fsdp,fsdp-grad-op,fsdp-no-shard,fsdp-hybrid"},
+      {
+          // A Llama with grouped-query attention and a GPT-2, small enough to account in milliseconds at full scale.
+          {{"--model", std::string(EMU_SOURCE_DIR) + "/tests/fuzz/corpus/fuzz_hf_config/valid_llama3_gqa.json"},
+           {"--model", "gpt2"}},
+          {{"--precision", "mixed"}, {"--precision", "bf16"}, {"--precision", "fp32"}},
+          {{}, {"--offload"}},
+          {{"--grad-accum", "1"}, {"--grad-accum", "3"}},
+          {{"--checkpoint"}, {"--no-checkpoint"}},
+          {{"--attention", "sdpa"}, {"--attention", "eager"}, {"--attention", "flash"}},
+          {{"--loss", "trainer"}, {"--loss", "fused"}},
+          {{"--adamw", "foreach"}, {"--adamw", "single"}, {"--adamw", "fused"}},
+      });
+}
+
+// Appends what differs between one strategy's allocated model states (and PCIe bytes) and its prediction; returns
+// the PCIe bytes it moved.
+strategy::HostTraffic compare(const RunOptions& options, const strategy::StrategyOptions& one, const std::string& line,
+                              std::vector<std::string>& failures, int ranks = kRanks,
+                              int ranks_per_node = kRanksPerNode) {
+  const StrategyOutcome outcome = account_shapes(options, one, options.full, ranks, ranks_per_node);
   const strategy::HostTraffic& measured = outcome.host_per_step;
   const strategy::HostTraffic& predicted = outcome.prediction.pcie;
-  if (measured.device_to_host > 0) ++moved_over_pcie;
   if (measured.device_to_host != predicted.device_to_host || measured.host_to_device != predicted.host_to_device) {
     failures.push_back(fmt::format("{} {}: PCIe measured {} down {} up, predicted {} down {} up", one.name(), line,
                                    measured.device_to_host, measured.host_to_device, predicted.device_to_host,
@@ -80,6 +87,7 @@ void compare(const RunOptions& options, const strategy::StrategyOptions& one, co
                                      category_name(category), allocated, expected));
     }
   }
+  return measured;
 }
 
 TEST(PredictionMatrix, StatesEqualThePredictionForEveryOption) {
@@ -89,7 +97,7 @@ TEST(PredictionMatrix, StatesEqualThePredictionForEveryOption) {
     const RunOptions options = parse(args);
     const std::string line = fmt::format("{}", fmt::join(args, " "));
     for (const strategy::StrategyOptions& one : options.strategies) {
-      compare(options, one, line, failures, moved_over_pcie);
+      if (compare(options, one, line, failures).device_to_host > 0) ++moved_over_pcie;
       ++cases;
     }
   }
@@ -97,6 +105,38 @@ TEST(PredictionMatrix, StatesEqualThePredictionForEveryOption) {
   for (size_t i = 0; i < failures.size() && i < 20; ++i) ADD_FAILURE() << failures[i];
   EXPECT_TRUE(failures.empty());
   EXPECT_GT(moved_over_pcie, 0) << "no case sent gradients to the host: the PCIe comparison tested nothing";
+}
+
+// ZeRO-3 with offload_param (a DeepSpeed config's zero_optimization.offload_param.device "cpu"): the partitions in
+// host memory, each fetch copying one up, the step sending updated partitions down unless the optimizer is offloaded
+// too; and the ipg bucket beside the states. Over precision, optimizer offload, accumulation, persistence (none,
+// DeepSpeed's default, everything) and world sizes 1 and 4, so that every unit is fetched from the host, some kept
+// gathered, and a rank alone still copies its parameters up.
+TEST(PredictionMatrix, Zero3OffloadParamEqualsThePrediction) {
+  int cases = 0, moved_over_pcie = 0;
+  std::vector<std::string> failures;
+  const auto lines = product({"--model", "gpt2", "--seq-len", "256", "--strategies", "zero3"},
+                             {{{"--precision", "mixed"}, {"--precision", "fp32"}},
+                              {{}, {"--offload"}},
+                              {{"--grad-accum", "1"}, {"--grad-accum", "3"}}});
+  for (const std::vector<std::string>& args : lines) {
+    const RunOptions options = parse(args);
+    for (const uint64_t persistence : {uint64_t{0}, uint64_t{100'000}, uint64_t{1'000'000'000}}) {
+      for (const int ranks : {1, kRanks}) {
+        strategy::StrategyOptions one = options.strategies.front();
+        one.zero.offload_param = true;
+        one.zero.param_persistence_threshold = persistence;
+        const std::string line =
+            fmt::format("{} offload_param persistence {} on {}", fmt::join(args, " "), persistence, ranks);
+        if (compare(options, one, line, failures, ranks, 1).host_to_device > 0) ++moved_over_pcie;
+        ++cases;
+      }
+    }
+  }
+  std::printf("%d zero3 offload_param cases, %zu disagreements\n", cases, failures.size());
+  for (size_t i = 0; i < failures.size() && i < 20; ++i) ADD_FAILURE() << failures[i];
+  EXPECT_TRUE(failures.empty());
+  EXPECT_EQ(moved_over_pcie, cases) << "a case copied no parameters up: offload_param was not taken";
 }
 
 }  // namespace
