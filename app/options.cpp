@@ -118,6 +118,7 @@ struct Flags {
   uint64_t seed = 1234;
   double lr = 0, clip = -1;
   bool bucket_view = false;
+  std::string reshard_after_forward = "true";
   // Given on the command line, so that an explicit 0 or '' is checked rather than taken for "not given".
   bool strategies_given = false, seq_len_given = false, micro_batch_given = false, accumulation_given = false,
        precision_given = false;
@@ -187,6 +188,11 @@ void add_training_flags(CLI::App& app, RunOptions& options, Flags& flags) {
       ->group("Training");
   app.add_option("--seed", flags.seed, "initial weights and synthetic data")->capture_default_str()->group("Training");
   app.add_flag("--bucket-view", flags.bucket_view, "DDP: gradient_as_bucket_view=True (no bucket copies)")
+      ->group("Training");
+  app.add_option("--reshard-after-forward", flags.reshard_after_forward,
+                 "fsdp2: fully_shard's reshard_after_forward: true (free each block's unsharded parameters after its "
+                 "forward, all-gather again in backward) or false (keep them until its backward)")
+      ->capture_default_str()
       ->group("Training");
   app.add_option("--collectives", options.collectives,
                  "algorithms per collective, e.g. all_reduce=rhd,all_gather=mpi (default: ring everywhere)")
@@ -405,6 +411,8 @@ strategy::StrategyOptions read_strategies(RunOptions& options, Flags& flags, int
     base.clip_norm = static_cast<float>(flags.clip);
   }
   base.ddp.gradient_as_bucket_view = flags.bucket_view;
+  base.fsdp2.reshard_after_forward =
+      parse_choice("--reshard-after-forward", flags.reshard_after_forward, {"true", "false"}, {true, false});
   base.adamw_impl = parse_choice("--adamw", flags.adamw, optim::adamw_impl_names(),
                                  {optim::AdamWImpl::kForeach, optim::AdamWImpl::kFused, optim::AdamWImpl::kSingle});
   if (flags.strategies_given) names = split_list(flags.strategies);
