@@ -7,16 +7,22 @@
 
 namespace emu::strategy {
 
-uint64_t TensorRows::charge(uint64_t elements) const {
-  if (count == 0 || charged == count) return elements;
-  return static_cast<uint64_t>(std::llround(double(elements) * double(charged) / double(count)));
+namespace {
+
+// `charged` elements padded as `full_rows` rows are to `padded_rows`, rounded to the nearest.
+uint64_t padded_charge(uint64_t charged, uint64_t padded_rows, uint64_t full_rows) {
+  if (full_rows == 0) return 0;
+  return static_cast<uint64_t>(std::llround(double(charged) * double(padded_rows) / double(full_rows)));
 }
+
+}  // namespace
 
 std::vector<TensorRows> tensor_rows(const model::ModelConfig& config, const model::UnitLayout& unit) {
   std::vector<TensorRows> rows;
   for (const model::ParamInfo& p : unit.params) {
     const auto dim0 = p.shape.empty() ? uint64_t{1} : static_cast<uint64_t>(p.shape.front());
-    rows.push_back({dim0, p.count, p.offset, model::tensor_charge(config, p)});
+    const auto k = static_cast<uint64_t>(std::max<int64_t>(1, config.shrink));
+    rows.push_back({dim0, p.count, p.offset, model::tensor_charge(config, p), dim0 * k});
   }
   return rows;
 }
@@ -26,15 +32,25 @@ uint64_t Dim0Tensor::valid_rows(int rank) const {
   return begin >= tensor.rows ? 0 : std::min(chunk_rows, tensor.rows - begin);
 }
 
+uint64_t Dim0Tensor::charged_chunk() const {
+  const auto n = static_cast<uint64_t>(ranks);
+  return padded_charge(tensor.charged, (tensor.full_rows + n - 1) / n, tensor.full_rows);
+}
+
+uint64_t Dim0Tensor::charged_padded() const {
+  const auto n = static_cast<uint64_t>(ranks);
+  return padded_charge(tensor.charged, (tensor.full_rows + n - 1) / n * n, tensor.full_rows);
+}
+
 uint64_t Dim0Shards::charged_shard() const {
   uint64_t total = 0;
-  for (const Dim0Tensor& t : tensors) total += t.tensor.charge(t.chunk_elements());
+  for (const Dim0Tensor& t : tensors) total += t.charged_chunk();
   return total;
 }
 
 uint64_t Dim0Shards::charged_padded() const {
   uint64_t total = 0;
-  for (const Dim0Tensor& t : tensors) total += t.tensor.charge(t.chunk_elements() * static_cast<uint64_t>(ranks));
+  for (const Dim0Tensor& t : tensors) total += t.charged_padded();
   return total;
 }
 
@@ -47,6 +63,7 @@ Dim0Shards dim0_shards(std::span<const TensorRows> tensors, int ranks) {
     t.tensor = tensor;
     t.chunk_rows = (tensor.rows + n - 1) / n;
     t.shard_offset = shards.shard;
+    t.ranks = ranks;
     shards.shard += t.chunk_elements();
     shards.tensors.push_back(t);
   }

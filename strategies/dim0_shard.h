@@ -25,14 +25,13 @@ namespace emu::strategy {
 
 // One tensor as FSDP2 shards it: its dim 0, its place in the unit's flat layout and what a shrunk run charges.
 struct TensorRows {
-  uint64_t rows = 0;     // dim 0 (as Hugging Face stores the tensor: GPT-2's Conv1D weights are [in, out])
-  uint64_t count = 0;    // elements
-  uint64_t offset = 0;   // first element in the unit's flat layout
-  uint64_t charged = 0;  // elements a shrunk run charges the whole tensor for (model/shrink.h: ÷ k for 1-D)
+  uint64_t rows = 0;       // dim 0 (as Hugging Face stores the tensor: GPT-2's Conv1D weights are [in, out])
+  uint64_t count = 0;      // elements
+  uint64_t offset = 0;     // first element in the unit's flat layout
+  uint64_t charged = 0;    // elements a shrunk run charges the whole tensor for (model/shrink.h: ÷ k for 1-D)
+  uint64_t full_rows = 0;  // dim 0 at full scale (rows · k): its padding to N is what a shrunk run charges
 
   uint64_t row_elements() const { return rows == 0 ? 0 : count / rows; }
-  // What `elements` elements of this tensor (a chunk, a padded copy) are charged for, rounded to the nearest.
-  uint64_t charge(uint64_t elements) const;
 };
 
 // A unit's tensors in registration order, as a run of `config` charges them.
@@ -42,10 +41,15 @@ struct Dim0Tensor {
   TensorRows tensor;
   uint64_t chunk_rows = 0;    // ceil(rows / N): every rank's chunk, padding rows included
   uint64_t shard_offset = 0;  // where its chunk starts in a rank's shard of the unit
+  int ranks = 1;
 
   uint64_t chunk_elements() const { return chunk_rows * tensor.row_elements(); }
   // Real rows of rank `rank`'s chunk: the last ranks' chunks are short or empty.
   uint64_t valid_rows(int rank) const;
+  // What a shrunk run charges for one chunk and for all N (the padded tensor): the tensor's charge with the padding
+  // its full-scale dim 0 gets, ceil(R / N)·N / R, so that shrunk × k² stays the full-scale bytes; as held at k = 1.
+  uint64_t charged_chunk() const;
+  uint64_t charged_padded() const;
 };
 
 // A unit's tensors sharded on dim 0 over `ranks` ranks.

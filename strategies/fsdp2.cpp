@@ -111,7 +111,7 @@ class Fsdp2 final : public Strategy {
   std::vector<uint64_t> optimizer_tensors() const override {
     std::vector<uint64_t> tensors;
     for (const UnitState& unit : units_) {
-      for (const Dim0Tensor& t : unit.shards.tensors) tensors.push_back(t.tensor.charge(t.chunk_elements()));
+      for (const Dim0Tensor& t : unit.shards.tensors) tensors.push_back(t.charged_chunk());
     }
     return tensors;
   }

@@ -58,8 +58,8 @@ class Walk {
       if (u < input.unit_rows.size()) {
         unit.shards = dim0_shards(input.unit_rows[u], n);
       } else {
-        const TensorRows whole{input.unit_counts[u], input.unit_counts[u], 0, input.elements(static_cast<int>(u),
-                                                                                             input.unit_counts[u])};
+        const uint64_t count = input.unit_counts[u];
+        const TensorRows whole{count, count, 0, input.elements(static_cast<int>(u), count), count};
         unit.shards = dim0_shards({&whole, 1}, n);
       }
       unit.real = input.unit_counts[u];
@@ -205,8 +205,8 @@ Updated predict_fsdp2(const StrategyOptions& options, const AnalyticInput& input
     add_ring_traffic(prediction, coll::CollectiveKind::kReduceScatter, "world", shards.padded() * reduce_bytes,
                      input.world, micro_batches);
     for (const Dim0Tensor& t : shards.tensors) {
-      all_tensors += t.tensor.charge(t.chunk_elements());
-      largest_tensor = std::max(largest_tensor, t.tensor.charge(t.chunk_elements()));
+      all_tensors += t.charged_chunk();
+      largest_tensor = std::max(largest_tensor, t.charged_chunk());
     }
   }
   add_ring_traffic(prediction, coll::CollectiveKind::kAllReduce, "world", 4, input.world);  // the gradient norm
