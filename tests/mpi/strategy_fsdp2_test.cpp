@@ -88,6 +88,31 @@ TEST(Fsdp2, AllGatherOutputsAndReduceScatterInputsAtTheirPeak) {
             static_cast<uint64_t>(std::max({during, shards, root_grads + 4 * kBlocks * shard(kBlock, n)})));
 }
 
+// kBuckets in use right after the `occurrence`-th (from 1) change of `category` by `delta` bytes on the timeline.
+uint64_t buckets_after(const MemoryPool& memory, Category category, int64_t delta, int occurrence) {
+  int64_t buckets = 0;
+  for (const TimelinePoint& point : memory.timeline()) {
+    if (point.category == Category::kBuckets) buckets += point.delta;
+    if (point.category == category && point.delta == delta && --occurrence == 0) return static_cast<uint64_t>(buckets);
+  }
+  ADD_FAILURE() << "no change of " << category_name(category) << " by " << delta << " bytes";
+  return 0;
+}
+
+// What FSDP2 keeps beyond its use, at the moments it matters: in forward the previous unit's all-gather output until
+// the next unit's copy-out (FSDPCommContext.all_gather_state: at one rank there is no collective to overlap), in
+// backward a block's fp32 reduce-scatter input until the next unit's reduce-scatter (reduce_scatter_states): block 2's
+// is still there when block 1's gradients are made.
+TEST(Fsdp2, KeepsTheLastAllGatherOutputAndReduceScatterInput) {
+  const int64_t n = world_size();
+  const int64_t root = n * shard(kRoot, n), block = n * shard(kBlock, n);
+  auto run = run_strategy(model::Style::kLlama, mixed(), 1, 1);
+  const MemoryPool& memory = run->device->memory();
+  EXPECT_EQ(buckets_after(memory, Category::kBuckets, 2 * block, 1),
+            static_cast<uint64_t>(n > 1 ? 2 * root + 2 * block : 2 * block));
+  EXPECT_EQ(buckets_after(memory, Category::kGradients, 2 * real(kBlock), 2), static_cast<uint64_t>(4 * block));
+}
+
 // CPUOffloadPolicy: the sharded parameters, their gradients and Adam's state in host memory; each all-gather first
 // copies the fp32 shard up (a transient beside the all-gather output), each reduce-scatter output goes down.
 TEST(Fsdp2, OffloadKeepsShardsInHostMemory) {
