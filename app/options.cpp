@@ -21,7 +21,7 @@ namespace emu::app {
 namespace {
 
 constexpr int kMaxRanks = 1 << 20;
-const std::vector<std::string> kDefaultStrategies = {"ddp", "zero1", "zero2", "zero3", "fsdp", "fsdp-grad-op"};
+const std::vector<std::string> kDefaultStrategies = {"ddp", "zero1", "zero2", "zero3", "fsdp", "fsdp-grad-op", "fsdp2"};
 
 uint64_t parse_reserve(const std::string& text) {
   if (text == "0") return 0;

@@ -5,7 +5,7 @@
 // DDP + ZeroRedundancyOptimizer, FSDP1 (FULL_SHARD) and FSDP2 (fully_shard), fp32 and mixed, tracked over the
 // second optimizer step by PyTorch's own MemTracker / FSDPMemTracker. For each case emu runs the same config,
 // micro-batch, sequence length and ranks under its matching strategy (ddp; zero1, which is DeepSpeed's ZeRO-1,
-// for ZeroRedundancyOptimizer; fsdp for FSDP1; none yet for FSDP2) and every category's peak — measured and
+// for ZeroRedundancyOptimizer; fsdp for FSDP1; fsdp2 for FSDP2, tracked by FSDPMemTracker) and every category's peak — measured and
 // predicted — must equal the recorded one within 3% once the named differences below are added. Each named
 // difference is one line with its reason and its bytes computed from the shapes, so that the fix that removes
 // it deletes that line. Categories whose gap is not yet named from the shapes (activations, temporaries and the
