@@ -258,8 +258,8 @@ class Fsdp2 final : public Strategy {
     unit.unsharded_grads.reset();
     Device& host = optimizer_device();
     const size_t shard_bytes = unit.shards.charged_shard() * dtype_size(dtype);
-    Buffer output = device_.allocate(shard, dtype, Category::kGradients, fmt::format("unit {} reduce-scatter output", u),
-                                     shard_bytes);
+    Buffer output = device_.allocate(shard, dtype, Category::kGradients,
+                                     fmt::format("unit {} reduce-scatter output", u), shard_bytes);
     void* mine = element(reduce_scatter_input_.data(), dtype, shard * static_cast<uint64_t>(world_.rank()));
     if (world_.size() > 1) {
       world_.reduce_scatter(reduce_scatter_input_.data(), output.data(), shard, dtype, coll::ReduceOp::kAvg, phase);
@@ -272,8 +272,8 @@ class Fsdp2 final : public Strategy {
       return;
     }
     if (!unit.sharded_grad.allocated()) {
-      unit.sharded_grad = host.allocate(shard, dtype, Category::kGradients, fmt::format("unit {} sharded gradients", u),
-                                        shard_bytes);
+      unit.sharded_grad =
+          host.allocate(shard, dtype, Category::kGradients, fmt::format("unit {} sharded gradients", u), shard_bytes);
     }
     accumulate(output.data(), dtype, unit.sharded_grad.data(), dtype, shard);
   }

@@ -44,7 +44,7 @@ struct Unit {
   Dim0Shards shards;
   uint64_t real = 0;  // n_u
   bool unsharded = false;
-  bool gathering = false;       // all-gather output allocated, not yet copied out
+  bool gathering = false;  // all-gather output allocated, not yet copied out
   bool has_sharded_grad = false;
 };
 

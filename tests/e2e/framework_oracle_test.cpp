@@ -5,8 +5,8 @@
 // DDP + ZeroRedundancyOptimizer, FSDP1 (FULL_SHARD) and FSDP2 (fully_shard), fp32 and mixed, tracked over the
 // second optimizer step by PyTorch's own MemTracker / FSDPMemTracker. For each case emu runs the same config,
 // micro-batch, sequence length and ranks under its matching strategy (ddp; zero1, which is DeepSpeed's ZeRO-1,
-// for ZeroRedundancyOptimizer; fsdp for FSDP1; fsdp2 for FSDP2, tracked by FSDPMemTracker) and every category's peak — measured and
-// predicted — must equal the recorded one within 3% once the named differences below are added. Each named
+// for ZeroRedundancyOptimizer; fsdp for FSDP1; fsdp2 for FSDP2, tracked by FSDPMemTracker) and every category's peak —
+// measured and predicted — must equal the recorded one within 3% once the named differences below are added. Each named
 // difference is one line with its reason and its bytes computed from the shapes, so that the fix that removes
 // it deletes that line. Categories whose gap is not yet named from the shapes (activations, temporaries and the
 // total, pending Hugging Face's activations and the optimizer's temporaries in emu) are printed as OPEN and
@@ -323,9 +323,10 @@ void name_fsdp2(const std::string& category, const CaseFacts& f, Line& line) {
     }
     const int64_t all_shards = reduced + r * n[0] / f.n;
     moment = std::max({moment, reduced + g * n[0], all_shards});
-    line.named.push_back({"one moment of emu's gradients where FSDPMemTracker's Sharded Grad peak (every shard) and "
-                          "Unsharded Grad peak (the largest unit's) are summed",
-                          moment - (all_shards + g * largest), false});
+    line.named.push_back(
+        {"one moment of emu's gradients where FSDPMemTracker's Sharded Grad peak (every shard) and "
+         "Unsharded Grad peak (the largest unit's) are summed",
+         moment - (all_shards + g * largest), false});
   }
   if (category == "buckets") {
     // emu's moments: forward, a unit's all-gather output kept beside the next one's (FSDPCommContext
@@ -333,16 +334,17 @@ void name_fsdp2(const std::string& category, const CaseFacts& f, Line& line) {
     // all-gather output; the root's reduce-scatter input alone.
     int64_t moment = std::max(r * n[0], p * pair);
     for (size_t u = last; u >= 2; --u) moment = std::max(moment, r * n[u] + p * n[u - 1]);
-    line.named.push_back({"one moment of emu's buckets where FSDPMemTracker's All Gather peak (two consecutive units' "
-                          "outputs in forward) and Reduce Scatter peak (the largest unit's input) are summed",
-                          moment - (p * pair + r * largest), false});
+    line.named.push_back(
+        {"one moment of emu's buckets where FSDPMemTracker's All Gather peak (two consecutive units' "
+         "outputs in forward) and Reduce Scatter peak (the largest unit's input) are summed",
+         moment - (p * pair + r * largest), false});
   }
   if (category == "optimizer_state") {
     line.named.push_back({"AdamW's step counters: one fp32 tensor per parameter tensor", -4 * f.tensors});
   }
   if (category == "buffers") {
-    line.named.push_back({"RoPE inv_freq buffers (emu keeps none; MixedPrecisionPolicy leaves buffers fp32)",
-                          -rope_buffers(f, 4)});
+    line.named.push_back(
+        {"RoPE inv_freq buffers (emu keeps none; MixedPrecisionPolicy leaves buffers fp32)", -rope_buffers(f, 4)});
   }
 }
 
@@ -447,9 +449,10 @@ std::vector<Line> compare(const json& c, const json& emu, const std::string& str
     // gradients; PyTorch's is in forward, or holds only some of them: autograd makes the head's once the logits'
     // gradient is out and the embedding's at the end of backward.
     const auto root = static_cast<int64_t>(oracle::unit_counts(f.shapes).at(0));
-    total.named.push_back({"the root's unsharded gradients, which emu makes whole at the start of backward and keeps "
-                           "through it",
-                           f.emu_bytes * root});
+    total.named.push_back(
+        {"the root's unsharded gradients, which emu makes whole at the start of backward and keeps "
+         "through it",
+         f.emu_bytes * root});
   }
   if (strategy != "fsdp2") {  // FSDPMemTracker sees FSDP2's all-gather and reduce-scatter buffers
     total.named.push_back({"emu's buckets at its peak (DDP's Reducer buckets are unseen by MemTracker)",

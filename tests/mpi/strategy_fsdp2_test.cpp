@@ -18,7 +18,8 @@ struct Shape {
 
 // The root (embed_tokens, norm, lm_head) and one block, as Hugging Face's Llama stores them: [out, in].
 const std::vector<Shape> kRoot = {{37, 16}, {16, 1}, {37, 16}};
-const std::vector<Shape> kBlock = {{16, 1}, {16, 16}, {8, 16}, {8, 16}, {16, 16}, {16, 1}, {44, 16}, {44, 16}, {16, 44}};
+const std::vector<Shape> kBlock = {{16, 1}, {16, 16}, {8, 16},  {8, 16}, {16, 16},
+                                   {16, 1}, {44, 16}, {44, 16}, {16, 44}};
 constexpr int64_t kBlocks = 2;
 
 // S: elements of one rank's shard of a unit, every tensor padded on its own.
@@ -131,7 +132,8 @@ TEST(Fsdp2, OffloadKeepsShardsInHostMemory) {
   const auto data = tiny_data(model.config());
   const std::vector<data::Batch> batches = {data.batch(0, data::sample_offset(world_rank(), world_size(), 0, 1), 1)};
   strategy->step(batches);
-  EXPECT_EQ(device->memory().peak(Category::kParameters), static_cast<uint64_t>(2 * n * (shard(kRoot, n) + shard(kBlock, n))));
+  EXPECT_EQ(device->memory().peak(Category::kParameters),
+            static_cast<uint64_t>(2 * n * (shard(kRoot, n) + shard(kBlock, n))));
   EXPECT_EQ(device->memory().peak(Category::kOptimizerState), 0u);
   EXPECT_EQ(host->memory().peak(Category::kParameters), static_cast<uint64_t>(sharded));
   EXPECT_EQ(host->memory().peak(Category::kGradients), static_cast<uint64_t>(sharded));
