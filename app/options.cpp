@@ -411,6 +411,12 @@ strategy::StrategyOptions read_strategies(RunOptions& options, Flags& flags, int
     base.clip_norm = static_cast<float>(flags.clip);
   }
   base.ddp.gradient_as_bucket_view = flags.bucket_view;
+  if (!flags.reshard_after_forward.empty() &&
+      flags.reshard_after_forward.find_first_not_of("0123456789") == std::string::npos) {
+    throw InputError(fmt::format("--reshard-after-forward '{}': resharding to a smaller group after forward (an int) is "
+                                 "not modelled; accepted: true, false",
+                                 flags.reshard_after_forward));
+  }
   base.fsdp2.reshard_after_forward =
       parse_choice("--reshard-after-forward", flags.reshard_after_forward, {"true", "false"}, {true, false});
   base.adamw_impl = parse_choice("--adamw", flags.adamw, optim::adamw_impl_names(),
