@@ -70,4 +70,18 @@ Dim0Shards dim0_shards(std::span<const TensorRows> tensors, int ranks) {
   return shards;
 }
 
+Dim0Shards coarser(const Dim0Shards& shards, int ranks) {
+  Dim0Shards wide;
+  wide.ranks = ranks;
+  const auto factor = static_cast<uint64_t>(shards.ranks / ranks);
+  for (Dim0Tensor t : shards.tensors) {
+    t.chunk_rows *= factor;
+    t.ranks = ranks;
+    t.shard_offset = wide.shard;
+    wide.shard += t.chunk_elements();
+    wide.tensors.push_back(t);
+  }
+  return wide;
+}
+
 }  // namespace emu::strategy

@@ -64,5 +64,8 @@ struct Dim0Shards {
 };
 
 Dim0Shards dim0_shards(std::span<const TensorRows> tensors, int ranks);
+// The same padded tensors cut into `ranks` (a divisor of shards.ranks) larger chunks, each the chunks of
+// shards.ranks / ranks consecutive ranks: FSDPParam.to_sharded_post_forward's slice of the padded unsharded tensor.
+Dim0Shards coarser(const Dim0Shards& shards, int ranks);
 
 }  // namespace emu::strategy

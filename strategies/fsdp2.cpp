@@ -29,8 +29,11 @@
 //
 // Order, per micro-batch (units: the root, whose forward encloses the blocks', then blocks 1..L):
 //   forward   each unit all-gathered as its forward begins; each block resharded when its forward ends
-//             (reshard_after_forward=True), or kept until its backward (False); the root never resharded after
-//             forward (FSDPState._lazy_init sets the root's post_forward_mesh_info to None)
+//             (reshard_after_forward=True), kept until its backward (False), or resharded to M ranks (an int M:
+//             FSDPParam.to_sharded_post_forward keeps this rank's 1/M slice of each padded unsharded tensor,
+//             [N·S_u/M] param dtype, kParameters, and backward all-gathers it within the context's group of M
+//             consecutive ranks); the root never resharded after forward (FSDPState._lazy_init sets the root's
+//             post_forward_mesh_info to None)
 //   backward  each unit unsharded as its backward begins (a no-op when kept or prefetched), then the next unit in
 //             backward all-gathered ahead (FSDPParamGroup._backward_prefetch: one unit, the default); when its
 //             backward ends it is resharded, the previous reduce-scatter input freed, its gradients reduced.
@@ -57,6 +60,10 @@ class Fsdp2 final : public Strategy {
   using Strategy::Strategy;
 
   void setup() override {
+    const int m = options_.fsdp2.post_forward_ranks;
+    if (m > 0 && (context_.post_forward == nullptr || context_.post_forward->size() != m)) {
+      throw InputError(fmt::format("fsdp2 reshard_after_forward={} needs a group of {} consecutive ranks", m, m));
+    }
     const optim::PrecisionRecipe& recipe = options_.recipe;
     sharded_dtype_ = recipe.has_master ? DType::kF32 : recipe.params;
     // torch.optim.AdamW over the sharded parameters: no master copy, moments at the recipe's dtype.
@@ -70,6 +77,7 @@ class Fsdp2 final : public Strategy {
       UnitState& unit = units_[static_cast<size_t>(u)];
       const std::vector<TensorRows> rows = tensor_rows(model_.config(), model_.layout(u));
       unit.shards = dim0_shards(rows, world_.size());
+      if (post_forward_ranks() > 0) unit.post_shards = coarser(unit.shards, post_forward_ranks());
       const uint64_t shard = unit.shards.shard;
       unit.sharded = optimizer_device().allocate(shard, sharded_dtype_, Category::kParameters,
                                                  fmt::format("unit {} sharded parameters", u),
@@ -89,6 +97,11 @@ class Fsdp2 final : public Strategy {
         if (info->decay && valid > 0) unit.decay.push_back({base + t.shard_offset, base + t.shard_offset + valid});
       }
     }
+  }
+
+  std::vector<coll::Communicator*> groups() override {
+    if (post_forward_ranks() == 0) return {&world_};
+    return {&world_, context_.post_forward};
   }
 
   std::vector<float> full_weights(int u) override {
@@ -145,7 +158,11 @@ class Fsdp2 final : public Strategy {
       kept_all_gather_.reset();  // the root's post-forward frees the last all-gather output kept for overlap
       return;
     }
-    if (options_.fsdp2.reshard_after_forward) reshard(u);
+    if (post_forward_ranks() > 0) {
+      reshard_to_post_forward(u);
+    } else if (options_.fsdp2.reshard_after_forward) {
+      reshard(u);
+    }
   }
 
   void before_backward(int u) override {
@@ -170,6 +187,8 @@ class Fsdp2 final : public Strategy {
  private:
   struct UnitState {
     Dim0Shards shards;
+    Dim0Shards post_shards;  // reshard_after_forward=M: the same tensors in M larger chunks
+    Buffer post_forward;     // [N·S/M] param dtype, kParameters: from the unit's forward to its backward
     Buffer sharded;          // [S] the sharded parameters (optimizer device)
     Buffer sharded_grad;     // [S] reduce dtype, from the first reduce-scatter of a step until the optimizer step
     Buffer all_gather;       // [N·S] param dtype: between the unit's all-gather and its copy-out
@@ -201,6 +220,16 @@ class Fsdp2 final : public Strategy {
     const DType dtype = options_.recipe.params;
     const std::string phase = fmt::format("{} all-gather, unit {}", pass, u);
     PhaseScope scope(device_.memory(), phase);
+    if (unit.post_forward.allocated()) {  // within the post-forward group, from this rank's 1/M
+      coll::Communicator& group = *context_.post_forward;
+      const uint64_t part = unit.post_shards.shard;
+      unit.all_gather = device_.allocate(unit.shards.padded(), dtype, Category::kBuckets,
+                                         fmt::format("unit {} all-gather output", u), padded_bytes(unit, dtype));
+      void* mine = element(unit.all_gather.data(), dtype, part * static_cast<uint64_t>(group.rank()));
+      convert(unit.post_forward.data(), dtype, mine, dtype, part);
+      group.all_gather(mine, unit.all_gather.data(), part, dtype, phase);
+      return;
+    }
     const uint64_t shard = unit.shards.shard;
     Buffer on_device;  // CPUOffloadPolicy: the host shard copied to the device for the cast
     const void* source = unit.sharded.data();
@@ -228,7 +257,9 @@ class Fsdp2 final : public Strategy {
     const DType dtype = options_.recipe.params;
     unit.unsharded = device_.allocate(unit.shards.padded(), dtype, Category::kParameters,
                                       fmt::format("unit {} unsharded parameters", u), padded_bytes(unit, dtype));
-    copy_out(unit.shards, unit.all_gather.data(), unit.unsharded.data(), dtype);
+    const bool from_post_forward = unit.post_forward.allocated();
+    copy_out(from_post_forward ? unit.post_shards : unit.shards, unit.all_gather.data(), unit.unsharded.data(), dtype);
+    unit.post_forward.reset();
     model_.bind_weights(u, unit.unsharded.data());
     if (forward && world_.size() > 1) {
       kept_all_gather_ = std::move(unit.all_gather);
@@ -236,6 +267,21 @@ class Fsdp2 final : public Strategy {
       unit.all_gather.reset();
     }
   }
+
+  // FSDPParam.to_sharded_post_forward: this rank's 1/M slice of each padded unsharded tensor kept (cloned) until
+  // the unit's backward, the unsharded parameters freed.
+  void reshard_to_post_forward(int u) {
+    UnitState& unit = units_[static_cast<size_t>(u)];
+    const DType dtype = options_.recipe.params;
+    coll::Communicator& group = *context_.post_forward;
+    unit.post_forward = device_.allocate(
+        unit.post_shards.shard, dtype, Category::kParameters, fmt::format("unit {} post-forward shard", u),
+        unit.shards.charged_padded() / static_cast<uint64_t>(group.size()) * dtype_size(dtype));
+    copy_rank_in(unit.post_shards, group.rank(), unit.unsharded.data(), dtype, unit.post_forward.data(), dtype);
+    reshard(u);
+  }
+
+  int post_forward_ranks() const { return options_.fsdp2.post_forward_ranks; }
 
   void reshard(int u) {
     UnitState& unit = units_[static_cast<size_t>(u)];
@@ -291,15 +337,21 @@ class Fsdp2 final : public Strategy {
     }
   }
 
-  // The reverse, casting: the unit's gradients into a buffer laid out rank after rank, padding left zero.
+  // The reverse, casting: rank `rank`'s chunk of every tensor into a shard, padding left as it is.
+  static void copy_rank_in(const Dim0Shards& shards, int rank, const void* unit_layout, DType from_dtype, void* out,
+                           DType dtype) {
+    for (const Dim0Tensor& t : shards.tensors) {
+      const uint64_t from = t.tensor.offset + t.chunk_elements() * static_cast<uint64_t>(rank);
+      convert(element(unit_layout, from_dtype, from), from_dtype, element(out, dtype, t.shard_offset), dtype,
+              t.valid_rows(rank) * t.tensor.row_elements());
+    }
+  }
+
+  // Every rank's chunks: the unit's gradients into a buffer laid out rank after rank, padding left zero.
   static void copy_in(const Dim0Shards& shards, const void* unit_layout, DType from_dtype, void* out, DType dtype) {
     for (int r = 0; r < shards.ranks; ++r) {
-      for (const Dim0Tensor& t : shards.tensors) {
-        const uint64_t to = shards.shard * static_cast<uint64_t>(r) + t.shard_offset;
-        const uint64_t from = t.tensor.offset + t.chunk_elements() * static_cast<uint64_t>(r);
-        convert(element(unit_layout, from_dtype, from), from_dtype, element(out, dtype, to), dtype,
-                t.valid_rows(r) * t.tensor.row_elements());
-      }
+      copy_rank_in(shards, r, unit_layout, from_dtype, element(out, dtype, shards.shard * static_cast<uint64_t>(r)),
+                   dtype);
     }
   }
 

@@ -44,7 +44,8 @@ struct Unit {
   Dim0Shards shards;
   uint64_t real = 0;  // n_u
   bool unsharded = false;
-  bool gathering = false;  // all-gather output allocated, not yet copied out
+  bool gathering = false;     // all-gather output allocated, not yet copied out
+  bool post_forward = false;  // reshard_after_forward=M: 1/M of the unit kept from forward to backward
   bool has_sharded_grad = false;
 };
 
@@ -78,7 +79,13 @@ class Walk {
     for (int u = 0; u <= last; ++u) {
       unshard(u);
       wait(u, /*forward=*/true);
-      if (u >= 1 && options_.fsdp2.reshard_after_forward) reshard(u);
+      if (u >= 1 && options_.fsdp2.post_forward_ranks > 0) {
+        unsharded_.add(post_forward_bytes(u));
+        units_[static_cast<size_t>(u)].post_forward = true;
+        reshard(u);
+      } else if (u >= 1 && options_.fsdp2.reshard_after_forward) {
+        reshard(u);
+      }
     }
     drop(kept_);  // the root's post-forward
     for (int u : backward_order()) {
@@ -120,6 +127,10 @@ class Walk {
   uint64_t padded_bytes(int u, DType dtype) const {
     return units_[static_cast<size_t>(u)].shards.charged_padded() * dtype_size(dtype);
   }
+  uint64_t post_forward_bytes(int u) const {
+    return units_[static_cast<size_t>(u)].shards.charged_padded() /
+           static_cast<uint64_t>(options_.fsdp2.post_forward_ranks) * dtype_size(params_);
+  }
   void drop(uint64_t& bytes) {
     buckets_.sub(bytes);
     bytes = 0;
@@ -128,12 +139,13 @@ class Walk {
   void unshard(int u) {
     Unit& unit = units_[static_cast<size_t>(u)];
     if (unit.unsharded || unit.gathering) return;
-    if (input_.offload) {  // the shard copied up for the cast, freed once cast into the all-gather input
+    if (input_.offload &&
+        !unit.post_forward) {  // the shard copied up for the cast, freed once cast into the all-gather input
       buckets_.add(shard_bytes(u, reduce_));
       prediction_.pcie.host_to_device += shard_bytes(u, reduce_);
     }
     buckets_.add(padded_bytes(u, params_));
-    if (input_.offload) buckets_.sub(shard_bytes(u, reduce_));
+    if (input_.offload && !unit.post_forward) buckets_.sub(shard_bytes(u, reduce_));
     unit.gathering = true;
   }
 
@@ -142,6 +154,8 @@ class Walk {
     if (unit.unsharded) return;
     if (forward) drop(kept_);
     unsharded_.add(padded_bytes(u, params_));
+    if (unit.post_forward) unsharded_.sub(post_forward_bytes(u));
+    unit.post_forward = false;
     unit.unsharded = true;
     unit.gathering = false;
     if (forward && input_.world > 1) {
@@ -199,9 +213,14 @@ Updated predict_fsdp2(const StrategyOptions& options, const AnalyticInput& input
   uint64_t all_tensors = 0, largest_tensor = 0;
   for (size_t u = 0; u < walk.units().size(); ++u) {
     const Dim0Shards& shards = walk.units()[u].shards;
-    const uint64_t gathers = u != 0 && options.fsdp2.reshard_after_forward ? 2 : 1;
+    const int post_forward = options.fsdp2.post_forward_ranks;
+    const uint64_t gathers = u != 0 && options.fsdp2.reshard_after_forward && post_forward == 0 ? 2 : 1;
     add_ring_traffic(prediction, coll::CollectiveKind::kAllGather, "world", shards.padded() * param_bytes, input.world,
                      micro_batches * gathers);
+    if (u != 0 && post_forward > 0) {  // backward's all-gather within the post-forward group
+      add_ring_traffic(prediction, coll::CollectiveKind::kAllGather, "post-forward", shards.padded() * param_bytes,
+                       post_forward, micro_batches);
+    }
     add_ring_traffic(prediction, coll::CollectiveKind::kReduceScatter, "world", shards.padded() * reduce_bytes,
                      input.world, micro_batches);
     for (const Dim0Tensor& t : shards.tensors) {

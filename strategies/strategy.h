@@ -78,6 +78,9 @@ struct Fsdp2Options {
   // reshard_after_forward=True frees each block's unsharded parameters after its forward and all-gathers them again
   // for its backward; False keeps them from forward to backward (one all-gather per block).
   bool reshard_after_forward = true;
+  // reshard_after_forward=M (an int): after its forward each block keeps 1/M of its unsharded parameters and is
+  // all-gathered in backward within M ranks (the context's post_forward group); 0: not used.
+  int post_forward_ranks = 0;
 };
 
 struct StrategyOptions {
@@ -116,6 +119,8 @@ struct StrategyContext {
   // Optimizer CPU offload: master weights and Adam moments live on this (host) device, off the cap; null keeps
   // them on `device`.
   Device* offload = nullptr;
+  // FSDP2's reshard_after_forward=M: this rank's group of M consecutive ranks (fsdp2.cpp).
+  coll::Communicator* post_forward = nullptr;
 };
 
 // Bytes over PCIe per rank when the optimizer is offloaded: gradients down, updated parameters up.

@@ -102,7 +102,7 @@ TEST_P(Ranks, BadInputsExitTwoWithOneMessage) {
       {"--model gpt2 --deepspeed " + dir.file("missing.json"), "cannot be read"},
       {"--model gpt2 --strategies ddp,zero4", "strategy 'zero4' is not one of"},
       {"--model gpt2 --reshard-after-forward yes", "--reshard-after-forward 'yes' is not one of true, false"},
-      {"--model gpt2 --reshard-after-forward 2", "(an int) is not modelled; accepted: true, false"},
+      {"--model gpt2 --reshard-after-forward 3", "an int must divide the ranks and lie between 1 and"},
       {"--model gpt2 --expect zero3=fits", "--expect 'zero3=fits'"},
       {"--model gpt2 --json /no/such/folder/out.json", "the folder '/no/such/folder' does not exist"},
   };

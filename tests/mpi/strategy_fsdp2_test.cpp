@@ -7,39 +7,11 @@
 #include <algorithm>
 #include <vector>
 
+#include "tests/mpi/fsdp2_shapes.h"
 #include "tests/mpi/strategy_harness.h"
 
 namespace emu::testing {
 namespace {
-
-struct Shape {
-  int64_t rows, row;
-};
-
-// The root (embed_tokens, norm, lm_head) and one block, as Hugging Face's Llama stores them: [out, in].
-const std::vector<Shape> kRoot = {{37, 16}, {16, 1}, {37, 16}};
-const std::vector<Shape> kBlock = {{16, 1}, {16, 16}, {8, 16},  {8, 16}, {16, 16},
-                                   {16, 1}, {44, 16}, {44, 16}, {16, 44}};
-constexpr int64_t kBlocks = 2;
-
-// S: elements of one rank's shard of a unit, every tensor padded on its own.
-int64_t shard(const std::vector<Shape>& unit, int64_t n) {
-  int64_t elements = 0;
-  for (const Shape& s : unit) elements += (s.rows + n - 1) / n * s.row;
-  return elements;
-}
-
-int64_t real(const std::vector<Shape>& unit) {
-  int64_t elements = 0;
-  for (const Shape& s : unit) elements += s.rows * s.row;
-  return elements;
-}
-
-strategy::StrategyOptions mixed() {
-  strategy::StrategyOptions options = test_options("fsdp2", optim::Recipe::kMixed);
-  options.shrink = 32;  // the strategies' full-scale sizes ÷ k² (none matters to FSDP2); the model is not shrunk
-  return options;
-}
 
 // Mixed recipe: fp32 sharded parameters (no master copy), bf16 unsharded units. The root stays unsharded from its
 // forward to the end of backward; reshard_after_forward=True frees a block after its forward, so at most one block

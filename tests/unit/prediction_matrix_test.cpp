@@ -45,10 +45,11 @@ std::vector<std::vector<std::string>> option_matrix() {
       {{"--loss", "trainer"}, {"--loss", "fused"}},
       {{"--adamw", "foreach"}, {"--adamw", "single"}, {"--adamw", "fused"}},
   };
-  // Every strategy at its defaults, and fsdp2 with reshard_after_forward=False.
+  // Every strategy at its defaults, and fsdp2 with reshard_after_forward=False and =2 (of the 4 ranks).
   std::vector<std::vector<std::string>> lines = {
       {"--seq-len", "256", "--strategies", "ddp,zero1,zero2,zero3,fsdp,fsdp-grad-op,fsdp-no-shard,fsdp-hybrid,fsdp2"},
-      {"--seq-len", "256", "--strategies", "fsdp2", "--reshard-after-forward", "false"}};
+      {"--seq-len", "256", "--strategies", "fsdp2", "--reshard-after-forward", "false"},
+      {"--seq-len", "256", "--strategies", "fsdp2", "--reshard-after-forward", "2"}};
   for (const auto& axis : axes) {
     std::vector<std::vector<std::string>> next;
     for (const auto& line : lines) {
