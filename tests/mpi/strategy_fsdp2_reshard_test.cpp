@@ -36,7 +36,8 @@ TEST(Fsdp2, ReshardsToASmallerGroupAfterForward) {
   EXPECT_EQ(world->ledger().total(coll::CollectiveKind::kAllGather).calls, uint64_t{1 + kBlocks});
   EXPECT_EQ(pairs->ledger().total(coll::CollectiveKind::kAllGather).calls, uint64_t{kBlocks});
   // Each backward all-gather sends this rank's half of the block: N·S_b/2 bf16 elements.
-  EXPECT_EQ(pairs->ledger().total(coll::CollectiveKind::kAllGather).moved.sent, static_cast<uint64_t>(kBlocks * block / 2));
+  EXPECT_EQ(pairs->ledger().total(coll::CollectiveKind::kAllGather).moved.sent,
+            static_cast<uint64_t>(kBlocks * block / 2));
   // The same numbers as resharding to the whole world (which the equivalence ladder holds to single-device
   // training): the halves gathered in backward are the bf16 values the forward used.
   auto other_device = make_cpu_device(memory);
