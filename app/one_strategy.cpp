@@ -13,7 +13,7 @@ void trace(SpanRecorder& spans, const Stage& stage, strategy::Strategy& strategy
   const auto observer = [&spans](const coll::Communicator& group, const coll::Call& call,
                                  const coll::Algorithm* algorithm, const coll::Traffic& moved, double start,
                                  double end) { spans.add_call(group, call, algorithm, moved, start, end); };
-  for (coll::Communicator* group : {&stage.world, stage.intra, stage.inter, stage.control}) {
+  for (coll::Communicator* group : {&stage.world, stage.intra, stage.inter, stage.post_forward, stage.control}) {
     if (group != nullptr) group->set_observer(observer);
   }
   strategy.set_span_sink([&spans](std::string_view name, std::string_view category, double start, double end) {
@@ -31,8 +31,9 @@ StrategyOutcome run_one_strategy(const Stage& stage, const strategy::StrategyOpt
   sized.shrink = stage.shrink;
   model::Model model(stage.device, stage.model, stage.model_options);
   model.set_initial_weights(stage.initial_weights);
-  auto strategy = strategy::make_strategy(
-      {stage.device, stage.world, model, stage.intra, stage.inter, stage.offload, stage.parameter_host}, sized);
+  auto strategy = strategy::make_strategy({stage.device, stage.world, model, stage.intra, stage.inter, stage.offload,
+                                           stage.parameter_host, stage.post_forward},
+                                          sized);
   if (stage.spans != nullptr) trace(*stage.spans, stage, *strategy);
   {
     PhaseScope phase(stage.device.memory(), "set-up: parameters, gradients and optimizer state");

@@ -24,8 +24,9 @@ struct Stage {
   coll::Communicator& world;
   coll::Communicator* intra = nullptr;  // this rank's node group and its cross-node group (HYBRID_SHARD)
   coll::Communicator* inter = nullptr;
-  coll::Communicator* control = nullptr;  // where a run's out-of-memory verdicts travel; null for a plan
-  const model::ModelConfig& model;        // shrunk for a run, full scale for a plan
+  coll::Communicator* post_forward = nullptr;  // fsdp2's reshard_after_forward=M group; null: none
+  coll::Communicator* control = nullptr;       // where a run's out-of-memory verdicts travel; null for a plan
+  const model::ModelConfig& model;             // shrunk for a run, full scale for a plan
   const model::ModelOptions& model_options;
   std::shared_ptr<const std::vector<std::vector<float>>> initial_weights;  // null: the seeded initialisation
   // k the strategy divides its bucket and threshold sizes by: the run's, or 1 for a plan (the sizes as PyTorch

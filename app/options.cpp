@@ -21,7 +21,7 @@ namespace emu::app {
 namespace {
 
 constexpr int kMaxRanks = 1 << 20;
-const std::vector<std::string> kDefaultStrategies = {"ddp", "zero1", "zero2", "zero3", "fsdp", "fsdp-grad-op"};
+const std::vector<std::string> kDefaultStrategies = {"ddp", "zero1", "zero2", "zero3", "fsdp", "fsdp-grad-op", "fsdp2"};
 
 uint64_t parse_reserve(const std::string& text) {
   if (text == "0") return 0;
@@ -118,6 +118,7 @@ struct Flags {
   uint64_t seed = 1234;
   double lr = 0, clip = -1;
   bool bucket_view = false;
+  std::string reshard_after_forward = "true";
   // Given on the command line, so that an explicit 0 or '' is checked rather than taken for "not given".
   bool strategies_given = false, seq_len_given = false, micro_batch_given = false, accumulation_given = false,
        precision_given = false;
@@ -187,6 +188,12 @@ void add_training_flags(CLI::App& app, RunOptions& options, Flags& flags) {
       ->group("Training");
   app.add_option("--seed", flags.seed, "initial weights and synthetic data")->capture_default_str()->group("Training");
   app.add_flag("--bucket-view", flags.bucket_view, "DDP: gradient_as_bucket_view=True (no bucket copies)")
+      ->group("Training");
+  app.add_option("--reshard-after-forward", flags.reshard_after_forward,
+                 "fsdp2: fully_shard's reshard_after_forward: true (free each block's unsharded parameters after its "
+                 "forward, all-gather again in backward), false (keep them until its backward) or M, a divisor of the "
+                 "ranks (keep 1/M of them, all-gathered within M consecutive ranks in backward)")
+      ->capture_default_str()
       ->group("Training");
   app.add_option("--collectives", options.collectives,
                  "algorithms per collective, e.g. all_reduce=rhd,all_gather=mpi (default: ring everywhere)")
@@ -403,6 +410,23 @@ void note_overrides(RunOptions& options, const Flags& flags) {
   over(flags.strategies_given, "--strategies " + flags.strategies, {"zero_optimization.stage"});
 }
 
+// fsdp2's --reshard-after-forward: true, false, or M ranks to reshard to after forward, a divisor of the `ranks`
+// between 1 and `ranks` exclusive (fully_shard's "non-trivial divisor of the shard dim size").
+void read_reshard_after_forward(const std::string& text, int ranks, strategy::Fsdp2Options& fsdp2) {
+  if (text.empty() || text.find_first_not_of("0123456789") != std::string::npos || text.size() > 7) {
+    fsdp2.reshard_after_forward = parse_choice("--reshard-after-forward", text, {"true", "false"}, {true, false});
+    return;
+  }
+  const int m = std::stoi(text);
+  if (m < 2 || m >= ranks || ranks % m != 0) {
+    throw InputError(
+        fmt::format("--reshard-after-forward {} on {} ranks: an int must divide the ranks and lie between "
+                    "1 and {} exclusive; accepted: true, false or such a divisor",
+                    m, ranks, ranks));
+  }
+  fsdp2.post_forward_ranks = m;
+}
+
 // Strategy knobs: defaults, then a DeepSpeed config, then flags. Returns the knobs every strategy shares.
 strategy::StrategyOptions read_strategies(RunOptions& options, Flags& flags, int world) {
   strategy::StrategyOptions base;
@@ -427,6 +451,8 @@ strategy::StrategyOptions read_strategies(RunOptions& options, Flags& flags, int
     base.clip_norm = static_cast<float>(flags.clip);
   }
   base.ddp.gradient_as_bucket_view = flags.bucket_view;
+  read_reshard_after_forward(flags.reshard_after_forward,
+                             options.plan && options.plan_ranks > 0 ? options.plan_ranks : world, base.fsdp2);
   base.adamw_impl = parse_choice("--adamw", flags.adamw, optim::adamw_impl_names(),
                                  {optim::AdamWImpl::kForeach, optim::AdamWImpl::kFused, optim::AdamWImpl::kSingle});
   if (flags.strategies_given) names = split_list(flags.strategies);

@@ -96,12 +96,17 @@ StrategyOutcome account_shapes(const RunOptions& options, const strategy::Strate
   auto world = coll::make_virtual_communicator(*device, 0, ranks, "world", shrink);
   auto intra = coll::make_virtual_communicator(*device, 0, ranks_per_node, "intra-node 0", shrink);
   auto inter = coll::make_virtual_communicator(*device, 0, ranks / ranks_per_node, "inter-node 0", shrink);
+  const int post_forward_ranks = strategy_options.fsdp2.post_forward_ranks;
+  auto post_forward = post_forward_ranks > 0
+                          ? coll::make_virtual_communicator(*device, 0, post_forward_ranks, "post-forward 0", shrink)
+                          : nullptr;
   const Stage stage{.device = *device,
                     .offload = options.offload ? host.get() : nullptr,
                     .parameter_host = strategy_options.zero.offload_param ? host.get() : nullptr,
                     .world = *world,
                     .intra = intra.get(),
                     .inter = inter.get(),
+                    .post_forward = post_forward.get(),
                     .control = nullptr,
                     .model = config,
                     .model_options = options.model_options,

@@ -59,6 +59,7 @@ std::vector<std::vector<T>> gather_vectors(const std::vector<T>& mine, int rank,
 
 struct Groups {
   std::unique_ptr<coll::Communicator> world, intra, inter, control;
+  std::unique_ptr<coll::Communicator> post_forward;  // fsdp2's reshard_after_forward=M: M consecutive ranks
 };
 
 Groups make_groups(Device& device, const RunOptions& options, int ranks_per_node) {
@@ -71,6 +72,12 @@ Groups make_groups(Device& device, const RunOptions& options, int ranks_per_node
   const int rank = groups.world->rank();
   groups.intra = groups.world->split(rank / ranks_per_node, rank, fmt::format("intra-node {}", rank / ranks_per_node));
   groups.inter = groups.world->split(rank % ranks_per_node, rank, fmt::format("inter-node {}", rank % ranks_per_node));
+  for (const strategy::StrategyOptions& one : options.strategies) {
+    const int m = one.fsdp2.post_forward_ranks;
+    if (m > 0 && groups.post_forward == nullptr) {
+      groups.post_forward = groups.world->split(rank / m, rank, fmt::format("post-forward {}", rank / m));
+    }
+  }
   // The verdicts travel apart from the training traffic.
   groups.control = groups.world->split(0, rank, "control");
   return groups;
@@ -249,6 +256,7 @@ StrategyOutcome run_one(const MpiSession& mpi, const RunOptions& options, const 
                     .world = *groups.world,
                     .intra = groups.intra.get(),
                     .inter = groups.inter.get(),
+                    .post_forward = groups.post_forward.get(),
                     .control = groups.control.get(),
                     .model = report.model,
                     .model_options = options.model_options,

@@ -46,6 +46,7 @@ AnalyticInput analytic_input(const model::Model& model, int world, int ranks_per
     std::vector<uint64_t> tensors;
     for (const model::ParamInfo& param : model.layout(u).params) tensors.push_back(param.count);
     input.unit_tensors.push_back(std::move(tensors));
+    input.unit_rows.push_back(tensor_rows(model.config(), model.layout(u)));
   }
   input.charge = model::parameter_charge(model.config(), model.layouts());
   input.world = world;
@@ -131,6 +132,7 @@ Prediction predict(const StrategyOptions& options, const AnalyticInput& input) {
     case StrategyKind::kZero2: updated = predict_zero12(options, input, 2, prediction); break;
     case StrategyKind::kZero3: updated = predict_zero3(options, input, prediction); break;
     case StrategyKind::kFsdp: updated = predict_fsdp(options, input, prediction); break;
+    case StrategyKind::kFsdp2: updated = predict_fsdp2(options, input, prediction); break;
   }
   // Master weights (fp32) and Adam's two moments over the elements this rank updates, and AdamW's step
   // temporaries beside them; under offload in host memory, with the updated parameters sent back up every step.

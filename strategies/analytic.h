@@ -19,6 +19,7 @@
 
 #include "collectives/types.h"
 #include "emu/memory.h"
+#include "strategies/dim0_shard.h"
 #include "strategies/strategy.h"
 #include "workloads/model/shrink.h"
 
@@ -28,6 +29,8 @@ struct AnalyticInput {
   std::vector<uint64_t> unit_counts;  // n_u: root first, then blocks
   // Each unit's tensors' sizes in registration order (DeepSpeed buckets tensors); empty: one tensor per unit.
   std::vector<std::vector<uint64_t>> unit_tensors;
+  // Each unit's tensors with their dim 0 (FSDP2 shards each on dim 0); empty: one 1-D tensor per unit.
+  std::vector<std::vector<TensorRows>> unit_rows;
   int world = 1;           // N
   int ranks_per_node = 1;  // HYBRID_SHARD's shard group
   int accumulation = 1;    // micro-batches per step
@@ -90,6 +93,7 @@ Updated predict_ddp(const StrategyOptions& options, const AnalyticInput& input, 
 Updated predict_zero12(const StrategyOptions& options, const AnalyticInput& input, int stage, Prediction& prediction);
 Updated predict_zero3(const StrategyOptions& options, const AnalyticInput& input, Prediction& prediction);
 Updated predict_fsdp(const StrategyOptions& options, const AnalyticInput& input, Prediction& prediction);
+Updated predict_fsdp2(const StrategyOptions& options, const AnalyticInput& input, Prediction& prediction);
 
 // Adds `calls` calls of `kind` on a payload of `payload_bytes` within a group of `group_size` ranks named `group`,
 // at ring volume; nothing for a group of one rank or no calls.

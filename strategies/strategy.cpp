@@ -25,6 +25,7 @@ constexpr Named kNames[] = {
     {"fsdp-grad-op", StrategyKind::kFsdp, Sharding::kShardGradOp},
     {"fsdp-no-shard", StrategyKind::kFsdp, Sharding::kNoShard},
     {"fsdp-hybrid", StrategyKind::kFsdp, Sharding::kHybridShard},
+    {"fsdp2", StrategyKind::kFsdp2, Sharding::kFullShard},
 };
 
 }  // namespace
@@ -158,6 +159,7 @@ std::unique_ptr<Strategy> make_ddp(StrategyContext context, const StrategyOption
 std::unique_ptr<Strategy> make_zero12(StrategyContext context, const StrategyOptions& options, int stage);
 std::unique_ptr<Strategy> make_zero3(StrategyContext context, const StrategyOptions& options);
 std::unique_ptr<Strategy> make_fsdp(StrategyContext context, const StrategyOptions& options);
+std::unique_ptr<Strategy> make_fsdp2(StrategyContext context, const StrategyOptions& options);
 
 std::unique_ptr<Strategy> make_strategy(StrategyContext context, const StrategyOptions& options) {
   switch (options.kind) {
@@ -166,6 +168,7 @@ std::unique_ptr<Strategy> make_strategy(StrategyContext context, const StrategyO
     case StrategyKind::kZero2: return make_zero12(context, options, 2);
     case StrategyKind::kZero3: return make_zero3(context, options);
     case StrategyKind::kFsdp: return make_fsdp(context, options);
+    case StrategyKind::kFsdp2: return make_fsdp2(context, options);
   }
   EMU_CHECK(false, "unknown strategy kind {}", static_cast<int>(options.kind));
   return nullptr;

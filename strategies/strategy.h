@@ -6,6 +6,7 @@
 //   zero1, zero2   optimizer state (and, for 2, gradients) partitioned; reduce-scatter + all-gather (DeepSpeed)
 //   zero3          parameters partitioned too, gathered per unit before use and released after (DeepSpeed)
 //   fsdp           one flat parameter per unit, FULL_SHARD / SHARD_GRAD_OP / NO_SHARD / HYBRID_SHARD (PyTorch FSDP)
+//   fsdp2          every parameter sharded on dim 0, fully_shard per block and the root (PyTorch FSDP2, fsdp2.cpp)
 // One file per family (ddp.cpp, zero12.cpp, zero3.cpp, fsdp.cpp), its analytic predictor beside it (ddp_model.cpp,
 // zero12_model.cpp, zero3_model.cpp, fsdp_model.cpp; analytic.h); zero3 and fsdp share sharded_units.h.
 //
@@ -33,7 +34,7 @@
 
 namespace emu::strategy {
 
-enum class StrategyKind : uint8_t { kDdp, kZero1, kZero2, kZero3, kFsdp };
+enum class StrategyKind : uint8_t { kDdp, kZero1, kZero2, kZero3, kFsdp, kFsdp2 };
 
 // FSDP's sharding strategies.
 enum class Sharding : uint8_t {
@@ -78,11 +79,22 @@ struct FsdpOptions {
   bool forward_prefetch = false;
 };
 
+// PyTorch fully_shard's knobs (FSDP2, fsdp2.cpp).
+struct Fsdp2Options {
+  // reshard_after_forward=True frees each block's unsharded parameters after its forward and all-gathers them again
+  // for its backward; False keeps them from forward to backward (one all-gather per block).
+  bool reshard_after_forward = true;
+  // reshard_after_forward=M (an int): after its forward each block keeps 1/M of its unsharded parameters and is
+  // all-gathered in backward within M ranks (the context's post_forward group); 0: not used.
+  int post_forward_ranks = 0;
+};
+
 struct StrategyOptions {
   StrategyKind kind = StrategyKind::kDdp;
   DdpOptions ddp;
   ZeroOptions zero;
   FsdpOptions fsdp;
+  Fsdp2Options fsdp2;
   optim::PrecisionRecipe recipe = optim::precision_recipe(optim::Recipe::kMixed);
   optim::AdamWConfig adamw;
   optim::AdamWImpl adamw_impl = optim::AdamWImpl::kForeach;  // torch.optim.AdamW's (ddp, fsdp*): its step temporaries
@@ -91,7 +103,7 @@ struct StrategyOptions {
   int shrink = 1;          // k: full-scale bucket and threshold sizes are divided by k²
   uint64_t seed = 1234;    // initial weights
 
-  // "ddp", "zero1", "zero2", "zero3", "fsdp" (FULL_SHARD), "fsdp-grad-op", "fsdp-no-shard", "fsdp-hybrid"
+  // "ddp", "zero1", "zero2", "zero3", "fsdp" (FULL_SHARD), "fsdp-grad-op", "fsdp-no-shard", "fsdp-hybrid", "fsdp2"
   std::string name() const;
   // A full-scale byte or element count divided by k², at least 1.
   uint64_t scaled(uint64_t full_scale) const;
@@ -115,6 +127,8 @@ struct StrategyContext {
   Device* offload = nullptr;
   // ZeRO-3 parameter offload (ZeroOptions::offload_param): the parameter partitions live on this (host) device.
   Device* parameter_host = nullptr;
+  // FSDP2's reshard_after_forward=M: this rank's group of M consecutive ranks (fsdp2.cpp).
+  coll::Communicator* post_forward = nullptr;
 };
 
 // Bytes over PCIe per rank when the optimizer is offloaded (gradients down, updated parameters up) or ZeRO-3's

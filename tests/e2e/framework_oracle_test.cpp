@@ -5,8 +5,8 @@
 // DDP + ZeroRedundancyOptimizer, FSDP1 (FULL_SHARD) and FSDP2 (fully_shard), fp32 and mixed, tracked over the
 // second optimizer step by PyTorch's own MemTracker / FSDPMemTracker. For each case emu runs the same config,
 // micro-batch, sequence length and ranks under its matching strategy (ddp; zero1, which is DeepSpeed's ZeRO-1,
-// for ZeroRedundancyOptimizer; fsdp for FSDP1; none yet for FSDP2) and every category's peak — measured and
-// predicted — must equal the recorded one within 3% once the named differences below are added. Each named
+// for ZeroRedundancyOptimizer; fsdp for FSDP1; fsdp2 for FSDP2, tracked by FSDPMemTracker) and every category's peak —
+// measured and predicted — must equal the recorded one within 3% once the named differences below are added. Each named
 // difference is one line with its reason and its bytes computed from the shapes, so that the fix that removes
 // it deletes that line. Categories whose gap is not yet named from the shapes (activations, temporaries and the
 // total, pending Hugging Face's activations and the optimizer's temporaries in emu) are printed as OPEN and
@@ -95,6 +95,7 @@ std::string emu_strategy(const std::string& framework) {
   if (framework == "ddp") return "ddp";
   if (framework == "ddp-zero") return "zero1";  // DeepSpeed ZeRO-1, not ZeroRedundancyOptimizer: named below
   if (framework == "fsdp1") return "fsdp";
+  if (framework == "fsdp2") return "fsdp2";
   return "";
 }
 
@@ -157,6 +158,7 @@ const json* strategy_in(const json& root, const std::string& name) {
 struct Named {
   std::string reason;
   int64_t bytes = 0;
+  bool in_total = true;  // false: a difference of the recorded category peaks alone, not of one moment's bytes
 };
 
 struct Line {
@@ -304,14 +306,73 @@ void name_fsdp1(const std::string& category, const CaseFacts& f, Line& line) {
   }
 }
 
+// FSDP2 (fully_shard per block and on the root) against emu's fsdp2. Every parameter is sharded on dim 0: the
+// shapes of these models divide by N, so unit u's shard is n_u/N and its all-gather output, unsharded parameters
+// and reduce-scatter input n_u. FSDPMemTracker records each of its categories' peak on its own and files a unit's
+// unsharded gradients as such when its post-backward takes them, one unit at a time: its Unsharded Grad peak is
+// the largest unit's, its Sharded Grad peak every shard (at the step), its All Gather peak two consecutive units'
+// outputs (forward keeps one for overlap), its Reduce Scatter peak the largest unit's input. emu has one category,
+// and so one moment, for each pair; those lines name the difference between emu's moment and the sum of the two
+// recorded peaks, and do not carry over to the total.
+void name_fsdp2(const std::string& category, const CaseFacts& f, Line& line) {
+  std::vector<int64_t> n;  // n_u
+  for (uint64_t u : oracle::unit_counts(f.shapes)) n.push_back(static_cast<int64_t>(u));
+  const int64_t p = f.emu_bytes;  // param_dtype: bf16 in mixed
+  const int64_t g = f.emu_bytes;  // autograd's unsharded gradients, at the param dtype
+  const int64_t r = 4;            // reduce_dtype fp32 (mixed) or fp32: the sharded gradients and reduce-scatter input
+  const size_t last = n.size() - 1;
+  const int64_t largest = *std::max_element(n.begin(), n.end());
+  int64_t pair = 0;  // the largest two consecutive units (forward order: the root, then the blocks)
+  for (size_t u = 0; u < last; ++u) pair = std::max(pair, n[u] + n[u + 1]);
+  if (category == "gradients") {
+    // emu's moments: a block's backward (the root's unsharded gradients, made for the whole backward, beside the
+    // block's and the sharded gradients reduced so far), the root's reduce-scatter (its unsharded gradients beside
+    // the blocks' sharded ones), the optimizer step (every sharded gradient).
+    int64_t reduced = 0, moment = 0;
+    for (size_t u = last; u >= 1; --u) {
+      moment = std::max(moment, g * n[0] + g * n[u] + reduced);
+      reduced += r * n[u] / f.n;
+    }
+    const int64_t all_shards = reduced + r * n[0] / f.n;
+    moment = std::max({moment, reduced + g * n[0], all_shards});
+    line.named.push_back(
+        {"one moment of emu's gradients where FSDPMemTracker's Sharded Grad peak (every shard) and "
+         "Unsharded Grad peak (the largest unit's) are summed",
+         moment - (all_shards + g * largest), false});
+  }
+  if (category == "buckets") {
+    // emu's moments: forward, a unit's all-gather output kept beside the next one's (FSDPCommContext
+    // all_gather_state); backward, a block's fp32 reduce-scatter input kept beside the next block's prefetched
+    // all-gather output; the root's reduce-scatter input alone.
+    int64_t moment = std::max(r * n[0], p * pair);
+    for (size_t u = last; u >= 2; --u) moment = std::max(moment, r * n[u] + p * n[u - 1]);
+    line.named.push_back(
+        {"one moment of emu's buckets where FSDPMemTracker's All Gather peak (two consecutive units' "
+         "outputs in forward) and Reduce Scatter peak (the largest unit's input) are summed",
+         moment - (p * pair + r * largest), false});
+  }
+  if (category == "optimizer_state") {
+    line.named.push_back({"AdamW's step counters: one fp32 tensor per parameter tensor", -4 * f.tensors});
+  }
+  if (category == "buffers") {
+    line.named.push_back(
+        {"RoPE inv_freq buffers (emu keeps none; MixedPrecisionPolicy leaves buffers fp32)", -rope_buffers(f, 4)});
+  }
+}
+
 using RecordedCategories = std::map<std::string, int64_t>;
 
 // MemTracker's categories folded into emu's.
 int64_t recorded(const RecordedCategories& r, const std::string& category) {
+  // MemTracker's names, then FSDPMemTracker's (FSDP2), which splits parameters and gradients into their sharded
+  // and unsharded tensors and adds the all-gather and reduce-scatter buffers.
   static const std::map<std::string, std::vector<std::string>> kFrom = {
-      {"parameters", {"Parameter"}},     {"gradients", {"Gradient"}},
-      {"optimizer_state", {"Optstate"}}, {"buckets", {}},
-      {"buffers", {"Buffer"}},           {"activations", {"Activation"}},
+      {"parameters", {"Parameter", "Sharded Param", "Unsharded Param"}},
+      {"gradients", {"Gradient", "Sharded Grad", "Unsharded Grad"}},
+      {"optimizer_state", {"Optstate", "OptState"}},
+      {"buckets", {"All Gather", "Reduce Scatter"}},
+      {"buffers", {"Buffer"}},
+      {"activations", {"Activation"}},
       {"temporaries", {"Temp"}}};
   int64_t bytes = 0;
   for (const std::string& key : kFrom.at(category)) {
@@ -387,6 +448,7 @@ std::vector<Line> compare(const json& c, const json& emu, const std::string& str
                                              if (strategy == "ddp") name_ddp(category, f, line);
                                              if (strategy == "zero1") name_zero1(category, f, line);
                                              if (strategy == "fsdp") name_fsdp1(category, f, line);
+                                             if (strategy == "fsdp2") name_fsdp2(category, f, line);
                                            });
   Line total;
   total.category = "total";
@@ -397,14 +459,28 @@ std::vector<Line> compare(const json& c, const json& emu, const std::string& str
   // the buckets' are replaced by what emu's buckets hold at its peak, below.
   for (const Line& line : lines) {
     if (line.category == "buckets" || line.open) continue;
-    for (const Named& n : line.named) total.named.push_back({fmt::format("{} ({})", n.reason, line.category), n.bytes});
+    for (const Named& n : line.named) {
+      if (n.in_total) total.named.push_back({fmt::format("{} ({})", n.reason, line.category), n.bytes});
+    }
   }
   total.named.push_back(
       {"emu's collective staging in use at its peak (NCCL's own buffers on a GPU, outside "
        "PyTorch's allocator)",
        emu["peak"]["at_peak_by_category"]["comm_buffers"].get<int64_t>()});
-  total.named.push_back({"emu's buckets at its peak (DDP's Reducer buckets are unseen by MemTracker)",
-                         emu["peak"]["at_peak_by_category"]["buckets"].get<int64_t>()});
+  if (strategy == "fsdp2") {
+    // emu's peak is in backward (at its start without checkpointing), where it holds the root's unsharded
+    // gradients; PyTorch's is in forward, or holds only some of them: autograd makes the head's once the logits'
+    // gradient is out and the embedding's at the end of backward.
+    const auto root = static_cast<int64_t>(oracle::unit_counts(f.shapes).at(0));
+    total.named.push_back(
+        {"the root's unsharded gradients, which emu makes whole at the start of backward and keeps "
+         "through it",
+         f.emu_bytes * root});
+  }
+  if (strategy != "fsdp2") {  // FSDPMemTracker sees FSDP2's all-gather and reduce-scatter buffers
+    total.named.push_back({"emu's buckets at its peak (DDP's Reducer buckets are unseen by MemTracker)",
+                           emu["peak"]["at_peak_by_category"]["buckets"].get<int64_t>()});
+  }
   // ZeroRedundancyOptimizer is not DeepSpeed ZeRO-1: the two keep different buffers at different times (its
   // Reducer's buckets, DeepSpeed's partition), so only their categories compare; the total is printed.
   total.unchecked = strategy == "zero1";

@@ -101,6 +101,8 @@ TEST_P(Ranks, BadInputsExitTwoWithOneMessage) {
       {"--model gpt2 --deepspeed " + bad_json, "not valid JSON at byte"},
       {"--model gpt2 --deepspeed " + dir.file("missing.json"), "cannot be read"},
       {"--model gpt2 --strategies ddp,zero4", "strategy 'zero4' is not one of"},
+      {"--model gpt2 --reshard-after-forward yes", "--reshard-after-forward 'yes' is not one of true, false"},
+      {"--model gpt2 --reshard-after-forward 3", "an int must divide the ranks and lie between 1 and"},
       {"--model gpt2 --expect zero3=fits", "--expect 'zero3=fits'"},
       {"--model gpt2 --json /no/such/folder/out.json", "the folder '/no/such/folder' does not exist"},
   };
@@ -242,8 +244,8 @@ void expect_run_matches_plan(const std::string& common, const std::vector<std::s
 }
 
 TEST(Plan, AgreesWithTheShrunkRunWithinHalfAPercent) {
-  expect_run_matches_plan(" --model llama2-13b --shrink 64 --steps 1 --strategies ddp,zero1,zero2,zero3,fsdp",
-                          {"ddp", "zero1", "zero2", "zero3", "fsdp"}, 0.005);
+  expect_run_matches_plan(" --model llama2-13b --shrink 64 --steps 1 --strategies ddp,zero1,zero2,zero3,fsdp,fsdp2",
+                          {"ddp", "zero1", "zero2", "zero3", "fsdp", "fsdp2"}, 0.005);
   expect_run_matches_plan(" --model gpt2-xl --steps 1 --strategies zero1,zero2,fsdp-grad-op",
                           {"zero1", "zero2", "fsdp-grad-op"}, 0.025);
 }

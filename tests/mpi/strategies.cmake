@@ -9,3 +9,6 @@ emu_add_mpi_test(strategy_oom_test SOURCES mpi/strategy_oom_test.cpp LIBS emu_st
 # ZeRO paper's Figure 1 on a 7.5B model.
 emu_add_mpi_test(strategy_oracle_test SOURCES mpi/strategy_oracle_test.cpp oracle/memory_oracle.cpp
                  LIBS emu_strategies emu_app RANKS 2 4 8)
+# FSDP2's per-parameter dim-0 padding, buffers and offload against the shapes by hand, at ranks that pad.
+emu_add_mpi_test(strategy_fsdp2_test SOURCES mpi/strategy_fsdp2_test.cpp LIBS emu_strategies RANKS 1 3 4 8)
+emu_add_mpi_test(strategy_fsdp2_reshard_test SOURCES mpi/strategy_fsdp2_reshard_test.cpp LIBS emu_strategies RANKS 4 8)

@@ -151,11 +151,11 @@ std::vector<Case> cases() {
   std::vector<Case> all;
   for (const bool clip : {false, true}) {
     for (const char* name :
-         {"ddp", "zero1", "zero2", "zero3", "fsdp", "fsdp-grad-op", "fsdp-no-shard", "fsdp-hybrid"}) {
+         {"ddp", "zero1", "zero2", "zero3", "fsdp", "fsdp-grad-op", "fsdp-no-shard", "fsdp-hybrid", "fsdp2"}) {
       all.push_back({name, model::Style::kLlama, optim::Recipe::kFp32, 2, clip});
       all.push_back({name, model::Style::kGpt2, optim::Recipe::kFp32, 1, clip});
     }
-    for (const char* name : {"ddp", "zero1", "zero2", "zero3", "fsdp"}) {
+    for (const char* name : {"ddp", "zero1", "zero2", "zero3", "fsdp", "fsdp2"}) {
       all.push_back({name, model::Style::kLlama, optim::Recipe::kMixed, 1, clip});
     }
   }

@@ -67,11 +67,15 @@ TEST_P(MemoryAndTraffic, MeasuredEqualsAnalytic) {
 
 std::vector<Case> cases() {
   std::vector<Case> all;
+  using O = strategy::StrategyOptions;
   for (const char* name : {"ddp", "zero1", "zero2", "zero3", "fsdp", "fsdp-grad-op", "fsdp-no-shard", "fsdp-hybrid"}) {
     all.push_back({name, optim::Recipe::kMixed, "", nullptr});
   }
-  for (const char* name : {"ddp", "zero2", "fsdp"}) all.push_back({name, optim::Recipe::kFp32, "", nullptr});
-  using O = strategy::StrategyOptions;
+  for (const char* name : {"ddp", "zero2", "fsdp", "fsdp2"}) all.push_back({name, optim::Recipe::kFp32, "", nullptr});
+  all.push_back({"fsdp2", optim::Recipe::kMixed, "", nullptr});
+  all.push_back({"fsdp2", optim::Recipe::kPureBf16, "pure_bf16", nullptr});
+  all.push_back({"fsdp2", optim::Recipe::kMixed, "no_reshard_after_forward",
+                 [](O& o) { o.fsdp2.reshard_after_forward = false; }});
   all.push_back({"ddp", optim::Recipe::kMixed, "bucket_view", [](O& o) { o.ddp.gradient_as_bucket_view = true; }});
   all.push_back({"zero2", optim::Recipe::kMixed, "overlap_comm", [](O& o) { o.zero.overlap_comm = true; }});
   all.push_back({"zero2", optim::Recipe::kMixed, "small_buckets", [](O& o) { o.zero.reduce_bucket_elements = 1; }});
@@ -91,7 +95,7 @@ std::vector<Case> cases() {
                    o.fsdp.forward_prefetch = true;
                  }});
   // torch.optim.AdamW's step temporaries (default foreach above): the for-loop and the fused kernel.
-  for (const char* name : {"ddp", "fsdp"}) {
+  for (const char* name : {"ddp", "fsdp", "fsdp2"}) {
     all.push_back(
         {name, optim::Recipe::kMixed, "adamw_single", [](O& o) { o.adamw_impl = optim::AdamWImpl::kSingle; }});
     all.push_back({name, optim::Recipe::kMixed, "adamw_fused", [](O& o) { o.adamw_impl = optim::AdamWImpl::kFused; }});

@@ -48,22 +48,31 @@ std::vector<std::vector<std::string>> product(const std::vector<std::string>& ba
   return lines;
 }
 
-// Every combination of the options, one command line each.
+// Every combination of the options, one command line each: every strategy at its defaults, and fsdp2 with
+// reshard_after_forward=False and =2 (of the 4 ranks).
 std::vector<std::vector<std::string>> option_matrix() {
-  return product(
-      {"--seq-len", "256", "--strategies", "ddp,zero1,zero2,zero3,fsdp,fsdp-grad-op,fsdp-no-shard,fsdp-hybrid"},
-      {
-          // A Llama with grouped-query attention and a GPT-2, small enough to account in milliseconds at full scale.
-          {{"--model", std::string(EMU_SOURCE_DIR) + "/tests/fuzz/corpus/fuzz_hf_config/valid_llama3_gqa.json"},
-           {"--model", "gpt2"}},
-          {{"--precision", "mixed"}, {"--precision", "bf16"}, {"--precision", "fp32"}},
-          {{}, {"--offload"}},
-          {{"--grad-accum", "1"}, {"--grad-accum", "3"}},
-          {{"--checkpoint"}, {"--no-checkpoint"}},
-          {{"--attention", "sdpa"}, {"--attention", "eager"}, {"--attention", "flash"}},
-          {{"--loss", "trainer"}, {"--loss", "fused"}},
-          {{"--adamw", "foreach"}, {"--adamw", "single"}, {"--adamw", "fused"}},
-      });
+  const std::vector<std::vector<std::vector<std::string>>> axes = {
+      // A Llama with grouped-query attention and a GPT-2, small enough to account in milliseconds at full scale.
+      {{"--model", std::string(EMU_SOURCE_DIR) + "/tests/fuzz/corpus/fuzz_hf_config/valid_llama3_gqa.json"},
+       {"--model", "gpt2"}},
+      {{"--precision", "mixed"}, {"--precision", "bf16"}, {"--precision", "fp32"}},
+      {{}, {"--offload"}},
+      {{"--grad-accum", "1"}, {"--grad-accum", "3"}},
+      {{"--checkpoint"}, {"--no-checkpoint"}},
+      {{"--attention", "sdpa"}, {"--attention", "eager"}, {"--attention", "flash"}},
+      {{"--loss", "trainer"}, {"--loss", "fused"}},
+      {{"--adamw", "foreach"}, {"--adamw", "single"}, {"--adamw", "fused"}},
+  };
+  std::vector<std::vector<std::string>> lines;
+  for (const std::vector<std::string>& base :
+       {std::vector<std::string>{"--seq-len", "256", "--strategies",
+                                 "ddp,zero1,zero2,zero3,fsdp,fsdp-grad-op,fsdp-no-shard,fsdp-hybrid,fsdp2"},
+        std::vector<std::string>{"--seq-len", "256", "--strategies", "fsdp2", "--reshard-after-forward", "false"},
+        std::vector<std::string>{"--seq-len", "256", "--strategies", "fsdp2", "--reshard-after-forward", "2"}}) {
+    const auto some = product(base, axes);
+    lines.insert(lines.end(), some.begin(), some.end());
+  }
+  return lines;
 }
 
 // Appends what differs between one strategy's allocated model states (and PCIe bytes) and its prediction; returns

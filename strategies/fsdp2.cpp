@@ -1,0 +1,370 @@
+// FSDP2 as PyTorch 2.x runs it: fully_shard on every decoder block and on the root (embeddings, final norm, head),
+// as torchtitan and accelerate apply it, with MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32) in the
+// mixed recipe (torch/distributed/fsdp/_fully_shard/: _fsdp_param.py, _fsdp_param_group.py,
+// _fsdp_collectives.py, _fsdp_state.py). Every parameter is sharded on dim 0 on its own (dim0_shard.h).
+//
+// Per rank and unit u, N ranks, S_u = Σ_p ceil(rows_p / N)·row_p (dim0_shard.h), n_u real elements:
+//   sharded parameter  [S_u] fp32 in the mixed recipe, else the recipe's dtype; kParameters. It is the
+//                      optimizer's parameter: no separate master copy, no low-precision shard kept (FSDPParam keeps
+//                      only _sharded_param_data). In host memory under --offload (CPUOffloadPolicy).
+//   sharded gradient   [S_u] reduce dtype (fp32 in the mixed recipe); kGradients. Made by the unit's first
+//                      reduce-scatter of a step (the reduce-scatter output becomes sharded_param.grad), added into by
+//                      later micro-batches, freed after the optimizer step (zero_grad(set_to_none=True)). In host
+//                      memory under --offload (copied down from the reduce-scatter output, which is then freed).
+//   Adam m, v          [S_u] over the sharded parameters (fp32 in the mixed recipe).
+// and while the unit is in use:
+//   all-gather output  [N·S_u] param dtype, kBuckets (foreach_all_gather). This rank's shard is cast into its slot
+//                      (the all-gather input is a view of the output), gathered, then copied out into the unsharded
+//                      parameters (foreach_all_gather_copy_out). In forward the output is kept until the next unit's
+//                      copy-out (FSDPCommContext.all_gather_state, for the implicit prefetch) and the root's
+//                      post-forward frees the last; in backward it is freed right after its copy-out. Under
+//                      --offload the fp32 shard is first copied to the device (a transient [S_u], kBuckets).
+//   unsharded params   [N·S_u] param dtype, kParameters: each parameter's all_gather_outputs tensor, padded on dim 0,
+//                      allocated at copy-out and freed at reshard (free_storage).
+//   unsharded grads    [n_u] gradient dtype, kGradients: what autograd makes for the unsharded parameters.
+//   reduce-scatter in  [N·S_u] reduce dtype, kBuckets (foreach_reduce): the unsharded gradients cast into it rank
+//                      by rank (foreach_reduce_scatter_copy_in), then freed; reduce-scattered into the sharded
+//                      gradient. Kept until the next unit's reduce-scatter (FSDPCommContext.reduce_scatter_states,
+//                      reduce_scatter_max_input_buffers = 1); the last unit's until the end of backward.
+//
+// Order, per micro-batch (units: the root, whose forward encloses the blocks', then blocks 1..L):
+//   forward   each unit all-gathered as its forward begins; each block resharded when its forward ends
+//             (reshard_after_forward=True), kept until its backward (False), or resharded to M ranks (an int M:
+//             FSDPParam.to_sharded_post_forward keeps this rank's 1/M slice of each padded unsharded tensor,
+//             [N·S_u/M] param dtype, kParameters, and backward all-gathers it within the context's group of M
+//             consecutive ranks); the root never resharded after forward (FSDPState._lazy_init sets the root's
+//             post_forward_mesh_info to None)
+//   backward  each unit unsharded as its backward begins (a no-op when kept or prefetched), then the next unit in
+//             backward all-gathered ahead (FSDPParamGroup._backward_prefetch: one unit, the default); when its
+//             backward ends it is resharded, the previous reduce-scatter input freed, its gradients reduced.
+// Traffic: all-gathers of N·S_u at the param dtype (bf16 in mixed), reduce-scatters of N·S_u at the reduce dtype
+// (fp32 in mixed, twice FSDP1's bf16 bytes). emu's collectives are blocking: prefetch shows in memory, not overlap.
+#include <fmt/format.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "emu/check.h"
+#include "strategies/dim0_shard.h"
+#include "strategies/flat.h"
+#include "strategies/strategy.h"
+#include "workloads/model/shrink.h"
+#include "workloads/optim/adamw_state.h"
+
+namespace emu::strategy {
+namespace {
+
+class Fsdp2 final : public Strategy {
+ public:
+  using Strategy::Strategy;
+
+  void setup() override {
+    const int m = options_.fsdp2.post_forward_ranks;
+    if (m > 0 && (context_.post_forward == nullptr || context_.post_forward->size() != m)) {
+      throw InputError(fmt::format("fsdp2 reshard_after_forward={} needs a group of {} consecutive ranks", m, m));
+    }
+    const optim::PrecisionRecipe& recipe = options_.recipe;
+    sharded_dtype_ = recipe.has_master ? DType::kF32 : recipe.params;
+    // torch.optim.AdamW over the sharded parameters: no master copy, moments at the recipe's dtype.
+    optim::PrecisionRecipe optimizer_recipe = recipe;
+    optimizer_recipe.has_master = false;
+    optimizer_recipe.params = sharded_dtype_;
+    optimizer_recipe.grads = sharded_dtype_;
+    const int rank = world_.rank();
+    units_.resize(static_cast<size_t>(model_.num_units()));
+    for (int u = 0; u < model_.num_units(); ++u) {
+      UnitState& unit = units_[static_cast<size_t>(u)];
+      const std::vector<TensorRows> rows = tensor_rows(model_.config(), model_.layout(u));
+      unit.shards = dim0_shards(rows, world_.size());
+      if (post_forward_ranks() > 0) unit.post_shards = coarser(unit.shards, post_forward_ranks());
+      const uint64_t shard = unit.shards.shard;
+      unit.sharded = optimizer_device().allocate(shard, sharded_dtype_, Category::kParameters,
+                                                 fmt::format("unit {} sharded parameters", u),
+                                                 unit.shards.charged_shard() * dtype_size(sharded_dtype_));
+      const model::ParameterCharge charge{shard, static_cast<double>(unit.shards.charged_shard())};
+      unit.optimizer = std::make_unique<optim::AdamWState>(optimizer_device(), optimizer_recipe, shard,
+                                                           fmt::format("unit {} optimizer shard", u), charge);
+      // This rank's chunk of each tensor: its initial values and, for the weight-decayed ones, its decay range
+      // (in the coordinates of the all-gather output, where this rank's shard starts at rank·S).
+      const uint64_t base = shard * static_cast<uint64_t>(rank);
+      for (const Dim0Tensor& t : unit.shards.tensors) {
+        const uint64_t valid = t.valid_rows(rank) * t.tensor.row_elements();
+        const uint64_t first = t.tensor.offset + t.chunk_elements() * static_cast<uint64_t>(rank);
+        init_into(model_, u, options_.seed, first, valid, element(unit.sharded.data(), sharded_dtype_, t.shard_offset),
+                  sharded_dtype_);
+        const model::ParamInfo* info = param_at(u, t.tensor.offset);
+        if (info->decay && valid > 0) unit.decay.push_back({base + t.shard_offset, base + t.shard_offset + valid});
+      }
+    }
+  }
+
+  std::vector<coll::Communicator*> groups() override {
+    if (post_forward_ranks() == 0) return {&world_};
+    return {&world_, context_.post_forward};
+  }
+
+  std::vector<float> full_weights(int u) override {
+    UnitState& unit = units_[static_cast<size_t>(u)];
+    std::vector<float> mine(unit.shards.shard);
+    convert(unit.sharded.data(), sharded_dtype_, mine.data(), DType::kF32, mine.size());
+    std::vector<float> gathered(unit.shards.padded());
+    if (world_.size() > 1) {
+      world_.all_gather(mine.data(), gathered.data(), mine.size(), DType::kF32, "report: gather weights");
+    } else {
+      gathered = mine;
+    }
+    std::vector<float> whole(model_.layout(u).count);
+    copy_out(unit.shards, gathered.data(), whole.data(), DType::kF32);
+    return whole;
+  }
+
+ protected:
+  // torch.optim.AdamW's tensors: every parameter's local chunk, as a shrunk run charges it.
+  std::vector<uint64_t> optimizer_tensors() const override {
+    std::vector<uint64_t> tensors;
+    for (const UnitState& unit : units_) {
+      for (const Dim0Tensor& t : unit.shards.tensors) tensors.push_back(t.charged_chunk());
+    }
+    return tensors;
+  }
+
+  double gradient_sum_of_squares() override {
+    double local = 0;
+    for (const UnitState& unit : units_) {
+      local += optim::grad_sum_of_squares(optim::ConstElementSpan::of(unit.sharded_grad));
+    }
+    return world_.size() > 1 ? sum_over_world(local, "clip: gradient norm") : local;
+  }
+
+  void update(double lr, float grad_scale) override {
+    const uint64_t base = static_cast<uint64_t>(world_.rank());
+    for (UnitState& unit : units_) {
+      if (!unit.sharded_grad.allocated()) continue;  // no backward reached the unit this step
+      unit.optimizer->step(options_.adamw, optim::ElementSpan::of(unit.sharded),
+                           optim::ConstElementSpan::of(unit.sharded_grad), base * unit.shards.shard, unit.decay, lr,
+                           grad_scale);
+      unit.sharded_grad.reset();  // zero_grad(set_to_none=True)
+    }
+  }
+
+  void before_forward(int u) override {
+    unshard(u, "forward");
+    wait_for_unshard(u, /*forward=*/true);
+  }
+
+  void after_forward(int u) override {
+    if (u == 0) {
+      kept_all_gather_.reset();  // the root's post-forward frees the last all-gather output kept for overlap
+      return;
+    }
+    if (post_forward_ranks() > 0) {
+      reshard_to_post_forward(u);
+    } else if (options_.fsdp2.reshard_after_forward) {
+      reshard(u);
+    }
+  }
+
+  void before_backward(int u) override {
+    unshard(u, "backward");
+    wait_for_unshard(u, /*forward=*/false);
+    const int next = u == 0 ? model_.num_units() - 1 : u - 1;
+    if (next >= 1) unshard(next, "backward prefetch");
+    UnitState& unit = units_[static_cast<size_t>(u)];
+    unit.unsharded_grads =
+        model::allocate_parameter_space(device_, unit_charge(model_, u), model_.layout(u).count, options_.recipe.grads,
+                                        Category::kGradients, fmt::format("unit {} unsharded gradients", u));
+    model_.bind_grads(u, unit.unsharded_grads.data());
+  }
+
+  void after_backward(int u) override {
+    reshard(u);
+    reduce_scatter_input_.reset();  // the previous unit's, kept until this reduce-scatter
+    reduce(u);
+    if (u == 0) reduce_scatter_input_.reset();  // the end of backward releases the last one
+  }
+
+ private:
+  struct UnitState {
+    Dim0Shards shards;
+    Dim0Shards post_shards;  // reshard_after_forward=M: the same tensors in M larger chunks
+    Buffer post_forward;     // [N·S/M] param dtype, kParameters: from the unit's forward to its backward
+    Buffer sharded;          // [S] the sharded parameters (optimizer device)
+    Buffer sharded_grad;     // [S] reduce dtype, from the first reduce-scatter of a step until the optimizer step
+    Buffer all_gather;       // [N·S] param dtype: between the unit's all-gather and its copy-out
+    Buffer unsharded;        // [N·S] param dtype: while unsharded
+    Buffer unsharded_grads;  // [n_u] grads dtype: while backward makes them
+    std::unique_ptr<optim::AdamWState> optimizer;
+    std::vector<optim::DecayRange> decay;  // all-gather-output coordinates
+  };
+
+  const model::ParamInfo* param_at(int u, uint64_t offset) const {
+    for (const model::ParamInfo& p : model_.layout(u).params) {
+      if (p.offset == offset) return &p;
+    }
+    EMU_CHECK(false, "unit {} has no parameter at offset {}", u, offset);
+    return nullptr;
+  }
+
+  DType reduce_dtype() const { return sharded_dtype_; }
+
+  // Bytes a buffer of the unit's N·S elements is charged at `dtype`.
+  static size_t padded_bytes(const UnitState& unit, DType dtype) {
+    return unit.shards.charged_padded() * dtype_size(dtype);
+  }
+
+  // foreach_all_gather: casts this rank's shard into its slot of a new all-gather output and gathers the others.
+  void unshard(int u, std::string_view pass) {
+    UnitState& unit = units_[static_cast<size_t>(u)];
+    if (unit.unsharded.allocated() || unit.all_gather.allocated()) return;  // unsharded, or already gathering
+    const DType dtype = options_.recipe.params;
+    const std::string phase = fmt::format("{} all-gather, unit {}", pass, u);
+    PhaseScope scope(device_.memory(), phase);
+    if (unit.post_forward.allocated()) {  // within the post-forward group, from this rank's 1/M
+      coll::Communicator& group = *context_.post_forward;
+      const uint64_t part = unit.post_shards.shard;
+      unit.all_gather = device_.allocate(unit.shards.padded(), dtype, Category::kBuckets,
+                                         fmt::format("unit {} all-gather output", u), padded_bytes(unit, dtype));
+      void* mine = element(unit.all_gather.data(), dtype, part * static_cast<uint64_t>(group.rank()));
+      convert(unit.post_forward.data(), dtype, mine, dtype, part);
+      group.all_gather(mine, unit.all_gather.data(), part, dtype, phase);
+      return;
+    }
+    const uint64_t shard = unit.shards.shard;
+    Buffer on_device;  // CPUOffloadPolicy: the host shard copied to the device for the cast
+    const void* source = unit.sharded.data();
+    if (context_.offload != nullptr) {
+      const size_t bytes = unit.shards.charged_shard() * dtype_size(sharded_dtype_);
+      on_device = device_.allocate(shard, sharded_dtype_, Category::kBuckets,
+                                   fmt::format("unit {} sharded parameters on the device", u), bytes);
+      convert(unit.sharded.data(), sharded_dtype_, on_device.data(), sharded_dtype_, shard);
+      source = on_device.data();
+      host_traffic_.host_to_device += bytes;
+    }
+    unit.all_gather = device_.allocate(unit.shards.padded(), dtype, Category::kBuckets,
+                                       fmt::format("unit {} all-gather output", u), padded_bytes(unit, dtype));
+    void* mine = element(unit.all_gather.data(), dtype, shard * static_cast<uint64_t>(world_.rank()));
+    convert(source, sharded_dtype_, mine, dtype, shard);
+    on_device.reset();
+    if (world_.size() > 1) world_.all_gather(mine, unit.all_gather.data(), shard, dtype, phase);
+  }
+
+  // foreach_all_gather_copy_out: the unsharded parameters from the all-gather output.
+  void wait_for_unshard(int u, bool forward) {
+    UnitState& unit = units_[static_cast<size_t>(u)];
+    if (unit.unsharded.allocated()) return;
+    if (forward) kept_all_gather_.reset();  // the previous unit's output, kept for overlap until this copy-out
+    const DType dtype = options_.recipe.params;
+    unit.unsharded = device_.allocate(unit.shards.padded(), dtype, Category::kParameters,
+                                      fmt::format("unit {} unsharded parameters", u), padded_bytes(unit, dtype));
+    const bool from_post_forward = unit.post_forward.allocated();
+    copy_out(from_post_forward ? unit.post_shards : unit.shards, unit.all_gather.data(), unit.unsharded.data(), dtype);
+    unit.post_forward.reset();
+    model_.bind_weights(u, unit.unsharded.data());
+    if (forward && world_.size() > 1) {
+      kept_all_gather_ = std::move(unit.all_gather);
+    } else {
+      unit.all_gather.reset();
+    }
+  }
+
+  // FSDPParam.to_sharded_post_forward: this rank's 1/M slice of each padded unsharded tensor kept (cloned) until
+  // the unit's backward, the unsharded parameters freed.
+  void reshard_to_post_forward(int u) {
+    UnitState& unit = units_[static_cast<size_t>(u)];
+    const DType dtype = options_.recipe.params;
+    coll::Communicator& group = *context_.post_forward;
+    unit.post_forward = device_.allocate(
+        unit.post_shards.shard, dtype, Category::kParameters, fmt::format("unit {} post-forward shard", u),
+        unit.shards.charged_padded() / static_cast<uint64_t>(group.size()) * dtype_size(dtype));
+    copy_rank_in(unit.post_shards, group.rank(), unit.unsharded.data(), dtype, unit.post_forward.data(), dtype);
+    reshard(u);
+  }
+
+  int post_forward_ranks() const { return options_.fsdp2.post_forward_ranks; }
+
+  void reshard(int u) {
+    UnitState& unit = units_[static_cast<size_t>(u)];
+    model_.bind_weights(u, nullptr);
+    unit.unsharded.reset();
+  }
+
+  // foreach_reduce: the unsharded gradients cast into the reduce-scatter input rank by rank, freed, reduce-scattered
+  // (averaged) into a new sharded gradient or added into this step's.
+  void reduce(int u) {
+    UnitState& unit = units_[static_cast<size_t>(u)];
+    const DType dtype = reduce_dtype();
+    const std::string phase = fmt::format("backward reduce-scatter, unit {}", u);
+    PhaseScope scope(device_.memory(), phase);
+    const uint64_t shard = unit.shards.shard;
+    reduce_scatter_input_ = device_.allocate(unit.shards.padded(), dtype, Category::kBuckets,
+                                             fmt::format("unit {} reduce-scatter input", u), padded_bytes(unit, dtype));
+    copy_in(unit.shards, unit.unsharded_grads.data(), options_.recipe.grads, reduce_scatter_input_.data(), dtype);
+    model_.bind_grads(u, nullptr);
+    unit.unsharded_grads.reset();
+    Device& host = optimizer_device();
+    const size_t shard_bytes = unit.shards.charged_shard() * dtype_size(dtype);
+    Buffer output = device_.allocate(shard, dtype, Category::kGradients,
+                                     fmt::format("unit {} reduce-scatter output", u), shard_bytes);
+    void* mine = element(reduce_scatter_input_.data(), dtype, shard * static_cast<uint64_t>(world_.rank()));
+    if (world_.size() > 1) {
+      world_.reduce_scatter(reduce_scatter_input_.data(), output.data(), shard, dtype, coll::ReduceOp::kAvg, phase);
+    } else {
+      convert(mine, dtype, output.data(), dtype, shard);
+    }
+    if (context_.offload != nullptr) host_traffic_.device_to_host += shard_bytes;
+    if (!unit.sharded_grad.allocated() && &host == &device_) {
+      unit.sharded_grad = std::move(output);  // the reduce-scatter output is the sharded gradient
+      return;
+    }
+    if (!unit.sharded_grad.allocated()) {
+      unit.sharded_grad =
+          host.allocate(shard, dtype, Category::kGradients, fmt::format("unit {} sharded gradients", u), shard_bytes);
+    }
+    accumulate(output.data(), dtype, unit.sharded_grad.data(), dtype, shard);
+  }
+
+  // Every rank's chunk of every tensor, from a buffer laid out rank after rank (the all-gather output) to the
+  // tensors' rows in the unit's layout.
+  static void copy_out(const Dim0Shards& shards, const void* gathered, void* unit_layout, DType dtype) {
+    for (int r = 0; r < shards.ranks; ++r) {
+      for (const Dim0Tensor& t : shards.tensors) {
+        const uint64_t from = shards.shard * static_cast<uint64_t>(r) + t.shard_offset;
+        const uint64_t to = t.tensor.offset + t.chunk_elements() * static_cast<uint64_t>(r);
+        convert(element(gathered, dtype, from), dtype, element(unit_layout, dtype, to), dtype,
+                t.valid_rows(r) * t.tensor.row_elements());
+      }
+    }
+  }
+
+  // The reverse, casting: rank `rank`'s chunk of every tensor into a shard, padding left as it is.
+  static void copy_rank_in(const Dim0Shards& shards, int rank, const void* unit_layout, DType from_dtype, void* out,
+                           DType dtype) {
+    for (const Dim0Tensor& t : shards.tensors) {
+      const uint64_t from = t.tensor.offset + t.chunk_elements() * static_cast<uint64_t>(rank);
+      convert(element(unit_layout, from_dtype, from), from_dtype, element(out, dtype, t.shard_offset), dtype,
+              t.valid_rows(rank) * t.tensor.row_elements());
+    }
+  }
+
+  // Every rank's chunks: the unit's gradients into a buffer laid out rank after rank, padding left zero.
+  static void copy_in(const Dim0Shards& shards, const void* unit_layout, DType from_dtype, void* out, DType dtype) {
+    for (int r = 0; r < shards.ranks; ++r) {
+      copy_rank_in(shards, r, unit_layout, from_dtype, element(out, dtype, shards.shard * static_cast<uint64_t>(r)),
+                   dtype);
+    }
+  }
+
+  std::vector<UnitState> units_;
+  DType sharded_dtype_ = DType::kF32;  // the sharded parameters', gradients' and reduce-scatter's dtype
+  Buffer kept_all_gather_;             // forward: the last all-gather output, until the next copy-out
+  Buffer reduce_scatter_input_;        // backward: the last unit's, until the next reduce-scatter
+};
+
+}  // namespace
+
+std::unique_ptr<Strategy> make_fsdp2(StrategyContext context, const StrategyOptions& options) {
+  return std::make_unique<Fsdp2>(context, options);
+}
+
+}  // namespace emu::strategy
