@@ -45,7 +45,7 @@ int check_expectations(const emu::app::RunReport& report, int rank) {
       if (rank == 0) {
         std::fprintf(stderr, "emu: expectation failed: %s was expected to %s but %s\n", outcome.name.c_str(),
                      expectation.fit ? "fit" : "run out of memory",
-                     outcome.fits() ? "fits" : outcome.verdict.summary().c_str());
+                     outcome.fits() ? "fits" : emu::app::oom_summary(report, outcome).c_str());
       }
     }
   }
@@ -111,9 +111,13 @@ int run(const emu::MpiSession& mpi, int argc, char** argv) {
     try {
       report = emu::app::run_strategies(mpi, options);
     } catch (const emu::OutOfMemoryError& error) {
-      // Strict mode: stop every rank at once, as a GPU job would.
-      emu::fatal(fmt::format("out of memory (strict): {}", error.what()), __FILE__, __LINE__,
-                 emu::kExitExpectationFailed);
+      // Strict mode: stop every rank at once, as a GPU job would. An expected outcome, not emu's own failure: the
+      // message is the OOM at full scale, without a source location.
+      const auto k = static_cast<uint64_t>(options.shrink);
+      std::fprintf(stderr, "%s --strict-oom stops the job here (exit %d).\n", error.event().message(k * k).c_str(),
+                   static_cast<int>(emu::kExitExpectationFailed));
+      std::fflush(stderr);
+      MPI_Abort(MPI_COMM_WORLD, emu::kExitExpectationFailed);
     }
   }
   std::string write_error;

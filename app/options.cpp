@@ -2,9 +2,11 @@
 
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
 #include <iterator>
 #include <string_view>
 #include <utility>
@@ -45,10 +47,33 @@ std::vector<std::string> split_list(const std::string& text) {
   return out;
 }
 
+// What a user calls a Hugging Face model: the config's own `_name_or_path` when it names one, else the folder
+// holding config.json (a snapshot's folder is named after the model), else the file's stem ("tinyllama.json").
+std::string hf_model_name(const std::filesystem::path& given) {
+  std::error_code error;
+  const bool folder = std::filesystem::is_directory(given, error);
+  const std::filesystem::path file = folder ? given / "config.json" : given;
+  std::ifstream in(file);
+  const nlohmann::json config = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (config.is_object() && config.contains("_name_or_path") && config["_name_or_path"].is_string()) {
+    const std::string named = config["_name_or_path"].get<std::string>();
+    // A repository id ("TinyLlama/TinyLlama-1.1B-Chat-v1.0") or a local path: its last part is the model's name.
+    const std::string last = std::filesystem::path(named).filename().string();
+    if (!last.empty() && last != "." && last != "config.json") return last;
+  }
+  const std::filesystem::path absolute = std::filesystem::absolute(file, error).lexically_normal();
+  if (file.filename() == "config.json" && absolute.has_parent_path() && !absolute.parent_path().filename().empty()) {
+    return absolute.parent_path().filename().string();
+  }
+  return file.stem().string();
+}
+
 model::ModelConfig load_model(const std::string& name) {
   std::error_code error;
   if (name.ends_with(".json") || name.find('/') != std::string::npos || std::filesystem::is_directory(name, error)) {
-    return model::load_hf_config(name);  // a config.json, or a snapshot folder holding one
+    model::ModelConfig config = model::load_hf_config(name);  // a config.json, or a snapshot folder holding one
+    config.name = hf_model_name(name);  // the path itself stays in the header and the JSON's config.model
+    return config;
   }
   return model::preset(name);
 }

@@ -117,6 +117,7 @@ class RunDriver final : public StepDriver {
     EMU_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &loss, 1, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD));
     outcome.step_seconds.push_back(seconds);
     outcome.losses.push_back(loss / static_cast<float>(mpi_.world()));
+    outcome.grad_norms.push_back(result.grad_norm);  // the global norm: the same on every rank
     outcome.steps_run = step + 1;
     outcome.verdict = strategy::agree_on_oom(device_.memory(), *groups_.control);
     progress(outcome, step);
@@ -179,10 +180,11 @@ class RunDriver final : public StepDriver {
     for (coll::Communicator* group : strategy.groups()) {
       for (const auto& [key, entry] : group->ledger().entries()) {
         if (key.second.starts_with("report:")) continue;
-        coll::Traffic& t = outcome.traffic_per_step[key.first];
+        const TrafficKey traffic_key{key.first, group_kind(group->name())};
+        coll::Traffic& t = outcome.traffic_per_step[traffic_key];
         t.sent += per_step(entry.moved.sent, steps);
         t.received += per_step(entry.moved.received, steps);
-        outcome.calls_per_step[key.first] += per_step(entry.calls, steps);
+        outcome.calls_per_step[traffic_key] += per_step(entry.calls, steps);
       }
     }
     outcome.host_per_step = {static_cast<uint64_t>(strategy.host_traffic().device_to_host / steps),
@@ -263,6 +265,22 @@ StrategyOutcome run_one(const MpiSession& mpi, const RunOptions& options, const 
 }
 
 }  // namespace
+
+std::string group_kind(const std::string& communicator_name) {
+  const size_t space = communicator_name.find_last_of(' ');
+  if (space == std::string::npos) return communicator_name;
+  const std::string tail = communicator_name.substr(space + 1);
+  const bool number = !tail.empty() && tail.find_first_not_of("0123456789") == std::string::npos;
+  return number ? communicator_name.substr(0, space) : communicator_name;
+}
+
+std::string RunReport::rank_words(const StrategyOutcome& outcome, size_t index) const {
+  if (outcome.roles.empty()) return fmt::format("rank {}", index);
+  const RankRole& role = outcome.roles.at(index);
+  if (role.ranks() == world) return fmt::format("any of the {} ranks", world);
+  if (role.ranks() == 1) return fmt::format("rank {}", role.first);
+  return fmt::format("ranks {}-{}", role.first, role.last);
+}
 
 RunReport run_strategies(const MpiSession& mpi, const RunOptions& options) {
   EMU_CHECK(!options.plan, "run_strategies runs; a plan goes to plan_strategies");

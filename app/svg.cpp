@@ -202,35 +202,45 @@ void draw_cap(std::string& svg, const Frame& f, double cap) {
 }
 
 // A red dot where each rank that ran out first asked for more than fit, at what it would then have held.
-void draw_oom(std::string& svg, const Frame& f, const StrategyOutcome& o) {
+void draw_oom(std::string& svg, const Frame& f, const RunReport& report, const StrategyOutcome& o) {
   bool labelled = false;
-  for (const strategy::RankMemory& m : o.verdict.ranks) {
-    const size_t r = static_cast<size_t>(m.rank);
+  for (size_t r = 0; r < o.verdict.ranks.size(); ++r) {  // a rank, or a plan's role
+    const strategy::RankMemory& m = o.verdict.ranks[r];
     if (!m.out_of_memory || r >= o.oom_seconds.size() || o.oom_seconds[r] < 0) continue;
+    const std::string who = report.rank_words(o, r);
     const double x = f.x(o.oom_seconds[r]);
     const double y = f.y(static_cast<double>(m.in_use + m.requested) * f.scale);
     svg += fmt::format(
-        "<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"4.5\" fill=\"{}\" stroke=\"white\" class=\"oom\"><title>rank {} out "
+        "<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"4.5\" fill=\"{}\" stroke=\"white\" class=\"oom\"><title>{} out "
         "of memory in {}</title></circle>\n",
-        x, y, kOomColor, m.rank, escape(m.phase));
+        x, y, kOomColor, escape(who), escape(m.phase));
     if (labelled) continue;
     labelled = true;
     const bool left = x > kLeft + kPlotWidth * 0.6;
     svg += fmt::format(
-        "<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"{}\" fill=\"{}\" class=\"halo\">out of memory: rank {}, "
+        "<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"{}\" fill=\"{}\" class=\"halo\">out of memory: {}, "
         "{}</text>\n",
-        left ? x - 8 : x + 8, std::max(y - 8, f.top + 12), left ? "end" : "start", kOomColor, m.rank, escape(m.phase));
+        left ? x - 8 : x + 8, std::max(y - 8, f.top + 12), left ? "end" : "start", kOomColor, escape(who),
+        escape(m.phase));
   }
 }
 
 std::string panel_title(const RunReport& r, const StrategyOutcome& o) {
   if (!o.fits()) {
-    const std::vector<int> failing = o.verdict.failing_ranks();
-    return fmt::format("{} — out of memory on {} of {} ranks", o.name, failing.size(), o.verdict.ranks.size());
+    std::vector<std::string> failing;
+    int count = 0;
+    for (size_t i = 0; i < o.verdict.ranks.size(); ++i) {
+      if (!o.verdict.ranks[i].out_of_memory) continue;
+      failing.push_back(r.rank_words(o, i));
+      count += o.roles.empty() ? 1 : o.roles[i].ranks();
+    }
+    if (count == r.world && r.world > 1) return fmt::format("{} — out of memory on every one of the {} ranks", o.name, r.world);
+    return fmt::format("{} — out of memory on {} of {} ranks: {}", o.name, count, r.world, fmt::join(failing, ", "));
   }
   if (o.peak.empty()) return o.name;
   const uint64_t peak = o.peak[static_cast<size_t>(o.peak_rank)] * r.scale();
-  return fmt::format("{} — fits: peak {} on rank {}", o.name, format_bytes(peak), o.peak_rank);
+  return fmt::format("{} — fits: peak {} on {}", o.name, format_bytes(peak),
+                     r.rank_words(o, static_cast<size_t>(o.peak_rank)));
 }
 
 // The y axis' end for one strategy: its cap or its highest peak, whichever is higher, with headroom, rounded up
@@ -278,7 +288,7 @@ void draw_panel(std::string& svg, const RunReport& r, const StrategyOutcome& o, 
     draw_total_line(svg, f, columns(o.memory[peak_rank], seconds_max), "stroke=\"#222\" stroke-width=\"1\"");
   }
   if (r.cap != kNoCap) draw_cap(svg, f, static_cast<double>(r.cap * r.scale()));
-  draw_oom(svg, f, o);
+  draw_oom(svg, f, r, o);
   svg += "</g>\n";
 }
 
