@@ -7,6 +7,7 @@
 #include <optional>
 #include <nlohmann/json.hpp>
 
+#include "app/json_report.h"
 #include "app/one_strategy.h"
 #include "collectives/virtual/virtual_link.h"
 #include "emu/check.h"
@@ -307,6 +308,7 @@ std::string format_limits(const RunOptions& options, int world, const std::strin
 std::string format_limits_json(const RunOptions& options, int world, const std::string& what,
                                const std::vector<Limit>& limits) {
   nlohmann::json root;
+  root["schema_version"] = kJsonSchemaVersion;
   root["emu_version"] = EMU_VERSION;
   root["find_limit"] = what;
   root["model"] = options.full.name;
