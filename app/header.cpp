@@ -101,7 +101,10 @@ void print_run_header(const MpiSession& mpi, const RunOptions& options) {
     text += fmt::format("  weights   loaded from {}\n", options.load_weights_path);
   }
   if (!options.plan && !options.save_weights_path.empty()) {
-    text += fmt::format("  saving    {}'s weights after its last step to {}\n", options.strategies.front().name(),
+    // One file: the first strategy's weights (every strategy trains the same numbers).
+    text += fmt::format("  saving    {}'s weights {} to {} (the first strategy's; the others' are the same numbers)\n",
+                        options.strategies.front().name(),
+                        options.steps == 0 ? "as initialised (--steps 0)" : "after its last step",
                         options.save_weights_path);
   }
   if (options.plan) {

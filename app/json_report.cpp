@@ -86,6 +86,14 @@ json roles_json(const RunReport& r, const StrategyOutcome& o) {
   return roles;
 }
 
+// --save-weights: the file, whose weights (the first strategy's) and after how many steps; null when not saved.
+json saved_weights(const RunReport& r) {
+  if (r.options.save_weights_path.empty() || r.plan || r.outcomes.empty()) return nullptr;
+  return {{"path", r.options.save_weights_path},
+          {"strategy", r.outcomes.front().name},
+          {"steps", r.outcomes.front().steps_run}};
+}
+
 json per_step(const RunReport& r, const auto& values) { return r.plan ? json(nullptr) : json(values); }
 
 json outcome_json(const RunReport& r, const StrategyOutcome& o) {
@@ -172,7 +180,7 @@ std::string format_json(const RunReport& r) {
       {"deepspeed_config", text_or_null(o.deepspeed)},
       {"tokens", o.tokens_path.empty() ? json("synthetic") : json(o.tokens_path)},
       {"initial_weights", o.load_weights_path.empty() ? json("seeded") : json(o.load_weights_path)},
-      {"saved_weights", o.save_weights_path.empty() ? json(nullptr) : json(o.save_weights_path)},
+      {"saved_weights", saved_weights(r)},
       {"device", r.plan ? "shapes" : o.device},
       {"cap",
        {{"spec", o.cap.text},

@@ -203,7 +203,8 @@ void add_training_flags(CLI::App& app, RunOptions& options, Flags& flags) {
                  "fused (none). zero1/2/3 use DeepSpeed's optimizer")
       ->capture_default_str()
       ->group("Training");
-  app.add_option("--steps", options.steps, "optimizer steps per strategy")->capture_default_str()->group("Training");
+  app.add_option("--steps", options.steps,
+                 "optimizer steps per strategy; 0: set-up only (with --save-weights, the initial weights)")->capture_default_str()->group("Training");
   app.add_option("--grad-accum", flags.accumulation, "micro-batches per optimizer step (default 1)")->group("Training");
   app.add_flag("--offload", options.offload, "optimizer state in host memory (ZeRO-Offload); PCIe bytes counted")
       ->group("Training");
@@ -446,8 +447,8 @@ strategy::StrategyOptions read_strategies(RunOptions& options, Flags& flags, int
 }
 
 void read_training_loop(RunOptions& options, const Flags& flags, int world) {
-  if (options.steps < 1 || options.steps > 100000) {
-    throw InputError(fmt::format("--steps {} is out of range; accepted: 1 to 100000", options.steps));
+  if (options.steps < 0 || options.steps > 100000) {
+    throw InputError(fmt::format("--steps {} is out of range; accepted: 0 (set-up only) to 100000", options.steps));
   }
   options.accumulation = flags.accumulation > 0 ? flags.accumulation : 1;
   if ((flags.accumulation_given && flags.accumulation < 1) || options.accumulation > 4096) {

@@ -125,6 +125,8 @@ class RunDriver final : public StepDriver {
   }
 
   void finish(StrategyOutcome& outcome, const model::Model& model, strategy::Strategy& strategy) override {
+    // --steps 0: set-up only, whose out-of-memory verdict no step end has agreed on yet.
+    if (outcome.steps_run == 0) outcome.verdict = strategy::agree_on_oom(device_.memory(), *groups_.control);
     if (!options_.save_weights_path.empty() && first_) save_weights(model, strategy, outcome);
     collect(outcome, strategy);
   }
@@ -149,6 +151,9 @@ class RunDriver final : public StepDriver {
                            {{"emu_model", report_.model.name},
                             {"emu_strategy", outcome.name},
                             {"emu_steps", std::to_string(outcome.steps_run)}});
+    std::fprintf(stderr, "emu: saved %s's weights after %d step%s to %s (fp32, Hugging Face names)\n",
+                 outcome.name.c_str(), outcome.steps_run, outcome.steps_run == 1 ? "" : "s",
+                 options_.save_weights_path.c_str());
   }
 
   void progress(const StrategyOutcome& outcome, int step) const {
