@@ -195,6 +195,8 @@ std::string format_json(const RunReport& r) {
   json outcomes = json::array();
   for (const StrategyOutcome& outcome : r.outcomes) outcomes.push_back(outcome_json(r, outcome));
   root["strategies"] = outcomes;
+  root["complete"] = r.complete;
+  root["strategies_not_run"] = r.not_run;
   root["seconds"] = r.seconds;
   return root.dump(2) + "\n";
 }

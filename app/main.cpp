@@ -5,9 +5,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <string>
+#include <vector>
 
 #include "app/atomic_file.h"
 #include "app/header.h"
+#include "app/interrupt.h"
 #include "app/json_report.h"
 #include "app/options.h"
 #include "app/plan.h"
@@ -32,6 +35,29 @@ int bad_input(const emu::MpiSession& mpi, const emu::AgreedError& agreed) {
     }
   }
   return emu::kExitBadInput;
+}
+
+// What rank 0 says if a signal ends the job now: the strategies finished (their results in the JSON), the one
+// running, the ones not run.
+void note_progress(const emu::app::RunReport& so_far) {
+  std::vector<std::string> finished;
+  for (const emu::app::StrategyOutcome& outcome : so_far.outcomes) finished.push_back(outcome.name);
+  std::vector<std::string> waiting;
+  for (size_t i = finished.size(); i < so_far.options.strategies.size(); ++i) {
+    waiting.push_back(so_far.options.strategies[i].name());
+  }
+  const std::string json = so_far.options.json_path;
+  std::string note = finished.empty()
+                         ? "no strategy had finished"
+                         : fmt::format("finished {}{}", fmt::join(finished, ", "),
+                                       json.empty() ? "" : fmt::format(" (results in {})", json));
+  if (!waiting.empty()) {
+    note += fmt::format("; {} was running", waiting.front());
+    if (waiting.size() > 1) {
+      note += fmt::format(", not run: {}", fmt::join(waiting.begin() + 1, waiting.end(), ", "));
+    }
+  }
+  emu::app::set_interrupt_note(note);
 }
 
 // Exit code 1 when a verdict the user expected did not come out.
@@ -92,6 +118,20 @@ int run(const emu::MpiSession& mpi, int argc, char** argv) {
   }
   emu::app::print_run_header(mpi, options);
 
+  // Ctrl-C or SIGTERM: rank 0 says which strategies finished; the JSON, rewritten after each one, holds them.
+  emu::app::install_interrupt_handlers();
+  const auto after_each = [&](const emu::app::RunReport& so_far) {
+    if (mpi.rank() != 0) return;
+    note_progress(so_far);
+    if (!so_far.complete && !options.json_path.empty()) {
+      emu::app::write_file_atomically(options.json_path, emu::app::format_json(so_far));
+    }
+  };
+  if (mpi.rank() == 0) {
+    emu::app::RunReport nothing_yet;
+    nothing_yet.options = options;
+    note_progress(nothing_yet);
+  }
   emu::app::RunReport report;
   if (options.plan) {
     // Rank 0 plans alone, for any number of ranks; the others wait for its verdict.
@@ -99,7 +139,7 @@ int run(const emu::MpiSession& mpi, int argc, char** argv) {
     if (mpi.rank() == 0) {
       try {
         if (!options.find_limit.empty()) return find_limits(mpi, options);
-        report = emu::app::plan_strategies(options, mpi.world(), mpi.local_size());
+        report = emu::app::plan_strategies(options, mpi.world(), mpi.local_size(), after_each);
       } catch (const emu::InputError& error) {
         plan_error = error.what();
       }
@@ -109,7 +149,7 @@ int run(const emu::MpiSession& mpi, int argc, char** argv) {
     if (const auto agreed = emu::agree_on_error(plan_error)) return bad_input(mpi, *agreed);
   } else {
     try {
-      report = emu::app::run_strategies(mpi, options);
+      report = emu::app::run_strategies(mpi, options, after_each);
     } catch (const emu::OutOfMemoryError& error) {
       // Strict mode: stop every rank at once, as a GPU job would. An expected outcome, not emu's own failure: the
       // message is the OOM at full scale, without a source location.

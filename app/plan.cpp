@@ -212,7 +212,7 @@ uint64_t planned_peak(const RunOptions& options, const strategy::StrategyOptions
 
 }  // namespace
 
-RunReport plan_strategies(const RunOptions& options, int world, int ranks_per_node) {
+RunReport plan_strategies(const RunOptions& options, int world, int ranks_per_node, const AfterStrategy& after_each) {
   const auto start = std::chrono::steady_clock::now();
   RunReport report;
   report.options = options;
@@ -228,8 +228,10 @@ RunReport plan_strategies(const RunOptions& options, int world, int ranks_per_no
     const bool record = !options.svg_path.empty() || !options.trace_path.empty();
     report.outcomes.push_back(
         plan_roles(options, strategy_options, options.full, report.world, report.ranks_per_node, record));
+    mark_progress(report, report.outcomes.size(),
+                  std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    if (after_each) after_each(report);
   }
-  report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return report;
 }
 

@@ -27,7 +27,9 @@ StrategyOutcome account_shapes(const RunOptions& options, const strategy::Strate
                                bool record = false);
 
 // Rank 0 only: plans every strategy of `options` for options.plan_ranks (or `world`) ranks.
-RunReport plan_strategies(const RunOptions& options, int world, int ranks_per_node);
+// Prints on stderr each strategy's time when the plan is a long one.
+RunReport plan_strategies(const RunOptions& options, int world, int ranks_per_node,
+                          const AfterStrategy& after_each = {});
 
 struct Limit {
   std::string strategy;

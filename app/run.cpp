@@ -287,7 +287,16 @@ std::string RunReport::rank_words(const StrategyOutcome& outcome, size_t index) 
   return fmt::format("ranks {}-{}", role.first, role.last);
 }
 
-RunReport run_strategies(const MpiSession& mpi, const RunOptions& options) {
+void mark_progress(RunReport& report, size_t done, double seconds) {
+  report.seconds = seconds;
+  report.not_run.clear();
+  for (size_t i = done; i < report.options.strategies.size(); ++i) {
+    report.not_run.push_back(report.options.strategies[i].name());
+  }
+  report.complete = report.not_run.empty();
+}
+
+RunReport run_strategies(const MpiSession& mpi, const RunOptions& options, const AfterStrategy& after_each) {
   EMU_CHECK(!options.plan, "run_strategies runs; a plan goes to plan_strategies");
   const auto start = std::chrono::steady_clock::now();
   RunReport report;
@@ -332,8 +341,10 @@ RunReport run_strategies(const MpiSession& mpi, const RunOptions& options) {
   }
   for (const strategy::StrategyOptions& strategy_options : options.strategies) {
     report.outcomes.push_back(run_one(mpi, options, report, tokens.get(), weights, strategy_options));
+    mark_progress(report, report.outcomes.size(),
+                  std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    if (after_each) after_each(report);
   }
-  report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return report;
 }
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -83,6 +84,10 @@ struct RunReport {
   uint64_t cap = kNoCap;     // per rank, as charged
   uint64_t reserve = 0;      // per rank, as charged
   std::vector<StrategyOutcome> outcomes;
+  // False while strategies are still to run (the JSON rewritten after each one, for an interrupted job): those
+  // not yet finished are `not_run`.
+  bool complete = true;
+  std::vector<std::string> not_run;
   double seconds = 0;
   // Bytes of the model's run × scale give full-scale figures: k² for a shrunk run, 1 for a plan.
   // "rank 3" for a run; for a plan's role "any of the 64 ranks", "ranks 0-62" or "rank 63".
@@ -93,8 +98,15 @@ struct RunReport {
 // "intra-node 3" -> "intra-node": the kind of group a communicator's name says, as the analytic model names it.
 std::string group_kind(const std::string& communicator_name);
 
+// Called on every rank after each strategy, with the report so far (`complete` false, `not_run` and `seconds` set
+// while strategies remain).
+using AfterStrategy = std::function<void(const RunReport& so_far)>;
+
 // Collective over the world: runs every strategy in options.strategies, in order, and returns the outcomes
 // (complete on rank 0). Prints a progress line per step on rank 0's stderr. Not for a plan (plan_strategies).
-RunReport run_strategies(const MpiSession& mpi, const RunOptions& options);
+RunReport run_strategies(const MpiSession& mpi, const RunOptions& options, const AfterStrategy& after_each = {});
+
+// The report after `done` of the options' strategies: `not_run` names the rest, `complete` says whether any remain.
+void mark_progress(RunReport& report, size_t done, double seconds);
 
 }  // namespace emu::app

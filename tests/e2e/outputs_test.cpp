@@ -64,6 +64,8 @@ TEST(Json, EveryStrategyMeasuredAndPlannedConformsToTheSchema) {
     EXPECT_TRUE(s["plan_roles"].is_null());
   }
   EXPECT_TRUE(root["config"]["deepspeed_config"].is_null()) << "absent is null, never \"\"";
+  EXPECT_TRUE(root["complete"].get<bool>());
+  EXPECT_TRUE(root["strategies_not_run"].empty());
 
   const auto plan = run_process(mpiexec(1) + kEmu + " --model llama2-7b --plan 64 --cap 40GB --strategies " +
                                     strategies + " --json " + planned,
@@ -161,6 +163,32 @@ TEST(Report, FullScaleUnitsFirstShrunkInBrackets) {
   // The table's peak: full-scale GiB, then the run's own bytes in brackets.
   EXPECT_TRUE(std::regex_search(run.out, std::regex(R"(ddp +OOM \(all\) +[0-9.]+ +\[[0-9.]+ MiB\] \|)"))) << run.out;
   EXPECT_NE(run.out.find("1 optimizer step, 1 micro-batch per rank per step"), std::string::npos) << run.out;
+}
+
+// Ctrl-C under mpirun (which forwards it to the ranks as SIGTERM) while the second strategy runs: rank 0 says what
+// finished, and the JSON, complete and valid, holds the finished strategy and names those that did not run.
+TEST(Interrupt, SaysWhatFinishedAndKeepsItInTheJson) {
+  testing::TempDir dir("outputs");
+  const std::string out = dir.file("run.json"), err = dir.file("err.txt");
+  const std::string job = mpiexec(2) + kEmu + " --model gpt2 --shrink 8 --steps 12 --strategies ddp,zero3,zero2 --json " +
+                          out + " 2>" + err;
+  // Start the job, wait for zero3's second step (ddp has finished), then interrupt mpirun as Ctrl-C does.
+  const std::string script = job + " & job=$!; for i in $(seq 1 600); do grep -q \"zero3 .*step 2/\" " + err +
+                             " && break; sleep 0.1; done; kill -INT $job; wait $job; status=$?; cat " + err +
+                             " >&2; exit $status";
+  const auto run = run_process("sh -c '" + script + "'", 240);  // one command for run_process's time limit
+  EXPECT_NE(run.exit_code, 0) << "an interrupted job does not pass";
+  EXPECT_NE(run.err.find("emu: interrupted by SIG"), std::string::npos) << run.err;
+  EXPECT_NE(run.err.find("finished ddp (results in " + out + "); zero3 was running, not run: zero2"),
+            std::string::npos)
+      << run.err;
+  ASSERT_TRUE(std::filesystem::exists(out)) << run.err;
+  const json root = read_json(out);  // parses, and conforms to the schema: never half a file
+  EXPECT_FALSE(root["complete"].get<bool>());
+  EXPECT_EQ(root["strategies_not_run"], json::array({"zero3", "zero2"}));
+  ASSERT_EQ(root["strategies"].size(), 1u);
+  EXPECT_EQ(root["strategies"][0]["name"], "ddp");
+  EXPECT_EQ(root["strategies"][0]["steps_run"], 12) << "the finished strategy's results, whole";
 }
 
 }  // namespace
