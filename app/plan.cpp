@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <optional>
 #include <nlohmann/json.hpp>
 
@@ -165,15 +166,38 @@ void add_role(StrategyOutcome& into, StrategyOutcome&& from, RankRole role) {
   if (!from.spans_dropped.empty()) into.spans_dropped.push_back(from.spans_dropped.front());
 }
 
+// A long plan says how far it is on stderr: a plan's collectives are accounted step by step over virtual rings, so
+// its time grows with the ranks (30 s per strategy for 1,048,576 ranks of llama2-7b on a 2-core machine, more with
+// more layers). Past kProgressAfter seconds, each representative rank accounted is a line.
+constexpr double kProgressAfter = 3.0;
+constexpr int kLargePlan = 65536;  // ranks from which the plan says up front that it will take a while
+
+struct PlanProgress {
+  std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
+  double seconds() const {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }
+};
+
+void report_progress(const PlanProgress& progress, const std::string& strategy, const RankRole& span, int ranks,
+                     size_t index, size_t count) {
+  if (progress.seconds() < kProgressAfter) return;
+  std::fprintf(stderr, "emu: plan: %s, rank %d accounted for ranks %d-%d of %d (%zu of %zu), %.1f s so far\n",
+               strategy.c_str(), span.first, span.first, span.last, ranks, index + 1, count, progress.seconds());
+  std::fflush(stderr);
+}
+
 // The plan of one strategy for `ranks` ranks: rank 0, rank 1 standing for ranks 1..N-2, and rank N-1 accounted,
 // then merged into roles where neighbours hold the same bytes. Traffic and the prediction are rank 0's.
 StrategyOutcome plan_roles(const RunOptions& options, const strategy::StrategyOptions& strategy_options,
-                           const model::ModelConfig& config, int ranks, int ranks_per_node, bool record) {
+                           const model::ModelConfig& config, int ranks, int ranks_per_node, bool record,
+                           const PlanProgress& progress) {
   std::vector<RankRole> spans = {{0, 0}};
   if (ranks > 2) spans.push_back({1, ranks - 2});
   if (ranks > 1) spans.push_back({ranks - 1, ranks - 1});
   StrategyOutcome first =
       account_shapes(options, strategy_options, config, ranks, ranks_per_node, spans.front().first, record);
+  report_progress(progress, first.name, spans.front(), ranks, 0, spans.size());
   StrategyOutcome out;  // name, options, prediction and traffic: rank 0's; the per-rank figures: per role
   out.name = first.name;
   out.options = first.options;
@@ -188,6 +212,7 @@ StrategyOutcome plan_roles(const RunOptions& options, const strategy::StrategyOp
   for (size_t i = 1; i < spans.size(); ++i) {
     StrategyOutcome next =
         account_shapes(options, strategy_options, config, ranks, ranks_per_node, spans[i].first, record);
+    report_progress(progress, next.name, spans[i], ranks, i, spans.size());
     if (same_bytes(previous, next)) {
       out.roles.back().last = spans[i].last;
       continue;
@@ -224,10 +249,18 @@ RunReport plan_strategies(const RunOptions& options, int world, int ranks_per_no
   report.shrink = 1;
   report.cap = options.cap.unlimited ? kNoCap : options.cap.bytes;
   report.reserve = options.reserve_full_scale;
+  const PlanProgress progress;
+  if (report.world >= kLargePlan) {
+    std::fprintf(stderr,
+                 "emu: plan: %d ranks: every collective is accounted over a virtual ring of that size, for 3 "
+                 "representative ranks per strategy, which takes seconds each; past %.0f s a line follows each\n",
+                 report.world, kProgressAfter);
+    std::fflush(stderr);
+  }
   for (const strategy::StrategyOptions& strategy_options : options.strategies) {
     const bool record = !options.svg_path.empty() || !options.trace_path.empty();
     report.outcomes.push_back(
-        plan_roles(options, strategy_options, options.full, report.world, report.ranks_per_node, record));
+        plan_roles(options, strategy_options, options.full, report.world, report.ranks_per_node, record, progress));
     mark_progress(report, report.outcomes.size(),
                   std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     if (after_each) after_each(report);

@@ -152,6 +152,16 @@ TEST(Report, TheModelByItsName) {
   }
 }
 
+// A plan of many ranks takes a while (its collectives are accounted over virtual rings of that size): it says so on
+// stderr rather than running silently for minutes.
+TEST(Plan, ALargePlanSaysItWillTakeAWhile) {
+  const auto plan = run_process(mpiexec(1) + kEmu + " --model gpt2 --plan 65536 --strategies zero3", 120);
+  ASSERT_EQ(plan.exit_code, 0) << plan.err;
+  EXPECT_NE(plan.err.find("emu: plan: 65536 ranks: every collective is accounted over a virtual ring"),
+            std::string::npos)
+      << plan.err;
+}
+
 // Verdicts in full-scale units first, the shrunk run's own bytes in brackets; counts that read as counts.
 TEST(Report, FullScaleUnitsFirstShrunkInBrackets) {
   const auto run = run_process(mpiexec(2) + kEmu + " --model gpt2 --shrink 8 --steps 1 --strategies ddp --cap 2.5GB-scaled", 120);
