@@ -245,7 +245,7 @@ StrategyOutcome run_one(const MpiSession& mpi, const RunOptions& options, const 
   memory.scale = static_cast<uint64_t>(report.shrink) * static_cast<uint64_t>(report.shrink);
   // The trace's zero: the memory timeline counts from the pool's making, just after this.
   std::optional<SpanRecorder> spans;
-  if (!options.trace_path.empty()) spans.emplace(steady_seconds());
+  if (!options.trace_path.empty() || !options.svg_path.empty()) spans.emplace(steady_seconds());  // the svg's phases
   auto device = make_device(options.device, memory, mpi.local_rank());
   device->memory().set_strategy(strategy_options.name());
   auto host = make_cpu_device({});  // optimizer offload's host memory, off the cap

@@ -175,6 +175,28 @@ TEST(Report, FullScaleUnitsFirstShrunkInBrackets) {
   EXPECT_NE(run.out.find("1 optimizer step, 1 micro-batch per rank per step"), std::string::npos) << run.out;
 }
 
+// The picture's x axis is the step's phases, shared by every panel: the optimizer of step 2 is at the same x for
+// DDP and for ZeRO-3, though their wall times differ.
+TEST(Svg, OneAxisOfPhasesForEveryPanel) {
+  testing::TempDir dir("outputs");
+  const auto run = run_process(mpiexec(2) + kEmu + " --model gpt2 --shrink 8 --steps 2 --strategies ddp,zero3 --svg " +
+                                   dir.file("memory.svg"),
+                               120);
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  const std::string svg = testing::read_file(dir.file("memory.svg"));
+  for (const std::string label : {"set-up", "step 1 fwd", "step 2 fwd", "bwd", "optimizer"}) {
+    const std::regex tick("<text x=\"([0-9.]+)\"[^>]*>" + label + "</text>");
+    std::vector<std::string> xs;
+    for (auto it = std::sregex_iterator(svg.begin(), svg.end(), tick); it != std::sregex_iterator(); ++it) {
+      xs.push_back((*it)[1].str());
+    }
+    ASSERT_FALSE(xs.empty()) << label << " is marked on the axis";
+    ASSERT_EQ(xs.size() % 2, 0u) << label << ": as often in each of the two panels";
+    for (size_t i = 0; i < xs.size() / 2; ++i) EXPECT_EQ(xs[i], xs[i + xs.size() / 2]) << label << " lines up";
+  }
+  EXPECT_NE(svg.find("the step's phases"), std::string::npos);
+}
+
 // Ctrl-C under mpirun (which forwards it to the ranks as SIGTERM) while the second strategy runs: rank 0 says what
 // finished, and the JSON, complete and valid, holds the finished strategy and names those that did not run.
 TEST(Interrupt, SaysWhatFinishedAndKeepsItInTheJson) {
