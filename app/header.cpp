@@ -63,12 +63,12 @@ std::string training_line(const RunOptions& options) {
   return fmt::format(
       "  training  {} precision{}, AdamW ({}) lr {}{}, clip {}, {} optimizer step{}, {} micro-batch{} per rank per "
       "step{}{}\n",
-                     first.recipe.name(), first.recipe.fp16 ? " (fp16 as the config says, computed in bf16)" : "",
-                     optim::adamw_impl_name(first.adamw_impl), first.adamw.lr, warmup_words(first.schedule),
-                     first.clip_norm, options.plan ? 1 : options.steps,
-                     options.plan || options.steps == 1 ? "" : "s", options.accumulation,
-                     options.accumulation == 1 ? "" : "es (gradient accumulation)", options.offload ? ", optimizer offloaded to the host" : "",
-                     options.deepspeed.empty() ? "" : ", DeepSpeed config " + options.deepspeed);
+      first.recipe.name(), first.recipe.fp16 ? " (fp16 as the config says, computed in bf16)" : "",
+      optim::adamw_impl_name(first.adamw_impl), first.adamw.lr, warmup_words(first.schedule), first.clip_norm,
+      options.plan ? 1 : options.steps, options.plan || options.steps == 1 ? "" : "s", options.accumulation,
+      options.accumulation == 1 ? "" : "es (gradient accumulation)",
+      options.offload ? ", optimizer offloaded to the host" : "",
+      options.deepspeed.empty() ? "" : ", DeepSpeed config " + options.deepspeed);
 }
 
 }  // namespace

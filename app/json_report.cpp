@@ -140,8 +140,8 @@ json outcome_json(const RunReport& r, const StrategyOutcome& o) {
   json measured = json::array();
   for (const auto& [key, t] : o.traffic_per_step) {
     const auto calls = o.calls_per_step.find(key);
-    measured.push_back(traffic_entry(key.kind, key.group, calls == o.calls_per_step.end() ? 0 : calls->second,
-                                     t.sent, t.received, scale));
+    measured.push_back(traffic_entry(key.kind, key.group, calls == o.calls_per_step.end() ? 0 : calls->second, t.sent,
+                                     t.received, scale));
   }
   s["traffic_per_step"] = measured;
   s["pcie_per_step"] = {{"device_to_host_bytes", o.host_per_step.device_to_host},

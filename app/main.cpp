@@ -47,10 +47,9 @@ void note_progress(const emu::app::RunReport& so_far) {
     waiting.push_back(so_far.options.strategies[i].name());
   }
   const std::string json = so_far.options.json_path;
-  std::string note = finished.empty()
-                         ? "no strategy had finished"
-                         : fmt::format("finished {}{}", fmt::join(finished, ", "),
-                                       json.empty() ? "" : fmt::format(" (results in {})", json));
+  std::string note = finished.empty() ? "no strategy had finished"
+                                      : fmt::format("finished {}{}", fmt::join(finished, ", "),
+                                                    json.empty() ? "" : fmt::format(" (results in {})", json));
   if (!waiting.empty()) {
     note += fmt::format("; {} was running", waiting.front());
     if (waiting.size() > 1) {
@@ -98,6 +97,35 @@ int find_limits(const emu::MpiSession& mpi, const emu::app::RunOptions& options)
   return emu::kExitOk;
 }
 
+// Strict mode: stop every rank at once, as a GPU job would. An expected outcome, not emu's own failure: the message
+// is the OOM at full scale, without a source location.
+[[noreturn]] void strict_out_of_memory(const emu::OutOfMemoryError& error, int shrink) {
+  const auto k = static_cast<uint64_t>(shrink);
+  std::fprintf(stderr, "%s --strict-oom stops the job here (exit %d).\n", error.event().message(k * k).c_str(),
+               static_cast<int>(emu::kExitExpectationFailed));
+  std::fflush(stderr);
+  MPI_Abort(MPI_COMM_WORLD, emu::kExitExpectationFailed);
+  std::_Exit(emu::kExitExpectationFailed);
+}
+
+// Rank 0: the report on stdout, then the files asked for; an error writing them, or "".
+std::string print_and_write(const emu::app::RunOptions& options, const emu::app::RunReport& report) {
+  std::fputs(emu::app::format_report(report).c_str(), stdout);
+  std::fputs(emu::app::format_conclusion(report).c_str(), stdout);
+  std::fflush(stdout);
+  try {
+    if (!options.json_path.empty()) emu::app::write_file_atomically(options.json_path, emu::app::format_json(report));
+    if (!options.trace_path.empty())
+      emu::app::write_file_atomically(options.trace_path, emu::app::format_trace(report));
+    if (!options.svg_path.empty()) {
+      emu::app::write_file_atomically(options.svg_path, emu::app::format_memory_svg(report));
+    }
+  } catch (const emu::InputError& error) {
+    return error.what();
+  }
+  return "";
+}
+
 int run(const emu::MpiSession& mpi, int argc, char** argv) {
   emu::app::ParsedCommandLine parsed;
   std::string input_error;
@@ -123,8 +151,11 @@ int run(const emu::MpiSession& mpi, int argc, char** argv) {
   const auto after_each = [&](const emu::app::RunReport& so_far) {
     if (mpi.rank() != 0) return;
     note_progress(so_far);
-    if (!so_far.complete && !options.json_path.empty()) {
+    if (so_far.complete || options.json_path.empty()) return;
+    try {
       emu::app::write_file_atomically(options.json_path, emu::app::format_json(so_far));
+    } catch (const emu::InputError& error) {
+      emu::log::warn("app", "the JSON so far was not written: {}", error.what());  // the final write says why
     }
   };
   if (mpi.rank() == 0) {
@@ -151,32 +182,10 @@ int run(const emu::MpiSession& mpi, int argc, char** argv) {
     try {
       report = emu::app::run_strategies(mpi, options, after_each);
     } catch (const emu::OutOfMemoryError& error) {
-      // Strict mode: stop every rank at once, as a GPU job would. An expected outcome, not emu's own failure: the
-      // message is the OOM at full scale, without a source location.
-      const auto k = static_cast<uint64_t>(options.shrink);
-      std::fprintf(stderr, "%s --strict-oom stops the job here (exit %d).\n", error.event().message(k * k).c_str(),
-                   static_cast<int>(emu::kExitExpectationFailed));
-      std::fflush(stderr);
-      MPI_Abort(MPI_COMM_WORLD, emu::kExitExpectationFailed);
+      strict_out_of_memory(error, options.shrink);
     }
   }
-  std::string write_error;
-  if (mpi.rank() == 0) {
-    std::fputs(emu::app::format_report(report).c_str(), stdout);
-    std::fputs(emu::app::format_conclusion(report).c_str(), stdout);
-    std::fflush(stdout);
-    try {
-      if (!options.json_path.empty()) emu::app::write_file_atomically(options.json_path, emu::app::format_json(report));
-      if (!options.trace_path.empty()) {
-        emu::app::write_file_atomically(options.trace_path, emu::app::format_trace(report));
-      }
-      if (!options.svg_path.empty()) {
-        emu::app::write_file_atomically(options.svg_path, emu::app::format_memory_svg(report));
-      }
-    } catch (const emu::InputError& error) {
-      write_error = error.what();
-    }
-  }
+  const std::string write_error = mpi.rank() == 0 ? print_and_write(options, report) : "";
   if (const auto agreed = emu::agree_on_error(write_error)) return bad_input(mpi, *agreed);
   // Rank 0 holds every outcome (a plan's only there); its verdict is everyone's.
   int code = mpi.rank() == 0 ? check_expectations(report, 0) : emu::kExitOk;

@@ -58,7 +58,7 @@ std::string hf_model_name(const std::filesystem::path& given) {
   if (config.is_object() && config.contains("_name_or_path") && config["_name_or_path"].is_string()) {
     const std::string named = config["_name_or_path"].get<std::string>();
     // A repository id ("TinyLlama/TinyLlama-1.1B-Chat-v1.0") or a local path: its last part is the model's name.
-    const std::string last = std::filesystem::path(named).filename().string();
+    std::string last = std::filesystem::path(named).filename().string();
     if (!last.empty() && last != "." && last != "config.json") return last;
   }
   const std::filesystem::path absolute = std::filesystem::absolute(file, error).lexically_normal();
@@ -204,7 +204,9 @@ void add_training_flags(CLI::App& app, RunOptions& options, Flags& flags) {
       ->capture_default_str()
       ->group("Training");
   app.add_option("--steps", options.steps,
-                 "optimizer steps per strategy; 0: set-up only (with --save-weights, the initial weights)")->capture_default_str()->group("Training");
+                 "optimizer steps per strategy; 0: set-up only (with --save-weights, the initial weights)")
+      ->capture_default_str()
+      ->group("Training");
   app.add_option("--grad-accum", flags.accumulation, "micro-batches per optimizer step (default 1)")->group("Training");
   app.add_flag("--offload", options.offload, "optimizer state in host memory (ZeRO-Offload); PCIe bytes counted")
       ->group("Training");

@@ -5,8 +5,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <optional>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "app/json_report.h"
 #include "app/one_strategy.h"
@@ -92,8 +92,7 @@ class PlanDriver final : public StepDriver {
 }  // namespace
 
 StrategyOutcome account_shapes(const RunOptions& options, const strategy::StrategyOptions& strategy_options,
-                               const model::ModelConfig& config, int ranks, int ranks_per_node, int rank,
-                               bool record) {
+                               const model::ModelConfig& config, int ranks, int ranks_per_node, int rank, bool record) {
   // At full scale the cap is as stated ("40GB-scaled" and "40GB" both mean 40 GB per GPU here); a shrunk config
   // gets the run's cap and reserve, ÷ k².
   const int shrink = static_cast<int>(config.shrink);
@@ -174,9 +173,7 @@ constexpr int kLargePlan = 65536;  // ranks from which the plan says up front th
 
 struct PlanProgress {
   std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
-  double seconds() const {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  }
+  double seconds() const { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); }
 };
 
 void report_progress(const PlanProgress& progress, const std::string& strategy, const RankRole& span, int ranks,

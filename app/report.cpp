@@ -104,8 +104,8 @@ std::string oom_summary(const RunReport& r, const StrategyOutcome& o) {
   if (!o.roles.empty() && failing.size() == 1) {
     who = fmt::format("{} runs out of memory,", failing.front());
   } else if (!o.roles.empty()) {
-    who = fmt::format("{} of {} run out of memory; {}", fmt::join(failing, ", "), r.world,
-                      r.rank_words(o, first_index));
+    who =
+        fmt::format("{} of {} run out of memory; {}", fmt::join(failing, ", "), r.world, r.rank_words(o, first_index));
   } else if (count == r.world && count > 1) {
     who = fmt::format("all {} ranks ran out of memory; rank {}", r.world, first->rank);
   } else {
@@ -119,9 +119,9 @@ std::string oom_summary(const RunReport& r, const StrategyOutcome& o) {
   return fmt::format(
       "{} first in {} (tried to allocate {} for {} with {} in use of a {} cap), needing {} at its "
       "peak, {} more than its cap",
-      who, first->phase.empty() ? "an unnamed phase" : first->phase,
-      both_units(r, first->requested), first->what.empty() ? "an unnamed tensor" : first->what,
-      both_units(r, first->in_use), both_units(r, first->cap), both_units(r, first->peak), both_units(r, over));
+      who, first->phase.empty() ? "an unnamed phase" : first->phase, both_units(r, first->requested),
+      first->what.empty() ? "an unnamed tensor" : first->what, both_units(r, first->in_use), both_units(r, first->cap),
+      both_units(r, first->peak), both_units(r, over));
 }
 
 std::string format_report(const RunReport& r) {
@@ -143,8 +143,8 @@ std::string format_report(const RunReport& r) {
 
   // Memory at the peak of the rank that peaked highest.
   out += fmt::format("{:<14} {:<12} {:>9} {:>12} | {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} | {:>9} {:>9}\n",
-                     "memory/rank", "verdict", "peak GiB", r.plan ? "" : "[shrunk run]", "params", "grads", "master", "optim", "activ",
-                     "temp", "comm", "buckets", "states", "predicted");
+                     "memory/rank", "verdict", "peak GiB", r.plan ? "" : "[shrunk run]", "params", "grads", "master",
+                     "optim", "activ", "temp", "comm", "buckets", "states", "predicted");
   for (const StrategyOutcome& o : r.outcomes) {
     if (o.peak.empty()) continue;
     const CategoryBytes& at = o.at_peak[o.peak_rank];
@@ -152,17 +152,18 @@ std::string format_report(const RunReport& r) {
     const double states = static_cast<double>(own[Category::kParameters] + own[Category::kGradients] +
                                               own[Category::kMasterWeights] + own[Category::kOptimizerState]);
     const auto g = [&](Category c) { return gib(static_cast<double>(at[c]) * scale); };
-    out += fmt::format(
-        "{:<14} {:<12} {:>9} {:>12} | {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} | {:>9} {:>9}\n", o.name,
-        verdict_text(r, o), gib(static_cast<double>(o.peak[o.peak_rank]) * scale),
-        r.plan ? "" : fmt::format("[{}]", format_bytes(o.peak[o.peak_rank])),
-        g(Category::kParameters), g(Category::kGradients), g(Category::kMasterWeights), g(Category::kOptimizerState),
-        g(Category::kActivations), g(Category::kTemporaries), g(Category::kCommBuffers), g(Category::kBuckets),
-        gib(states * scale), gib(static_cast<double>(o.prediction.model_state_bytes()) * scale));
+    out += fmt::format("{:<14} {:<12} {:>9} {:>12} | {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} | {:>9} {:>9}\n",
+                       o.name, verdict_text(r, o), gib(static_cast<double>(o.peak[o.peak_rank]) * scale),
+                       r.plan ? "" : fmt::format("[{}]", format_bytes(o.peak[o.peak_rank])), g(Category::kParameters),
+                       g(Category::kGradients), g(Category::kMasterWeights), g(Category::kOptimizerState),
+                       g(Category::kActivations), g(Category::kTemporaries), g(Category::kCommBuffers),
+                       g(Category::kBuckets), gib(states * scale),
+                       gib(static_cast<double>(o.prediction.model_state_bytes()) * scale));
   }
   out += fmt::format(
       "  peak: the highest rank's peak in use at full scale{}; the columns after it are what was in use at that "
-      "moment, reserve aside.\n  states: parameters + gradients + master + optimizer at their own peaks; predicted: the "
+      "moment, reserve aside.\n  states: parameters + gradients + master + optimizer at their own peaks; predicted: "
+      "the "
       "analytic model (ZeRO paper + buffers).\n\n",
       r.plan ? "" : ", the shrunk run's own bytes in brackets");
   out += format_reserved(r);

@@ -305,7 +305,8 @@ std::string panel_title(const RunReport& r, const StrategyOutcome& o) {
       failing.push_back(r.rank_words(o, i));
       count += o.roles.empty() ? 1 : o.roles[i].ranks();
     }
-    if (count == r.world && r.world > 1) return fmt::format("{} — out of memory on every one of the {} ranks", o.name, r.world);
+    if (count == r.world && r.world > 1)
+      return fmt::format("{} — out of memory on every one of the {} ranks", o.name, r.world);
     return fmt::format("{} — out of memory on {} of {} ranks: {}", o.name, count, r.world, fmt::join(failing, ", "));
   }
   if (o.peak.empty()) return o.name;

@@ -40,8 +40,8 @@ std::string OomEvent::message(uint64_t scale) const {
   std::string text = fmt::format(
       "emu: out of memory on rank {}. Tried to allocate {} for {} ({}). Emulated GPU {} has a total capacity of {} "
       "of which {} is free. ",
-      rank, bytes(requested), what.empty() ? "an unnamed tensor" : what, category_name(category), rank,
-      bytes(cap), bytes(free_bytes));
+      rank, bytes(requested), what.empty() ? "an unnamed tensor" : what, category_name(category), rank, bytes(cap),
+      bytes(free_bytes));
   if (caching) {
     // As PyTorch's DeviceCachingAllocator::malloc words it; the reserve (CUDA context, NCCL) is not PyTorch's.
     const uint64_t reserve = breakdown[Category::kReserve];

@@ -118,9 +118,10 @@ TEST(Inputs, SavedWeightsAreTheTrainedOnes) {
 TEST(Inputs, StepsZeroSavesTheInitialWeights) {
   const testing::TempDir dir("inputs-save0");
   const model::ModelConfig run_model = model::shrink(model::preset("gpt2"), 8);
-  const auto run = run_process(mpiexec(2) + kEmu + " --model gpt2 --shrink 8 --steps 0 --strategies zero3,ddp" +
-                                   " --save-weights " + dir.file("zero3.safetensors") + " --json " + dir.file("run.json"),
-                               240);
+  const auto run =
+      run_process(mpiexec(2) + kEmu + " --model gpt2 --shrink 8 --steps 0 --strategies zero3,ddp" + " --save-weights " +
+                      dir.file("zero3.safetensors") + " --json " + dir.file("run.json"),
+                  240);
   ASSERT_EQ(run.exit_code, 0) << run.err;
   EXPECT_NE(run.out.find("zero3's weights as initialised (--steps 0) to"), std::string::npos) << run.out;
   EXPECT_NE(run.err.find("saved zero3's weights after 0 steps to"), std::string::npos) << run.err;
@@ -137,9 +138,9 @@ TEST(Inputs, StepsZeroSavesTheInitialWeights) {
             io::load_model_weights(dir.file("initial.safetensors"), run_model))
       << "no step taken: the seeded initial weights, exactly";
   // Set-up alone can run out of memory: DDP's states and buckets of gpt2 pass 2.5 GB (see the README's table).
-  const auto oom = run_process(mpiexec(2) + kEmu + " --model gpt2 --shrink 8 --steps 0 --strategies ddp --cap " +
-                                   "2.5GB-scaled --expect oom",
-                               120);
+  const auto oom = run_process(
+      mpiexec(2) + kEmu + " --model gpt2 --shrink 8 --steps 0 --strategies ddp --cap " + "2.5GB-scaled --expect oom",
+      120);
   EXPECT_EQ(oom.exit_code, 0) << oom.out << oom.err;
 }
 

@@ -67,9 +67,9 @@ TEST(Json, EveryStrategyMeasuredAndPlannedConformsToTheSchema) {
   EXPECT_TRUE(root["complete"].get<bool>());
   EXPECT_TRUE(root["strategies_not_run"].empty());
 
-  const auto plan = run_process(mpiexec(1) + kEmu + " --model llama2-7b --plan 64 --cap 40GB --strategies " +
-                                    strategies + " --json " + planned,
-                                300);
+  const auto plan = run_process(
+      mpiexec(1) + kEmu + " --model llama2-7b --plan 64 --cap 40GB --strategies " + strategies + " --json " + planned,
+      300);
   ASSERT_EQ(plan.exit_code, 0) << plan.err;
   EXPECT_EQ(verdicts(read_json(planned)), (std::set<std::string>{"fit", "oom"}));
 
@@ -164,7 +164,8 @@ TEST(Plan, ALargePlanSaysItWillTakeAWhile) {
 
 // Verdicts in full-scale units first, the shrunk run's own bytes in brackets; counts that read as counts.
 TEST(Report, FullScaleUnitsFirstShrunkInBrackets) {
-  const auto run = run_process(mpiexec(2) + kEmu + " --model gpt2 --shrink 8 --steps 1 --strategies ddp --cap 2.5GB-scaled", 120);
+  const auto run =
+      run_process(mpiexec(2) + kEmu + " --model gpt2 --shrink 8 --steps 1 --strategies ddp --cap 2.5GB-scaled", 120);
   ASSERT_EQ(run.exit_code, 0) << run.err;
   // 2.5 GB = 2.33 GiB at full scale; / 8^2 = 39,062,500 B = 37.25 MiB as run.
   EXPECT_TRUE(std::regex_search(run.out, std::regex(R"(ddp: all 2 ranks ran out of memory; rank \d first in .* of a )"
@@ -179,9 +180,9 @@ TEST(Report, FullScaleUnitsFirstShrunkInBrackets) {
 // DDP and for ZeRO-3, though their wall times differ.
 TEST(Svg, OneAxisOfPhasesForEveryPanel) {
   testing::TempDir dir("outputs");
-  const auto run = run_process(mpiexec(2) + kEmu + " --model gpt2 --shrink 8 --steps 2 --strategies ddp,zero3 --svg " +
-                                   dir.file("memory.svg"),
-                               120);
+  const auto run = run_process(
+      mpiexec(2) + kEmu + " --model gpt2 --shrink 8 --steps 2 --strategies ddp,zero3 --svg " + dir.file("memory.svg"),
+      120);
   ASSERT_EQ(run.exit_code, 0) << run.err;
   const std::string svg = testing::read_file(dir.file("memory.svg"));
   for (const std::string label : {"set-up", "step 1 fwd", "step 2 fwd", "bwd", "optimizer"}) {
@@ -202,8 +203,9 @@ TEST(Svg, OneAxisOfPhasesForEveryPanel) {
 TEST(Interrupt, SaysWhatFinishedAndKeepsItInTheJson) {
   testing::TempDir dir("outputs");
   const std::string out = dir.file("run.json"), err = dir.file("err.txt");
-  const std::string job = mpiexec(2) + kEmu + " --model gpt2 --shrink 8 --steps 12 --strategies ddp,zero3,zero2 --json " +
-                          out + " 2>" + err;
+  const std::string job = mpiexec(2) + kEmu +
+                          " --model gpt2 --shrink 8 --steps 12 --strategies ddp,zero3,zero2 --json " + out + " 2>" +
+                          err;
   // Start the job, wait for zero3's second step (ddp has finished), then interrupt mpirun as Ctrl-C does.
   const std::string script = job + " & job=$!; for i in $(seq 1 600); do grep -q \"zero3 .*step 2/\" " + err +
                              " && break; sleep 0.1; done; kill -INT $job; wait $job; status=$?; cat " + err +
@@ -211,8 +213,7 @@ TEST(Interrupt, SaysWhatFinishedAndKeepsItInTheJson) {
   const auto run = run_process("sh -c '" + script + "'", 240);  // one command for run_process's time limit
   EXPECT_NE(run.exit_code, 0) << "an interrupted job does not pass";
   EXPECT_NE(run.err.find("emu: interrupted by SIG"), std::string::npos) << run.err;
-  EXPECT_NE(run.err.find("finished ddp (results in " + out + "); zero3 was running, not run: zero2"),
-            std::string::npos)
+  EXPECT_NE(run.err.find("finished ddp (results in " + out + "); zero3 was running, not run: zero2"), std::string::npos)
       << run.err;
   ASSERT_TRUE(std::filesystem::exists(out)) << run.err;
   const json root = read_json(out);  // parses, and conforms to the schema: never half a file
