@@ -38,9 +38,10 @@ std::string strategy_list(const RunOptions& options) {
 std::string model_line(const RunOptions& options) {
   const std::string seq_note =
       options.full.seq_default.empty() ? "" : fmt::format(" (default: {})", options.full.seq_default);
+  const std::string source = options.full.name == options.model ? "" : fmt::format(", from {}", options.model);
   return fmt::format(
-      "  model     {} ({}), micro-batch {}, seq-len {}{}, {} attention, {} loss, activation checkpointing {}\n",
-      options.full.name, model::style_name(options.full.style), options.full.batch, options.full.seq, seq_note,
+      "  model     {} ({}{}), micro-batch {}, seq-len {}{}, {} attention, {} loss, activation checkpointing {}\n",
+      options.full.name, model::style_name(options.full.style), source, options.full.batch, options.full.seq, seq_note,
       model::attention_name(options.model_options.attention), model::loss_name(options.model_options.loss),
       options.model_options.checkpoint ? "on" : "off");
 }
@@ -62,15 +63,18 @@ std::string offload_words(const RunOptions& options) {
   return words;
 }
 
-// "  training  mixed precision, AdamW (foreach) lr 0.001, clip 1, 3 steps of 1 micro-batch ...".
+// "  training  mixed precision, AdamW (foreach) lr 0.001, clip 1, 3 optimizer steps, 1 micro-batch per rank per
+// step ...": counts of steps and micro-batches, never to be read as sizes.
 std::string training_line(const RunOptions& options) {
   const strategy::StrategyOptions& first = options.strategies.front();
-  return fmt::format("  training  {} precision{}, AdamW ({}) lr {}{}, clip {}, {} step{} of {} micro-batch{}{}{}\n",
-                     first.recipe.name(), first.recipe.fp16 ? " (fp16 as the config says, computed in bf16)" : "",
-                     optim::adamw_impl_name(first.adamw_impl), first.adamw.lr, warmup_words(first.schedule),
-                     first.clip_norm, options.steps, options.steps == 1 ? "" : "s", options.accumulation,
-                     options.accumulation == 1 ? "" : "es", offload_words(options),
-                     options.deepspeed.empty() ? "" : ", DeepSpeed config " + options.deepspeed);
+  return fmt::format(
+      "  training  {} precision{}, AdamW ({}) lr {}{}, clip {}, {} optimizer step{}, {} micro-batch{} per rank per "
+      "step{}{}\n",
+      first.recipe.name(), first.recipe.fp16 ? " (fp16 as the config says, computed in bf16)" : "",
+      optim::adamw_impl_name(first.adamw_impl), first.adamw.lr, warmup_words(first.schedule), first.clip_norm,
+      options.plan ? 1 : options.steps, options.plan || options.steps == 1 ? "" : "s", options.accumulation,
+      options.accumulation == 1 ? "" : "es (gradient accumulation)", offload_words(options),
+      options.deepspeed.empty() ? "" : ", DeepSpeed config " + options.deepspeed);
 }
 
 // Where the settings came from when a DeepSpeed config gave them: what it set, what it left "auto" and what the
@@ -122,7 +126,10 @@ void print_run_header(const MpiSession& mpi, const RunOptions& options) {
     text += fmt::format("  weights   loaded from {}\n", options.load_weights_path);
   }
   if (!options.plan && !options.save_weights_path.empty()) {
-    text += fmt::format("  saving    {}'s weights after its last step to {}\n", options.strategies.front().name(),
+    // One file: the first strategy's weights (every strategy trains the same numbers).
+    text += fmt::format("  saving    {}'s weights {} to {} (the first strategy's; the others' are the same numbers)\n",
+                        options.strategies.front().name(),
+                        options.steps == 0 ? "as initialised (--steps 0)" : "after its last step",
                         options.save_weights_path);
   }
   if (options.plan) {

@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "app/report.h"
 #include "workloads/model/layout.h"
 
 namespace emu::app {
@@ -29,80 +30,127 @@ json shapes(const model::ModelConfig& m) {
           {"parameters", model::parameter_count(m)}};
 }
 
+// A text that may be absent: null, never "" (one rule for every optional text of the JSON).
+json text_or_null(const std::string& text) { return text.empty() ? json(nullptr) : json(text); }
+
+// One shape for traffic, measured or predicted: per collective and kind of group, per optimizer step and rank.
+// `received` is null where it is not known (the analytic model states what each rank sends).
+json traffic_entry(coll::CollectiveKind kind, const std::string& group, uint64_t calls, uint64_t sent,
+                   const json& received, uint64_t scale) {
+  return {{"collective", std::string(coll::kind_name(kind))},
+          {"group", group},
+          {"calls", calls},
+          {"sent_bytes", sent},
+          {"sent_full_scale_bytes", sent * scale},
+          {"received_bytes", received},
+          {"received_full_scale_bytes", received.is_null() ? json(nullptr) : json(received.get<uint64_t>() * scale)}};
+}
+
+json out_of_memory_json(const RunReport& r, const StrategyOutcome& o) {
+  if (o.fits()) return nullptr;
+  const uint64_t scale = r.scale();
+  json ranks = json::array();
+  for (size_t i = 0; i < o.verdict.ranks.size(); ++i) {
+    const strategy::RankMemory& m = o.verdict.ranks[i];
+    if (!m.out_of_memory) continue;
+    const RankRole role = o.roles.empty() ? RankRole{m.rank, m.rank} : o.roles[i];
+    ranks.push_back({{"rank", role.first},
+                     {"last_rank", role.last},
+                     {"phase", text_or_null(m.phase)},
+                     {"tensor", text_or_null(m.what)},
+                     {"requested_bytes", m.requested},
+                     {"requested_full_scale_bytes", m.requested * scale},
+                     {"in_use_bytes", m.in_use},
+                     {"in_use_full_scale_bytes", m.in_use * scale},
+                     {"cap_bytes", m.cap},
+                     {"cap_full_scale_bytes", m.cap * scale},
+                     {"needed_bytes", m.peak},
+                     {"needed_full_scale_bytes", m.peak * scale}});
+  }
+  return {{"ranks", ranks}, {"summary", oom_summary(r, o)}};
+}
+
+// A plan's roles: which ranks each planned rank speaks for, with its peaks; null for a run (whose per-rank arrays
+// hold every rank).
+json roles_json(const RunReport& r, const StrategyOutcome& o) {
+  if (o.roles.empty()) return nullptr;
+  json roles = json::array();
+  for (size_t i = 0; i < o.roles.size(); ++i) {
+    roles.push_back({{"first_rank", o.roles[i].first},
+                     {"last_rank", o.roles[i].last},
+                     {"ranks", o.roles[i].ranks()},
+                     {"peak_bytes", o.peak[i]},
+                     {"reserved_peak_bytes", o.reserved_peak[i]},
+                     {"verdict", o.verdict.ranks[i].out_of_memory ? "oom" : "fit"}});
+  }
+  return roles;
+}
+
+// --save-weights: the file, whose weights (the first strategy's) and after how many steps; null when not saved.
+json saved_weights(const RunReport& r) {
+  if (r.options.save_weights_path.empty() || r.plan || r.outcomes.empty()) return nullptr;
+  return {{"path", r.options.save_weights_path},
+          {"strategy", r.outcomes.front().name},
+          {"steps", r.outcomes.front().steps_run}};
+}
+
+json per_step(const RunReport& r, const auto& values) { return r.plan ? json(nullptr) : json(values); }
+
 json outcome_json(const RunReport& r, const StrategyOutcome& o) {
   const uint64_t scale = r.scale();
   json s;
   s["name"] = o.name;
   s["verdict"] = o.fits() ? "fit" : "oom";
   s["steps_run"] = o.steps_run;
-  if (!o.fits()) {
-    json ranks = json::array();
-    for (const strategy::RankMemory& m : o.verdict.ranks) {
-      if (!m.out_of_memory) continue;
-      ranks.push_back({{"rank", m.rank},
-                       {"phase", m.phase},
-                       {"tensor", m.what},
-                       {"requested_bytes", m.requested},
-                       {"in_use_bytes", m.in_use},
-                       {"cap_bytes", m.cap},
-                       {"needed_bytes", m.peak},
-                       {"needed_full_scale_bytes", m.peak * scale}});
-    }
-    s["out_of_memory"] = {{"ranks", ranks}, {"summary", o.verdict.summary()}};
-  }
-  if (!o.peak.empty()) {
-    const int p = o.peak_rank;
-    s["peak"] = {{"rank", p},
-                 {"bytes", o.peak[p]},
-                 {"full_scale_bytes", o.peak[p] * scale},
-                 {"at_peak_by_category", categories(o.at_peak[p], 1)},
-                 {"at_peak_by_category_full_scale", categories(o.at_peak[p], scale)},
-                 {"category_peaks", categories(o.category_peaks[p], 1)},
-                 {"category_peaks_full_scale", categories(o.category_peaks[p], scale)}};
-    s["peak_bytes_per_rank"] = o.peak;
-    const auto rp = static_cast<size_t>(o.reserved_peak_rank);
-    const uint64_t fragmentation = o.reserved_peak[rp] - o.allocated_at_reserved_peak[rp];
-    s["reserved"] = {{"allocator", std::string(allocator_name(r.options.allocator))},
-                     {"alloc_conf", r.options.alloc_conf.str()},
-                     {"rank", o.reserved_peak_rank},
-                     {"peak_bytes", o.reserved_peak[rp]},
-                     {"peak_full_scale_bytes", o.reserved_peak[rp] * scale},
-                     {"allocated_at_peak_bytes", o.allocated_at_reserved_peak[rp]},
-                     {"fragmentation_bytes", fragmentation},
-                     {"fragmentation_full_scale_bytes", fragmentation * scale}};
-    s["reserved_peak_bytes_per_rank"] = o.reserved_peak;
-  }
-  json traffic = json::array();
+  s["out_of_memory"] = out_of_memory_json(r, o);
+  const auto p = static_cast<size_t>(o.peak_rank);
+  s["peak"] = {{"rank", o.roles.empty() ? o.peak_rank : o.roles[p].first},
+               {"bytes", o.peak[p]},
+               {"full_scale_bytes", o.peak[p] * scale},
+               {"at_peak_by_category", categories(o.at_peak[p], 1)},
+               {"at_peak_by_category_full_scale", categories(o.at_peak[p], scale)},
+               {"category_peaks", categories(o.category_peaks[p], 1)},
+               {"category_peaks_full_scale", categories(o.category_peaks[p], scale)}};
+  s["peak_bytes_per_rank"] = o.roles.empty() ? json(o.peak) : json(nullptr);
+  s["plan_roles"] = roles_json(r, o);
+  const auto rp = static_cast<size_t>(o.reserved_peak_rank);
+  const uint64_t fragmentation = o.reserved_peak[rp] - o.allocated_at_reserved_peak[rp];
+  s["reserved"] = {{"allocator", std::string(allocator_name(r.options.allocator))},
+                   {"alloc_conf", text_or_null(r.options.alloc_conf.str())},
+                   {"rank", o.roles.empty() ? o.reserved_peak_rank : o.roles[rp].first},
+                   {"peak_bytes", o.reserved_peak[rp]},
+                   {"peak_full_scale_bytes", o.reserved_peak[rp] * scale},
+                   {"allocated_at_peak_bytes", o.allocated_at_reserved_peak[rp]},
+                   {"allocated_at_peak_full_scale_bytes", o.allocated_at_reserved_peak[rp] * scale},
+                   {"fragmentation_bytes", fragmentation},
+                   {"fragmentation_full_scale_bytes", fragmentation * scale}};
+  s["reserved_peak_bytes_per_rank"] = o.roles.empty() ? json(o.reserved_peak) : json(nullptr);
+  json predicted_traffic = json::array();
   for (const strategy::PredictedTraffic& t : o.prediction.traffic) {
-    traffic.push_back({{"collective", std::string(coll::kind_name(t.kind))},
-                       {"group", t.group},
-                       {"calls", t.calls},
-                       {"sent_bytes", t.sent},
-                       {"sent_full_scale_bytes", t.sent * scale}});
+    predicted_traffic.push_back(traffic_entry(t.kind, t.group, t.calls, t.sent, nullptr, scale));
   }
-  s["predicted"] = {{"formula", o.prediction.formula},
+  s["predicted"] = {{"formula", text_or_null(o.prediction.formula)},
                     {"by_category", categories(o.prediction.peak, 1)},
                     {"by_category_full_scale", categories(o.prediction.peak, scale)},
                     {"model_state_bytes", o.prediction.model_state_bytes()},
                     {"model_state_full_scale_bytes", o.prediction.model_state_bytes() * scale},
                     {"activation_bytes", o.predicted_activations},
-                    {"traffic_per_step", traffic}};
-  json measured = json::object();
-  for (const auto& [kind, t] : o.traffic_per_step) {
-    const auto calls = o.calls_per_step.find(kind);
-    measured[std::string(coll::kind_name(kind))] = {{"calls", calls == o.calls_per_step.end() ? 0 : calls->second},
-                                                    {"sent_bytes", t.sent},
-                                                    {"received_bytes", t.received},
-                                                    {"sent_full_scale_bytes", t.sent * scale},
-                                                    {"received_full_scale_bytes", t.received * scale}};
+                    {"activation_full_scale_bytes", o.predicted_activations * scale},
+                    {"traffic_per_step", predicted_traffic}};
+  json measured = json::array();
+  for (const auto& [key, t] : o.traffic_per_step) {
+    const auto calls = o.calls_per_step.find(key);
+    measured.push_back(traffic_entry(key.kind, key.group, calls == o.calls_per_step.end() ? 0 : calls->second, t.sent,
+                                     t.received, scale));
   }
   s["traffic_per_step"] = measured;
   s["pcie_per_step"] = {{"device_to_host_bytes", o.host_per_step.device_to_host},
                         {"host_to_device_bytes", o.host_per_step.host_to_device},
                         {"device_to_host_full_scale_bytes", o.host_per_step.device_to_host * scale},
                         {"host_to_device_full_scale_bytes", o.host_per_step.host_to_device * scale}};
-  s["step_seconds"] = o.step_seconds;
-  s["losses"] = o.losses;
+  s["step_seconds"] = per_step(r, o.step_seconds);
+  s["losses"] = per_step(r, o.losses);
+  s["grad_norms"] = per_step(r, o.grad_norms);
   return s;
 }
 
@@ -111,6 +159,7 @@ json outcome_json(const RunReport& r, const StrategyOutcome& o) {
 std::string format_json(const RunReport& r) {
   const RunOptions& o = r.options;
   json root;
+  root["schema_version"] = kJsonSchemaVersion;
   root["emu_version"] = EMU_VERSION;
   root["config"] = {
       {"model", o.model},
@@ -128,10 +177,10 @@ std::string format_json(const RunReport& r) {
       {"adamw", std::string(optim::adamw_impl_name(o.strategies.front().adamw_impl))},
       {"optimizer_offload", o.offload},
       {"collectives", o.collectives.empty() ? "ring" : o.collectives},
-      {"deepspeed_config", o.deepspeed},
+      {"deepspeed_config", text_or_null(o.deepspeed)},
       {"tokens", o.tokens_path.empty() ? json("synthetic") : json(o.tokens_path)},
       {"initial_weights", o.load_weights_path.empty() ? json("seeded") : json(o.load_weights_path)},
-      {"saved_weights", o.save_weights_path.empty() ? json(nullptr) : json(o.save_weights_path)},
+      {"saved_weights", saved_weights(r)},
       {"device", r.plan ? "shapes" : o.device},
       {"cap",
        {{"spec", o.cap.text},
@@ -140,12 +189,14 @@ std::string format_json(const RunReport& r) {
       {"reserve", {{"per_rank_bytes", r.reserve}, {"full_scale_bytes", o.reserve_full_scale}}},
       {"strict_oom", o.strict_oom},
       {"allocator", std::string(allocator_name(o.allocator))},
-      {"alloc_conf", o.alloc_conf.str()},
+      {"alloc_conf", text_or_null(o.alloc_conf.str())},
   };
   root["model"] = {{"full_scale", shapes(o.full)}, {"run", shapes(r.model)}};
   json outcomes = json::array();
   for (const StrategyOutcome& outcome : r.outcomes) outcomes.push_back(outcome_json(r, outcome));
   root["strategies"] = outcomes;
+  root["complete"] = r.complete;
+  root["strategies_not_run"] = r.not_run;
   root["seconds"] = r.seconds;
   return root.dump(2) + "\n";
 }

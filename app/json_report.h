@@ -1,4 +1,5 @@
-// --json FILE: the results for machines. The fields are documented in the README ("JSON output").
+// --json FILE: the results for machines. Every field is documented in docs/json.md; docs/emu-output.schema.json is
+// its JSON Schema, which the end-to-end tests validate every output against.
 #pragma once
 
 #include <string>
@@ -6,6 +7,9 @@
 #include "app/run.h"
 
 namespace emu::app {
+
+// Raised whenever a field is renamed, removed or changes meaning; adding a field keeps it.
+inline constexpr int kJsonSchemaVersion = 1;
 
 std::string format_json(const RunReport& report);
 

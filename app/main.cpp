@@ -5,9 +5,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <string>
+#include <vector>
 
 #include "app/atomic_file.h"
 #include "app/header.h"
+#include "app/interrupt.h"
 #include "app/json_report.h"
 #include "app/options.h"
 #include "app/plan.h"
@@ -34,6 +37,28 @@ int bad_input(const emu::MpiSession& mpi, const emu::AgreedError& agreed) {
   return emu::kExitBadInput;
 }
 
+// What rank 0 says if a signal ends the job now: the strategies finished (their results in the JSON), the one
+// running, the ones not run.
+void note_progress(const emu::app::RunReport& so_far) {
+  std::vector<std::string> finished;
+  for (const emu::app::StrategyOutcome& outcome : so_far.outcomes) finished.push_back(outcome.name);
+  std::vector<std::string> waiting;
+  for (size_t i = finished.size(); i < so_far.options.strategies.size(); ++i) {
+    waiting.push_back(so_far.options.strategies[i].name());
+  }
+  const std::string json = so_far.options.json_path;
+  std::string note = finished.empty() ? "no strategy had finished"
+                                      : fmt::format("finished {}{}", fmt::join(finished, ", "),
+                                                    json.empty() ? "" : fmt::format(" (results in {})", json));
+  if (!waiting.empty()) {
+    note += fmt::format("; {} was running", waiting.front());
+    if (waiting.size() > 1) {
+      note += fmt::format(", not run: {}", fmt::join(waiting.begin() + 1, waiting.end(), ", "));
+    }
+  }
+  emu::app::set_interrupt_note(note);
+}
+
 // Exit code 1 when a verdict the user expected did not come out.
 int check_expectations(const emu::app::RunReport& report, int rank) {
   int failed = 0;
@@ -45,7 +70,7 @@ int check_expectations(const emu::app::RunReport& report, int rank) {
       if (rank == 0) {
         std::fprintf(stderr, "emu: expectation failed: %s was expected to %s but %s\n", outcome.name.c_str(),
                      expectation.fit ? "fit" : "run out of memory",
-                     outcome.fits() ? "fits" : outcome.verdict.summary().c_str());
+                     outcome.fits() ? "fits" : emu::app::oom_summary(report, outcome).c_str());
       }
     }
   }
@@ -72,6 +97,35 @@ int find_limits(const emu::MpiSession& mpi, const emu::app::RunOptions& options)
   return emu::kExitOk;
 }
 
+// Strict mode: stop every rank at once, as a GPU job would. An expected outcome, not emu's own failure: the message
+// is the OOM at full scale, without a source location.
+[[noreturn]] void strict_out_of_memory(const emu::OutOfMemoryError& error, int shrink) {
+  const auto k = static_cast<uint64_t>(shrink);
+  std::fprintf(stderr, "%s --strict-oom stops the job here (exit %d).\n", error.event().message(k * k).c_str(),
+               static_cast<int>(emu::kExitExpectationFailed));
+  std::fflush(stderr);
+  MPI_Abort(MPI_COMM_WORLD, emu::kExitExpectationFailed);
+  std::_Exit(emu::kExitExpectationFailed);
+}
+
+// Rank 0: the report on stdout, then the files asked for; an error writing them, or "".
+std::string print_and_write(const emu::app::RunOptions& options, const emu::app::RunReport& report) {
+  std::fputs(emu::app::format_report(report).c_str(), stdout);
+  std::fputs(emu::app::format_conclusion(report).c_str(), stdout);
+  std::fflush(stdout);
+  try {
+    if (!options.json_path.empty()) emu::app::write_file_atomically(options.json_path, emu::app::format_json(report));
+    if (!options.trace_path.empty())
+      emu::app::write_file_atomically(options.trace_path, emu::app::format_trace(report));
+    if (!options.svg_path.empty()) {
+      emu::app::write_file_atomically(options.svg_path, emu::app::format_memory_svg(report));
+    }
+  } catch (const emu::InputError& error) {
+    return error.what();
+  }
+  return "";
+}
+
 int run(const emu::MpiSession& mpi, int argc, char** argv) {
   emu::app::ParsedCommandLine parsed;
   std::string input_error;
@@ -92,6 +146,23 @@ int run(const emu::MpiSession& mpi, int argc, char** argv) {
   }
   emu::app::print_run_header(mpi, options);
 
+  // Ctrl-C or SIGTERM: rank 0 says which strategies finished; the JSON, rewritten after each one, holds them.
+  emu::app::install_interrupt_handlers();
+  const auto after_each = [&](const emu::app::RunReport& so_far) {
+    if (mpi.rank() != 0) return;
+    note_progress(so_far);
+    if (so_far.complete || options.json_path.empty()) return;
+    try {
+      emu::app::write_file_atomically(options.json_path, emu::app::format_json(so_far));
+    } catch (const emu::InputError& error) {
+      emu::log::warn("app", "the JSON so far was not written: {}", error.what());  // the final write says why
+    }
+  };
+  if (mpi.rank() == 0) {
+    emu::app::RunReport nothing_yet;
+    nothing_yet.options = options;
+    note_progress(nothing_yet);
+  }
   emu::app::RunReport report;
   if (options.plan) {
     // Rank 0 plans alone, for any number of ranks; the others wait for its verdict.
@@ -99,7 +170,7 @@ int run(const emu::MpiSession& mpi, int argc, char** argv) {
     if (mpi.rank() == 0) {
       try {
         if (!options.find_limit.empty()) return find_limits(mpi, options);
-        report = emu::app::plan_strategies(options, mpi.world(), mpi.local_size());
+        report = emu::app::plan_strategies(options, mpi.world(), mpi.local_size(), after_each);
       } catch (const emu::InputError& error) {
         plan_error = error.what();
       }
@@ -109,30 +180,12 @@ int run(const emu::MpiSession& mpi, int argc, char** argv) {
     if (const auto agreed = emu::agree_on_error(plan_error)) return bad_input(mpi, *agreed);
   } else {
     try {
-      report = emu::app::run_strategies(mpi, options);
+      report = emu::app::run_strategies(mpi, options, after_each);
     } catch (const emu::OutOfMemoryError& error) {
-      // Strict mode: stop every rank at once, as a GPU job would.
-      emu::fatal(fmt::format("out of memory (strict): {}", error.what()), __FILE__, __LINE__,
-                 emu::kExitExpectationFailed);
+      strict_out_of_memory(error, options.shrink);
     }
   }
-  std::string write_error;
-  if (mpi.rank() == 0) {
-    std::fputs(emu::app::format_report(report).c_str(), stdout);
-    std::fputs(emu::app::format_conclusion(report).c_str(), stdout);
-    std::fflush(stdout);
-    try {
-      if (!options.json_path.empty()) emu::app::write_file_atomically(options.json_path, emu::app::format_json(report));
-      if (!options.trace_path.empty()) {
-        emu::app::write_file_atomically(options.trace_path, emu::app::format_trace(report));
-      }
-      if (!options.svg_path.empty()) {
-        emu::app::write_file_atomically(options.svg_path, emu::app::format_memory_svg(report));
-      }
-    } catch (const emu::InputError& error) {
-      write_error = error.what();
-    }
-  }
+  const std::string write_error = mpi.rank() == 0 ? print_and_write(options, report) : "";
   if (const auto agreed = emu::agree_on_error(write_error)) return bad_input(mpi, *agreed);
   // Rank 0 holds every outcome (a plan's only there); its verdict is everyone's.
   int code = mpi.rank() == 0 ? check_expectations(report, 0) : emu::kExitOk;

@@ -2,9 +2,11 @@
 
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
 #include <iterator>
 #include <string_view>
 #include <utility>
@@ -45,10 +47,33 @@ std::vector<std::string> split_list(const std::string& text) {
   return out;
 }
 
+// What a user calls a Hugging Face model: the config's own `_name_or_path` when it names one, else the folder
+// holding config.json (a snapshot's folder is named after the model), else the file's stem ("tinyllama.json").
+std::string hf_model_name(const std::filesystem::path& given) {
+  std::error_code error;
+  const bool folder = std::filesystem::is_directory(given, error);
+  const std::filesystem::path file = folder ? given / "config.json" : given;
+  std::ifstream in(file);
+  const nlohmann::json config = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (config.is_object() && config.contains("_name_or_path") && config["_name_or_path"].is_string()) {
+    const std::string named = config["_name_or_path"].get<std::string>();
+    // A repository id ("TinyLlama/TinyLlama-1.1B-Chat-v1.0") or a local path: its last part is the model's name.
+    std::string last = std::filesystem::path(named).filename().string();
+    if (!last.empty() && last != "." && last != "config.json") return last;
+  }
+  const std::filesystem::path absolute = std::filesystem::absolute(file, error).lexically_normal();
+  if (file.filename() == "config.json" && absolute.has_parent_path() && !absolute.parent_path().filename().empty()) {
+    return absolute.parent_path().filename().string();
+  }
+  return file.stem().string();
+}
+
 model::ModelConfig load_model(const std::string& name) {
   std::error_code error;
   if (name.ends_with(".json") || name.find('/') != std::string::npos || std::filesystem::is_directory(name, error)) {
-    return model::load_hf_config(name);  // a config.json, or a snapshot folder holding one
+    model::ModelConfig config = model::load_hf_config(name);  // a config.json, or a snapshot folder holding one
+    config.name = hf_model_name(name);  // the path itself stays in the header and the JSON's config.model
+    return config;
   }
   return model::preset(name);
 }
@@ -179,7 +204,10 @@ void add_training_flags(CLI::App& app, RunOptions& options, Flags& flags) {
                  "fused (none). zero1/2/3 use DeepSpeed's optimizer")
       ->capture_default_str()
       ->group("Training");
-  app.add_option("--steps", options.steps, "optimizer steps per strategy")->capture_default_str()->group("Training");
+  app.add_option("--steps", options.steps,
+                 "optimizer steps per strategy; 0: set-up only (with --save-weights, the initial weights)")
+      ->capture_default_str()
+      ->group("Training");
   app.add_option("--grad-accum", flags.accumulation, "micro-batches per optimizer step (default 1)")->group("Training");
   app.add_flag("--offload", options.offload, "optimizer state in host memory (ZeRO-Offload); PCIe bytes counted")
       ->group("Training");
@@ -470,8 +498,8 @@ strategy::StrategyOptions read_strategies(RunOptions& options, Flags& flags, int
 }
 
 void read_training_loop(RunOptions& options, const Flags& flags, int world) {
-  if (options.steps < 1 || options.steps > 100000) {
-    throw InputError(fmt::format("--steps {} is out of range; accepted: 1 to 100000", options.steps));
+  if (options.steps < 0 || options.steps > 100000) {
+    throw InputError(fmt::format("--steps {} is out of range; accepted: 0 (set-up only) to 100000", options.steps));
   }
   options.accumulation = flags.accumulation > 0 ? flags.accumulation : 1;
   if ((flags.accumulation_given && flags.accumulation < 1) || options.accumulation > 4096) {

@@ -4,8 +4,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <nlohmann/json.hpp>
+#include <optional>
 
+#include "app/json_report.h"
 #include "app/one_strategy.h"
 #include "collectives/virtual/virtual_link.h"
 #include "emu/check.h"
@@ -25,8 +28,9 @@ constexpr int64_t kMaxSeqLen = 1 << 20;   // as --seq-len accepts
 // and ledgers, which speak for every rank.
 class PlanDriver final : public StepDriver {
  public:
-  PlanDriver(const model::ModelConfig& config, int accumulation, const MemoryPool& pool)
-      : config_(config), accumulation_(accumulation), pool_(pool) {}
+  PlanDriver(const model::ModelConfig& config, int accumulation, const MemoryPool& pool, int rank,
+             const SpanRecorder* spans)
+      : config_(config), accumulation_(accumulation), pool_(pool), rank_(rank), spans_(spans) {}
 
   // Token ids are read by nothing on a shapes-only device; they only give the micro-batches their shape.
   std::vector<data::Batch> micro_batches(int step) override {
@@ -45,6 +49,7 @@ class PlanDriver final : public StepDriver {
 
   void finish(StrategyOutcome& outcome, const model::Model& model, strategy::Strategy& strategy) override {
     strategy::RankMemory mine;
+    mine.rank = rank_;
     mine.cap = pool_.cap();
     mine.peak = pool_.reserved_peak();
     if (const auto& oom = pool_.first_oom()) {
@@ -62,23 +67,32 @@ class PlanDriver final : public StepDriver {
     outcome.at_peak = {pool_.breakdown_at_peak()};
     for (coll::Communicator* group : strategy.groups()) {
       for (const auto& [key, entry] : group->ledger().entries()) {
-        outcome.traffic_per_step[key.first] += entry.moved;
-        outcome.calls_per_step[key.first] += entry.calls;
+        const TrafficKey traffic_key{key.first, group_kind(group->name())};
+        outcome.traffic_per_step[traffic_key] += entry.moved;
+        outcome.calls_per_step[traffic_key] += entry.calls;
       }
     }
     outcome.host_per_step = strategy.host_traffic();
+    if (spans_ != nullptr) {
+      outcome.memory = {thin_timeline(pool_.timeline())};
+      outcome.oom_seconds = {pool_.first_oom() ? pool_.first_oom()->seconds : -1.0};
+      outcome.spans = {spans_->spans()};
+      outcome.spans_dropped = {spans_->dropped()};
+    }
   }
 
  private:
   const model::ModelConfig& config_;
   const int accumulation_;
   const MemoryPool& pool_;
+  const int rank_;
+  const SpanRecorder* spans_;  // null unless recording
 };
 
 }  // namespace
 
 StrategyOutcome account_shapes(const RunOptions& options, const strategy::StrategyOptions& strategy_options,
-                               const model::ModelConfig& config, int ranks, int ranks_per_node) {
+                               const model::ModelConfig& config, int ranks, int ranks_per_node, int rank, bool record) {
   // At full scale the cap is as stated ("40GB-scaled" and "40GB" both mean 40 GB per GPU here); a shrunk config
   // gets the run's cap and reserve, ÷ k².
   const int shrink = static_cast<int>(config.shrink);
@@ -87,19 +101,25 @@ StrategyOutcome account_shapes(const RunOptions& options, const strategy::Strate
   memory.cap = options.cap.unlimited ? kNoCap : options.cap.per_rank_bytes(shrink);
   memory.reserve = options.reserve_full_scale / k2;
   memory.mode = OomMode::kRecord;
-  memory.timeline = false;
+  memory.timeline = record;
   memory.allocator = options.allocator;
   memory.alloc_conf = options.alloc_conf;
   auto device = make_shapes_device(memory);
   device->memory().set_strategy(strategy_options.name());
   auto host = make_shapes_device({});
-  auto world = coll::make_virtual_communicator(*device, 0, ranks, "world", shrink);
-  auto intra = coll::make_virtual_communicator(*device, 0, ranks_per_node, "intra-node 0", shrink);
-  auto inter = coll::make_virtual_communicator(*device, 0, ranks / ranks_per_node, "inter-node 0", shrink);
+  std::optional<SpanRecorder> spans;
+  if (record) spans.emplace(steady_seconds());
+  const int node = rank / ranks_per_node, local = rank % ranks_per_node;
+  auto world = coll::make_virtual_communicator(*device, rank, ranks, "world", shrink);
+  auto intra =
+      coll::make_virtual_communicator(*device, local, ranks_per_node, fmt::format("intra-node {}", node), shrink);
+  auto inter = coll::make_virtual_communicator(*device, node, ranks / ranks_per_node,
+                                               fmt::format("inter-node {}", local), shrink);
   const int post_forward_ranks = strategy_options.fsdp2.post_forward_ranks;
-  auto post_forward = post_forward_ranks > 0
-                          ? coll::make_virtual_communicator(*device, 0, post_forward_ranks, "post-forward 0", shrink)
-                          : nullptr;
+  auto post_forward = post_forward_ranks > 0 ? coll::make_virtual_communicator(
+                                                   *device, rank % post_forward_ranks, post_forward_ranks,
+                                                   fmt::format("post-forward {}", rank / post_forward_ranks), shrink)
+                                             : nullptr;
   const Stage stage{.device = *device,
                     .offload = options.offload ? host.get() : nullptr,
                     .parameter_host = strategy_options.zero.offload_param ? host.get() : nullptr,
@@ -116,8 +136,8 @@ StrategyOutcome account_shapes(const RunOptions& options, const strategy::Strate
                     .ranks_per_node = ranks_per_node,
                     .accumulation = options.accumulation,
                     .steps = 1,
-                    .spans = nullptr};
-  PlanDriver driver(config, options.accumulation, device->memory());
+                    .spans = spans ? &*spans : nullptr};
+  PlanDriver driver(config, options.accumulation, device->memory(), rank, stage.spans);
   return run_one_strategy(stage, strategy_options, driver);
 }
 
@@ -126,6 +146,85 @@ namespace {
 StrategyOutcome plan_one(const RunOptions& options, const strategy::StrategyOptions& strategy_options,
                          const model::ModelConfig& config, int ranks, int ranks_per_node) {
   return account_shapes(options, strategy_options, config, ranks, ranks_per_node);
+}
+
+bool same_bytes(const StrategyOutcome& a, const StrategyOutcome& b) {
+  return a.peak == b.peak && a.reserved_peak == b.reserved_peak &&
+         a.category_peaks.front().bytes == b.category_peaks.front().bytes && a.verdict.any() == b.verdict.any();
+}
+
+// Appends `from`'s one accounted rank to `into` as a role covering ranks first..last.
+void add_role(StrategyOutcome& into, StrategyOutcome&& from, RankRole role) {
+  into.roles.push_back(role);
+  into.verdict.ranks.push_back(from.verdict.ranks.front());
+  into.verdict.ranks.back().rank = role.first;
+  into.peak.push_back(from.peak.front());
+  into.reserved_peak.push_back(from.reserved_peak.front());
+  into.allocated_at_reserved_peak.push_back(from.allocated_at_reserved_peak.front());
+  into.category_peaks.push_back(from.category_peaks.front());
+  into.at_peak.push_back(from.at_peak.front());
+  const auto last = static_cast<int>(into.peak.size()) - 1;
+  if (into.peak[last] > into.peak[into.peak_rank]) into.peak_rank = last;
+  if (into.reserved_peak[last] > into.reserved_peak[into.reserved_peak_rank]) into.reserved_peak_rank = last;
+  if (!from.memory.empty()) into.memory.push_back(std::move(from.memory.front()));
+  if (!from.oom_seconds.empty()) into.oom_seconds.push_back(from.oom_seconds.front());
+  if (!from.spans.empty()) into.spans.push_back(std::move(from.spans.front()));
+  if (!from.spans_dropped.empty()) into.spans_dropped.push_back(from.spans_dropped.front());
+}
+
+// A long plan says how far it is on stderr: a plan's collectives are accounted step by step over virtual rings, so
+// its time grows with the ranks (30 s per strategy for 1,048,576 ranks of llama2-7b on a 2-core machine, more with
+// more layers). Past kProgressAfter seconds, each representative rank accounted is a line.
+constexpr double kProgressAfter = 3.0;
+constexpr int kLargePlan = 65536;  // ranks from which the plan says up front that it will take a while
+
+struct PlanProgress {
+  std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
+  double seconds() const { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); }
+};
+
+void report_progress(const PlanProgress& progress, const std::string& strategy, const RankRole& span, int ranks,
+                     size_t index, size_t count) {
+  if (progress.seconds() < kProgressAfter) return;
+  std::fprintf(stderr, "emu: plan: %s, rank %d accounted for ranks %d-%d of %d (%zu of %zu), %.1f s so far\n",
+               strategy.c_str(), span.first, span.first, span.last, ranks, index + 1, count, progress.seconds());
+  std::fflush(stderr);
+}
+
+// The plan of one strategy for `ranks` ranks: rank 0, rank 1 standing for ranks 1..N-2, and rank N-1 accounted,
+// then merged into roles where neighbours hold the same bytes. Traffic and the prediction are rank 0's.
+StrategyOutcome plan_roles(const RunOptions& options, const strategy::StrategyOptions& strategy_options,
+                           const model::ModelConfig& config, int ranks, int ranks_per_node, bool record,
+                           const PlanProgress& progress) {
+  std::vector<RankRole> spans = {{0, 0}};
+  if (ranks > 2) spans.push_back({1, ranks - 2});
+  if (ranks > 1) spans.push_back({ranks - 1, ranks - 1});
+  StrategyOutcome first =
+      account_shapes(options, strategy_options, config, ranks, ranks_per_node, spans.front().first, record);
+  report_progress(progress, first.name, spans.front(), ranks, 0, spans.size());
+  StrategyOutcome out;  // name, options, prediction and traffic: rank 0's; the per-rank figures: per role
+  out.name = first.name;
+  out.options = first.options;
+  out.steps_run = first.steps_run;
+  out.prediction = first.prediction;
+  out.predicted_activations = first.predicted_activations;
+  out.traffic_per_step = first.traffic_per_step;
+  out.calls_per_step = first.calls_per_step;
+  out.host_per_step = first.host_per_step;
+  StrategyOutcome previous = first;
+  add_role(out, std::move(first), spans.front());
+  for (size_t i = 1; i < spans.size(); ++i) {
+    StrategyOutcome next =
+        account_shapes(options, strategy_options, config, ranks, ranks_per_node, spans[i].first, record);
+    report_progress(progress, next.name, spans[i], ranks, i, spans.size());
+    if (same_bytes(previous, next)) {
+      out.roles.back().last = spans[i].last;
+      continue;
+    }
+    previous = next;
+    add_role(out, std::move(next), spans[i]);
+  }
+  return out;
 }
 
 int group_size(const RunOptions& options, int world, int ranks_per_node) {
@@ -142,22 +241,34 @@ uint64_t planned_peak(const RunOptions& options, const strategy::StrategyOptions
 
 }  // namespace
 
-RunReport plan_strategies(const RunOptions& options, int world, int ranks_per_node) {
+RunReport plan_strategies(const RunOptions& options, int world, int ranks_per_node, const AfterStrategy& after_each) {
   const auto start = std::chrono::steady_clock::now();
   RunReport report;
   report.options = options;
   report.world = options.plan_ranks > 0 ? options.plan_ranks : world;
-  report.hosts = 0;
   report.ranks_per_node = group_size(options, report.world, ranks_per_node);
+  report.hosts = report.world / report.ranks_per_node;
   report.plan = true;
   report.model = options.full;
   report.shrink = 1;
   report.cap = options.cap.unlimited ? kNoCap : options.cap.bytes;
   report.reserve = options.reserve_full_scale;
-  for (const strategy::StrategyOptions& strategy_options : options.strategies) {
-    report.outcomes.push_back(plan_one(options, strategy_options, options.full, report.world, report.ranks_per_node));
+  const PlanProgress progress;
+  if (report.world >= kLargePlan) {
+    std::fprintf(stderr,
+                 "emu: plan: %d ranks: every collective is accounted over a virtual ring of that size, for 3 "
+                 "representative ranks per strategy, which takes seconds each; past %.0f s a line follows each\n",
+                 report.world, kProgressAfter);
+    std::fflush(stderr);
   }
-  report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  for (const strategy::StrategyOptions& strategy_options : options.strategies) {
+    const bool record = !options.svg_path.empty() || !options.trace_path.empty();
+    report.outcomes.push_back(
+        plan_roles(options, strategy_options, options.full, report.world, report.ranks_per_node, record, progress));
+    mark_progress(report, report.outcomes.size(),
+                  std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    if (after_each) after_each(report);
+  }
   return report;
 }
 
@@ -236,6 +347,7 @@ std::string format_limits(const RunOptions& options, int world, const std::strin
 std::string format_limits_json(const RunOptions& options, int world, const std::string& what,
                                const std::vector<Limit>& limits) {
   nlohmann::json root;
+  root["schema_version"] = kJsonSchemaVersion;
   root["emu_version"] = EMU_VERSION;
   root["find_limit"] = what;
   root["model"] = options.full.name;

@@ -1,7 +1,9 @@
 // Shapes-only planning: the same strategies and the same model code at full scale, charging every allocation
 // without holding data or doing the math, for any number of ranks (`--plan 1024`). One process plays rank 0 of
 // N: the world and the node groups are virtual communicators (collectives/virtual), which charge the ledger with
-// each algorithm's declared volume. All ranks hold equal shards (padding is equal too), so rank 0 speaks for all.
+// each algorithm's declared volume. A plan accounts one representative rank per role: rank 0, rank 1 for the
+// ranks in between and the last rank (shards are equal slices, so only the ends can differ, e.g. where padding
+// falls); ranks that hold the same bytes are one role, reported with the ranks it covers.
 //
 // Find the limit (`--find-limit micro-batch|seq-len`): per strategy, the largest micro-batch or sequence length
 // whose plan fits the cap, by doubling then bisection (a plan's peak grows with both).
@@ -19,11 +21,15 @@ namespace emu::app {
 // `config`. At full scale (config.shrink 1) this is the plan; a shrunk config (shrink.h) goes through the same
 // allocations as a shrunk run does, its buckets, thresholds, slices, cap and reserve ÷ k², so the two can be
 // compared without running the shrunk math.
+// `rank`: the rank accounted; `record`: keep its memory timeline and spans (a plan's --svg and --trace).
 StrategyOutcome account_shapes(const RunOptions& options, const strategy::StrategyOptions& strategy_options,
-                               const model::ModelConfig& config, int ranks, int ranks_per_node);
+                               const model::ModelConfig& config, int ranks, int ranks_per_node, int rank = 0,
+                               bool record = false);
 
 // Rank 0 only: plans every strategy of `options` for options.plan_ranks (or `world`) ranks.
-RunReport plan_strategies(const RunOptions& options, int world, int ranks_per_node);
+// Prints on stderr each strategy's time when the plan is a long one.
+RunReport plan_strategies(const RunOptions& options, int world, int ranks_per_node,
+                          const AfterStrategy& after_each = {});
 
 struct Limit {
   std::string strategy;

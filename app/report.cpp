@@ -16,12 +16,20 @@ namespace {
 std::string gib(double bytes) { return fmt::format("{:.2f}", bytes / static_cast<double>(kGiB)); }
 std::string gb(double bytes) { return fmt::format("{:.2f}", bytes / 1e9); }
 
-std::string verdict_text(const StrategyOutcome& o) {
+// Ranks each entry of the outcome's per-rank figures stands for: 1 in a run, a role's ranks in a plan.
+int ranks_of(const StrategyOutcome& o, size_t index) { return o.roles.empty() ? 1 : o.roles[index].ranks(); }
+
+std::string verdict_text(const RunReport& r, const StrategyOutcome& o) {
   if (o.fits()) return "fits";
-  const auto failing = o.verdict.failing_ranks();
-  return failing.size() == o.verdict.ranks.size()
-             ? "OOM (all)"
-             : fmt::format("OOM ({} of {})", failing.size(), o.verdict.ranks.size());
+  int failing = 0;
+  for (size_t i = 0; i < o.verdict.ranks.size(); ++i) failing += o.verdict.ranks[i].out_of_memory ? ranks_of(o, i) : 0;
+  return failing == r.world ? "OOM (all)" : fmt::format("OOM ({} of {})", failing, r.world);
+}
+
+// Full-scale bytes first; in a shrunk run, what the run itself charged in brackets.
+std::string both_units(const RunReport& r, uint64_t bytes) {
+  if (r.scale() == 1) return format_bytes(bytes);
+  return fmt::format("{} [{}]", format_bytes(bytes * r.scale()), format_bytes(bytes));
 }
 
 std::string recipe_words(const optim::PrecisionRecipe& recipe) {
@@ -73,27 +81,70 @@ std::string format_reserved(const RunReport& r) {
 
 }  // namespace
 
+std::string oom_summary(const RunReport& r, const StrategyOutcome& o) {
+  std::vector<std::string> failing;
+  int count = 0;
+  const strategy::RankMemory* first = nullptr;
+  size_t first_index = 0;
+  for (size_t i = 0; i < o.verdict.ranks.size(); ++i) {
+    const strategy::RankMemory& m = o.verdict.ranks[i];
+    if (!m.out_of_memory) continue;
+    failing.push_back(r.rank_words(o, i));
+    count += ranks_of(o, i);
+    if (first == nullptr) {
+      first = &m;
+      first_index = i;
+    }
+  }
+  if (first == nullptr) return fmt::format("all {} ranks fit", r.world);
+  const uint64_t over = first->peak > first->cap ? first->peak - first->cap : 0;
+  // A plan: "any of the 64 ranks runs out of memory, first in ..."; a run: "ranks 1, 3 of 4 ran out of memory;
+  // rank 1 first in ...".
+  std::string who;
+  if (!o.roles.empty() && failing.size() == 1) {
+    who = fmt::format("{} runs out of memory,", failing.front());
+  } else if (!o.roles.empty()) {
+    who =
+        fmt::format("{} of {} run out of memory; {}", fmt::join(failing, ", "), r.world, r.rank_words(o, first_index));
+  } else if (count == r.world && count > 1) {
+    who = fmt::format("all {} ranks ran out of memory; rank {}", r.world, first->rank);
+  } else {
+    std::vector<int> numbers;
+    for (const strategy::RankMemory& m : o.verdict.ranks) {
+      if (m.out_of_memory) numbers.push_back(m.rank);
+    }
+    who = fmt::format("rank{} {} of {} ran out of memory; rank {}", count == 1 ? "" : "s", fmt::join(numbers, ", "),
+                      r.world, first->rank);
+  }
+  return fmt::format(
+      "{} first in {} (tried to allocate {} for {} with {} in use of a {} cap), needing {} at its "
+      "peak, {} more than its cap",
+      who, first->phase.empty() ? "an unnamed phase" : first->phase, both_units(r, first->requested),
+      first->what.empty() ? "an unnamed tensor" : first->what, both_units(r, first->in_use), both_units(r, first->cap),
+      both_units(r, first->peak), both_units(r, over));
+}
+
 std::string format_report(const RunReport& r) {
   const double scale = static_cast<double>(r.scale());
   const model::ModelConfig& m = r.model;
   std::string out;
   out += fmt::format(
-      "\n{} on {} rank{}{}: h {}, F {}, V {}, s {}, L {}, a {}, kv {}, b {}; {} parameters{}; {} step{} each{}\n",
+      "\n{} on {} rank{}{}: h {}, F {}, V {}, s {}, L {}, a {}, kv {}, b {}; {} parameters{}; {} optimizer step{}{}\n",
       m.name, r.world, r.world == 1 ? "" : "s", r.plan ? " (shapes only, full scale)" : "", m.hidden, m.ffn, m.vocab,
       m.seq, m.layers, m.heads, m.kv_heads, m.batch, model::parameter_count(m),
       r.plan ? ""
              : fmt::format(" (x k^2 = {:.3g} at full scale)", static_cast<double>(model::parameter_count(m)) * scale),
-      r.options.steps, r.options.steps == 1 ? "" : "s",
-      r.options.accumulation > 1 ? fmt::format(" of {} micro-batches", r.options.accumulation) : "");
+      r.plan ? 1 : r.options.steps, r.plan || r.options.steps == 1 ? "" : "s",
+      r.options.accumulation > 1 ? fmt::format(", {} accumulated micro-batches each", r.options.accumulation) : "");
   out += fmt::format(
       "cap per rank {}{}; figures in GiB at full scale{}\n\n", r.cap == kNoCap ? "none" : format_bytes(r.cap),
       r.cap == kNoCap || r.plan ? "" : fmt::format(" = {} GiB at full scale", gib(static_cast<double>(r.cap) * scale)),
       r.plan ? "" : fmt::format(" (measured bytes x {}^2)", r.shrink));
 
   // Memory at the peak of the rank that peaked highest.
-  out += fmt::format("{:<14} {:<12} {:>10} {:>9} | {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} | {:>9} {:>9}\n",
-                     "memory/rank", "verdict", "peak", "peak GiB", "params", "grads", "master", "optim", "activ",
-                     "temp", "comm", "buckets", "states", "predicted");
+  out += fmt::format("{:<14} {:<12} {:>9} {:>12} | {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} | {:>9} {:>9}\n",
+                     "memory/rank", "verdict", "peak GiB", r.plan ? "" : "[shrunk run]", "params", "grads", "master",
+                     "optim", "activ", "temp", "comm", "buckets", "states", "predicted");
   for (const StrategyOutcome& o : r.outcomes) {
     if (o.peak.empty()) continue;
     const CategoryBytes& at = o.at_peak[o.peak_rank];
@@ -101,17 +152,20 @@ std::string format_report(const RunReport& r) {
     const double states = static_cast<double>(own[Category::kParameters] + own[Category::kGradients] +
                                               own[Category::kMasterWeights] + own[Category::kOptimizerState]);
     const auto g = [&](Category c) { return gib(static_cast<double>(at[c]) * scale); };
-    out += fmt::format(
-        "{:<14} {:<12} {:>10} {:>9} | {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} | {:>9} {:>9}\n", o.name,
-        verdict_text(o), format_bytes(o.peak[o.peak_rank]), gib(static_cast<double>(o.peak[o.peak_rank]) * scale),
-        g(Category::kParameters), g(Category::kGradients), g(Category::kMasterWeights), g(Category::kOptimizerState),
-        g(Category::kActivations), g(Category::kTemporaries), g(Category::kCommBuffers), g(Category::kBuckets),
-        gib(states * scale), gib(static_cast<double>(o.prediction.model_state_bytes()) * scale));
+    out += fmt::format("{:<14} {:<12} {:>9} {:>12} | {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} | {:>9} {:>9}\n",
+                       o.name, verdict_text(r, o), gib(static_cast<double>(o.peak[o.peak_rank]) * scale),
+                       r.plan ? "" : fmt::format("[{}]", format_bytes(o.peak[o.peak_rank])), g(Category::kParameters),
+                       g(Category::kGradients), g(Category::kMasterWeights), g(Category::kOptimizerState),
+                       g(Category::kActivations), g(Category::kTemporaries), g(Category::kCommBuffers),
+                       g(Category::kBuckets), gib(states * scale),
+                       gib(static_cast<double>(o.prediction.model_state_bytes()) * scale));
   }
-  out +=
-      "  peak: the highest rank's peak in use; the columns after it are what was in use at that moment, reserve "
-      "aside.\n  states: parameters + gradients + master + optimizer at their own peaks; predicted: the "
-      "analytic model (ZeRO paper + buffers).\n\n";
+  out += fmt::format(
+      "  peak: the highest rank's peak in use at full scale{}; the columns after it are what was in use at that "
+      "moment, reserve aside.\n  states: parameters + gradients + master + optimizer at their own peaks; predicted: "
+      "the "
+      "analytic model (ZeRO paper + buffers).\n\n",
+      r.plan ? "" : ", the shrunk run's own bytes in brackets");
   out += format_reserved(r);
 
   // Traffic per optimizer step of one rank.
@@ -119,8 +173,9 @@ std::string format_report(const RunReport& r) {
                      "reduce-scatter", "all-gather", "total GB", "predicted", "PCIe GB", "step s", "loss");
   for (const StrategyOutcome& o : r.outcomes) {
     const auto sent = [&](coll::CollectiveKind kind) {
-      const auto it = o.traffic_per_step.find(kind);
-      return it == o.traffic_per_step.end() ? 0.0 : static_cast<double>(it->second.sent);
+      double bytes = 0;
+      for (const auto& [key, t] : o.traffic_per_step) bytes += key.kind == kind ? static_cast<double>(t.sent) : 0.0;
+      return bytes;
     };
     double total = 0;
     for (const auto& [kind, t] : o.traffic_per_step) total += static_cast<double>(t.sent);
@@ -141,18 +196,7 @@ std::string format_report(const RunReport& r) {
       "  bytes each rank sends per optimizer step, in GB (10^9) at full scale; predicted: ring volumes "
       "2(N-1)/N and (N-1)/N of each payload.\n  step s: wall time of the emulation on this machine, not a GPU's.\n";
   for (const StrategyOutcome& o : r.outcomes) {
-    if (o.fits()) continue;
-    if (r.plan) {
-      // A plan's rank 0 stands for every rank: they hold equal shards.
-      const strategy::RankMemory& first = o.verdict.ranks.front();
-      out += fmt::format(
-          "  {}: every rank runs out of memory, first in {} (tried to allocate {} for {} with {} in use), "
-          "needing {} at its peak\n",
-          o.name, first.phase, format_bytes(first.requested), first.what, format_bytes(first.in_use),
-          format_bytes(first.peak));
-    } else {
-      out += fmt::format("  {}: {}\n", o.name, o.verdict.summary());
-    }
+    if (!o.fits()) out += fmt::format("  {}: {}\n", o.name, oom_summary(r, o));
   }
   return out;
 }

@@ -124,6 +124,7 @@ class RunDriver final : public StepDriver {
     EMU_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &loss, 1, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD));
     outcome.step_seconds.push_back(seconds);
     outcome.losses.push_back(loss / static_cast<float>(mpi_.world()));
+    outcome.grad_norms.push_back(result.grad_norm);  // the global norm: the same on every rank
     outcome.steps_run = step + 1;
     outcome.verdict = strategy::agree_on_oom(device_.memory(), *groups_.control);
     progress(outcome, step);
@@ -131,6 +132,8 @@ class RunDriver final : public StepDriver {
   }
 
   void finish(StrategyOutcome& outcome, const model::Model& model, strategy::Strategy& strategy) override {
+    // --steps 0: set-up only, whose out-of-memory verdict no step end has agreed on yet.
+    if (outcome.steps_run == 0) outcome.verdict = strategy::agree_on_oom(device_.memory(), *groups_.control);
     if (!options_.save_weights_path.empty() && first_) save_weights(model, strategy, outcome);
     collect(outcome, strategy);
   }
@@ -155,6 +158,9 @@ class RunDriver final : public StepDriver {
                            {{"emu_model", report_.model.name},
                             {"emu_strategy", outcome.name},
                             {"emu_steps", std::to_string(outcome.steps_run)}});
+    std::fprintf(stderr, "emu: saved %s's weights after %d step%s to %s (fp32, Hugging Face names)\n",
+                 outcome.name.c_str(), outcome.steps_run, outcome.steps_run == 1 ? "" : "s",
+                 options_.save_weights_path.c_str());
   }
 
   void progress(const StrategyOutcome& outcome, int step) const {
@@ -186,10 +192,11 @@ class RunDriver final : public StepDriver {
     for (coll::Communicator* group : strategy.groups()) {
       for (const auto& [key, entry] : group->ledger().entries()) {
         if (key.second.starts_with("report:")) continue;
-        coll::Traffic& t = outcome.traffic_per_step[key.first];
+        const TrafficKey traffic_key{key.first, group_kind(group->name())};
+        coll::Traffic& t = outcome.traffic_per_step[traffic_key];
         t.sent += per_step(entry.moved.sent, steps);
         t.received += per_step(entry.moved.received, steps);
-        outcome.calls_per_step[key.first] += per_step(entry.calls, steps);
+        outcome.calls_per_step[traffic_key] += per_step(entry.calls, steps);
       }
     }
     outcome.host_per_step = {static_cast<uint64_t>(strategy.host_traffic().device_to_host / steps),
@@ -245,7 +252,7 @@ StrategyOutcome run_one(const MpiSession& mpi, const RunOptions& options, const 
   memory.scale = static_cast<uint64_t>(report.shrink) * static_cast<uint64_t>(report.shrink);
   // The trace's zero: the memory timeline counts from the pool's making, just after this.
   std::optional<SpanRecorder> spans;
-  if (!options.trace_path.empty()) spans.emplace(steady_seconds());
+  if (!options.trace_path.empty() || !options.svg_path.empty()) spans.emplace(steady_seconds());  // the svg's phases
   auto device = make_device(options.device, memory, mpi.local_rank());
   device->memory().set_strategy(strategy_options.name());
   auto host = make_cpu_device({});  // optimizer offload's host memory, off the cap
@@ -273,7 +280,32 @@ StrategyOutcome run_one(const MpiSession& mpi, const RunOptions& options, const 
 
 }  // namespace
 
-RunReport run_strategies(const MpiSession& mpi, const RunOptions& options) {
+std::string group_kind(const std::string& communicator_name) {
+  const size_t space = communicator_name.find_last_of(' ');
+  if (space == std::string::npos) return communicator_name;
+  const std::string tail = communicator_name.substr(space + 1);
+  const bool number = !tail.empty() && tail.find_first_not_of("0123456789") == std::string::npos;
+  return number ? communicator_name.substr(0, space) : communicator_name;
+}
+
+std::string RunReport::rank_words(const StrategyOutcome& outcome, size_t index) const {
+  if (outcome.roles.empty()) return fmt::format("rank {}", index);
+  const RankRole& role = outcome.roles.at(index);
+  if (role.ranks() == world) return fmt::format("any of the {} ranks", world);
+  if (role.ranks() == 1) return fmt::format("rank {}", role.first);
+  return fmt::format("ranks {}-{}", role.first, role.last);
+}
+
+void mark_progress(RunReport& report, size_t done, double seconds) {
+  report.seconds = seconds;
+  report.not_run.clear();
+  for (size_t i = done; i < report.options.strategies.size(); ++i) {
+    report.not_run.push_back(report.options.strategies[i].name());
+  }
+  report.complete = report.not_run.empty();
+}
+
+RunReport run_strategies(const MpiSession& mpi, const RunOptions& options, const AfterStrategy& after_each) {
   EMU_CHECK(!options.plan, "run_strategies runs; a plan goes to plan_strategies");
   const auto start = std::chrono::steady_clock::now();
   RunReport report;
@@ -318,8 +350,10 @@ RunReport run_strategies(const MpiSession& mpi, const RunOptions& options) {
   }
   for (const strategy::StrategyOptions& strategy_options : options.strategies) {
     report.outcomes.push_back(run_one(mpi, options, report, tokens.get(), weights, strategy_options));
+    mark_progress(report, report.outcomes.size(),
+                  std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    if (after_each) after_each(report);
   }
-  report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return report;
 }
 

@@ -73,6 +73,70 @@ double tick_step(double range, int ticks) {
   return 10 * power;
 }
 
+// The x axis: the step's phases, not the emulator's wall time. Every boundary of a set-up, forward or backward of
+// a unit, gradient reduction or optimizer span on a rank is a point of the axis, one unit apart, so the same phase
+// (forward of block 7 in step 2) falls at the same x in every strategy's panel; between two boundaries the
+// rank's time is interpolated linearly.
+struct PhaseAxis {
+  std::vector<double> boundaries;  // seconds, ascending
+  // A coordinate: i at boundary i, fractional in between.
+  double at(double seconds) const {
+    if (boundaries.size() < 2) return 0;
+    const auto upper = std::upper_bound(boundaries.begin(), boundaries.end(), seconds);
+    if (upper == boundaries.begin()) return 0;
+    if (upper == boundaries.end()) return static_cast<double>(boundaries.size() - 1);
+    const auto i = static_cast<size_t>(upper - boundaries.begin()) - 1;
+    const double width = boundaries[i + 1] - boundaries[i];
+    return static_cast<double>(i) + (width > 0 ? (seconds - boundaries[i]) / width : 0);
+  }
+  double end() const { return boundaries.empty() ? 0 : static_cast<double>(boundaries.size() - 1); }
+};
+
+// The spans that mark phases: set-up, each unit's forward and backward, gradient reduction, optimizer (not the
+// collectives, whose kind is set, nor the step that holds them all).
+bool marks_phase(const Span& span) { return span.kind.empty() && span.category != "step"; }
+
+PhaseAxis phase_axis(const std::vector<Span>& spans) {
+  PhaseAxis axis;
+  for (const Span& span : spans) {
+    if (!marks_phase(span)) continue;
+    axis.boundaries.push_back(span.start);
+    axis.boundaries.push_back(span.end);
+  }
+  std::sort(axis.boundaries.begin(), axis.boundaries.end());
+  axis.boundaries.erase(std::unique(axis.boundaries.begin(), axis.boundaries.end()), axis.boundaries.end());
+  return axis;
+}
+
+// A labelled tick where a phase people name begins: set-up, then per step its forwards, backwards (one pair per
+// micro-batch) and optimizer.
+struct PhaseTick {
+  double at;
+  std::string label;
+};
+std::vector<PhaseTick> phase_ticks(const std::vector<Span>& spans, const PhaseAxis& axis) {
+  std::vector<const Span*> ordered;
+  for (const Span& span : spans) {
+    if (marks_phase(span)) ordered.push_back(&span);
+  }
+  std::stable_sort(ordered.begin(), ordered.end(), [](const Span* a, const Span* b) { return a->start < b->start; });
+  std::vector<PhaseTick> ticks;
+  std::string last;
+  int step = 0;
+  for (const Span* span : ordered) {
+    std::string kind;
+    if (span->category == "setup") kind = "set-up";
+    if (span->name.starts_with("forward")) kind = "fwd";
+    if (span->name.starts_with("backward")) kind = "bwd";
+    if (span->category == "optimizer") kind = "optimizer";
+    if (kind.empty() || kind == last) continue;
+    if (kind == "fwd" && (last == "set-up" || last == "optimizer")) ++step;
+    last = kind;
+    ticks.push_back({axis.at(span->start), kind == "fwd" && step > 0 ? fmt::format("step {} fwd", step) : kind});
+  }
+  return ticks;
+}
+
 // Bytes at full scale shown in GiB when the picture reaches a GiB, else MiB.
 struct AxisUnit {
   double bytes;
@@ -110,7 +174,7 @@ std::vector<Column> columns(const MemorySeries& series, double seconds_max) {
 // The panel's coordinate system: seconds and full-scale bytes to pixels inside the plot.
 struct Frame {
   double top;          // the plot's top edge in the picture
-  double seconds_max;  // the x axis' end
+  double seconds_max;  // the x axis' end: a phase coordinate (PhaseAxis), the same in every panel
   double bytes_max;    // the y axis' end, full scale
   double scale;        // bytes as run × scale = full scale
   double x(double seconds) const { return kLeft + seconds / seconds_max * kPlotWidth; }
@@ -166,7 +230,7 @@ void draw_total_line(std::string& svg, const Frame& f, const std::vector<Column>
                      step_path(f, cols, y_of, same), style);
 }
 
-void draw_axes(std::string& svg, const Frame& f, const AxisUnit& unit) {
+void draw_axes(std::string& svg, const Frame& f, const AxisUnit& unit, const std::vector<PhaseTick>& ticks) {
   const double bottom = f.top + kPlotHeight;
   svg += fmt::format("<rect x=\"{}\" y=\"{:.1f}\" width=\"{}\" height=\"{}\" fill=\"none\" stroke=\"#444\"/>\n", kLeft,
                      f.top, kPlotWidth, kPlotHeight);
@@ -177,15 +241,21 @@ void draw_axes(std::string& svg, const Frame& f, const AxisUnit& unit) {
                        kLeft + kPlotWidth, y);
     svg += fmt::format("<text x=\"{}\" y=\"{:.1f}\" text-anchor=\"end\" dy=\"4\">{:g}</text>\n", kLeft - 6, y, v);
   }
-  const double x_step = tick_step(f.seconds_max, 8);
-  for (double t = 0; t <= f.seconds_max * 1.0001; t += x_step) {
-    const double x = f.x(t);
-    svg += fmt::format("<line x1=\"{:.1f}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"#444\"/>\n", x, bottom,
-                       x, bottom + 4);
-    svg += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"middle\">{:g}</text>\n", x, bottom + 17, t);
+  double last_label = -1e9;
+  int row = 0;  // a label too close to the last one goes on the other row
+  for (const PhaseTick& tick : ticks) {
+    const double x = f.x(tick.at);
+    svg += fmt::format("<line x1=\"{:.1f}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"#bbb\"/>\n", x, f.top, x,
+                       bottom + 4);
+    row = x - last_label < 60 ? 1 - row : 0;
+    last_label = x;
+    svg += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"start\" font-size=\"10\">{}</text>\n", x + 1,
+                       bottom + 13 + 11 * row, escape(tick.label));
   }
-  svg += fmt::format("<text x=\"{}\" y=\"{:.1f}\" text-anchor=\"middle\">seconds since set-up began</text>\n",
-                     kLeft + kPlotWidth / 2, bottom + 34);
+  svg += fmt::format(
+      "<text x=\"{}\" y=\"{:.1f}\" text-anchor=\"middle\">the step's phases: set-up, forward and backward of each "
+      "unit, gradient reduction, optimizer (the same x in every panel)</text>\n",
+      kLeft + kPlotWidth / 2, bottom + 37);
   svg += fmt::format(
       "<text transform=\"translate({},{:.1f}) rotate(-90)\" text-anchor=\"middle\">in use, full scale ({})</text>\n",
       18, f.top + kPlotHeight / 2, unit.name);
@@ -202,35 +272,47 @@ void draw_cap(std::string& svg, const Frame& f, double cap) {
 }
 
 // A red dot where each rank that ran out first asked for more than fit, at what it would then have held.
-void draw_oom(std::string& svg, const Frame& f, const StrategyOutcome& o) {
+void draw_oom(std::string& svg, const Frame& f, const RunReport& report, const StrategyOutcome& o,
+              const std::vector<PhaseAxis>& axes) {
   bool labelled = false;
-  for (const strategy::RankMemory& m : o.verdict.ranks) {
-    const size_t r = static_cast<size_t>(m.rank);
+  for (size_t r = 0; r < o.verdict.ranks.size(); ++r) {  // a rank, or a plan's role
+    const strategy::RankMemory& m = o.verdict.ranks[r];
     if (!m.out_of_memory || r >= o.oom_seconds.size() || o.oom_seconds[r] < 0) continue;
-    const double x = f.x(o.oom_seconds[r]);
+    const std::string who = report.rank_words(o, r);
+    const double x = f.x(r < axes.size() ? axes[r].at(o.oom_seconds[r]) : 0);
     const double y = f.y(static_cast<double>(m.in_use + m.requested) * f.scale);
     svg += fmt::format(
-        "<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"4.5\" fill=\"{}\" stroke=\"white\" class=\"oom\"><title>rank {} out "
+        "<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"4.5\" fill=\"{}\" stroke=\"white\" class=\"oom\"><title>{} out "
         "of memory in {}</title></circle>\n",
-        x, y, kOomColor, m.rank, escape(m.phase));
+        x, y, kOomColor, escape(who), escape(m.phase));
     if (labelled) continue;
     labelled = true;
     const bool left = x > kLeft + kPlotWidth * 0.6;
     svg += fmt::format(
-        "<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"{}\" fill=\"{}\" class=\"halo\">out of memory: rank {}, "
+        "<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"{}\" fill=\"{}\" class=\"halo\">out of memory: {}, "
         "{}</text>\n",
-        left ? x - 8 : x + 8, std::max(y - 8, f.top + 12), left ? "end" : "start", kOomColor, m.rank, escape(m.phase));
+        left ? x - 8 : x + 8, std::max(y - 8, f.top + 12), left ? "end" : "start", kOomColor, escape(who),
+        escape(m.phase));
   }
 }
 
 std::string panel_title(const RunReport& r, const StrategyOutcome& o) {
   if (!o.fits()) {
-    const std::vector<int> failing = o.verdict.failing_ranks();
-    return fmt::format("{} — out of memory on {} of {} ranks", o.name, failing.size(), o.verdict.ranks.size());
+    std::vector<std::string> failing;
+    int count = 0;
+    for (size_t i = 0; i < o.verdict.ranks.size(); ++i) {
+      if (!o.verdict.ranks[i].out_of_memory) continue;
+      failing.push_back(r.rank_words(o, i));
+      count += o.roles.empty() ? 1 : o.roles[i].ranks();
+    }
+    if (count == r.world && r.world > 1)
+      return fmt::format("{} — out of memory on every one of the {} ranks", o.name, r.world);
+    return fmt::format("{} — out of memory on {} of {} ranks: {}", o.name, count, r.world, fmt::join(failing, ", "));
   }
   if (o.peak.empty()) return o.name;
   const uint64_t peak = o.peak[static_cast<size_t>(o.peak_rank)] * r.scale();
-  return fmt::format("{} — fits: peak {} on rank {}", o.name, format_bytes(peak), o.peak_rank);
+  return fmt::format("{} — fits: peak {} on {}", o.name, format_bytes(peak),
+                     r.rank_words(o, static_cast<size_t>(o.peak_rank)));
 }
 
 // The y axis' end for one strategy: its cap or its highest peak, whichever is higher, with headroom, rounded up
@@ -247,38 +329,46 @@ double bytes_max_of(const RunReport& r, const StrategyOutcome& o) {
   return std::ceil(top / unit.bytes / step) * step * unit.bytes;
 }
 
-void draw_panel(std::string& svg, const RunReport& r, const StrategyOutcome& o, double top) {
+// A rank's memory series with its times replaced by phase coordinates.
+MemorySeries on_axis(const MemorySeries& series, const PhaseAxis& axis) {
+  MemorySeries out = series;
+  for (double& t : out.seconds) t = axis.at(t);
+  return out;
+}
+
+// Each rank's (a plan: role's) phase axis; a rank without spans keeps its times, scaled into the shared axis.
+std::vector<PhaseAxis> axes_of(const StrategyOutcome& o) {
+  std::vector<PhaseAxis> axes;
+  for (size_t rank = 0; rank < o.memory.size(); ++rank) {
+    axes.push_back(rank < o.spans.size() ? phase_axis(o.spans[rank]) : PhaseAxis{});
+  }
+  return axes;
+}
+
+void draw_panel(std::string& svg, const RunReport& r, const StrategyOutcome& o, double top, double phases_max,
+                const std::vector<PhaseTick>& ticks) {
   const double bytes_max = bytes_max_of(r, o);
   const AxisUnit unit = unit_for(bytes_max);
-  double seconds_max = 0;
-  for (const MemorySeries& s : o.memory) {
-    if (!s.seconds.empty()) seconds_max = std::max(seconds_max, s.seconds.back());
-  }
-  seconds_max = std::max(seconds_max, 1e-3);
-  seconds_max = std::ceil(seconds_max / tick_step(seconds_max, 8)) * tick_step(seconds_max, 8);
-  const Frame f{top + kPlotTop, seconds_max, bytes_max, static_cast<double>(r.scale())};
+  const Frame f{top + kPlotTop, std::max(phases_max, 1.0), bytes_max, static_cast<double>(r.scale())};
+  const std::vector<PhaseAxis> axes = axes_of(o);
   svg += fmt::format("<g class=\"panel\" data-strategy=\"{}\">\n", escape(o.name));
   svg += fmt::format("<text x=\"{}\" y=\"{:.1f}\" class=\"title\">{}</text>\n", kLeft, top + 18,
                      escape(panel_title(r, o)));
-  draw_axes(svg, f, unit);
+  draw_axes(svg, f, unit, ticks);
   if (o.memory.empty()) {
-    svg +=
-        fmt::format("<text x=\"{}\" y=\"{:.1f}\" text-anchor=\"middle\" fill=\"#555\">{}</text>\n",
-                    kLeft + kPlotWidth / 2, f.top + kPlotHeight / 2,
-                    r.plan ? "no timeline: a plan accounts the shapes without running them" : "no timeline recorded");
+    svg += fmt::format("<text x=\"{}\" y=\"{:.1f}\" text-anchor=\"middle\" fill=\"#555\">no timeline recorded</text>\n",
+                       kLeft + kPlotWidth / 2, f.top + kPlotHeight / 2);
   }
   const size_t peak_rank = static_cast<size_t>(o.peak_rank);
-  if (peak_rank < o.memory.size()) draw_stack(svg, f, columns(o.memory[peak_rank], seconds_max));
+  const auto cols = [&](size_t rank) { return columns(on_axis(o.memory[rank], axes[rank]), f.seconds_max); };
+  if (peak_rank < o.memory.size()) draw_stack(svg, f, cols(peak_rank));
   for (size_t rank = 0; rank < o.memory.size(); ++rank) {
     if (rank == peak_rank) continue;
-    draw_total_line(svg, f, columns(o.memory[rank], seconds_max),
-                    "stroke=\"#222\" stroke-opacity=\"0.45\" stroke-width=\"0.8\"");
+    draw_total_line(svg, f, cols(rank), "stroke=\"#222\" stroke-opacity=\"0.45\" stroke-width=\"0.8\"");
   }
-  if (peak_rank < o.memory.size()) {
-    draw_total_line(svg, f, columns(o.memory[peak_rank], seconds_max), "stroke=\"#222\" stroke-width=\"1\"");
-  }
+  if (peak_rank < o.memory.size()) draw_total_line(svg, f, cols(peak_rank), "stroke=\"#222\" stroke-width=\"1\"");
   if (r.cap != kNoCap) draw_cap(svg, f, static_cast<double>(r.cap * r.scale()));
-  draw_oom(svg, f, o);
+  draw_oom(svg, f, r, o, axes);
   svg += "</g>\n";
 }
 
@@ -319,7 +409,7 @@ void draw_legend(std::string& svg, const RunReport& r) {
 }
 
 std::string header_text(const RunReport& r) {
-  return fmt::format("Memory over time per rank: {} on {} rank{}", r.options.full.name, r.world,
+  return fmt::format("Memory over the step's phases per rank: {} on {} rank{}", r.options.full.name, r.world,
                      r.world == 1 ? "" : "s");
 }
 
@@ -350,8 +440,20 @@ std::string format_memory_svg(const RunReport& r) {
     svg +=
         fmt::format("<text x=\"{}\" y=\"{}\" fill=\"#555\">{}</text>\n", kLeft, 48 + 16 * line, escape(subtitle[line]));
   }
+  // One x axis for every panel: as long as the longest strategy's phases, labelled from that strategy's spans.
+  double phases_max = 0;
+  std::vector<PhaseTick> ticks;
+  for (const StrategyOutcome& o : r.outcomes) {
+    const auto p = static_cast<size_t>(o.peak_rank);
+    if (p >= o.spans.size()) continue;
+    const PhaseAxis axis = phase_axis(o.spans[p]);
+    if (axis.end() > phases_max) {
+      phases_max = axis.end();
+      ticks = phase_ticks(o.spans[p], axis);
+    }
+  }
   for (size_t i = 0; i < r.outcomes.size(); ++i) {
-    draw_panel(svg, r, r.outcomes[i], kHeader + kPanelHeight * static_cast<double>(i));
+    draw_panel(svg, r, r.outcomes[i], kHeader + kPanelHeight * static_cast<double>(i), phases_max, ticks);
   }
   draw_legend(svg, r);
   return svg + "</svg>\n";

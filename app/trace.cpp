@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "app/report.h"
 #include "emu/units.h"
 
 namespace emu::app {
@@ -18,14 +19,16 @@ void name_tracks(json& events, const RunReport& report, const StrategyOutcome& o
   events.push_back(
       {{"ph", "M"}, {"name", "process_name"}, {"pid", pid}, {"args", {{"name", "strategy " + outcome.name}}}});
   events.push_back({{"ph", "M"}, {"name", "process_sort_index"}, {"pid", pid}, {"args", {{"sort_index", pid}}}});
-  const std::string label = outcome.fits() ? "fits" : "out of memory: " + outcome.verdict.summary();
+  const std::string label = outcome.fits() ? "fits" : "out of memory: " + oom_summary(report, outcome);
   events.push_back({{"ph", "M"}, {"name", "process_labels"}, {"pid", pid}, {"args", {{"labels", label}}}});
-  for (int r = 0; r < report.world; ++r) {
+  // A track per rank; a plan's per role, named by the ranks it stands for.
+  const int tracks = outcome.roles.empty() ? report.world : static_cast<int>(outcome.roles.size());
+  for (int r = 0; r < tracks; ++r) {
     events.push_back({{"ph", "M"},
                       {"name", "thread_name"},
                       {"pid", pid},
                       {"tid", r},
-                      {"args", {{"name", fmt::format("rank {}", r)}}}});
+                      {"args", {{"name", report.rank_words(outcome, static_cast<size_t>(r))}}}});
     events.push_back(
         {{"ph", "M"}, {"name", "thread_sort_index"}, {"pid", pid}, {"tid", r}, {"args", {{"sort_index", r}}}});
   }
@@ -77,8 +80,8 @@ void add_memory(json& events, const RunReport& report, const StrategyOutcome& ou
     for (const CategoryBytes& point : series.current) {
       for (size_t c = 0; c < kNumCategories; ++c) used.bytes[c] |= point.bytes[c];
     }
-    const std::string total_name = fmt::format("rank {} memory, full-scale MiB", r);
-    const std::string by_category_name = fmt::format("rank {} by category, full-scale MiB", r);
+    const std::string total_name = fmt::format("{} memory, full-scale MiB", report.rank_words(outcome, r));
+    const std::string by_category_name = fmt::format("{} by category, full-scale MiB", report.rank_words(outcome, r));
     for (size_t i = 0; i < series.seconds.size(); ++i) {
       const CategoryBytes& point = series.current[i];
       const double ts = series.seconds[i] * kMicroseconds;

@@ -30,14 +30,18 @@ uint64_t CategoryBytes::total() const {
 
 std::string_view allocator_name(AllocatorKind kind) { return kind == AllocatorKind::kCaching ? "caching" : "exact"; }
 
-std::string OomEvent::message() const {
+std::string OomEvent::message(uint64_t scale) const {
+  // Full-scale bytes first, what the shrunk run charged in brackets.
+  const auto bytes = [scale](uint64_t b) {
+    return scale == 1 ? format_bytes(b) : fmt::format("{} [{}]", format_bytes(b * scale), format_bytes(b));
+  };
   const uint64_t held = caching ? reserved : in_use;
   const uint64_t free_bytes = cap > held ? cap - held : 0;
   std::string text = fmt::format(
       "emu: out of memory on rank {}. Tried to allocate {} for {} ({}). Emulated GPU {} has a total capacity of {} "
       "of which {} is free. ",
-      rank, format_bytes(requested), what.empty() ? "an unnamed tensor" : what, category_name(category), rank,
-      format_bytes(cap), format_bytes(free_bytes));
+      rank, bytes(requested), what.empty() ? "an unnamed tensor" : what, category_name(category), rank, bytes(cap),
+      bytes(free_bytes));
   if (caching) {
     // As PyTorch's DeviceCachingAllocator::malloc words it; the reserve (CUDA context, NCCL) is not PyTorch's.
     const uint64_t reserve = breakdown[Category::kReserve];
@@ -45,19 +49,20 @@ std::string OomEvent::message() const {
         "Of the allocated memory {} is allocated by PyTorch, and {} is reserved by PyTorch but unallocated. If "
         "reserved but unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to "
         "avoid fragmentation (emu: --alloc-conf expandable_segments:True). ",
-        format_bytes(in_use - reserve), format_bytes(reserved > in_use ? reserved - in_use : 0));
+        bytes(in_use - reserve), bytes(reserved > in_use ? reserved - in_use : 0));
   }
-  text += fmt::format("{} is in use", format_bytes(in_use));
+  text += fmt::format("{} is in use", bytes(in_use));
   text += fmt::format(" during {}", phase.empty() ? "an unnamed phase" : phase);
   if (!strategy.empty()) text += fmt::format(" under {}", strategy);
   text += ". In use by category:";
   for (size_t i = 0; i < kNumCategories; ++i) {
     if (breakdown.bytes[i] != 0) {
-      text += fmt::format(" {} {};", category_name(category_at(i)), format_bytes(breakdown.bytes[i]));
+      text += fmt::format(" {} {};", category_name(category_at(i)), bytes(breakdown.bytes[i]));
     }
   }
   if (text.back() == ';') text.back() = '.';
   if (text.back() == ':') text += " nothing.";
+  if (scale != 1) text += fmt::format(" (Bytes at full scale: the shrunk run's x {}; its own in brackets.)", scale);
   return text;
 }
 

@@ -75,8 +75,9 @@ struct OomEvent {
   std::string phase;     // e.g. "forward, block 17"
   std::string strategy;  // e.g. "zero2"
   double seconds = 0;    // since the pool was made, on the timeline's clock
-  // Reads like PyTorch's CUDA OOM message, with the breakdown and the phase added.
-  std::string message() const;
+  // Reads like PyTorch's CUDA OOM message, with the breakdown and the phase added. `scale` k² of a shrunk run:
+  // every figure at full scale (bytes × scale), the shrunk run's own bytes in brackets.
+  std::string message(uint64_t scale = 1) const;
 };
 
 class OutOfMemoryError : public std::runtime_error {

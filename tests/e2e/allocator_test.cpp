@@ -98,8 +98,11 @@ TEST(Allocator, ReservedMemoryDecidesTheVerdict) {
 TEST(Allocator, OutOfMemoryReadsLikePyTorch) {
   const auto run = run_process(
       mpiexec(2) + kEmu + " --model gpt2 --shrink 8 --steps 1 --strategies ddp --cap 2.5GB-scaled --strict-oom", 120);
-  EXPECT_NE(run.exit_code, 0);
+  EXPECT_EQ(run.exit_code, 1) << "strict mode stops like an expectation that failed";
   EXPECT_NE(run.err.find("is reserved by PyTorch but unallocated"), std::string::npos) << run.err;
+  // Full-scale bytes first, the shrunk run's in brackets: 2.5 GB = 2.33 GiB; / 8^2 = 39,062,500 B = 37.25 MiB.
+  EXPECT_NE(run.err.find("total capacity of 2.33 GiB [37.25 MiB]"), std::string::npos) << run.err;
+  EXPECT_EQ(run.err.find(".cpp:"), std::string::npos) << "an expected outcome names no source line: " << run.err;
   EXPECT_NE(run.err.find("PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"), std::string::npos) << run.err;
 }
 

@@ -1,8 +1,13 @@
 # End to end: the emu executable under mpiexec — exit codes, messages, the run header.
-add_library(emu_test_process STATIC support/process.cpp)
+add_library(emu_test_process STATIC support/process.cpp support/json_schema.cpp)
 target_include_directories(emu_test_process PUBLIC ${PROJECT_SOURCE_DIR})
-target_compile_definitions(emu_test_process PRIVATE EMU_MPIEXEC="${MPIEXEC_EXECUTABLE}")
+target_compile_definitions(emu_test_process PRIVATE EMU_MPIEXEC="${MPIEXEC_EXECUTABLE}"
+                                                    EMU_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
+target_link_libraries(emu_test_process PUBLIC nlohmann_json::nlohmann_json fmt::fmt)
 emu_configure_target(emu_test_process)
+
+# The validator every emu JSON is checked with (read_json), and the schema itself: documented, and strict.
+emu_add_unit_test(json_schema_test SOURCES unit/json_schema_test.cpp LIBS emu_test_process LABELS unit)
 
 emu_add_unit_test(emu_cli_test SOURCES e2e/cli_test.cpp LIBS emu_test_process emu_device nlohmann_json::nlohmann_json
                   LABELS e2e TIMEOUT 300)
@@ -23,6 +28,9 @@ add_dependencies(emu_fault_test emu)
 emu_add_unit_test(emu_inputs_test SOURCES e2e/inputs_test.cpp LIBS emu_test_process emu_workloads
                   nlohmann_json::nlohmann_json LABELS e2e TIMEOUT 600)
 add_dependencies(emu_inputs_test emu)
+
+emu_add_unit_test(emu_outputs_test SOURCES e2e/outputs_test.cpp LIBS emu_test_process LABELS e2e TIMEOUT 600)
+add_dependencies(emu_outputs_test emu)
 
 emu_add_unit_test(emu_allocator_test SOURCES e2e/allocator_test.cpp LIBS emu_test_process nlohmann_json::nlohmann_json
                   LABELS e2e TIMEOUT 300)

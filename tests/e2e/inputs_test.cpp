@@ -113,6 +113,37 @@ TEST(Inputs, SavedWeightsAreTheTrainedOnes) {
   EXPECT_GT(moved, total / 2) << "two AdamW steps change most weights";
 }
 
+// --steps 0 is set-up only: with --save-weights it writes the initial weights, which a user wants to start a
+// framework from the same numbers; the file, the JSON and stderr say whose weights and after how many steps.
+TEST(Inputs, StepsZeroSavesTheInitialWeights) {
+  const testing::TempDir dir("inputs-save0");
+  const model::ModelConfig run_model = model::shrink(model::preset("gpt2"), 8);
+  const auto run =
+      run_process(mpiexec(2) + kEmu + " --model gpt2 --shrink 8 --steps 0 --strategies zero3,ddp" + " --save-weights " +
+                      dir.file("zero3.safetensors") + " --json " + dir.file("run.json"),
+                  240);
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_NE(run.out.find("zero3's weights as initialised (--steps 0) to"), std::string::npos) << run.out;
+  EXPECT_NE(run.err.find("saved zero3's weights after 0 steps to"), std::string::npos) << run.err;
+  const json root = testing::read_json(dir.file("run.json"));
+  EXPECT_EQ(root["config"]["saved_weights"]["strategy"], "zero3");
+  EXPECT_EQ(root["config"]["saved_weights"]["steps"], 0);
+  for (const json& s : root["strategies"]) {
+    EXPECT_EQ(s["steps_run"], 0);
+    EXPECT_TRUE(s["losses"].empty());
+    EXPECT_EQ(s["verdict"], "fit");
+  }
+  write_initial_weights(run_model, kDefaultSeed, dir.file("initial.safetensors"));
+  EXPECT_EQ(io::load_model_weights(dir.file("zero3.safetensors"), run_model),
+            io::load_model_weights(dir.file("initial.safetensors"), run_model))
+      << "no step taken: the seeded initial weights, exactly";
+  // Set-up alone can run out of memory: DDP's states and buckets of gpt2 pass 2.5 GB (see the README's table).
+  const auto oom = run_process(
+      mpiexec(2) + kEmu + " --model gpt2 --shrink 8 --steps 0 --strategies ddp --cap " + "2.5GB-scaled --expect oom",
+      120);
+  EXPECT_EQ(oom.exit_code, 0) << oom.out << oom.err;
+}
+
 // uint16 ids as nanoGPT writes them, all below GPT-2's vocabulary of 50257.
 void write_tokens(const std::string& path, const std::vector<uint16_t>& ids) {
   std::ofstream out(path, std::ios::binary);

@@ -22,6 +22,7 @@ using testing::run_process;
 using testing::kEmu;
 using testing::kSmall;
 using testing::read_json;
+using testing::traffic_by_kind;
 
 const json& strategy(const json& root, const std::string& name) {
   for (const json& s : root["strategies"]) {
@@ -69,22 +70,21 @@ TEST_P(Ranks, JsonHoldsVerdictsPeaksPredictionsAndTraffic) {
   if (ranks > 1) {
     // DDP all-reduces the bf16 gradients once: 2(N-1)/N · 2Ψ bytes sent per rank.
     const double psi = root["model"]["run"]["parameters"];
-    const double ddp = strategy(root, "ddp")["traffic_per_step"]["all_reduce"]["sent_bytes"];
+    const double ddp = traffic_by_kind(strategy(root, "ddp")["traffic_per_step"], "sent_bytes")["all_reduce"];
     EXPECT_NEAR(ddp, 2.0 * (ranks - 1) / ranks * 2 * psi, 0.01 * ddp);
     // Every collective's measured bytes equal the analytic model's ring volumes (within the rounding of chunks
     // that do not divide by N).
     for (const json& s : root["strategies"]) {
-      std::map<std::string, double> predicted;
-      for (const json& t : s["predicted"]["traffic_per_step"])
-        predicted[t["collective"]] += t["sent_bytes"].get<double>();
+      const auto predicted = traffic_by_kind(s["predicted"]["traffic_per_step"], "sent_bytes");
+      auto measured = traffic_by_kind(s["traffic_per_step"], "sent_bytes");
       for (const auto& [kind, want] : predicted) {
-        const double got = s["traffic_per_step"][kind]["sent_bytes"];
+        const double got = measured[kind];
         EXPECT_NEAR(got, want, 0.01 * want + 64.0 * ranks) << s["name"] << " " << kind;
       }
     }
     // FULL_SHARD all-gathers the blocks twice (forward and backward) and the root once; it reduce-scatters each once.
-    const json& fsdp = strategy(root, "fsdp")["traffic_per_step"];
-    EXPECT_GT(fsdp["all_gather"]["sent_bytes"].get<double>(), fsdp["reduce_scatter"]["sent_bytes"].get<double>());
+    auto fsdp = traffic_by_kind(strategy(root, "fsdp")["traffic_per_step"], "sent_bytes");
+    EXPECT_GT(fsdp["all_gather"], fsdp["reduce_scatter"]);
   }
 }
 
@@ -232,12 +232,12 @@ void expect_run_matches_plan(const std::string& common, const std::vector<std::s
       EXPECT_NEAR(reserved / planned_reserved, 1.0, 0.01)
           << name << ": reserved " << reserved << " vs plan " << planned_reserved;
     }
-    for (const auto& [kind, traffic] : strategy(b, name)["traffic_per_step"].items()) {
-      const double want = traffic["sent_full_scale_bytes"];
+    auto run_traffic = traffic_by_kind(strategy(a, name)["traffic_per_step"], "sent_full_scale_bytes");
+    for (const auto& [kind, want] : traffic_by_kind(strategy(b, name)["traffic_per_step"], "sent_full_scale_bytes")) {
       // The gradient norm's scalar all-reduce does not shrink with the model (4 bytes either way): × k² it
       // overstates itself, by kilobytes. Only payloads that scale are compared.
       if (want < 1e6) continue;
-      const double got = strategy(a, name)["traffic_per_step"][kind]["sent_full_scale_bytes"];
+      const double got = run_traffic[kind];
       EXPECT_NEAR(got / want, 1.0, traffic_tolerance) << name << " " << kind;
     }
   }

@@ -1,2 +1,4 @@
 # The front end's readers of user input (app/): DeepSpeed configs as DeepSpeed and the Hugging Face Trainer mean them.
 emu_add_unit_test(app_deepspeed_config_test SOURCES unit/deepspeed_config_test.cpp LIBS emu_app LABELS app)
+# The memory picture's axis of phases (app/svg.cpp), on outcomes made by hand.
+emu_add_unit_test(app_svg_axis_test SOURCES unit/svg_axis_test.cpp LIBS emu_app LABELS app)

@@ -1,0 +1,228 @@
+// What emu writes, checked as a user and a pipeline read it: every JSON against docs/emu-output.schema.json (every
+// strategy, measured and planned, fitting and out of memory), a plan that speaks for every rank it plans, and
+// verdicts in full-scale units.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "tests/support/emu_process.h"
+
+namespace emu {
+namespace {
+
+using nlohmann::json;
+using testing::mpiexec;
+using testing::read_json;
+using testing::run_process;
+
+using testing::kEmu;
+
+// Every strategy emu offers, as its --help lists them: a strategy added later is covered without editing this.
+std::string every_strategy() {
+  const auto help = run_process(kEmu + " --help", 30);
+  const std::regex listed(R"(run in order: ([a-z0-9_, -]+) \(default)");
+  std::smatch match;
+  EXPECT_TRUE(std::regex_search(help.out, match, listed)) << help.out;
+  std::string names = match.size() > 1 ? match[1].str() : "ddp";
+  names.erase(std::remove(names.begin(), names.end(), ' '), names.end());
+  return names;
+}
+
+std::set<std::string> verdicts(const json& root) {
+  std::set<std::string> out;
+  for (const json& s : root["strategies"]) out.insert(s["verdict"].get<std::string>());
+  return out;
+}
+
+// read_json validates; these runs make sure every strategy and both verdicts pass through it, measured and planned.
+TEST(Json, EveryStrategyMeasuredAndPlannedConformsToTheSchema) {
+  testing::TempDir dir("outputs");
+  const std::string strategies = every_strategy();
+  const std::string measured = dir.file("measured.json"), planned = dir.file("planned.json");
+  // gpt2 shrunk by 8 on 2 ranks under 3 GB: DDP's 16 bytes per parameter (2.0 GB) and its buckets do not fit,
+  // ZeRO-3's shards do.
+  const auto run = run_process(mpiexec(2) + kEmu + " --model gpt2 --shrink 8 --steps 2 --cap 3GB-scaled --strategies " +
+                                   strategies + " --json " + measured,
+                               300);
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  const json root = read_json(measured);
+  EXPECT_EQ(verdicts(root), (std::set<std::string>{"fit", "oom"})) << "both verdicts go through the schema";
+  for (const json& s : root["strategies"]) {
+    const auto steps = s["steps_run"].get<size_t>();
+    EXPECT_EQ(s["losses"].size(), steps) << s["name"];
+    EXPECT_EQ(s["grad_norms"].size(), steps) << s["name"];
+    EXPECT_EQ(s["step_seconds"].size(), steps) << s["name"];
+    for (const json& norm : s["grad_norms"]) EXPECT_GT(norm.get<double>(), 0.0) << s["name"];
+    EXPECT_EQ(s["out_of_memory"].is_null(), s["verdict"] == "fit") << s["name"];
+    EXPECT_TRUE(s["plan_roles"].is_null());
+  }
+  EXPECT_TRUE(root["config"]["deepspeed_config"].is_null()) << "absent is null, never \"\"";
+  EXPECT_TRUE(root["complete"].get<bool>());
+  EXPECT_TRUE(root["strategies_not_run"].empty());
+
+  const auto plan = run_process(
+      mpiexec(1) + kEmu + " --model llama2-7b --plan 64 --cap 40GB --strategies " + strategies + " --json " + planned,
+      300);
+  ASSERT_EQ(plan.exit_code, 0) << plan.err;
+  EXPECT_EQ(verdicts(read_json(planned)), (std::set<std::string>{"fit", "oom"}));
+
+  // The schema is not vacuous on a real document: one field gone, one type changed, one field undocumented.
+  json broken = root;
+  broken["strategies"][0].erase("steps_run");
+  EXPECT_FALSE(testing::schema_violations(testing::emu_output_schema(), broken).empty());
+  broken = root;
+  broken["strategies"][0]["traffic_per_step"][0]["received_bytes"] = "";
+  EXPECT_FALSE(testing::schema_violations(testing::emu_output_schema(), broken).empty());
+  broken = root;
+  broken["strategies"][0]["peak"]["undocumented"] = 1;
+  EXPECT_FALSE(testing::schema_violations(testing::emu_output_schema(), broken).empty());
+}
+
+// 64 planned ranks: the plan says so everywhere, in words, in the JSON, the picture and the trace (it was "rank 0
+// of 1", "hosts: 0", one peak for 64 ranks, empty panels and a trace of metadata only).
+TEST(Plan, SpeaksForEveryRankItPlans) {
+  testing::TempDir dir("outputs");
+  const std::string out = dir.file("plan.json"), svg = dir.file("plan.svg"), trace = dir.file("plan.trace.json");
+  const auto plan = run_process(mpiexec(1) + kEmu + " --model llama2-7b --plan 64 --cap 40GB --strategies ddp,zero3" +
+                                    " --json " + out + " --svg " + svg + " --trace " + trace,
+                                120);
+  ASSERT_EQ(plan.exit_code, 0) << plan.err;
+  EXPECT_NE(plan.out.find("ddp: any of the 64 ranks runs out of memory"), std::string::npos) << plan.out;
+  EXPECT_EQ(plan.out.find(" of 1"), std::string::npos) << plan.out;
+
+  const json root = read_json(out);
+  EXPECT_EQ(root["config"]["hosts"].get<int>() * root["config"]["ranks_per_node"].get<int>(), 64);
+  for (const json& s : root["strategies"]) {
+    EXPECT_TRUE(s["peak_bytes_per_rank"].is_null()) << "not a one-rank array for 64 ranks";
+    int covered = 0;
+    for (const json& role : s["plan_roles"]) {
+      covered += role["ranks"].get<int>();
+      EXPECT_EQ(role["ranks"].get<int>(), role["last_rank"].get<int>() - role["first_rank"].get<int>() + 1);
+    }
+    EXPECT_EQ(covered, 64) << s["name"] << ": the roles cover every planned rank";
+    EXPECT_TRUE(s["losses"].is_null()) << "a plan trains nothing";
+  }
+  const json& ddp = root["strategies"][0];
+  ASSERT_EQ(ddp["verdict"], "oom");
+  EXPECT_EQ(ddp["out_of_memory"]["ranks"][0]["last_rank"], 63);
+  EXPECT_NE(ddp["out_of_memory"]["summary"].get<std::string>().find("any of the 64 ranks"), std::string::npos);
+
+  const std::string picture = testing::read_file(svg);
+  EXPECT_NE(picture.find("ddp — out of memory on every one of the 64 ranks"), std::string::npos);
+  EXPECT_EQ(picture.find("no timeline"), std::string::npos) << "a plan draws its planned timeline";
+  EXPECT_NE(picture.find("zero3 — fits: peak"), std::string::npos);
+
+  const json events = read_json(trace)["traceEvents"];
+  int spans = 0, counters = 0;
+  for (const json& e : events) {
+    spans += e["ph"] == "X" ? 1 : 0;
+    counters += e["ph"] == "C" ? 1 : 0;
+  }
+  EXPECT_GT(spans, 100) << "forward and backward of every block, the collectives, the optimizer";
+  EXPECT_GT(counters, 100) << "the planned memory over the step";
+}
+
+// The model by the name its user knows: the config's `_name_or_path`, else the snapshot folder's name; the path
+// only as where it came from.
+TEST(Report, TheModelByItsName) {
+  testing::TempDir dir("outputs");
+  const std::string source = std::string(EMU_SOURCE_DIR) + "/tests/data/hf/smollm2-135m.json";
+  std::filesystem::create_directories(dir.file("SmolLM2-135M"));
+  std::filesystem::copy_file(source, dir.file("SmolLM2-135M/config.json"));
+  json named = json::parse(testing::read_file(source));
+  named["_name_or_path"] = "HuggingFaceTB/SmolLM2-135M-Instruct";
+  std::ofstream(dir.file("named.json")) << named.dump();
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {dir.file("SmolLM2-135M"), "SmolLM2-135M"},
+      {dir.file("SmolLM2-135M/config.json"), "SmolLM2-135M"},
+      {dir.file("named.json"), "SmolLM2-135M-Instruct"},
+  };
+  for (const auto& [model, name] : cases) {
+    const auto plan = run_process(mpiexec(1) + kEmu + " --model " + model + " --plan 2 --strategies zero3", 120);
+    ASSERT_EQ(plan.exit_code, 0) << plan.err;
+    EXPECT_NE(plan.out.find("  model     " + name + " (llama, from " + model + ")"), std::string::npos) << plan.out;
+    EXPECT_NE(plan.out.find("a " + name + " full fine-tune"), std::string::npos) << plan.out;
+  }
+}
+
+// A plan of many ranks takes a while (its collectives are accounted over virtual rings of that size): it says so on
+// stderr rather than running silently for minutes.
+TEST(Plan, ALargePlanSaysItWillTakeAWhile) {
+  const auto plan = run_process(mpiexec(1) + kEmu + " --model gpt2 --plan 65536 --strategies zero3", 120);
+  ASSERT_EQ(plan.exit_code, 0) << plan.err;
+  EXPECT_NE(plan.err.find("emu: plan: 65536 ranks: every collective is accounted over a virtual ring"),
+            std::string::npos)
+      << plan.err;
+}
+
+// Verdicts in full-scale units first, the shrunk run's own bytes in brackets; counts that read as counts.
+TEST(Report, FullScaleUnitsFirstShrunkInBrackets) {
+  const auto run =
+      run_process(mpiexec(2) + kEmu + " --model gpt2 --shrink 8 --steps 1 --strategies ddp --cap 2.5GB-scaled", 120);
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  // 2.5 GB = 2.33 GiB at full scale; / 8^2 = 39,062,500 B = 37.25 MiB as run.
+  EXPECT_TRUE(std::regex_search(run.out, std::regex(R"(ddp: all 2 ranks ran out of memory; rank \d first in .* of a )"
+                                                    R"(2\.33 GiB \[37\.25 MiB\] cap)")))
+      << run.out;
+  // The table's peak: full-scale GiB, then the run's own bytes in brackets.
+  EXPECT_TRUE(std::regex_search(run.out, std::regex(R"(ddp +OOM \(all\) +[0-9.]+ +\[[0-9.]+ MiB\] \|)"))) << run.out;
+  EXPECT_NE(run.out.find("1 optimizer step, 1 micro-batch per rank per step"), std::string::npos) << run.out;
+}
+
+// The picture's x axis is the step's phases, shared by every panel: the optimizer of step 2 is at the same x for
+// DDP and for ZeRO-3, though their wall times differ.
+TEST(Svg, OneAxisOfPhasesForEveryPanel) {
+  testing::TempDir dir("outputs");
+  const auto run = run_process(
+      mpiexec(2) + kEmu + " --model gpt2 --shrink 8 --steps 2 --strategies ddp,zero3 --svg " + dir.file("memory.svg"),
+      120);
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  const std::string svg = testing::read_file(dir.file("memory.svg"));
+  for (const std::string label : {"set-up", "step 1 fwd", "step 2 fwd", "bwd", "optimizer"}) {
+    const std::regex tick("<text x=\"([0-9.]+)\"[^>]*>" + label + "</text>");
+    std::vector<std::string> xs;
+    for (auto it = std::sregex_iterator(svg.begin(), svg.end(), tick); it != std::sregex_iterator(); ++it) {
+      xs.push_back((*it)[1].str());
+    }
+    ASSERT_FALSE(xs.empty()) << label << " is marked on the axis";
+    ASSERT_EQ(xs.size() % 2, 0u) << label << ": as often in each of the two panels";
+    for (size_t i = 0; i < xs.size() / 2; ++i) EXPECT_EQ(xs[i], xs[i + xs.size() / 2]) << label << " lines up";
+  }
+  EXPECT_NE(svg.find("the step's phases"), std::string::npos);
+}
+
+// Ctrl-C under mpirun (which forwards it to the ranks as SIGTERM) while the second strategy runs: rank 0 says what
+// finished, and the JSON, complete and valid, holds the finished strategy and names those that did not run.
+TEST(Interrupt, SaysWhatFinishedAndKeepsItInTheJson) {
+  testing::TempDir dir("outputs");
+  const std::string out = dir.file("run.json"), err = dir.file("err.txt");
+  const std::string job = mpiexec(2) + kEmu +
+                          " --model gpt2 --shrink 8 --steps 12 --strategies ddp,zero3,zero2 --json " + out + " 2>" +
+                          err;
+  // Start the job, wait for zero3's second step (ddp has finished), then interrupt mpirun as Ctrl-C does.
+  const std::string script = job + " & job=$!; for i in $(seq 1 600); do grep -q \"zero3 .*step 2/\" " + err +
+                             " && break; sleep 0.1; done; kill -INT $job; wait $job; status=$?; cat " + err +
+                             " >&2; exit $status";
+  const auto run = run_process("sh -c '" + script + "'", 240);  // one command for run_process's time limit
+  EXPECT_NE(run.exit_code, 0) << "an interrupted job does not pass";
+  EXPECT_NE(run.err.find("emu: interrupted by SIG"), std::string::npos) << run.err;
+  EXPECT_NE(run.err.find("finished ddp (results in " + out + "); zero3 was running, not run: zero2"), std::string::npos)
+      << run.err;
+  ASSERT_TRUE(std::filesystem::exists(out)) << run.err;
+  const json root = read_json(out);  // parses, and conforms to the schema: never half a file
+  EXPECT_FALSE(root["complete"].get<bool>());
+  EXPECT_EQ(root["strategies_not_run"], json::array({"zero3", "zero2"}));
+  ASSERT_EQ(root["strategies"].size(), 1u);
+  EXPECT_EQ(root["strategies"][0]["name"], "ddp");
+  EXPECT_EQ(root["strategies"][0]["steps_run"], 12) << "the finished strategy's results, whole";
+}
+
+}  // namespace
+}  // namespace emu
