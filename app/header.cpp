@@ -108,7 +108,12 @@ void print_run_header(const MpiSession& mpi, const RunOptions& options) {
   } else {
     text += fmt::format(
         "  shrink    k = {}{}: memory terms / k^2 = / {}\n", k,
-        options.shrink_chosen ? " (the smallest k leaving at most 4M parameters; --shrink to choose)" : "", k2);
+        options.shrink_chosen
+            ? fmt::format(" (the smallest k leaving at most {}M parameters and {} GFLOP per micro-batch step; --shrink "
+                          "to choose)",
+                          model::kDefaultShrinkParams / 1'000'000, model::kDefaultShrinkFlops / 1e9)
+            : "",
+        k2);
   }
   if (options.plan) {
     text += fmt::format("  cap       {} per GPU, as stated: a plan is at full scale\n",

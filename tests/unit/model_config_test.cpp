@@ -331,3 +331,50 @@ TEST(ModelRope, Llama3ScalingStretchesOnlyTheLowFrequencies) {
 
 }  // namespace
 }  // namespace emu::model
+
+namespace emu::model {
+namespace {
+
+// The training FLOPs of one micro-batch step, by hand from the shapes (Narayanan et al. 2021, §5.1): 6 FLOPs per
+// token per weight of every matrix product (q, k, v, o and the MLP's matrices in each block, the LM head), plus
+// 12·b·s²·a·d per block for the attention scores and their product with v (forward 4, backward 8).
+double hand_step_flops(const ModelConfig& c) {
+  const double h = double(c.hidden), F = double(c.ffn), ad = double(c.heads * c.head_dim());
+  const double kvd = double(c.kv_heads * c.head_dim());
+  const double block = c.style == Style::kGpt2 ? 3 * h * h + h * h + 2 * h * F : h * ad + 2 * h * kvd + ad * h + 3 * h * F;
+  const double T = double(c.batch * c.seq), s = double(c.seq);
+  return 6 * T * (double(c.layers) * block + double(c.vocab) * h) +
+         12 * double(c.layers) * double(c.batch) * s * s * ad;
+}
+
+// No default run (no --shrink, no --seq-len) of an accepted real config computes more than the bound per step:
+// 16 GFLOP per micro-batch (shrink.h says why), besides at most 4M parameters.
+TEST(ModelDefaultShrink, BoundsEveryAcceptedConfigsComputeAndParameters) {
+  int accepted = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(std::filesystem::path(EMU_SOURCE_DIR) / "tests/data/hf")) {
+    if (entry.path().extension() != ".json") continue;
+    ModelConfig full;
+    try {
+      full = load_hf_config(entry.path());
+    } catch (const InputError&) {
+      continue;  // refused families: FamiliesEmuDoesNotModelAreRefusedByName
+    }
+    ++accepted;
+    const int64_t k = default_shrink(full);
+    const ModelConfig shrunk = shrink(full, k);
+    EXPECT_LE(hand_step_flops(shrunk), 16e9) << entry.path() << " k = " << k;
+    EXPECT_LE(parameter_count(shrunk), 4'000'000u) << entry.path() << " k = " << k;
+    EXPECT_DOUBLE_EQ(step_flops(shrunk), hand_step_flops(shrunk)) << entry.path();
+  }
+  EXPECT_GE(accepted, 12);
+  // SmolLM2-135M (h 576, F 1536, V 49152, L 30, a 9, kv 3, s 8192): k = 8 leaves 2.1M parameters but h 72, F 192,
+  // V 6144, s 1024: 6·1024·(30·(72² + 2·72·24 + 72² + 3·72·192) + 6144·72) + 12·30·1024²·72 = 40.1 GFLOP. k = 16:
+  // 5.0 GFLOP.
+  EXPECT_EQ(default_shrink(load_hf_config(hf_file("smollm2-135m"))), 16);
+  EXPECT_NEAR(hand_step_flops(shrink(load_hf_config(hf_file("smollm2-135m")), 8)), 40.09e9, 0.01e9);
+  // Llama 2 7B: the parameter bound decides (k = 32 leaves 6.6M parameters); its step at k = 64 is 0.72 GFLOP.
+  EXPECT_EQ(default_shrink(load_hf_config(hf_file("llama-2-7b"))), 64);
+}
+
+}  // namespace
+}  // namespace emu::model
