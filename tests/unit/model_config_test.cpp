@@ -222,6 +222,11 @@ TEST(ModelHfConfig, RealConfigsGiveThePublishedParameterCounts) {
       {"smollm2-1.7b", 1'711'376'384, 8192},    {"mistral-7b-v0.1", 7'241'732'096, 4096},
       {"mistral-7b-v0.3", 7'248'023'552, 8192}, {"gpt2", 124'439'808, 1024},
       {"gpt2-medium", 354'823'168, 1024},       {"gpt2-xl", 1'557'611'200, 1024},
+      // Qwen2-0.5B "0.49B", Qwen2.5-1.5B "1.54B" (model cards); Phi-3-mini-4k-instruct "3.8B"; all three as
+      // transformers counts them on the meta device (scripts/oracle/README.md). Phi-3's 2047-token sliding window
+      // bounds its default s.
+      {"qwen2-0.5b", 494'032'768, 8192},        {"qwen2.5-1.5b", 1'543'714'304, 8192},
+      {"phi-3-mini-4k", 3'821'079'552, 2047},
   };
   for (const Case& c : cases) {
     const ModelConfig config = load_hf_config(hf_file(c.file));
@@ -269,9 +274,56 @@ TEST(ModelHfConfig, FamiliesEmuDoesNotModelAreRefusedByName) {
     return std::string("accepted");
   };
   EXPECT_NE(refusal("mixtral-8x7b").find("mixture-of-experts is not modelled yet"), std::string::npos);
-  EXPECT_NE(refusal("qwen2-0.5b").find("q/k/v biases"), std::string::npos);
   EXPECT_NE(refusal("gemma-2b").find("not modelled yet"), std::string::npos);
-  EXPECT_NE(refusal("phi-3-mini-4k").find("fused qkv"), std::string::npos);
+}
+
+// Qwen2 and Phi-3 as transformers builds them: Qwen2's q/k/v biases (o_proj none), Phi-3's fused projections with
+// the parameter count of separate ones; what emu does not compute (partial rotary, longrope, dropout, a Qwen2
+// sliding window shorter than s) is refused or bounds s.
+TEST(ModelHfConfig, Qwen2AndPhi3Shapes) {
+  const ModelConfig qwen = load_hf_config(hf_file("qwen2-0.5b"));
+  EXPECT_TRUE(qwen.qkv_bias);
+  EXPECT_EQ(qwen.sliding_window, 0);  // use_sliding_window false
+  const UnitLayout block = build_layouts(qwen)[1];
+  EXPECT_EQ(block.param("model.layers.0.self_attn.q_proj.bias").count, 896u);
+  EXPECT_EQ(block.param("model.layers.0.self_attn.k_proj.bias").count, 128u);  // 2 kv heads · 64
+  for (const ParamInfo& p : block.params) EXPECT_EQ(p.name.find("o_proj.bias"), std::string::npos);
+
+  ModelConfig phi = load_hf_config(hf_file("phi-3-mini-4k"));
+  EXPECT_TRUE(phi.fused_projections);
+  EXPECT_EQ(phi.sliding_window, 2047);
+  const UnitLayout fused = build_layouts(phi)[1];
+  const std::vector<int64_t> qkv = {3 * 3072, 3072}, gate_up = {2 * 8192, 3072};
+  EXPECT_EQ(fused.param("model.layers.0.self_attn.qkv_proj.weight").shape, qkv);
+  EXPECT_EQ(fused.param("model.layers.0.mlp.gate_up_proj.weight").shape, gate_up);
+  // k starts h rows into qkv_proj, v h + kvd rows, up F rows into gate_up_proj ([out, in], 3072 columns).
+  const LlamaBlockOffsets off = llama_block_offsets(phi, fused);
+  EXPECT_EQ(off.k - off.q, 3072u * 3072u);
+  EXPECT_EQ(off.v - off.q, 2u * 3072u * 3072u);
+  EXPECT_EQ(off.up - off.gate, 8192u * 3072u);
+  phi.seq = 2048;
+  EXPECT_THROW(phi.validate(), InputError);
+
+  const std::string shape = R"("hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 4,
+      "num_attention_heads": 4, "vocab_size": 10, "max_position_embeddings": 64)";
+  expect_input_error("partial.json", R"({"model_type": "phi3", )" + shape + R"(, "partial_rotary_factor": 0.5})",
+                     R"(key "partial_rotary_factor" is 0.5)");
+  expect_input_error("longrope.json",
+                     R"({"model_type": "phi3", )" + shape + R"(, "rope_scaling": {"type": "longrope", "factor": 32}})",
+                     "longrope, are not modelled yet");
+  expect_input_error("dropout.json", R"({"model_type": "phi3", )" + shape + R"(, "resid_pdrop": 0.1})",
+                     "dropout is not modelled");
+  // Qwen2 with use_sliding_window: layers from max_window_layers on slide; s is bounded by the window.
+  const ModelConfig sliding = load_hf_config(write_file(
+      "qwen_window.json", R"({"model_type": "qwen2", )" + shape +
+                              R"(, "use_sliding_window": true, "sliding_window": 16, "max_window_layers": 2})"));
+  EXPECT_EQ(sliding.sliding_window, 16);
+  EXPECT_EQ(sliding.seq, 16);
+  EXPECT_EQ(load_hf_config(write_file("qwen_all_full.json",
+                                      R"({"model_type": "qwen2", )" + shape +
+                                          R"(, "use_sliding_window": true, "sliding_window": 16, "max_window_layers": 4})"))
+                .sliding_window,
+            0);
 }
 
 TEST(ModelHfConfig, KeysThatChangeTheMathAreComputedOrRefused) {

@@ -11,7 +11,8 @@
 //          e = 2, the input itself at e = 4), rstd [T] fp32, the normalised tensor .to(input dtype) [T, h] and the
 //          output [T, h]; q [T, h]; k, v [T, kvd] after rotary embedding (eager with kv < a: repeat_kv's copies
 //          [T, h]); the attention output [T, h]; gate, silu(gate), up and silu(gate)·up [T, F]. At e = 2 the block
-//          input and the residual after attention are not kept, only their fp32 copies.
+//          input and the residual after attention are not kept, only their fp32 copies. Qwen2 (q/k/v biases) and
+//          Phi-3 (fused qkv_proj and gate_up_proj, computed as their q, k, v and gate, up row blocks) keep the same.
 //   GPT-2  per LayerNorm: its input [T, h], mean and rstd [T] fp32, the output [T, h]; qkv [T, 3h]; the attention
 //          output [T, h]; c_fc's output and, of gelu_new (NewGELUActivation, written out in Python), tanh(...),
 //          0.5·x, 1 + tanh(...) and their product [T, F] each.

@@ -15,7 +15,8 @@
 namespace emu::model {
 
 enum class Style : uint8_t {
-  kLlama,  // RMSNorm, rotary embedding (rotate_half), grouped-query attention, SwiGLU, no biases, untied head
+  kLlama,  // RMSNorm, rotary embedding (rotate_half), grouped-query attention, SwiGLU, no biases, untied head;
+           // Mistral, Qwen2 (q/k/v biases) and Phi-3 (fused projections) too, as ModelConfig's flags say
   kGpt2,   // LayerNorm, learned positions, GELU (tanh approximation), biases, tied head
 };
 std::string_view style_name(Style style);
@@ -50,7 +51,9 @@ struct ModelConfig {
   double norm_eps = 1e-5;
   double rope_theta = 10000;   // Llama only
   RopeScaling rope_scaling;    // Llama only
-  int64_t sliding_window = 0;  // Mistral v0.1: each token attends to at most this many; 0 for full attention
+  int64_t sliding_window = 0;  // Mistral v0.1, Phi-3: each token attends to at most this many; 0 for full attention
+  bool qkv_bias = false;       // Qwen2: q_proj, k_proj and v_proj carry biases (o_proj none)
+  bool fused_projections = false;  // Phi-3: qkv_proj [h + 2·kvd, h] and gate_up_proj [2F, h] instead of separate ones
   std::string seq_default;     // why s is what it is when no --seq-len was given (shown in the header)
   bool tie_embeddings = false;
   int64_t shrink = 1;  // k this config was shrunk by (1: full scale)

@@ -126,6 +126,35 @@ void default_seq(ModelConfig& c) {
   }
 }
 
+// Qwen2 (transformers models/qwen2): Llama with biases on q_proj, k_proj and v_proj. Its sliding window applies only
+// with use_sliding_window, to the layers layer_types marks "sliding_attention" (by default those from
+// max_window_layers on); where any layer has one, s is bounded by the window as for Mistral.
+void read_qwen2(const Reader& r, ModelConfig& c) {
+  c.qkv_bias = true;
+  if (!r.boolean_or("use_sliding_window", false) || !r.has("sliding_window")) return;
+  bool sliding = false;
+  if (r.has("layer_types")) {
+    const json& types = r.value("layer_types");
+    if (!types.is_array()) r.bad("layer_types", types, "a list of \"full_attention\" or \"sliding_attention\"");
+    for (const json& t : types) sliding = sliding || t == "sliding_attention";
+  } else {
+    sliding = r.positive_int_or("max_window_layers", 28) < c.layers;
+  }
+  if (sliding) c.sliding_window = r.positive_int("sliding_window");
+}
+
+// Phi-3 (transformers models/phi3): Llama's math with fused qkv_proj and gate_up_proj, a sliding window whenever
+// sliding_window is set (Phi-3-mini-4k: 2047), residual and embedding dropout. Partial rotary embedding and
+// dropout are refused; longrope (the 128k variants) is refused by read_rope_scaling.
+void read_phi3(const Reader& r, ModelConfig& c) {
+  c.fused_projections = true;
+  c.sliding_window = r.positive_int_or("sliding_window", 0);
+  require_value(r, "partial_rotary_factor", 1.0, "rotary embedding over every dimension of a head");
+  for (const char* key : {"resid_pdrop", "embd_pdrop", "attention_dropout"}) {
+    require_value(r, key, 0.0, "dropout is not modelled");
+  }
+}
+
 ModelConfig read_llama(const Reader& r, const std::filesystem::path& path, const std::string& type) {
   ModelConfig c;
   c.name = path.string();
@@ -150,6 +179,8 @@ ModelConfig read_llama(const Reader& r, const std::filesystem::path& path, const
   require_value(r, "pretraining_tp", 1, "the tensor-parallel emulation of pre-training is not modelled");
   c.rope_scaling = read_rope_scaling(r, c.max_positions);
   if (type == "mistral") c.sliding_window = r.positive_int_or("sliding_window", 0);
+  if (type == "qwen2") read_qwen2(r, c);
+  if (type == "phi3") read_phi3(r, c);
   default_seq(c);
   return c;
 }
@@ -181,6 +212,9 @@ ModelConfig read_gpt2(const Reader& r, const std::filesystem::path& path) {
   return c;
 }
 
+// The model_type values emu computes.
+constexpr std::string_view kAccepted = "llama, mistral, qwen2, phi3, gpt2";
+
 // Families that share a modelled family's math and shapes, and those refused with the reason.
 bool is_mixture_of_experts(const Reader& r, const std::string& type) {
   for (const char* key : {"num_local_experts", "num_experts", "n_routed_experts", "moe_intermediate_size"}) {
@@ -191,8 +225,7 @@ bool is_mixture_of_experts(const Reader& r, const std::string& type) {
 }
 
 std::string_view not_modelled_reason(const std::string& type) {
-  if (type == "qwen2" || type == "qwen3") return "its q/k/v biases (qwen2) and q/k norms (qwen3) are not modelled yet";
-  if (type == "phi3") return "its fused qkv and gate_up projections are not modelled yet";
+  if (type == "qwen3") return "its q/k norms are not modelled yet";
   if (type.rfind("gemma", 0) == 0) return "its head_dim, GeGLU and scaled embeddings are not modelled yet";
   return {};
 }
@@ -226,20 +259,19 @@ ModelConfig load_hf_config(const std::filesystem::path& given) {
   if (is_mixture_of_experts(reader, type)) {
     throw InputError(
         fmt::format("{}: model_type \"{}\" is a mixture-of-experts model; mixture-of-experts is not "
-                    "modelled yet (accepted: llama, mistral, gpt2)",
-                    path.string(), type));
+                    "modelled yet (accepted: {})",
+                    path.string(), type, kAccepted));
   }
   ModelConfig config;
-  if (type == "llama" || type == "mistral") {
+  if (type == "llama" || type == "mistral" || type == "qwen2" || type == "phi3") {
     config = read_llama(reader, path, type);
   } else if (type == "gpt2") {
     config = read_gpt2(reader, path);
   } else if (const std::string_view why = not_modelled_reason(type); !why.empty()) {
-    throw InputError(fmt::format("{}: model_type \"{}\" is not accepted: {} (accepted: llama, mistral, gpt2)",
-                                 path.string(), type, why));
+    throw InputError(fmt::format("{}: model_type \"{}\" is not accepted: {} (accepted: {})", path.string(), type,
+                                 why, kAccepted));
   } else {
-    throw InputError(fmt::format("{}: key \"model_type\" is \"{}\"; expected \"llama\", \"mistral\" or \"gpt2\"",
-                                 path.string(), type));
+    throw InputError(fmt::format("{}: key \"model_type\" is \"{}\"; expected one of {}", path.string(), type, kAccepted));
   }
   config.validate();
   return config;
