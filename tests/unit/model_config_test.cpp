@@ -224,9 +224,9 @@ TEST(ModelHfConfig, RealConfigsGiveThePublishedParameterCounts) {
       {"gpt2-medium", 354'823'168, 1024},       {"gpt2-xl", 1'557'611'200, 1024},
       // Qwen2-0.5B "0.49B", Qwen2.5-1.5B "1.54B" (model cards); Phi-3-mini-4k-instruct "3.8B"; all three as
       // transformers counts them on the meta device (scripts/oracle/README.md). Phi-3's 2047-token sliding window
-      // bounds its default s.
+      // bounds its default s, rounded down to 42 · 48 = 2016 so that every valid k (up to 48 = d/2) divides it.
       {"qwen2-0.5b", 494'032'768, 8192},        {"qwen2.5-1.5b", 1'543'714'304, 8192},
-      {"phi-3-mini-4k", 3'821'079'552, 2047},
+      {"phi-3-mini-4k", 3'821'079'552, 2016},
   };
   for (const Case& c : cases) {
     const ModelConfig config = load_hf_config(hf_file(c.file));
