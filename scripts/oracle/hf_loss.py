@@ -30,6 +30,8 @@ CASES = {
     "qwen2": dict(LLAMA_SHAPE, model_type="qwen2", tie_word_embeddings=True, use_sliding_window=False),
     "phi3": dict(LLAMA_SHAPE, model_type="phi3", tie_word_embeddings=False, resid_pdrop=0.0, embd_pdrop=0.0,
                  attention_dropout=0.0, sliding_window=None, pad_token_id=None),
+    "gemma": dict(LLAMA_SHAPE, model_type="gemma", num_key_value_heads=1, head_dim=16, hidden_act="gelu_pytorch_tanh",
+                  tie_word_embeddings=True, pad_token_id=None),
     "gpt2": {"model_type": "gpt2", "n_embd": 64, "n_inner": 256, "n_head": 4, "n_layer": 2, "vocab_size": 384,
              "n_positions": 64, "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0,
              "activation_function": "gelu_new"},
@@ -41,7 +43,7 @@ def value(name, index, ndim):
     phase = (sum(name.encode()) % 1000) / 100.0
     x = math.sin(0.731 * index + phase)
     if ndim >= 2:
-        return 0.05 * x
+        return 0.2 * x
     if name.endswith("bias"):
         return 0.02 * x
     return 1.0 + 0.1 * x  # norm weights
@@ -79,7 +81,7 @@ def main():
                      "python": platform.python_version()},
         "batch": BATCH, "seq": SEQ,
         "weights": "name phase p = (sum of the name's bytes mod 1000) / 100, x = sin(0.731 i + p) for element i of "
-                   "the tensor as Hugging Face stores it: matrices 0.05 x, biases 0.02 x, norm weights 1 + 0.1 x",
+                   "the tensor as Hugging Face stores it: matrices 0.2 x, biases 0.02 x, norm weights 1 + 0.1 x",
         "tokens": "token i of the flattened [batch, seq] = (37 i + 11) mod V; target i = token i + 1",
         "cases": [run(f, k) for f, k in CASES.items()],
     }

@@ -26,8 +26,8 @@ from pathlib import Path
 import torch
 import transformers
 from torch.utils._python_dispatch import TorchDispatchMode
-from transformers import (GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM, Phi3Config, Phi3ForCausalLM,
-                          Qwen2Config, Qwen2ForCausalLM)
+from transformers import (GemmaConfig, GemmaForCausalLM, GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM,
+                          Phi3Config, Phi3ForCausalLM, Qwen2Config, Qwen2ForCausalLM)
 
 BATCH, SEQ = 2, 32
 
@@ -45,6 +45,9 @@ def build(style, kv_heads, dtype, attention):
         model = LlamaForCausalLM(config)
     elif style == "qwen2":  # Llama's shapes; q/k/v biases
         model = Qwen2ForCausalLM(Qwen2Config(num_key_value_heads=kv_heads, **LLAMA))
+    elif style == "gemma":  # Llama's shapes; (1 + w) RMSNorm, √h embedding scale, GeGLU, tied head
+        model = GemmaForCausalLM(GemmaConfig(num_key_value_heads=kv_heads, head_dim=16, pad_token_id=None,
+                                             hidden_act="gelu_pytorch_tanh", **LLAMA))
     elif style == "phi3":  # Llama's shapes; fused qkv_proj and gate_up_proj, no sliding window
         model = Phi3ForCausalLM(Phi3Config(num_key_value_heads=kv_heads, pad_token_id=None, **LLAMA))
     else:
@@ -156,7 +159,8 @@ def main():
     args = parser.parse_args()
     torch.set_num_threads(1)
     cases = []
-    for style, kv in (("llama", 4), ("llama", 2), ("gpt2", 4), ("qwen2", 4), ("qwen2", 2), ("phi3", 4), ("phi3", 2)):
+    for style, kv in (("llama", 4), ("llama", 2), ("gpt2", 4), ("qwen2", 4), ("qwen2", 2), ("phi3", 4), ("phi3", 2),
+                     ("gemma", 4), ("gemma", 2)):
         for dtype in (torch.float32, torch.bfloat16):
             for attention in ("sdpa", "eager"):
                 for checkpoint in (False, True):

@@ -29,7 +29,7 @@ float formula_value(const std::string& name, size_t index, size_t ndim) {
   for (const unsigned char ch : name) sum += ch;
   const double phase = double(sum % 1000) / 100.0;
   const double x = std::sin(0.731 * double(index) + phase);
-  if (ndim >= 2) return float(0.05 * x);
+  if (ndim >= 2) return float(0.2 * x);
   if (name.ends_with("bias")) return float(0.02 * x);
   return float(1.0 + 0.1 * x);
 }

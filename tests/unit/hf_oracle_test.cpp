@@ -36,6 +36,7 @@ ModelConfig recorded_config(const json& shapes, const std::string& style, int64_
     const json& l = shapes["llama"];
     c.qkv_bias = style == "qwen2";
     c.fused_projections = style == "phi3";
+    c.gemma = style == "gemma";
     c.style = Style::kLlama;
     c.hidden = l["hidden_size"];
     c.ffn = l["intermediate_size"];
@@ -169,7 +170,7 @@ TEST(HfOracle, SavedActivationsPerBlockEqualTheRecording) {
     }
     ++cases;
   }
-  EXPECT_EQ(cases, 56);
+  EXPECT_EQ(cases, 72);
 }
 
 TEST(HfOracle, TrainerLossBytesEqualTheRecording) {

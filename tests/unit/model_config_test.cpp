@@ -226,7 +226,7 @@ TEST(ModelHfConfig, RealConfigsGiveThePublishedParameterCounts) {
       // transformers counts them on the meta device (scripts/oracle/README.md). Phi-3's 2047-token sliding window
       // bounds its default s, rounded down to 42 · 48 = 2016 so that every valid k (up to 48 = d/2) divides it.
       {"qwen2-0.5b", 494'032'768, 8192},        {"qwen2.5-1.5b", 1'543'714'304, 8192},
-      {"phi-3-mini-4k", 3'821'079'552, 2016},
+      {"phi-3-mini-4k", 3'821'079'552, 2016},   {"gemma-2b", 2'506'172'416, 8192},
   };
   for (const Case& c : cases) {
     const ModelConfig config = load_hf_config(hf_file(c.file));
@@ -274,12 +274,35 @@ TEST(ModelHfConfig, FamiliesEmuDoesNotModelAreRefusedByName) {
     return std::string("accepted");
   };
   EXPECT_NE(refusal("mixtral-8x7b").find("mixture-of-experts is not modelled yet"), std::string::npos);
-  EXPECT_NE(refusal("gemma-2b").find("not modelled yet"), std::string::npos);
+  // Gemma 2 (google/gemma-2-2b-it, 2,614,341,888 parameters as transformers counts them): soft-capping, alternating
+  // sliding windows, four norms per block and head_dim 256 ≠ 2304 / 8.
+  EXPECT_NE(refusal("gemma-2-2b-it").find("soft-capping"), std::string::npos);
+  EXPECT_NE(refusal("gemma-2-2b-it").find("model_type \"gemma2\" is not accepted"), std::string::npos);
 }
 
 // Qwen2 and Phi-3 as transformers builds them: Qwen2's q/k/v biases (o_proj none), Phi-3's fused projections with
 // the parameter count of separate ones; what emu does not compute (partial rotary, longrope, dropout, a Qwen2
 // sliding window shorter than s) is refused or bounds s.
+// Gemma as transformers builds it: tied head, norms starting at zero (they scale by 1 + weight), head_dim from the
+// config (GemmaConfig's default 256 when absent) only where it is hidden / heads.
+TEST(ModelHfConfig, GemmaShapes) {
+  const ModelConfig gemma = load_hf_config(hf_file("gemma-2b"));
+  EXPECT_TRUE(gemma.gemma);
+  EXPECT_TRUE(gemma.tie_embeddings);
+  EXPECT_EQ(gemma.head_dim(), 256);
+  const std::vector<UnitLayout> units = build_layouts(gemma);
+  EXPECT_EQ(units[1].param("model.layers.0.input_layernorm.weight").init, Init::kZeros);
+  EXPECT_EQ(units[0].param("model.norm.weight").init, Init::kZeros);
+  const std::string shape = R"("model_type": "gemma", "hidden_size": 3072, "intermediate_size": 128,
+      "num_hidden_layers": 2, "num_attention_heads": 16, "vocab_size": 10, "max_position_embeddings": 64)";
+  // Gemma-7B: head_dim 256 with 16 heads of a 3072 hidden size; and the same by GemmaConfig's default.
+  expect_input_error("gemma7b.json", "{" + shape + R"(, "head_dim": 256})", R"(key "head_dim" is 256)");
+  expect_input_error("gemma_default.json", "{" + shape + "}", R"(key "head_dim" is 256)");
+  expect_input_error("gemma_act.json", "{" + shape + R"(, "head_dim": 192, "hidden_act": "silu"})",
+                     R"(key "hidden_act" is "silu")");
+  EXPECT_NO_THROW(load_hf_config(write_file("gemma_ok.json", "{" + shape + R"(, "head_dim": 192, "hidden_act": "gelu"})")));
+}
+
 TEST(ModelHfConfig, Qwen2AndPhi3Shapes) {
   const ModelConfig qwen = load_hf_config(hf_file("qwen2-0.5b"));
   EXPECT_TRUE(qwen.qkv_bias);

@@ -19,10 +19,22 @@ Buffer BlockEnv::allocate_per_row(size_t count, DType dtype, Category category, 
 
 void BlockSaved::release_all_but_input() {
   for (Buffer* b :
-       {&x32,   &norm1_stats, &norm1_hat, &xn1, &q,    &k,  &v,    &qkv, &probs,     &probs_copy, &lse,      &attn, &x2,
-        &x2_32, &norm2_stats, &norm2_hat, &xn2, &gate, &up, &silu, &fc,  &gelu_tanh, &gelu_half,  &gelu_sum, &act}) {
+       {&x32,       &norm1_stats,    &norm1_hat, &norm1_plus_one, &xn1,  &q,         &k,         &v,        &qkv,
+        &probs,     &probs_copy,     &lse,       &attn,           &x2,   &x2_32,     &norm2_stats, &norm2_hat,
+        &norm2_plus_one, &xn2,       &gate,      &up,             &silu, &fc,        &gelu_tanh, &gelu_half,
+        &gelu_sum,  &act}) {
     b->reset();
   }
+}
+
+const float* norm_weight(Ops* ops, const ModelConfig& config, const float* w, Scratch& scratch) {
+  if (!config.gemma || ops == nullptr) return w;
+  const size_t h = size_t(config.hidden);
+  float* out = scratch.reserve_as<float>(*ops, 2 * h, false);  // [h] 1 + w, then [h] ones
+  const std::vector<float> ones(h, 1.0f);
+  ops->copy_from_host(out + h, ones.data(), h * sizeof(float));
+  ops->add(w, out + h, out, h);
+  return out;
 }
 
 namespace {
@@ -147,21 +159,28 @@ void attention_backward(const BlockEnv& env, const AttentionShape& shape, BlockS
 }
 
 // LlamaRMSNorm.forward on `in` [T, h]: saves its input in fp32 (`in32`, a copy, at e = 2; `in` itself at e = 4), rstd,
-// the normalised tensor at the compute dtype and writes the output. Returns the buffer the backward reads as input.
+// the normalised tensor at the compute dtype and writes the output. GemmaRMSNorm.forward keeps the same but the
+// normalised tensor in fp32 (it multiplies before casting back), and (1 + weight) in fp32 [h] (`plus_one`, ∝ h,
+// charged as a per-row term).
 void rms_norm_forward(const BlockEnv& env, const float* w, const Buffer& in, Buffer& in32, Buffer& rstd, Buffer& hat,
-                      Buffer& out, Category cat, std::string_view name) {
+                      Buffer& plus_one, Buffer& out, Category cat, std::string_view name) {
   const ModelConfig& c = env.config;
   const DType dt = env.options.compute;
   const size_t n = size_t(c.tokens() * c.hidden);
   if (dt != DType::kF32) in32 = env.allocate(n, DType::kF32, cat, fmt::format("{} input in fp32", name));
   rstd = env.allocate_per_row(size_t(c.tokens()), DType::kF32, cat, fmt::format("{} rstd", name));
-  hat = env.allocate(n, dt, cat, fmt::format("{} normalised input", name));
+  hat = env.allocate(n, c.gemma ? DType::kF32 : dt, cat, fmt::format("{} normalised input", name));
+  if (c.gemma) {
+    plus_one = env.allocate_per_row(size_t(c.hidden), DType::kF32, cat, fmt::format("{} (1 + weight)", name));
+  }
   out = env.allocate(n, dt, cat, fmt::format("{} output", name));
   if (!env.math) return;
   if (dt != DType::kF32) env.ops->bf16_to_f32(in.as<uint16_t>(), in32.as<float>(), n);
+  Scratch factor;
   F32 x(env.ops, dt != DType::kF32 ? in32 : in, Access::kRead), st(env.ops, rstd, Access::kWrite),
       y(env.ops, out, Access::kWrite);
-  env.ops->rmsnorm_forward(x, w, y, st, c.tokens(), c.hidden, static_cast<float>(c.norm_eps));
+  env.ops->rmsnorm_forward(x, norm_weight(env.ops, c, w, factor), y, st, c.tokens(), c.hidden,
+                           static_cast<float>(c.norm_eps));
 }
 
 Buffer llama_forward(const BlockEnv& env, const float* w, BlockSaved& s, Category cat, Category out_cat,
@@ -174,7 +193,8 @@ Buffer llama_forward(const BlockEnv& env, const float* w, BlockSaved& s, Categor
   auto B = [&](size_t offset) { return off.bias ? offset_into(w, offset) : nullptr; };
   const int64_t kv_cols = saved_kv_columns(env);
 
-  rms_norm_forward(env, W(off.input_norm), s.x, s.x32, s.norm1_stats, s.norm1_hat, s.xn1, cat, "input_layernorm");
+  rms_norm_forward(env, W(off.input_norm), s.x, s.x32, s.norm1_stats, s.norm1_hat, s.norm1_plus_one, s.xn1, cat,
+                   "input_layernorm");
   s.q = env.allocate(d.th(), dt, cat, "q");
   s.k = env.allocate(size_t(d.T * kv_cols), dt, cat, kv_cols == d.kvd ? "k" : "k (repeat_kv copy)");
   s.v = env.allocate(size_t(d.T * kv_cols), dt, cat, kv_cols == d.kvd ? "v" : "v (repeat_kv copy)");
@@ -198,10 +218,10 @@ Buffer llama_forward(const BlockEnv& env, const float* w, BlockSaved& s, Categor
     env.ops->linear_forward(attn, W(off.o), nullptr, x2, d.T, d.h, d.h, WeightLayout::kOutIn);
     env.ops->accumulate(x2, x, d.th());
   }
-  rms_norm_forward(env, W(off.post_norm), s.x2, s.x2_32, s.norm2_stats, s.norm2_hat, s.xn2, cat,
+  rms_norm_forward(env, W(off.post_norm), s.x2, s.x2_32, s.norm2_stats, s.norm2_hat, s.norm2_plus_one, s.xn2, cat,
                    "post_attention_layernorm");
   s.gate = env.allocate(d.tf(), dt, cat, "gate_proj output");
-  s.silu = env.allocate(d.tf(), dt, cat, "silu(gate)");
+  s.silu = env.allocate(d.tf(), dt, cat, c.gemma ? "gelu(gate)" : "silu(gate)");
   s.up = env.allocate(d.tf(), dt, cat, "up_proj output");
   s.act = env.allocate(d.tf(), dt, cat, "silu(gate)·up");
   Buffer out = env.allocate(d.th(), dt, out_cat, "output");
@@ -210,7 +230,11 @@ Buffer llama_forward(const BlockEnv& env, const float* w, BlockSaved& s, Categor
         a(env.ops, s.act, Access::kWrite);
     env.ops->linear_forward(xn, W(off.gate), nullptr, g, d.T, d.h, d.F, WeightLayout::kOutIn);
     env.ops->linear_forward(xn, W(off.up), nullptr, u, d.T, d.h, d.F, WeightLayout::kOutIn);
-    env.ops->swiglu_forward(g, u, a, d.tf());
+    if (c.gemma) {
+      env.ops->geglu_forward(g, u, a, d.tf());
+    } else {
+      env.ops->swiglu_forward(g, u, a, d.tf());
+    }
     F32 x2(env.ops, s.x2, Access::kRead), o(env.ops, out, Access::kWrite);
     env.ops->linear_forward(a, W(off.down), nullptr, o, d.T, d.F, d.h, WeightLayout::kOutIn);
     env.ops->accumulate(o, x2, d.th());
@@ -246,7 +270,11 @@ void llama_backward(const BlockEnv& env, const float* w, BlockSaved& s, float* d
     if (env.math) {
       F32 da(env.ops, dact, Access::kRead), g(env.ops, s.gate, Access::kRead), u(env.ops, s.up, Access::kRead);
       F32 dg(env.ops, dgate, Access::kWrite), du(env.ops, dup, Access::kWrite);
-      env.ops->swiglu_backward(da, g, u, dg, du, d.tf());
+      if (c.gemma) {
+        env.ops->geglu_backward(da, g, u, dg, du, d.tf());
+      } else {
+        env.ops->swiglu_backward(da, g, u, dg, du, d.tf());
+      }
     }
     dact.reset();
     Buffer dxn = env.allocate(d.th(), dt, Category::kTemporaries, "d post_attention_layernorm output");
@@ -267,11 +295,14 @@ void llama_backward(const BlockEnv& env, const float* w, BlockSaved& s, float* d
     if (env.math) {
       F32 dx(env.ops, dxn, Access::kRead), x2(env.ops, dt != DType::kF32 ? s.x2_32 : s.x2, Access::kRead),
           st(env.ops, s.norm2_stats, Access::kRead);
-      env.ops->rmsnorm_backward(dx, x2, W(off.post_norm), st, dres, G(off.post_norm), d.T, d.h);
+      Scratch factor;
+      env.ops->rmsnorm_backward(dx, x2, norm_weight(env.ops, c, W(off.post_norm), factor), st, dres,
+                                G(off.post_norm), d.T, d.h);
     }
     s.x2.reset();
     s.x2_32.reset();
     s.norm2_stats.reset();
+    s.norm2_plus_one.reset();
   }
   // Attention: x2 = x + o_proj(attention(rope(q_proj(xn1)), rope(k_proj(xn1)), v_proj(xn1)))
   Buffer dattn = env.allocate(d.th(), dt, Category::kTemporaries, "d attention output");
@@ -313,11 +344,14 @@ void llama_backward(const BlockEnv& env, const float* w, BlockSaved& s, float* d
   if (env.math) {
     F32 dx(env.ops, dxn, Access::kRead), x(env.ops, dt != DType::kF32 ? s.x32 : s.x, Access::kRead),
         st(env.ops, s.norm1_stats, Access::kRead);
-    env.ops->rmsnorm_backward(dx, x, W(off.input_norm), st, dres, G(off.input_norm), d.T, d.h);
+    Scratch factor;
+    env.ops->rmsnorm_backward(dx, x, norm_weight(env.ops, c, W(off.input_norm), factor), st, dres,
+                              G(off.input_norm), d.T, d.h);
   }
   s.x.reset();
   s.x32.reset();
   s.norm1_stats.reset();
+  s.norm1_plus_one.reset();
 }
 
 Buffer gpt2_forward(const BlockEnv& env, const float* w, BlockSaved& s, Category cat, Category out_cat) {

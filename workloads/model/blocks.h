@@ -27,6 +27,7 @@
 #include "emu/ops.h"
 #include "workloads/model/config.h"
 #include "workloads/model/layout.h"
+#include "workloads/model/tensor.h"
 
 namespace emu::model {
 
@@ -53,7 +54,8 @@ struct BlockSaved {
   Buffer x;            // [T, h] block input (Llama at e = 2: released when the block ends, unless checkpointed)
   Buffer x32;          // Llama at e = 2: [T, h] fp32 copy of the block input, input_layernorm's saved input
   Buffer norm1_stats;  // [T] rstd (Llama) or [2, T] mean then rstd (GPT-2), fp32
-  Buffer norm1_hat;    // Llama: [T, h] the normalised input at the compute dtype (held)
+  Buffer norm1_hat;    // Llama: [T, h] the normalised input at the compute dtype, Gemma's in fp32 (held)
+  Buffer norm1_plus_one;  // Gemma: [h] fp32 (1 + weight), saved by the multiply (held)
   Buffer xn1;          // [T, h] first norm's output
   Buffer q, k, v;      // Llama: q [T, h], k and v [T, kvd] after rotary embedding ([T, h] when repeat_kv copies)
   Buffer qkv;          // GPT-2: [T, 3h], q | k | v column blocks
@@ -65,6 +67,7 @@ struct BlockSaved {
   Buffer x2_32;        // Llama at e = 2: [T, h] its fp32 copy, post_attention_layernorm's saved input
   Buffer norm2_stats;  // as norm1_stats
   Buffer norm2_hat;    // as norm1_hat (held)
+  Buffer norm2_plus_one;  // as norm1_plus_one (held)
   Buffer xn2;          // [T, h] second norm's output
   Buffer gate, up;     // Llama: [T, F] each
   Buffer silu;         // Llama: [T, F] silu(gate), saved by the product with up (held)
@@ -77,6 +80,9 @@ struct BlockSaved {
   // Releases everything but the block input (what checkpointing keeps).
   void release_all_but_input();
 };
+
+// The weight an RMSNorm's math multiplies by: `w`, or for Gemma 1 + w, written into `scratch` (null when !math).
+const float* norm_weight(Ops* ops, const ModelConfig& config, const float* w, Scratch& scratch);
 
 // Runs the block on x (moved into saved.x) and returns its output [T, h], charged to `output_category`.
 // `weights` is the unit's flat fp32 buffer (null when !env.math). `keep_input`: the caller holds the block input

@@ -16,7 +16,7 @@ namespace emu::model {
 
 enum class Style : uint8_t {
   kLlama,  // RMSNorm, rotary embedding (rotate_half), grouped-query attention, SwiGLU, no biases, untied head;
-           // Mistral, Qwen2 (q/k/v biases) and Phi-3 (fused projections) too, as ModelConfig's flags say
+           // Mistral, Qwen2 (q/k/v biases), Phi-3 (fused projections) and Gemma too, as ModelConfig's flags say
   kGpt2,   // LayerNorm, learned positions, GELU (tanh approximation), biases, tied head
 };
 std::string_view style_name(Style style);
@@ -54,6 +54,7 @@ struct ModelConfig {
   int64_t sliding_window = 0;  // Mistral v0.1, Phi-3: each token attends to at most this many; 0 for full attention
   bool qkv_bias = false;       // Qwen2: q_proj, k_proj and v_proj carry biases (o_proj none)
   bool fused_projections = false;  // Phi-3: qkv_proj [h + 2·kvd, h] and gate_up_proj [2F, h] instead of separate ones
+  bool gemma = false;  // Gemma: RMSNorm in fp32 times (1 + weight), embeddings × √h, GeGLU (gelu, tanh approximation)
   std::string seq_default;     // why s is what it is when no --seq-len was given (shown in the header)
   bool tie_embeddings = false;
   int64_t shrink = 1;  // k this config was shrunk by (1: full scale)

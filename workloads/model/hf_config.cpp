@@ -164,6 +164,26 @@ void read_phi3(const Reader& r, ModelConfig& c) {
   }
 }
 
+// Gemma (transformers models/gemma): Llama's layout with a tied head, RMSNorm in fp32 times (1 + weight),
+// embeddings × √h and GeGLU. Its head_dim (GemmaConfig's default 256 when absent) must be hidden / heads, as in
+// Gemma-2B; Gemma-7B's 256 ≠ 3072 / 16 is refused. hidden_act "gelu" is read as the tanh approximation, as
+// transformers does for the official releases.
+void read_gemma(const Reader& r, ModelConfig& c) {
+  c.gemma = true;
+  c.tie_embeddings = r.boolean_or("tie_word_embeddings", true);
+  const int64_t head_dim = r.positive_int_or("head_dim", 256);
+  if (head_dim * c.heads != c.hidden) {
+    r.bad("head_dim", head_dim,
+          fmt::format("hidden_size / num_attention_heads = {} / {} (a head dimension of its own is not modelled yet)",
+                      c.hidden, c.heads));
+  }
+  if (r.has("hidden_act") && r.value("hidden_act") != "gelu") {
+    require_value(r, "hidden_act", "gelu_pytorch_tanh", "GeGLU with the tanh-approximated GELU is what emu computes");
+  }
+  require_value(r, "hidden_activation", "gelu_pytorch_tanh",
+                "GeGLU with the tanh-approximated GELU is what emu computes");
+}
+
 ModelConfig read_llama(const Reader& r, const std::filesystem::path& path, const std::string& type) {
   ModelConfig c;
   c.name = path.string();
@@ -178,11 +198,15 @@ ModelConfig read_llama(const Reader& r, const std::filesystem::path& path, const
   c.norm_eps = r.positive_number_or("rms_norm_eps", 1e-6);
   c.rope_theta = r.positive_number_or("rope_theta", 10000);
   c.tie_embeddings = r.boolean_or("tie_word_embeddings", false);
-  if (c.hidden % c.heads == 0) {
-    require_value(r, "head_dim", c.hidden / c.heads,
-                  "hidden_size / num_attention_heads; a head dimension of its own is not modelled yet");
+  if (type == "gemma") {
+    read_gemma(r, c);
+  } else {
+    if (c.hidden % c.heads == 0) {
+      require_value(r, "head_dim", c.hidden / c.heads,
+                    "hidden_size / num_attention_heads; a head dimension of its own is not modelled yet");
+    }
+    require_value(r, "hidden_act", "silu", "SwiGLU with SiLU is the activation emu computes");
   }
-  require_value(r, "hidden_act", "silu", "SwiGLU with SiLU is the activation emu computes");
   require_value(r, "attention_bias", false, "biases in attention are not modelled yet");
   require_value(r, "mlp_bias", false, "biases in the MLP are not modelled yet");
   require_value(r, "pretraining_tp", 1, "the tensor-parallel emulation of pre-training is not modelled");
@@ -222,7 +246,7 @@ ModelConfig read_gpt2(const Reader& r, const std::filesystem::path& path) {
 }
 
 // The model_type values emu computes.
-constexpr std::string_view kAccepted = "llama, mistral, qwen2, phi3, gpt2";
+constexpr std::string_view kAccepted = "llama, mistral, qwen2, phi3, gemma, gpt2";
 
 // Families that share a modelled family's math and shapes, and those refused with the reason.
 bool is_mixture_of_experts(const Reader& r, const std::string& type) {
@@ -235,7 +259,10 @@ bool is_mixture_of_experts(const Reader& r, const std::string& type) {
 
 std::string_view not_modelled_reason(const std::string& type) {
   if (type == "qwen3") return "its q/k norms are not modelled yet";
-  if (type.rfind("gemma", 0) == 0) return "its head_dim, GeGLU and scaled embeddings are not modelled yet";
+  if (type.rfind("gemma", 0) == 0) {
+    return "its attention and final logit soft-capping, sliding window on alternating layers, extra feed-forward "
+           "norms and head_dim other than hidden/heads are not modelled yet (gemma is)";
+  }
   return {};
 }
 
@@ -272,7 +299,7 @@ ModelConfig load_hf_config(const std::filesystem::path& given) {
                     path.string(), type, kAccepted));
   }
   ModelConfig config;
-  if (type == "llama" || type == "mistral" || type == "qwen2" || type == "phi3") {
+  if (type == "llama" || type == "mistral" || type == "qwen2" || type == "phi3" || type == "gemma") {
     config = read_llama(reader, path, type);
   } else if (type == "gpt2") {
     config = read_gpt2(reader, path);

@@ -39,10 +39,13 @@ class LayoutBuilder {
   UnitLayout layout_;
 };
 
+// Gemma's RMSNorm scales by (1 + weight) and starts its weights at zero (transformers GemmaRMSNorm).
+Init norm_init(const ModelConfig& c) { return c.gemma ? Init::kZeros : Init::kOnes; }
+
 UnitLayout llama_root(const ModelConfig& c) {
   LayoutBuilder b("root");
   b.add("model.embed_tokens.weight", {c.vocab, c.hidden}, Init::kNormal);
-  b.add("model.norm.weight", {c.hidden}, Init::kOnes);
+  b.add("model.norm.weight", {c.hidden}, norm_init(c));
   if (!c.tie_embeddings) b.add("lm_head.weight", {c.vocab, c.hidden}, Init::kNormal);
   return b.take();
 }
@@ -66,8 +69,8 @@ UnitLayout llama_block(const ModelConfig& c, int64_t layer) {
     b.add(p + "mlp.up_proj.weight", {f, h}, Init::kNormal);
   }
   b.add(p + "mlp.down_proj.weight", {h, f}, Init::kNormal);
-  b.add(p + "input_layernorm.weight", {h}, Init::kOnes);
-  b.add(p + "post_attention_layernorm.weight", {h}, Init::kOnes);
+  b.add(p + "input_layernorm.weight", {h}, norm_init(c));
+  b.add(p + "post_attention_layernorm.weight", {h}, norm_init(c));
   if (c.qkv_bias) {
     b.add(p + "self_attn.q_proj.bias", {h}, Init::kZeros);
     b.add(p + "self_attn.k_proj.bias", {kv}, Init::kZeros);
