@@ -196,7 +196,8 @@ void geglu_backward(const float* dy, const float* g, const float* u, float* dg, 
     const ConstArrayMap v(g + at, m), grad(dy + at, m);
     const Chunk t = (kSqrt2OverPi * (v + kGeluCubic * v.cube())).tanh();
     const Chunk slope = kSqrt2OverPi * (1.0f + 3.0f * kGeluCubic * v.square());
-    ArrayMap(dg + at, m) = grad * ConstArrayMap(u + at, m) * (0.5f * (1.0f + t) + 0.5f * v * (1.0f - t.square()) * slope);
+    ArrayMap(dg + at, m) =
+        grad * ConstArrayMap(u + at, m) * (0.5f * (1.0f + t) + 0.5f * v * (1.0f - t.square()) * slope);
     ArrayMap(du + at, m) = grad * 0.5f * v * (1.0f + t);
   });
 }

@@ -216,17 +216,25 @@ TEST(ModelHfConfig, RealConfigsGiveThePublishedParameterCounts) {
     int64_t seq;  // the default sequence length
   };
   const std::vector<Case> cases = {
-      {"llama-3.1-8b", 8'030'261'248, 8192},    {"llama-3.2-1b", 1'235'814'400, 8192},
-      {"llama-3.2-3b", 3'212'749'824, 8192},    {"llama-2-7b", 6'738'415'616, 4096},
-      {"tinyllama-1.1b", 1'100'048'384, 2048},  {"smollm2-135m", 134'515'008, 8192},
-      {"smollm2-1.7b", 1'711'376'384, 8192},    {"mistral-7b-v0.1", 7'241'732'096, 4096},
-      {"mistral-7b-v0.3", 7'248'023'552, 8192}, {"gpt2", 124'439'808, 1024},
-      {"gpt2-medium", 354'823'168, 1024},       {"gpt2-xl", 1'557'611'200, 1024},
+      {"llama-3.1-8b", 8'030'261'248, 8192},
+      {"llama-3.2-1b", 1'235'814'400, 8192},
+      {"llama-3.2-3b", 3'212'749'824, 8192},
+      {"llama-2-7b", 6'738'415'616, 4096},
+      {"tinyllama-1.1b", 1'100'048'384, 2048},
+      {"smollm2-135m", 134'515'008, 8192},
+      {"smollm2-1.7b", 1'711'376'384, 8192},
+      {"mistral-7b-v0.1", 7'241'732'096, 4096},
+      {"mistral-7b-v0.3", 7'248'023'552, 8192},
+      {"gpt2", 124'439'808, 1024},
+      {"gpt2-medium", 354'823'168, 1024},
+      {"gpt2-xl", 1'557'611'200, 1024},
       // Qwen2-0.5B "0.49B", Qwen2.5-1.5B "1.54B" (model cards); Phi-3-mini-4k-instruct "3.8B"; all three as
       // transformers counts them on the meta device (scripts/oracle/README.md). Phi-3's 2047-token sliding window
       // bounds its default s, rounded down to 42 · 48 = 2016 so that every valid k (up to 48 = d/2) divides it.
-      {"qwen2-0.5b", 494'032'768, 8192},        {"qwen2.5-1.5b", 1'543'714'304, 8192},
-      {"phi-3-mini-4k", 3'821'079'552, 2016},   {"gemma-2b", 2'506'172'416, 8192},
+      {"qwen2-0.5b", 494'032'768, 8192},
+      {"qwen2.5-1.5b", 1'543'714'304, 8192},
+      {"phi-3-mini-4k", 3'821'079'552, 2016},
+      {"gemma-2b", 2'506'172'416, 8192},
   };
   for (const Case& c : cases) {
     const ModelConfig config = load_hf_config(hf_file(c.file));
@@ -300,7 +308,8 @@ TEST(ModelHfConfig, GemmaShapes) {
   expect_input_error("gemma_default.json", "{" + shape + "}", R"(key "head_dim" is 256)");
   expect_input_error("gemma_act.json", "{" + shape + R"(, "head_dim": 192, "hidden_act": "silu"})",
                      R"(key "hidden_act" is "silu")");
-  EXPECT_NO_THROW(load_hf_config(write_file("gemma_ok.json", "{" + shape + R"(, "head_dim": 192, "hidden_act": "gelu"})")));
+  EXPECT_NO_THROW(
+      load_hf_config(write_file("gemma_ok.json", "{" + shape + R"(, "head_dim": 192, "hidden_act": "gelu"})")));
 }
 
 TEST(ModelHfConfig, Qwen2AndPhi3Shapes) {
@@ -342,11 +351,12 @@ TEST(ModelHfConfig, Qwen2AndPhi3Shapes) {
                               R"(, "use_sliding_window": true, "sliding_window": 16, "max_window_layers": 2})"));
   EXPECT_EQ(sliding.sliding_window, 16);
   EXPECT_EQ(sliding.seq, 16);
-  EXPECT_EQ(load_hf_config(write_file("qwen_all_full.json",
-                                      R"({"model_type": "qwen2", )" + shape +
-                                          R"(, "use_sliding_window": true, "sliding_window": 16, "max_window_layers": 4})"))
-                .sliding_window,
-            0);
+  EXPECT_EQ(
+      load_hf_config(write_file("qwen_all_full.json",
+                                R"({"model_type": "qwen2", )" + shape +
+                                    R"(, "use_sliding_window": true, "sliding_window": 16, "max_window_layers": 4})"))
+          .sliding_window,
+      0);
 }
 
 TEST(ModelHfConfig, KeysThatChangeTheMathAreComputedOrRefused) {
@@ -416,7 +426,8 @@ namespace {
 double hand_step_flops(const ModelConfig& c) {
   const double h = double(c.hidden), F = double(c.ffn), ad = double(c.heads * c.head_dim());
   const double kvd = double(c.kv_heads * c.head_dim());
-  const double block = c.style == Style::kGpt2 ? 3 * h * h + h * h + 2 * h * F : h * ad + 2 * h * kvd + ad * h + 3 * h * F;
+  const double block =
+      c.style == Style::kGpt2 ? 3 * h * h + h * h + 2 * h * F : h * ad + 2 * h * kvd + ad * h + 3 * h * F;
   const double T = double(c.batch * c.seq), s = double(c.seq);
   return 6 * T * (double(c.layers) * block + double(c.vocab) * h) +
          12 * double(c.layers) * double(c.batch) * s * s * ad;
@@ -426,7 +437,8 @@ double hand_step_flops(const ModelConfig& c) {
 // 16 GFLOP per micro-batch (shrink.h says why), besides at most 4M parameters.
 TEST(ModelDefaultShrink, BoundsEveryAcceptedConfigsComputeAndParameters) {
   int accepted = 0;
-  for (const auto& entry : std::filesystem::directory_iterator(std::filesystem::path(EMU_SOURCE_DIR) / "tests/data/hf")) {
+  for (const auto& entry :
+       std::filesystem::directory_iterator(std::filesystem::path(EMU_SOURCE_DIR) / "tests/data/hf")) {
     if (entry.path().extension() != ".json") continue;
     ModelConfig full;
     try {

@@ -19,10 +19,9 @@ Buffer BlockEnv::allocate_per_row(size_t count, DType dtype, Category category, 
 
 void BlockSaved::release_all_but_input() {
   for (Buffer* b :
-       {&x32,       &norm1_stats,    &norm1_hat, &norm1_plus_one, &xn1,  &q,         &k,         &v,        &qkv,
-        &probs,     &probs_copy,     &lse,       &attn,           &x2,   &x2_32,     &norm2_stats, &norm2_hat,
-        &norm2_plus_one, &xn2,       &gate,      &up,             &silu, &fc,        &gelu_tanh, &gelu_half,
-        &gelu_sum,  &act}) {
+       {&x32,   &norm1_stats, &norm1_hat, &norm1_plus_one, &xn1, &q,         &k,           &v,         &qkv,
+        &probs, &probs_copy,  &lse,       &attn,           &x2,  &x2_32,     &norm2_stats, &norm2_hat, &norm2_plus_one,
+        &xn2,   &gate,        &up,        &silu,           &fc,  &gelu_tanh, &gelu_half,   &gelu_sum,  &act}) {
     b->reset();
   }
 }
@@ -296,8 +295,8 @@ void llama_backward(const BlockEnv& env, const float* w, BlockSaved& s, float* d
       F32 dx(env.ops, dxn, Access::kRead), x2(env.ops, dt != DType::kF32 ? s.x2_32 : s.x2, Access::kRead),
           st(env.ops, s.norm2_stats, Access::kRead);
       Scratch factor;
-      env.ops->rmsnorm_backward(dx, x2, norm_weight(env.ops, c, W(off.post_norm), factor), st, dres,
-                                G(off.post_norm), d.T, d.h);
+      env.ops->rmsnorm_backward(dx, x2, norm_weight(env.ops, c, W(off.post_norm), factor), st, dres, G(off.post_norm),
+                                d.T, d.h);
     }
     s.x2.reset();
     s.x2_32.reset();
@@ -332,9 +331,12 @@ void llama_backward(const BlockEnv& env, const float* w, BlockSaved& s, float* d
     F32 xn(env.ops, s.xn1, Access::kRead), gq(env.ops, dq, Access::kRead), gk(env.ops, dk, Access::kRead),
         gv(env.ops, dv, Access::kRead);
     F32 dx(env.ops, dxn, Access::kWrite);
-    env.ops->linear_backward(xn, W(off.q), gq, dx, G(off.q), GB(off.q_bias), d.T, d.h, d.h, WeightLayout::kOutIn, false);
-    env.ops->linear_backward(xn, W(off.k), gk, dx, G(off.k), GB(off.k_bias), d.T, d.h, d.kvd, WeightLayout::kOutIn, true);
-    env.ops->linear_backward(xn, W(off.v), gv, dx, G(off.v), GB(off.v_bias), d.T, d.h, d.kvd, WeightLayout::kOutIn, true);
+    env.ops->linear_backward(xn, W(off.q), gq, dx, G(off.q), GB(off.q_bias), d.T, d.h, d.h, WeightLayout::kOutIn,
+                             false);
+    env.ops->linear_backward(xn, W(off.k), gk, dx, G(off.k), GB(off.k_bias), d.T, d.h, d.kvd, WeightLayout::kOutIn,
+                             true);
+    env.ops->linear_backward(xn, W(off.v), gv, dx, G(off.v), GB(off.v_bias), d.T, d.h, d.kvd, WeightLayout::kOutIn,
+                             true);
   }
   dq.reset();
   dk.reset();
@@ -345,8 +347,8 @@ void llama_backward(const BlockEnv& env, const float* w, BlockSaved& s, float* d
     F32 dx(env.ops, dxn, Access::kRead), x(env.ops, dt != DType::kF32 ? s.x32 : s.x, Access::kRead),
         st(env.ops, s.norm1_stats, Access::kRead);
     Scratch factor;
-    env.ops->rmsnorm_backward(dx, x, norm_weight(env.ops, c, W(off.input_norm), factor), st, dres,
-                              G(off.input_norm), d.T, d.h);
+    env.ops->rmsnorm_backward(dx, x, norm_weight(env.ops, c, W(off.input_norm), factor), st, dres, G(off.input_norm),
+                              d.T, d.h);
   }
   s.x.reset();
   s.x32.reset();

@@ -51,31 +51,31 @@ struct BlockEnv {
 // The tensors a block saves for backward; unused ones stay unallocated. Buffers marked (held) are charged as the
 // framework holds them; emu's math reads the others.
 struct BlockSaved {
-  Buffer x;            // [T, h] block input (Llama at e = 2: released when the block ends, unless checkpointed)
-  Buffer x32;          // Llama at e = 2: [T, h] fp32 copy of the block input, input_layernorm's saved input
-  Buffer norm1_stats;  // [T] rstd (Llama) or [2, T] mean then rstd (GPT-2), fp32
-  Buffer norm1_hat;    // Llama: [T, h] the normalised input at the compute dtype, Gemma's in fp32 (held)
+  Buffer x;               // [T, h] block input (Llama at e = 2: released when the block ends, unless checkpointed)
+  Buffer x32;             // Llama at e = 2: [T, h] fp32 copy of the block input, input_layernorm's saved input
+  Buffer norm1_stats;     // [T] rstd (Llama) or [2, T] mean then rstd (GPT-2), fp32
+  Buffer norm1_hat;       // Llama: [T, h] the normalised input at the compute dtype, Gemma's in fp32 (held)
   Buffer norm1_plus_one;  // Gemma: [h] fp32 (1 + weight), saved by the multiply (held)
-  Buffer xn1;          // [T, h] first norm's output
-  Buffer q, k, v;      // Llama: q [T, h], k and v [T, kvd] after rotary embedding ([T, h] when repeat_kv copies)
-  Buffer qkv;          // GPT-2: [T, 3h], q | k | v column blocks
-  Buffer probs;        // eager: [b, a, s, s] softmax output, fp32 (Llama) or the compute dtype (GPT-2)
-  Buffer probs_copy;   // eager Llama at e = 2: [b, a, s, s] its .to(bf16) copy, what the PV product saves (held)
-  Buffer lse;          // sdpa, flash: [b, a, s] fp32 (rows padded to 32 for sdpa in fp32)
-  Buffer attn;         // [T, h] attention output, input of the output projection
-  Buffer x2;           // [T, h] residual stream after attention (Llama at e = 2: released when the block ends)
-  Buffer x2_32;        // Llama at e = 2: [T, h] its fp32 copy, post_attention_layernorm's saved input
-  Buffer norm2_stats;  // as norm1_stats
-  Buffer norm2_hat;    // as norm1_hat (held)
+  Buffer xn1;             // [T, h] first norm's output
+  Buffer q, k, v;         // Llama: q [T, h], k and v [T, kvd] after rotary embedding ([T, h] when repeat_kv copies)
+  Buffer qkv;             // GPT-2: [T, 3h], q | k | v column blocks
+  Buffer probs;           // eager: [b, a, s, s] softmax output, fp32 (Llama) or the compute dtype (GPT-2)
+  Buffer probs_copy;      // eager Llama at e = 2: [b, a, s, s] its .to(bf16) copy, what the PV product saves (held)
+  Buffer lse;             // sdpa, flash: [b, a, s] fp32 (rows padded to 32 for sdpa in fp32)
+  Buffer attn;            // [T, h] attention output, input of the output projection
+  Buffer x2;              // [T, h] residual stream after attention (Llama at e = 2: released when the block ends)
+  Buffer x2_32;           // Llama at e = 2: [T, h] its fp32 copy, post_attention_layernorm's saved input
+  Buffer norm2_stats;     // as norm1_stats
+  Buffer norm2_hat;       // as norm1_hat (held)
   Buffer norm2_plus_one;  // as norm1_plus_one (held)
-  Buffer xn2;          // [T, h] second norm's output
-  Buffer gate, up;     // Llama: [T, F] each
-  Buffer silu;         // Llama: [T, F] silu(gate), saved by the product with up (held)
-  Buffer fc;           // GPT-2: [T, F] pre-activation
-  Buffer gelu_tanh;    // GPT-2: [T, F] tanh(√(2/π)(x + 0.044715x³)) (held)
-  Buffer gelu_half;    // GPT-2: [T, F] 0.5·x (held)
-  Buffer gelu_sum;     // GPT-2: [T, F] 1 + tanh(...) (held)
-  Buffer act;          // [T, F] input of the MLP's output projection
+  Buffer xn2;             // [T, h] second norm's output
+  Buffer gate, up;        // Llama: [T, F] each
+  Buffer silu;            // Llama: [T, F] silu(gate), saved by the product with up (held)
+  Buffer fc;              // GPT-2: [T, F] pre-activation
+  Buffer gelu_tanh;       // GPT-2: [T, F] tanh(√(2/π)(x + 0.044715x³)) (held)
+  Buffer gelu_half;       // GPT-2: [T, F] 0.5·x (held)
+  Buffer gelu_sum;        // GPT-2: [T, F] 1 + tanh(...) (held)
+  Buffer act;             // [T, F] input of the MLP's output projection
 
   // Releases everything but the block input (what checkpointing keeps).
   void release_all_but_input();

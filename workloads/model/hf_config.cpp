@@ -3,8 +3,8 @@
 #include <fmt/ranges.h>
 
 #include <fstream>
-#include <numeric>
 #include <nlohmann/json.hpp>
+#include <numeric>
 
 #include "emu/check.h"
 #include "workloads/model/config.h"
@@ -125,9 +125,10 @@ void default_seq(ModelConfig& c) {
     for (int64_t k : valid_shrink_factors(c)) multiple = std::lcm(multiple, k);
     c.seq = std::max<int64_t>(multiple, c.sliding_window / multiple * multiple);
     c.seq_default = c.seq == c.sliding_window ? "the sliding window"
-                                              : fmt::format("the sliding window ({}), down to a multiple of {} so that "
-                                                            "every shrink factor divides it",
-                                                            c.sliding_window, multiple);
+                                              : fmt::format(
+                                                    "the sliding window ({}), down to a multiple of {} so that "
+                                                    "every shrink factor divides it",
+                                                    c.sliding_window, multiple);
   }
   if (c.seq > kDefaultSeqCeiling) {
     c.seq = kDefaultSeqCeiling;
@@ -304,10 +305,11 @@ ModelConfig load_hf_config(const std::filesystem::path& given) {
   } else if (type == "gpt2") {
     config = read_gpt2(reader, path);
   } else if (const std::string_view why = not_modelled_reason(type); !why.empty()) {
-    throw InputError(fmt::format("{}: model_type \"{}\" is not accepted: {} (accepted: {})", path.string(), type,
-                                 why, kAccepted));
+    throw InputError(
+        fmt::format("{}: model_type \"{}\" is not accepted: {} (accepted: {})", path.string(), type, why, kAccepted));
   } else {
-    throw InputError(fmt::format("{}: key \"model_type\" is \"{}\"; expected one of {}", path.string(), type, kAccepted));
+    throw InputError(
+        fmt::format("{}: key \"model_type\" is \"{}\"; expected one of {}", path.string(), type, kAccepted));
   }
   config.validate();
   return config;
