@@ -37,9 +37,10 @@ double step_flops(const ModelConfig& config);
 // runner: the smallest valid k that leaves at most kDefaultShrinkParams parameters (the optimizer's element-wise
 // work and every collective scale with it) and at most kDefaultShrinkFlops per micro-batch step (the matrix
 // products, which dominate a long-sequence run: s shrinks by k too, so step_flops falls by k³). The FLOPs bound:
-// the default run (3 steps, 6 strategies) does 18 such steps per rank, and 8 ranks sharing 2 cores sustain about
-// 80 GFLOP/s together, so 16 GFLOP per step keeps it near 8·18·16 / 80 ≈ 29 s of matrix products (SmolLM2-135M's
-// 40 GFLOP step at the parameter bound alone, k = 8, took 51 s). The largest valid k when none meets both.
+// SmolLM2-135M's default run at the parameter bound alone (k = 8, 40 GFLOP per step; 3 steps of 6 strategies on
+// 8 ranks sharing 2 cores) took 51 s on an idle machine, about 1.3 s per GFLOP of step, so 16 GFLOP keeps every
+// default run near 20 s of compute, with room for start-up, the optimizer and a busier machine within a minute.
+// The largest valid k when none meets both.
 inline constexpr uint64_t kDefaultShrinkParams = 4'000'000;
 inline constexpr double kDefaultShrinkFlops = 16e9;
 int64_t default_shrink(const ModelConfig& full);
