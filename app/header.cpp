@@ -40,7 +40,7 @@ std::string model_line(const RunOptions& options) {
       options.full.seq_default.empty() ? "" : fmt::format(" (default: {})", options.full.seq_default);
   return fmt::format(
       "  model     {} ({}), micro-batch {}, seq-len {}{}, {} attention, {} loss, activation checkpointing {}\n",
-      options.full.name, model::style_name(options.full.style), options.full.batch, options.full.seq, seq_note,
+      options.full.name, model::family_name(options.full), options.full.batch, options.full.seq, seq_note,
       model::attention_name(options.model_options.attention), model::loss_name(options.model_options.loss),
       options.model_options.checkpoint ? "on" : "off");
 }

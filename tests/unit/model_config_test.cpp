@@ -296,6 +296,7 @@ TEST(ModelHfConfig, FamiliesEmuDoesNotModelAreRefusedByName) {
 TEST(ModelHfConfig, GemmaShapes) {
   const ModelConfig gemma = load_hf_config(hf_file("gemma-2b"));
   EXPECT_TRUE(gemma.gemma);
+  EXPECT_EQ(family_name(gemma), "gemma");
   EXPECT_TRUE(gemma.tie_embeddings);
   EXPECT_EQ(gemma.head_dim(), 256);
   const std::vector<UnitLayout> units = build_layouts(gemma);
@@ -315,7 +316,8 @@ TEST(ModelHfConfig, GemmaShapes) {
 TEST(ModelHfConfig, Qwen2AndPhi3Shapes) {
   const ModelConfig qwen = load_hf_config(hf_file("qwen2-0.5b"));
   EXPECT_TRUE(qwen.qkv_bias);
-  EXPECT_EQ(qwen.sliding_window, 0);  // use_sliding_window false
+  EXPECT_EQ(family_name(qwen), "qwen2");  // the run header's model line
+  EXPECT_EQ(qwen.sliding_window, 0);      // use_sliding_window false
   const UnitLayout block = build_layouts(qwen)[1];
   EXPECT_EQ(block.param("model.layers.0.self_attn.q_proj.bias").count, 896u);
   EXPECT_EQ(block.param("model.layers.0.self_attn.k_proj.bias").count, 128u);  // 2 kv heads · 64
@@ -323,6 +325,7 @@ TEST(ModelHfConfig, Qwen2AndPhi3Shapes) {
 
   ModelConfig phi = load_hf_config(hf_file("phi-3-mini-4k"));
   EXPECT_TRUE(phi.fused_projections);
+  EXPECT_EQ(family_name(phi), "phi3");
   EXPECT_EQ(phi.sliding_window, 2047);
   const UnitLayout fused = build_layouts(phi)[1];
   const std::vector<int64_t> qkv = {3 * 3072, 3072}, gate_up = {2 * 8192, 3072};

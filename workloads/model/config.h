@@ -20,6 +20,9 @@ enum class Style : uint8_t {
   kGpt2,   // LayerNorm, learned positions, GELU (tanh approximation), biases, tied head
 };
 std::string_view style_name(Style style);
+struct ModelConfig;
+// The family as a user names it: "qwen2", "phi3" or "gemma" for the Llama-style variants, else style_name.
+std::string_view family_name(const ModelConfig& config);
 
 // Hugging Face's rope_scaling (Llama): how the rotary frequencies are stretched for a longer context.
 struct RopeScaling {
