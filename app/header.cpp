@@ -41,7 +41,7 @@ std::string model_line(const RunOptions& options) {
   const std::string source = options.full.name == options.model ? "" : fmt::format(", from {}", options.model);
   return fmt::format(
       "  model     {} ({}{}), micro-batch {}, seq-len {}{}, {} attention, {} loss, activation checkpointing {}\n",
-      options.full.name, model::style_name(options.full.style), source, options.full.batch, options.full.seq, seq_note,
+      options.full.name, model::family_name(options.full), source, options.full.batch, options.full.seq, seq_note,
       model::attention_name(options.model_options.attention), model::loss_name(options.model_options.loss),
       options.model_options.checkpoint ? "on" : "off");
 }
@@ -141,7 +141,12 @@ void print_run_header(const MpiSession& mpi, const RunOptions& options) {
   } else {
     text += fmt::format(
         "  shrink    k = {}{}: memory terms / k^2 = / {}\n", k,
-        options.shrink_chosen ? " (the smallest k leaving at most 4M parameters; --shrink to choose)" : "", k2);
+        options.shrink_chosen
+            ? fmt::format(" (the smallest k leaving at most {}M parameters and {} GFLOP per micro-batch step; --shrink "
+                          "to choose)",
+                          model::kDefaultShrinkParams / 1'000'000, model::kDefaultShrinkFlops / 1e9)
+            : "",
+        k2);
   }
   if (options.plan) {
     text += fmt::format("  cap       {} per GPU, as stated: a plan is at full scale\n",

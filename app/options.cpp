@@ -78,15 +78,6 @@ model::ModelConfig load_model(const std::string& name) {
   return model::preset(name);
 }
 
-// The smallest valid k that brings the model under kAutoShrinkParams parameters.
-int choose_shrink(const model::ModelConfig& full) {
-  const std::vector<int64_t> valid = model::valid_shrink_factors(full);
-  for (int64_t k : valid) {
-    if (model::parameter_count(model::shrink(full, k)) <= kAutoShrinkParams) return static_cast<int>(k);
-  }
-  return static_cast<int>(valid.back());
-}
-
 // `run`: the strategies this run runs; an expectation about any other is bad input.
 std::vector<Expectation> parse_expectations(const std::vector<std::string>& texts,
                                             const std::vector<strategy::StrategyOptions>& run) {
@@ -157,7 +148,7 @@ void add_model_flags(CLI::App& app, RunOptions& options, Flags& flags) {
       ->group("Model");
   app.add_option("--shrink,-k", flags.shrink,
                  "shrink factor k: hidden, FFN, vocabulary and sequence length / k, every memory term / k^2 "
-                 "(default: the smallest k that leaves at most 4M parameters)")
+                 "(default: the smallest k that leaves at most 4M parameters and 16 GFLOP per micro-batch step)")
       ->group("Model");
   app.add_option("--seq-len", flags.seq_len,
                  "sequence length at full scale (default: the pre-training context, at most 8192)")
@@ -540,7 +531,7 @@ void read_model(RunOptions& options, const Flags& flags, const strategy::Strateg
   options.full.validate();
 }
 
-// k: --shrink when given (`given`), else the smallest k that leaves at most kAutoShrinkParams; every strategy
+// k: --shrink when given (`given`), else model::default_shrink (parameters and FLOPs per step bounded); every strategy
 // sizes its buckets by it.
 void read_shrink(RunOptions& options, const Flags& flags, bool given) {
   if (given) {
@@ -551,7 +542,7 @@ void read_shrink(RunOptions& options, const Flags& flags, bool given) {
     model::shrink(options.full, flags.shrink);  // InputError listing the valid k
     options.shrink = flags.shrink;
   } else {
-    options.shrink = choose_shrink(options.full);
+    options.shrink = static_cast<int>(model::default_shrink(options.full));
     options.shrink_chosen = true;
   }
   for (strategy::StrategyOptions& one : options.strategies) one.shrink = options.shrink;

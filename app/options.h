@@ -27,7 +27,7 @@ struct RunOptions {
   // The model.
   std::string model = "llama2-13b";  // a preset or a Hugging Face config.json
   model::ModelConfig full;           // its full-scale shapes, with --seq-len and --micro-batch applied
-  int shrink = 0;                    // k; 0 until chosen (the smallest k giving at most kAutoShrinkParams)
+  int shrink = 0;                    // k; 0 until chosen (model::default_shrink)
   bool shrink_chosen = false;        // k came from the default rule, not from --shrink
   model::ModelOptions model_options;
 
@@ -71,9 +71,6 @@ struct RunOptions {
   std::vector<Expectation> expectations;
   std::string log_spec;
 };
-
-// Shrunk models above this many parameters make the default run slow on a laptop.
-inline constexpr uint64_t kAutoShrinkParams = 4'000'000;
 
 // What parse_command_line decided.
 struct ParsedCommandLine {

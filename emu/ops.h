@@ -99,11 +99,15 @@ class Ops {
   virtual void rope_apply(float* x, const float* cos, const float* sin, int64_t rows, int64_t seq, int64_t heads,
                           int64_t head_dim, bool backward) = 0;
 
-  // GELU (tanh approximation) and SwiGLU, element-wise over n.
+  // GELU (tanh approximation), SwiGLU y = silu(g)·u and GeGLU y = gelu_tanh(g)·u (Gemma), element-wise over n.
   virtual void gelu_forward(const float* x, float* y, size_t n) = 0;
   virtual void gelu_backward(const float* dy, const float* x, float* dx, size_t n) = 0;
   virtual void swiglu_forward(const float* g, const float* u, float* y, size_t n) = 0;
   virtual void swiglu_backward(const float* dy, const float* g, const float* u, float* dg, float* du, size_t n) = 0;
+  virtual void geglu_forward(const float* g, const float* u, float* y, size_t n) = 0;
+  virtual void geglu_backward(const float* dy, const float* g, const float* u, float* dg, float* du, size_t n) = 0;
+  // y *= alpha over n (Gemma's embedding scale, forward and backward).
+  virtual void scale(float* y, float alpha, size_t n) = 0;
 
   // y [T, dim] = table[tokens[t]] (+ positions[t mod seq]); backward dtable[tokens[t]] += dy[t] (dpositions too).
   virtual void embedding_forward(const int32_t* tokens, const float* table, const float* positions, float* y,

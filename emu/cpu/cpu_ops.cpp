@@ -68,6 +68,11 @@ class CpuOps final : public Ops {
   void swiglu_backward(const float* dy, const float* g, const float* u, float* dg, float* du, size_t n) override {
     cpu::swiglu_backward(dy, g, u, dg, du, n);
   }
+  void geglu_forward(const float* g, const float* u, float* y, size_t n) override { cpu::geglu_forward(g, u, y, n); }
+  void geglu_backward(const float* dy, const float* g, const float* u, float* dg, float* du, size_t n) override {
+    cpu::geglu_backward(dy, g, u, dg, du, n);
+  }
+  void scale(float* y, float alpha, size_t n) override { cpu::scale(y, alpha, n); }
 
   void embedding_forward(const int32_t* tokens, const float* table, const float* positions, float* y, int64_t rows,
                          int64_t seq, int64_t dim) override {

@@ -183,6 +183,29 @@ void swiglu_backward(const float* dy, const float* g, const float* u, float* dg,
   });
 }
 
+void geglu_forward(const float* g, const float* u, float* y, size_t n) {
+  for_chunks(n, [&](size_t at, Eigen::Index m) {
+    const ConstArrayMap v(g + at, m);
+    ArrayMap(y + at, m) =
+        0.5f * v * (1.0f + (kSqrt2OverPi * (v + kGeluCubic * v.cube())).tanh()) * ConstArrayMap(u + at, m);
+  });
+}
+
+void geglu_backward(const float* dy, const float* g, const float* u, float* dg, float* du, size_t n) {
+  for_chunks(n, [&](size_t at, Eigen::Index m) {
+    const ConstArrayMap v(g + at, m), grad(dy + at, m);
+    const Chunk t = (kSqrt2OverPi * (v + kGeluCubic * v.cube())).tanh();
+    const Chunk slope = kSqrt2OverPi * (1.0f + 3.0f * kGeluCubic * v.square());
+    ArrayMap(dg + at, m) =
+        grad * ConstArrayMap(u + at, m) * (0.5f * (1.0f + t) + 0.5f * v * (1.0f - t.square()) * slope);
+    ArrayMap(du + at, m) = grad * 0.5f * v * (1.0f + t);
+  });
+}
+
+void scale(float* y, float alpha, size_t n) {
+  for_chunks(n, [&](size_t at, Eigen::Index m) { ArrayMap(y + at, m) *= alpha; });
+}
+
 void embedding_forward(const int32_t* tokens, const float* table, const float* positions, float* y, int64_t rows,
                        int64_t seq, int64_t dim) {
   for (int64_t r = 0; r < rows; ++r) {

@@ -51,6 +51,11 @@ void gelu_backward(const float* dy, const float* x, float* dx, size_t n);
 void swiglu_forward(const float* g, const float* u, float* y, size_t n);
 // dg = dy · u · silu'(g), du = dy · silu(g)
 void swiglu_backward(const float* dy, const float* g, const float* u, float* dg, float* du, size_t n);
+// GeGLU (Gemma's MLP): y = gelu_tanh(g) · u; backward dg = dy · u · gelu'(g), du = dy · gelu(g).
+void geglu_forward(const float* g, const float* u, float* y, size_t n);
+void geglu_backward(const float* dy, const float* g, const float* u, float* dg, float* du, size_t n);
+// y *= alpha
+void scale(float* y, float alpha, size_t n);
 
 // y [T, h] = table[tokens[t]] (+ positions[t mod seq] when not null).
 void embedding_forward(const int32_t* tokens, const float* table, const float* positions, float* y, int64_t rows,

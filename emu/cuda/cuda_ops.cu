@@ -57,6 +57,22 @@ __global__ void k_gelu_backward(const float* dy, const float* x, float* dx, size
     dx[i] = dy[i] * (0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * du);
   }
 }
+__global__ void k_geglu_forward(const float* g, const float* u, float* y, size_t n) {
+  EMU_FOR_EACH(i, n) {
+    const float v = g[i];
+    y[i] = 0.5f * v * (1.0f + tanhf(kSqrt2OverPi * (v + kGeluCubic * v * v * v))) * u[i];
+  }
+}
+__global__ void k_geglu_backward(const float* dy, const float* g, const float* u, float* dg, float* du, size_t n) {
+  EMU_FOR_EACH(i, n) {
+    const float v = g[i];
+    const float t = tanhf(kSqrt2OverPi * (v + kGeluCubic * v * v * v));
+    const float slope = kSqrt2OverPi * (1.0f + 3.0f * kGeluCubic * v * v);
+    dg[i] = dy[i] * u[i] * (0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * slope);
+    du[i] = dy[i] * 0.5f * v * (1.0f + t);
+  }
+}
+__global__ void k_scale(float* y, float alpha, size_t n) { EMU_FOR_EACH(i, n) y[i] *= alpha; }
 __global__ void k_swiglu_forward(const float* g, const float* u, float* y, size_t n) {
   EMU_FOR_EACH(i, n) y[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
 }
@@ -351,6 +367,13 @@ class CudaOps final : public Ops {
   void swiglu_backward(const float* dy, const float* g, const float* u, float* dg, float* du, size_t n) override {
     launch(k_swiglu_backward, n, dy, g, u, dg, du, n);
   }
+  void geglu_forward(const float* g, const float* u, float* y, size_t n) override {
+    launch(k_geglu_forward, n, g, u, y, n);
+  }
+  void geglu_backward(const float* dy, const float* g, const float* u, float* dg, float* du, size_t n) override {
+    launch(k_geglu_backward, n, dy, g, u, dg, du, n);
+  }
+  void scale(float* y, float alpha, size_t n) override { launch(k_scale, n, y, alpha, n); }
 
   void embedding_forward(const int32_t* tokens, const float* table, const float* positions, float* y, int64_t rows,
                          int64_t seq, int64_t dim) override {

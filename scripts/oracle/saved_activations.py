@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Records what Hugging Face's Llama and GPT-2 modelling code keeps for backward, for emu's tests.
+"""Records what Hugging Face's Llama, Qwen2, Phi-3 and GPT-2 modelling code keeps for backward, for emu's tests.
 
 Builds tiny LlamaForCausalLM and GPT2LMHeadModel models (transformers, PyTorch, on the CPU) and measures, per
 precision (fp32; bf16 = the model's parameters in bf16, as FSDP's param_dtype and DeepSpeed's bf16 run it) and
@@ -26,7 +26,8 @@ from pathlib import Path
 import torch
 import transformers
 from torch.utils._python_dispatch import TorchDispatchMode
-from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+from transformers import (GemmaConfig, GemmaForCausalLM, GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM,
+                          Phi3Config, Phi3ForCausalLM, Qwen2Config, Qwen2ForCausalLM)
 
 BATCH, SEQ = 2, 32
 
@@ -42,6 +43,13 @@ def build(style, kv_heads, dtype, attention):
     if style == "llama":
         config = LlamaConfig(num_key_value_heads=kv_heads, **LLAMA)
         model = LlamaForCausalLM(config)
+    elif style == "qwen2":  # Llama's shapes; q/k/v biases
+        model = Qwen2ForCausalLM(Qwen2Config(num_key_value_heads=kv_heads, **LLAMA))
+    elif style == "gemma":  # Llama's shapes; (1 + w) RMSNorm, √h embedding scale, GeGLU, tied head
+        model = GemmaForCausalLM(GemmaConfig(num_key_value_heads=kv_heads, head_dim=16, pad_token_id=None,
+                                             hidden_act="gelu_pytorch_tanh", **LLAMA))
+    elif style == "phi3":  # Llama's shapes; fused qkv_proj and gate_up_proj, no sliding window
+        model = Phi3ForCausalLM(Phi3Config(num_key_value_heads=kv_heads, pad_token_id=None, **LLAMA))
     else:
         config = GPT2Config(**GPT2)
         model = GPT2LMHeadModel(config)
@@ -109,7 +117,7 @@ def block_bytes(style, kv_heads, dtype, attention, checkpoint):
     model = build(style, kv_heads, dtype, attention)
     if checkpoint:
         model.gradient_checkpointing_enable()
-    blocks = model.model.layers if style == "llama" else model.transformer.h
+    blocks = model.transformer.h if style == "gpt2" else model.model.layers
     saved = SavedBytes(model.parameters())
     for i, block in enumerate(blocks):
         block.register_forward_pre_hook(lambda m, a, i=i: setattr(saved, "scope", i))
@@ -151,12 +159,13 @@ def main():
     args = parser.parse_args()
     torch.set_num_threads(1)
     cases = []
-    for style, kv in (("llama", 4), ("llama", 2), ("gpt2", 4)):
+    for style, kv in (("llama", 4), ("llama", 2), ("gpt2", 4), ("qwen2", 4), ("qwen2", 2), ("phi3", 4), ("phi3", 2),
+                     ("gemma", 4), ("gemma", 2)):
         for dtype in (torch.float32, torch.bfloat16):
             for attention in ("sdpa", "eager"):
                 for checkpoint in (False, True):
                     per_block, shared = block_bytes(style, kv, dtype, attention, checkpoint)
-                    cases.append({"style": style, "kv_heads": kv if style == "llama" else 4,
+                    cases.append({"style": style, "kv_heads": kv,
                                   "dtype": str(dtype).removeprefix("torch."), "attention": attention,
                                   "checkpoint": checkpoint, "saved_per_block": per_block,
                                   "shared_by_blocks": shared})

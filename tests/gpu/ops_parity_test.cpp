@@ -211,6 +211,16 @@ TEST_F(CudaOpsParity, GeluAndSwiglu) {
   ops_->swiglu_backward(gdy, gx, gu, gdg, gdu, n);
   expect_close(gdg.back(), dg, 1e-6, 1e-5, "swiglu dg");
   expect_close(gdu.back(), du, 1e-6, 1e-5, "swiglu du");
+  k::geglu_forward(x.data(), u.data(), y.data(), n);
+  ops_->geglu_forward(gx, gu, gy, n);
+  expect_close(gy.back(), y, 1e-6, 1e-5, "geglu y");
+  k::geglu_backward(dy.data(), x.data(), u.data(), dg.data(), du.data(), n);
+  ops_->geglu_backward(gdy, gx, gu, gdg, gdu, n);
+  expect_close(gdg.back(), dg, 1e-6, 1e-5, "geglu dg");
+  expect_close(gdu.back(), du, 1e-6, 1e-5, "geglu du");
+  k::scale(y.data(), 1.5f, n);
+  ops_->scale(gy, 1.5f, n);
+  expect_close(gy.back(), y, 1e-6, 1e-6, "scale");
 }
 
 TEST_F(CudaOpsParity, EmbeddingIsExact) {

@@ -216,12 +216,25 @@ TEST(ModelHfConfig, RealConfigsGiveThePublishedParameterCounts) {
     int64_t seq;  // the default sequence length
   };
   const std::vector<Case> cases = {
-      {"llama-3.1-8b", 8'030'261'248, 8192},    {"llama-3.2-1b", 1'235'814'400, 8192},
-      {"llama-3.2-3b", 3'212'749'824, 8192},    {"llama-2-7b", 6'738'415'616, 4096},
-      {"tinyllama-1.1b", 1'100'048'384, 2048},  {"smollm2-135m", 134'515'008, 8192},
-      {"smollm2-1.7b", 1'711'376'384, 8192},    {"mistral-7b-v0.1", 7'241'732'096, 4096},
-      {"mistral-7b-v0.3", 7'248'023'552, 8192}, {"gpt2", 124'439'808, 1024},
-      {"gpt2-medium", 354'823'168, 1024},       {"gpt2-xl", 1'557'611'200, 1024},
+      {"llama-3.1-8b", 8'030'261'248, 8192},
+      {"llama-3.2-1b", 1'235'814'400, 8192},
+      {"llama-3.2-3b", 3'212'749'824, 8192},
+      {"llama-2-7b", 6'738'415'616, 4096},
+      {"tinyllama-1.1b", 1'100'048'384, 2048},
+      {"smollm2-135m", 134'515'008, 8192},
+      {"smollm2-1.7b", 1'711'376'384, 8192},
+      {"mistral-7b-v0.1", 7'241'732'096, 4096},
+      {"mistral-7b-v0.3", 7'248'023'552, 8192},
+      {"gpt2", 124'439'808, 1024},
+      {"gpt2-medium", 354'823'168, 1024},
+      {"gpt2-xl", 1'557'611'200, 1024},
+      // Qwen2-0.5B "0.49B", Qwen2.5-1.5B "1.54B" (model cards); Phi-3-mini-4k-instruct "3.8B"; all three as
+      // transformers counts them on the meta device (scripts/oracle/README.md). Phi-3's 2047-token sliding window
+      // bounds its default s, rounded down to 42 · 48 = 2016 so that every valid k (up to 48 = d/2) divides it.
+      {"qwen2-0.5b", 494'032'768, 8192},
+      {"qwen2.5-1.5b", 1'543'714'304, 8192},
+      {"phi-3-mini-4k", 3'821'079'552, 2016},
+      {"gemma-2b", 2'506'172'416, 8192},
   };
   for (const Case& c : cases) {
     const ModelConfig config = load_hf_config(hf_file(c.file));
@@ -269,9 +282,84 @@ TEST(ModelHfConfig, FamiliesEmuDoesNotModelAreRefusedByName) {
     return std::string("accepted");
   };
   EXPECT_NE(refusal("mixtral-8x7b").find("mixture-of-experts is not modelled yet"), std::string::npos);
-  EXPECT_NE(refusal("qwen2-0.5b").find("q/k/v biases"), std::string::npos);
-  EXPECT_NE(refusal("gemma-2b").find("not modelled yet"), std::string::npos);
-  EXPECT_NE(refusal("phi-3-mini-4k").find("fused qkv"), std::string::npos);
+  // Gemma 2 (google/gemma-2-2b-it, 2,614,341,888 parameters as transformers counts them): soft-capping, alternating
+  // sliding windows, four norms per block and head_dim 256 ≠ 2304 / 8.
+  EXPECT_NE(refusal("gemma-2-2b-it").find("soft-capping"), std::string::npos);
+  EXPECT_NE(refusal("gemma-2-2b-it").find("model_type \"gemma2\" is not accepted"), std::string::npos);
+}
+
+// Qwen2 and Phi-3 as transformers builds them: Qwen2's q/k/v biases (o_proj none), Phi-3's fused projections with
+// the parameter count of separate ones; what emu does not compute (partial rotary, longrope, dropout, a Qwen2
+// sliding window shorter than s) is refused or bounds s.
+// Gemma as transformers builds it: tied head, norms starting at zero (they scale by 1 + weight), head_dim from the
+// config (GemmaConfig's default 256 when absent) only where it is hidden / heads.
+TEST(ModelHfConfig, GemmaShapes) {
+  const ModelConfig gemma = load_hf_config(hf_file("gemma-2b"));
+  EXPECT_TRUE(gemma.gemma);
+  EXPECT_EQ(family_name(gemma), "gemma");
+  EXPECT_TRUE(gemma.tie_embeddings);
+  EXPECT_EQ(gemma.head_dim(), 256);
+  const std::vector<UnitLayout> units = build_layouts(gemma);
+  EXPECT_EQ(units[1].param("model.layers.0.input_layernorm.weight").init, Init::kZeros);
+  EXPECT_EQ(units[0].param("model.norm.weight").init, Init::kZeros);
+  const std::string shape = R"("model_type": "gemma", "hidden_size": 3072, "intermediate_size": 128,
+      "num_hidden_layers": 2, "num_attention_heads": 16, "vocab_size": 10, "max_position_embeddings": 64)";
+  // Gemma-7B: head_dim 256 with 16 heads of a 3072 hidden size; and the same by GemmaConfig's default.
+  expect_input_error("gemma7b.json", "{" + shape + R"(, "head_dim": 256})", R"(key "head_dim" is 256)");
+  expect_input_error("gemma_default.json", "{" + shape + "}", R"(key "head_dim" is 256)");
+  expect_input_error("gemma_act.json", "{" + shape + R"(, "head_dim": 192, "hidden_act": "silu"})",
+                     R"(key "hidden_act" is "silu")");
+  EXPECT_NO_THROW(
+      load_hf_config(write_file("gemma_ok.json", "{" + shape + R"(, "head_dim": 192, "hidden_act": "gelu"})")));
+}
+
+TEST(ModelHfConfig, Qwen2AndPhi3Shapes) {
+  const ModelConfig qwen = load_hf_config(hf_file("qwen2-0.5b"));
+  EXPECT_TRUE(qwen.qkv_bias);
+  EXPECT_EQ(family_name(qwen), "qwen2");  // the run header's model line
+  EXPECT_EQ(qwen.sliding_window, 0);      // use_sliding_window false
+  const UnitLayout block = build_layouts(qwen)[1];
+  EXPECT_EQ(block.param("model.layers.0.self_attn.q_proj.bias").count, 896u);
+  EXPECT_EQ(block.param("model.layers.0.self_attn.k_proj.bias").count, 128u);  // 2 kv heads · 64
+  for (const ParamInfo& p : block.params) EXPECT_EQ(p.name.find("o_proj.bias"), std::string::npos);
+
+  ModelConfig phi = load_hf_config(hf_file("phi-3-mini-4k"));
+  EXPECT_TRUE(phi.fused_projections);
+  EXPECT_EQ(family_name(phi), "phi3");
+  EXPECT_EQ(phi.sliding_window, 2047);
+  const UnitLayout fused = build_layouts(phi)[1];
+  const std::vector<int64_t> qkv = {3 * 3072, 3072}, gate_up = {2 * 8192, 3072};
+  EXPECT_EQ(fused.param("model.layers.0.self_attn.qkv_proj.weight").shape, qkv);
+  EXPECT_EQ(fused.param("model.layers.0.mlp.gate_up_proj.weight").shape, gate_up);
+  // k starts h rows into qkv_proj, v h + kvd rows, up F rows into gate_up_proj ([out, in], 3072 columns).
+  const LlamaBlockOffsets off = llama_block_offsets(phi, fused);
+  EXPECT_EQ(off.k - off.q, 3072u * 3072u);
+  EXPECT_EQ(off.v - off.q, 2u * 3072u * 3072u);
+  EXPECT_EQ(off.up - off.gate, 8192u * 3072u);
+  phi.seq = 2048;
+  EXPECT_THROW(phi.validate(), InputError);
+
+  const std::string shape = R"("hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 4,
+      "num_attention_heads": 4, "vocab_size": 10, "max_position_embeddings": 64)";
+  expect_input_error("partial.json", R"({"model_type": "phi3", )" + shape + R"(, "partial_rotary_factor": 0.5})",
+                     R"(key "partial_rotary_factor" is 0.5)");
+  expect_input_error("longrope.json",
+                     R"({"model_type": "phi3", )" + shape + R"(, "rope_scaling": {"type": "longrope", "factor": 32}})",
+                     "longrope, are not modelled yet");
+  expect_input_error("dropout.json", R"({"model_type": "phi3", )" + shape + R"(, "resid_pdrop": 0.1})",
+                     "dropout is not modelled");
+  // Qwen2 with use_sliding_window: layers from max_window_layers on slide; s is bounded by the window.
+  const ModelConfig sliding = load_hf_config(write_file(
+      "qwen_window.json", R"({"model_type": "qwen2", )" + shape +
+                              R"(, "use_sliding_window": true, "sliding_window": 16, "max_window_layers": 2})"));
+  EXPECT_EQ(sliding.sliding_window, 16);
+  EXPECT_EQ(sliding.seq, 16);
+  EXPECT_EQ(
+      load_hf_config(write_file("qwen_all_full.json",
+                                R"({"model_type": "qwen2", )" + shape +
+                                    R"(, "use_sliding_window": true, "sliding_window": 16, "max_window_layers": 4})"))
+          .sliding_window,
+      0);
 }
 
 TEST(ModelHfConfig, KeysThatChangeTheMathAreComputedOrRefused) {
@@ -327,6 +415,55 @@ TEST(ModelRope, Llama3ScalingStretchesOnlyTheLowFrequencies) {
   EXPECT_DOUBLE_EQ(rope_inverse_frequencies(128, 10000, dynamic, 4096)[1], std::pow(10000.0, -1.0 / 64.0));
   const double base = 10000 * std::pow(2.0 * 8192 / 4096 - 1, 128.0 / 126.0);
   EXPECT_NEAR(rope_inverse_frequencies(128, 10000, dynamic, 8192)[1], std::pow(base, -1.0 / 64.0), 1e-15);
+}
+
+}  // namespace
+}  // namespace emu::model
+
+namespace emu::model {
+namespace {
+
+// The training FLOPs of one micro-batch step, by hand from the shapes (Narayanan et al. 2021, §5.1): 6 FLOPs per
+// token per weight of every matrix product (q, k, v, o and the MLP's matrices in each block, the LM head), plus
+// 12·b·s²·a·d per block for the attention scores and their product with v (forward 4, backward 8).
+double hand_step_flops(const ModelConfig& c) {
+  const double h = double(c.hidden), F = double(c.ffn), ad = double(c.heads * c.head_dim());
+  const double kvd = double(c.kv_heads * c.head_dim());
+  const double block =
+      c.style == Style::kGpt2 ? 3 * h * h + h * h + 2 * h * F : h * ad + 2 * h * kvd + ad * h + 3 * h * F;
+  const double T = double(c.batch * c.seq), s = double(c.seq);
+  return 6 * T * (double(c.layers) * block + double(c.vocab) * h) +
+         12 * double(c.layers) * double(c.batch) * s * s * ad;
+}
+
+// No default run (no --shrink, no --seq-len) of an accepted real config computes more than the bound per step:
+// 16 GFLOP per micro-batch (shrink.h says why), besides at most 4M parameters.
+TEST(ModelDefaultShrink, BoundsEveryAcceptedConfigsComputeAndParameters) {
+  int accepted = 0;
+  for (const auto& entry :
+       std::filesystem::directory_iterator(std::filesystem::path(EMU_SOURCE_DIR) / "tests/data/hf")) {
+    if (entry.path().extension() != ".json") continue;
+    ModelConfig full;
+    try {
+      full = load_hf_config(entry.path());
+    } catch (const InputError&) {
+      continue;  // refused families: FamiliesEmuDoesNotModelAreRefusedByName
+    }
+    ++accepted;
+    const int64_t k = default_shrink(full);
+    const ModelConfig shrunk = shrink(full, k);
+    EXPECT_LE(hand_step_flops(shrunk), 16e9) << entry.path() << " k = " << k;
+    EXPECT_LE(parameter_count(shrunk), 4'000'000u) << entry.path() << " k = " << k;
+    EXPECT_DOUBLE_EQ(step_flops(shrunk), hand_step_flops(shrunk)) << entry.path();
+  }
+  EXPECT_GE(accepted, 12);
+  // SmolLM2-135M (h 576, F 1536, V 49152, L 30, a 9, kv 3, s 8192): k = 8 leaves 2.1M parameters but h 72, F 192,
+  // V 6144, s 1024: 6·1024·(30·(72² + 2·72·24 + 72² + 3·72·192) + 6144·72) + 12·30·1024²·72 = 40.1 GFLOP. k = 16:
+  // 5.0 GFLOP.
+  EXPECT_EQ(default_shrink(load_hf_config(hf_file("smollm2-135m"))), 16);
+  EXPECT_NEAR(hand_step_flops(shrink(load_hf_config(hf_file("smollm2-135m")), 8)), 40.09e9, 0.01e9);
+  // Llama 2 7B: the parameter bound decides (k = 32 leaves 6.6M parameters); its step at k = 64 is 0.72 GFLOP.
+  EXPECT_EQ(default_shrink(load_hf_config(hf_file("llama-2-7b"))), 64);
 }
 
 }  // namespace

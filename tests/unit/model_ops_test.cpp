@@ -74,6 +74,13 @@ class CountingOps final : public Ops {
   void swiglu_backward(const float* dy, const float* g, const float* u, float* dg, float* du, size_t n) override {
     h("swiglu_backward").swiglu_backward(dy, g, u, dg, du, n);
   }
+  void geglu_forward(const float* g, const float* u, float* y, size_t n) override {
+    h("geglu_forward").geglu_forward(g, u, y, n);
+  }
+  void geglu_backward(const float* dy, const float* g, const float* u, float* dg, float* du, size_t n) override {
+    h("geglu_backward").geglu_backward(dy, g, u, dg, du, n);
+  }
+  void scale(float* y, float alpha, size_t n) override { h("scale").scale(y, alpha, n); }
   void embedding_forward(const int32_t* t, const float* table, const float* pos, float* y, int64_t r, int64_t s,
                          int64_t d) override {
     h("embedding_forward").embedding_forward(t, table, pos, y, r, s, d);

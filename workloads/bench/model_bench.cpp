@@ -52,14 +52,6 @@ double sgemm_gflops(int n) {
   return best;
 }
 
-double step_flops(const ModelConfig& c) {
-  const emu::model::ParameterTerms terms = emu::model::parameter_terms(c);
-  const double matmul_params = double(terms.block_matrices) + double(c.vocab) * double(c.hidden);
-  const double tokens = double(c.tokens());
-  return 6 * matmul_params * tokens +
-         12.0 * double(c.layers) * double(c.batch) * double(c.seq) * double(c.seq) * double(c.hidden);
-}
-
 struct Case {
   const char* preset;
   int64_t k;
@@ -116,7 +108,7 @@ int main(int argc, char** argv) {
     }
     std::sort(times.begin(), times.end());
     const double t = times[times.size() / 2];
-    const double gflop = step_flops(config) / 1e9;
+    const double gflop = emu::model::step_flops(config) / 1e9;  // workloads/model/shrink.h
     fmt::print("{:<10} {:>3} {:>5} {:>6} {:>4} {:>2} {:<8} {:<12} {:>9.1f} {:>7.1f} {:>8.1f} {:>8.1f} {:>7.2f}\n",
                cs.preset, cs.k, config.hidden, config.vocab, config.seq, config.batch,
                emu::dtype_name(cs.options.compute), attention, t * 1e3, gflop, gflop / t, peak, gflop / t / peak);

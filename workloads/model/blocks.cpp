@@ -19,10 +19,21 @@ Buffer BlockEnv::allocate_per_row(size_t count, DType dtype, Category category, 
 
 void BlockSaved::release_all_but_input() {
   for (Buffer* b :
-       {&x32,   &norm1_stats, &norm1_hat, &xn1, &q,    &k,  &v,    &qkv, &probs,     &probs_copy, &lse,      &attn, &x2,
-        &x2_32, &norm2_stats, &norm2_hat, &xn2, &gate, &up, &silu, &fc,  &gelu_tanh, &gelu_half,  &gelu_sum, &act}) {
+       {&x32,   &norm1_stats, &norm1_hat, &norm1_plus_one, &xn1, &q,         &k,           &v,         &qkv,
+        &probs, &probs_copy,  &lse,       &attn,           &x2,  &x2_32,     &norm2_stats, &norm2_hat, &norm2_plus_one,
+        &xn2,   &gate,        &up,        &silu,           &fc,  &gelu_tanh, &gelu_half,   &gelu_sum,  &act}) {
     b->reset();
   }
+}
+
+const float* norm_weight(Ops* ops, const ModelConfig& config, const float* w, Scratch& scratch) {
+  if (!config.gemma || ops == nullptr) return w;
+  const size_t h = size_t(config.hidden);
+  float* out = scratch.reserve_as<float>(*ops, 2 * h, false);  // [h] 1 + w, then [h] ones
+  const std::vector<float> ones(h, 1.0f);
+  ops->copy_from_host(out + h, ones.data(), h * sizeof(float));
+  ops->add(w, out + h, out, h);
+  return out;
 }
 
 namespace {
@@ -147,21 +158,28 @@ void attention_backward(const BlockEnv& env, const AttentionShape& shape, BlockS
 }
 
 // LlamaRMSNorm.forward on `in` [T, h]: saves its input in fp32 (`in32`, a copy, at e = 2; `in` itself at e = 4), rstd,
-// the normalised tensor at the compute dtype and writes the output. Returns the buffer the backward reads as input.
+// the normalised tensor at the compute dtype and writes the output. GemmaRMSNorm.forward keeps the same but the
+// normalised tensor in fp32 (it multiplies before casting back), and (1 + weight) in fp32 [h] (`plus_one`, ∝ h,
+// charged as a per-row term).
 void rms_norm_forward(const BlockEnv& env, const float* w, const Buffer& in, Buffer& in32, Buffer& rstd, Buffer& hat,
-                      Buffer& out, Category cat, std::string_view name) {
+                      Buffer& plus_one, Buffer& out, Category cat, std::string_view name) {
   const ModelConfig& c = env.config;
   const DType dt = env.options.compute;
   const size_t n = size_t(c.tokens() * c.hidden);
   if (dt != DType::kF32) in32 = env.allocate(n, DType::kF32, cat, fmt::format("{} input in fp32", name));
   rstd = env.allocate_per_row(size_t(c.tokens()), DType::kF32, cat, fmt::format("{} rstd", name));
-  hat = env.allocate(n, dt, cat, fmt::format("{} normalised input", name));
+  hat = env.allocate(n, c.gemma ? DType::kF32 : dt, cat, fmt::format("{} normalised input", name));
+  if (c.gemma) {
+    plus_one = env.allocate_per_row(size_t(c.hidden), DType::kF32, cat, fmt::format("{} (1 + weight)", name));
+  }
   out = env.allocate(n, dt, cat, fmt::format("{} output", name));
   if (!env.math) return;
   if (dt != DType::kF32) env.ops->bf16_to_f32(in.as<uint16_t>(), in32.as<float>(), n);
+  Scratch factor;
   F32 x(env.ops, dt != DType::kF32 ? in32 : in, Access::kRead), st(env.ops, rstd, Access::kWrite),
       y(env.ops, out, Access::kWrite);
-  env.ops->rmsnorm_forward(x, w, y, st, c.tokens(), c.hidden, static_cast<float>(c.norm_eps));
+  env.ops->rmsnorm_forward(x, norm_weight(env.ops, c, w, factor), y, st, c.tokens(), c.hidden,
+                           static_cast<float>(c.norm_eps));
 }
 
 Buffer llama_forward(const BlockEnv& env, const float* w, BlockSaved& s, Category cat, Category out_cat,
@@ -169,19 +187,22 @@ Buffer llama_forward(const BlockEnv& env, const float* w, BlockSaved& s, Categor
   const ModelConfig& c = env.config;
   const Dims d = dims(c);
   const DType dt = env.options.compute;
-  auto W = [&](size_t i) { return offset_into(w, env.layout.params[i].offset); };
+  const LlamaBlockOffsets off = llama_block_offsets(c, env.layout);
+  auto W = [&](size_t offset) { return offset_into(w, offset); };
+  auto B = [&](size_t offset) { return off.bias ? offset_into(w, offset) : nullptr; };
   const int64_t kv_cols = saved_kv_columns(env);
 
-  rms_norm_forward(env, W(kInputNorm), s.x, s.x32, s.norm1_stats, s.norm1_hat, s.xn1, cat, "input_layernorm");
+  rms_norm_forward(env, W(off.input_norm), s.x, s.x32, s.norm1_stats, s.norm1_hat, s.norm1_plus_one, s.xn1, cat,
+                   "input_layernorm");
   s.q = env.allocate(d.th(), dt, cat, "q");
   s.k = env.allocate(size_t(d.T * kv_cols), dt, cat, kv_cols == d.kvd ? "k" : "k (repeat_kv copy)");
   s.v = env.allocate(size_t(d.T * kv_cols), dt, cat, kv_cols == d.kvd ? "v" : "v (repeat_kv copy)");
   if (env.math) {
     F32 xn(env.ops, s.xn1, Access::kRead);
     F32 q(env.ops, s.q, Access::kWrite), k(env.ops, s.k, Access::kWrite), v(env.ops, s.v, Access::kWrite);
-    env.ops->linear_forward(xn, W(kQProj), nullptr, q, d.T, d.h, d.h, WeightLayout::kOutIn);
-    env.ops->linear_forward(xn, W(kKProj), nullptr, k, d.T, d.h, d.kvd, WeightLayout::kOutIn);
-    env.ops->linear_forward(xn, W(kVProj), nullptr, v, d.T, d.h, d.kvd, WeightLayout::kOutIn);
+    env.ops->linear_forward(xn, W(off.q), B(off.q_bias), q, d.T, d.h, d.h, WeightLayout::kOutIn);
+    env.ops->linear_forward(xn, W(off.k), B(off.k_bias), k, d.T, d.h, d.kvd, WeightLayout::kOutIn);
+    env.ops->linear_forward(xn, W(off.v), B(off.v_bias), v, d.T, d.h, d.kvd, WeightLayout::kOutIn);
     env.ops->rope_apply(q, env.rope_cos, env.rope_sin, d.T, d.s, c.heads, c.head_dim(), false);
     env.ops->rope_apply(k, env.rope_cos, env.rope_sin, d.T, d.s, c.kv_heads, c.head_dim(), false);
   }
@@ -193,24 +214,28 @@ Buffer llama_forward(const BlockEnv& env, const float* w, BlockSaved& s, Categor
   s.x2 = env.allocate(d.th(), dt, cat, "residual after attention");
   if (env.math) {
     F32 attn(env.ops, s.attn, Access::kRead), x(env.ops, s.x, Access::kRead), x2(env.ops, s.x2, Access::kWrite);
-    env.ops->linear_forward(attn, W(kOProj), nullptr, x2, d.T, d.h, d.h, WeightLayout::kOutIn);
+    env.ops->linear_forward(attn, W(off.o), nullptr, x2, d.T, d.h, d.h, WeightLayout::kOutIn);
     env.ops->accumulate(x2, x, d.th());
   }
-  rms_norm_forward(env, W(kPostNorm), s.x2, s.x2_32, s.norm2_stats, s.norm2_hat, s.xn2, cat,
+  rms_norm_forward(env, W(off.post_norm), s.x2, s.x2_32, s.norm2_stats, s.norm2_hat, s.norm2_plus_one, s.xn2, cat,
                    "post_attention_layernorm");
   s.gate = env.allocate(d.tf(), dt, cat, "gate_proj output");
-  s.silu = env.allocate(d.tf(), dt, cat, "silu(gate)");
+  s.silu = env.allocate(d.tf(), dt, cat, c.gemma ? "gelu(gate)" : "silu(gate)");
   s.up = env.allocate(d.tf(), dt, cat, "up_proj output");
   s.act = env.allocate(d.tf(), dt, cat, "silu(gate)·up");
   Buffer out = env.allocate(d.th(), dt, out_cat, "output");
   if (env.math) {
     F32 xn(env.ops, s.xn2, Access::kRead), g(env.ops, s.gate, Access::kWrite), u(env.ops, s.up, Access::kWrite),
         a(env.ops, s.act, Access::kWrite);
-    env.ops->linear_forward(xn, W(kGateProj), nullptr, g, d.T, d.h, d.F, WeightLayout::kOutIn);
-    env.ops->linear_forward(xn, W(kUpProj), nullptr, u, d.T, d.h, d.F, WeightLayout::kOutIn);
-    env.ops->swiglu_forward(g, u, a, d.tf());
+    env.ops->linear_forward(xn, W(off.gate), nullptr, g, d.T, d.h, d.F, WeightLayout::kOutIn);
+    env.ops->linear_forward(xn, W(off.up), nullptr, u, d.T, d.h, d.F, WeightLayout::kOutIn);
+    if (c.gemma) {
+      env.ops->geglu_forward(g, u, a, d.tf());
+    } else {
+      env.ops->swiglu_forward(g, u, a, d.tf());
+    }
     F32 x2(env.ops, s.x2, Access::kRead), o(env.ops, out, Access::kWrite);
-    env.ops->linear_forward(a, W(kDownProj), nullptr, o, d.T, d.F, d.h, WeightLayout::kOutIn);
+    env.ops->linear_forward(a, W(off.down), nullptr, o, d.T, d.F, d.h, WeightLayout::kOutIn);
     env.ops->accumulate(o, x2, d.th());
   }
   // At e = 2 nothing saved the residual stream itself, only its fp32 copies: it goes when the layer returns.
@@ -225,15 +250,17 @@ void llama_backward(const BlockEnv& env, const float* w, BlockSaved& s, float* d
   const ModelConfig& c = env.config;
   const Dims d = dims(c);
   const DType dt = env.options.compute;
-  auto W = [&](size_t i) { return offset_into(w, env.layout.params[i].offset); };
-  auto G = [&](size_t i) { return offset_into(dw, env.layout.params[i].offset); };
+  const LlamaBlockOffsets off = llama_block_offsets(c, env.layout);
+  auto W = [&](size_t offset) { return offset_into(w, offset); };
+  auto G = [&](size_t offset) { return offset_into(dw, offset); };
+  auto GB = [&](size_t offset) { return off.bias ? offset_into(dw, offset) : nullptr; };
 
   // MLP: out = x2 + down(silu(gate)·up)
   {
     Buffer dact = env.allocate(d.tf(), dt, Category::kTemporaries, "d(silu(gate)·up)");
     if (env.math) {
       F32 a(env.ops, s.act, Access::kRead), da(env.ops, dact, Access::kWrite);
-      env.ops->linear_backward(a, W(kDownProj), dres, da, G(kDownProj), nullptr, d.T, d.F, d.h, WeightLayout::kOutIn,
+      env.ops->linear_backward(a, W(off.down), dres, da, G(off.down), nullptr, d.T, d.F, d.h, WeightLayout::kOutIn,
                                false);
     }
     s.act.reset();
@@ -242,16 +269,20 @@ void llama_backward(const BlockEnv& env, const float* w, BlockSaved& s, float* d
     if (env.math) {
       F32 da(env.ops, dact, Access::kRead), g(env.ops, s.gate, Access::kRead), u(env.ops, s.up, Access::kRead);
       F32 dg(env.ops, dgate, Access::kWrite), du(env.ops, dup, Access::kWrite);
-      env.ops->swiglu_backward(da, g, u, dg, du, d.tf());
+      if (c.gemma) {
+        env.ops->geglu_backward(da, g, u, dg, du, d.tf());
+      } else {
+        env.ops->swiglu_backward(da, g, u, dg, du, d.tf());
+      }
     }
     dact.reset();
     Buffer dxn = env.allocate(d.th(), dt, Category::kTemporaries, "d post_attention_layernorm output");
     if (env.math) {
       F32 xn(env.ops, s.xn2, Access::kRead), dg(env.ops, dgate, Access::kRead), du(env.ops, dup, Access::kRead),
           dx(env.ops, dxn, Access::kWrite);
-      env.ops->linear_backward(xn, W(kGateProj), dg, dx, G(kGateProj), nullptr, d.T, d.h, d.F, WeightLayout::kOutIn,
+      env.ops->linear_backward(xn, W(off.gate), dg, dx, G(off.gate), nullptr, d.T, d.h, d.F, WeightLayout::kOutIn,
                                false);
-      env.ops->linear_backward(xn, W(kUpProj), du, dx, G(kUpProj), nullptr, d.T, d.h, d.F, WeightLayout::kOutIn, true);
+      env.ops->linear_backward(xn, W(off.up), du, dx, G(off.up), nullptr, d.T, d.h, d.F, WeightLayout::kOutIn, true);
     }
     s.gate.reset();
     s.silu.reset();
@@ -263,17 +294,20 @@ void llama_backward(const BlockEnv& env, const float* w, BlockSaved& s, float* d
     if (env.math) {
       F32 dx(env.ops, dxn, Access::kRead), x2(env.ops, dt != DType::kF32 ? s.x2_32 : s.x2, Access::kRead),
           st(env.ops, s.norm2_stats, Access::kRead);
-      env.ops->rmsnorm_backward(dx, x2, W(kPostNorm), st, dres, G(kPostNorm), d.T, d.h);
+      Scratch factor;
+      env.ops->rmsnorm_backward(dx, x2, norm_weight(env.ops, c, W(off.post_norm), factor), st, dres, G(off.post_norm),
+                                d.T, d.h);
     }
     s.x2.reset();
     s.x2_32.reset();
     s.norm2_stats.reset();
+    s.norm2_plus_one.reset();
   }
   // Attention: x2 = x + o_proj(attention(rope(q_proj(xn1)), rope(k_proj(xn1)), v_proj(xn1)))
   Buffer dattn = env.allocate(d.th(), dt, Category::kTemporaries, "d attention output");
   if (env.math) {
     F32 attn(env.ops, s.attn, Access::kRead), da(env.ops, dattn, Access::kWrite);
-    env.ops->linear_backward(attn, W(kOProj), dres, da, G(kOProj), nullptr, d.T, d.h, d.h, WeightLayout::kOutIn, false);
+    env.ops->linear_backward(attn, W(off.o), dres, da, G(off.o), nullptr, d.T, d.h, d.h, WeightLayout::kOutIn, false);
   }
   Buffer dq = env.allocate(d.th(), dt, Category::kTemporaries, "d q");
   Buffer dk = env.allocate(size_t(d.T * d.kvd), dt, Category::kTemporaries, "d k");
@@ -297,9 +331,12 @@ void llama_backward(const BlockEnv& env, const float* w, BlockSaved& s, float* d
     F32 xn(env.ops, s.xn1, Access::kRead), gq(env.ops, dq, Access::kRead), gk(env.ops, dk, Access::kRead),
         gv(env.ops, dv, Access::kRead);
     F32 dx(env.ops, dxn, Access::kWrite);
-    env.ops->linear_backward(xn, W(kQProj), gq, dx, G(kQProj), nullptr, d.T, d.h, d.h, WeightLayout::kOutIn, false);
-    env.ops->linear_backward(xn, W(kKProj), gk, dx, G(kKProj), nullptr, d.T, d.h, d.kvd, WeightLayout::kOutIn, true);
-    env.ops->linear_backward(xn, W(kVProj), gv, dx, G(kVProj), nullptr, d.T, d.h, d.kvd, WeightLayout::kOutIn, true);
+    env.ops->linear_backward(xn, W(off.q), gq, dx, G(off.q), GB(off.q_bias), d.T, d.h, d.h, WeightLayout::kOutIn,
+                             false);
+    env.ops->linear_backward(xn, W(off.k), gk, dx, G(off.k), GB(off.k_bias), d.T, d.h, d.kvd, WeightLayout::kOutIn,
+                             true);
+    env.ops->linear_backward(xn, W(off.v), gv, dx, G(off.v), GB(off.v_bias), d.T, d.h, d.kvd, WeightLayout::kOutIn,
+                             true);
   }
   dq.reset();
   dk.reset();
@@ -309,11 +346,14 @@ void llama_backward(const BlockEnv& env, const float* w, BlockSaved& s, float* d
   if (env.math) {
     F32 dx(env.ops, dxn, Access::kRead), x(env.ops, dt != DType::kF32 ? s.x32 : s.x, Access::kRead),
         st(env.ops, s.norm1_stats, Access::kRead);
-    env.ops->rmsnorm_backward(dx, x, W(kInputNorm), st, dres, G(kInputNorm), d.T, d.h);
+    Scratch factor;
+    env.ops->rmsnorm_backward(dx, x, norm_weight(env.ops, c, W(off.input_norm), factor), st, dres, G(off.input_norm),
+                              d.T, d.h);
   }
   s.x.reset();
   s.x32.reset();
   s.norm1_stats.reset();
+  s.norm1_plus_one.reset();
 }
 
 Buffer gpt2_forward(const BlockEnv& env, const float* w, BlockSaved& s, Category cat, Category out_cat) {

@@ -11,7 +11,8 @@
 //          e = 2, the input itself at e = 4), rstd [T] fp32, the normalised tensor .to(input dtype) [T, h] and the
 //          output [T, h]; q [T, h]; k, v [T, kvd] after rotary embedding (eager with kv < a: repeat_kv's copies
 //          [T, h]); the attention output [T, h]; gate, silu(gate), up and silu(gate)·up [T, F]. At e = 2 the block
-//          input and the residual after attention are not kept, only their fp32 copies.
+//          input and the residual after attention are not kept, only their fp32 copies. Qwen2 (q/k/v biases) and
+//          Phi-3 (fused qkv_proj and gate_up_proj, computed as their q, k, v and gate, up row blocks) keep the same.
 //   GPT-2  per LayerNorm: its input [T, h], mean and rstd [T] fp32, the output [T, h]; qkv [T, 3h]; the attention
 //          output [T, h]; c_fc's output and, of gelu_new (NewGELUActivation, written out in Python), tanh(...),
 //          0.5·x, 1 + tanh(...) and their product [T, F] each.
@@ -26,6 +27,7 @@
 #include "emu/ops.h"
 #include "workloads/model/config.h"
 #include "workloads/model/layout.h"
+#include "workloads/model/tensor.h"
 
 namespace emu::model {
 
@@ -49,33 +51,38 @@ struct BlockEnv {
 // The tensors a block saves for backward; unused ones stay unallocated. Buffers marked (held) are charged as the
 // framework holds them; emu's math reads the others.
 struct BlockSaved {
-  Buffer x;            // [T, h] block input (Llama at e = 2: released when the block ends, unless checkpointed)
-  Buffer x32;          // Llama at e = 2: [T, h] fp32 copy of the block input, input_layernorm's saved input
-  Buffer norm1_stats;  // [T] rstd (Llama) or [2, T] mean then rstd (GPT-2), fp32
-  Buffer norm1_hat;    // Llama: [T, h] the normalised input at the compute dtype (held)
-  Buffer xn1;          // [T, h] first norm's output
-  Buffer q, k, v;      // Llama: q [T, h], k and v [T, kvd] after rotary embedding ([T, h] when repeat_kv copies)
-  Buffer qkv;          // GPT-2: [T, 3h], q | k | v column blocks
-  Buffer probs;        // eager: [b, a, s, s] softmax output, fp32 (Llama) or the compute dtype (GPT-2)
-  Buffer probs_copy;   // eager Llama at e = 2: [b, a, s, s] its .to(bf16) copy, what the PV product saves (held)
-  Buffer lse;          // sdpa, flash: [b, a, s] fp32 (rows padded to 32 for sdpa in fp32)
-  Buffer attn;         // [T, h] attention output, input of the output projection
-  Buffer x2;           // [T, h] residual stream after attention (Llama at e = 2: released when the block ends)
-  Buffer x2_32;        // Llama at e = 2: [T, h] its fp32 copy, post_attention_layernorm's saved input
-  Buffer norm2_stats;  // as norm1_stats
-  Buffer norm2_hat;    // as norm1_hat (held)
-  Buffer xn2;          // [T, h] second norm's output
-  Buffer gate, up;     // Llama: [T, F] each
-  Buffer silu;         // Llama: [T, F] silu(gate), saved by the product with up (held)
-  Buffer fc;           // GPT-2: [T, F] pre-activation
-  Buffer gelu_tanh;    // GPT-2: [T, F] tanh(√(2/π)(x + 0.044715x³)) (held)
-  Buffer gelu_half;    // GPT-2: [T, F] 0.5·x (held)
-  Buffer gelu_sum;     // GPT-2: [T, F] 1 + tanh(...) (held)
-  Buffer act;          // [T, F] input of the MLP's output projection
+  Buffer x;               // [T, h] block input (Llama at e = 2: released when the block ends, unless checkpointed)
+  Buffer x32;             // Llama at e = 2: [T, h] fp32 copy of the block input, input_layernorm's saved input
+  Buffer norm1_stats;     // [T] rstd (Llama) or [2, T] mean then rstd (GPT-2), fp32
+  Buffer norm1_hat;       // Llama: [T, h] the normalised input at the compute dtype, Gemma's in fp32 (held)
+  Buffer norm1_plus_one;  // Gemma: [h] fp32 (1 + weight), saved by the multiply (held)
+  Buffer xn1;             // [T, h] first norm's output
+  Buffer q, k, v;         // Llama: q [T, h], k and v [T, kvd] after rotary embedding ([T, h] when repeat_kv copies)
+  Buffer qkv;             // GPT-2: [T, 3h], q | k | v column blocks
+  Buffer probs;           // eager: [b, a, s, s] softmax output, fp32 (Llama) or the compute dtype (GPT-2)
+  Buffer probs_copy;      // eager Llama at e = 2: [b, a, s, s] its .to(bf16) copy, what the PV product saves (held)
+  Buffer lse;             // sdpa, flash: [b, a, s] fp32 (rows padded to 32 for sdpa in fp32)
+  Buffer attn;            // [T, h] attention output, input of the output projection
+  Buffer x2;              // [T, h] residual stream after attention (Llama at e = 2: released when the block ends)
+  Buffer x2_32;           // Llama at e = 2: [T, h] its fp32 copy, post_attention_layernorm's saved input
+  Buffer norm2_stats;     // as norm1_stats
+  Buffer norm2_hat;       // as norm1_hat (held)
+  Buffer norm2_plus_one;  // as norm1_plus_one (held)
+  Buffer xn2;             // [T, h] second norm's output
+  Buffer gate, up;        // Llama: [T, F] each
+  Buffer silu;            // Llama: [T, F] silu(gate), saved by the product with up (held)
+  Buffer fc;              // GPT-2: [T, F] pre-activation
+  Buffer gelu_tanh;       // GPT-2: [T, F] tanh(√(2/π)(x + 0.044715x³)) (held)
+  Buffer gelu_half;       // GPT-2: [T, F] 0.5·x (held)
+  Buffer gelu_sum;        // GPT-2: [T, F] 1 + tanh(...) (held)
+  Buffer act;             // [T, F] input of the MLP's output projection
 
   // Releases everything but the block input (what checkpointing keeps).
   void release_all_but_input();
 };
+
+// The weight an RMSNorm's math multiplies by: `w`, or for Gemma 1 + w, written into `scratch` (null when !math).
+const float* norm_weight(Ops* ops, const ModelConfig& config, const float* w, Scratch& scratch);
 
 // Runs the block on x (moved into saved.x) and returns its output [T, h], charged to `output_category`.
 // `weights` is the unit's flat fp32 buffer (null when !env.math). `keep_input`: the caller holds the block input

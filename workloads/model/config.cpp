@@ -9,6 +9,13 @@ namespace emu::model {
 
 std::string_view style_name(Style style) { return style == Style::kLlama ? "llama" : "gpt2"; }
 
+std::string_view family_name(const ModelConfig& config) {
+  if (config.qkv_bias) return "qwen2";
+  if (config.fused_projections) return "phi3";
+  if (config.gemma) return "gemma";
+  return style_name(config.style);
+}
+
 void ModelConfig::validate() const {
   auto require = [&](bool ok, std::string_view what, int64_t value, std::string_view accepted) {
     if (!ok) throw InputError(fmt::format("model {}: {} = {} is invalid; {}", name, what, value, accepted));

@@ -4,9 +4,11 @@
 
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <numeric>
 
 #include "emu/check.h"
 #include "workloads/model/config.h"
+#include "workloads/model/shrink.h"
 
 namespace emu::model {
 namespace {
@@ -117,13 +119,70 @@ void default_seq(ModelConfig& c) {
     c.seq_default = "rope_scaling's original_max_position_embeddings";
   }
   if (c.sliding_window > 0 && c.sliding_window < c.seq) {
-    c.seq = c.sliding_window;
-    c.seq_default = "the sliding window";
+    // At most the window, and a multiple of every valid shrink factor, so that a shrunk run's s is exact (Phi-3's
+    // window of 2047 tokens would otherwise round to 43 · 48 = 2064 at k = 48, 0.8% more activations).
+    int64_t multiple = 1;
+    for (int64_t k : valid_shrink_factors(c)) multiple = std::lcm(multiple, k);
+    c.seq = std::max<int64_t>(multiple, c.sliding_window / multiple * multiple);
+    c.seq_default = c.seq == c.sliding_window ? "the sliding window"
+                                              : fmt::format(
+                                                    "the sliding window ({}), down to a multiple of {} so that "
+                                                    "every shrink factor divides it",
+                                                    c.sliding_window, multiple);
   }
   if (c.seq > kDefaultSeqCeiling) {
     c.seq = kDefaultSeqCeiling;
     c.seq_default = fmt::format("emu's default ceiling; the model takes up to {}", c.max_positions);
   }
+}
+
+// Qwen2 (transformers models/qwen2): Llama with biases on q_proj, k_proj and v_proj. Its sliding window applies only
+// with use_sliding_window, to the layers layer_types marks "sliding_attention" (by default those from
+// max_window_layers on); where any layer has one, s is bounded by the window as for Mistral.
+void read_qwen2(const Reader& r, ModelConfig& c) {
+  c.qkv_bias = true;
+  if (!r.boolean_or("use_sliding_window", false) || !r.has("sliding_window")) return;
+  bool sliding = false;
+  if (r.has("layer_types")) {
+    const json& types = r.value("layer_types");
+    if (!types.is_array()) r.bad("layer_types", types, "a list of \"full_attention\" or \"sliding_attention\"");
+    for (const json& t : types) sliding = sliding || t == "sliding_attention";
+  } else {
+    sliding = r.positive_int_or("max_window_layers", 28) < c.layers;
+  }
+  if (sliding) c.sliding_window = r.positive_int("sliding_window");
+}
+
+// Phi-3 (transformers models/phi3): Llama's math with fused qkv_proj and gate_up_proj, a sliding window whenever
+// sliding_window is set (Phi-3-mini-4k: 2047), residual and embedding dropout. Partial rotary embedding and
+// dropout are refused; longrope (the 128k variants) is refused by read_rope_scaling.
+void read_phi3(const Reader& r, ModelConfig& c) {
+  c.fused_projections = true;
+  c.sliding_window = r.positive_int_or("sliding_window", 0);
+  require_value(r, "partial_rotary_factor", 1.0, "rotary embedding over every dimension of a head");
+  for (const char* key : {"resid_pdrop", "embd_pdrop", "attention_dropout"}) {
+    require_value(r, key, 0.0, "dropout is not modelled");
+  }
+}
+
+// Gemma (transformers models/gemma): Llama's layout with a tied head, RMSNorm in fp32 times (1 + weight),
+// embeddings × √h and GeGLU. Its head_dim (GemmaConfig's default 256 when absent) must be hidden / heads, as in
+// Gemma-2B; Gemma-7B's 256 ≠ 3072 / 16 is refused. hidden_act "gelu" is read as the tanh approximation, as
+// transformers does for the official releases.
+void read_gemma(const Reader& r, ModelConfig& c) {
+  c.gemma = true;
+  c.tie_embeddings = r.boolean_or("tie_word_embeddings", true);
+  const int64_t head_dim = r.positive_int_or("head_dim", 256);
+  if (head_dim * c.heads != c.hidden) {
+    r.bad("head_dim", head_dim,
+          fmt::format("hidden_size / num_attention_heads = {} / {} (a head dimension of its own is not modelled yet)",
+                      c.hidden, c.heads));
+  }
+  if (r.has("hidden_act") && r.value("hidden_act") != "gelu") {
+    require_value(r, "hidden_act", "gelu_pytorch_tanh", "GeGLU with the tanh-approximated GELU is what emu computes");
+  }
+  require_value(r, "hidden_activation", "gelu_pytorch_tanh",
+                "GeGLU with the tanh-approximated GELU is what emu computes");
 }
 
 ModelConfig read_llama(const Reader& r, const std::filesystem::path& path, const std::string& type) {
@@ -140,16 +199,22 @@ ModelConfig read_llama(const Reader& r, const std::filesystem::path& path, const
   c.norm_eps = r.positive_number_or("rms_norm_eps", 1e-6);
   c.rope_theta = r.positive_number_or("rope_theta", 10000);
   c.tie_embeddings = r.boolean_or("tie_word_embeddings", false);
-  if (c.hidden % c.heads == 0) {
-    require_value(r, "head_dim", c.hidden / c.heads,
-                  "hidden_size / num_attention_heads; a head dimension of its own is not modelled yet");
+  if (type == "gemma") {
+    read_gemma(r, c);
+  } else {
+    if (c.hidden % c.heads == 0) {
+      require_value(r, "head_dim", c.hidden / c.heads,
+                    "hidden_size / num_attention_heads; a head dimension of its own is not modelled yet");
+    }
+    require_value(r, "hidden_act", "silu", "SwiGLU with SiLU is the activation emu computes");
   }
-  require_value(r, "hidden_act", "silu", "SwiGLU with SiLU is the activation emu computes");
   require_value(r, "attention_bias", false, "biases in attention are not modelled yet");
   require_value(r, "mlp_bias", false, "biases in the MLP are not modelled yet");
   require_value(r, "pretraining_tp", 1, "the tensor-parallel emulation of pre-training is not modelled");
   c.rope_scaling = read_rope_scaling(r, c.max_positions);
   if (type == "mistral") c.sliding_window = r.positive_int_or("sliding_window", 0);
+  if (type == "qwen2") read_qwen2(r, c);
+  if (type == "phi3") read_phi3(r, c);
   default_seq(c);
   return c;
 }
@@ -181,6 +246,9 @@ ModelConfig read_gpt2(const Reader& r, const std::filesystem::path& path) {
   return c;
 }
 
+// The model_type values emu computes.
+constexpr std::string_view kAccepted = "llama, mistral, qwen2, phi3, gemma, gpt2";
+
 // Families that share a modelled family's math and shapes, and those refused with the reason.
 bool is_mixture_of_experts(const Reader& r, const std::string& type) {
   for (const char* key : {"num_local_experts", "num_experts", "n_routed_experts", "moe_intermediate_size"}) {
@@ -191,9 +259,11 @@ bool is_mixture_of_experts(const Reader& r, const std::string& type) {
 }
 
 std::string_view not_modelled_reason(const std::string& type) {
-  if (type == "qwen2" || type == "qwen3") return "its q/k/v biases (qwen2) and q/k norms (qwen3) are not modelled yet";
-  if (type == "phi3") return "its fused qkv and gate_up projections are not modelled yet";
-  if (type.rfind("gemma", 0) == 0) return "its head_dim, GeGLU and scaled embeddings are not modelled yet";
+  if (type == "qwen3") return "its q/k norms are not modelled yet";
+  if (type.rfind("gemma", 0) == 0) {
+    return "its attention and final logit soft-capping, sliding window on alternating layers, extra feed-forward "
+           "norms and head_dim other than hidden/heads are not modelled yet (gemma is)";
+  }
   return {};
 }
 
@@ -226,20 +296,20 @@ ModelConfig load_hf_config(const std::filesystem::path& given) {
   if (is_mixture_of_experts(reader, type)) {
     throw InputError(
         fmt::format("{}: model_type \"{}\" is a mixture-of-experts model; mixture-of-experts is not "
-                    "modelled yet (accepted: llama, mistral, gpt2)",
-                    path.string(), type));
+                    "modelled yet (accepted: {})",
+                    path.string(), type, kAccepted));
   }
   ModelConfig config;
-  if (type == "llama" || type == "mistral") {
+  if (type == "llama" || type == "mistral" || type == "qwen2" || type == "phi3" || type == "gemma") {
     config = read_llama(reader, path, type);
   } else if (type == "gpt2") {
     config = read_gpt2(reader, path);
   } else if (const std::string_view why = not_modelled_reason(type); !why.empty()) {
-    throw InputError(fmt::format("{}: model_type \"{}\" is not accepted: {} (accepted: llama, mistral, gpt2)",
-                                 path.string(), type, why));
+    throw InputError(
+        fmt::format("{}: model_type \"{}\" is not accepted: {} (accepted: {})", path.string(), type, why, kAccepted));
   } else {
-    throw InputError(fmt::format("{}: key \"model_type\" is \"{}\"; expected \"llama\", \"mistral\" or \"gpt2\"",
-                                 path.string(), type));
+    throw InputError(
+        fmt::format("{}: key \"model_type\" is \"{}\"; expected one of {}", path.string(), type, kAccepted));
   }
   config.validate();
   return config;

@@ -39,10 +39,13 @@ class LayoutBuilder {
   UnitLayout layout_;
 };
 
+// Gemma's RMSNorm scales by (1 + weight) and starts its weights at zero (transformers GemmaRMSNorm).
+Init norm_init(const ModelConfig& c) { return c.gemma ? Init::kZeros : Init::kOnes; }
+
 UnitLayout llama_root(const ModelConfig& c) {
   LayoutBuilder b("root");
   b.add("model.embed_tokens.weight", {c.vocab, c.hidden}, Init::kNormal);
-  b.add("model.norm.weight", {c.hidden}, Init::kOnes);
+  b.add("model.norm.weight", {c.hidden}, norm_init(c));
   if (!c.tie_embeddings) b.add("lm_head.weight", {c.vocab, c.hidden}, Init::kNormal);
   return b.take();
 }
@@ -51,15 +54,28 @@ UnitLayout llama_block(const ModelConfig& c, int64_t layer) {
   const std::string p = fmt::format("model.layers.{}.", layer);
   const int64_t h = c.hidden, f = c.ffn, kv = c.kv_dim();
   LayoutBuilder b(fmt::format("block {}", layer + 1));
-  b.add(p + "self_attn.q_proj.weight", {h, h}, Init::kNormal);
-  b.add(p + "self_attn.k_proj.weight", {kv, h}, Init::kNormal);
-  b.add(p + "self_attn.v_proj.weight", {kv, h}, Init::kNormal);
+  if (c.fused_projections) {
+    b.add(p + "self_attn.qkv_proj.weight", {h + 2 * kv, h}, Init::kNormal);
+  } else {
+    b.add(p + "self_attn.q_proj.weight", {h, h}, Init::kNormal);
+    b.add(p + "self_attn.k_proj.weight", {kv, h}, Init::kNormal);
+    b.add(p + "self_attn.v_proj.weight", {kv, h}, Init::kNormal);
+  }
   b.add(p + "self_attn.o_proj.weight", {h, h}, Init::kNormal);
-  b.add(p + "mlp.gate_proj.weight", {f, h}, Init::kNormal);
-  b.add(p + "mlp.up_proj.weight", {f, h}, Init::kNormal);
+  if (c.fused_projections) {
+    b.add(p + "mlp.gate_up_proj.weight", {2 * f, h}, Init::kNormal);
+  } else {
+    b.add(p + "mlp.gate_proj.weight", {f, h}, Init::kNormal);
+    b.add(p + "mlp.up_proj.weight", {f, h}, Init::kNormal);
+  }
   b.add(p + "mlp.down_proj.weight", {h, f}, Init::kNormal);
-  b.add(p + "input_layernorm.weight", {h}, Init::kOnes);
-  b.add(p + "post_attention_layernorm.weight", {h}, Init::kOnes);
+  b.add(p + "input_layernorm.weight", {h}, norm_init(c));
+  b.add(p + "post_attention_layernorm.weight", {h}, norm_init(c));
+  if (c.qkv_bias) {
+    b.add(p + "self_attn.q_proj.bias", {h}, Init::kZeros);
+    b.add(p + "self_attn.k_proj.bias", {kv}, Init::kZeros);
+    b.add(p + "self_attn.v_proj.bias", {kv}, Init::kZeros);
+  }
   return b.take();
 }
 
@@ -118,6 +134,36 @@ std::vector<UnitLayout> build_layouts(const ModelConfig& config) {
     units.push_back(llama ? llama_block(config, layer) : gpt2_block(config, layer));
   }
   return units;
+}
+
+LlamaBlockOffsets llama_block_offsets(const ModelConfig& c, const UnitLayout& block) {
+  const std::string p = block.params.front().name.substr(0, block.params.front().name.find("self_attn."));
+  const size_t h = size_t(c.hidden), kv = size_t(c.kv_dim()), f = size_t(c.ffn);
+  LlamaBlockOffsets o;
+  if (c.fused_projections) {
+    o.q = block.param(p + "self_attn.qkv_proj.weight").offset;
+    o.k = o.q + h * h;
+    o.v = o.k + kv * h;
+    o.gate = block.param(p + "mlp.gate_up_proj.weight").offset;
+    o.up = o.gate + f * h;
+  } else {
+    o.q = block.param(p + "self_attn.q_proj.weight").offset;
+    o.k = block.param(p + "self_attn.k_proj.weight").offset;
+    o.v = block.param(p + "self_attn.v_proj.weight").offset;
+    o.gate = block.param(p + "mlp.gate_proj.weight").offset;
+    o.up = block.param(p + "mlp.up_proj.weight").offset;
+  }
+  o.o = block.param(p + "self_attn.o_proj.weight").offset;
+  o.down = block.param(p + "mlp.down_proj.weight").offset;
+  o.input_norm = block.param(p + "input_layernorm.weight").offset;
+  o.post_norm = block.param(p + "post_attention_layernorm.weight").offset;
+  o.bias = c.qkv_bias;
+  if (o.bias) {
+    o.q_bias = block.param(p + "self_attn.q_proj.bias").offset;
+    o.k_bias = block.param(p + "self_attn.k_proj.bias").offset;
+    o.v_bias = block.param(p + "self_attn.v_proj.bias").offset;
+  }
+  return o;
 }
 
 uint64_t parameter_count(const ModelConfig& config) {

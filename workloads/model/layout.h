@@ -58,8 +58,16 @@ void init_unit_range(const UnitLayout& layout, int unit, uint64_t seed, size_t b
 
 namespace emu::model {
 
-// Positions of a block's parameters in UnitLayout::params, in the order build_layouts lists them.
-enum LlamaBlockParam : size_t { kQProj, kKProj, kVProj, kOProj, kGateProj, kUpProj, kDownProj, kInputNorm, kPostNorm };
+// Where each weight of a Llama-style block starts in its unit's flat buffer, whatever tensors the family stores
+// them in: Phi-3's qkv_proj [h + 2·kvd, h] holds q, k and v as consecutive row blocks of an [out, in] matrix, so
+// each is an offset into it (transformers models/phi3/modeling_phi3.py slices its output the same way), and its
+// gate_up_proj [2F, h] holds gate then up (chunk(2, dim=-1)). Biases (Qwen2's q, k, v) are absent otherwise.
+struct LlamaBlockOffsets {
+  size_t q = 0, k = 0, v = 0, o = 0, gate = 0, up = 0, down = 0, input_norm = 0, post_norm = 0;
+  bool bias = false;
+  size_t q_bias = 0, k_bias = 0, v_bias = 0;
+};
+LlamaBlockOffsets llama_block_offsets(const ModelConfig& config, const UnitLayout& block);
 enum Gpt2BlockParam : size_t {
   kLn1Weight,
   kLn1Bias,

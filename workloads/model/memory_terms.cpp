@@ -18,7 +18,9 @@ uint64_t saved_activation_bytes_per_block(const ModelConfig& c, const ModelOptio
   if (options.attention == Attention::kEager) attention = (llama ? (e == 2 ? 4 + e : 4) : e) * scores;
   if (llama) {
     const uint64_t kvc = options.attention == Attention::kEager && c.kv_heads < c.heads ? h : uint64_t(c.kv_dim());
-    return 8 * T * h + e * T * (6 * h + 2 * kvc + 4 * F) + 2 * per_row_charge(c, 4 * T) + attention;
+    // Gemma's norms keep the normalised tensor in fp32 (not at e) and (1 + weight) [h] fp32, a per-row-like term.
+    const uint64_t gemma = c.gemma ? 2 * (4 - e) * T * h + 2 * per_row_charge(c, 4 * h) : 0;
+    return 8 * T * h + e * T * (6 * h + 2 * kvc + 4 * F) + 2 * per_row_charge(c, 4 * T) + attention + gemma;
   }
   return e * T * (8 * h + 5 * F) + 2 * per_row_charge(c, 8 * T) + attention;
 }

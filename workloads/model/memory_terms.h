@@ -6,7 +6,13 @@
 //
 //   Llama   8·T·h + e·T·(6h + 2·kvc + 4F) + 8T   + attention
 //           per RMSNorm its input in fp32 (4Th), the normalised tensor and the output (2eTh) and rstd (4T);
-//           q, attention output; k, v; gate, silu(gate), up, silu(gate)·up
+//           q, attention output; k, v; gate, silu(gate), up, silu(gate)·up. Qwen2's q/k/v biases add nothing
+//           saved. Phi-3 (fused qkv_proj, gate_up_proj) keeps what Llama keeps: k and v reach attention as the
+//           cache's copies (use_cache, the training default without checkpointing), so the fused qkv output is
+//           freed after rotary embedding, and gate_up's [T, 2F] output is what Llama's gate and up are (SiLU saves
+//           the gate half, the product the up half). Gemma: GeGLU keeps what SwiGLU does (gelu saves its input);
+//           its RMSNorm multiplies by (1 + weight) in fp32 before casting back, so the normalised tensor is kept
+//           in fp32: + 2·(4 − e)·T·h, and (1 + weight) [h] fp32 per norm: + 8h (charged ÷ k like a per-row term)
 //   GPT-2   e·T·(8h + 5F) + 16T                  + attention
 //           x, ln_1 output, qkv (3h), attention output, x2, ln_2 output; c_fc output and gelu_new's tanh, 0.5·x,
 //           1 + tanh and product; two fp32 mean/rstd pairs

@@ -3,9 +3,12 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
+#include "emu/bf16.h"
 #include "emu/check.h"
+#include "workloads/model/blocks.h"
 #include "workloads/model/rope.h"
 #include "workloads/model/shrink.h"
 #include "workloads/model/tensor.h"
@@ -200,12 +203,26 @@ void Model::forward_root_start(const int32_t* tokens) {
       ops_->copy_from_host(rope_sin_.data(), sin.data(), sin.size() * sizeof(float));
     }
   }
+  // Gemma's embedding (transformers GemmaTextScaledWordEmbedding) multiplies the looked-up rows by √h into a new
+  // tensor; the unscaled rows are a temporary of the lookup.
+  Buffer unscaled;
+  if (c.gemma) {
+    unscaled = device_.allocate(T * size_t(c.hidden), options_.compute, Category::kTemporaries,
+                                "embedding output before the √h scale");
+  }
   final_x_ = device_.allocate(T * size_t(c.hidden), options_.compute, Category::kActivations, "embedding output");
   if (!math_) return;
   const float* table = root_weights_ + root.params[kEmbedTokens].offset;  // kWte for GPT-2: same position
   const float* positions = c.style == Style::kGpt2 ? root_weights_ + root.params[kWpe].offset : nullptr;
   F32 x(ops_, final_x_, Access::kWrite);
   ops_->embedding_forward(tokens_.as<int32_t>(), table, positions, x, c.tokens(), c.seq, c.hidden);
+  if (c.gemma) ops_->scale(x, embedding_scale(), T * size_t(c.hidden));
+}
+
+float Model::embedding_scale() const {
+  // √h at the weights' dtype (embed_scale.to(self.weight.dtype)): 45.25 rather than 45.2548 for h = 2048 in bf16.
+  const float scale = std::sqrt(float(config_.hidden));
+  return options_.compute == DType::kF32 ? scale : round_to_bf16(scale);
 }
 
 namespace {
@@ -240,7 +257,9 @@ float Model::forward_root_end(const int32_t* targets) {
   const float eps = static_cast<float>(c.norm_eps);
   F32 x(ops_, final_x_, Access::kRead), st(ops_, final_stats_, Access::kWrite), xn(ops_, final_xn_, Access::kWrite);
   if (llama) {
-    ops_->rmsnorm_forward(x, w + root.params[kFinalNorm].offset, xn, st, c.tokens(), c.hidden, eps);
+    Scratch factor;
+    ops_->rmsnorm_forward(x, norm_weight(ops_, c, w + root.params[kFinalNorm].offset, factor), xn, st, c.tokens(),
+                          c.hidden, eps);
   } else {
     ops_->layernorm_forward(x, w + root.params[kLnFWeight].offset, w + root.params[kLnFBias].offset, xn, st, st + T,
                             c.tokens(), c.hidden, eps);
@@ -303,7 +322,8 @@ void Model::backward_root_start() {
     F32 dres(ops_, dres_, Access::kReadWrite);
     if (llama) {
       const size_t n = root.params[kFinalNorm].offset;
-      ops_->rmsnorm_backward(dx, x, w + n, st, dres, g + n, c.tokens(), c.hidden);
+      Scratch factor;
+      ops_->rmsnorm_backward(dx, x, norm_weight(ops_, c, w + n, factor), st, dres, g + n, c.tokens(), c.hidden);
     } else {
       const size_t nw = root.params[kLnFWeight].offset, nb = root.params[kLnFBias].offset;
       ops_->layernorm_backward(dx, x, w + nw, st, st + T, dres, g + nw, g + nb, c.tokens(), c.hidden);
@@ -339,7 +359,8 @@ void Model::backward_root_end() {
   const ModelConfig& c = config_;
   const UnitLayout& root = layouts_[0];
   if (math_) {
-    F32 dres(ops_, dres_, Access::kRead);
+    F32 dres(ops_, dres_, Access::kReadWrite);
+    if (c.gemma) ops_->scale(dres, embedding_scale(), size_t(c.tokens() * c.hidden));  // × √h's backward
     float* g = root_grads_;
     float* dpositions = c.style == Style::kGpt2 ? g + root.params[kWpe].offset : nullptr;
     ops_->embedding_backward(tokens_.as<int32_t>(), dres, g + root.params[kEmbedTokens].offset, dpositions, c.tokens(),

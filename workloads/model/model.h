@@ -113,6 +113,7 @@ class Model {
   void sync() const;
   BlockEnv block_env(int unit) const;
   void forward_root_start(const int32_t* tokens);
+  float embedding_scale() const;  // Gemma: √h at the weights' dtype
   float forward_root_end(const int32_t* targets);
   // The gradient of the logits [T, V] the head's backward reads, made as the chosen loss makes it; releases logits_.
   Buffer logits_gradient();

@@ -90,6 +90,23 @@ ModelConfig shrink(const ModelConfig& full, int64_t k) {
   return s;
 }
 
+double step_flops(const ModelConfig& c) {
+  const ParameterTerms terms = parameter_terms(c);
+  const double T = double(c.tokens()), h = double(c.hidden), V = double(c.vocab);
+  const double attention = 4 * double(c.batch) * double(c.seq) * double(c.seq) * double(c.heads * c.head_dim());
+  const double forward = 2 * T * (double(terms.block_matrices) + V * h) + double(c.layers) * attention;
+  return 3 * forward;
+}
+
+int64_t default_shrink(const ModelConfig& full) {
+  const std::vector<int64_t> valid = valid_shrink_factors(full);
+  for (int64_t k : valid) {
+    const ModelConfig shrunk = shrink(full, k);
+    if (parameter_count(shrunk) <= kDefaultShrinkParams && step_flops(shrunk) <= kDefaultShrinkFlops) return k;
+  }
+  return valid.back();
+}
+
 ShrinkReport shrink_report(const ModelConfig& full, int64_t k, const ModelOptions& options) {
   ShrinkReport report;
   report.full = full;

@@ -27,6 +27,24 @@ std::vector<int64_t> valid_shrink_factors(const ModelConfig& full);
 // The config shrunk by k; InputError naming k and listing the valid factors when k breaks the head dimension.
 ModelConfig shrink(const ModelConfig& full, int64_t k);
 
+// The training FLOPs of one micro-batch's step on one rank, as the dense count of Narayanan et al. 2021 (Megatron-LM,
+// §5.1) writes it: forward 2·T·(block matrices + V·h) for every matrix product with a weight, plus 4·b·s²·a·d for
+// the attention scores q·kᵀ and their product with v; backward twice the forward. Recomputation under activation
+// checkpointing and the element-wise ops are left out: a bound on this count bounds the run's compute.
+double step_flops(const ModelConfig& config);
+
+// What the default shrink factor (no --shrink) bounds, so that a default run stays a quick run on a laptop or a CI
+// runner: the smallest valid k that leaves at most kDefaultShrinkParams parameters (the optimizer's element-wise
+// work and every collective scale with it) and at most kDefaultShrinkFlops per micro-batch step (the matrix
+// products, which dominate a long-sequence run: s shrinks by k too, so step_flops falls by k³). The FLOPs bound:
+// SmolLM2-135M's default run at the parameter bound alone (k = 8, 40 GFLOP per step; 3 steps of 6 strategies on
+// 8 ranks sharing 2 cores) took 51 s on an idle machine, about 1.3 s per GFLOP of step, so 16 GFLOP keeps every
+// default run near 20 s of compute, with room for start-up, the optimizer and a busier machine within a minute.
+// The largest valid k when none meets both.
+inline constexpr uint64_t kDefaultShrinkParams = 4'000'000;
+inline constexpr double kDefaultShrinkFlops = 16e9;
+int64_t default_shrink(const ModelConfig& full);
+
 // Charging a shrunk run as the full-scale model ÷ k². Most buffers need nothing: their bytes scale by k² with
 // the shapes. Two kinds of term scale by k only, and are charged at their shrunk bytes / k, which is their
 // full-scale bytes / k² up to the rounding of s and F:
