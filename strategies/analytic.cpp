@@ -29,6 +29,7 @@ std::vector<uint64_t> AnalyticInput::tensors_of(size_t unit) const {
 }
 
 uint64_t AnalyticInput::elements(int unit, uint64_t elements) const {
+  if (unit == kCharged) return elements;
   if (unit == kAllUnits) return charge.elements(elements);
   if (static_cast<size_t>(unit) >= unit_charge.size()) return elements;
   return unit_charge[static_cast<size_t>(unit)].elements(elements);
@@ -122,11 +123,13 @@ Updated UnitShards::updated() const {
   return shards;
 }
 
-Prediction predict(const StrategyOptions& options, const AnalyticInput& input) {
+Prediction predict(const StrategyOptions& given, const AnalyticInput& input) {
+  const StrategyOptions options = with_framework_recipe(given);
   Prediction prediction;
   Updated updated;  // what this rank's optimizer updates
   switch (options.kind) {
-    case StrategyKind::kDdp: updated = predict_ddp(options, input, prediction); break;
+    case StrategyKind::kDdp:
+    case StrategyKind::kDdpZero: updated = predict_ddp(options, input, prediction); break;
     case StrategyKind::kZero1: updated = predict_zero12(options, input, 1, prediction); break;
     case StrategyKind::kZero2: updated = predict_zero12(options, input, 2, prediction); break;
     case StrategyKind::kZero3: updated = predict_zero3(options, input, prediction); break;

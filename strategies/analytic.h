@@ -49,6 +49,7 @@ struct AnalyticInput {
   // Bytes one buffer of `elements` elements of unit `unit` (kAllUnits: of the whole flat space) is charged at
   // `dtype`, as the strategy allocates it.
   static constexpr int kAllUnits = -1;
+  static constexpr int kCharged = -2;  // `elements` are already as a shrunk run charges them (per-tensor sums)
   uint64_t bytes(int unit, uint64_t elements, DType dtype) const;
   // What those elements are charged for, in elements: what full-scale limits ÷ k² are compared with.
   uint64_t elements(int unit, uint64_t elements) const;
@@ -86,7 +87,7 @@ Prediction predict(const StrategyOptions& options, const AnalyticInput& input);
 // elements) per optimizer buffer it keeps.
 using Updated = std::vector<std::pair<int, uint64_t>>;
 
-Updated predict_ddp(const StrategyOptions& options, const AnalyticInput& input, Prediction& prediction);
+Updated predict_ddp(const StrategyOptions& options, const AnalyticInput& input, Prediction& prediction);  // ddp-zero too
 Updated predict_zero12(const StrategyOptions& options, const AnalyticInput& input, int stage, Prediction& prediction);
 Updated predict_zero3(const StrategyOptions& options, const AnalyticInput& input, Prediction& prediction);
 Updated predict_fsdp(const StrategyOptions& options, const AnalyticInput& input, Prediction& prediction);
