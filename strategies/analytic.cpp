@@ -44,9 +44,13 @@ AnalyticInput analytic_input(const model::Model& model, int world, int ranks_per
   for (int u = 0; u < model.num_units(); ++u) {
     input.unit_counts.push_back(model.layout(u).count);
     input.unit_charge.push_back(model::parameter_charge(model.config(), {&model.layout(u), 1}));
-    std::vector<uint64_t> tensors;
-    for (const model::ParamInfo& param : model.layout(u).params) tensors.push_back(param.count);
+    std::vector<uint64_t> tensors, charged;
+    for (const model::ParamInfo& param : model.layout(u).params) {
+      tensors.push_back(param.count);
+      charged.push_back(model::tensor_charge(model.config(), param));
+    }
     input.unit_tensors.push_back(std::move(tensors));
+    input.unit_tensors_charged.push_back(std::move(charged));
   }
   input.charge = model::parameter_charge(model.config(), model.layouts());
   input.world = world;

@@ -28,9 +28,13 @@ struct AnalyticInput {
   std::vector<uint64_t> unit_counts;  // n_u: root first, then blocks
   // Each unit's tensors' sizes in registration order (DeepSpeed buckets tensors); empty: one tensor per unit.
   std::vector<std::vector<uint64_t>> unit_tensors;
+  // The same tensors as a shrunk run charges each one (model::tensor_charge: norm weights and biases ÷ k), what
+  // ZeroRedundancyOptimizer partitions by and charges; empty: as held.
+  std::vector<std::vector<uint64_t>> unit_tensors_charged;
   int world = 1;           // N
   int ranks_per_node = 1;  // HYBRID_SHARD's shard group
   int accumulation = 1;    // micro-batches per step
+  int rank = 0;            // the rank predicted for where ranks differ (ZeroRedundancyOptimizer's whole tensors)
   bool offload = false;    // --offload: the optimizer state (and ZeRO/FSDP gradient shards) on the host
   // How a shrunk run charges each unit's elements and those of all units back to back (norm weights and biases
   // ÷ k, workloads/model/shrink.h). Empty: every element as held (full scale, or an input made by hand).

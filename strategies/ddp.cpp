@@ -15,7 +15,7 @@
 //   autocast's bf16 weights  kActivations: each Linear's weight (and GPT-2's Conv1D bias) cast to bf16 when it
 //                    first runs in forward, saved by autograd for backward and freed by that layer's backward.
 //                    Per block from its forward to the end of its backward (with checkpointing: freed after its
-//                    forward, cast again by the recomputation); the LM head's from the head's forward to its
+//                    forward, cast again by the recomputation); the LM head's from forward to the head's
 //                    backward. Norm weights stay fp32 (autocast runs norms in fp32) and so do embeddings.
 // Buckets are assigned in reverse registration order (buckets.h; 25 MiB, the first 1 MiB, at the gradients'
 // dtype); a bucket is reduced as soon as every unit it touches has finished backward, in bucket order, as DDP
@@ -50,7 +50,7 @@ struct Tensor {
   size_t offset = 0;  // within the unit
   size_t flat = 0;    // within the flat space
   size_t count = 0;
-  uint64_t charged = 0;  // elements as a shrunk run charges them (flat charge, as the predictor's)
+  uint64_t charged = 0;  // elements as a shrunk run charges this tensor (model::tensor_charge)
   int owner = 0;         // the rank whose optimizer updates it (every rank's own under DDP)
 };
 
@@ -107,9 +107,8 @@ class Ddp final : public Strategy {
       optimizers_.push_back(std::move(state));
     }
     for (int u = 0; u < model_.num_units(); ++u) {
-      // Under autocast the root's math reads the fp32 weights (the embedding is looked up in fp32; the head's
-      // bf16 cast is charged on its own, cast_head) and each block is bound to its bf16 cast in before_forward.
-      if (!autocast_ || u == 0) model_.bind_weights(u, unit_params(u), recipe.params);
+      // Under autocast each unit is bound to its bf16 cast in before_forward.
+      if (!autocast_) model_.bind_weights(u, unit_params(u), recipe.params);
       if (bucket_view_) model_.bind_grads(u, element(flat_grads_.data(), recipe.grads, flat_.offset[u]), recipe.grads);
     }
   }
@@ -132,20 +131,18 @@ class Ddp final : public Strategy {
   }
 
   void before_forward(int unit) override {
-    if (autocast_ && unit > 0) cast_block(unit);
+    if (autocast_) cast_unit(unit);
   }
 
   void after_forward(int unit) override {
-    if (!autocast_ || unit == 0) return;
     // A checkpointed block saves nothing for backward: its casts die with its forward.
-    if (model_.options().checkpoint) casts_[unit] = Buffer();
-    if (unit == model_.num_units() - 1) cast_head();  // the head runs next, after the last block
+    if (autocast_ && unit > 0 && model_.options().checkpoint) casts_[unit] = Buffer();
   }
 
   void before_backward(int unit) override {
     if (autocast_ && unit > 0) {
-      if (unit == model_.num_units() - 1) head_cast_ = Buffer();  // the head's backward is done
-      cast_block(unit);                                             // kept from forward, or recomputed
+      if (unit == model_.num_units() - 1) casts_[0] = Buffer();  // the head's backward, the root's last use, is done
+      cast_unit(unit);                                             // kept from forward, or recomputed
     }
     if (!bucket_view_ && unit_grads_[unit].data() == nullptr && unit_grads_[unit].count() == 0) {
       unit_grads_[unit] = model::allocate_parameter_space(device_, flat_.unit_charge[unit], flat_.count[unit],
@@ -219,13 +216,16 @@ class Ddp final : public Strategy {
                         : unit_grads_[unit].data();
   }
 
-  // Every parameter tensor in registration order, with its owner under ZeroRedundancyOptimizer.
+  // Every parameter tensor in registration order, with its owner under ZeroRedundancyOptimizer: partitioned by
+  // the charged sizes, which are the full-scale sizes ÷ k², so that a shrunk run gives each rank the tensors the
+  // full-scale one does (the held sizes of norm weights shrink by k only).
   void plan_tensors() {
     std::vector<uint64_t> counts;
     for (int u = 0; u < model_.num_units(); ++u) {
       for (const model::ParamInfo& p : model_.layout(u).params) {
-        tensors_.push_back({u, p.offset, flat_.offset[u] + p.offset, p.count, flat_.charge.elements(p.count), 0});
-        counts.push_back(p.count);
+        const uint64_t charged = model::tensor_charge(model_.config(), p);
+        tensors_.push_back({u, p.offset, flat_.offset[u] + p.offset, p.count, charged, 0});
+        counts.push_back(charged);
       }
     }
     const bool zero = options_.kind == StrategyKind::kDdpZero;
@@ -247,35 +247,30 @@ class Ddp final : public Strategy {
     }
   }
 
-  // autocast's bf16 copy of the block's weights, bound for its math. Charged for the tensors autocast casts; the
-  // norm weights' elements ride along in the bound copy as host scratch (PyTorch reads them in fp32).
-  void cast_block(int unit) {
+  // autocast's bf16 copy of the unit's weights, bound for its math. Charged for the tensors autocast casts: a
+  // block's linear weights (and biases), the root's LM head (the embedding, when tied); the other elements (norm
+  // weights, the embedding tables' lookups) ride along in the bound copy as host scratch, as PyTorch reads them in
+  // fp32. The root's copy stands for the head's cast, which PyTorch makes when the head runs at the end of forward:
+  // emu charges it from the start of forward, where it is held with fewer activations than at the loss.
+  void cast_unit(int unit) {
     if (casts_[unit].count() > 0) return;
     const model::UnitLayout& layout = model_.layout(unit);
+    const DType compute = model_.compute_dtype();
     uint64_t charged = 0;
     for (const model::ParamInfo& p : layout.params) {
-      if (autocast_casts(p)) charged += model::tensor_charge(model_.config(), p) * dtype_size(model_.compute_dtype());
+      if (unit == 0 ? is_head(p) : autocast_casts(p)) charged += model::tensor_charge(model_.config(), p) * dtype_size(compute);
     }
-    casts_[unit] = device_.allocate(layout.count, model_.compute_dtype(), Category::kActivations,
+    casts_[unit] = device_.allocate(layout.count, compute, Category::kActivations,
                                     fmt::format("autocast's bf16 weights, {}", layout.name), charged);
-    convert(unit_params(unit), params_.dtype(), casts_[unit].data(), model_.compute_dtype(), layout.count);
+    convert(unit_params(unit), params_.dtype(), casts_[unit].data(), compute, layout.count);
     model_.bind_weights(unit, casts_[unit].data());
   }
 
-  // autocast's bf16 copy of the LM head's weight (the embedding's, tied), made when the head runs; emu's head math
-  // reads the root's fp32 weights, so this copy is what a GPU holds, not what emu computes from.
-  void cast_head() {
-    for (const model::ParamInfo& p : model_.layout(0).params) {
-      const bool head = p.name == "lm_head.weight" || (model_.config().tie_embeddings && !autocast_casts(p) &&
-                                                       p.name.find(".wpe.") == std::string::npos &&
-                                                       p.shape.size() == 2);
-      if (!head) continue;
-      head_cast_ = device_.allocate(p.count, model_.compute_dtype(), Category::kActivations, "autocast's bf16 LM head",
-                                    model::tensor_charge(model_.config(), p) * dtype_size(model_.compute_dtype()));
-      convert(element(unit_params(0), params_.dtype(), p.offset), params_.dtype(), head_cast_.data(),
-              model_.compute_dtype(), p.count);
-      return;
-    }
+  // The LM head's weight: lm_head, or the embedding it is tied to.
+  bool is_head(const model::ParamInfo& p) const {
+    if (p.name == "lm_head.weight") return true;
+    return model_.config().tie_embeddings &&
+           (p.name.find("embed_tokens") != std::string::npos || p.name.find(".wte.") != std::string::npos);
   }
 
   // Copies flat elements [begin, end) of the gradients from (to_bucket) or to the unit buffers.
@@ -352,8 +347,7 @@ class Ddp final : public Strategy {
   Buffer flat_grads_;         // [Ψ] recipe.grads: with gradient_as_bucket_view, the gradients are the buckets
   Buffer buckets_buffer_;     // [Ψ] recipe.grads: the Reducer's bucket copies, without gradient_as_bucket_view
   std::vector<Buffer> unit_grads_;  // [units] [n_u] recipe.grads, from the unit's backward to zero_grad
-  std::vector<Buffer> casts_;       // [units] [n_u] bf16: autocast's copies of a block's weights
-  Buffer head_cast_;                // [V·h] bf16: autocast's copy of the LM head's weight
+  std::vector<Buffer> casts_;       // [units] [n_u] bf16: autocast's copies of a unit's weights
   std::vector<Tensor> tensors_;
   std::vector<BucketRange> buckets_;
   std::vector<optim::DecayRange> decay_;

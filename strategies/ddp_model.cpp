@@ -8,8 +8,9 @@
 //   gradients   Σ_u n_u · gradient bytes, each unit's made in its backward and freed by zero_grad after the step
 //               (all of them live at the step); with gradient_as_bucket_view Ψ · gradient bytes from set-up
 //   buckets     Ψ · gradient bytes       (none with gradient_as_bucket_view: the gradients live in the buckets)
-//   Adam moments per tensor updated: every tensor under DDP; under ZeroRedundancyOptimizer the whole tensors
-//               rank 0 owns (buckets.h zero_redundancy_owners; the plan and this prediction speak for rank 0)
+//   Adam moments per tensor updated, each as a shrunk run charges that tensor: every tensor under DDP; under
+//               ZeroRedundancyOptimizer the whole tensors input.rank owns (buckets.h zero_redundancy_owners, over
+//               the charged sizes, so that a shrunk run partitions as the full-scale one; a plan speaks for rank 0)
 //   optimizer step  torch.optim.AdamW's temporaries (optim/step_temporaries.h) over those tensors: foreach their
 //                   sum, single twice the largest, fused none, at the moments' dtype, counted with the optimizer state
 // autocast's bf16 weight copies are saved activations (ddp.cpp), outside the model states predicted here.
@@ -44,20 +45,24 @@ Updated predict_ddp(const StrategyOptions& options, const AnalyticInput& input, 
   add_ring_traffic(prediction, coll::CollectiveKind::kAllReduce, "world",
                    parameters * dtype_size(compressed ? DType::kBF16 : grads), input.world);
 
-  std::vector<uint64_t> tensors;  // every parameter tensor, registration order
+  std::vector<uint64_t> tensors, charged;  // every parameter tensor, registration order: held, as charged
   for (size_t u = 0; u < input.unit_counts.size(); ++u) {
-    for (uint64_t count : input.tensors_of(u)) tensors.push_back(count);
+    const std::vector<uint64_t> held = input.tensors_of(u);
+    tensors.insert(tensors.end(), held.begin(), held.end());
+    const bool known = u < input.unit_tensors_charged.size();
+    charged.insert(charged.end(), (known ? input.unit_tensors_charged[u] : held).begin(),
+                   (known ? input.unit_tensors_charged[u] : held).end());
   }
-  const std::vector<int> owners = zero_redundancy_owners(tensors, input.world);
+  const std::vector<int> owners = zero_redundancy_owners(charged, input.world);
   uint64_t owned = 0, largest = 0;
   for (size_t i = 0; i < tensors.size(); ++i) {
     if (zero) {
       add_ring_traffic(prediction, coll::CollectiveKind::kBroadcast, "world",
                        tensors[i] * dtype_size(options.recipe.params), input.world);
-      if (owners[i] != 0) continue;
+      if (owners[i] != input.rank) continue;
     }
-    owned += input.charge.elements(tensors[i]);
-    largest = std::max<uint64_t>(largest, input.charge.elements(tensors[i]));
+    owned += charged[i];
+    largest = std::max<uint64_t>(largest, charged[i]);
   }
   switch (options.adamw_impl) {  // torch.optim.AdamW over the tensors this rank updates
     case optim::AdamWImpl::kForeach: prediction.step_temporary_elements = owned; break;

@@ -33,7 +33,9 @@ strategy::StrategyOptions memory_options(const Case& c) {
 }
 
 strategy::AnalyticInput analytic_input(const model::Model& model, int accumulation) {
-  return strategy::analytic_input(model, world_size(), test_ranks_per_node(), accumulation);
+  strategy::AnalyticInput input = strategy::analytic_input(model, world_size(), test_ranks_per_node(), accumulation);
+  input.rank = world_rank();  // ZeroRedundancyOptimizer's ranks own different tensors
+  return input;
 }
 
 class MemoryAndTraffic : public ::testing::TestWithParam<Case> {};
@@ -67,12 +69,14 @@ TEST_P(MemoryAndTraffic, MeasuredEqualsAnalytic) {
 
 std::vector<Case> cases() {
   std::vector<Case> all;
-  for (const char* name : {"ddp", "zero1", "zero2", "zero3", "fsdp", "fsdp-grad-op", "fsdp-no-shard", "fsdp-hybrid"}) {
+  for (const char* name : {"ddp", "ddp-zero", "zero1", "zero2", "zero3", "fsdp", "fsdp-grad-op", "fsdp-no-shard", "fsdp-hybrid"}) {
     all.push_back({name, optim::Recipe::kMixed, "", nullptr});
   }
   for (const char* name : {"ddp", "zero2", "fsdp"}) all.push_back({name, optim::Recipe::kFp32, "", nullptr});
   using O = strategy::StrategyOptions;
   all.push_back({"ddp", optim::Recipe::kMixed, "bucket_view", [](O& o) { o.ddp.gradient_as_bucket_view = true; }});
+  all.push_back({"ddp-zero", optim::Recipe::kMixed, "bucket_view", [](O& o) { o.ddp.gradient_as_bucket_view = true; }});
+  all.push_back({"ddp", optim::Recipe::kMixed, "bf16_hook", [](O& o) { o.ddp.comm_hook = strategy::CommHook::kBf16; }});
   all.push_back({"zero2", optim::Recipe::kMixed, "overlap_comm", [](O& o) { o.zero.overlap_comm = true; }});
   all.push_back({"zero2", optim::Recipe::kMixed, "small_buckets", [](O& o) { o.zero.reduce_bucket_elements = 1; }});
   all.push_back({"zero1", optim::Recipe::kMixed, "small_buckets", [](O& o) {

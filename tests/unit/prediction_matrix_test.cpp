@@ -44,9 +44,12 @@ std::vector<std::vector<std::string>> option_matrix() {
       {{"--attention", "sdpa"}, {"--attention", "eager"}, {"--attention", "flash"}},
       {{"--loss", "trainer"}, {"--loss", "fused"}},
       {{"--adamw", "foreach"}, {"--adamw", "single"}, {"--adamw", "fused"}},
+      // DDP's gradient_as_bucket_view (gradients kept in the buckets) and the bf16 compression hook.
+      {{}, {"--bucket-view", "--comm-hook", "bf16"}},
   };
   std::vector<std::vector<std::string>> lines = {
-      {"--seq-len", "256", "--strategies", "ddp,zero1,zero2,zero3,fsdp,fsdp-grad-op,fsdp-no-shard,fsdp-hybrid"}};
+      {"--seq-len", "256", "--strategies",
+       "ddp,ddp-zero,zero1,zero2,zero3,fsdp,fsdp-grad-op,fsdp-no-shard,fsdp-hybrid"}};
   for (const auto& axis : axes) {
     std::vector<std::vector<std::string>> next;
     for (const auto& line : lines) {
