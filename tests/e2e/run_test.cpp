@@ -155,6 +155,27 @@ TEST(Run, DdpCommHookAndZeroRedundancyOptimizer) {
   EXPECT_LT(zero_moments, 0.8 * ddp_moments);
 }
 
+// torch.autocast casts each linear layer's weight to bf16 when it first runs and autograd keeps the cast until
+// that layer's backward: without checkpointing, at the activations' peak (the loss) every block's linear weights
+// and the LM head's are held in bf16 beside the fp32 parameters. DDP's activations exceed ZeRO-2's (DeepSpeed's
+// bf16 weights, no casts; the same model, so the same saved tensors) by exactly those casts. The tiny Llama
+// (tests/data/oracle/llama-tiny.json): h 64, 4 heads of 16, 2 KV heads, F 176, V 512, 2 blocks, untied head.
+TEST(Run, AutocastHoldsEveryLinearWeightInBf16AtTheLoss) {
+  testing::TempDir dir("run");
+  const std::string out = dir.file("run.json");
+  const auto run = run_process(mpiexec(2) + kEmu + " --model " + std::string(EMU_SOURCE_DIR) +
+                               "/tests/data/oracle/llama-tiny.json --shrink 1 --seq-len 64 --micro-batch 2 --reserve 0"
+                               " --steps 1 --precision mixed --no-checkpoint --strategies ddp,zero2 --json " +
+                               out);
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  const json root = read_json(out);
+  const int64_t block = 64 * 64 + 2 * 64 * 32 + 64 * 64 + 3 * 64 * 176;  // q, k, v, o; gate, up, down
+  const int64_t head = 512 * 64;
+  const int64_t ddp = strategy(root, "ddp")["peak"]["category_peaks"]["activations"];
+  const int64_t zero2 = strategy(root, "zero2")["peak"]["category_peaks"]["activations"];
+  EXPECT_EQ(ddp - zero2, 2 * (2 * block + head));
+}
+
 TEST(Run, ExpectationsSetTheExitCode) {
   // On 4 ranks with a 3 GB cap at full scale, GPT-2 fits under ZeRO-3 and not under DDP (16 B x 124M = 2 GB of
   // model state alone, plus buckets, foreach AdamW's 4 B per parameter, and the Trainer's 12 B x T x V loss).
