@@ -155,12 +155,13 @@ TEST(Run, DdpCommHookAndZeroRedundancyOptimizer) {
   EXPECT_LT(zero_moments, 0.8 * ddp_moments);
 }
 
+// PyTorch DDP under autocast, on the tiny Llama.
 // torch.autocast casts each linear layer's weight to bf16 when it first runs and autograd keeps the cast until
 // that layer's backward: without checkpointing, at the activations' peak (the loss) every block's linear weights
 // and the LM head's are held in bf16 beside the fp32 parameters. DDP's activations exceed ZeRO-2's (DeepSpeed's
 // bf16 weights, no casts; the same model, so the same saved tensors) by exactly those casts. The tiny Llama
 // (tests/data/oracle/llama-tiny.json): h 64, 4 heads of 16, 2 KV heads, F 176, V 512, 2 blocks, untied head.
-TEST(Run, AutocastHoldsEveryLinearWeightInBf16AtTheLoss) {
+TEST(Run, AutocastCastsAndGradientsLiveAsInPyTorch) {
   testing::TempDir dir("run");
   const std::string out = dir.file("run.json");
   const auto run = run_process(mpiexec(2) + kEmu + " --model " + std::string(EMU_SOURCE_DIR) +
@@ -174,6 +175,11 @@ TEST(Run, AutocastHoldsEveryLinearWeightInBf16AtTheLoss) {
   const int64_t ddp = strategy(root, "ddp")["peak"]["category_peaks"]["activations"];
   const int64_t zero2 = strategy(root, "zero2")["peak"]["category_peaks"]["activations"];
   EXPECT_EQ(ddp - zero2, 2 * (2 * block + head));
+  // .grad comes into existence when backward reaches a parameter, and zero_grad(set_to_none=True) frees it after
+  // the step: at DDP's peak (the start of backward) only the root's fp32 gradients exist (its head's, with the
+  // embedding's and the final norm's that emu makes with them), not the blocks'.
+  const int64_t root_elements = 2 * 512 * 64 + 64;
+  EXPECT_EQ(strategy(root, "ddp")["peak"]["at_peak_by_category"]["gradients"].get<int64_t>(), 4 * root_elements);
 }
 
 TEST(Run, ExpectationsSetTheExitCode) {
