@@ -415,8 +415,8 @@ strategy::StrategyOptions read_strategies(RunOptions& options, Flags& flags, int
     base.clip_norm = static_cast<float>(flags.clip);
   }
   base.ddp.gradient_as_bucket_view = flags.bucket_view;
-  base.ddp.comm_hook =
-      parse_choice("--comm-hook", flags.comm_hook, strategy::comm_hook_names(), {strategy::CommHook::kNone, strategy::CommHook::kBf16});
+  base.ddp.comm_hook = parse_choice("--comm-hook", flags.comm_hook, strategy::comm_hook_names(),
+                                    {strategy::CommHook::kNone, strategy::CommHook::kBf16});
   base.adamw_impl = parse_choice("--adamw", flags.adamw, optim::adamw_impl_names(),
                                  {optim::AdamWImpl::kForeach, optim::AdamWImpl::kFused, optim::AdamWImpl::kSingle});
   if (flags.strategies_given) names = split_list(flags.strategies);

@@ -91,7 +91,8 @@ Prediction predict(const StrategyOptions& options, const AnalyticInput& input);
 // elements) per optimizer buffer it keeps.
 using Updated = std::vector<std::pair<int, uint64_t>>;
 
-Updated predict_ddp(const StrategyOptions& options, const AnalyticInput& input, Prediction& prediction);  // ddp-zero too
+Updated predict_ddp(const StrategyOptions& options, const AnalyticInput& input,
+                    Prediction& prediction);  // ddp-zero too
 Updated predict_zero12(const StrategyOptions& options, const AnalyticInput& input, int stage, Prediction& prediction);
 Updated predict_zero3(const StrategyOptions& options, const AnalyticInput& input, Prediction& prediction);
 Updated predict_fsdp(const StrategyOptions& options, const AnalyticInput& input, Prediction& prediction);

@@ -98,9 +98,8 @@ class Ddp final : public Strategy {
         optimizers_.emplace_back();
         continue;
       }
-      auto state = std::make_unique<optim::AdamWState>(
-          optimizer_device(), recipe, t.count, "DDP optimizer",
-          model::ParameterCharge{t.count, static_cast<double>(t.charged)});
+      auto state = std::make_unique<optim::AdamWState>(optimizer_device(), recipe, t.count, "DDP optimizer",
+                                                       model::ParameterCharge{t.count, static_cast<double>(t.charged)});
       if (device_.holds_data()) {
         state->load_master(optim::ConstElementSpan(initial.data() + t.flat, t.count, DType::kF32));
       }
@@ -142,7 +141,7 @@ class Ddp final : public Strategy {
   void before_backward(int unit) override {
     if (autocast_ && unit > 0) {
       if (unit == model_.num_units() - 1) casts_[0] = Buffer();  // the head's backward, the root's last use, is done
-      cast_unit(unit);                                             // kept from forward, or recomputed
+      cast_unit(unit);                                           // kept from forward, or recomputed
     }
     if (!bucket_view_ && unit_grads_[unit].data() == nullptr && unit_grads_[unit].count() == 0) {
       unit_grads_[unit] = model::allocate_parameter_space(device_, flat_.unit_charge[unit], flat_.count[unit],
@@ -189,11 +188,10 @@ class Ddp final : public Strategy {
     for (size_t i = 0; i < tensors_.size(); ++i) {
       const Tensor& t = tensors_[i];
       if (!optimizers_[i]) continue;
-      optimizers_[i]->step(options_.adamw, optim::ElementSpan(element(params_.data(), recipe.params, t.flat), t.count,
-                                                              recipe.params),
-                           optim::ConstElementSpan(element(unit_grads(t.unit), recipe.grads, t.offset), t.count,
-                                                   recipe.grads),
-                           t.flat, decay_, lr, grad_scale);
+      optimizers_[i]->step(
+          options_.adamw, optim::ElementSpan(element(params_.data(), recipe.params, t.flat), t.count, recipe.params),
+          optim::ConstElementSpan(element(unit_grads(t.unit), recipe.grads, t.offset), t.count, recipe.grads), t.flat,
+          decay_, lr, grad_scale);
       updated += t.charged;
     }
     count_offload(updated);
@@ -258,7 +256,8 @@ class Ddp final : public Strategy {
     const DType compute = model_.compute_dtype();
     uint64_t charged = 0;
     for (const model::ParamInfo& p : layout.params) {
-      if (unit == 0 ? is_head(p) : autocast_casts(p)) charged += model::tensor_charge(model_.config(), p) * dtype_size(compute);
+      if (unit == 0 ? is_head(p) : autocast_casts(p))
+        charged += model::tensor_charge(model_.config(), p) * dtype_size(compute);
     }
     casts_[unit] = device_.allocate(layout.count, compute, Category::kActivations,
                                     fmt::format("autocast's bf16 weights, {}", layout.name), charged);
@@ -341,11 +340,11 @@ class Ddp final : public Strategy {
   }
 
   FlatLayout flat_;
-  bool autocast_ = false;     // fp32 weights and gradients around bf16 math (the mixed recipe)
-  bool bucket_view_ = false;  // gradient_as_bucket_view
-  Buffer params_;             // [Ψ] recipe.params
-  Buffer flat_grads_;         // [Ψ] recipe.grads: with gradient_as_bucket_view, the gradients are the buckets
-  Buffer buckets_buffer_;     // [Ψ] recipe.grads: the Reducer's bucket copies, without gradient_as_bucket_view
+  bool autocast_ = false;           // fp32 weights and gradients around bf16 math (the mixed recipe)
+  bool bucket_view_ = false;        // gradient_as_bucket_view
+  Buffer params_;                   // [Ψ] recipe.params
+  Buffer flat_grads_;               // [Ψ] recipe.grads: with gradient_as_bucket_view, the gradients are the buckets
+  Buffer buckets_buffer_;           // [Ψ] recipe.grads: the Reducer's bucket copies, without gradient_as_bucket_view
   std::vector<Buffer> unit_grads_;  // [units] [n_u] recipe.grads, from the unit's backward to zero_grad
   std::vector<Buffer> casts_;       // [units] [n_u] bf16: autocast's copies of a unit's weights
   std::vector<Tensor> tensors_;

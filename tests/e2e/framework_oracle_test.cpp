@@ -152,7 +152,7 @@ struct Line {
   std::string category;
   int64_t framework = 0;
   int64_t measured = 0;
-  int64_t predicted = -1;  // -1: emu predicts no such figure
+  int64_t predicted = -1;             // -1: emu predicts no such figure
   int64_t predicted_rank_offset = 0;  // the predicted rank's bytes minus the measured rank's (ddp-zero's partition)
   std::vector<Named> named;
   bool open = false;       // the gap is not yet named from the shapes: checked only in direction
@@ -208,7 +208,8 @@ std::pair<int64_t, int64_t> zero_redundancy_partition(const CaseFacts& f, int ra
 // them. So the recorded Optstate peak is the moments alone (foreach's temporaries, made earlier in the step, were
 // freed by then), and the recorded total, whose peak is in forward, holds no optimizer state at all.
 void name_ddp(const std::string& category, const CaseFacts& f, Line& line, bool zero) {
-  const auto [owned, owned_tensors] = zero ? zero_redundancy_partition(f, f.recorded_rank) : std::pair{f.psi, f.tensors};
+  const auto [owned, owned_tensors] =
+      zero ? zero_redundancy_partition(f, f.recorded_rank) : std::pair{f.psi, f.tensors};
   if (category == "optimizer_state") {
     line.named.push_back(
         {"AdamW's step counters: one fp32 tensor per parameter tensor the rank updates", -4 * owned_tensors, !zero});
@@ -219,9 +220,10 @@ void name_ddp(const std::string& category, const CaseFacts& f, Line& line, bool 
                                       "({}): Adam's m and v",
                                       f.emu_rank, measured, f.recorded_rank, owned),
                           8 * (measured - owned), false});
-    line.named.push_back({"foreach AdamW's step temporaries (4 B per owned element), freed before MemTracker "
-                          "registered the moments",
-                          4 * measured, false});
+    line.named.push_back(
+        {"foreach AdamW's step temporaries (4 B per owned element), freed before MemTracker "
+         "registered the moments",
+         4 * measured, false});
     line.predicted_rank_offset = 12 * (zero_redundancy_partition(f, 0).first - measured);
   }
   if (category == "buckets") {
@@ -359,9 +361,10 @@ std::vector<Line> compare(const json& c, const json& emu, const std::string& str
   total.named.push_back({"emu's buckets at its peak (DDP's Reducer buckets are unseen by MemTracker)",
                          emu["peak"]["at_peak_by_category"]["buckets"].get<int64_t>()});
   if (strategy == "ddp-zero") {
-    total.named.push_back({"ZeroRedundancyOptimizer's AdamW moments of emu's rank, not yet known to MemTracker at the "
-                           "recorded peak in forward",
-                           8 * zero_redundancy_partition(f, f.emu_rank).first});
+    total.named.push_back(
+        {"ZeroRedundancyOptimizer's AdamW moments of emu's rank, not yet known to MemTracker at the "
+         "recorded peak in forward",
+         8 * zero_redundancy_partition(f, f.emu_rank).first});
   }
   lines.push_back(std::move(total));
   return lines;

@@ -69,7 +69,8 @@ TEST_P(MemoryAndTraffic, MeasuredEqualsAnalytic) {
 
 std::vector<Case> cases() {
   std::vector<Case> all;
-  for (const char* name : {"ddp", "ddp-zero", "zero1", "zero2", "zero3", "fsdp", "fsdp-grad-op", "fsdp-no-shard", "fsdp-hybrid"}) {
+  for (const char* name :
+       {"ddp", "ddp-zero", "zero1", "zero2", "zero3", "fsdp", "fsdp-grad-op", "fsdp-no-shard", "fsdp-hybrid"}) {
     all.push_back({name, optim::Recipe::kMixed, "", nullptr});
   }
   for (const char* name : {"ddp", "zero2", "fsdp"}) all.push_back({name, optim::Recipe::kFp32, "", nullptr});
