@@ -55,7 +55,7 @@ void set_kind(StrategyOptions& options, std::string_view name) {
     if (named.name == name) {
       options.kind = named.kind;
       options.fsdp.sharding = named.sharding;
-      options = with_framework_recipe(std::move(options));
+      options = with_framework_recipe(options);
       return;
     }
   }
