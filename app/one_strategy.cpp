@@ -44,6 +44,7 @@ StrategyOutcome run_one_strategy(const Stage& stage, const strategy::StrategyOpt
   strategy::AnalyticInput input =
       strategy::analytic_input(model, stage.ranks, stage.ranks_per_node, stage.accumulation);
   input.offload = stage.offload != nullptr;
+  input.rank = stage.world.rank();
   outcome.prediction = strategy::predict(sized, input);
   outcome.predicted_activations = model::saved_activation_bytes(stage.model, stage.model_options);
 

@@ -124,7 +124,7 @@ T parse_choice(std::string_view flag, const std::string& text, const std::vector
 // The flags' values as typed, before they are checked and turned into RunOptions.
 struct Flags {
   std::string cap = "none", reserve = "1GiB", precision = "mixed", attention = "sdpa", loss = "trainer",
-              adamw = "foreach";
+              adamw = "foreach", comm_hook = "none";
   std::string allocator = "caching", alloc_conf;
   std::string strategies, plan;
   std::vector<std::string> expect, faults;
@@ -186,7 +186,9 @@ void add_training_flags(CLI::App& app, RunOptions& options, Flags& flags) {
                  fmt::format("comma-separated, run in order: {} (default: {})",
                              fmt::join(strategy::strategy_names(), ", "), fmt::join(kDefaultStrategies, ",")))
       ->group("Training");
-  app.add_option("--precision", flags.precision, "mixed (bf16 + fp32 master, 16 B/param), bf16 (8 B/param) or fp32")
+  app.add_option("--precision", flags.precision,
+                 "mixed (bf16 + fp32 master, 16 B/param; ddp and ddp-zero: torch.autocast over fp32 weights and "
+                 "gradients, no master), bf16 (8 B/param) or fp32")
       ->capture_default_str()
       ->group("Training");
   app.add_option("--adamw", flags.adamw,
@@ -206,7 +208,15 @@ void add_training_flags(CLI::App& app, RunOptions& options, Flags& flags) {
   app.add_option("--clip", flags.clip, "gradient clipping by global norm; 0 turns it off (default 1.0)")
       ->group("Training");
   app.add_option("--seed", flags.seed, "initial weights and synthetic data")->capture_default_str()->group("Training");
-  app.add_flag("--bucket-view", flags.bucket_view, "DDP: gradient_as_bucket_view=True (no bucket copies)")
+  app.add_flag("--bucket-view", flags.bucket_view,
+               "ddp, ddp-zero: gradient_as_bucket_view=True (the gradients are views into DDP's buckets: no bucket "
+               "copies, and they stay allocated between steps)")
+      ->group("Training");
+  app.add_option("--comm-hook", flags.comm_hook,
+                 "ddp, ddp-zero: DDP's communication hook: none (all-reduce the buckets at the gradients' dtype, fp32 "
+                 "in the mixed recipe) or bf16 (bf16_compress_hook: each bucket cast to bf16, all-reduced, copied "
+                 "back; half the bytes)")
+      ->capture_default_str()
       ->group("Training");
   app.add_option("--reshard-after-forward", flags.reshard_after_forward,
                  "fsdp2: fully_shard's reshard_after_forward: true (free each block's unsharded parameters after its "
@@ -472,6 +482,8 @@ strategy::StrategyOptions read_strategies(RunOptions& options, Flags& flags, int
   base.ddp.gradient_as_bucket_view = flags.bucket_view;
   read_reshard_after_forward(flags.reshard_after_forward,
                              options.plan && options.plan_ranks > 0 ? options.plan_ranks : world, base.fsdp2);
+  base.ddp.comm_hook = parse_choice("--comm-hook", flags.comm_hook, strategy::comm_hook_names(),
+                                    {strategy::CommHook::kNone, strategy::CommHook::kBf16});
   base.adamw_impl = parse_choice("--adamw", flags.adamw, optim::adamw_impl_names(),
                                  {optim::AdamWImpl::kForeach, optim::AdamWImpl::kFused, optim::AdamWImpl::kSingle});
   if (flags.strategies_given) names = split_list(flags.strategies);

@@ -29,6 +29,7 @@ std::vector<uint64_t> AnalyticInput::tensors_of(size_t unit) const {
 }
 
 uint64_t AnalyticInput::elements(int unit, uint64_t elements) const {
+  if (unit == kCharged) return elements;
   if (unit == kAllUnits) return charge.elements(elements);
   if (static_cast<size_t>(unit) >= unit_charge.size()) return elements;
   return unit_charge[static_cast<size_t>(unit)].elements(elements);
@@ -43,10 +44,14 @@ AnalyticInput analytic_input(const model::Model& model, int world, int ranks_per
   for (int u = 0; u < model.num_units(); ++u) {
     input.unit_counts.push_back(model.layout(u).count);
     input.unit_charge.push_back(model::parameter_charge(model.config(), {&model.layout(u), 1}));
-    std::vector<uint64_t> tensors;
-    for (const model::ParamInfo& param : model.layout(u).params) tensors.push_back(param.count);
+    std::vector<uint64_t> tensors, charged;
+    for (const model::ParamInfo& param : model.layout(u).params) {
+      tensors.push_back(param.count);
+      charged.push_back(model::tensor_charge(model.config(), param));
+    }
     input.unit_tensors.push_back(std::move(tensors));
     input.unit_rows.push_back(tensor_rows(model.config(), model.layout(u)));
+    input.unit_tensors_charged.push_back(std::move(charged));
   }
   input.charge = model::parameter_charge(model.config(), model.layouts());
   input.world = world;
@@ -123,11 +128,13 @@ Updated UnitShards::updated() const {
   return shards;
 }
 
-Prediction predict(const StrategyOptions& options, const AnalyticInput& input) {
+Prediction predict(const StrategyOptions& given, const AnalyticInput& input) {
+  const StrategyOptions options = with_framework_recipe(given);
   Prediction prediction;
   Updated updated;  // what this rank's optimizer updates
   switch (options.kind) {
-    case StrategyKind::kDdp: updated = predict_ddp(options, input, prediction); break;
+    case StrategyKind::kDdp:
+    case StrategyKind::kDdpZero: updated = predict_ddp(options, input, prediction); break;
     case StrategyKind::kZero1: updated = predict_zero12(options, input, 1, prediction); break;
     case StrategyKind::kZero2: updated = predict_zero12(options, input, 2, prediction); break;
     case StrategyKind::kZero3: updated = predict_zero3(options, input, prediction); break;

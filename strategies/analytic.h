@@ -31,9 +31,13 @@ struct AnalyticInput {
   std::vector<std::vector<uint64_t>> unit_tensors;
   // Each unit's tensors with their dim 0 (FSDP2 shards each on dim 0); empty: one 1-D tensor per unit.
   std::vector<std::vector<TensorRows>> unit_rows;
+  // The same tensors as a shrunk run charges each one (model::tensor_charge: norm weights and biases ÷ k), what
+  // ZeroRedundancyOptimizer partitions by and charges; empty: as held.
+  std::vector<std::vector<uint64_t>> unit_tensors_charged;
   int world = 1;           // N
   int ranks_per_node = 1;  // HYBRID_SHARD's shard group
   int accumulation = 1;    // micro-batches per step
+  int rank = 0;            // the rank predicted for where ranks differ (ZeroRedundancyOptimizer's whole tensors)
   bool offload = false;    // --offload: the optimizer state (and ZeRO/FSDP gradient shards) on the host
   // How a shrunk run charges each unit's elements and those of all units back to back (norm weights and biases
   // ÷ k, workloads/model/shrink.h). Empty: every element as held (full scale, or an input made by hand).
@@ -52,6 +56,7 @@ struct AnalyticInput {
   // Bytes one buffer of `elements` elements of unit `unit` (kAllUnits: of the whole flat space) is charged at
   // `dtype`, as the strategy allocates it.
   static constexpr int kAllUnits = -1;
+  static constexpr int kCharged = -2;  // `elements` are already as a shrunk run charges them (per-tensor sums)
   uint64_t bytes(int unit, uint64_t elements, DType dtype) const;
   // What those elements are charged for, in elements: what full-scale limits ÷ k² are compared with.
   uint64_t elements(int unit, uint64_t elements) const;
@@ -89,7 +94,8 @@ Prediction predict(const StrategyOptions& options, const AnalyticInput& input);
 // elements) per optimizer buffer it keeps.
 using Updated = std::vector<std::pair<int, uint64_t>>;
 
-Updated predict_ddp(const StrategyOptions& options, const AnalyticInput& input, Prediction& prediction);
+Updated predict_ddp(const StrategyOptions& options, const AnalyticInput& input,
+                    Prediction& prediction);  // ddp-zero too
 Updated predict_zero12(const StrategyOptions& options, const AnalyticInput& input, int stage, Prediction& prediction);
 Updated predict_zero3(const StrategyOptions& options, const AnalyticInput& input, Prediction& prediction);
 Updated predict_fsdp(const StrategyOptions& options, const AnalyticInput& input, Prediction& prediction);

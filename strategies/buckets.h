@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <span>
 #include <vector>
 
@@ -19,5 +20,11 @@ struct Bucket {
 
 // `param_bytes` in registration order. Every parameter lands in exactly one bucket.
 std::vector<Bucket> assign_buckets(std::span<const size_t> param_bytes, size_t first_bucket_bytes, size_t bucket_bytes);
+
+// PyTorch ZeroRedundancyOptimizer's partition of whole parameter tensors over `ranks` ranks
+// (torch/distributed/optim/zero_redundancy_optimizer.py, _partition_parameters): the tensors sorted by element
+// count, largest first (a stable sort: equal sizes keep registration order), each given to the rank with the
+// fewest elements so far (the lowest such rank). `elements` in registration order; returns the owner of each.
+std::vector<int> zero_redundancy_owners(std::span<const uint64_t> elements, int ranks);
 
 }  // namespace emu::strategy

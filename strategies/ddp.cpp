@@ -1,15 +1,29 @@
-// DDP as PyTorch runs it: a full replica on every rank; gradients all-reduced (averaged) bucket by bucket as
-// backward completes them.
+// DDP as PyTorch runs it (torch.nn.parallel.DistributedDataParallel and its C++ Reducer): a full replica on every
+// rank; gradients all-reduced (averaged) bucket by bucket as backward completes them. `ddp-zero` is the same DDP
+// under PyTorch's ZeroRedundancyOptimizer (torch/distributed/optim/zero_redundancy_optimizer.py).
 //
-// Per rank, Ψ parameters, at the recipe's dtypes:
-//   parameters  [Ψ]  kParameters      gradients  [Ψ]  kGradients
-//   buckets     [Ψ]  kBuckets         unless gradient_as_bucket_view: DDP's bucket tensors hold a copy of every
-//                                     gradient; with views the gradients live in the buckets and there is none
-//   master, m, v [Ψ] kMasterWeights / kOptimizerState (optim/adamw_state.h)
-// Buckets are assigned in reverse registration order (buckets.h); a bucket is reduced as soon as every unit it
-// touches has finished backward, in bucket order, as DDP launches them. With gradient accumulation, only the last
-// micro-batch reduces (no_sync on the others). The all-reduce is issued at the point in backward where DDP
-// would launch it; emu's collectives are blocking, so its time is not overlapped with the remaining backward.
+// Per rank, Ψ parameters, at the dtypes the framework keeps (with_framework_recipe: the mixed recipe is
+// torch.autocast(bfloat16) over the fp32 model, so parameters and gradients are fp32 and there is no master copy):
+//   parameters  [Ψ]  kParameters, from set-up
+//   buckets     [Ψ]  kBuckets, from set-up: the Reducer's bucket tensors hold a copy of every gradient
+//   gradients   [n_u] per unit, kGradients: .grad comes into existence when backward reaches the unit and
+//                    zero_grad(set_to_none=True), PyTorch's default, frees it after the step. With
+//                    gradient_as_bucket_view the gradients are views into the buckets instead: one [Ψ] buffer
+//                    charged as gradients from set-up, never freed, and no bucket copies.
+//   m, v         per tensor AdamW updates, kOptimizerState: every tensor under DDP, the rank's own whole tensors
+//                    under ZeroRedundancyOptimizer (greedy by size, buckets.h zero_redundancy_owners)
+//   autocast's bf16 weights  kActivations: each Linear's weight (and GPT-2's Conv1D bias) cast to bf16 when it
+//                    first runs in forward, saved by autograd for backward and freed by that layer's backward.
+//                    Per block from its forward to the end of its backward (with checkpointing: freed after its
+//                    forward, cast again by the recomputation); the LM head's from forward to the head's
+//                    backward. Norm weights stay fp32 (autocast runs norms in fp32) and so do embeddings.
+// Buckets are assigned in reverse registration order (buckets.h; 25 MiB, the first 1 MiB, at the gradients'
+// dtype); a bucket is reduced as soon as every unit it touches has finished backward, in bucket order, as DDP
+// launches them. With gradient accumulation, only the last micro-batch reduces (no_sync on the others). The
+// all-reduce is at the gradients' dtype (fp32 under autocast), or in bf16 with the bf16_compress_hook (a bf16
+// temporary of the bucket). emu's collectives are blocking, so the all-reduce's time is not overlapped with the
+// remaining backward. ZeroRedundancyOptimizer then broadcasts every updated tensor from its owner
+// (_sync_params: rank by rank, tensor by tensor).
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -30,6 +44,24 @@ struct BucketRange {
   int first_unit = 0;  // the lowest unit it touches: the last to finish backward
 };
 
+// One parameter tensor, as the optimizer sees it.
+struct Tensor {
+  int unit = 0;
+  size_t offset = 0;  // within the unit
+  size_t flat = 0;    // within the flat space
+  size_t count = 0;
+  uint64_t charged = 0;  // elements as a shrunk run charges this tensor (model::tensor_charge)
+  int owner = 0;         // the rank whose optimizer updates it (every rank's own under DDP)
+};
+
+// Whether autocast runs `param` in bf16: the weights (and biases) of the linear layers; not norms or embeddings.
+bool autocast_casts(const model::ParamInfo& param) {
+  const std::string& n = param.name;
+  if (n.find("layernorm") != std::string::npos || n.find(".ln_") != std::string::npos) return false;
+  return n.find("embed_tokens") == std::string::npos && n.find(".wte.") == std::string::npos &&
+         n.find(".wpe.") == std::string::npos && n.find(".norm.") == std::string::npos;
+}
+
 class Ddp final : public Strategy {
  public:
   using Strategy::Strategy;
@@ -37,17 +69,21 @@ class Ddp final : public Strategy {
   void setup() override {
     const optim::PrecisionRecipe& recipe = options_.recipe;
     flat_ = flat_layout(model_);
+    autocast_ = model_.compute_dtype() != recipe.params;
+    bucket_view_ = options_.ddp.gradient_as_bucket_view;
     params_ = model::allocate_parameter_space(device_, flat_.charge, flat_.total, recipe.params, Category::kParameters,
                                               "DDP parameters");
-    grads_ = model::allocate_parameter_space(device_, flat_.charge, flat_.total, recipe.grads, Category::kGradients,
-                                             "DDP gradients");
+    plan_tensors();
     plan_buckets();
-    if (!options_.ddp.gradient_as_bucket_view) {
+    if (bucket_view_) {
+      flat_grads_ = model::allocate_parameter_space(device_, flat_.charge, flat_.total, recipe.grads,
+                                                    Category::kGradients, "DDP gradients (views into its buckets)");
+    } else {
       buckets_buffer_ = model::allocate_parameter_space(device_, flat_.charge, flat_.total, recipe.grads,
                                                         Category::kBuckets, "DDP gradient buckets");
     }
-    optimizer_ =
-        std::make_unique<optim::AdamWState>(optimizer_device(), recipe, flat_.total, "DDP optimizer", flat_.charge);
+    unit_grads_.resize(flat_.count.size());
+    casts_.resize(flat_.count.size());
     std::vector<float> initial(device_.holds_data() ? flat_.total : 0);  // host scratch for the initial values
     for (int u = 0; u < model_.num_units(); ++u) {
       const size_t at = flat_.offset[u];
@@ -57,23 +93,32 @@ class Ddp final : public Strategy {
       decay_.insert(decay_.end(), decay.begin(), decay.end());
     }
     convert(initial.empty() ? nullptr : initial.data(), DType::kF32, params_.data(), recipe.params, flat_.total);
-    if (device_.holds_data())
-      optimizer_->load_master(optim::ConstElementSpan(initial.data(), initial.size(), DType::kF32));
+    for (const Tensor& t : tensors_) {
+      if (t.owner != world_.rank()) {
+        optimizers_.emplace_back();
+        continue;
+      }
+      auto state = std::make_unique<optim::AdamWState>(optimizer_device(), recipe, t.count, "DDP optimizer",
+                                                       model::ParameterCharge{t.count, static_cast<double>(t.charged)});
+      if (device_.holds_data()) {
+        state->load_master(optim::ConstElementSpan(initial.data() + t.flat, t.count, DType::kF32));
+      }
+      optimizers_.push_back(std::move(state));
+    }
     for (int u = 0; u < model_.num_units(); ++u) {
-      model_.bind_weights(u, element(params_.data(), recipe.params, flat_.offset[u]));
-      model_.bind_grads(u, element(grads_.data(), recipe.grads, flat_.offset[u]));
+      // Under autocast each unit is bound to its bf16 cast in before_forward.
+      if (!autocast_) model_.bind_weights(u, unit_params(u), recipe.params);
+      if (bucket_view_) model_.bind_grads(u, element(flat_grads_.data(), recipe.grads, flat_.offset[u]), recipe.grads);
     }
   }
 
   std::vector<float> full_weights(int unit) override {
     std::vector<float> out(flat_.count[unit]);
-    const optim::ElementSpan master = optimizer_->master();
-    if (!master.empty()) {
-      convert(element(master.data(), master.dtype(), flat_.offset[unit]), master.dtype(), out.data(), DType::kF32,
-              out.size());
-    } else {
-      convert(element(params_.data(), params_.dtype(), flat_.offset[unit]), params_.dtype(), out.data(), DType::kF32,
-              out.size());
+    convert(unit_params(unit), params_.dtype(), out.data(), DType::kF32, out.size());
+    for (size_t i = 0; i < tensors_.size(); ++i) {
+      const optim::ElementSpan master = optimizers_[i] ? optimizers_[i]->master() : optim::ElementSpan();
+      if (tensors_[i].unit != unit || master.empty()) continue;
+      convert(master.data(), master.dtype(), out.data() + tensors_[i].offset, DType::kF32, tensors_[i].count);
     }
     return out;
   }
@@ -84,7 +129,30 @@ class Ddp final : public Strategy {
     next_bucket_ = 0;
   }
 
+  void before_forward(int unit) override {
+    if (autocast_) cast_unit(unit);
+  }
+
+  void after_forward(int unit) override {
+    // A checkpointed block saves nothing for backward: its casts die with its forward.
+    if (autocast_ && unit > 0 && model_.options().checkpoint) casts_[unit] = Buffer();
+  }
+
+  void before_backward(int unit) override {
+    if (autocast_ && unit > 0) {
+      if (unit == model_.num_units() - 1) casts_[0] = Buffer();  // the head's backward, the root's last use, is done
+      cast_unit(unit);                                           // kept from forward, or recomputed
+    }
+    if (!bucket_view_ && unit_grads_[unit].data() == nullptr && unit_grads_[unit].count() == 0) {
+      unit_grads_[unit] = model::allocate_parameter_space(device_, flat_.unit_charge[unit], flat_.count[unit],
+                                                          options_.recipe.grads, Category::kGradients,
+                                                          fmt::format("DDP gradients, {}", model_.layout(unit).name));
+      model_.bind_grads(unit, unit_grads_[unit].data(), options_.recipe.grads);
+    }
+  }
+
   void after_backward(int unit) override {
+    if (autocast_ && unit > 0) casts_[unit] = Buffer();
     if (!sync_) return;
     while (next_bucket_ < buckets_.size() && buckets_[next_bucket_].first_unit >= unit) {
       reduce_bucket(next_bucket_++);
@@ -98,44 +166,126 @@ class Ddp final : public Strategy {
 
   double gradient_sum_of_squares() override {
     // Every rank holds the same averaged gradients: the local sum is the global one.
-    return optim::grad_sum_of_squares(optim::ConstElementSpan::of(grads_));
+    double sum = 0;
+    for (int u = 0; u < model_.num_units(); ++u) {
+      sum += optim::grad_sum_of_squares(optim::ConstElementSpan(unit_grads(u), flat_.count[u], options_.recipe.grads));
+    }
+    return sum;
   }
 
-  // Every parameter, as DDP's module registers them, each as a shrunk run charges it (model/shrink.h).
+  // The tensors this rank's torch.optim.AdamW steps over, each as a shrunk run charges it (model/shrink.h).
   std::vector<uint64_t> optimizer_tensors() const override {
     std::vector<uint64_t> tensors;
-    for (const model::UnitLayout& unit : model_.layouts()) {
-      for (const model::ParamInfo& p : unit.params) tensors.push_back(flat_.charge.elements(p.count));
+    for (const Tensor& t : tensors_) {
+      if (t.owner == world_.rank()) tensors.push_back(t.charged);
     }
     return tensors;
   }
 
   void update(double lr, float grad_scale) override {
-    optimizer_->step(options_.adamw, optim::ElementSpan::of(params_), optim::ConstElementSpan::of(grads_), 0, decay_,
-                     lr, grad_scale);
-    count_offload(flat_.charge.elements(flat_.total));
-    zero(grads_.data(), grads_.dtype(), grads_.count());
+    const optim::PrecisionRecipe& recipe = options_.recipe;
+    uint64_t updated = 0;
+    for (size_t i = 0; i < tensors_.size(); ++i) {
+      const Tensor& t = tensors_[i];
+      if (!optimizers_[i]) continue;
+      optimizers_[i]->step(
+          options_.adamw, optim::ElementSpan(element(params_.data(), recipe.params, t.flat), t.count, recipe.params),
+          optim::ConstElementSpan(element(unit_grads(t.unit), recipe.grads, t.offset), t.count, recipe.grads), t.flat,
+          decay_, lr, grad_scale);
+      updated += t.charged;
+    }
+    count_offload(updated);
+    if (options_.kind == StrategyKind::kDdpZero) broadcast_updated();
+    // zero_grad(set_to_none=True): the gradients are freed; views into the buckets are zeroed in place.
+    if (bucket_view_) {
+      zero(flat_grads_.data(), flat_grads_.dtype(), flat_grads_.count());
+    } else {
+      for (int u = 0; u < model_.num_units(); ++u) {
+        unit_grads_[u] = Buffer();
+        model_.bind_grads(u, nullptr, recipe.grads);
+      }
+    }
   }
 
  private:
+  void* unit_params(int unit) { return element(params_.data(), params_.dtype(), flat_.offset[unit]); }
+  void* unit_grads(int unit) {
+    return bucket_view_ ? element(flat_grads_.data(), flat_grads_.dtype(), flat_.offset[unit])
+                        : unit_grads_[unit].data();
+  }
+
+  // Every parameter tensor in registration order, with its owner under ZeroRedundancyOptimizer: partitioned by
+  // the charged sizes, which are the full-scale sizes ÷ k², so that a shrunk run gives each rank the tensors the
+  // full-scale one does (the held sizes of norm weights shrink by k only).
+  void plan_tensors() {
+    std::vector<uint64_t> counts;
+    for (int u = 0; u < model_.num_units(); ++u) {
+      for (const model::ParamInfo& p : model_.layout(u).params) {
+        const uint64_t charged = model::tensor_charge(model_.config(), p);
+        tensors_.push_back({u, p.offset, flat_.offset[u] + p.offset, p.count, charged, 0});
+        counts.push_back(charged);
+      }
+    }
+    const bool zero = options_.kind == StrategyKind::kDdpZero;
+    const std::vector<int> owners = zero_redundancy_owners(counts, world_.size());
+    for (size_t i = 0; i < tensors_.size(); ++i) tensors_[i].owner = zero ? owners[i] : world_.rank();
+  }
+
   // Buckets over the parameters in registration order (units in order, each unit's parameters in order); in
   // reverse order each bucket is a contiguous range of the flat buffer.
   void plan_buckets() {
+    const size_t grad_size = dtype_size(options_.recipe.grads);
     std::vector<size_t> bytes;
-    std::vector<size_t> begin;
-    std::vector<int> unit_of;
-    for (int u = 0; u < model_.num_units(); ++u) {
-      for (const model::ParamInfo& param : model_.layout(u).params) {
-        bytes.push_back(param.count * dtype_size(options_.recipe.grads));
-        begin.push_back(flat_.offset[u] + param.offset);
-        unit_of.push_back(u);
-      }
-    }
+    for (const Tensor& t : tensors_) bytes.push_back(t.count * grad_size);
     for (const Bucket& bucket : assign_buckets(bytes, options_.scaled(options_.ddp.first_bucket_bytes),
                                                options_.scaled(options_.ddp.bucket_bytes))) {
-      const size_t last = bucket.params.back();  // reverse order: the lowest index comes last
-      const size_t first = bucket.params.front();
-      buckets_.push_back({begin[last], begin[first] + bytes[first] / dtype_size(options_.recipe.grads), unit_of[last]});
+      const Tensor& last = tensors_[bucket.params.back()];  // reverse order: the lowest index comes last
+      const Tensor& first = tensors_[bucket.params.front()];
+      buckets_.push_back({last.flat, first.flat + first.count, last.unit});
+    }
+  }
+
+  // autocast's bf16 copy of the unit's weights, bound for its math. Charged for the tensors autocast casts: a
+  // block's linear weights (and biases), the root's LM head (the embedding, when tied); the other elements (norm
+  // weights, the embedding tables' lookups) ride along in the bound copy as host scratch, as PyTorch reads them in
+  // fp32. The root's copy stands for the head's cast, which PyTorch makes when the head runs at the end of forward:
+  // emu charges it from the start of forward, where it is held with fewer activations than at the loss.
+  void cast_unit(int unit) {
+    if (casts_[unit].count() > 0) return;
+    const model::UnitLayout& layout = model_.layout(unit);
+    const DType compute = model_.compute_dtype();
+    uint64_t charged = 0;
+    for (const model::ParamInfo& p : layout.params) {
+      if (unit == 0 ? is_head(p) : autocast_casts(p))
+        charged += model::tensor_charge(model_.config(), p) * dtype_size(compute);
+    }
+    casts_[unit] = device_.allocate(layout.count, compute, Category::kActivations,
+                                    fmt::format("autocast's bf16 weights, {}", layout.name), charged);
+    convert(unit_params(unit), params_.dtype(), casts_[unit].data(), compute, layout.count);
+    model_.bind_weights(unit, casts_[unit].data());
+  }
+
+  // The LM head's weight: lm_head, or the embedding it is tied to.
+  bool is_head(const model::ParamInfo& p) const {
+    if (p.name == "lm_head.weight") return true;
+    return model_.config().tie_embeddings &&
+           (p.name.find("embed_tokens") != std::string::npos || p.name.find(".wte.") != std::string::npos);
+  }
+
+  // Copies flat elements [begin, end) of the gradients from (to_bucket) or to the unit buffers.
+  void copy_bucket(size_t begin, size_t end, void* bucket, bool to_bucket) {
+    const DType dtype = options_.recipe.grads;
+    for (int u = 0; u < model_.num_units(); ++u) {
+      const size_t lo = std::max(begin, flat_.offset[u]);
+      const size_t hi = std::min(end, flat_.offset[u] + flat_.count[u]);
+      if (lo >= hi) continue;
+      void* grads = element(unit_grads(u), dtype, lo - flat_.offset[u]);
+      void* slot = element(bucket, dtype, lo - begin);
+      if (to_bucket) {
+        convert(grads, dtype, slot, dtype, hi - lo);
+      } else {
+        convert(slot, dtype, grads, dtype, hi - lo);
+      }
     }
   }
 
@@ -143,26 +293,64 @@ class Ddp final : public Strategy {
     const BucketRange& bucket = buckets_[index];
     const std::string phase = fmt::format("backward all-reduce, bucket {}", index);
     PhaseScope scope(device_.memory(), phase);
-    const DType dtype = grads_.dtype();
+    const DType dtype = options_.recipe.grads;
     const size_t count = bucket.end - bucket.begin;
-    void* grads = element(grads_.data(), dtype, bucket.begin);
-    if (options_.ddp.gradient_as_bucket_view) {
-      world_.all_reduce(grads, grads, count, dtype, coll::ReduceOp::kAvg, phase);
+    if (bucket_view_) {
+      all_reduce(element(flat_grads_.data(), dtype, bucket.begin), count, phase);
       return;
     }
     void* copy = element(buckets_buffer_.data(), dtype, bucket.begin);
-    convert(grads, dtype, copy, dtype, count);
-    world_.all_reduce(copy, copy, count, dtype, coll::ReduceOp::kAvg, phase);
-    convert(copy, dtype, grads, dtype, count);
+    copy_bucket(bucket.begin, bucket.end, copy, true);
+    all_reduce(copy, count, phase);
+    copy_bucket(bucket.begin, bucket.end, copy, false);
+  }
+
+  // The bucket's all-reduce (average) at the gradients' dtype, or through bf16_compress_hook.
+  void all_reduce(void* data, size_t count, const std::string& phase) {
+    const DType dtype = options_.recipe.grads;
+    if (options_.ddp.comm_hook == CommHook::kNone || dtype == DType::kBF16) {
+      world_.all_reduce(data, data, count, dtype, coll::ReduceOp::kAvg, phase);
+      return;
+    }
+    Buffer compressed = model::allocate_parameter_space(device_, flat_.charge, count, DType::kBF16,
+                                                        Category::kTemporaries, "bf16_compress_hook's bucket");
+    convert(data, dtype, compressed.data(), DType::kBF16, count);
+    world_.all_reduce(compressed.data(), compressed.data(), count, DType::kBF16, coll::ReduceOp::kAvg, phase);
+    convert(compressed.data(), DType::kBF16, data, dtype, count);
+  }
+
+  // ZeroRedundancyOptimizer._sync_params: each rank in turn broadcasts the tensors it owns, in its partition's
+  // order (largest first), so every replica holds the updated parameters.
+  void broadcast_updated() {
+    const std::string phase = "ZeroRedundancyOptimizer broadcast of updated parameters";
+    PhaseScope scope(device_.memory(), phase);
+    std::vector<size_t> order(tensors_.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::stable_sort(order.begin(), order.end(),
+                     [&](size_t a, size_t b) { return tensors_[a].count > tensors_[b].count; });
+    const DType dtype = params_.dtype();
+    for (int rank = 0; rank < world_.size(); ++rank) {
+      for (size_t i : order) {
+        const Tensor& t = tensors_[i];
+        if (t.owner != rank) continue;
+        void* data = element(params_.data(), dtype, t.flat);
+        world_.broadcast(data, data, t.count, dtype, rank, phase);
+      }
+    }
   }
 
   FlatLayout flat_;
-  Buffer params_;          // [Ψ] recipe.params
-  Buffer grads_;           // [Ψ] recipe.grads
-  Buffer buckets_buffer_;  // [Ψ] recipe.grads, unless gradient_as_bucket_view
+  bool autocast_ = false;           // fp32 weights and gradients around bf16 math (the mixed recipe)
+  bool bucket_view_ = false;        // gradient_as_bucket_view
+  Buffer params_;                   // [Ψ] recipe.params
+  Buffer flat_grads_;               // [Ψ] recipe.grads: with gradient_as_bucket_view, the gradients are the buckets
+  Buffer buckets_buffer_;           // [Ψ] recipe.grads: the Reducer's bucket copies, without gradient_as_bucket_view
+  std::vector<Buffer> unit_grads_;  // [units] [n_u] recipe.grads, from the unit's backward to zero_grad
+  std::vector<Buffer> casts_;       // [units] [n_u] bf16: autocast's copies of a unit's weights
+  std::vector<Tensor> tensors_;
   std::vector<BucketRange> buckets_;
   std::vector<optim::DecayRange> decay_;
-  std::unique_ptr<optim::AdamWState> optimizer_;
+  std::vector<std::unique_ptr<optim::AdamWState>> optimizers_;  // [tensors] null where another rank owns it
   bool sync_ = true;
   size_t next_bucket_ = 0;
 };

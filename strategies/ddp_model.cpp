@@ -1,36 +1,76 @@
-// DDP's predicted memory and traffic (ddp.cpp runs it): a full replica on every rank, so the ZeRO paper's
-// baseline (2 + 2 + K)Ψ, plus DDP's gradient buckets.
+// DDP's predicted memory and traffic (ddp.cpp runs it), with or without PyTorch's ZeroRedundancyOptimizer: a full
+// replica on every rank, DDP's gradient buckets, and the optimizer over what this rank updates. At the recipe
+// PyTorch keeps (with_framework_recipe: mixed is autocast over fp32 weights, so 4 + 4 + 4 + 8 = 20 bytes per
+// parameter with the buckets and no master copy, where the ZeRO paper's mixed DDP has 16).
 //
-// Per rank, Ψ parameters:
-//   parameters  Ψ · parameter bytes      gradients  Ψ · gradient bytes
+// Per rank, Ψ parameters, n_u per unit:
+//   parameters  Ψ · parameter bytes
+//   gradients   Σ_u n_u · gradient bytes, each unit's made in its backward and freed by zero_grad after the step
+//               (all of them live at the step); with gradient_as_bucket_view Ψ · gradient bytes from set-up
 //   buckets     Ψ · gradient bytes       (none with gradient_as_bucket_view: the gradients live in the buckets)
-//   master weights and Adam moments over all Ψ
-//   optimizer step  torch.optim.AdamW's temporaries (optim/step_temporaries.h): foreach Ψ, single twice the
-//                   largest parameter, fused none, at the moments' dtype, counted with the optimizer state
-// Traffic: the gradients all-reduced once per step (only the last micro-batch reduces); the bucket count does
-// not change the volume.
+//   Adam moments per tensor updated, each as a shrunk run charges that tensor: every tensor under DDP; under
+//               ZeroRedundancyOptimizer the whole tensors input.rank owns (buckets.h zero_redundancy_owners, over
+//               the charged sizes, so that a shrunk run partitions as the full-scale one; a plan speaks for rank 0)
+//   optimizer step  torch.optim.AdamW's temporaries (optim/step_temporaries.h) over those tensors: foreach their
+//                   sum, single twice the largest, fused none, at the moments' dtype, counted with the optimizer state
+// autocast's bf16 weight copies are saved activations (ddp.cpp), outside the model states predicted here.
+// Traffic: the gradients all-reduced once per step (only the last micro-batch reduces) at the gradients' dtype, or
+// in bf16 under the bf16_compress_hook; the bucket count does not change the volume. ZeroRedundancyOptimizer then
+// broadcasts every tensor from its owner: (N−1)/N of its bytes per call, the average over the ranks (a binomial
+// tree's root sends more, its leaves nothing).
 #include "strategies/analytic.h"
+#include "strategies/buckets.h"
+
+#include <algorithm>
 
 namespace emu::strategy {
 
 Updated predict_ddp(const StrategyOptions& options, const AnalyticInput& input, Prediction& prediction) {
   const uint64_t parameters = input.parameter_count();
-  const uint64_t grad_bytes = dtype_size(options.recipe.grads);
+  const DType grads = options.recipe.grads;
   const int all = AnalyticInput::kAllUnits;
+  const bool zero = options.kind == StrategyKind::kDdpZero;
   prediction.peak[Category::kParameters] = input.bytes(all, parameters, options.recipe.params);
-  prediction.peak[Category::kGradients] = input.bytes(all, parameters, options.recipe.grads);
-  if (!options.ddp.gradient_as_bucket_view) {
-    prediction.peak[Category::kBuckets] = input.bytes(all, parameters, options.recipe.grads);
+  if (options.ddp.gradient_as_bucket_view) {
+    prediction.peak[Category::kGradients] = input.bytes(all, parameters, grads);
+  } else {
+    for (size_t u = 0; u < input.unit_counts.size(); ++u) {
+      prediction.peak[Category::kGradients] += input.bytes(static_cast<int>(u), input.unit_counts[u], grads);
+    }
+    prediction.peak[Category::kBuckets] = input.bytes(all, parameters, grads);
   }
-  prediction.formula = "(2 + 2 + K)Ψ: a full replica";
-  add_ring_traffic(prediction, coll::CollectiveKind::kAllReduce, "world", parameters * grad_bytes, input.world);
-  switch (options.adamw_impl) {  // torch.optim.AdamW over every parameter tensor
-    case optim::AdamWImpl::kForeach: prediction.step_temporary_elements = input.parameter_tensors_charged; break;
-    case optim::AdamWImpl::kSingle: prediction.step_temporary_elements = 2 * input.largest_parameter_charged; break;
+  prediction.formula = zero ? "(4 + 4 + 4 + 8/N)Ψ: a replica, DDP's buckets, AdamW on whole owned tensors"
+                            : "(2 + 2 + K)Ψ: a full replica";
+  const bool compressed = options.ddp.comm_hook == CommHook::kBf16 && grads == DType::kF32;
+  add_ring_traffic(prediction, coll::CollectiveKind::kAllReduce, "world",
+                   parameters * dtype_size(compressed ? DType::kBF16 : grads), input.world);
+
+  std::vector<uint64_t> tensors, charged;  // every parameter tensor, registration order: held, as charged
+  for (size_t u = 0; u < input.unit_counts.size(); ++u) {
+    const std::vector<uint64_t> held = input.tensors_of(u);
+    tensors.insert(tensors.end(), held.begin(), held.end());
+    const bool known = u < input.unit_tensors_charged.size();
+    charged.insert(charged.end(), (known ? input.unit_tensors_charged[u] : held).begin(),
+                   (known ? input.unit_tensors_charged[u] : held).end());
+  }
+  const std::vector<int> owners = zero_redundancy_owners(charged, input.world);
+  uint64_t owned = 0, largest = 0;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    if (zero) {
+      add_ring_traffic(prediction, coll::CollectiveKind::kBroadcast, "world",
+                       tensors[i] * dtype_size(options.recipe.params), input.world);
+      if (owners[i] != input.rank) continue;
+    }
+    owned += charged[i];
+    largest = std::max<uint64_t>(largest, charged[i]);
+  }
+  switch (options.adamw_impl) {  // torch.optim.AdamW over the tensors this rank updates
+    case optim::AdamWImpl::kForeach: prediction.step_temporary_elements = owned; break;
+    case optim::AdamWImpl::kSingle: prediction.step_temporary_elements = 2 * largest; break;
     case optim::AdamWImpl::kFused: break;
   }
-  if (input.offload) prediction.pcie.device_to_host = input.bytes(all, parameters, options.recipe.grads);
-  return {{all, parameters}};
+  if (input.offload) prediction.pcie.device_to_host = owned * dtype_size(grads);
+  return {{AnalyticInput::kCharged, owned}};
 }
 
 }  // namespace emu::strategy

@@ -18,6 +18,7 @@ struct Named {
 };
 constexpr Named kNames[] = {
     {"ddp", StrategyKind::kDdp, Sharding::kFullShard},
+    {"ddp-zero", StrategyKind::kDdpZero, Sharding::kFullShard},
     {"zero1", StrategyKind::kZero1, Sharding::kFullShard},
     {"zero2", StrategyKind::kZero2, Sharding::kFullShard},
     {"zero3", StrategyKind::kZero3, Sharding::kFullShard},
@@ -55,11 +56,26 @@ void set_kind(StrategyOptions& options, std::string_view name) {
     if (named.name == name) {
       options.kind = named.kind;
       options.fsdp.sharding = named.sharding;
+      options = with_framework_recipe(options);
       return;
     }
   }
   throw InputError(fmt::format("strategy '{}' is not one of {}", name, fmt::join(strategy_names(), ", ")));
 }
+
+StrategyOptions with_framework_recipe(StrategyOptions options) {
+  const bool ddp = options.kind == StrategyKind::kDdp || options.kind == StrategyKind::kDdpZero;
+  optim::PrecisionRecipe& recipe = options.recipe;
+  if (ddp && recipe.recipe == optim::Recipe::kMixed && !recipe.fp16 && recipe.params == DType::kBF16) {
+    recipe.params = DType::kF32;
+    recipe.grads = DType::kF32;
+    recipe.has_master = false;
+    recipe.moments = DType::kF32;
+  }
+  return options;
+}
+
+std::vector<std::string> comm_hook_names() { return {"none", "bf16"}; }
 
 namespace {
 
@@ -163,7 +179,8 @@ std::unique_ptr<Strategy> make_fsdp2(StrategyContext context, const StrategyOpti
 
 std::unique_ptr<Strategy> make_strategy(StrategyContext context, const StrategyOptions& options) {
   switch (options.kind) {
-    case StrategyKind::kDdp: return make_ddp(context, options);
+    case StrategyKind::kDdp:
+    case StrategyKind::kDdpZero: return make_ddp(context, with_framework_recipe(options));
     case StrategyKind::kZero1: return make_zero12(context, options, 1);
     case StrategyKind::kZero2: return make_zero12(context, options, 2);
     case StrategyKind::kZero3: return make_zero3(context, options);

@@ -3,6 +3,8 @@
 // strategy binds each unit's weights and gradients and acts in the model's hooks (model.h).
 //
 //   ddp            full replica; gradient buckets all-reduced as they fill in backward (PyTorch DDP)
+//   ddp-zero       DDP with PyTorch's ZeroRedundancyOptimizer: AdamW state for the whole tensors a rank owns,
+//                  updated parameters broadcast from their owners
 //   zero1, zero2   optimizer state (and, for 2, gradients) partitioned; reduce-scatter + all-gather (DeepSpeed)
 //   zero3          parameters partitioned too, gathered per unit before use and released after (DeepSpeed)
 //   fsdp           one flat parameter per unit, FULL_SHARD / SHARD_GRAD_OP / NO_SHARD / HYBRID_SHARD (PyTorch FSDP)
@@ -34,7 +36,7 @@
 
 namespace emu::strategy {
 
-enum class StrategyKind : uint8_t { kDdp, kZero1, kZero2, kZero3, kFsdp, kFsdp2 };
+enum class StrategyKind : uint8_t { kDdp, kZero1, kZero2, kZero3, kFsdp, kFsdp2, kDdpZero };
 
 // FSDP's sharding strategies.
 enum class Sharding : uint8_t {
@@ -49,11 +51,18 @@ enum class BackwardPrefetch : uint8_t {
   kNone,
 };
 
+// DDP's communication hook (register_comm_hook): none all-reduces the buckets at the gradients' dtype;
+// bf16 is torch.distributed.algorithms.ddp_comm_hooks.default_hooks.bf16_compress_hook (each bucket cast to a
+// bf16 temporary, all-reduced in bf16, copied back).
+enum class CommHook : uint8_t { kNone, kBf16 };
+std::vector<std::string> comm_hook_names();  // "none", "bf16"
+
 // PyTorch DistributedDataParallel's knobs, at full scale.
 struct DdpOptions {
   uint64_t bucket_bytes = 25 * kMiB;       // bucket_cap_mb
   uint64_t first_bucket_bytes = 1 * kMiB;  // the first bucket, so that communication starts early
   bool gradient_as_bucket_view = false;    // gradients are views into the buckets: no bucket copies
+  CommHook comm_hook = CommHook::kNone;
 };
 
 // DeepSpeed zero_optimization's knobs, at full scale (elements, as DeepSpeed counts them).
@@ -103,14 +112,22 @@ struct StrategyOptions {
   int shrink = 1;          // k: full-scale bucket and threshold sizes are divided by k²
   uint64_t seed = 1234;    // initial weights
 
-  // "ddp", "zero1", "zero2", "zero3", "fsdp" (FULL_SHARD), "fsdp-grad-op", "fsdp-no-shard", "fsdp-hybrid", "fsdp2"
+  // "ddp", "ddp-zero", "zero1", "zero2", "zero3", "fsdp" (FULL_SHARD), "fsdp-grad-op", "fsdp-no-shard",
+  // "fsdp-hybrid", "fsdp2"
   std::string name() const;
   // A full-scale byte or element count divided by k², at least 1.
   uint64_t scaled(uint64_t full_scale) const;
 };
 
-// Sets kind (and FSDP's sharding) from a name as StrategyOptions::name() prints it; InputError listing the names.
+// Sets kind (and FSDP's sharding) from a name as StrategyOptions::name() prints it, and the recipe the framework
+// really keeps (framework_recipe); InputError listing the names.
 void set_kind(StrategyOptions& options, std::string_view name);
+// The options with the precision recipe the strategy's framework really keeps. PyTorch DDP (ddp, ddp-zero) in the
+// mixed recipe is torch.autocast(bfloat16) over the fp32 model, as the Hugging Face Trainer's bf16=True without
+// DeepSpeed: fp32 parameters and gradients, AdamW on the fp32 parameters (no master copy); the model's math stays
+// bf16 (the strategy binds autocast's bf16 copies of the weights). Every other strategy and recipe is unchanged.
+// Idempotent; make_strategy and predict apply it.
+StrategyOptions with_framework_recipe(StrategyOptions options);
 std::vector<std::string> strategy_names();
 
 // Where a strategy runs: its rank's device, the world communicator (its ledger is the training traffic), the

@@ -124,6 +124,7 @@ INSTANTIATE_TEST_SUITE_P(
                       BadInput{"--reserve 1GB-scaled", "--reserve '1GB-scaled' must be a plain size"},
                       BadInput{"--no-such-flag", "--no-such-flag"},
                       BadInput{"--log loud", "log level 'loud' is not one of"},
+                      BadInput{"--comm-hook fp16", "--comm-hook 'fp16' is not one of none, bf16"},
                       BadInput{"--device tpu", "--device 'tpu' is not a backend; accepted: cpu, cuda"},
                       BadInput{"--device cuda", "--device cuda: this build has cpu, shapes only"},
                       BadInput{"--expect zero3=oom",

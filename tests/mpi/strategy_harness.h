@@ -128,22 +128,28 @@ inline void bf16_average(const std::vector<std::vector<float>>& ranks, void* out
 //     rank's bf16 gradient is the strategies' bit for bit; the N gradients are averaged as a bf16 reduction
 //     rounds (detail::bf16_average). It differs from a strategy only in the order of the N−1 rounded additions
 //     (a ring starts each block's sum at another rank). The strategies' rounding points agree with this for one
-//     micro-batch per step only (DDP accumulates micro-batches in bf16 before its all-reduce, FSDP in fp32 after
-//     its reduce-scatter), so the mixed reference takes accumulation 1.
-inline Trace run_reference(model::Style style, const strategy::StrategyOptions& options, int ranks, int accumulation,
+//     micro-batch per step only (FSDP accumulates in fp32 after its reduce-scatter), so the mixed reference takes
+//     accumulation 1.
+//   mixed recipe under PyTorch DDP (ddp, ddp-zero: torch.autocast over fp32 weights, strategy::with_framework_recipe):
+//     fp32 weights and gradients, and the math on a bf16 copy of the weights made before every step's forward, as
+//     autocast casts them; otherwise as fp32 (one model takes the global micro-batch, fp32 gradients summed).
+inline Trace run_reference(model::Style style, const strategy::StrategyOptions& given, int ranks, int accumulation,
                            int steps) {
+  const strategy::StrategyOptions options = strategy::with_framework_recipe(given);
+  const DType compute = given.recipe.params;  // the model's math: bf16 in the mixed recipe, under autocast too
+  const bool autocast = compute != options.recipe.params;
   const bool per_rank = options.recipe.grads == DType::kBF16;
   EMU_CHECK(!per_rank || accumulation == 1, "the bf16-gradient reference takes one micro-batch per step, not {}",
             accumulation);
   const model::ModelConfig config = tiny_config(style, per_rank ? 1 : ranks);
   auto device = make_cpu_device({});
   model::ModelOptions model_options;
-  model_options.compute = options.recipe.params;
+  model_options.compute = compute;
   model::Model model(*device, config, model_options);
   const auto data = tiny_data(config);
   model::NoHooks hooks;
   const int units = model.num_units();
-  std::vector<Buffer> weights, grads, rank_grads;
+  std::vector<Buffer> weights, grads, rank_grads, casts;
   std::vector<std::unique_ptr<optim::AdamWState>> optimizers;
   for (int u = 0; u < units; ++u) {
     const size_t count = model.layout(u).count;
@@ -155,12 +161,22 @@ inline Trace run_reference(model::Style style, const strategy::StrategyOptions& 
     model::narrow(initial.data(), options.recipe.params, count, weights.back().data());
     optimizers.push_back(std::make_unique<optim::AdamWState>(*device, options.recipe, count));
     optimizers.back()->load_master(optim::ConstElementSpan(initial.data(), count, DType::kF32));
-    model.bind_weights(u, weights.back().data());
-    model.bind_grads(u, (per_rank ? rank_grads : grads).back().data());
+    if (autocast) {
+      casts.push_back(device->allocate(count, compute, Category::kActivations));
+      model.bind_weights(u, casts.back().data());
+    } else {
+      model.bind_weights(u, weights.back().data());
+    }
+    model.bind_grads(u, (per_rank ? rank_grads : grads).back().data(), options.recipe.grads);
   }
   Trace trace;
   for (int step = 0; step < steps; ++step) {
     double loss = 0;
+    for (size_t u = 0; u < casts.size(); ++u) {
+      std::vector<float> w(weights[u].count());
+      model::widen(weights[u].data(), weights[u].dtype(), w.size(), w.data());
+      model::narrow(w.data(), compute, w.size(), casts[u].data());
+    }
     if (per_rank) {
       std::vector<std::vector<std::vector<float>>> by_unit(static_cast<size_t>(units));  // [units][N][elements]
       for (int r = 0; r < ranks; ++r) {

@@ -33,7 +33,9 @@ strategy::StrategyOptions memory_options(const Case& c) {
 }
 
 strategy::AnalyticInput analytic_input(const model::Model& model, int accumulation) {
-  return strategy::analytic_input(model, world_size(), test_ranks_per_node(), accumulation);
+  strategy::AnalyticInput input = strategy::analytic_input(model, world_size(), test_ranks_per_node(), accumulation);
+  input.rank = world_rank();  // ZeroRedundancyOptimizer's ranks own different tensors
+  return input;
 }
 
 class MemoryAndTraffic : public ::testing::TestWithParam<Case> {};
@@ -68,7 +70,8 @@ TEST_P(MemoryAndTraffic, MeasuredEqualsAnalytic) {
 std::vector<Case> cases() {
   std::vector<Case> all;
   using O = strategy::StrategyOptions;
-  for (const char* name : {"ddp", "zero1", "zero2", "zero3", "fsdp", "fsdp-grad-op", "fsdp-no-shard", "fsdp-hybrid"}) {
+  for (const char* name :
+       {"ddp", "ddp-zero", "zero1", "zero2", "zero3", "fsdp", "fsdp-grad-op", "fsdp-no-shard", "fsdp-hybrid"}) {
     all.push_back({name, optim::Recipe::kMixed, "", nullptr});
   }
   for (const char* name : {"ddp", "zero2", "fsdp", "fsdp2"}) all.push_back({name, optim::Recipe::kFp32, "", nullptr});
@@ -77,6 +80,8 @@ std::vector<Case> cases() {
   all.push_back({"fsdp2", optim::Recipe::kMixed, "no_reshard_after_forward",
                  [](O& o) { o.fsdp2.reshard_after_forward = false; }});
   all.push_back({"ddp", optim::Recipe::kMixed, "bucket_view", [](O& o) { o.ddp.gradient_as_bucket_view = true; }});
+  all.push_back({"ddp-zero", optim::Recipe::kMixed, "bucket_view", [](O& o) { o.ddp.gradient_as_bucket_view = true; }});
+  all.push_back({"ddp", optim::Recipe::kMixed, "bf16_hook", [](O& o) { o.ddp.comm_hook = strategy::CommHook::kBf16; }});
   all.push_back({"zero2", optim::Recipe::kMixed, "overlap_comm", [](O& o) { o.zero.overlap_comm = true; }});
   all.push_back({"zero2", optim::Recipe::kMixed, "small_buckets", [](O& o) { o.zero.reduce_bucket_elements = 1; }});
   all.push_back({"zero1", optim::Recipe::kMixed, "small_buckets", [](O& o) {

@@ -92,22 +92,46 @@ void add_step_temporaries(Estimate& e, const Knobs& k, const std::vector<uint64_
   }
 }
 
-Estimate ddp(const Shapes& s, const Knobs& k) {
+// PyTorch DDP; with `zero`, under ZeroRedundancyOptimizer (torch/distributed/optim/zero_redundancy_optimizer.py):
+// the optimizer keeps state for whole tensors only, given largest first to the rank with the fewest elements so
+// far; this estimate speaks for k.rank. Mixed precision under DDP is torch.autocast over the fp32 model, as the
+// Hugging Face Trainer's bf16=True runs it: fp32 parameters and gradients, AdamW on the parameters themselves.
+Estimate ddp(const Shapes& s, const Knobs& k, bool zero) {
   const uint64_t psi = parameter_count(s);
+  Knobs recipe = k;
+  if (k.master) {  // autocast: 4 B parameters and gradients, no master copy, fp32 moments
+    recipe.param_bytes = 4;
+    recipe.grad_bytes = 4;
+    recipe.master = false;
+    recipe.moment_bytes = 4;
+  }
   Estimate e;
-  add(e, &Estimate::parameters, "parameters", "parameters (2Ψ)", psi * k.param_bytes);
-  add(e, &Estimate::gradients, "gradients", "gradients (2Ψ)", psi * k.grad_bytes);
+  add(e, &Estimate::parameters, "parameters", "parameters (Ψ)", psi * recipe.param_bytes);
+  add(e, &Estimate::gradients, "gradients", "gradients (Ψ), all alive at the step", psi * recipe.grad_bytes);
   if (!k.gradient_as_bucket_view) {
     add(e, &Estimate::buckets, "buckets", "DDP bucket copies of every gradient (25 MiB buckets, first 1 MiB)",
-        psi * k.grad_bytes);
+        psi * recipe.grad_bytes);
   }
-  add_optimizer(e, k, psi, "all Ψ");
   std::vector<uint64_t> tensors = root_tensors(s);
   for (int64_t l = 0; l < s.layers; ++l) {
     const std::vector<uint64_t> block = block_tensors(s);
     tensors.insert(tensors.end(), block.begin(), block.end());
   }
-  add_step_temporaries(e, k, tensors);
+  if (zero) {
+    std::vector<uint64_t> sorted = tensors;
+    std::stable_sort(sorted.begin(), sorted.end(), std::greater<>());
+    std::vector<uint64_t> load(static_cast<size_t>(k.world), 0);
+    std::vector<uint64_t> mine;  // rank 0's
+    for (uint64_t t : sorted) {
+      const auto least = static_cast<size_t>(std::min_element(load.begin(), load.end()) - load.begin());
+      load[least] += t;
+      if (static_cast<int>(least) == k.rank) mine.push_back(t);
+    }
+    tensors = mine;
+  }
+  add_optimizer(e, recipe, std::accumulate(tensors.begin(), tensors.end(), uint64_t{0}),
+                zero ? "the rank's whole tensors" : "all Ψ");
+  if (!tensors.empty()) add_step_temporaries(e, recipe, tensors);
   return e;
 }
 
@@ -326,7 +350,8 @@ Estimate fsdp(const Shapes& s, const Knobs& k) {
 }  // namespace
 
 Estimate estimate(const Shapes& shapes, const Knobs& knobs) {
-  if (knobs.strategy == "ddp") return ddp(shapes, knobs);
+  if (knobs.strategy == "ddp") return ddp(shapes, knobs, false);
+  if (knobs.strategy == "ddp-zero") return ddp(shapes, knobs, true);
   if (knobs.strategy == "zero1") return zero12(shapes, knobs, 1);
   if (knobs.strategy == "zero2") return zero12(shapes, knobs, 2);
   if (knobs.strategy == "zero3") return zero3(shapes, knobs);

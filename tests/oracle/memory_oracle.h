@@ -12,7 +12,8 @@
 // Per rank, Ψ parameters, N ranks, k the shrink factor (every full-scale bucket and threshold size / k²):
 //   DDP      parameters Ψ·p, gradients Ψ·g, bucket copies Ψ·g unless gradient_as_bucket_view (the Reducer's
 //            buckets hold every gradient once; 25 MiB and a 1 MiB first bucket change their number, not their
-//            sum), master and Adam over Ψ
+//            sum), master and Adam over Ψ; mixed precision is autocast over fp32 (p = g = 4, no master). ddp-zero
+//            (ZeroRedundancyOptimizer): the same, with Adam over rank 0's whole tensors (greedy, largest first)
 //   ZeRO-1   DeepSpeed flattens the bit16 parameters into one group aligned to 2·N elements
 //            (nccl_start_alignment_factor = 2): P = Ψ rounded up to 2N, S = P/N. parameters P·p, gradients Ψ·g
 //            (autograd's .grad per tensor) plus, when the gradient partition S (made at the first
@@ -72,9 +73,10 @@ enum class Prefetch : uint8_t { kBackwardPre, kBackwardPost, kNone };
 
 // The strategy and its knobs, as the frameworks state them (full scale), and the precision's bytes.
 struct Knobs {
-  std::string strategy;  // ddp, zero1, zero2, zero3, fsdp, fsdp-grad-op, fsdp-no-shard, fsdp-hybrid
+  std::string strategy;  // ddp, ddp-zero, zero1, zero2, zero3, fsdp, fsdp-grad-op, fsdp-no-shard, fsdp-hybrid
   int world = 1;
   int ranks_per_node = 1;  // HYBRID_SHARD's shard group
+  int rank = 0;            // the rank estimated for (ddp-zero's ranks own different whole tensors)
   int64_t shrink = 1;      // k
   // Precision: bytes of the compute parameters and gradients; fp32 master weights or not; Adam moment bytes.
   uint64_t param_bytes = 2, grad_bytes = 2, moment_bytes = 4;

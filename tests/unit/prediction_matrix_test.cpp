@@ -62,11 +62,13 @@ std::vector<std::vector<std::string>> option_matrix() {
       {{"--attention", "sdpa"}, {"--attention", "eager"}, {"--attention", "flash"}},
       {{"--loss", "trainer"}, {"--loss", "fused"}},
       {{"--adamw", "foreach"}, {"--adamw", "single"}, {"--adamw", "fused"}},
+      // DDP's gradient_as_bucket_view (gradients kept in the buckets) and the bf16 compression hook.
+      {{}, {"--bucket-view", "--comm-hook", "bf16"}},
   };
   std::vector<std::vector<std::string>> lines;
   for (const std::vector<std::string>& base :
        {std::vector<std::string>{"--seq-len", "256", "--strategies",
-                                 "ddp,zero1,zero2,zero3,fsdp,fsdp-grad-op,fsdp-no-shard,fsdp-hybrid,fsdp2"},
+                                 "ddp,ddp-zero,zero1,zero2,zero3,fsdp,fsdp-grad-op,fsdp-no-shard,fsdp-hybrid,fsdp2"},
         std::vector<std::string>{"--seq-len", "256", "--strategies", "fsdp2", "--reshard-after-forward", "false"},
         std::vector<std::string>{"--seq-len", "256", "--strategies", "fsdp2", "--reshard-after-forward", "2"}}) {
     const auto some = product(base, axes);

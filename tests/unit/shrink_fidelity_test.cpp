@@ -37,8 +37,8 @@ constexpr int kRanks = 4;
 constexpr int kRanksPerNode = 2;      // fsdp-hybrid: two nodes of two
 constexpr double kTolerance = 0.005;  // 0.5%
 
-const std::vector<std::string> kStrategies = {"ddp",          "zero1",         "zero2",       "zero3", "fsdp",
-                                              "fsdp-grad-op", "fsdp-no-shard", "fsdp-hybrid", "fsdp2"};
+const std::vector<std::string> kStrategies = {"ddp",  "ddp-zero",     "zero1",         "zero2",       "zero3",
+                                              "fsdp", "fsdp-grad-op", "fsdp-no-shard", "fsdp-hybrid", "fsdp2"};
 
 // Every preset, every config.json of the fuzz corpus that emu accepts (valid_*.json), and every real model
 // repository's config.json under tests/data/hf that emu accepts (the refused families are tested for their

@@ -37,14 +37,24 @@ const UnitLayout& Model::layout(int unit) const {
   return layouts_[static_cast<size_t>(unit)];
 }
 
-void Model::bind_weights(int unit, const void* weights) {
+void Model::bind_weights(int unit, const void* weights) { bind_weights(unit, weights, options_.compute); }
+
+void Model::bind_weights(int unit, const void* weights, DType dtype) {
   layout(unit);
+  EMU_CHECK(dtype == DType::kF32 || dtype == options_.compute, "unit {} weights bound as {}, computing in {}", unit,
+            dtype_name(dtype), dtype_name(options_.compute));
   units_[static_cast<size_t>(unit)].weights = weights;
+  units_[static_cast<size_t>(unit)].weights_dtype = dtype;
 }
 
-void Model::bind_grads(int unit, void* grads) {
+void Model::bind_grads(int unit, void* grads) { bind_grads(unit, grads, options_.compute); }
+
+void Model::bind_grads(int unit, void* grads, DType dtype) {
   layout(unit);
+  EMU_CHECK(dtype == DType::kF32 || dtype == options_.compute, "unit {} gradients bound as {}, computing in {}", unit,
+            dtype_name(dtype), dtype_name(options_.compute));
   units_[static_cast<size_t>(unit)].grads = grads;
+  units_[static_cast<size_t>(unit)].grads_dtype = dtype;
 }
 
 void Model::initial_values(int unit, uint64_t seed, size_t begin, size_t count, float* out) const {
@@ -80,7 +90,7 @@ const float* Model::weights_f32(int unit, Scratch& scratch) const {
   const UnitBindings& u = units_[static_cast<size_t>(unit)];
   EMU_CHECK(u.weights != nullptr, "no weights are bound to unit {} ({}); bind them before its before_ hook returns",
             unit, layout(unit).name);
-  if (options_.compute == DType::kF32) return static_cast<const float*>(u.weights);
+  if (u.weights_dtype == DType::kF32) return static_cast<const float*>(u.weights);
   const size_t n = layout(unit).count;
   float* copy = scratch.reserve_as<float>(*ops_, n, false);
   ops_->bf16_to_f32(static_cast<const uint16_t*>(u.weights), copy, n);
@@ -96,7 +106,7 @@ void Model::flush_grads(int unit, const float* grads) {
   const UnitBindings& u = units_[static_cast<size_t>(unit)];
   EMU_CHECK(u.grads != nullptr, "no gradient buffer is bound to unit {} ({})", unit, layout(unit).name);
   const size_t n = layout(unit).count;
-  if (options_.compute == DType::kF32) {
+  if (u.grads_dtype == DType::kF32) {
     ops_->accumulate(static_cast<float*>(u.grads), grads, n);
   } else {
     ops_->accumulate_bf16(static_cast<uint16_t*>(u.grads), grads, n);

@@ -73,9 +73,12 @@ class Model {
   const std::vector<UnitLayout>& layouts() const { return layouts_; }
 
   // `weights`: layout(unit).count elements at compute_dtype(); `grads` likewise, accumulated into by backward.
-  // Either may be null on a shapes-only device.
+  // Either may be null on a shapes-only device. `dtype` (fp32 or the compute dtype) binds them at another dtype:
+  // PyTorch autocast keeps fp32 weights and fp32 gradients around bf16 math (DDP's mixed recipe).
   void bind_weights(int unit, const void* weights);
+  void bind_weights(int unit, const void* weights, DType dtype);
   void bind_grads(int unit, void* grads);
+  void bind_grads(int unit, void* grads, DType dtype);
 
   // tokens and targets: [b, s] int32 token ids in [0, V); targets[i] is the token that should follow tokens[i]
   // (already shifted, unlike Hugging Face's labels). Returns the mean cross-entropy over the b·s tokens and keeps
@@ -101,6 +104,8 @@ class Model {
   struct UnitBindings {  // what a strategy bound to one unit
     const void* weights = nullptr;
     void* grads = nullptr;
+    DType weights_dtype = DType::kF32;
+    DType grads_dtype = DType::kF32;
   };
   // The unit's weights as fp32: the bound buffer itself in fp32, else a widened copy in `scratch`.
   const float* weights_f32(int unit, Scratch& scratch) const;
