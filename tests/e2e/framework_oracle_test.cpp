@@ -239,9 +239,18 @@ void name_ddp(const std::string& category, const CaseFacts& f, Line& line, bool 
          4 * measured, false});
     line.predicted_rank_offset = 12 * (zero_redundancy_partition(f, 0).first - measured);
   }
+  // The Reducer's fp32 buckets (one here: the model is under the first bucket's 1 MiB cap) are made again in the
+  // second iteration's forward, when DDP rebuilds them in the order the gradients came (Reducer::rebuild_buckets,
+  // called from DistributedDataParallel.forward): through the dispatcher, so MemTracker sees them, and files them
+  // under activations. The recorded step is the second, so its total holds them; only the category differs.
   if (category == "buckets") {
     line.named.push_back(
-        {"the Reducer's bucket copies (fp32), allocated in C++ where MemTracker does not see them", 4 * f.psi});
+        {"the Reducer's fp32 buckets, rebuilt in the second forward: filed by MemTracker as "
+         "activations",
+         4 * f.psi, false});
+  }
+  if (category == "activations") {
+    line.named.push_back({"the Reducer's fp32 buckets (MemTracker's activations, emu's buckets)", -4 * f.psi, false});
   }
   if (category == "buffers") line.named.push_back({"RoPE inv_freq buffers (emu keeps none)", -rope_buffers(f, 4)});
 }
@@ -444,19 +453,14 @@ std::vector<Line> compare(const json& c, const json& emu, const std::string& str
       {"emu's collective staging in use at its peak (NCCL's own buffers on a GPU, outside "
        "PyTorch's allocator)",
        emu["peak"]["at_peak_by_category"]["comm_buffers"].get<int64_t>()});
-  if (strategy == "fsdp2") {
-    // emu's peak is in backward (at its start without checkpointing), where it holds the root's unsharded
-    // gradients; PyTorch's is in forward, or holds only some of them: autograd makes the head's once the logits'
-    // gradient is out and the embedding's at the end of backward.
+  const bool ddp = strategy == "ddp" || strategy == "ddp-zero";
+  if (strategy == "fsdp2" || ddp) {
+    // emu's peak is in backward (at its start without checkpointing), where it holds the root's (unsharded)
+    // gradients; PyTorch's is in forward or in the loss's backward, before any: autograd makes the head's once the
+    // logits' gradient is out and the embedding's at the end of backward. DDP's are fp32 under autocast.
     const auto root = static_cast<int64_t>(oracle::unit_counts(f.shapes).at(0));
-    total.named.push_back(
-        {"the root's unsharded gradients, which emu makes whole at the start of backward and keeps "
-         "through it",
-         f.emu_bytes * root});
-  }
-  if (strategy != "fsdp2") {  // FSDPMemTracker sees FSDP2's all-gather and reduce-scatter buffers
-    total.named.push_back({"emu's buckets at its peak (DDP's Reducer buckets are unseen by MemTracker)",
-                           emu["peak"]["at_peak_by_category"]["buckets"].get<int64_t>()});
+    total.named.push_back({"the root's gradients, which emu makes whole at the start of backward and keeps through it",
+                           (ddp ? 4 : f.emu_bytes) * root});
   }
   if (strategy == "ddp-zero") {
     total.named.push_back(
