@@ -143,7 +143,7 @@ TEST(DeepSpeedConfig, LegacyOffloadKeysAreHonouredOrRefused) {
 
 // The header says where each setting came from: what the config set (as written), what it left "auto", and which
 // flags overrode it.
-RunOptions parse(std::vector<std::string> args) {
+RunOptions parse(const std::vector<std::string>& args) {
   std::vector<const char*> argv = {"emu"};
   for (const std::string& arg : args) argv.push_back(arg.c_str());
   return parse_command_line(static_cast<int>(argv.size()), argv.data(), 4).options;
