@@ -41,6 +41,7 @@ uint64_t AnalyticInput::bytes(int unit, uint64_t elements, DType dtype) const {
 
 AnalyticInput analytic_input(const model::Model& model, int world, int ranks_per_node, int accumulation) {
   AnalyticInput input;
+  uint64_t largest_tensor = 0;
   for (int u = 0; u < model.num_units(); ++u) {
     input.unit_counts.push_back(model.layout(u).count);
     input.unit_charge.push_back(model::parameter_charge(model.config(), {&model.layout(u), 1}));
@@ -48,6 +49,10 @@ AnalyticInput analytic_input(const model::Model& model, int world, int ranks_per
     for (const model::ParamInfo& param : model.layout(u).params) {
       tensors.push_back(param.count);
       charged.push_back(model::tensor_charge(model.config(), param));
+      if (param.count > largest_tensor) {
+        largest_tensor = param.count;
+        input.largest_tensor_charged = charged.back();
+      }
     }
     input.unit_tensors.push_back(std::move(tensors));
     input.unit_rows.push_back(tensor_rows(model.config(), model.layout(u)));
@@ -57,18 +62,6 @@ AnalyticInput analytic_input(const model::Model& model, int world, int ranks_per
   input.world = world;
   input.ranks_per_node = ranks_per_node;
   input.accumulation = accumulation;
-  uint64_t largest_tensor = 0;
-  for (const model::UnitLayout& unit : model.layouts()) {
-    for (const model::ParamInfo& p : unit.params) {
-      const uint64_t charged = input.charge.elements(p.count);
-      input.parameter_tensors_charged += charged;
-      input.largest_parameter_charged = std::max(input.largest_parameter_charged, charged);
-      if (p.count > largest_tensor) {
-        largest_tensor = p.count;
-        input.largest_tensor_charged = model::tensor_charge(model.config(), p);
-      }
-    }
-  }
   return input;
 }
 

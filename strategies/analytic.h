@@ -43,10 +43,6 @@ struct AnalyticInput {
   // ÷ k, workloads/model/shrink.h). Empty: every element as held (full scale, or an input made by hand).
   std::vector<model::ParameterCharge> unit_charge;
   model::ParameterCharge charge;
-  // torch.optim.AdamW's tensors under DDP, one per parameter, as a shrunk run charges each (charge.elements of
-  // its count): their sum (foreach's temporaries) and the largest (single-tensor's peak is twice it).
-  uint64_t parameter_tensors_charged = 0;
-  uint64_t largest_parameter_charged = 0;
   // The largest tensor (by elements held) as a shrunk run charges that one tensor (model::tensor_charge); 0: as
   // held (an input made by hand).
   uint64_t largest_tensor_charged = 0;
