@@ -412,6 +412,23 @@ std::vector<Line> category_lines(const std::vector<std::string>& states, const R
   return lines;
 }
 
+// The recorded rank with the highest peak (the first of equals): the rank a cap would stop first.
+const json& highest_peak(const json& ranks) {
+  const json* top = &ranks.at(0);
+  for (const json& r : ranks) {
+    if (r["peak_bytes"].get<int64_t>() > (*top)["peak_bytes"].get<int64_t>()) top = &r;
+  }
+  return *top;
+}
+
+// What emu's collectives stage at its peak: on a GPU NCCL's own buffers, outside the framework's allocator.
+Named staging_at_peak(const json& emu) {
+  return {
+      "emu's collective staging in use at its peak (NCCL's own buffers on a GPU, outside the framework's "
+      "allocator)",
+      emu["peak"]["at_peak_by_category"]["comm_buffers"].get<int64_t>()};
+}
+
 std::vector<Line> compare(const json& c, const json& emu, const std::string& strategy) {
   CaseFacts f;
   f.shapes = shapes_of(c["model_config"]);
@@ -420,10 +437,7 @@ std::vector<Line> compare(const json& c, const json& emu, const std::string& str
   f.n = c["ranks"];
   f.mixed = c["recipe"] == "mixed";
   f.emu_bytes = f.mixed ? 2 : 4;
-  const json* top = nullptr;
-  for (const json& r : c["per_rank"]) {
-    if (top == nullptr || r["peak_bytes"].get<int64_t>() > (*top)["peak_bytes"].get<int64_t>()) top = &r;
-  }
+  const json* top = &highest_peak(c["per_rank"]);
   f.recorded_rank = (*top)["rank"];
   f.emu_rank = emu["peak"]["rank"];
   const auto peaks = (*top)["category_peaks"].get<RecordedCategories>();
@@ -449,10 +463,7 @@ std::vector<Line> compare(const json& c, const json& emu, const std::string& str
       if (n.in_total) total.named.push_back({fmt::format("{} ({})", n.reason, line.category), n.bytes});
     }
   }
-  total.named.push_back(
-      {"emu's collective staging in use at its peak (NCCL's own buffers on a GPU, outside "
-       "PyTorch's allocator)",
-       emu["peak"]["at_peak_by_category"]["comm_buffers"].get<int64_t>()});
+  total.named.push_back(staging_at_peak(emu));
   const bool ddp = strategy == "ddp" || strategy == "ddp-zero";
   if (strategy == "fsdp2" || ddp) {
     // emu's peak is in backward (at its start without checkpointing), where it holds the root's (unsharded)
@@ -810,8 +821,7 @@ std::vector<Line> compare_deepspeed(const json& fixture, const json& rank, const
   total.named.push_back(
       {"the ipg bucket, seen by MemTracker only while a .grad points into it",
        2 * f.bucket - (rank.contains("at_peak") ? rank["at_peak"].value("Gradient", int64_t{0}) : 0)});
-  total.named.push_back({"emu's collective staging in use at its peak (NCCL's own buffers on a GPU)",
-                         emu["peak"]["at_peak_by_category"]["comm_buffers"].get<int64_t>()});
+  total.named.push_back(staging_at_peak(emu));
   lines.push_back(std::move(total));
   return lines;
 }
@@ -831,11 +841,8 @@ TEST(DeepSpeedRun, Zero3AgainstEmu) {
     if (!fixture["stages"].contains(stage)) continue;
     // Recorded before the script kept the breakdown at the peak: its categories are compared, not its total.
     const json& ranks = fixture["stages"][stage];
-    const json* top = nullptr;
-    for (const json& r : ranks) {
-      ASSERT_FALSE(r.contains("error")) << fixture["file"] << ": " << r["error"];
-      if (top == nullptr || r["peak_bytes"].get<int64_t>() > (*top)["peak_bytes"].get<int64_t>()) top = &r;
-    }
+    for (const json& r : ranks) ASSERT_FALSE(r.contains("error")) << fixture["file"] << ": " << r["error"];
+    const json* top = &highest_peak(ranks);
     const json emu = run_emu_zero3(fixture, dir);
     ASSERT_FALSE(emu.is_null()) << fixture["file"];
     std::vector<Line> lines = compare_deepspeed(fixture, *top, emu);
