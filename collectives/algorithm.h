@@ -67,12 +67,29 @@ struct Expectation {
   uint64_t buffer_bytes = 0;  // communication buffers it allocates (their sum; all live at once)
 };
 
+// The α-β-γ cost of one call (Hockney's model, as Thakur, Rabenseifner and Gropp, "Optimization of collective
+// communication operations in MPICH", 2005, apply it): time = rounds·α + bytes·β + reduced·γ, with α the latency
+// of one message, β the time per byte over a link and γ the time per byte of reduction. `bytes` and `reduced` are
+// on the critical path: what the busiest rank sends or receives one message after another (links are full duplex,
+// so a round that sends b bytes and receives b bytes costs b·β) and what it adds. Each algorithm states its closed
+// form from its own schedule; coll-teach checks the rounds and bytes against the exchanges it really made.
+struct Cost {
+  double rounds = 0;         // α terms
+  double bytes = 0;          // β terms (bytes)
+  double reduced = 0;        // γ terms (bytes)
+  std::string_view formula;  // e.g. "2(N-1) α + 2(N-1)/N S β + (N-1)/N S γ"
+};
+
 struct Algorithm {
   CollectiveKind kind;
   std::string_view name;     // "ring", "tree", "rhd", "mpi", ...
   std::string_view summary;  // one line for --help and the README
   void (*run)(AlgorithmContext& context, const Call& call);
   Expectation (*expect)(const Call& call, int rank, int size, size_t slice_bytes);
+  // The cost of a call moving a payload of S bytes (payload_bytes: the buffer for all-reduce, broadcast and
+  // reduce, the whole output or input for all-gather, reduce-scatter and all-to-all) over N ranks; null where the
+  // algorithm is not ours to state (MPI's own chooses at run time).
+  Cost (*cost)(double payload, int size);
 };
 
 // Every registered algorithm, grouped by kind, the default of each kind first.

@@ -61,4 +61,11 @@ constexpr int floor_pow2(int n) {
   return p;
 }
 
+// ceil(log2 n): the rounds of a binomial tree over n ranks (n >= 1).
+constexpr int ceil_log2(int n) {
+  int rounds = 0;
+  while ((1 << rounds) < n) ++rounds;
+  return rounds;
+}
+
 }  // namespace emu::coll

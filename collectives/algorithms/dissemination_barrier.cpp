@@ -23,10 +23,15 @@ void run(AlgorithmContext& context, const Call&) {
 
 Expectation expect(const Call&, int, int, size_t) { return {}; }
 
+Cost cost(double, int n) { return {static_cast<double>(ceil_log2(n)), 0, 0, "ceil(log2 N) α"}; }
+
 }  // namespace
 
-extern const Algorithm kDisseminationBarrier{CollectiveKind::kBarrier, "dissemination",
-                                             "ceil(log2 N) rounds of zero-byte signals at doubling distances", run,
-                                             expect};
+extern const Algorithm kDisseminationBarrier{CollectiveKind::kBarrier,
+                                             "dissemination",
+                                             "ceil(log2 N) rounds of zero-byte signals at doubling distances",
+                                             run,
+                                             expect,
+                                             cost};
 
 }  // namespace emu::coll

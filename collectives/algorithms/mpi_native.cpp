@@ -54,12 +54,12 @@ constexpr std::string_view kSummary = "the library's own collective (MPI); nomin
 
 }  // namespace
 
-extern const Algorithm kMpiAllReduce{CollectiveKind::kAllReduce, "mpi", kSummary, run, expect};
-extern const Algorithm kMpiReduceScatter{CollectiveKind::kReduceScatter, "mpi", kSummary, run, expect};
-extern const Algorithm kMpiAllGather{CollectiveKind::kAllGather, "mpi", kSummary, run, expect};
-extern const Algorithm kMpiBroadcast{CollectiveKind::kBroadcast, "mpi", kSummary, run, expect};
-extern const Algorithm kMpiReduce{CollectiveKind::kReduce, "mpi", kSummary, run, expect};
-extern const Algorithm kMpiAllToAll{CollectiveKind::kAllToAll, "mpi", kSummary, run, expect};
-extern const Algorithm kMpiBarrier{CollectiveKind::kBarrier, "mpi", kSummary, run, expect};
+extern const Algorithm kMpiAllReduce{CollectiveKind::kAllReduce, "mpi", kSummary, run, expect, nullptr};
+extern const Algorithm kMpiReduceScatter{CollectiveKind::kReduceScatter, "mpi", kSummary, run, expect, nullptr};
+extern const Algorithm kMpiAllGather{CollectiveKind::kAllGather, "mpi", kSummary, run, expect, nullptr};
+extern const Algorithm kMpiBroadcast{CollectiveKind::kBroadcast, "mpi", kSummary, run, expect, nullptr};
+extern const Algorithm kMpiReduce{CollectiveKind::kReduce, "mpi", kSummary, run, expect, nullptr};
+extern const Algorithm kMpiAllToAll{CollectiveKind::kAllToAll, "mpi", kSummary, run, expect, nullptr};
+extern const Algorithm kMpiBarrier{CollectiveKind::kBarrier, "mpi", kSummary, run, expect, nullptr};
 
 }  // namespace emu::coll

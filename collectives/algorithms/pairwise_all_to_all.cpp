@@ -44,10 +44,18 @@ Expectation expect(const Call& call, int, int n, size_t) {
   return expectation;
 }
 
+Cost cost(double s, int n) {
+  const double m = n - 1;
+  return {m, m / n * s, 0, "(N-1) α + (N-1)/N S β"};
+}
+
 }  // namespace
 
-extern const Algorithm kPairwiseAllToAll{CollectiveKind::kAllToAll, "pairwise",
-                                         "N-1 steps, each rank meeting one peer per step; (N-1)/N of the buffer", run,
-                                         expect};
+extern const Algorithm kPairwiseAllToAll{CollectiveKind::kAllToAll,
+                                         "pairwise",
+                                         "N-1 steps, each rank meeting one peer per step; (N-1)/N of the buffer",
+                                         run,
+                                         expect,
+                                         cost};
 
 }  // namespace emu::coll

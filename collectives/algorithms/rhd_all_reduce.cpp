@@ -122,9 +122,25 @@ Expectation expect(const Call& call, int rank, int n, size_t slice_bytes) {
   return expectation;
 }
 
+// Over p = floor_pow2(N) ranks: log2 p halving and log2 p doubling rounds, each rank sending and adding half of
+// what it holds. When N is not a power of two the odd rank of each folded pair also receives and adds the whole
+// buffer first and hands the whole result back last: two rounds of S more.
+Cost cost(double s, int n) {
+  const int p = floor_pow2(n);
+  const double steps = 2.0 * ceil_log2(p);
+  const double half = (p - 1.0) / p * s;
+  if (p == n) return {steps, 2 * half, half, "2 log2 N α + 2(N-1)/N S β + (N-1)/N S γ"};
+  return {steps + 2, 2 * half + 2 * s, half + s,
+          "(2 log2 p + 2) α + (2(p-1)/p + 2) S β + ((p-1)/p + 1) S γ, p = 2^floor(log2 N)"};
+}
+
 }  // namespace
 
-extern const Algorithm kRhdAllReduce{CollectiveKind::kAllReduce, "rhd",
-                                     "recursive halving then doubling; 2 log2 N steps, latency-oriented", run, expect};
+extern const Algorithm kRhdAllReduce{CollectiveKind::kAllReduce,
+                                     "rhd",
+                                     "recursive halving then doubling; 2 log2 N steps, latency-oriented",
+                                     run,
+                                     expect,
+                                     cost};
 
 }  // namespace emu::coll

@@ -42,9 +42,18 @@ Expectation expect(const Call& call, int r, int n, size_t) {
   return expectation;
 }
 
+Cost cost(double s, int n) {
+  const double m = n - 1;
+  return {m, m / n * s, 0, "(N-1) α + (N-1)/N S β"};
+}
+
 }  // namespace
 
-extern const Algorithm kRingAllGather{CollectiveKind::kAllGather, "ring",
-                                      "blocks passed around a ring; (N-1)/N of the output per rank", run, expect};
+extern const Algorithm kRingAllGather{CollectiveKind::kAllGather,
+                                      "ring",
+                                      "blocks passed around a ring; (N-1)/N of the output per rank",
+                                      run,
+                                      expect,
+                                      cost};
 
 }  // namespace emu::coll

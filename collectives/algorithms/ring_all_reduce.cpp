@@ -54,10 +54,18 @@ Expectation expect(const Call& call, int r, int n, size_t slice_bytes) {
   return expectation;
 }
 
+Cost cost(double s, int n) {
+  const double m = n - 1;
+  return {2 * m, 2 * m / n * s, m / n * s, "2(N-1) α + 2(N-1)/N S β + (N-1)/N S γ"};
+}
+
 }  // namespace
 
-extern const Algorithm kRingAllReduce{CollectiveKind::kAllReduce, "ring",
+extern const Algorithm kRingAllReduce{CollectiveKind::kAllReduce,
+                                      "ring",
                                       "reduce-scatter then all-gather around a ring; 2(N-1)/N of the buffer per rank",
-                                      run, expect};
+                                      run,
+                                      expect,
+                                      cost};
 
 }  // namespace emu::coll

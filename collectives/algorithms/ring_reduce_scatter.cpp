@@ -67,10 +67,18 @@ Expectation expect(const Call& call, int r, int n, size_t slice_bytes) {
   return expectation;
 }
 
+Cost cost(double s, int n) {
+  const double m = n - 1;
+  return {m, m / n * s, m / n * s, "(N-1) α + (N-1)/N S β + (N-1)/N S γ"};
+}
+
 }  // namespace
 
-extern const Algorithm kRingReduceScatter{CollectiveKind::kReduceScatter, "ring",
-                                          "partial sums passed around a ring; (N-1)/N of the input per rank", run,
-                                          expect};
+extern const Algorithm kRingReduceScatter{CollectiveKind::kReduceScatter,
+                                          "ring",
+                                          "partial sums passed around a ring; (N-1)/N of the input per rank",
+                                          run,
+                                          expect,
+                                          cost};
 
 }  // namespace emu::coll

@@ -42,10 +42,19 @@ Expectation expect(const Call& call, int rank, int n, size_t) {
   return expectation;
 }
 
+// The root sends the whole buffer once per round.
+Cost cost(double s, int n) {
+  const double rounds = ceil_log2(n);
+  return {rounds, rounds * s, 0, "ceil(log2 N) (α + S β)"};
+}
+
 }  // namespace
 
-extern const Algorithm kTreeBroadcast{CollectiveKind::kBroadcast, "tree",
-                                      "binomial tree from the root; ceil(log2 N) rounds of the whole buffer", run,
-                                      expect};
+extern const Algorithm kTreeBroadcast{CollectiveKind::kBroadcast,
+                                      "tree",
+                                      "binomial tree from the root; ceil(log2 N) rounds of the whole buffer",
+                                      run,
+                                      expect,
+                                      cost};
 
 }  // namespace emu::coll

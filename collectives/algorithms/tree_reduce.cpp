@@ -72,10 +72,19 @@ Expectation expect(const Call& call, int rank, int n, size_t slice_bytes) {
   return expectation;
 }
 
+// The root receives and adds the whole buffer once per round.
+Cost cost(double s, int n) {
+  const double rounds = ceil_log2(n);
+  return {rounds, rounds * s, rounds * s, "ceil(log2 N) (α + S β + S γ)"};
+}
+
 }  // namespace
 
-extern const Algorithm kTreeReduce{CollectiveKind::kReduce, "tree",
-                                   "binomial tree into the root; each rank but the root sends the buffer once", run,
-                                   expect};
+extern const Algorithm kTreeReduce{CollectiveKind::kReduce,
+                                   "tree",
+                                   "binomial tree into the root; each rank but the root sends the buffer once",
+                                   run,
+                                   expect,
+                                   cost};
 
 }  // namespace emu::coll

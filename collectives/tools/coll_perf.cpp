@@ -9,6 +9,10 @@
 // all_gather, all_to_all (N-1)/N; broadcast, reduce 1), so that busbw compares with the link's peak whatever the
 // rank count. Every size is then run once more on verifiable inputs and #wrong counts the elements, over all
 // ranks, that differ from the exact answer; the exit code is 1 if any does.
+//
+// --fit fits the α-β-γ model (collectives/cost.h) to the rows of our algorithms — one latency α, one link rate
+// 1/β and one reduction rate 1/γ for the machine — and prints how well each algorithm's closed form then predicts
+// its own measurements; with --json the fit is written too, for coll-teach --cost --link.
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
 
@@ -20,6 +24,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
+#include "collectives/cost.h"
 #include "collectives/mpi/mpi_communicator.h"
 #include "collectives/verify.h"
 #include "emu/check.h"
@@ -42,6 +47,7 @@ struct Settings {
   bool in_place = false;
   size_t slice_bytes = 4 << 20;
   std::string json;
+  bool fit = false;
 };
 
 struct Row {
@@ -189,7 +195,51 @@ void print_against_mpi(const std::vector<Row>& rows) {
   }
 }
 
-void write_json(const Settings& settings, int ranks, const std::vector<Row>& rows) {
+// The fit over the rows of our algorithms, and per algorithm the median and worst relative error of its model.
+nlohmann::json fit_rows(const std::vector<Row>& rows, int ranks) {
+  std::vector<Sample> samples;
+  std::vector<const Algorithm*> of;
+  for (const Row& row : rows) {
+    const Algorithm* algorithm = find_algorithm(row.kind, row.algorithm);
+    if (algorithm == nullptr || algorithm->cost == nullptr || row.seconds <= 0) continue;
+    samples.push_back({algorithm->cost(static_cast<double>(row.bytes), ranks), row.seconds});
+    of.push_back(algorithm);
+  }
+  nlohmann::json out;
+  if (samples.empty()) return out;
+  const Fit fit = fit_link(samples);
+  out = {{"alpha_s", fit.link.alpha},
+         {"beta_s_per_byte", fit.link.beta},
+         {"gamma_s_per_byte", fit.link.gamma},
+         {"rows", samples.size()},
+         {"statistic", "relative error (predicted - measured) / measured"}};
+  std::printf("#\n# α-β-γ fit over %zu rows of our algorithms: %s\n", samples.size(), describe(fit.link).c_str());
+  std::printf("# each algorithm's model against its own rows, (predicted - measured) / measured:\n");
+  std::vector<const Algorithm*> seen;
+  for (const Algorithm* algorithm : of) {
+    if (std::find(seen.begin(), seen.end(), algorithm) != seen.end()) continue;
+    seen.push_back(algorithm);
+    std::vector<double> errors;
+    for (size_t i = 0; i < of.size(); ++i) {
+      if (of[i] == algorithm) errors.push_back(fit.relative_errors[i]);
+    }
+    const double worst =
+        *std::max_element(errors.begin(), errors.end(), [](double a, double b) { return std::abs(a) < std::abs(b); });
+    std::vector<double> magnitudes(errors.size());
+    std::transform(errors.begin(), errors.end(), magnitudes.begin(), [](double e) { return std::abs(e); });
+    const double typical = median(magnitudes);
+    std::printf("#   %-14s %-9s median |error| %5.1f%%, worst %+6.1f%%\n",
+                std::string(kind_name(algorithm->kind)).c_str(), std::string(algorithm->name).c_str(), 100 * typical,
+                100 * worst);
+    out["per_algorithm"].push_back({{"kind", kind_name(algorithm->kind)},
+                                    {"algorithm", algorithm->name},
+                                    {"median_abs_relative_error", typical},
+                                    {"worst_relative_error", worst}});
+  }
+  return out;
+}
+
+void write_json(const Settings& settings, int ranks, const std::vector<Row>& rows, const nlohmann::json& fit) {
   nlohmann::json out;
   out["ranks"] = ranks;
   out["dtype"] = settings.dtype;
@@ -209,6 +259,7 @@ void write_json(const Settings& settings, int ranks, const std::vector<Row>& row
                            {"busbw_gbps", row.busbw},
                            {"wrong", row.wrong}});
   }
+  if (!fit.is_null()) out["fit"] = fit;
   std::ofstream(settings.json) << out.dump(2) << "\n";
 }
 
@@ -229,6 +280,7 @@ int run(const MpiSession& mpi, int argc, char** argv) {
   app.add_flag("--in-place", settings.in_place, "run in place");
   app.add_option("--slice", settings.slice_bytes, "largest message of our algorithms, bytes");
   app.add_option("--json", settings.json, "also write the rows as JSON to this file");
+  app.add_flag("--fit", settings.fit, "fit the α-β-γ cost model to our algorithms' rows and show how well it predicts");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {
@@ -269,8 +321,9 @@ int run(const MpiSession& mpi, int argc, char** argv) {
   for (const Row& row : rows) wrong += row.wrong;
   if (mpi.rank() == 0) {
     print_against_mpi(rows);
+    const nlohmann::json fit = settings.fit ? fit_rows(rows, mpi.world()) : nlohmann::json();
     std::printf("# %s\n", wrong == 0 ? "all results correct" : fmt::format("{} wrong elements", wrong).c_str());
-    if (!settings.json.empty()) write_json(settings, mpi.world(), rows);
+    if (!settings.json.empty()) write_json(settings, mpi.world(), rows, fit);
   }
   return wrong == 0 ? kExitOk : kExitExpectationFailed;
 }

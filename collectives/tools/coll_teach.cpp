@@ -4,14 +4,22 @@
 //
 // Every rank runs the chosen algorithm once on small verifiable data and logs its exchanges; rank 0 prints, round
 // by round, which block each rank sends to whom, what it receives and whether it adds it into its own, with the
-// bytes so far, then the per-rank totals beside the algorithm's declared volumes, and writes a Chrome trace
-// (open it at ui.perfetto.dev) with one track per rank.
+// bytes so far, then the per-rank totals beside the algorithm's declared volumes and its α-β-γ cost beside the
+// rounds and bytes it really took, and writes a Chrome trace (open it at ui.perfetto.dev) with one track per rank.
+//
+//   bin/coll-teach --kind all_reduce --cost --ranks 8 [--link perf.json]
+//
+// prints the cost model instead: each algorithm's predicted time per payload size over N ranks and the payloads
+// where one overtakes another, over a link given by --alpha-us/--bandwidth/--reduce-bandwidth or fitted by
+// coll-perf --fit.
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
 #include <fstream>
+#include <nlohmann/json.hpp>
 
+#include "collectives/cost.h"
 #include "collectives/mpi/mpi_communicator.h"
 #include "collectives/tools/teach_view.h"
 #include "collectives/topology.h"
@@ -31,7 +39,85 @@ struct Settings {
   int root = 0;
   size_t slice_bytes = 4 << 20;
   std::string trace;
+  // --cost
+  bool cost = false;
+  int ranks = 0;                 // 0: the world's size
+  double alpha_us = 5;           // illustrative round figures for a GPU link; coll-perf --fit measures a real one
+  double bandwidth = 20;         // GB/s
+  double reduce_bandwidth = 40;  // GB/s
+  std::string link;              // coll-perf's JSON with a "fit"
 };
+
+LinkModel link_model(const Settings& settings) {
+  if (!settings.link.empty()) {
+    std::ifstream in(settings.link);
+    if (!in) throw InputError(fmt::format("--link {}: cannot read the file", settings.link));
+    const nlohmann::json perf = nlohmann::json::parse(in, nullptr, false);
+    if (perf.is_discarded() || !perf.contains("fit") || !perf["fit"].is_object()) {
+      throw InputError(
+          fmt::format("--link {}: not coll-perf's JSON with a \"fit\" (run coll-perf --fit --json)", settings.link));
+    }
+    const nlohmann::json& fit = perf["fit"];
+    return {fit.value("alpha_s", 0.0), fit.value("beta_s_per_byte", 0.0), fit.value("gamma_s_per_byte", 0.0)};
+  }
+  const auto positive = [](double value, std::string_view flag) {
+    if (!(value > 0)) throw InputError(fmt::format("{} {}: expected a number above 0", flag, value));
+    return value;
+  };
+  return {positive(settings.alpha_us, "--alpha-us") * 1e-6, 1e-9 / positive(settings.bandwidth, "--bandwidth"),
+          1e-9 / positive(settings.reduce_bandwidth, "--reduce-bandwidth")};
+}
+
+// The cost model's table: each of the kind's algorithms (MPI's own has no stated cost) at payloads from 256 B to
+// 1 GiB, the fastest marked, then the crossovers.
+void print_cost_table(CollectiveKind kind, int n, const LinkModel& link) {
+  std::vector<const Algorithm*> chosen;
+  for (const Algorithm* algorithm : algorithms_for(kind)) {
+    if (algorithm->cost != nullptr) chosen.push_back(algorithm);
+  }
+  std::printf("%s on %d ranks, α-β-γ model: %s\n", std::string(kind_name(kind)).c_str(), n, describe(link).c_str());
+  for (const Algorithm* algorithm : chosen) {
+    std::printf("  %-13s %s\n", std::string(algorithm->name).c_str(),
+                std::string(algorithm->cost(1, n).formula).c_str());
+  }
+  std::printf("\n%12s", "S");
+  for (const Algorithm* algorithm : chosen) std::printf(" %13s", (std::string(algorithm->name) + " (us)").c_str());
+  std::printf("  fastest\n");
+  for (double s = 256; s <= double(kGiB); s *= 4) {
+    std::printf("%12s", format_bytes(static_cast<uint64_t>(s)).c_str());
+    const Algorithm* fastest = nullptr;
+    double best = 0;
+    for (const Algorithm* algorithm : chosen) {
+      const double t = predicted_seconds(algorithm->cost(s, n), link);
+      std::printf(" %13.1f", t * 1e6);
+      if (fastest == nullptr || t < best) {
+        fastest = algorithm;
+        best = t;
+      }
+    }
+    std::printf("  %s\n", std::string(fastest->name).c_str());
+  }
+  std::printf("\n");
+  for (size_t a = 0; a < chosen.size(); ++a) {
+    for (size_t b = a + 1; b < chosen.size(); ++b) {
+      const auto cross = crossover(*chosen[a], *chosen[b], n, link);
+      if (cross) {
+        std::printf("%s is faster below %s, %s above\n", std::string(cross->below->name).c_str(),
+                    format_bytes(static_cast<uint64_t>(cross->payload)).c_str(),
+                    std::string(cross->above->name).c_str());
+      } else {
+        const bool a_first =
+            predicted_seconds(chosen[a]->cost(1, n), link) <= predicted_seconds(chosen[b]->cost(1, n), link);
+        std::printf("%s is never slower than %s: no more rounds and no more bytes\n",
+                    std::string(chosen[a_first ? a : b]->name).c_str(),
+                    std::string(chosen[a_first ? b : a]->name).c_str());
+      }
+    }
+  }
+  std::printf(
+      "(the model sees one link per pair of ranks: neither the topology, where a ring's neighbours share the fastest "
+      "links, nor contention, nor the pipelining of NCCL's trees)\n");
+}
 
 // Gathers every rank's log on rank 0 (as JSON text).
 teach::Logs gather_logs(const std::vector<StepRecord>& mine, int rank, int size) {
@@ -82,6 +168,13 @@ int run(const MpiSession& mpi, int argc, char** argv) {
   app.add_option("--trace", settings.trace, "write a Chrome trace (Perfetto) to this file");
   bool list = false;
   app.add_flag("--list", list, "list the algorithms of every kind");
+  app.add_flag("--cost", settings.cost,
+               "print the α-β-γ cost model of the kind's algorithms (time per size, crossovers) instead of running");
+  app.add_option("--ranks", settings.ranks, "ranks for --cost (default: this run's)")->check(CLI::Range(1, 1 << 20));
+  app.add_option("--alpha-us", settings.alpha_us, "--cost: latency per message, microseconds (default 5)");
+  app.add_option("--bandwidth", settings.bandwidth, "--cost: link bandwidth, GB/s (default 20)");
+  app.add_option("--reduce-bandwidth", settings.reduce_bandwidth, "--cost: reduction rate, GB/s (default 40)");
+  app.add_option("--link", settings.link, "--cost: the link fitted by coll-perf --fit --json FILE");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {
@@ -101,6 +194,11 @@ int run(const MpiSession& mpi, int argc, char** argv) {
   const auto dtype = parse_dtype(settings.dtype);
   if (!kind || !is_collective(*kind)) throw InputError(fmt::format("--kind {}: not a collective", settings.kind));
   if (!dtype) throw InputError(fmt::format("--dtype {}: expected float32 or bfloat16", settings.dtype));
+  if (settings.cost) {
+    const LinkModel link = link_model(settings);
+    if (mpi.rank() == 0) print_cost_table(*kind, settings.ranks > 0 ? settings.ranks : mpi.world(), link);
+    return kExitOk;
+  }
   if (settings.root < 0 || settings.root >= mpi.world()) {
     throw InputError(fmt::format("--root {}: expected a rank of 0..{}", settings.root, mpi.world() - 1));
   }
@@ -145,13 +243,25 @@ int run(const MpiSession& mpi, int argc, char** argv) {
     std::printf("  r%-3d %s / %s (%s / %s)\n", r, format_bytes(t[0]).c_str(), format_bytes(t[1]).c_str(),
                 format_bytes(t[2]).c_str(), format_bytes(t[3]).c_str());
   }
+  std::string disagreement;
+  if (algorithm.cost != nullptr) {
+    const Cost model = algorithm.cost(static_cast<double>(payload), mpi.world());
+    const teach::ExecutedCost executed = teach::executed_cost(logs, rounds);
+    disagreement = teach::cost_disagreement(model, executed, dtype_size(*dtype));
+    std::printf(
+        "\ncost (α-β-γ): %s\n  executed: %d rounds, %s on the busiest rank's critical path, %s reduced\n"
+        "  model:    %g rounds, %.1f B, %.1f B: %s\n",
+        std::string(model.formula).c_str(), executed.rounds, format_bytes(executed.bytes).c_str(),
+        format_bytes(executed.reduced).c_str(), model.rounds, model.bytes, model.reduced,
+        disagreement.empty() ? "agrees" : ("DISAGREES: " + disagreement).c_str());
+  }
   std::printf("result: %s\n", wrong == 0 ? "correct on every rank" : fmt::format("{} wrong elements", wrong).c_str());
   if (!settings.trace.empty()) {
     const std::string title = fmt::format("{} {} on {} ranks", kind_name(*kind), algorithm.name, mpi.world());
     std::ofstream(settings.trace) << teach::chrome_trace(logs, rounds, title).dump(1) << "\n";
     std::printf("trace: %s (open at ui.perfetto.dev)\n", settings.trace.c_str());
   }
-  return wrong == 0 ? kExitOk : kExitExpectationFailed;
+  return wrong == 0 && disagreement.empty() ? kExitOk : kExitExpectationFailed;
 }
 
 }  // namespace

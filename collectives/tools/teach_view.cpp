@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 
 #include "emu/units.h"
@@ -65,6 +66,37 @@ std::vector<std::vector<int>> logical_rounds(const Logs& logs) {
     }
   }
   return rounds;
+}
+
+ExecutedCost executed_cost(const Logs& logs, const std::vector<std::vector<int>>& rounds) {
+  ExecutedCost cost;
+  for (size_t r = 0; r < logs.size(); ++r) {
+    uint64_t bytes = 0, reduced = 0;
+    for (const StepRecord& step : logs[r]) {
+      bytes += std::max(step.send_bytes, step.recv_bytes);
+      if (step.reduced) reduced += step.recv_bytes;
+    }
+    cost.bytes = std::max(cost.bytes, bytes);
+    cost.reduced = std::max(cost.reduced, reduced);
+    for (int round : rounds[r]) cost.rounds = std::max(cost.rounds, round);
+  }
+  return cost;
+}
+
+std::string cost_disagreement(const Cost& model, const ExecutedCost& executed, uint64_t element_bytes) {
+  const double slack = std::max(model.rounds, 1.0) * static_cast<double>(element_bytes);
+  std::string out;
+  if (static_cast<double>(executed.rounds) != model.rounds) {
+    out += fmt::format("rounds: {} executed, {} in the model; ", executed.rounds, model.rounds);
+  }
+  if (std::abs(static_cast<double>(executed.bytes) - model.bytes) > slack) {
+    out += fmt::format("bytes on the critical path: {} executed, {:.1f} in the model; ", executed.bytes, model.bytes);
+  }
+  if (std::abs(static_cast<double>(executed.reduced) - model.reduced) > slack) {
+    out += fmt::format("bytes reduced: {} executed, {:.1f} in the model; ", executed.reduced, model.reduced);
+  }
+  if (!out.empty()) out.resize(out.size() - 2);
+  return out;
 }
 
 std::string format_steps(const Logs& logs, const std::vector<std::vector<int>>& rounds) {

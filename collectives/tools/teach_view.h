@@ -26,6 +26,21 @@ std::string format_steps(const Logs& logs, const std::vector<std::vector<int>>& 
 // {"traceEvents": [...]}: a track per rank, a slice per exchange (1 ms per round), flow arrows per message.
 nlohmann::json chrome_trace(const Logs& logs, const std::vector<std::vector<int>>& rounds, const std::string& title);
 
+// The exchanges in the cost model's terms (algorithm.h, Cost): the rounds, and for the busiest rank the bytes it
+// moved one exchange after another (the larger of what it sent and received in each: links are full duplex) and
+// the bytes it added into its own.
+struct ExecutedCost {
+  int rounds = 0;
+  uint64_t bytes = 0;
+  uint64_t reduced = 0;
+};
+ExecutedCost executed_cost(const Logs& logs, const std::vector<std::vector<int>>& rounds);
+
+// Empty when the algorithm's closed form agrees with what it did: the same rounds, and bytes and reduced bytes
+// within one element per round (the blocks of a count that N does not divide differ by one element); otherwise
+// what disagrees.
+std::string cost_disagreement(const Cost& model, const ExecutedCost& executed, uint64_t element_bytes);
+
 nlohmann::json to_json(const std::vector<StepRecord>& log);
 std::vector<StepRecord> from_json(const nlohmann::json& json);
 

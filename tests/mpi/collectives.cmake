@@ -8,22 +8,34 @@ emu_add_mpi_test(coll_ledger_test SOURCES mpi/coll_ledger_test.cpp LIBS emu_coll
 
 # The command-line tools end to end on small sizes: the teaching view and a short benchmark sweep (correctness
 # and exit code only; the benchmark's numbers are not a test).
-foreach(case "all_reduce;ring" "all_reduce;rhd" "reduce_scatter;ring" "broadcast;tree" "reduce;tree")
+# Each run also checks the algorithm's α-β-γ closed form against the rounds and bytes it really took ("agrees").
+foreach(case "all_reduce;ring;5" "all_reduce;rhd;5" "all_reduce;tree;5" "reduce_scatter;ring;5" "all_gather;ring;5"
+             "broadcast;tree;5" "reduce;tree;5" "all_to_all;pairwise;5" "all_reduce;ring;8" "all_reduce;rhd;8"
+             "all_reduce;tree;8")
   list(GET case 0 kind)
   list(GET case 1 algorithm)
-  add_test(NAME coll_teach_cli.${kind}_${algorithm}.np5
-           COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 5 $<TARGET_FILE:coll-teach> --kind ${kind}
-                   --algorithm ${algorithm} --count 11 --root 3 --trace coll_teach_${kind}_${algorithm}.json)
-  set_tests_properties(coll_teach_cli.${kind}_${algorithm}.np5 PROPERTIES LABELS "mpi" TIMEOUT 60 PROCESSORS 5
-                       ENVIRONMENT "${EMU_MPIEXEC_ENV}" PASS_REGULAR_EXPRESSION "result: correct on every rank")
+  list(GET case 2 ranks)
+  add_test(NAME coll_teach_cli.${kind}_${algorithm}.np${ranks}
+           COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${ranks} $<TARGET_FILE:coll-teach> --kind ${kind}
+                   --algorithm ${algorithm} --count 11 --root 3
+                   --trace coll_teach_${kind}_${algorithm}_${ranks}.json)
+  set_tests_properties(coll_teach_cli.${kind}_${algorithm}.np${ranks} PROPERTIES LABELS "mpi" TIMEOUT 60
+                       PROCESSORS ${ranks} ENVIRONMENT "${EMU_MPIEXEC_ENV}"
+                       PASS_REGULAR_EXPRESSION "B: agrees\nresult: correct on every rank")
 endforeach()
+# The cost model's table: on 8 ranks with the default link the tree all-reduce wins below 147 KiB (150,588 B by
+# hand: 8α = S(4.25β + 2.125γ)), the ring above.
+add_test(NAME coll_teach_cost.np1 COMMAND $<TARGET_FILE:coll-teach> --kind all_reduce --cost --ranks 8)
+set_tests_properties(coll_teach_cost.np1 PROPERTIES LABELS "mpi" TIMEOUT 60 ENVIRONMENT "${EMU_MPIEXEC_ENV}"
+                     PASS_REGULAR_EXPRESSION "tree is faster below 147[.]06 KiB, ring above")
 if(TARGET coll-perf)
   add_test(NAME coll_perf_smoke.np4
            COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 4 $<TARGET_FILE:coll-perf>
                    --kind all_reduce,reduce_scatter,all_gather,broadcast,reduce,all_to_all -b 4 -e 64K -f 64 -w 1 -n 2
-                   --dtype bfloat16 --json coll_perf_smoke.json)
+                   --dtype bfloat16 --json coll_perf_smoke.json --fit)
   set_tests_properties(coll_perf_smoke.np4 PROPERTIES LABELS "mpi" TIMEOUT 120 PROCESSORS 4
-                       ENVIRONMENT "${EMU_MPIEXEC_ENV}")
+                       ENVIRONMENT "${EMU_MPIEXEC_ENV}"
+                       PASS_REGULAR_EXPRESSION "fit over 24 rows of our algorithms.*all_reduce +tree.*all results correct")
   # Sizes as emu reads them (one parser, emu/units.h): 1KiB to 4KB is 1024 and 2048 bytes; a bad size is named.
   add_test(NAME coll_perf_sizes.np2
            COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 2 $<TARGET_FILE:coll-perf> --kind all_reduce

@@ -67,5 +67,29 @@ TEST(TeachTrace, OneTrackPerRankAndAnArrowPerMessage) {
   EXPECT_EQ(from_json(to_json(logs[1])).size(), logs[1].size());
 }
 
+TEST(TeachCost, ExecutedRingMatchesItsClosedForm) {
+  // 5 ranks exchanging 8-byte blocks: S = 40 B, 2(N-1) = 8 rounds, 8 exchanges of 8 B = 2·4/5·40 on every rank,
+  // 4 of them added = 4/5·40.
+  const Logs logs = ring_logs(5);
+  const ExecutedCost executed = executed_cost(logs, logical_rounds(logs));
+  EXPECT_EQ(executed.rounds, 8);
+  EXPECT_EQ(executed.bytes, 64u);
+  EXPECT_EQ(executed.reduced, 32u);
+  const Cost ring{8, 64, 32, "ring"};
+  EXPECT_EQ(cost_disagreement(ring, executed, 4), "");
+  // A model with the rounds of one half only, or with the bytes of the whole buffer per round, is caught.
+  EXPECT_NE(cost_disagreement(Cost{4, 64, 32, "half"}, executed, 4).find("rounds: 8 executed, 4"), std::string::npos);
+  EXPECT_NE(cost_disagreement(Cost{8, 320, 32, "S per round"}, executed, 4).find("critical path"), std::string::npos);
+}
+
+TEST(TeachCost, ABroadcastTreeIsBoundByItsRoot) {
+  // The root of a binomial broadcast over 8 sends 16 B in each of 3 rounds; every other rank moves less.
+  const Logs logs = tree_logs(8);
+  const ExecutedCost executed = executed_cost(logs, logical_rounds(logs));
+  EXPECT_EQ(executed.rounds, 3);
+  EXPECT_EQ(executed.bytes, 48u);
+  EXPECT_EQ(executed.reduced, 0u);
+}
+
 }  // namespace
 }  // namespace emu::coll::teach

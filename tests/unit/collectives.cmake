@@ -13,3 +13,5 @@ add_dependencies(coll_watchdog_test coll_watchdog_probe)
 emu_add_unit_test(coll_nccl_select_test SOURCES unit/coll_nccl_select_test.cpp LIBS emu_coll_backend)
 
 emu_add_unit_test(coll_teach_test SOURCES unit/coll_teach_test.cpp LIBS emu_coll_teach)
+# The α-β-γ cost model against hand arithmetic, its crossovers and its fit.
+emu_add_unit_test(coll_cost_test SOURCES unit/coll_cost_test.cpp LIBS emu_collectives)

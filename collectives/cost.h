@@ -1,0 +1,54 @@
+// What the α-β-γ model (algorithm.h, Cost) says about time: one call's predicted seconds over a link, the payload
+// at which one algorithm overtakes another, and the link's α, β, γ fitted to measured times.
+//
+// This is the model that explains NCCL's and MPI's choices: the ring's 2(N-1) rounds cost latency that a tree's
+// 2 ceil(log2 N) do not, while the tree moves the whole buffer through one rank in every round. Below the
+// crossover payload the tree (or recursive halving-doubling) is faster, above it the ring.
+#pragma once
+
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "collectives/algorithm.h"
+
+namespace emu::coll {
+
+// A link as the model sees it: latency per message, seconds per byte moved, seconds per byte reduced.
+struct LinkModel {
+  double alpha = 0;  // s
+  double beta = 0;   // s/B (1 / bandwidth)
+  double gamma = 0;  // s/B (1 / reduction rate)
+};
+
+double predicted_seconds(const Cost& cost, const LinkModel& link);
+
+// The payload S (bytes) at which `a` and `b` take the same time over N ranks, with `a` the faster below it; empty
+// when neither overtakes the other at any positive size (the same rounds, or the one with fewer rounds also
+// moves no more per byte). Both algorithms must have a cost.
+struct Crossover {
+  double payload = 0;
+  const Algorithm* below = nullptr;  // faster for payloads under `payload`
+  const Algorithm* above = nullptr;
+};
+std::optional<Crossover> crossover(const Algorithm& a, const Algorithm& b, int n, const LinkModel& link);
+
+// One measured call: the algorithm's cost at its payload and rank count, and the time it took.
+struct Sample {
+  Cost cost;
+  double seconds = 0;
+};
+
+// α, β, γ (each ≥ 0) that minimise the squared relative error of the prediction over the samples (relative, so
+// that microsecond calls weigh as much as second-long ones), with `relative_errors` the error of each sample.
+struct Fit {
+  LinkModel link;
+  std::vector<double> relative_errors;  // (predicted - measured) / measured, one per sample
+};
+Fit fit_link(std::span<const Sample> samples);
+
+// "α 4.1 µs, 1/β 11.2 GB/s, 1/γ 6 GB/s"
+std::string describe(const LinkModel& link);
+
+}  // namespace emu::coll
