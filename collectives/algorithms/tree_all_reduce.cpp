@@ -52,11 +52,10 @@ Cost cost(double s, int n) {
   return {2 * rounds, 2 * rounds * s, rounds * s, "2 ceil(log2 N) (α + S β) + ceil(log2 N) S γ"};
 }
 
+constexpr std::string_view kSummary = "binomial reduce into rank 0, then binomial broadcast; 2 ceil(log2 N) rounds";
+
 }  // namespace
 
-extern const Algorithm kTreeAllReduce{CollectiveKind::kAllReduce, "tree",
-                                      "binomial reduce into rank 0, then binomial broadcast; 2 ceil(log2 N) rounds "
-                                      "of the whole buffer, latency-oriented",
-                                      run, expect, cost};
+extern const Algorithm kTreeAllReduce{CollectiveKind::kAllReduce, "tree", kSummary, run, expect, cost};
 
 }  // namespace emu::coll

@@ -25,6 +25,7 @@
 #include "collectives/topology.h"
 #include "collectives/verify.h"
 #include "emu/check.h"
+#include "emu/hardware.h"
 #include "emu/mpi_env.h"
 #include "emu/units.h"
 
@@ -46,9 +47,26 @@ struct Settings {
   double bandwidth = 20;         // GB/s
   double reduce_bandwidth = 40;  // GB/s
   std::string link;              // coll-perf's JSON with a "fit"
+  std::string hardware;          // a description (emu/hardware.h): its intra-node link, or its network
+  bool across_nodes = false;
 };
 
-LinkModel link_model(const Settings& settings) {
+// The link of --cost and what to call it.
+struct NamedLink {
+  LinkModel model;
+  std::string label;
+};
+
+NamedLink link_model(const Settings& settings) {
+  if (!settings.hardware.empty()) {
+    // A step's latency and the link's rate each way; a reduction reads two operands and writes one, at the HBM's
+    // rate.
+    const Hardware hardware = find_hardware(settings.hardware);
+    const LinkSpec& link = settings.across_nodes ? hardware.inter_node : hardware.intra_node;
+    return {{link.step_latency_us * 1e-6, 1 / (link.gb_per_s_per_direction * 1e9), 3 / (hardware.hbm_gb_per_s * 1e9)},
+            fmt::format("{} {}: {} (reduction at a third of the HBM rate)", hardware.name,
+                        settings.across_nodes ? "between nodes" : "within a node", link.link)};
+  }
   if (!settings.link.empty()) {
     std::ifstream in(settings.link);
     if (!in) throw InputError(fmt::format("--link {}: cannot read the file", settings.link));
@@ -58,24 +76,28 @@ LinkModel link_model(const Settings& settings) {
           fmt::format("--link {}: not coll-perf's JSON with a \"fit\" (run coll-perf --fit --json)", settings.link));
     }
     const nlohmann::json& fit = perf["fit"];
-    return {fit.value("alpha_s", 0.0), fit.value("beta_s_per_byte", 0.0), fit.value("gamma_s_per_byte", 0.0)};
+    return {{fit.value("alpha_s", 0.0), fit.value("beta_s_per_byte", 0.0), fit.value("gamma_s_per_byte", 0.0)},
+            fmt::format("fitted by coll-perf ({})", settings.link)};
   }
   const auto positive = [](double value, std::string_view flag) {
     if (!(value > 0)) throw InputError(fmt::format("{} {}: expected a number above 0", flag, value));
     return value;
   };
-  return {positive(settings.alpha_us, "--alpha-us") * 1e-6, 1e-9 / positive(settings.bandwidth, "--bandwidth"),
-          1e-9 / positive(settings.reduce_bandwidth, "--reduce-bandwidth")};
+  return {{positive(settings.alpha_us, "--alpha-us") * 1e-6, 1e-9 / positive(settings.bandwidth, "--bandwidth"),
+           1e-9 / positive(settings.reduce_bandwidth, "--reduce-bandwidth")},
+          "as given (--alpha-us, --bandwidth, --reduce-bandwidth)"};
 }
 
 // The cost model's table: each of the kind's algorithms (MPI's own has no stated cost) at payloads from 256 B to
 // 1 GiB, the fastest marked, then the crossovers.
-void print_cost_table(CollectiveKind kind, int n, const LinkModel& link) {
+void print_cost_table(CollectiveKind kind, int n, const NamedLink& named) {
+  const LinkModel& link = named.model;
   std::vector<const Algorithm*> chosen;
   for (const Algorithm* algorithm : algorithms_for(kind)) {
     if (algorithm->cost != nullptr) chosen.push_back(algorithm);
   }
-  std::printf("%s on %d ranks, α-β-γ model: %s\n", std::string(kind_name(kind)).c_str(), n, describe(link).c_str());
+  std::printf("%s on %d ranks, α-β-γ model: %s\nlink: %s\n", std::string(kind_name(kind)).c_str(), n,
+              describe(link).c_str(), named.label.c_str());
   for (const Algorithm* algorithm : chosen) {
     std::printf("  %-13s %s\n", std::string(algorithm->name).c_str(),
                 std::string(algorithm->cost(1, n).formula).c_str());
@@ -175,6 +197,9 @@ int run(const MpiSession& mpi, int argc, char** argv) {
   app.add_option("--bandwidth", settings.bandwidth, "--cost: link bandwidth, GB/s (default 20)");
   app.add_option("--reduce-bandwidth", settings.reduce_bandwidth, "--cost: reduction rate, GB/s (default 40)");
   app.add_option("--link", settings.link, "--cost: the link fitted by coll-perf --fit --json FILE");
+  app.add_option("--hardware", settings.hardware,
+                 "--cost: a GPU and its links, " + hardware_names() + ", or a JSON file in their form");
+  app.add_flag("--across-nodes", settings.across_nodes, "--cost with --hardware: the network between nodes");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {
@@ -195,7 +220,7 @@ int run(const MpiSession& mpi, int argc, char** argv) {
   if (!kind || !is_collective(*kind)) throw InputError(fmt::format("--kind {}: not a collective", settings.kind));
   if (!dtype) throw InputError(fmt::format("--dtype {}: expected float32 or bfloat16", settings.dtype));
   if (settings.cost) {
-    const LinkModel link = link_model(settings);
+    const NamedLink link = link_model(settings);
     if (mpi.rank() == 0) print_cost_table(*kind, settings.ranks > 0 ? settings.ranks : mpi.world(), link);
     return kExitOk;
   }

@@ -48,10 +48,10 @@ TEST(CollCost, BytesOnTheCriticalPath) {
   const double s = 1e6;
   EXPECT_DOUBLE_EQ(kRingAllReduce.cost(s, 4).bytes, 1.5e6);  // 2·3/4 S
   EXPECT_DOUBLE_EQ(kRingAllReduce.cost(s, 4).reduced, 0.75e6);
-  EXPECT_DOUBLE_EQ(kRhdAllReduce.cost(s, 4).bytes, 1.5e6);   // the ring's volume on a power of two
-  EXPECT_DOUBLE_EQ(kRhdAllReduce.cost(s, 6).bytes, 3.5e6);   // 2·3/4 S over p = 4, plus S in and S out
+  EXPECT_DOUBLE_EQ(kRhdAllReduce.cost(s, 4).bytes, 1.5e6);  // the ring's volume on a power of two
+  EXPECT_DOUBLE_EQ(kRhdAllReduce.cost(s, 6).bytes, 3.5e6);  // 2·3/4 S over p = 4, plus S in and S out
   EXPECT_DOUBLE_EQ(kRhdAllReduce.cost(s, 6).reduced, 1.75e6);
-  EXPECT_DOUBLE_EQ(kTreeBroadcast.cost(s, 8).bytes, 3e6);    // the root sends S in each of 3 rounds
+  EXPECT_DOUBLE_EQ(kTreeBroadcast.cost(s, 8).bytes, 3e6);  // the root sends S in each of 3 rounds
   EXPECT_DOUBLE_EQ(kTreeBroadcast.cost(s, 8).reduced, 0);
   EXPECT_DOUBLE_EQ(kTreeAllReduce.cost(s, 8).bytes, 6e6);
   EXPECT_DOUBLE_EQ(kTreeAllReduce.cost(s, 8).reduced, 3e6);

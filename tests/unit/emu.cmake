@@ -1,5 +1,7 @@
 # The emulated device: capped memory, categories, OOM errors, cap specifications, bf16.
 emu_add_unit_test(emu_memory_test SOURCES unit/memory_test.cpp LIBS emu_device)
 emu_add_unit_test(emu_cap_spec_test SOURCES unit/cap_spec_test.cpp LIBS emu_device)
+# The hardware descriptions (hardware/*.json): read, consistent, refused by field when edited wrong.
+emu_add_unit_test(emu_hardware_test SOURCES unit/hardware_test.cpp LIBS emu_device)
 emu_add_unit_test(emu_dtype_test SOURCES unit/dtype_test.cpp LIBS emu_device)
 emu_add_unit_test(emu_caching_allocator_test SOURCES unit/caching_allocator_test.cpp LIBS emu_device)
