@@ -40,3 +40,7 @@ add_dependencies(emu_allocator_test emu)
 emu_add_unit_test(framework_oracle_test SOURCES e2e/framework_oracle_test.cpp oracle/memory_oracle.cpp
                   LIBS emu_test_process fmt::fmt nlohmann_json::nlohmann_json LABELS e2e TIMEOUT 300)
 add_dependencies(framework_oracle_test emu)
+
+# The course (docs/course/*.md): every command of its lessons runs and prints what the lesson says to look for.
+add_test(NAME course COMMAND ${PROJECT_SOURCE_DIR}/tests/e2e/course.sh ${PROJECT_SOURCE_DIR} ${PROJECT_BINARY_DIR}/bin)
+set_tests_properties(course PROPERTIES LABELS "e2e" TIMEOUT 600 PROCESSORS 4 ENVIRONMENT "${EMU_MPIEXEC_ENV}")
