@@ -27,6 +27,10 @@ struct StepRecord {
   int recv_block = -1;
   uint64_t recv_bytes = 0;
   bool reduced = false;  // the received data was combined with ours rather than copied
+  // Where the sent and received elements lie in the collective's buffer, when not a block of the partition or the
+  // whole buffer (halving-doubling's halves); -1 otherwise.
+  int64_t send_offset = -1;
+  int64_t recv_offset = -1;
 };
 
 // Elements in one slice (at least 1).

@@ -21,7 +21,8 @@ void log_step(AlgorithmContext& context, DType dtype, std::string_view stage, co
   const bool receives = t.recv_count > 0 && t.from != kNoPeer;
   context.record->push_back(StepRecord{std::string(stage), sends ? t.to : kNoPeer, t.send_block,
                                        sends ? t.send_count * element : 0, receives ? t.from : kNoPeer, t.recv_block,
-                                       receives ? t.recv_count * element : 0, reduced && receives});
+                                       receives ? t.recv_count * element : 0, reduced && receives, t.send_offset,
+                                       t.recv_offset});
 }
 
 // Runs the exchange slice by slice; after slice i arrives at recv_slice(i), on_received(i, elements) runs.

@@ -22,6 +22,8 @@ struct Transfer {
   size_t recv_count = 0;
   int from = kNoPeer;
   int recv_block = -1;
+  int64_t send_offset = -1;  // for the teaching view: elements into the collective's buffer, where not a block
+  int64_t recv_offset = -1;
 };
 
 // Receives straight into `recv`.

@@ -23,16 +23,16 @@ struct LinkSpec {
 struct Hardware {
   std::string name;
   std::string description;
-  std::string cap;  // the named cap (cap_spec.h) of the same memory, or empty
+  std::string cap;        // the named cap (cap_spec.h) of the same memory, or empty
   double memory_gib = 0;  // nominal: the datasheets' "40GB" of HBM are 2^30-byte gigabytes
   double bf16_dense_tflops = 0;
   double fp32_tflops = 0;
   double hbm_gb_per_s = 0;
   int gpus_per_node = 0;
-  LinkSpec intra_node;  // between the GPUs of a node
-  LinkSpec inter_node;  // between nodes, per GPU
-  LinkSpec host;        // GPU to host memory (offload)
-  double call_latency_us = 0;                 // per collective call, besides its steps
+  LinkSpec intra_node;                         // between the GPUs of a node
+  LinkSpec inter_node;                         // between nodes, per GPU
+  LinkSpec host;                               // GPU to host memory (offload)
+  double call_latency_us = 0;                  // per collective call, besides its steps
   std::map<std::string, std::string> sources;  // what each group of figures is taken from
   std::string origin;                          // "built-in" or the file's path
 };

@@ -99,8 +99,16 @@ void run(AlgorithmContext& context, const Call& call) {
     scratch = context.scratch(reduced, 1, dtype, "rhd scratch");
   }
   for (const Move& move : moves) {
-    const Transfer transfer{at(call.recv, move.send_offset, dtype), move.send_count, move.peer, -1,
-                            at(call.recv, move.recv_offset, dtype), move.recv_count, move.peer, -1};
+    const Transfer transfer{at(call.recv, move.send_offset, dtype),
+                            move.send_count,
+                            move.peer,
+                            -1,
+                            at(call.recv, move.recv_offset, dtype),
+                            move.recv_count,
+                            move.peer,
+                            -1,
+                            static_cast<int64_t>(move.send_offset),
+                            static_cast<int64_t>(move.recv_offset)};
     if (move.reduce) {
       exchange_reduce(context, dtype, call.op, move.stage, transfer, transfer.recv, scratch.data());
     } else {

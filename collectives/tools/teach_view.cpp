@@ -6,6 +6,7 @@
 #include <cmath>
 #include <map>
 
+#include "collectives/topology.h"
 #include "emu/units.h"
 
 namespace emu::coll::teach {
@@ -187,10 +188,214 @@ nlohmann::json chrome_trace(const Logs& logs, const std::vector<std::vector<int>
   return {{"traceEvents", events}, {"displayTimeUnit", "ms"}};
 }
 
+namespace {
+
+using Contributors = uint64_t;  // one bit per rank whose input an element holds
+
+// The partition the view cuts each rank's buffer by, in elements of the buffer the exchanges address.
+Blocks view_blocks(const Layout& layout, int n) {
+  switch (layout.kind) {
+    case CollectiveKind::kAllReduce: return Blocks::even(layout.count, n);
+    case CollectiveKind::kReduceScatter:
+    case CollectiveKind::kAllGather:
+    case CollectiveKind::kAllToAll: return Blocks::uniform(layout.count, n);
+    default: {
+      const std::vector<size_t> whole{layout.count};
+      return Blocks::of(whole);
+    }
+  }
+}
+
+std::vector<std::vector<Contributors>> initial_contents(const Layout& layout, const Blocks& blocks, int n) {
+  std::vector<std::vector<Contributors>> state(static_cast<size_t>(n),
+                                               std::vector<Contributors>(blocks.total, Contributors{0}));
+  for (int r = 0; r < n; ++r) {
+    auto& mine = state[static_cast<size_t>(r)];
+    const Contributors self = Contributors{1} << r;
+    const auto own_block = [&] {
+      const auto b = static_cast<size_t>(r);
+      std::fill_n(mine.begin() + static_cast<std::ptrdiff_t>(blocks.offset[b]), blocks.count[b], self);
+    };
+    switch (layout.kind) {
+      case CollectiveKind::kAllGather:
+      case CollectiveKind::kAllToAll: own_block(); break;
+      case CollectiveKind::kBroadcast:
+        if (r == layout.root) std::fill(mine.begin(), mine.end(), self);
+        break;
+      default: std::fill(mine.begin(), mine.end(), self);
+    }
+  }
+  return state;
+}
+
+// Where one side of an exchange lies: its offset if logged, else its block's, else the whole buffer.
+std::pair<size_t, size_t> placed(int64_t offset, int block, uint64_t bytes, const Blocks& blocks, size_t element) {
+  const size_t count = bytes / element;
+  if (offset >= 0) return {static_cast<size_t>(offset), count};
+  if (block >= 0 && static_cast<size_t>(block) < blocks.offset.size()) return {blocks.offset[block], count};
+  return {0, count};
+}
+
+std::string block_contents(const std::vector<Contributors>& elements, size_t begin, size_t count, int block) {
+  const auto text = [&](Contributors set) {
+    if (set == 0) return std::string("·");
+    std::string out;
+    for (int r = 0; r < 64; ++r) {
+      if ((set >> r) & 1) out += fmt::format("{}{}{}", out.empty() ? "" : "+", static_cast<char>('a' + block), r);
+    }
+    return out;
+  };
+  std::vector<Contributors> distinct;
+  for (size_t e = begin; e < begin + count; ++e) {
+    if (distinct.empty() || distinct.back() != elements[e]) distinct.push_back(elements[e]);
+  }
+  if (distinct.size() == 1) return text(distinct[0]);
+  std::string out = "{";
+  for (size_t i = 0; i < distinct.size(); ++i) out += (i == 0 ? "" : ", ") + text(distinct[i]);
+  return out + "}";
+}
+
+// The first place where the final contents differ from the collective's definition, or empty.
+std::string definition_disagreement(const Layout& layout, const Blocks& blocks,
+                                    const std::vector<std::vector<Contributors>>& state) {
+  const int n = static_cast<int>(state.size());
+  const Contributors everyone = n == 64 ? ~Contributors{0} : (Contributors{1} << n) - 1;
+  for (int r = 0; r < n; ++r) {
+    for (size_t b = 0; b < blocks.count.size(); ++b) {
+      Contributors want = 0;
+      bool checked = true;
+      switch (layout.kind) {
+        case CollectiveKind::kAllReduce: want = everyone; break;
+        case CollectiveKind::kReduceScatter:
+          want = everyone;
+          checked = static_cast<int>(b) == r;
+          break;
+        case CollectiveKind::kAllGather:
+        case CollectiveKind::kAllToAll: want = Contributors{1} << b; break;
+        case CollectiveKind::kBroadcast: want = Contributors{1} << layout.root; break;
+        case CollectiveKind::kReduce:
+          want = everyone;
+          checked = r == layout.root;
+          break;
+        default: checked = false;
+      }
+      if (!checked) continue;
+      for (size_t e = blocks.offset[b]; e < blocks.offset[b] + blocks.count[b]; ++e) {
+        if (state[static_cast<size_t>(r)][e] != want) {
+          return fmt::format("r{} block {} holds {}, the collective leaves {}", r, static_cast<char>('a' + b),
+                             block_contents(state[static_cast<size_t>(r)], e, 1, static_cast<int>(b)),
+                             block_contents(std::vector<Contributors>{want}, 0, 1, static_cast<int>(b)));
+        }
+      }
+    }
+  }
+  return "";
+}
+
+}  // namespace
+
+namespace {
+
+// Follows the exchanges round by round over each rank's buffer of contributor sets.
+class ContentsReplay {
+ public:
+  ContentsReplay(const Layout& layout, const Logs& logs, const std::vector<std::vector<int>>& rounds)
+      : layout_(layout),
+        logs_(logs),
+        rounds_(rounds),
+        blocks_(view_blocks(layout, static_cast<int>(logs.size()))),
+        state_(initial_contents(layout, blocks_, static_cast<int>(logs.size()))),
+        sender_of_(match_messages(logs)) {}
+
+  // False when an exchange cannot be placed in the buffer (the view then shows nothing).
+  bool play(int round) { return send(round) && receive(round); }
+
+  std::string text(int round) const {
+    std::string out = fmt::format("after round {}:\n", round);
+    for (size_t r = 0; r < state_.size(); ++r) {
+      std::string line;
+      for (size_t b = 0; b < blocks_.count.size(); ++b) {
+        line +=
+            (b == 0 ? "" : " | ") + block_contents(state_[r], blocks_.offset[b], blocks_.count[b], static_cast<int>(b));
+      }
+      out += fmt::format("  r{} [{}]\n", r, line);
+    }
+    return out;
+  }
+
+  std::string verdict() const { return definition_disagreement(layout_, blocks_, state_); }
+
+ private:
+  // What each exchange of the round sends is its rank's state before the round's receives.
+  bool send(int round) {
+    for (size_t r = 0; r < logs_.size(); ++r) {
+      for (size_t i = 0; i < logs_[r].size(); ++i) {
+        const StepRecord& step = logs_[r][i];
+        if (rounds_[r][i] != round || !sends(step)) continue;
+        const auto [offset, count] =
+            placed(step.send_offset, step.send_block, step.send_bytes, blocks_, layout_.element_bytes);
+        if (offset + count > blocks_.total) return false;
+        std::vector<Contributors> payload(count, Contributors{1} << r);  // all-to-all: the sender's own input
+        if (layout_.kind != CollectiveKind::kAllToAll) {
+          std::copy_n(state_[r].begin() + static_cast<std::ptrdiff_t>(offset), count, payload.begin());
+        }
+        in_flight_[{static_cast<int>(r), i}] = std::move(payload);
+      }
+    }
+    return true;
+  }
+
+  bool receive(int round) {
+    for (size_t r = 0; r < logs_.size(); ++r) {
+      for (size_t i = 0; i < logs_[r].size(); ++i) {
+        const StepRecord& step = logs_[r][i];
+        if (rounds_[r][i] != round || !receives(step)) continue;
+        const auto sender = sender_of_.find({static_cast<int>(r), i});
+        if (sender == sender_of_.end()) return false;
+        const std::vector<Contributors>& payload = in_flight_.at(sender->second);
+        const auto [offset, count] =
+            placed(step.recv_offset, step.recv_block, step.recv_bytes, blocks_, layout_.element_bytes);
+        if (offset + count > blocks_.total || count != payload.size()) return false;
+        for (size_t e = 0; e < count; ++e) {
+          Contributors& held = state_[r][offset + e];
+          held = step.reduced ? (held | payload[e]) : payload[e];
+        }
+      }
+    }
+    return true;
+  }
+
+  const Layout& layout_;
+  const Logs& logs_;
+  const std::vector<std::vector<int>>& rounds_;
+  Blocks blocks_;
+  std::vector<std::vector<Contributors>> state_;
+  std::map<std::pair<int, size_t>, std::pair<int, size_t>> sender_of_;
+  std::map<std::pair<int, size_t>, std::vector<Contributors>> in_flight_;  // keyed by the sending exchange
+};
+
+}  // namespace
+
+Contents format_contents(const Layout& layout, const Logs& logs, const std::vector<std::vector<int>>& rounds) {
+  if (logs.size() > 26 || layout.count == 0) return {};
+  int last = 0;
+  for (const auto& list : rounds) {
+    for (int round : list) last = std::max(last, round);
+  }
+  ContentsReplay replay(layout, logs, rounds);
+  std::string out;
+  for (int round = 1; round <= last; ++round) {
+    if (!replay.play(round)) return {};
+    out += replay.text(round);
+  }
+  return {out, replay.verdict()};
+}
+
 nlohmann::json to_json(const std::vector<StepRecord>& log) {
   nlohmann::json out = nlohmann::json::array();
   for (const StepRecord& s : log) {
-    out.push_back({s.stage, s.to, s.send_block, s.send_bytes, s.from, s.recv_block, s.recv_bytes, s.reduced});
+    out.push_back({s.stage, s.to, s.send_block, s.send_bytes, s.from, s.recv_block, s.recv_bytes, s.reduced,
+                   s.send_offset, s.recv_offset});
   }
   return out;
 }
@@ -199,7 +404,8 @@ std::vector<StepRecord> from_json(const nlohmann::json& json) {
   std::vector<StepRecord> log;
   for (const auto& s : json) {
     log.push_back(StepRecord{s[0].get<std::string>(), s[1].get<int>(), s[2].get<int>(), s[3].get<uint64_t>(),
-                             s[4].get<int>(), s[5].get<int>(), s[6].get<uint64_t>(), s[7].get<bool>()});
+                             s[4].get<int>(), s[5].get<int>(), s[6].get<uint64_t>(), s[7].get<bool>(),
+                             s[8].get<int64_t>(), s[9].get<int64_t>()});
   }
   return log;
 }

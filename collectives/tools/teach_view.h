@@ -41,6 +41,26 @@ ExecutedCost executed_cost(const Logs& logs, const std::vector<std::vector<int>>
 // what disagrees.
 std::string cost_disagreement(const Cost& model, const ExecutedCost& executed, uint64_t element_bytes);
 
+// How one call's buffer is laid out, for the contents view.
+struct Layout {
+  CollectiveKind kind = CollectiveKind::kAllReduce;
+  size_t count = 0;  // as the call's: the buffer (all_reduce, broadcast, reduce) or each rank's block (the others)
+  size_t element_bytes = 4;
+  int root = 0;  // broadcast and reduce
+};
+
+// Each rank's buffer after every round, block by block (a, b, c, ... as the partition cuts it): whose inputs each
+// block holds, added ("a0+a3": block a summed over ranks 0 and 3) or copied, "·" where nothing has arrived yet; for
+// all-to-all, the rank each block came from. `verdict` compares the last round's contents with what the collective
+// is defined to leave (all-reduce: every block summed over every rank on every rank; reduce-scatter: block r summed
+// on rank r; all-gather: block b from rank b everywhere; ...): empty when they agree. Both empty for more than 26
+// ranks.
+struct Contents {
+  std::string text;
+  std::string verdict;
+};
+Contents format_contents(const Layout& layout, const Logs& logs, const std::vector<std::vector<int>>& rounds);
+
 nlohmann::json to_json(const std::vector<StepRecord>& log);
 std::vector<StepRecord> from_json(const nlohmann::json& json);
 

@@ -67,6 +67,49 @@ TEST(TeachTrace, OneTrackPerRankAndAnArrowPerMessage) {
   EXPECT_EQ(from_json(to_json(logs[1])).size(), logs[1].size());
 }
 
+// A ring all-reduce over n ranks as the ring really schedules it (topology.h), blocks of 2 fp32 elements; with
+// `copy_in_reduce_scatter` the first half copies instead of adding, the bug the contents view must catch.
+Logs real_ring_logs(int n, bool copy_in_reduce_scatter) {
+  Logs logs(static_cast<size_t>(n));
+  for (int r = 0; r < n; ++r) {
+    for (int step = 0; step < n - 1; ++step) {
+      logs[static_cast<size_t>(r)].push_back(StepRecord{"rs", ring_next(r, n), ring_rs_send_block(r, step, n), 8,
+                                                        ring_prev(r, n), ring_rs_recv_block(r, step, n), 8,
+                                                        !copy_in_reduce_scatter});
+    }
+    for (int step = 0; step < n - 1; ++step) {
+      logs[static_cast<size_t>(r)].push_back(StepRecord{"ag", ring_next(r, n), ring_ag_send_block(r, step, n), 8,
+                                                        ring_prev(r, n), ring_ag_recv_block(r, step, n), 8, false});
+    }
+  }
+  return logs;
+}
+
+TEST(TeachContents, RingAllReduceBuildsThePartialSums) {
+  const Logs logs = real_ring_logs(3, false);
+  const Contents contents = format_contents({CollectiveKind::kAllReduce, 6, 4, 0}, logs, logical_rounds(logs));
+  // Round 1: each rank r sends its block r-1 to r+1, so r0 receives r2's block 1 (b) and adds it to its own.
+  EXPECT_NE(contents.text.find("after round 1:\n  r0 [a0 | b0+b2 | c0]"), std::string::npos) << contents.text;
+  EXPECT_NE(contents.text.find("after round 4:\n  r0 [a0+a1+a2 | b0+b1+b2 | c0+c1+c2]"), std::string::npos)
+      << contents.text;
+  EXPECT_EQ(contents.verdict, "");
+}
+
+TEST(TeachContents, AnAllReduceThatCopiesInsteadOfAddingIsCaught) {
+  const Logs logs = real_ring_logs(3, true);
+  const Contents contents = format_contents({CollectiveKind::kAllReduce, 6, 4, 0}, logs, logical_rounds(logs));
+  EXPECT_NE(contents.verdict.find("the collective leaves a0+a1+a2"), std::string::npos) << contents.verdict;
+}
+
+TEST(TeachContents, ABroadcastLeavesTheRootsInputEverywhere) {
+  const Logs logs = tree_logs(8);
+  const Contents contents = format_contents({CollectiveKind::kBroadcast, 4, 4, 0}, logs, logical_rounds(logs));
+  EXPECT_NE(contents.text.find("after round 1:\n  r0 [a0]\n  r1 [·]"), std::string::npos) << contents.text;
+  EXPECT_EQ(contents.verdict, "");
+  // Read as a broadcast from r1, the same exchanges leave r1's data nowhere.
+  EXPECT_NE(format_contents({CollectiveKind::kBroadcast, 4, 4, 1}, logs, logical_rounds(logs)).verdict, "");
+}
+
 TEST(TeachCost, ExecutedRingMatchesItsClosedForm) {
   // 5 ranks exchanging 8-byte blocks: S = 40 B, 2(N-1) = 8 rounds, 8 exchanges of 8 B = 2·4/5·40 on every rank,
   // 4 of them added = 4/5·40.
