@@ -234,6 +234,9 @@ TEST(ModelHfConfig, RealConfigsGiveThePublishedParameterCounts) {
       {"qwen2-0.5b", 494'032'768, 8192},
       {"qwen2.5-1.5b", 1'543'714'304, 8192},
       {"phi-3-mini-4k", 3'821'079'552, 2016},
+      // Phi-3.5-mini-instruct: Phi-3-mini's shapes, 131072 positions by longrope over a 4096-token pre-training
+      // context, which is its default s.
+      {"phi-3.5-mini", 3'821'079'552, 4096},
       {"gemma-2b", 2'506'172'416, 8192},
   };
   for (const Case& c : cases) {
@@ -343,9 +346,14 @@ TEST(ModelHfConfig, Qwen2AndPhi3Shapes) {
       "num_attention_heads": 4, "vocab_size": 10, "max_position_embeddings": 64)";
   expect_input_error("partial.json", R"({"model_type": "phi3", )" + shape + R"(, "partial_rotary_factor": 0.5})",
                      R"(key "partial_rotary_factor" is 0.5)");
+  // Longrope needs one short and one long factor per rotary frequency (head dimension 16: 8 each).
   expect_input_error("longrope.json",
                      R"({"model_type": "phi3", )" + shape + R"(, "rope_scaling": {"type": "longrope", "factor": 32}})",
-                     "longrope, are not modelled yet");
+                     R"("short_factor" a list of 8 positive numbers)");
+  expect_input_error("longrope_short.json",
+                     R"({"model_type": "phi3", )" + shape +
+                         R"(, "rope_scaling": {"type": "longrope", "short_factor": [1, 1], "long_factor": [1, 1]}})",
+                     R"("short_factor" a list of 8 positive numbers)");
   expect_input_error("dropout.json", R"({"model_type": "phi3", )" + shape + R"(, "resid_pdrop": 0.1})",
                      "dropout is not modelled");
   // Qwen2 with use_sliding_window: layers from max_window_layers on slide; s is bounded by the window.
@@ -370,7 +378,7 @@ TEST(ModelHfConfig, KeysThatChangeTheMathAreComputedOrRefused) {
   expect_input_error("bias.json", "{" + shape + R"(, "attention_bias": true})", "biases in attention");
   expect_input_error("mlp_bias.json", "{" + shape + R"(, "mlp_bias": true})", "biases in the MLP");
   expect_input_error("yarn.json", "{" + shape + R"(, "rope_scaling": {"rope_type": "yarn", "factor": 4.0}})",
-                     "yarn and longrope, are not modelled yet");
+                     "others, such as yarn, are not modelled yet");
   const std::string gpt2 = R"("n_embd": 64, "n_layer": 2, "n_head": 4, "n_positions": 8, "vocab_size": 10)";
   expect_input_error("gelu.json", "{" + gpt2 + R"(, "activation_function": "relu"})",
                      R"(key "activation_function" is "relu")");
@@ -415,6 +423,28 @@ TEST(ModelRope, Llama3ScalingStretchesOnlyTheLowFrequencies) {
   EXPECT_DOUBLE_EQ(rope_inverse_frequencies(128, 10000, dynamic, 4096)[1], std::pow(10000.0, -1.0 / 64.0));
   const double base = 10000 * std::pow(2.0 * 8192 / 4096 - 1, 128.0 / 126.0);
   EXPECT_NEAR(rope_inverse_frequencies(128, 10000, dynamic, 8192)[1], std::pow(base, -1.0 / 64.0), 1e-15);
+}
+
+// Phi-3.5-mini's longrope, by hand from transformers' _compute_longrope_parameters: factor = 131072 / 4096 = 32,
+// attention_factor = √(1 + ln 32 / ln 4096) = √(1 + 5/12) = 1.1902381; frequency j = 10000^(−2j/96) / short_factor[j]
+// up to s = 4096 at full scale, / long_factor[j] beyond; a head shrunk by k keeps every k-th frequency.
+TEST(ModelRope, LongropeDividesByTheShortOrLongFactorsAndScalesCosAndSin) {
+  const ModelConfig phi = load_hf_config(hf_file("phi-3.5-mini"));
+  const RopeScaling& rope = phi.rope_scaling;
+  ASSERT_EQ(rope.type, RopeScaling::Type::kLongrope);
+  EXPECT_EQ(rope.original_max_positions, 4096);
+  EXPECT_NEAR(rope.attention_factor, 1.1902381, 1e-7);
+  // short_factor[1] = 1.0199999809265137, long_factor[1] = 1.1100000143051147, long_factor[2] = 1.1399999856948853.
+  const double f1 = std::pow(10000.0, -2.0 / 96.0);
+  EXPECT_NEAR(rope_inverse_frequencies(96, 10000, rope, 4096)[1], f1 / 1.0199999809265137, 1e-15);
+  EXPECT_NEAR(rope_inverse_frequencies(96, 10000, rope, 8192)[1], f1 / 1.1100000143051147, 1e-15);
+  // k = 2: head dimension 48, frequency 1 is the full head's frequency 2.
+  EXPECT_NEAR(rope_inverse_frequencies(48, 10000, rope, 8192)[1], std::pow(10000.0, -4.0 / 96.0) / 1.1399999856948853,
+              1e-15);
+  std::vector<float> cos(2), sin(2);
+  rope_tables(1, {1.0, 0.5}, cos.data(), sin.data(), rope.attention_factor);
+  EXPECT_FLOAT_EQ(cos[0], float(1.1902381));  // position 0: cos 1 and sin 0, times the factor
+  EXPECT_FLOAT_EQ(sin[0], 0.0f);
 }
 
 }  // namespace

@@ -31,12 +31,16 @@ struct RopeScaling {
     kLinear,   // every frequency / factor
     kDynamic,  // NTK: the base grows once the sequence passes the original context
     kLlama3,   // Llama 3.1: low frequencies / factor, high ones kept, a smooth ramp between
+    kLongrope, // Phi-3 128k, Phi-3.5: frequency j / short_factor[j] (s ≤ the original context) or long_factor[j]
   };
   Type type = Type::kNone;
   double factor = 1;
   double low_freq_factor = 1;          // llama3
   double high_freq_factor = 4;         // llama3
-  int64_t original_max_positions = 0;  // the context the model was pre-trained at (llama3, dynamic)
+  int64_t original_max_positions = 0;  // the context the model was pre-trained at (llama3, dynamic, longrope)
+  std::vector<double> short_factor;    // longrope: one per rotary frequency of the full-scale head (d/2)
+  std::vector<double> long_factor;     // longrope: used once the full-scale s passes original_max_positions
+  double attention_factor = 1;         // longrope: cos and sin are multiplied by it (the "attention scaling")
 };
 
 struct ModelConfig {

@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <numeric>
@@ -72,7 +73,52 @@ void require_value(const Reader& r, const char* key, const json& computed, std::
   }
 }
 
-RopeScaling read_rope_scaling(const Reader& r, int64_t max_positions) {
+// Longrope (transformers _compute_longrope_parameters; Phi3Config reads "su" as longrope): the context the model was
+// pre-trained at is the top-level original_max_position_embeddings (Phi-3's place for it), else the rope_scaling
+// entry of that name, else max_position_embeddings; factor defaults to max_position_embeddings over it, and
+// attention_factor to √(1 + ln factor / ln original) (1 when factor ≤ 1).
+void read_longrope(const Reader& r, const json& value, int64_t max_positions, int64_t head_dim, RopeScaling& scaling) {
+  scaling.type = RopeScaling::Type::kLongrope;
+  auto factors = [&](const char* key) {
+    std::vector<double> out;
+    const bool listed = value.contains(key) && value[key].is_array();
+    if (listed) {
+      for (const json& f : value[key]) {
+        if (!f.is_number() || !(f.get<double>() > 0)) break;
+        out.push_back(f.get<double>());
+      }
+    }
+    if (!listed || out.size() != value[key].size() || out.size() != size_t(head_dim / 2)) {
+      r.bad("rope_scaling", value,
+            fmt::format("\"{}\" a list of {} positive numbers, one per rotary frequency of a head (head dimension {})",
+                        key, head_dim / 2, head_dim));
+    }
+    return out;
+  };
+  scaling.short_factor = factors("short_factor");
+  scaling.long_factor = factors("long_factor");
+  scaling.original_max_positions = max_positions;
+  if (value.contains("original_max_position_embeddings")) {
+    const json& original = value["original_max_position_embeddings"];
+    if (!original.is_number_integer() || original.get<int64_t>() < 1) {
+      r.bad("rope_scaling", value, "\"original_max_position_embeddings\" a positive integer");
+    }
+    scaling.original_max_positions = original.get<int64_t>();
+  }
+  scaling.original_max_positions = r.positive_int_or("original_max_position_embeddings", scaling.original_max_positions);
+  const double factor = value.contains("factor") ? scaling.factor
+                                                 : double(max_positions) / double(scaling.original_max_positions);
+  scaling.attention_factor =
+      factor <= 1 ? 1 : std::sqrt(1 + std::log(factor) / std::log(double(scaling.original_max_positions)));
+  if (value.contains("attention_factor")) {
+    if (!value["attention_factor"].is_number() || !(value["attention_factor"].get<double>() > 0)) {
+      r.bad("rope_scaling", value, "\"attention_factor\" a positive number");
+    }
+    scaling.attention_factor = value["attention_factor"].get<double>();
+  }
+}
+
+RopeScaling read_rope_scaling(const Reader& r, int64_t max_positions, int64_t head_dim, const std::string& family) {
   RopeScaling scaling;
   if (!r.has("rope_scaling")) return scaling;
   const json& value = r.value("rope_scaling");
@@ -102,10 +148,12 @@ RopeScaling read_rope_scaling(const Reader& r, int64_t max_positions) {
       r.bad("rope_scaling", value, "high_freq_factor above low_freq_factor");
     }
     scaling.original_max_positions = static_cast<int64_t>(number("original_max_position_embeddings", 8192));
+  } else if (type == "longrope" || (family == "phi3" && type == "su")) {
+    read_longrope(r, value, max_positions, head_dim, scaling);
   } else {
     r.bad("rope_scaling", value,
-          "rope_type \"default\", \"linear\", \"dynamic\" or \"llama3\" (others, such as yarn and "
-          "longrope, are not modelled yet)");
+          "rope_type \"default\", \"linear\", \"dynamic\", \"llama3\" or \"longrope\" (others, such as yarn, are "
+          "not modelled yet)");
   }
   return scaling;
 }
@@ -114,9 +162,13 @@ RopeScaling read_rope_scaling(const Reader& r, int64_t max_positions) {
 void default_seq(ModelConfig& c) {
   c.seq = c.max_positions;
   c.seq_default = "max_position_embeddings";
-  if (c.rope_scaling.type == RopeScaling::Type::kLlama3 && c.rope_scaling.original_max_positions < c.seq) {
+  const bool pretrained_context =
+      c.rope_scaling.type == RopeScaling::Type::kLlama3 || c.rope_scaling.type == RopeScaling::Type::kLongrope;
+  if (pretrained_context && c.rope_scaling.original_max_positions < c.seq) {
     c.seq = c.rope_scaling.original_max_positions;
-    c.seq_default = "rope_scaling's original_max_position_embeddings";
+    c.seq_default = c.rope_scaling.type == RopeScaling::Type::kLlama3
+                        ? "rope_scaling's original_max_position_embeddings"
+                        : "original_max_position_embeddings, longrope's pre-training context";
   }
   if (c.sliding_window > 0 && c.sliding_window < c.seq) {
     // At most the window, and a multiple of every valid shrink factor, so that a shrunk run's s is exact (Phi-3's
@@ -155,7 +207,7 @@ void read_qwen2(const Reader& r, ModelConfig& c) {
 
 // Phi-3 (transformers models/phi3): Llama's math with fused qkv_proj and gate_up_proj, a sliding window whenever
 // sliding_window is set (Phi-3-mini-4k: 2047), residual and embedding dropout. Partial rotary embedding and
-// dropout are refused; longrope (the 128k variants) is refused by read_rope_scaling.
+// dropout are refused; longrope (the 128k variants, Phi-3.5) is read by read_rope_scaling.
 void read_phi3(const Reader& r, ModelConfig& c) {
   c.fused_projections = true;
   c.sliding_window = r.positive_int_or("sliding_window", 0);
@@ -211,7 +263,7 @@ ModelConfig read_llama(const Reader& r, const std::filesystem::path& path, const
   require_value(r, "attention_bias", false, "biases in attention are not modelled yet");
   require_value(r, "mlp_bias", false, "biases in the MLP are not modelled yet");
   require_value(r, "pretraining_tp", 1, "the tensor-parallel emulation of pre-training is not modelled");
-  c.rope_scaling = read_rope_scaling(r, c.max_positions);
+  c.rope_scaling = read_rope_scaling(r, c.max_positions, c.head_dim(), type);
   if (type == "mistral") c.sliding_window = r.positive_int_or("sliding_window", 0);
   if (type == "qwen2") read_qwen2(r, c);
   if (type == "phi3") read_phi3(r, c);

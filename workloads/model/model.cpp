@@ -208,7 +208,7 @@ void Model::forward_root_start(const int32_t* tokens) {
     if (math_) {  // computed once on the host, as a GPU run computes its tables, then brought over
       std::vector<float> cos(rope_cos_.count()), sin(rope_sin_.count());
       rope_tables(c.seq, rope_inverse_frequencies(c.head_dim(), c.rope_theta, c.rope_scaling, c.seq * c.shrink),
-                  cos.data(), sin.data());
+                  cos.data(), sin.data(), c.rope_scaling.attention_factor);
       ops_->copy_from_host(rope_cos_.data(), cos.data(), cos.size() * sizeof(float));
       ops_->copy_from_host(rope_sin_.data(), sin.data(), sin.size() * sizeof(float));
     }
