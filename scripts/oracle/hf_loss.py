@@ -52,6 +52,13 @@ CASES = {
                                 rope_scaling={"type": "longrope",
                                               "short_factor": [1.0, 1.1, 1.3, 1.6, 2.0, 2.5, 3.1, 3.8],
                                               "long_factor": [1.5, 2.5, 4.0, 6.0, 9.0, 13.0, 18.0, 24.0]}),
+    # Gemma 2: a head_dim of its own (4 heads of 24 for h = 64), scores scaled by query_pre_attn_scalar^-1/2 with
+    # 20 != 24, small caps so that both tanh soft-caps bend the values, four norms per block, the sliding window (64)
+    # on every other layer no shorter than the sequence.
+    "gemma2": dict(LLAMA_SHAPE, model_type="gemma2", num_key_value_heads=2, head_dim=24, query_pre_attn_scalar=20,
+                   attn_logit_softcapping=2.0, final_logit_softcapping=3.0, sliding_window=64,
+                   hidden_activation="gelu_pytorch_tanh", hidden_act="gelu_pytorch_tanh", tie_word_embeddings=True,
+                   pad_token_id=None),
     "gpt2": {"model_type": "gpt2", "n_embd": 64, "n_inner": 256, "n_head": 4, "n_layer": 2, "vocab_size": 384,
              "n_positions": 64, "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0,
              "activation_function": "gelu_new"},

@@ -21,7 +21,8 @@ enum class Style : uint8_t {
 };
 std::string_view style_name(Style style);
 struct ModelConfig;
-// The family as a user names it: "qwen2", "phi3" or "gemma" for the Llama-style variants, else style_name.
+// The family as a user names it: "qwen2", "phi3", "gemma" or "gemma2" for the Llama-style variants, else
+// style_name.
 std::string_view family_name(const ModelConfig& config);
 
 // Hugging Face's rope_scaling (Llama): how the rotary frequencies are stretched for a longer context.
@@ -62,11 +63,19 @@ struct ModelConfig {
   bool qkv_bias = false;           // Qwen2: q_proj, k_proj and v_proj carry biases (o_proj none)
   bool fused_projections = false;  // Phi-3: qkv_proj [h + 2·kvd, h] and gate_up_proj [2F, h] instead of separate ones
   bool gemma = false;  // Gemma: RMSNorm in fp32 times (1 + weight), embeddings × √h, GeGLU (gelu, tanh approximation)
+  // Gemma 2 (transformers models/gemma2), on top of `gemma`:
+  int64_t head_size = 0;        // head_dim when the config sets it apart from h/a (2304 / 8 heads of 256); 0: h/a
+  double query_scale = 0;       // query_pre_attn_scalar: the scores are scaled by its −½ power; 0: by d^−½
+  double attn_softcap = 0;      // attn_logit_softcapping: scores ← cap·tanh(scores / cap) before the mask; 0: none
+  double final_softcap = 0;     // final_logit_softcapping: logits ← cap·tanh(logits / cap) before the loss; 0: none
+  bool sandwich_norms = false;  // post_attention_layernorm on the attention output before the residual add, and
+                                // pre_feedforward_layernorm / post_feedforward_layernorm around the MLP
   std::string seq_default;  // why s is what it is when no --seq-len was given (shown in the header)
   bool tie_embeddings = false;
   int64_t shrink = 1;  // k this config was shrunk by (1: full scale)
 
-  int64_t head_dim() const { return hidden / heads; }
+  int64_t head_dim() const { return head_size != 0 ? head_size : hidden / heads; }
+  int64_t q_dim() const { return heads * head_dim(); }  // columns of q and of the attention output: h but for Gemma 2
   int64_t kv_dim() const { return kv_heads * head_dim(); }
   int64_t tokens() const { return batch * seq; }  // T = b·s rows of every activation
 
