@@ -619,9 +619,10 @@ void check_device(const RunOptions& options) {
     }
     const model::ModelConfig& c = options.full;
     if (c.attn_softcap != 0 || c.final_softcap != 0 || c.query_scale != 0) {
-      throw InputError(fmt::format("--device cuda: {}'s soft-capping and query_pre_attn_scalar are computed by the "
-                                   "cpu device only; accepted: --device cpu, or --plan",
-                                   c.name));
+      throw InputError(
+          fmt::format("--device cuda: {}'s soft-capping and query_pre_attn_scalar are computed by the "
+                      "cpu device only; accepted: --device cpu, or --plan",
+                      c.name));
     }
   }
 }

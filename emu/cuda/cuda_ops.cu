@@ -79,7 +79,9 @@ __global__ void k_softcap_forward(float* y, float* t, float cap, size_t n) {
     y[i] = cap * t[i];
   }
 }
-__global__ void k_softcap_backward(float* dy, const float* t, size_t n) { EMU_FOR_EACH(i, n) dy[i] *= 1.0f - t[i] * t[i]; }
+__global__ void k_softcap_backward(float* dy, const float* t, size_t n) {
+  EMU_FOR_EACH(i, n) dy[i] *= 1.0f - t[i] * t[i];
+}
 __global__ void k_swiglu_forward(const float* g, const float* u, float* y, size_t n) {
   EMU_FOR_EACH(i, n) y[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
 }

@@ -142,7 +142,8 @@ TEST(Plan, OneRoleForEachDistinctRankAndOneForRanksAlike) {
   const std::string out = dir.file("roles.json");
   const auto plan = run_process(mpiexec(1) + kEmu + " --model " + std::string(EMU_SOURCE_DIR) +
                                     "/tests/data/oracle/llama-tiny.json --plan 3 --seq-len 64 --strategies "
-                                    "ddp-zero,zero2 --json " + out,
+                                    "ddp-zero,zero2 --json " +
+                                    out,
                                 120);
   ASSERT_EQ(plan.exit_code, 0) << plan.err;
   const json root = read_json(out);

@@ -85,7 +85,8 @@ TEST_P(Ranks, JsonHoldsVerdictsPeaksPredictionsAndTraffic) {
       // ... and the calls as the run makes them: DDP one all-reduce per gradient bucket (it predicted one per step).
       const auto predicted_calls = traffic_by_kind(s["predicted"]["traffic_per_step"], "calls");
       auto measured_calls = traffic_by_kind(s["traffic_per_step"], "calls");
-      for (const auto& [kind, want] : predicted_calls) EXPECT_EQ(measured_calls[kind], want) << s["name"] << " " << kind;
+      for (const auto& [kind, want] : predicted_calls)
+        EXPECT_EQ(measured_calls[kind], want) << s["name"] << " " << kind;
     }
     // gpt2 / 8: 4Ψ ≈ 7.8 MB of fp32 gradients over buckets of 25 MiB / 64: more than one all-reduce.
     EXPECT_GT(traffic_by_kind(strategy(root, "ddp")["traffic_per_step"], "calls")["all_reduce"], 1);

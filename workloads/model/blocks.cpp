@@ -20,12 +20,44 @@ Buffer BlockEnv::allocate_per_row(size_t count, DType dtype, Category category, 
 }
 
 void BlockSaved::release_all_but_input() {
-  for (Buffer* b :
-       {&x32,   &norm1_stats, &norm1_hat, &norm1_plus_one, &xn1, &q,         &k,           &v,         &qkv,
-        &probs, &probs_copy,  &lse,       &attn,           &x2,  &x2_32,     &norm2_stats, &norm2_hat, &norm2_plus_one,
-        &xn2,   &gate,        &up,        &silu,           &fc,  &gelu_tanh, &gelu_half,   &gelu_sum,  &act,
-        &softcap_tanh, &attn_o, &attn_o32, &norm3_stats, &norm3_hat, &norm3_plus_one, &mlp_o, &mlp_o32, &norm4_stats,
-        &norm4_hat, &norm4_plus_one}) {
+  for (Buffer* b : {&x32,
+                    &norm1_stats,
+                    &norm1_hat,
+                    &norm1_plus_one,
+                    &xn1,
+                    &q,
+                    &k,
+                    &v,
+                    &qkv,
+                    &probs,
+                    &probs_copy,
+                    &lse,
+                    &attn,
+                    &x2,
+                    &x2_32,
+                    &norm2_stats,
+                    &norm2_hat,
+                    &norm2_plus_one,
+                    &xn2,
+                    &gate,
+                    &up,
+                    &silu,
+                    &fc,
+                    &gelu_tanh,
+                    &gelu_half,
+                    &gelu_sum,
+                    &act,
+                    &softcap_tanh,
+                    &attn_o,
+                    &attn_o32,
+                    &norm3_stats,
+                    &norm3_hat,
+                    &norm3_plus_one,
+                    &mlp_o,
+                    &mlp_o32,
+                    &norm4_stats,
+                    &norm4_hat,
+                    &norm4_plus_one}) {
     b->reset();
   }
 }
@@ -299,8 +331,8 @@ Buffer llama_forward(const BlockEnv& env, const float* w, BlockSaved& s, Categor
       env.ops->linear_forward(a, W(off.down), nullptr, m, d.T, d.F, d.h, WeightLayout::kOutIn);
     }
     Buffer normed;
-    rms_norm_forward(env, W(off.mlp_out_norm), s.mlp_o, s.mlp_o32, s.norm4_stats, s.norm4_hat, s.norm4_plus_one,
-                     normed, cat, "post_feedforward_layernorm");
+    rms_norm_forward(env, W(off.mlp_out_norm), s.mlp_o, s.mlp_o32, s.norm4_stats, s.norm4_hat, s.norm4_plus_one, normed,
+                     cat, "post_feedforward_layernorm");
     if (dt != DType::kF32) s.mlp_o.reset();
     out = env.allocate(d.th(), dt, out_cat, "output");
     if (env.math) {

@@ -29,10 +29,10 @@ std::string_view family_name(const ModelConfig& config);
 struct RopeScaling {
   enum class Type : uint8_t {
     kNone,
-    kLinear,   // every frequency / factor
-    kDynamic,  // NTK: the base grows once the sequence passes the original context
-    kLlama3,   // Llama 3.1: low frequencies / factor, high ones kept, a smooth ramp between
-    kLongrope, // Phi-3 128k, Phi-3.5: frequency j / short_factor[j] (s ≤ the original context) or long_factor[j]
+    kLinear,    // every frequency / factor
+    kDynamic,   // NTK: the base grows once the sequence passes the original context
+    kLlama3,    // Llama 3.1: low frequencies / factor, high ones kept, a smooth ramp between
+    kLongrope,  // Phi-3 128k, Phi-3.5: frequency j / short_factor[j] (s ≤ the original context) or long_factor[j]
   };
   Type type = Type::kNone;
   double factor = 1;
@@ -70,7 +70,7 @@ struct ModelConfig {
   double final_softcap = 0;     // final_logit_softcapping: logits ← cap·tanh(logits / cap) before the loss; 0: none
   bool sandwich_norms = false;  // post_attention_layernorm on the attention output before the residual add, and
                                 // pre_feedforward_layernorm / post_feedforward_layernorm around the MLP
-  std::string seq_default;  // why s is what it is when no --seq-len was given (shown in the header)
+  std::string seq_default;      // why s is what it is when no --seq-len was given (shown in the header)
   bool tie_embeddings = false;
   int64_t shrink = 1;  // k this config was shrunk by (1: full scale)
 

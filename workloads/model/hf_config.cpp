@@ -106,9 +106,10 @@ void read_longrope(const Reader& r, const json& value, int64_t max_positions, in
     }
     scaling.original_max_positions = original.get<int64_t>();
   }
-  scaling.original_max_positions = r.positive_int_or("original_max_position_embeddings", scaling.original_max_positions);
-  const double factor = value.contains("factor") ? scaling.factor
-                                                 : double(max_positions) / double(scaling.original_max_positions);
+  scaling.original_max_positions =
+      r.positive_int_or("original_max_position_embeddings", scaling.original_max_positions);
+  const double factor =
+      value.contains("factor") ? scaling.factor : double(max_positions) / double(scaling.original_max_positions);
   scaling.attention_factor =
       factor <= 1 ? 1 : std::sqrt(1 + std::log(factor) / std::log(double(scaling.original_max_positions)));
   if (value.contains("attention_factor")) {
@@ -186,9 +187,8 @@ void default_seq(ModelConfig& c) {
   if (c.seq % multiple != 0 && c.seq > multiple) {  // a shorter s stays: no multiple fits under it
     const int64_t given = c.seq;
     c.seq = c.seq / multiple * multiple;
-    c.seq_default =
-        fmt::format("{} ({}), down to a multiple of {} so that every shrink factor divides it", c.seq_default, given,
-                    multiple);
+    c.seq_default = fmt::format("{} ({}), down to a multiple of {} so that every shrink factor divides it",
+                                c.seq_default, given, multiple);
   }
 }
 

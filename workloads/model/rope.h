@@ -18,7 +18,6 @@ std::vector<double> rope_inverse_frequencies(int64_t head_dim, double theta, con
 // Hugging Face's rotate_half convention: within each head of dimension d, element j < d/2 pairs with j + d/2,
 // rotated by the angle pos · inv_freq[j]. cos and sin are [seq, d/2], computed in double, stored in fp32, each
 // times `attention_factor` (longrope's scaling of cos and sin; 1 otherwise).
-void rope_tables(int64_t seq, const std::vector<double>& inv_freq, float* cos, float* sin,
-                 double attention_factor = 1);
+void rope_tables(int64_t seq, const std::vector<double>& inv_freq, float* cos, float* sin, double attention_factor = 1);
 
 }  // namespace emu::model

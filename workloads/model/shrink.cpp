@@ -71,15 +71,14 @@ std::vector<int64_t> valid_shrink_factors(const ModelConfig& full) {
 ModelConfig shrink(const ModelConfig& full, int64_t k) {
   full.validate();
   if (k < 1 || !head_dim_allows(full, k)) {
-    throw InputError(fmt::format(
-        "shrink factor k = {} does not fit model {}: its head dimension {} = {} must stay a whole number{} "
-        "after dividing by k; valid k: {}",
-        k, full.name,
-        full.head_size != 0 ? fmt::format("head_dim (h = {} too)", full.hidden)
-                            : fmt::format("h/a = {}/{}", full.hidden, full.heads),
-        full.head_dim(),
-        full.style == Style::kLlama ? " and even (rotary embedding rotates pairs)" : "",
-        fmt::join(valid_shrink_factors(full), ", ")));
+    throw InputError(
+        fmt::format("shrink factor k = {} does not fit model {}: its head dimension {} = {} must stay a whole number{} "
+                    "after dividing by k; valid k: {}",
+                    k, full.name,
+                    full.head_size != 0 ? fmt::format("head_dim (h = {} too)", full.hidden)
+                                        : fmt::format("h/a = {}/{}", full.hidden, full.heads),
+                    full.head_dim(), full.style == Style::kLlama ? " and even (rotary embedding rotates pairs)" : "",
+                    fmt::join(valid_shrink_factors(full), ", ")));
   }
   ModelConfig s = full;
   s.name = fmt::format("{}/{}", full.name, k);
@@ -172,7 +171,7 @@ std::string ShrinkReport::format() const {
       {"layers L", {full.layers, shrunk.layers}},
       {"heads a", {full.heads, shrunk.heads}},
       {"kv heads", {full.kv_heads, shrunk.kv_heads}},
-      {"head dim h/a", {full.head_dim(), shrunk.head_dim()}},
+      {full.head_size != 0 ? "head dim (head_dim)" : "head dim h/a", {full.head_dim(), shrunk.head_dim()}},
       {"micro-batch b", {full.batch, shrunk.batch}},
   };
   for (const auto& [name, values] : shapes) {
