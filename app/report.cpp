@@ -247,6 +247,7 @@ std::string format_conclusion(const RunReport& r) {
     setting += " with " + recipes.front().first;
   } else {
     std::vector<std::string> each;
+    each.reserve(recipes.size());
     for (const auto& [words, names] : recipes) each.push_back(fmt::format("{} with {}", fmt::join(names, ", "), words));
     kept = fmt::format("Each strategy keeps its framework's recipe: {}.\n", fmt::join(each, "; "));
   }

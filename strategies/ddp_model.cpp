@@ -53,6 +53,7 @@ Updated predict_ddp(const StrategyOptions& options, const AnalyticInput& input, 
   // against the first-bucket and bucket caps ÷ k², as ddp.cpp assigns them).
   const bool compressed = options.ddp.comm_hook == CommHook::kBf16 && grads == DType::kF32;
   std::vector<size_t> gradient_bytes;
+  gradient_bytes.reserve(tensors.size());
   for (const uint64_t n : tensors) gradient_bytes.push_back(n * dtype_size(grads));
   for (const Bucket& bucket : assign_buckets(gradient_bytes, options.scaled(options.ddp.first_bucket_bytes),
                                              options.scaled(options.ddp.bucket_bytes))) {
