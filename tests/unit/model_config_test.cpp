@@ -529,7 +529,9 @@ TEST(ModelDefaultShrink, BoundsEveryAcceptedConfigsComputeAndParameters) {
     const ModelConfig shrunk = shrink(full, k);
     EXPECT_LE(hand_step_flops(shrunk), 16e9) << entry.path() << " k = " << k;
     // Gemma-2-27B: its head dimension 128 allows k = 64 at most, which leaves 27.2e9 / 64² = 6.66M parameters.
-    if (k != valid_shrink_factors(full).back()) EXPECT_LE(parameter_count(shrunk), 4'000'000u) << entry.path();
+    if (k != valid_shrink_factors(full).back()) {
+      EXPECT_LE(parameter_count(shrunk), 4'000'000u) << entry.path();
+    }
     EXPECT_LE(parameter_count(shrunk), 7'000'000u) << entry.path() << " k = " << k;
     EXPECT_DOUBLE_EQ(step_flops(shrunk), hand_step_flops(shrunk)) << entry.path();
   }
