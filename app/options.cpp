@@ -137,7 +137,7 @@ struct Flags {
   std::string reshard_after_forward = "true";
   // Given on the command line, so that an explicit 0 or '' is checked rather than taken for "not given".
   bool strategies_given = false, seq_len_given = false, micro_batch_given = false, accumulation_given = false,
-       precision_given = false;
+       precision_given = false, attention_given = false;
 };
 
 // Flags are declared in the order --help lists them: group by group, as below.
@@ -527,6 +527,17 @@ void read_model(RunOptions& options, const Flags& flags, const strategy::Strateg
       parse_choice("--loss", flags.loss, model::loss_names(), {model::Loss::kTrainer, model::Loss::kFused});
   options.model_options.compute = base.recipe.params;
   options.full = load_model(options.model);
+  // Gemma 2's soft-capped scores have no SDPA kernel: transformers loads it with eager attention by default
+  // (Gemma2PreTrainedModel._supports_sdpa is False) and refuses sdpa when asked; flash_attention_2 takes the cap.
+  if (options.full.attn_softcap != 0 && options.model_options.attention == model::Attention::kSdpa) {
+    if (flags.attention_given) {
+      throw InputError(fmt::format(
+          "--attention sdpa: {} soft-caps its attention scores (attn_logit_softcapping {}), which SDPA cannot; "
+          "transformers runs it with eager (its default for this model) or flash attention; accepted: eager, flash",
+          options.full.name, options.full.attn_softcap));
+    }
+    options.model_options.attention = model::Attention::kEager;
+  }
   if (flags.seq_len_given) {
     if (flags.seq_len < 1 || flags.seq_len > (1 << 20)) {
       throw InputError(fmt::format("--seq-len {} is out of range; accepted: 1 to {}", flags.seq_len, 1 << 20));
@@ -606,6 +617,13 @@ void check_device(const RunOptions& options) {
     if (!cuda_available()) {
       throw InputError("--device cuda: no GPU is visible to this process (check nvidia-smi, CUDA_VISIBLE_DEVICES)");
     }
+    const model::ModelConfig& c = options.full;
+    if (c.attn_softcap != 0 || c.final_softcap != 0 || c.query_scale != 0) {
+      throw InputError(
+          fmt::format("--device cuda: {}'s soft-capping and query_pre_attn_scalar are computed by the "
+                      "cpu device only; accepted: --device cpu, or --plan",
+                      c.name));
+    }
   }
 }
 
@@ -668,6 +686,7 @@ ParsedCommandLine parse_command_line(int argc, const char* const* argv, int worl
   flags.micro_batch_given = app.count("--micro-batch") > 0;
   flags.accumulation_given = app.count("--grad-accum") > 0;
   flags.precision_given = app.count("--precision") > 0;
+  flags.attention_given = app.count("--attention") > 0;
 
   if (!options.log_spec.empty()) log::configure(options.log_spec);
   read_emulated_gpu(options, flags);

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <numeric>
+#include <utility>
 
 #include "emu/units.h"
 #include "workloads/model/layout.h"
@@ -32,9 +33,16 @@ std::string both_units(const RunReport& r, uint64_t bytes) {
   return fmt::format("{} [{}]", format_bytes(bytes * r.scale()), format_bytes(bytes));
 }
 
+// What the recipe keeps per parameter, as the strategy's framework keeps it (strategy::with_framework_recipe):
+// PyTorch DDP's mixed recipe is torch.autocast over fp32 weights, DeepSpeed's and FSDP's a 2-byte copy beside fp32
+// master weights.
 std::string recipe_words(const optim::PrecisionRecipe& recipe) {
   switch (recipe.recipe) {
     case optim::Recipe::kMixed:
+      if (recipe.params == DType::kF32) {
+        return "mixed precision by autocast (16 bytes per parameter: fp32 weights, gradients and Adam moments, "
+               "bf16 compute)";
+      }
       return fmt::format(
           "mixed-precision AdamW (16 bytes per parameter: {} weights and gradients, fp32 master weights and "
           "Adam moments)",
@@ -222,8 +230,27 @@ std::string format_conclusion(const RunReport& r) {
       oom.push_back(fmt::format("{} (needs {} GiB per GPU)", o.name, gib(needed)));
     }
   }
-  const std::string setting = fmt::format("On {} x {} a {} full fine-tune with {}", r.world, cap_words(r),
-                                          r.options.full.name, recipe_words(r.options.strategies.front().recipe));
+  // One recipe for every strategy: named once; else each recipe with the strategies that keep it.
+  std::vector<std::pair<std::string, std::vector<std::string>>> recipes;
+  for (const StrategyOutcome& o : r.outcomes) {
+    const std::string words = recipe_words(strategy::with_framework_recipe(o.options).recipe);
+    auto same = std::find_if(recipes.begin(), recipes.end(), [&](const auto& entry) { return entry.first == words; });
+    if (same == recipes.end()) {
+      recipes.push_back({words, {o.name}});
+    } else {
+      same->second.push_back(o.name);
+    }
+  }
+  std::string setting = fmt::format("On {} x {} a {} full fine-tune", r.world, cap_words(r), r.options.full.name);
+  std::string kept;
+  if (recipes.size() == 1) {
+    setting += " with " + recipes.front().first;
+  } else {
+    std::vector<std::string> each;
+    each.reserve(recipes.size());
+    for (const auto& [words, names] : recipes) each.push_back(fmt::format("{} with {}", fmt::join(names, ", "), words));
+    kept = fmt::format("Each strategy keeps its framework's recipe: {}.\n", fmt::join(each, "; "));
+  }
   std::string out = "\n";
   if (oom.empty()) {
     out += fmt::format("{} fits with every strategy tried: {}.\n", setting, fmt::join(fit, ", "));
@@ -233,6 +260,7 @@ std::string format_conclusion(const RunReport& r) {
     out += fmt::format("{} fits only with {}; it runs out of memory with {}.\n", setting, fmt::join(fit, ", "),
                        fmt::join(oom, ", "));
   }
+  out += kept;
   if (cheapest != nullptr && r.world > 1) {
     out += fmt::format("Of those that fit, {} moves the fewest bytes: {} GB per GPU per step.\n", cheapest->name,
                        gb(cheapest_bytes * scale));

@@ -38,6 +38,8 @@ struct AttentionShape {
   int64_t head_dim = 0;   // d
   int64_t q_stride = 0;   // row stride of q and dq; 0: a·d
   int64_t kv_stride = 0;  // row stride of k, v, dk and dv; 0: kv·d
+  float scale = 0;        // the scores' factor; 0: 1/√d (Gemma 2: query_pre_attn_scalar^−½)
+  float softcap = 0;      // scores soft-capped to cap·tanh(scores/cap) before the mask (Gemma 2); 0: none
 };
 
 // One AdamW update over n elements: weights fp32 (mixed recipe's master copy) or bf16; m, v fp32 or bf16 (both
@@ -108,6 +110,9 @@ class Ops {
   virtual void geglu_backward(const float* dy, const float* g, const float* u, float* dg, float* du, size_t n) = 0;
   // y *= alpha over n (Gemma's embedding scale, forward and backward).
   virtual void scale(float* y, float alpha, size_t n) = 0;
+  // Soft-capping (Gemma 2's final logits): t = tanh(y / cap), y = cap·t over n; backward dy *= 1 − t².
+  virtual void softcap_forward(float* y, float* t, float cap, size_t n) = 0;
+  virtual void softcap_backward(float* dy, const float* t, size_t n) = 0;
 
   // y [T, dim] = table[tokens[t]] (+ positions[t mod seq]); backward dtable[tokens[t]] += dy[t] (dpositions too).
   virtual void embedding_forward(const int32_t* tokens, const float* table, const float* positions, float* y,

@@ -14,8 +14,8 @@
 //   optimizer step  torch.optim.AdamW's temporaries (optim/step_temporaries.h) over those tensors: foreach their
 //                   sum, single twice the largest, fused none, at the moments' dtype, counted with the optimizer state
 // autocast's bf16 weight copies are saved activations (ddp.cpp), outside the model states predicted here.
-// Traffic: the gradients all-reduced once per step (only the last micro-batch reduces) at the gradients' dtype, or
-// in bf16 under the bf16_compress_hook; the bucket count does not change the volume. ZeroRedundancyOptimizer then
+// Traffic: the gradients all-reduced once per step (only the last micro-batch reduces), one call per bucket, at the
+// gradients' dtype, or in bf16 under the bf16_compress_hook. ZeroRedundancyOptimizer then
 // broadcasts every tensor from its owner: (N−1)/N of its bytes per call, the average over the ranks (a binomial
 // tree's root sends more, its leaves nothing).
 #include "strategies/analytic.h"
@@ -41,10 +41,6 @@ Updated predict_ddp(const StrategyOptions& options, const AnalyticInput& input, 
   }
   prediction.formula = zero ? "(4 + 4 + 4 + 8/N)Ψ: a replica, DDP's buckets, AdamW on whole owned tensors"
                             : "(2 + 2 + K)Ψ: a full replica";
-  const bool compressed = options.ddp.comm_hook == CommHook::kBf16 && grads == DType::kF32;
-  add_ring_traffic(prediction, coll::CollectiveKind::kAllReduce, "world",
-                   parameters * dtype_size(compressed ? DType::kBF16 : grads), input.world);
-
   std::vector<uint64_t> tensors, charged;  // every parameter tensor, registration order: held, as charged
   for (size_t u = 0; u < input.unit_counts.size(); ++u) {
     const std::vector<uint64_t> held = input.tensors_of(u);
@@ -52,6 +48,19 @@ Updated predict_ddp(const StrategyOptions& options, const AnalyticInput& input, 
     const bool known = u < input.unit_tensors_charged.size();
     charged.insert(charged.end(), (known ? input.unit_tensors_charged[u] : held).begin(),
                    (known ? input.unit_tensors_charged[u] : held).end());
+  }
+  // One all-reduce per gradient bucket, as DDP's reducer launches them (buckets.h: the tensors' gradient bytes
+  // against the first-bucket and bucket caps ÷ k², as ddp.cpp assigns them).
+  const bool compressed = options.ddp.comm_hook == CommHook::kBf16 && grads == DType::kF32;
+  std::vector<size_t> gradient_bytes;
+  gradient_bytes.reserve(tensors.size());
+  for (const uint64_t n : tensors) gradient_bytes.push_back(n * dtype_size(grads));
+  for (const Bucket& bucket : assign_buckets(gradient_bytes, options.scaled(options.ddp.first_bucket_bytes),
+                                             options.scaled(options.ddp.bucket_bytes))) {
+    uint64_t elements = 0;
+    for (const size_t i : bucket.params) elements += tensors[i];
+    add_ring_traffic(prediction, coll::CollectiveKind::kAllReduce, "world",
+                     elements * dtype_size(compressed ? DType::kBF16 : grads), input.world);
   }
   const std::vector<int> owners = zero_redundancy_owners(charged, input.world);
   uint64_t owned = 0, largest = 0;

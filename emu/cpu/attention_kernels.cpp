@@ -19,6 +19,7 @@ using Tile = std::vector<float, Eigen::aligned_allocator<float>>;
 struct HeadView {
   int64_t s, d, q_stride, kv_stride, out_stride;  // rows, head dimension, row strides of q, k/v and out
   int64_t q_offset, kv_offset, out_offset;        // first element of this head's block in q, k/v and out
+  float scale, softcap;                           // AttentionShape's, the scale resolved
 };
 
 HeadView view(const AttentionShape& shape, int64_t seq_index, int64_t head) {
@@ -33,14 +34,29 @@ HeadView view(const AttentionShape& shape, int64_t seq_index, int64_t head) {
   v.q_offset = row0 * v.q_stride + head * shape.head_dim;
   v.kv_offset = row0 * v.kv_stride + (head / group) * shape.head_dim;
   v.out_offset = row0 * v.out_stride + head * shape.head_dim;
+  v.scale = shape.scale != 0 ? shape.scale : 1.0f / std::sqrt(static_cast<float>(v.d));
+  v.softcap = shape.softcap;
   return v;
 }
 
-// scores [s, s] = q·kᵀ/√d for one head.
+// scores [s, s] = q·kᵀ·scale for one head, soft-capped to cap·tanh(scores/cap) when the shape says so (transformers
+// models/gemma2 eager_attention_forward: after the scale, before the mask).
 void scores(const HeadView& v, const float* q, const float* k, float* s) {
-  const float scale = 1.0f / std::sqrt(static_cast<float>(v.d));
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, v.s, v.s, v.d, scale, q + v.q_offset, v.q_stride,
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, v.s, v.s, v.d, v.scale, q + v.q_offset, v.q_stride,
               k + v.kv_offset, v.kv_stride, 0, s, v.s);
+  if (v.softcap == 0) return;
+  Eigen::Map<Eigen::ArrayXf> all(s, v.s * v.s);
+  all = (all * (1.0f / v.softcap)).tanh() * v.softcap;
+}
+
+// Soft-capping's backward on dS [s, s] of one head: d(raw) = dS · (1 − tanh²(raw/cap)), tanh = capped/cap recomputed
+// from q and k (`work` [s, s]).
+void softcap_backward(const HeadView& v, const float* q, const float* k, float* ds, float* work) {
+  if (v.softcap == 0) return;
+  scores(v, q, k, work);
+  Eigen::Map<Eigen::ArrayXf> t(work, v.s * v.s), g(ds, v.s * v.s);
+  t *= 1.0f / v.softcap;
+  g *= 1.0f - t.square();
 }
 
 // In place: causal softmax of each row of scores [s, s]; lse[i] receives each row's logsumexp when not null.
@@ -65,7 +81,7 @@ void apply(const HeadView& v, const float* p, const float* vv, float* out) {
 // Given P [s, s] of one head, the gradients: dS in `ds` [s, s] (work area), dq written, dk and dv accumulated.
 void head_backward(const HeadView& v, const float* q, const float* k, const float* vv, const float* p, const float* out,
                    const float* dout, float* dq, float* dk, float* dv, float* ds) {
-  const float scale = 1.0f / std::sqrt(static_cast<float>(v.d));
+  const float scale = v.scale;
   // dP = dout·vᵀ
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, v.s, v.s, v.d, 1, dout + v.out_offset, v.out_stride,
               vv + v.kv_offset, v.kv_stride, 0, ds, v.s);
@@ -79,6 +95,10 @@ void head_backward(const HeadView& v, const float* q, const float* k, const floa
     const float* prow = p + i * v.s;
     for (int64_t j = 0; j <= i; ++j) row[j] = prow[j] * (row[j] - dot);
     std::fill(row + i + 1, row + v.s, 0.0f);
+  }
+  if (v.softcap != 0) {
+    Tile work(static_cast<size_t>(v.s * v.s));
+    softcap_backward(v, q, k, ds, work.data());
   }
   // dq = dS·k/√d; dk += dSᵀ·q/√d; dv += Pᵀ·dout
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, v.s, v.d, v.s, scale, ds, v.s, k + v.kv_offset, v.kv_stride, 0,

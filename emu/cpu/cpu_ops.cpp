@@ -1,6 +1,7 @@
 #include "emu/cpu/cpu_ops.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -73,6 +74,15 @@ class CpuOps final : public Ops {
     cpu::geglu_backward(dy, g, u, dg, du, n);
   }
   void scale(float* y, float alpha, size_t n) override { cpu::scale(y, alpha, n); }
+  void softcap_forward(float* y, float* t, float cap, size_t n) override {
+    for (size_t i = 0; i < n; ++i) {
+      t[i] = std::tanh(y[i] / cap);
+      y[i] = cap * t[i];
+    }
+  }
+  void softcap_backward(float* dy, const float* t, size_t n) override {
+    for (size_t i = 0; i < n; ++i) dy[i] *= 1.0f - t[i] * t[i];
+  }
 
   void embedding_forward(const int32_t* tokens, const float* table, const float* positions, float* y, int64_t rows,
                          int64_t seq, int64_t dim) override {

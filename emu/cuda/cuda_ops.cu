@@ -73,6 +73,15 @@ __global__ void k_geglu_backward(const float* dy, const float* g, const float* u
   }
 }
 __global__ void k_scale(float* y, float alpha, size_t n) { EMU_FOR_EACH(i, n) y[i] *= alpha; }
+__global__ void k_softcap_forward(float* y, float* t, float cap, size_t n) {
+  EMU_FOR_EACH(i, n) {
+    t[i] = tanhf(y[i] / cap);
+    y[i] = cap * t[i];
+  }
+}
+__global__ void k_softcap_backward(float* dy, const float* t, size_t n) {
+  EMU_FOR_EACH(i, n) dy[i] *= 1.0f - t[i] * t[i];
+}
 __global__ void k_swiglu_forward(const float* g, const float* u, float* y, size_t n) {
   EMU_FOR_EACH(i, n) y[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
 }
@@ -374,6 +383,8 @@ class CudaOps final : public Ops {
     launch(k_geglu_backward, n, dy, g, u, dg, du, n);
   }
   void scale(float* y, float alpha, size_t n) override { launch(k_scale, n, y, alpha, n); }
+  void softcap_forward(float* y, float* t, float cap, size_t n) override { launch(k_softcap_forward, n, y, t, cap, n); }
+  void softcap_backward(float* dy, const float* t, size_t n) override { launch(k_softcap_backward, n, dy, t, n); }
 
   void embedding_forward(const int32_t* tokens, const float* table, const float* positions, float* y, int64_t rows,
                          int64_t seq, int64_t dim) override {
@@ -407,20 +418,24 @@ class CudaOps final : public Ops {
 
   void attention_forward_classic(const AttentionShape& shape, const float* q, const float* k, const float* v,
                                  float* probs, float* out) override {
+    EMU_CUDA_REQUIRE(shape.scale == 0 && shape.softcap == 0, "the CUDA attention kernels scale by 1/sqrt(d), uncapped");
     attention_forward(shape, q, k, v, probs, out, nullptr, shared_per_block_);
   }
   void attention_forward_flash(const AttentionShape& shape, const float* q, const float* k, const float* v, float* out,
                                float* lse) override {
+    EMU_CUDA_REQUIRE(shape.scale == 0 && shape.softcap == 0, "the CUDA attention kernels scale by 1/sqrt(d), uncapped");
     attention_forward(shape, q, k, v, nullptr, out, lse, shared_per_block_);
   }
   void attention_backward_classic(const AttentionShape& shape, const float* q, const float* k, const float* v,
                                   const float* probs, const float* out, const float* dout, float* dq, float* dk,
                                   float* dv, float* dscores) override {
+    EMU_CUDA_REQUIRE(shape.scale == 0 && shape.softcap == 0, "the CUDA attention kernels scale by 1/sqrt(d), uncapped");
     attention_backward(shape, q, k, v, probs, nullptr, out, dout, dq, dk, dv, dscores, shared_per_block_, *this);
   }
   void attention_backward_flash(const AttentionShape& shape, const float* q, const float* k, const float* v,
                                 const float* out, const float* lse, const float* dout, float* dq, float* dk,
                                 float* dv) override {
+    EMU_CUDA_REQUIRE(shape.scale == 0 && shape.softcap == 0, "the CUDA attention kernels scale by 1/sqrt(d), uncapped");
     attention_backward(shape, q, k, v, nullptr, lse, out, dout, dq, dk, dv, nullptr, shared_per_block_, *this);
   }
 

@@ -8,6 +8,11 @@ code; the loss is the mean cross-entropy of its logits over every position (targ
 formula, so every position has one). Usage:
 
     /work/oracle-venv/bin/python scripts/oracle/hf_loss.py > tests/data/oracle/hf_loss.json
+
+or, to re-record only some cases and keep the others as the fixture holds them (run from the repository root):
+
+    /work/oracle-venv/bin/python scripts/oracle/hf_loss.py CASE... > /tmp/hf_loss.json && mv /tmp/hf_loss.json \
+        tests/data/oracle/hf_loss.json
 """
 import json
 import math
@@ -19,6 +24,7 @@ import transformers
 from transformers import AutoConfig, AutoModelForCausalLM
 
 BATCH, SEQ = 2, 32
+FIXTURE = "tests/data/oracle/hf_loss.json"
 
 LLAMA_SHAPE = {
     "hidden_size": 64, "intermediate_size": 176, "num_hidden_layers": 2, "num_attention_heads": 4,
@@ -32,6 +38,27 @@ CASES = {
                  attention_dropout=0.0, sliding_window=None, pad_token_id=None),
     "gemma": dict(LLAMA_SHAPE, model_type="gemma", num_key_value_heads=1, head_dim=16, hidden_act="gelu_pytorch_tanh",
                   tie_word_embeddings=True, pad_token_id=None),
+    # Phi-3.5-mini's longrope (head_dim 16: 8 factors each): s = 32 past original_max_position_embeddings = 16 picks
+    # long_factor; 64 keeps short_factor. Both scale cos and sin by √(1 + ln(128 / 16) / ln 16) (factor from
+    # max_position_embeddings / original).
+    "phi3-longrope-long": dict(LLAMA_SHAPE, model_type="phi3", tie_word_embeddings=False, resid_pdrop=0.0,
+                               embd_pdrop=0.0, attention_dropout=0.0, sliding_window=None, pad_token_id=None,
+                               max_position_embeddings=128, original_max_position_embeddings=16,
+                               rope_scaling={"type": "longrope", "short_factor": [1.0, 1.1, 1.3, 1.6, 2.0, 2.5, 3.1, 3.8],
+                                             "long_factor": [1.5, 2.5, 4.0, 6.0, 9.0, 13.0, 18.0, 24.0]}),
+    "phi3-longrope-short": dict(LLAMA_SHAPE, model_type="phi3", tie_word_embeddings=False, resid_pdrop=0.0,
+                                embd_pdrop=0.0, attention_dropout=0.0, sliding_window=None, pad_token_id=None,
+                                max_position_embeddings=128, original_max_position_embeddings=64,
+                                rope_scaling={"type": "longrope",
+                                              "short_factor": [1.0, 1.1, 1.3, 1.6, 2.0, 2.5, 3.1, 3.8],
+                                              "long_factor": [1.5, 2.5, 4.0, 6.0, 9.0, 13.0, 18.0, 24.0]}),
+    # Gemma 2: a head_dim of its own (4 heads of 24 for h = 64), scores scaled by query_pre_attn_scalar^-1/2 with
+    # 20 != 24, small caps so that both tanh soft-caps bend the values, four norms per block, the sliding window (64)
+    # on every other layer no shorter than the sequence.
+    "gemma2": dict(LLAMA_SHAPE, model_type="gemma2", num_key_value_heads=2, head_dim=24, query_pre_attn_scalar=20,
+                   attn_logit_softcapping=2.0, final_logit_softcapping=3.0, sliding_window=64,
+                   hidden_activation="gelu_pytorch_tanh", hidden_act="gelu_pytorch_tanh", tie_word_embeddings=True,
+                   pad_token_id=None),
     "gpt2": {"model_type": "gpt2", "n_embd": 64, "n_inner": 256, "n_head": 4, "n_layer": 2, "vocab_size": 384,
              "n_positions": 64, "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0,
              "activation_function": "gelu_new"},
@@ -74,6 +101,10 @@ def run(family, keys):
 
 
 def main():
+    only = set(sys.argv[1:])
+    unknown = only - set(CASES)
+    if unknown:
+        sys.exit(f"unknown case(s) {sorted(unknown)}; known: {list(CASES)}")
     out = {
         "what": "transformers' fp32 loss on tiny models with weights and tokens from closed formulas; recorded by "
                 "scripts/oracle/hf_loss.py on the CPU",
@@ -83,8 +114,15 @@ def main():
         "weights": "name phase p = (sum of the name's bytes mod 1000) / 100, x = sin(0.731 i + p) for element i of "
                    "the tensor as Hugging Face stores it: matrices 0.2 x, biases 0.02 x, norm weights 1 + 0.1 x",
         "tokens": "token i of the flattened [batch, seq] = (37 i + 11) mod V; target i = token i + 1",
-        "cases": [run(f, k) for f, k in CASES.items()],
+        "cases": [run(f, k) for f, k in CASES.items() if not only or f in only],
     }
+    if only:  # keep every other case as the fixture recorded it
+        with open(FIXTURE) as f:
+            kept = json.load(f)
+        recorded = {c["family"]: c for c in out["cases"]}
+        cases = [recorded.pop(c["family"], c) for c in kept["cases"]]
+        kept["cases"] = cases + list(recorded.values())
+        out = kept
     json.dump(out, sys.stdout, indent=1)
     print()
 

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Records what Hugging Face's Llama, Qwen2, Phi-3 and GPT-2 modelling code keeps for backward, for emu's tests.
+"""Records what Hugging Face's Llama, Qwen2, Phi-3, Gemma, Gemma 2 and GPT-2 modelling code keeps for backward, for emu's
+tests.
 
 Builds tiny LlamaForCausalLM and GPT2LMHeadModel models (transformers, PyTorch, on the CPU) and measures, per
 precision (fp32; bf16 = the model's parameters in bf16, as FSDP's param_dtype and DeepSpeed's bf16 run it) and
@@ -26,14 +27,19 @@ from pathlib import Path
 import torch
 import transformers
 from torch.utils._python_dispatch import TorchDispatchMode
-from transformers import (GemmaConfig, GemmaForCausalLM, GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM,
-                          Phi3Config, Phi3ForCausalLM, Qwen2Config, Qwen2ForCausalLM)
+from transformers import (Gemma2Config, Gemma2ForCausalLM, GemmaConfig, GemmaForCausalLM, GPT2Config, GPT2LMHeadModel,
+                          LlamaConfig, LlamaForCausalLM, Phi3Config, Phi3ForCausalLM, Qwen2Config, Qwen2ForCausalLM)
 
 BATCH, SEQ = 2, 32
 
 # Shapes chosen so that every term of emu's closed form is distinguishable: h ≠ F ≠ V ≠ s, GQA in one Llama.
 LLAMA = dict(hidden_size=64, intermediate_size=176, num_attention_heads=4, vocab_size=384, num_hidden_layers=2,
              max_position_embeddings=64, rms_norm_eps=1e-5, tie_word_embeddings=False, attention_dropout=0.0)
+# Gemma 2 at Llama's shapes: a head_dim of its own (4 heads of 24 for h = 64), query_pre_attn_scalar, both soft-caps,
+# the sliding window (every other layer) no shorter than the sequence. transformers runs it with eager attention
+# only (Gemma2PreTrainedModel._supports_sdpa is False).
+GEMMA2 = dict(head_dim=24, query_pre_attn_scalar=20, attn_logit_softcapping=50.0, final_logit_softcapping=30.0,
+              sliding_window=64)
 GPT2 = dict(n_embd=64, n_inner=256, n_head=4, vocab_size=384, n_layer=2, n_positions=64,
             resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
 
@@ -48,6 +54,9 @@ def build(style, kv_heads, dtype, attention):
     elif style == "gemma":  # Llama's shapes; (1 + w) RMSNorm, √h embedding scale, GeGLU, tied head
         model = GemmaForCausalLM(GemmaConfig(num_key_value_heads=kv_heads, head_dim=16, pad_token_id=None,
                                              hidden_act="gelu_pytorch_tanh", **LLAMA))
+    elif style == "gemma2":
+        model = Gemma2ForCausalLM(Gemma2Config(num_key_value_heads=kv_heads, pad_token_id=None,
+                                               hidden_activation="gelu_pytorch_tanh", **GEMMA2, **LLAMA))
     elif style == "phi3":  # Llama's shapes; fused qkv_proj and gate_up_proj, no sliding window
         model = Phi3ForCausalLM(Phi3Config(num_key_value_heads=kv_heads, pad_token_id=None, **LLAMA))
     else:
@@ -142,6 +151,11 @@ def loss_bytes(style, dtype):
         start = live.live
         live.reset()
         logits = head(hidden)
+        cap = getattr(model.config, "final_logit_softcapping", None)
+        if cap is not None:  # Gemma2ForCausalLM.forward soft-caps the logits before its loss
+            logits = logits / cap
+            logits = torch.tanh(logits)
+            logits = logits * cap
         loss = model.loss_function(logits=logits, labels=labels, vocab_size=model.config.vocab_size)
         del logits  # the Trainer drops the model's outputs once compute_loss returns the loss
         forward_peak = live.peak - start
@@ -156,13 +170,16 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=str(Path(__file__).resolve().parents[2] /
                                              "tests/data/oracle/hf_saved_activations.json"))
+    parser.add_argument("--only", help="re-record only this style, keeping the others as --out holds them")
     args = parser.parse_args()
     torch.set_num_threads(1)
     cases = []
     for style, kv in (("llama", 4), ("llama", 2), ("gpt2", 4), ("qwen2", 4), ("qwen2", 2), ("phi3", 4), ("phi3", 2),
-                     ("gemma", 4), ("gemma", 2)):
+                     ("gemma", 4), ("gemma", 2), ("gemma2", 4), ("gemma2", 2)):
+        if args.only and style != args.only:
+            continue
         for dtype in (torch.float32, torch.bfloat16):
-            for attention in ("sdpa", "eager"):
+            for attention in (("eager",) if style == "gemma2" else ("sdpa", "eager")):
                 for checkpoint in (False, True):
                     per_block, shared = block_bytes(style, kv, dtype, attention, checkpoint)
                     cases.append({"style": style, "kv_heads": kv,
@@ -170,10 +187,16 @@ def main():
                                   "checkpoint": checkpoint, "saved_per_block": per_block,
                                   "shared_by_blocks": shared})
     losses = []
-    for style in ("llama", "gpt2"):
+    for style in ("llama", "gpt2", "gemma2"):
+        if args.only and style != args.only:
+            continue
         for dtype in (torch.float32, torch.bfloat16):
             losses.append({"style": style, "dtype": str(dtype).removeprefix("torch."), **loss_bytes(style, dtype)})
-    shapes = {"batch": BATCH, "seq": SEQ, "llama": LLAMA, "gpt2": GPT2}
+    shapes = {"batch": BATCH, "seq": SEQ, "llama": LLAMA, "gemma2": GEMMA2, "gpt2": GPT2}
+    if args.only:  # the other styles' cases as recorded before
+        kept = json.loads(Path(args.out).read_text())
+        cases = [c for c in kept["blocks"] if c["style"] != args.only] + cases
+        losses = [c for c in kept["loss"] if c["style"] != args.only] + losses
     doc = {
         "what": "bytes Hugging Face modelling code saves for backward per decoder block, and the Trainer loss's "
                 "live bytes; recorded by scripts/oracle/saved_activations.py on the CPU",

@@ -129,6 +129,65 @@ TEST(Plan, SpeaksForEveryRankItPlans) {
   EXPECT_GT(counters, 100) << "the planned memory over the step";
 }
 
+// A plan accounts one representative rank per distinct role: ranks whose bytes differ stay apart, ranks that hold the
+// same bytes merge. ZeroRedundancyOptimizer (ddp-zero) gives whole tensors to ranks greedily, largest first, each to
+// the rank with the fewest elements so far (torch/distributed/optim/zero_redundancy_optimizer.py,
+// _partition_parameters). llama-tiny's tensors (h 64, F 176, kv 2 of 4 heads, V 512, 2 layers, untied head), by hand
+// on 3 ranks: embed 32768 → 0, lm_head 32768 → 1, six gate/up/down 11264 → 2, 2, 2, 0, 1, 2; four q/o 4096 → 0, 1,
+// 2, 0; four k/v 2048 → 1, 2, 1, 2; five norms 64 → 0, 1, 0, 1, 0. Rank 0 holds 52416 elements, rank 1 52352,
+// rank 2 53248, each with fp32 Adam moments (8 B per element under autocast): three roles whose peaks differ by
+// 8 · 64 and 8 · 832 bytes. DeepSpeed ZeRO-2 cuts the flat space into equal shards: one role for all three.
+TEST(Plan, OneRoleForEachDistinctRankAndOneForRanksAlike) {
+  testing::TempDir dir("outputs");
+  const std::string out = dir.file("roles.json");
+  const auto plan = run_process(mpiexec(1) + kEmu + " --model " + std::string(EMU_SOURCE_DIR) +
+                                    "/tests/data/oracle/llama-tiny.json --plan 3 --seq-len 64 --strategies "
+                                    "ddp-zero,zero2 --json " +
+                                    out,
+                                120);
+  ASSERT_EQ(plan.exit_code, 0) << plan.err;
+  const json root = read_json(out);
+  const json& zero = root["strategies"][0];
+  ASSERT_EQ(zero["name"], "ddp-zero");
+  ASSERT_EQ(zero["plan_roles"].size(), 3u) << zero["plan_roles"].dump();
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_EQ(zero["plan_roles"][r]["first_rank"], r);
+    EXPECT_EQ(zero["plan_roles"][r]["last_rank"], r);
+  }
+  const auto peak = [&](int r) { return zero["plan_roles"][r]["peak_bytes"].get<int64_t>(); };
+  EXPECT_EQ(peak(0) - peak(1), 8 * (52416 - 52352));
+  EXPECT_EQ(peak(2) - peak(0), 8 * (53248 - 52416));
+  const json& zero2 = root["strategies"][1];
+  ASSERT_EQ(zero2["name"], "zero2");
+  ASSERT_EQ(zero2["plan_roles"].size(), 1u) << zero2["plan_roles"].dump();
+  EXPECT_EQ(zero2["plan_roles"][0]["ranks"], 3);
+}
+
+// The conclusion names what each strategy's recipe keeps: PyTorch DDP's mixed precision is torch.autocast over fp32
+// weights (fp32 weights, gradients and Adam moments), DeepSpeed's a bf16 copy beside fp32 master weights and moments
+// (it said "bf16 weights and gradients" for ddp too).
+TEST(Report, TheConclusionSaysWhatEachStrategysRecipeKeeps) {
+  const std::string model = " --model " + std::string(EMU_SOURCE_DIR) + "/tests/data/oracle/llama-tiny.json --plan 2";
+  const auto both = run_process(mpiexec(1) + kEmu + model + " --strategies ddp,zero2", 120);
+  ASSERT_EQ(both.exit_code, 0) << both.err;
+  EXPECT_NE(both.out.find("Each strategy keeps its framework's recipe: ddp with mixed precision by autocast (16 bytes "
+                          "per parameter: fp32 weights, gradients and Adam moments, bf16 compute); zero2 with "
+                          "mixed-precision AdamW (16 bytes per parameter: bf16 weights and gradients, fp32 master "
+                          "weights and Adam moments)."),
+            std::string::npos)
+      << both.out;
+  const auto ddp = run_process(mpiexec(1) + kEmu + model + " --strategies ddp", 120);
+  ASSERT_EQ(ddp.exit_code, 0) << ddp.err;
+  EXPECT_NE(ddp.out.find("full fine-tune with mixed precision by autocast (16 bytes per parameter: fp32 weights"),
+            std::string::npos)
+      << ddp.out;
+  EXPECT_EQ(ddp.out.find("bf16 weights and gradients"), std::string::npos) << ddp.out;
+  const auto pure = run_process(mpiexec(1) + kEmu + model + " --strategies ddp,zero2 --precision bf16", 120);
+  ASSERT_EQ(pure.exit_code, 0) << pure.err;
+  EXPECT_NE(pure.out.find("full fine-tune with pure-bf16 AdamW (8 bytes per parameter)"), std::string::npos)
+      << pure.out;
+}
+
 // The model by the name its user knows: the config's `_name_or_path`, else the snapshot folder's name; the path
 // only as where it came from.
 TEST(Report, TheModelByItsName) {

@@ -82,7 +82,14 @@ TEST_P(Ranks, JsonHoldsVerdictsPeaksPredictionsAndTraffic) {
         const double got = measured[kind];
         EXPECT_NEAR(got, want, 0.01 * want + 64.0 * ranks) << s["name"] << " " << kind;
       }
+      // ... and the calls as the run makes them: DDP one all-reduce per gradient bucket (it predicted one per step).
+      const auto predicted_calls = traffic_by_kind(s["predicted"]["traffic_per_step"], "calls");
+      auto measured_calls = traffic_by_kind(s["traffic_per_step"], "calls");
+      for (const auto& [kind, want] : predicted_calls)
+        EXPECT_EQ(measured_calls[kind], want) << s["name"] << " " << kind;
     }
+    // gpt2 / 8: 4Ψ ≈ 7.8 MB of fp32 gradients over buckets of 25 MiB / 64: more than one all-reduce.
+    EXPECT_GT(traffic_by_kind(strategy(root, "ddp")["traffic_per_step"], "calls")["all_reduce"], 1);
     // FULL_SHARD all-gathers the blocks twice (forward and backward) and the root once; it reduce-scatters each once.
     auto fsdp = traffic_by_kind(strategy(root, "fsdp")["traffic_per_step"], "sent_bytes");
     EXPECT_GT(fsdp["all_gather"], fsdp["reduce_scatter"]);

@@ -1,7 +1,8 @@
-// emu computes the loss Hugging Face transformers computes, family by family: tiny configs of llama, qwen2, phi3 and
-// gpt2, weights and tokens from closed formulas, and transformers' fp32 loss on them, recorded by
-// scripts/oracle/hf_loss.py (versions in the fixture). emu reads each config through load_hf_config, fills every
-// unit by the same formula under the Hugging Face names of its layout, and runs one forward pass on the CPU device.
+// emu computes the loss Hugging Face transformers computes, family by family: tiny configs of llama, qwen2, phi3 (also
+// with longrope), gemma, gemma2 and gpt2, weights and tokens from closed formulas, and transformers' fp32 loss on them,
+// recorded by scripts/oracle/hf_loss.py (versions in the fixture). emu reads each config through load_hf_config, fills
+// every unit by the same formula under the Hugging Face names of its layout, and runs one forward pass on the CPU
+// device.
 #include <gtest/gtest.h>
 
 #include <cmath>

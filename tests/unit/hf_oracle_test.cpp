@@ -36,7 +36,16 @@ ModelConfig recorded_config(const json& shapes, const std::string& style, int64_
     const json& l = shapes["llama"];
     c.qkv_bias = style == "qwen2";
     c.fused_projections = style == "phi3";
-    c.gemma = style == "gemma";
+    c.gemma = style == "gemma" || style == "gemma2";
+    if (style == "gemma2") {  // at Llama's shapes, with Gemma 2's own keys
+      const json& g2 = shapes["gemma2"];
+      c.head_size = g2["head_dim"];
+      c.query_scale = g2["query_pre_attn_scalar"];
+      c.attn_softcap = g2["attn_logit_softcapping"];
+      c.final_softcap = g2["final_logit_softcapping"];
+      c.sandwich_norms = true;
+      c.sliding_window = g2["sliding_window"];
+    }
     c.style = Style::kLlama;
     c.hidden = l["hidden_size"];
     c.ffn = l["intermediate_size"];
@@ -170,7 +179,7 @@ TEST(HfOracle, SavedActivationsPerBlockEqualTheRecording) {
     }
     ++cases;
   }
-  EXPECT_EQ(cases, 72);
+  EXPECT_EQ(cases, 80);
 }
 
 TEST(HfOracle, TrainerLossBytesEqualTheRecording) {
@@ -190,7 +199,7 @@ TEST(HfOracle, TrainerLossBytesEqualTheRecording) {
     EXPECT_EQ(m.loss_backward_peak + 8, uint64_t(c["backward_peak"])) << style << " " << dtype;
     EXPECT_EQ(m.loss_forward_peak, loss_forward_peak_bytes(config, options));
     EXPECT_EQ(m.loss_backward_peak, loss_backward_peak_bytes(config, options));
-    EXPECT_EQ(m.loss_after_forward, logits_bytes(config));
+    EXPECT_EQ(m.loss_after_forward, logits_bytes(config, options));
   }
 }
 

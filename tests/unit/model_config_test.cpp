@@ -234,7 +234,16 @@ TEST(ModelHfConfig, RealConfigsGiveThePublishedParameterCounts) {
       {"qwen2-0.5b", 494'032'768, 8192},
       {"qwen2.5-1.5b", 1'543'714'304, 8192},
       {"phi-3-mini-4k", 3'821'079'552, 2016},
+      // Phi-3.5-mini-instruct: Phi-3-mini's shapes, 131072 positions by longrope over a 4096-token pre-training
+      // context, its default s down to 85 · 48 = 4080 so that every valid k (up to 48) divides it.
+      {"phi-3.5-mini", 3'821'079'552, 4080},
       {"gemma-2b", 2'506'172'416, 8192},
+      // Gemma 2: the model cards' 2.6B, 9B and 27B, as transformers counts them on the meta device, and by hand:
+      // V·h + L·(2·h·a·d + 2·h·kv·d + 3·h·F + 4h) + h with d = head_dim (2b: 256000·2304 + 26·77,865,984 + 2304).
+      // Every other layer slides over 4096 tokens, which bounds the default s.
+      {"gemma-2-2b-it", 2'614'341'888, 4096},
+      {"gemma-2-9b", 9'241'705'984, 4096},
+      {"gemma-2-27b", 27'227'128'320, 4096},
   };
   for (const Case& c : cases) {
     const ModelConfig config = load_hf_config(hf_file(c.file));
@@ -282,10 +291,14 @@ TEST(ModelHfConfig, FamiliesEmuDoesNotModelAreRefusedByName) {
     return std::string("accepted");
   };
   EXPECT_NE(refusal("mixtral-8x7b").find("mixture-of-experts is not modelled yet"), std::string::npos);
-  // Gemma 2 (google/gemma-2-2b-it, 2,614,341,888 parameters as transformers counts them): soft-capping, alternating
-  // sliding windows, four norms per block and head_dim 256 ≠ 2304 / 8.
-  EXPECT_NE(refusal("gemma-2-2b-it").find("soft-capping"), std::string::npos);
-  EXPECT_NE(refusal("gemma-2-2b-it").find("model_type \"gemma2\" is not accepted"), std::string::npos);
+  // Gemma 3 and later: refused by name (gemma and gemma2 are modelled).
+  const std::string gemma3 = write_file("gemma3.json", R"({"model_type": "gemma3_text", "hidden_size": 64})").string();
+  try {
+    load_hf_config(gemma3);
+    ADD_FAILURE() << "accepted gemma3_text";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("(gemma and gemma2 are)"), std::string::npos) << e.what();
+  }
 }
 
 // Qwen2 and Phi-3 as transformers builds them: Qwen2's q/k/v biases (o_proj none), Phi-3's fused projections with
@@ -311,6 +324,41 @@ TEST(ModelHfConfig, GemmaShapes) {
                      R"(key "hidden_act" is "silu")");
   EXPECT_NO_THROW(
       load_hf_config(write_file("gemma_ok.json", "{" + shape + R"(, "head_dim": 192, "hidden_act": "gelu"})")));
+}
+
+// Gemma 2 as transformers builds it (models/gemma2): q_proj [a·d, h] and o_proj [h, a·d] with d = head_dim apart
+// from h/a, four norms per block, query_pre_attn_scalar, both soft-caps, the window bounding s; sdpa refused by the
+// app (transformers' Gemma2 has no SDPA path).
+TEST(ModelHfConfig, Gemma2Shapes) {
+  const ModelConfig g = load_hf_config(hf_file("gemma-2-27b"));
+  EXPECT_EQ(family_name(g), "gemma2");
+  EXPECT_EQ(g.head_dim(), 128);
+  EXPECT_EQ(g.q_dim(), 4096);
+  EXPECT_EQ(g.query_scale, 144);
+  EXPECT_EQ(g.attn_softcap, 50);
+  EXPECT_EQ(g.final_softcap, 30);
+  EXPECT_EQ(g.sliding_window, 4096);
+  const UnitLayout block = build_layouts(g)[1];
+  const std::vector<int64_t> q = {4096, 4608}, o = {4608, 4096};
+  EXPECT_EQ(block.param("model.layers.0.self_attn.q_proj.weight").shape, q);
+  EXPECT_EQ(block.param("model.layers.0.self_attn.o_proj.weight").shape, o);
+  EXPECT_EQ(block.param("model.layers.0.post_feedforward_layernorm.weight").init, Init::kZeros);
+  EXPECT_EQ(block.param("model.layers.0.pre_feedforward_layernorm.weight").count, 4608u);
+  // Shrinking divides head_dim and h alike (k = 4: d 32, h 1152) and keeps query_pre_attn_scalar's ratio to d.
+  const ModelConfig small = shrink(g, 4);
+  EXPECT_EQ(small.head_dim(), 32);
+  EXPECT_EQ(small.hidden, 1152);
+  EXPECT_EQ(small.query_scale, 36);
+  // null soft-caps are none; a dropout or bidirectional attention is refused.
+  const std::string shape = R"("model_type": "gemma2", "hidden_size": 64, "intermediate_size": 128,
+      "num_hidden_layers": 2, "num_attention_heads": 4, "head_dim": 24, "vocab_size": 10, "max_position_embeddings": 64)";
+  const ModelConfig uncapped = load_hf_config(write_file(
+      "gemma2_uncapped.json",
+      "{" + shape + R"(, "attn_logit_softcapping": null, "final_logit_softcapping": null, "sliding_window": null})"));
+  EXPECT_EQ(uncapped.attn_softcap, 0);
+  EXPECT_EQ(uncapped.final_softcap, 0);
+  EXPECT_EQ(uncapped.sliding_window, 0);
+  expect_input_error("gemma2_dropout.json", "{" + shape + R"(, "attention_dropout": 0.1})", "dropout is not modelled");
 }
 
 TEST(ModelHfConfig, Qwen2AndPhi3Shapes) {
@@ -343,9 +391,14 @@ TEST(ModelHfConfig, Qwen2AndPhi3Shapes) {
       "num_attention_heads": 4, "vocab_size": 10, "max_position_embeddings": 64)";
   expect_input_error("partial.json", R"({"model_type": "phi3", )" + shape + R"(, "partial_rotary_factor": 0.5})",
                      R"(key "partial_rotary_factor" is 0.5)");
+  // Longrope needs one short and one long factor per rotary frequency (head dimension 16: 8 each).
   expect_input_error("longrope.json",
                      R"({"model_type": "phi3", )" + shape + R"(, "rope_scaling": {"type": "longrope", "factor": 32}})",
-                     "longrope, are not modelled yet");
+                     R"("short_factor" a list of 8 positive numbers)");
+  expect_input_error("longrope_short.json",
+                     R"({"model_type": "phi3", )" + shape +
+                         R"(, "rope_scaling": {"type": "longrope", "short_factor": [1, 1], "long_factor": [1, 1]}})",
+                     R"("short_factor" a list of 8 positive numbers)");
   expect_input_error("dropout.json", R"({"model_type": "phi3", )" + shape + R"(, "resid_pdrop": 0.1})",
                      "dropout is not modelled");
   // Qwen2 with use_sliding_window: layers from max_window_layers on slide; s is bounded by the window.
@@ -370,7 +423,7 @@ TEST(ModelHfConfig, KeysThatChangeTheMathAreComputedOrRefused) {
   expect_input_error("bias.json", "{" + shape + R"(, "attention_bias": true})", "biases in attention");
   expect_input_error("mlp_bias.json", "{" + shape + R"(, "mlp_bias": true})", "biases in the MLP");
   expect_input_error("yarn.json", "{" + shape + R"(, "rope_scaling": {"rope_type": "yarn", "factor": 4.0}})",
-                     "yarn and longrope, are not modelled yet");
+                     "others, such as yarn, are not modelled yet");
   const std::string gpt2 = R"("n_embd": 64, "n_layer": 2, "n_head": 4, "n_positions": 8, "vocab_size": 10)";
   expect_input_error("gelu.json", "{" + gpt2 + R"(, "activation_function": "relu"})",
                      R"(key "activation_function" is "relu")");
@@ -417,6 +470,28 @@ TEST(ModelRope, Llama3ScalingStretchesOnlyTheLowFrequencies) {
   EXPECT_NEAR(rope_inverse_frequencies(128, 10000, dynamic, 8192)[1], std::pow(base, -1.0 / 64.0), 1e-15);
 }
 
+// Phi-3.5-mini's longrope, by hand from transformers' _compute_longrope_parameters: factor = 131072 / 4096 = 32,
+// attention_factor = √(1 + ln 32 / ln 4096) = √(1 + 5/12) = 1.1902381; frequency j = 10000^(−2j/96) / short_factor[j]
+// up to s = 4096 at full scale, / long_factor[j] beyond; a head shrunk by k keeps every k-th frequency.
+TEST(ModelRope, LongropeDividesByTheShortOrLongFactorsAndScalesCosAndSin) {
+  const ModelConfig phi = load_hf_config(hf_file("phi-3.5-mini"));
+  const RopeScaling& rope = phi.rope_scaling;
+  ASSERT_EQ(rope.type, RopeScaling::Type::kLongrope);
+  EXPECT_EQ(rope.original_max_positions, 4096);
+  EXPECT_NEAR(rope.attention_factor, 1.1902381, 1e-7);
+  // short_factor[1] = 1.0199999809265137, long_factor[1] = 1.1100000143051147, long_factor[2] = 1.1399999856948853.
+  const double f1 = std::pow(10000.0, -2.0 / 96.0);
+  EXPECT_NEAR(rope_inverse_frequencies(96, 10000, rope, 4096)[1], f1 / 1.0199999809265137, 1e-15);
+  EXPECT_NEAR(rope_inverse_frequencies(96, 10000, rope, 8192)[1], f1 / 1.1100000143051147, 1e-15);
+  // k = 2: head dimension 48, frequency 1 is the full head's frequency 2.
+  EXPECT_NEAR(rope_inverse_frequencies(48, 10000, rope, 8192)[1], std::pow(10000.0, -4.0 / 96.0) / 1.1399999856948853,
+              1e-15);
+  std::vector<float> cos(2), sin(2);
+  rope_tables(1, {1.0, 0.5}, cos.data(), sin.data(), rope.attention_factor);
+  EXPECT_FLOAT_EQ(cos[0], float(1.1902381));  // position 0: cos 1 and sin 0, times the factor
+  EXPECT_FLOAT_EQ(sin[0], 0.0f);
+}
+
 }  // namespace
 }  // namespace emu::model
 
@@ -453,7 +528,11 @@ TEST(ModelDefaultShrink, BoundsEveryAcceptedConfigsComputeAndParameters) {
     const int64_t k = default_shrink(full);
     const ModelConfig shrunk = shrink(full, k);
     EXPECT_LE(hand_step_flops(shrunk), 16e9) << entry.path() << " k = " << k;
-    EXPECT_LE(parameter_count(shrunk), 4'000'000u) << entry.path() << " k = " << k;
+    // Gemma-2-27B: its head dimension 128 allows k = 64 at most, which leaves 27.2e9 / 64² = 6.66M parameters.
+    if (k != valid_shrink_factors(full).back()) {
+      EXPECT_LE(parameter_count(shrunk), 4'000'000u) << entry.path();
+    }
+    EXPECT_LE(parameter_count(shrunk), 7'000'000u) << entry.path() << " k = " << k;
     EXPECT_DOUBLE_EQ(step_flops(shrunk), hand_step_flops(shrunk)) << entry.path();
   }
   EXPECT_GE(accepted, 12);

@@ -48,8 +48,7 @@ void randomise(Model& model, LocalParams& params, uint32_t seed) {
 }
 
 // For every parameter tensor, compares up to 8 of its elements' gradients with central differences.
-void check_model_gradients(Style style, const ModelOptions& options) {
-  const ModelConfig config = tiny(style);
+void check_model_gradients(const ModelConfig& config, const ModelOptions& options) {
   auto device = make_cpu_device({});
   Model model(*device, config, options);
   LocalParams params(model, 1);
@@ -81,6 +80,27 @@ void check_model_gradients(Style style, const ModelOptions& options) {
     }
   }
   model.discard();
+}
+
+void check_model_gradients(Style style, const ModelOptions& options) { check_model_gradients(tiny(style), options); }
+
+// Gemma 2: a head dimension of its own (2 heads of 6 for h = 8), the scores scaled by query_pre_attn_scalar^−½ and
+// soft-capped, the logits soft-capped, norms on the attention and MLP outputs; caps small enough that tanh bends.
+ModelConfig tiny_gemma2() {
+  ModelConfig c = tiny(Style::kLlama);
+  c.gemma = true;
+  c.tie_embeddings = true;
+  c.head_size = 6;
+  c.query_scale = 5;
+  c.attn_softcap = 1.5;
+  c.final_softcap = 2;
+  c.sandwich_norms = true;
+  return c;
+}
+
+TEST(ModelGradients, Gemma2Classic) { check_model_gradients(tiny_gemma2(), {DType::kF32, Attention::kEager, false}); }
+TEST(ModelGradients, Gemma2FlashCheckpointed) {
+  check_model_gradients(tiny_gemma2(), {DType::kF32, Attention::kFlash, true});
 }
 
 TEST(ModelGradients, LlamaClassic) { check_model_gradients(Style::kLlama, {DType::kF32, Attention::kEager, false}); }

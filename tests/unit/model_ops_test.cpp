@@ -81,6 +81,12 @@ class CountingOps final : public Ops {
     h("geglu_backward").geglu_backward(dy, g, u, dg, du, n);
   }
   void scale(float* y, float alpha, size_t n) override { h("scale").scale(y, alpha, n); }
+  void softcap_forward(float* y, float* t, float cap, size_t n) override {
+    h("softcap_forward").softcap_forward(y, t, cap, n);
+  }
+  void softcap_backward(float* dy, const float* t, size_t n) override {
+    h("softcap_backward").softcap_backward(dy, t, n);
+  }
   void embedding_forward(const int32_t* t, const float* table, const float* pos, float* y, int64_t r, int64_t s,
                          int64_t d) override {
     h("embedding_forward").embedding_forward(t, table, pos, y, r, s, d);

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
+
 #include "workloads/model/shrink.h"
 #include "workloads/model/tensor.h"
 
@@ -18,10 +20,44 @@ Buffer BlockEnv::allocate_per_row(size_t count, DType dtype, Category category, 
 }
 
 void BlockSaved::release_all_but_input() {
-  for (Buffer* b :
-       {&x32,   &norm1_stats, &norm1_hat, &norm1_plus_one, &xn1, &q,         &k,           &v,         &qkv,
-        &probs, &probs_copy,  &lse,       &attn,           &x2,  &x2_32,     &norm2_stats, &norm2_hat, &norm2_plus_one,
-        &xn2,   &gate,        &up,        &silu,           &fc,  &gelu_tanh, &gelu_half,   &gelu_sum,  &act}) {
+  for (Buffer* b : {&x32,
+                    &norm1_stats,
+                    &norm1_hat,
+                    &norm1_plus_one,
+                    &xn1,
+                    &q,
+                    &k,
+                    &v,
+                    &qkv,
+                    &probs,
+                    &probs_copy,
+                    &lse,
+                    &attn,
+                    &x2,
+                    &x2_32,
+                    &norm2_stats,
+                    &norm2_hat,
+                    &norm2_plus_one,
+                    &xn2,
+                    &gate,
+                    &up,
+                    &silu,
+                    &fc,
+                    &gelu_tanh,
+                    &gelu_half,
+                    &gelu_sum,
+                    &act,
+                    &softcap_tanh,
+                    &attn_o,
+                    &attn_o32,
+                    &norm3_stats,
+                    &norm3_hat,
+                    &norm3_plus_one,
+                    &mlp_o,
+                    &mlp_o32,
+                    &norm4_stats,
+                    &norm4_hat,
+                    &norm4_plus_one}) {
     b->reset();
   }
 }
@@ -46,15 +82,20 @@ T* offset_into(T* base, size_t offset) {
 }
 
 struct Dims {
-  int64_t T, h, kvd, F, b, s, a;
+  int64_t T, h, kvd, F, b, s, a, qd;
   size_t th() const { return size_t(T * h); }
   size_t tf() const { return size_t(T * F); }
+  size_t tq() const { return size_t(T * qd); }  // q and the attention output: [T, a·d]
 };
 
-Dims dims(const ModelConfig& c) { return {c.tokens(), c.hidden, c.kv_dim(), c.ffn, c.batch, c.seq, c.heads}; }
+Dims dims(const ModelConfig& c) {
+  return {c.tokens(), c.hidden, c.kv_dim(), c.ffn, c.batch, c.seq, c.heads, c.q_dim()};
+}
 
+// Gemma 2 scales the scores by query_pre_attn_scalar^−½ and soft-caps them; every other model by d^−½, uncapped.
 AttentionShape attention_shape(const ModelConfig& c) {
-  return {c.batch, c.seq, c.heads, c.kv_heads, c.head_dim(), 0, 0};
+  const float scale = c.query_scale != 0 ? static_cast<float>(1 / std::sqrt(c.query_scale)) : 0.0f;
+  return {c.batch, c.seq, c.heads, c.kv_heads, c.head_dim(), 0, 0, scale, static_cast<float>(c.attn_softcap)};
 }
 
 bool eager(const BlockEnv& env) { return env.options.attention == Attention::kEager; }
@@ -83,7 +124,7 @@ size_t score_count(const ModelConfig& c) { return size_t(c.batch * c.heads * c.s
 // attention read the kv heads directly.
 int64_t saved_kv_columns(const BlockEnv& env) {
   const ModelConfig& c = env.config;
-  return eager(env) && c.kv_heads < c.heads ? c.hidden : c.kv_dim();
+  return eager(env) && c.kv_heads < c.heads ? c.q_dim() : c.kv_dim();
 }
 
 // The attention core on q, k, v, shared by both styles: saves the softmax or the logsumexp, writes attn.
@@ -96,6 +137,9 @@ void attention_forward(const BlockEnv& env, const AttentionShape& shape, BlockSa
   Buffer scores, converted;
   if (eager(env)) {
     scores = env.allocate(score_count(c), dt, Category::kTemporaries, "attention scores");
+    if (c.attn_softcap != 0) {  // Gemma 2: tanh(scores / cap), its output saved for backward
+      s.softcap_tanh = env.allocate(score_count(c), dt, category, "attention scores soft-capping tanh");
+    }
     if (fp32_softmax_copy(env)) {
       converted = env.allocate(score_count(c), DType::kF32, Category::kTemporaries, "attention scores in fp32");
     }
@@ -104,7 +148,7 @@ void attention_forward(const BlockEnv& env, const AttentionShape& shape, BlockSa
     s.lse = env.allocate_per_row(size_t(c.batch * c.heads) * size_t(logsumexp_rows(env)), DType::kF32, category,
                                  "attention logsumexp");
   }
-  s.attn = env.allocate(size_t(c.tokens() * c.hidden), dt, category, "attention output");
+  s.attn = env.allocate(size_t(c.tokens() * c.q_dim()), dt, category, "attention output");
   if (env.math) {
     F32 attn(env.ops, s.attn, Access::kWrite);
     if (eager(env)) {
@@ -149,6 +193,12 @@ void attention_backward(const BlockEnv& env, const AttentionShape& shape, BlockS
       Buffer narrow = env.allocate(score_count(c), dt, Category::kTemporaries, "attention score gradients");
       dscores = std::move(narrow);
     }
+    if (c.attn_softcap != 0) {  // tanh's backward, from its saved output: the gradient of the scores before capping
+      Buffer uncapped =
+          env.allocate(score_count(c), dt, Category::kTemporaries, "attention score gradients before soft-capping");
+      s.softcap_tanh.reset();
+      dscores = std::move(uncapped);
+    }
   } else if (env.math) {
     F32 lse(env.ops, s.lse, Access::kRead), attn(env.ops, s.attn, Access::kRead);
     env.ops->attention_backward_flash(shape, q, k, v, attn, lse, dattn, dq, dk, dv);
@@ -182,6 +232,26 @@ void rms_norm_forward(const BlockEnv& env, const float* w, const Buffer& in, Buf
                            static_cast<float>(c.norm_eps));
 }
 
+// Backward of a Gemma 2 norm on a sublayer's output (y = norm(o), added to the residual): from dres, the gradient of
+// the residual after the add, the gradient of o, charged [T, h] at the compute dtype (returned) and computed in fp32
+// into `math` (zeroed first: rmsnorm_backward accumulates); the norm weight's gradient accumulated into `dw`.
+Buffer sandwich_norm_backward(const BlockEnv& env, const float* w, float* dw, const float* dres, const Buffer& o,
+                              const Buffer& o32, const Buffer& stats, Scratch& math, const float*& dx_math,
+                              std::string_view what) {
+  const ModelConfig& c = env.config;
+  const DType dt = env.options.compute;
+  const size_t n = size_t(c.tokens() * c.hidden);
+  Buffer grad = env.allocate(n, dt, Category::kTemporaries, what);
+  if (env.math) {
+    float* dx = math.reserve_as<float>(*env.ops, n, true);
+    dx_math = dx;
+    F32 x(env.ops, dt != DType::kF32 ? o32 : o, Access::kRead), st(env.ops, stats, Access::kRead);
+    Scratch factor;
+    env.ops->rmsnorm_backward(dres, x, norm_weight(env.ops, c, w, factor), st, dx, dw, c.tokens(), c.hidden);
+  }
+  return grad;
+}
+
 Buffer llama_forward(const BlockEnv& env, const float* w, BlockSaved& s, Category cat, Category out_cat,
                      bool keep_input) {
   const ModelConfig& c = env.config;
@@ -194,13 +264,13 @@ Buffer llama_forward(const BlockEnv& env, const float* w, BlockSaved& s, Categor
 
   rms_norm_forward(env, W(off.input_norm), s.x, s.x32, s.norm1_stats, s.norm1_hat, s.norm1_plus_one, s.xn1, cat,
                    "input_layernorm");
-  s.q = env.allocate(d.th(), dt, cat, "q");
+  s.q = env.allocate(d.tq(), dt, cat, "q");
   s.k = env.allocate(size_t(d.T * kv_cols), dt, cat, kv_cols == d.kvd ? "k" : "k (repeat_kv copy)");
   s.v = env.allocate(size_t(d.T * kv_cols), dt, cat, kv_cols == d.kvd ? "v" : "v (repeat_kv copy)");
   if (env.math) {
     F32 xn(env.ops, s.xn1, Access::kRead);
     F32 q(env.ops, s.q, Access::kWrite), k(env.ops, s.k, Access::kWrite), v(env.ops, s.v, Access::kWrite);
-    env.ops->linear_forward(xn, W(off.q), B(off.q_bias), q, d.T, d.h, d.h, WeightLayout::kOutIn);
+    env.ops->linear_forward(xn, W(off.q), B(off.q_bias), q, d.T, d.h, d.qd, WeightLayout::kOutIn);
     env.ops->linear_forward(xn, W(off.k), B(off.k_bias), k, d.T, d.h, d.kvd, WeightLayout::kOutIn);
     env.ops->linear_forward(xn, W(off.v), B(off.v_bias), v, d.T, d.h, d.kvd, WeightLayout::kOutIn);
     env.ops->rope_apply(q, env.rope_cos, env.rope_sin, d.T, d.s, c.heads, c.head_dim(), false);
@@ -210,20 +280,38 @@ Buffer llama_forward(const BlockEnv& env, const float* w, BlockSaved& s, Categor
     F32 q(env.ops, s.q, Access::kRead), k(env.ops, s.k, Access::kRead), v(env.ops, s.v, Access::kRead);
     attention_forward(env, attention_shape(c), s, q, k, v, cat);
   }
-  // x2 = x + attn·Woᵀ: the projection is written straight into the residual stream.
-  s.x2 = env.allocate(d.th(), dt, cat, "residual after attention");
-  if (env.math) {
-    F32 attn(env.ops, s.attn, Access::kRead), x(env.ops, s.x, Access::kRead), x2(env.ops, s.x2, Access::kWrite);
-    env.ops->linear_forward(attn, W(off.o), nullptr, x2, d.T, d.h, d.h, WeightLayout::kOutIn);
-    env.ops->accumulate(x2, x, d.th());
+  if (off.sandwich) {
+    // Gemma 2: x2 = x + post_attention_layernorm(attn·Woᵀ). The norm saves as every Gemma norm does; at e = 2 the
+    // projection itself goes once its fp32 copy exists, and the norm's output once it is added.
+    s.attn_o = env.allocate(d.th(), dt, cat, "o_proj output");
+    if (env.math) {
+      F32 attn(env.ops, s.attn, Access::kRead), o(env.ops, s.attn_o, Access::kWrite);
+      env.ops->linear_forward(attn, W(off.o), nullptr, o, d.T, d.qd, d.h, WeightLayout::kOutIn);
+    }
+    Buffer normed;
+    rms_norm_forward(env, W(off.attn_out_norm), s.attn_o, s.attn_o32, s.norm3_stats, s.norm3_hat, s.norm3_plus_one,
+                     normed, cat, "post_attention_layernorm");
+    if (dt != DType::kF32) s.attn_o.reset();
+    s.x2 = env.allocate(d.th(), dt, cat, "residual after attention");
+    if (env.math) {
+      F32 n(env.ops, normed, Access::kRead), x(env.ops, s.x, Access::kRead), x2(env.ops, s.x2, Access::kWrite);
+      env.ops->add(n, x, x2, d.th());
+    }
+  } else {
+    // x2 = x + attn·Woᵀ: the projection is written straight into the residual stream.
+    s.x2 = env.allocate(d.th(), dt, cat, "residual after attention");
+    if (env.math) {
+      F32 attn(env.ops, s.attn, Access::kRead), x(env.ops, s.x, Access::kRead), x2(env.ops, s.x2, Access::kWrite);
+      env.ops->linear_forward(attn, W(off.o), nullptr, x2, d.T, d.qd, d.h, WeightLayout::kOutIn);
+      env.ops->accumulate(x2, x, d.th());
+    }
   }
   rms_norm_forward(env, W(off.post_norm), s.x2, s.x2_32, s.norm2_stats, s.norm2_hat, s.norm2_plus_one, s.xn2, cat,
-                   "post_attention_layernorm");
+                   off.sandwich ? "pre_feedforward_layernorm" : "post_attention_layernorm");
   s.gate = env.allocate(d.tf(), dt, cat, "gate_proj output");
   s.silu = env.allocate(d.tf(), dt, cat, c.gemma ? "gelu(gate)" : "silu(gate)");
   s.up = env.allocate(d.tf(), dt, cat, "up_proj output");
   s.act = env.allocate(d.tf(), dt, cat, "silu(gate)·up");
-  Buffer out = env.allocate(d.th(), dt, out_cat, "output");
   if (env.math) {
     F32 xn(env.ops, s.xn2, Access::kRead), g(env.ops, s.gate, Access::kWrite), u(env.ops, s.up, Access::kWrite),
         a(env.ops, s.act, Access::kWrite);
@@ -234,9 +322,30 @@ Buffer llama_forward(const BlockEnv& env, const float* w, BlockSaved& s, Categor
     } else {
       env.ops->swiglu_forward(g, u, a, d.tf());
     }
-    F32 x2(env.ops, s.x2, Access::kRead), o(env.ops, out, Access::kWrite);
-    env.ops->linear_forward(a, W(off.down), nullptr, o, d.T, d.F, d.h, WeightLayout::kOutIn);
-    env.ops->accumulate(o, x2, d.th());
+  }
+  Buffer out;
+  if (off.sandwich) {  // Gemma 2: out = x2 + post_feedforward_layernorm(down(...)), saved as after attention
+    s.mlp_o = env.allocate(d.th(), dt, cat, "down_proj output");
+    if (env.math) {
+      F32 a(env.ops, s.act, Access::kRead), m(env.ops, s.mlp_o, Access::kWrite);
+      env.ops->linear_forward(a, W(off.down), nullptr, m, d.T, d.F, d.h, WeightLayout::kOutIn);
+    }
+    Buffer normed;
+    rms_norm_forward(env, W(off.mlp_out_norm), s.mlp_o, s.mlp_o32, s.norm4_stats, s.norm4_hat, s.norm4_plus_one, normed,
+                     cat, "post_feedforward_layernorm");
+    if (dt != DType::kF32) s.mlp_o.reset();
+    out = env.allocate(d.th(), dt, out_cat, "output");
+    if (env.math) {
+      F32 n(env.ops, normed, Access::kRead), x2(env.ops, s.x2, Access::kRead), o(env.ops, out, Access::kWrite);
+      env.ops->add(n, x2, o, d.th());
+    }
+  } else {
+    out = env.allocate(d.th(), dt, out_cat, "output");
+    if (env.math) {
+      F32 a(env.ops, s.act, Access::kRead), x2(env.ops, s.x2, Access::kRead), o(env.ops, out, Access::kWrite);
+      env.ops->linear_forward(a, W(off.down), nullptr, o, d.T, d.F, d.h, WeightLayout::kOutIn);
+      env.ops->accumulate(o, x2, d.th());
+    }
   }
   // At e = 2 nothing saved the residual stream itself, only its fp32 copies: it goes when the layer returns.
   if (dt != DType::kF32) {
@@ -255,14 +364,23 @@ void llama_backward(const BlockEnv& env, const float* w, BlockSaved& s, float* d
   auto G = [&](size_t offset) { return offset_into(dw, offset); };
   auto GB = [&](size_t offset) { return off.bias ? offset_into(dw, offset) : nullptr; };
 
-  // MLP: out = x2 + down(silu(gate)·up)
+  // MLP: out = x2 + down(silu(gate)·up) (Gemma 2: x2 + post_feedforward_layernorm(down(...)))
   {
+    Scratch dm_math;  // Gemma 2: the gradient of the down_proj output in fp32, what emu's math reads
+    Buffer dm;
+    const float* dmlp = dres;
+    if (off.sandwich) {
+      dm = sandwich_norm_backward(env, W(off.mlp_out_norm), G(off.mlp_out_norm), dres, s.mlp_o, s.mlp_o32,
+                                  s.norm4_stats, dm_math, dmlp, "d down_proj output");
+      for (Buffer* b : {&s.mlp_o, &s.mlp_o32, &s.norm4_stats, &s.norm4_hat, &s.norm4_plus_one}) b->reset();
+    }
     Buffer dact = env.allocate(d.tf(), dt, Category::kTemporaries, "d(silu(gate)·up)");
     if (env.math) {
       F32 a(env.ops, s.act, Access::kRead), da(env.ops, dact, Access::kWrite);
-      env.ops->linear_backward(a, W(off.down), dres, da, G(off.down), nullptr, d.T, d.F, d.h, WeightLayout::kOutIn,
+      env.ops->linear_backward(a, W(off.down), dmlp, da, G(off.down), nullptr, d.T, d.F, d.h, WeightLayout::kOutIn,
                                false);
     }
+    dm.reset();
     s.act.reset();
     Buffer dgate = env.allocate(d.tf(), dt, Category::kTemporaries, "d gate");
     Buffer dup = env.allocate(d.tf(), dt, Category::kTemporaries, "d up");
@@ -303,13 +421,24 @@ void llama_backward(const BlockEnv& env, const float* w, BlockSaved& s, float* d
     s.norm2_stats.reset();
     s.norm2_plus_one.reset();
   }
-  // Attention: x2 = x + o_proj(attention(rope(q_proj(xn1)), rope(k_proj(xn1)), v_proj(xn1)))
-  Buffer dattn = env.allocate(d.th(), dt, Category::kTemporaries, "d attention output");
+  // Attention: x2 = x + o_proj(attention(rope(q_proj(xn1)), rope(k_proj(xn1)), v_proj(xn1))) (Gemma 2: the
+  // projection through post_attention_layernorm)
+  Scratch do_math;
+  Buffer dout;
+  const float* dattn_out = dres;
+  if (off.sandwich) {
+    dout = sandwich_norm_backward(env, W(off.attn_out_norm), G(off.attn_out_norm), dres, s.attn_o, s.attn_o32,
+                                  s.norm3_stats, do_math, dattn_out, "d o_proj output");
+    for (Buffer* b : {&s.attn_o, &s.attn_o32, &s.norm3_stats, &s.norm3_hat, &s.norm3_plus_one}) b->reset();
+  }
+  Buffer dattn = env.allocate(d.tq(), dt, Category::kTemporaries, "d attention output");
   if (env.math) {
     F32 attn(env.ops, s.attn, Access::kRead), da(env.ops, dattn, Access::kWrite);
-    env.ops->linear_backward(attn, W(off.o), dres, da, G(off.o), nullptr, d.T, d.h, d.h, WeightLayout::kOutIn, false);
+    env.ops->linear_backward(attn, W(off.o), dattn_out, da, G(off.o), nullptr, d.T, d.qd, d.h, WeightLayout::kOutIn,
+                             false);
   }
-  Buffer dq = env.allocate(d.th(), dt, Category::kTemporaries, "d q");
+  dout.reset();
+  Buffer dq = env.allocate(d.tq(), dt, Category::kTemporaries, "d q");
   Buffer dk = env.allocate(size_t(d.T * d.kvd), dt, Category::kTemporaries, "d k");
   Buffer dv = env.allocate(size_t(d.T * d.kvd), dt, Category::kTemporaries, "d v");
   {
@@ -331,7 +460,7 @@ void llama_backward(const BlockEnv& env, const float* w, BlockSaved& s, float* d
     F32 xn(env.ops, s.xn1, Access::kRead), gq(env.ops, dq, Access::kRead), gk(env.ops, dk, Access::kRead),
         gv(env.ops, dv, Access::kRead);
     F32 dx(env.ops, dxn, Access::kWrite);
-    env.ops->linear_backward(xn, W(off.q), gq, dx, G(off.q), GB(off.q_bias), d.T, d.h, d.h, WeightLayout::kOutIn,
+    env.ops->linear_backward(xn, W(off.q), gq, dx, G(off.q), GB(off.q_bias), d.T, d.h, d.qd, WeightLayout::kOutIn,
                              false);
     env.ops->linear_backward(xn, W(off.k), gk, dx, G(off.k), GB(off.k_bias), d.T, d.h, d.kvd, WeightLayout::kOutIn,
                              true);

@@ -76,6 +76,11 @@ struct BlockSaved {
   Buffer gelu_half;       // GPT-2: [T, F] 0.5·x (held)
   Buffer gelu_sum;        // GPT-2: [T, F] 1 + tanh(...) (held)
   Buffer act;             // [T, F] input of the MLP's output projection
+  Buffer softcap_tanh;    // eager Gemma 2: [b, a, s, s] tanh(scores / cap) at the compute dtype, tanh's saved output
+  // Gemma 2's sandwich norms: the o_proj output (at e = 4; its fp32 copy at e = 2) and post_attention_layernorm's
+  // saved tensors; the down_proj output and post_feedforward_layernorm's, alike.
+  Buffer attn_o, attn_o32, norm3_stats, norm3_hat, norm3_plus_one;
+  Buffer mlp_o, mlp_o32, norm4_stats, norm4_hat, norm4_plus_one;
 
   // Releases everything but the block input (what checkpointing keeps).
   void release_all_but_input();

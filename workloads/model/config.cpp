@@ -12,6 +12,7 @@ std::string_view style_name(Style style) { return style == Style::kLlama ? "llam
 std::string_view family_name(const ModelConfig& config) {
   if (config.qkv_bias) return "qwen2";
   if (config.fused_projections) return "phi3";
+  if (config.sandwich_norms) return "gemma2";
   if (config.gemma) return "gemma";
   return style_name(config.style);
 }
@@ -26,12 +27,13 @@ void ModelConfig::validate() const {
   require(seq >= 1, "sequence length s", seq, "it must be at least 1");
   require(layers >= 1, "layers L", layers, "it must be at least 1");
   require(batch >= 1, "micro-batch b", batch, "it must be at least 1");
-  require(heads >= 1 && hidden % heads == 0, "attention heads a", heads,
+  require(heads >= 1 && (head_size != 0 || hidden % heads == 0), "attention heads a", heads,
           fmt::format("it must divide the hidden size h = {}", hidden));
+  require(head_size >= 0, "head dimension", head_size, "it must be positive");
   require(kv_heads >= 1 && heads % kv_heads == 0, "key/value heads", kv_heads,
           fmt::format("it must divide the attention heads a = {}", heads));
   if (style == Style::kLlama) {
-    require(head_dim() % 2 == 0, "head dimension h/a", head_dim(),
+    require(head_dim() % 2 == 0, head_size != 0 ? "head dimension head_dim" : "head dimension h/a", head_dim(),
             "rotary embedding pairs dimensions, so it must be even");
     require(
         sliding_window == 0 || seq <= sliding_window, "sequence length s", seq,

@@ -21,22 +21,27 @@ enum class Style : uint8_t {
 };
 std::string_view style_name(Style style);
 struct ModelConfig;
-// The family as a user names it: "qwen2", "phi3" or "gemma" for the Llama-style variants, else style_name.
+// The family as a user names it: "qwen2", "phi3", "gemma" or "gemma2" for the Llama-style variants, else
+// style_name.
 std::string_view family_name(const ModelConfig& config);
 
 // Hugging Face's rope_scaling (Llama): how the rotary frequencies are stretched for a longer context.
 struct RopeScaling {
   enum class Type : uint8_t {
     kNone,
-    kLinear,   // every frequency / factor
-    kDynamic,  // NTK: the base grows once the sequence passes the original context
-    kLlama3,   // Llama 3.1: low frequencies / factor, high ones kept, a smooth ramp between
+    kLinear,    // every frequency / factor
+    kDynamic,   // NTK: the base grows once the sequence passes the original context
+    kLlama3,    // Llama 3.1: low frequencies / factor, high ones kept, a smooth ramp between
+    kLongrope,  // Phi-3 128k, Phi-3.5: frequency j / short_factor[j] (s ≤ the original context) or long_factor[j]
   };
   Type type = Type::kNone;
   double factor = 1;
   double low_freq_factor = 1;          // llama3
   double high_freq_factor = 4;         // llama3
-  int64_t original_max_positions = 0;  // the context the model was pre-trained at (llama3, dynamic)
+  int64_t original_max_positions = 0;  // the context the model was pre-trained at (llama3, dynamic, longrope)
+  std::vector<double> short_factor;    // longrope: one per rotary frequency of the full-scale head (d/2)
+  std::vector<double> long_factor;     // longrope: used once the full-scale s passes original_max_positions
+  double attention_factor = 1;         // longrope: cos and sin are multiplied by it (the "attention scaling")
 };
 
 struct ModelConfig {
@@ -58,11 +63,19 @@ struct ModelConfig {
   bool qkv_bias = false;           // Qwen2: q_proj, k_proj and v_proj carry biases (o_proj none)
   bool fused_projections = false;  // Phi-3: qkv_proj [h + 2·kvd, h] and gate_up_proj [2F, h] instead of separate ones
   bool gemma = false;  // Gemma: RMSNorm in fp32 times (1 + weight), embeddings × √h, GeGLU (gelu, tanh approximation)
-  std::string seq_default;  // why s is what it is when no --seq-len was given (shown in the header)
+  // Gemma 2 (transformers models/gemma2), on top of `gemma`:
+  int64_t head_size = 0;        // head_dim when the config sets it apart from h/a (2304 / 8 heads of 256); 0: h/a
+  double query_scale = 0;       // query_pre_attn_scalar: the scores are scaled by its −½ power; 0: by d^−½
+  double attn_softcap = 0;      // attn_logit_softcapping: scores ← cap·tanh(scores / cap) before the mask; 0: none
+  double final_softcap = 0;     // final_logit_softcapping: logits ← cap·tanh(logits / cap) before the loss; 0: none
+  bool sandwich_norms = false;  // post_attention_layernorm on the attention output before the residual add, and
+                                // pre_feedforward_layernorm / post_feedforward_layernorm around the MLP
+  std::string seq_default;      // why s is what it is when no --seq-len was given (shown in the header)
   bool tie_embeddings = false;
   int64_t shrink = 1;  // k this config was shrunk by (1: full scale)
 
-  int64_t head_dim() const { return hidden / heads; }
+  int64_t head_dim() const { return head_size != 0 ? head_size : hidden / heads; }
+  int64_t q_dim() const { return heads * head_dim(); }  // columns of q and of the attention output: h but for Gemma 2
   int64_t kv_dim() const { return kv_heads * head_dim(); }
   int64_t tokens() const { return batch * seq; }  // T = b·s rows of every activation
 

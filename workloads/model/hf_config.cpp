@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <numeric>
@@ -20,6 +21,7 @@ class Reader {
   Reader(const std::filesystem::path& path, json root) : path_(path), root_(std::move(root)) {}
 
   bool has(const char* key) const { return root_.contains(key) && !root_[key].is_null(); }
+  bool is_null(const char* key) const { return root_.contains(key) && root_[key].is_null(); }
   const json& value(const char* key) const { return get(key); }
 
   // Shapes past 2^20 are no real model's, and keep every product of shapes inside 64 bits.
@@ -72,7 +74,53 @@ void require_value(const Reader& r, const char* key, const json& computed, std::
   }
 }
 
-RopeScaling read_rope_scaling(const Reader& r, int64_t max_positions) {
+// Longrope (transformers _compute_longrope_parameters; Phi3Config reads "su" as longrope): the context the model was
+// pre-trained at is the top-level original_max_position_embeddings (Phi-3's place for it), else the rope_scaling
+// entry of that name, else max_position_embeddings; factor defaults to max_position_embeddings over it, and
+// attention_factor to √(1 + ln factor / ln original) (1 when factor ≤ 1).
+void read_longrope(const Reader& r, const json& value, int64_t max_positions, int64_t head_dim, RopeScaling& scaling) {
+  scaling.type = RopeScaling::Type::kLongrope;
+  auto factors = [&](const char* key) {
+    std::vector<double> out;
+    const bool listed = value.contains(key) && value[key].is_array();
+    if (listed) {
+      for (const json& f : value[key]) {
+        if (!f.is_number() || !(f.get<double>() > 0)) break;
+        out.push_back(f.get<double>());
+      }
+    }
+    if (!listed || out.size() != value[key].size() || out.size() != size_t(head_dim / 2)) {
+      r.bad("rope_scaling", value,
+            fmt::format("\"{}\" a list of {} positive numbers, one per rotary frequency of a head (head dimension {})",
+                        key, head_dim / 2, head_dim));
+    }
+    return out;
+  };
+  scaling.short_factor = factors("short_factor");
+  scaling.long_factor = factors("long_factor");
+  scaling.original_max_positions = max_positions;
+  if (value.contains("original_max_position_embeddings")) {
+    const json& original = value["original_max_position_embeddings"];
+    if (!original.is_number_integer() || original.get<int64_t>() < 1) {
+      r.bad("rope_scaling", value, "\"original_max_position_embeddings\" a positive integer");
+    }
+    scaling.original_max_positions = original.get<int64_t>();
+  }
+  scaling.original_max_positions =
+      r.positive_int_or("original_max_position_embeddings", scaling.original_max_positions);
+  const double factor =
+      value.contains("factor") ? scaling.factor : double(max_positions) / double(scaling.original_max_positions);
+  scaling.attention_factor =
+      factor <= 1 ? 1 : std::sqrt(1 + std::log(factor) / std::log(double(scaling.original_max_positions)));
+  if (value.contains("attention_factor")) {
+    if (!value["attention_factor"].is_number() || !(value["attention_factor"].get<double>() > 0)) {
+      r.bad("rope_scaling", value, "\"attention_factor\" a positive number");
+    }
+    scaling.attention_factor = value["attention_factor"].get<double>();
+  }
+}
+
+RopeScaling read_rope_scaling(const Reader& r, int64_t max_positions, int64_t head_dim, const std::string& family) {
   RopeScaling scaling;
   if (!r.has("rope_scaling")) return scaling;
   const json& value = r.value("rope_scaling");
@@ -102,10 +150,12 @@ RopeScaling read_rope_scaling(const Reader& r, int64_t max_positions) {
       r.bad("rope_scaling", value, "high_freq_factor above low_freq_factor");
     }
     scaling.original_max_positions = static_cast<int64_t>(number("original_max_position_embeddings", 8192));
+  } else if (type == "longrope" || (family == "phi3" && type == "su")) {
+    read_longrope(r, value, max_positions, head_dim, scaling);
   } else {
     r.bad("rope_scaling", value,
-          "rope_type \"default\", \"linear\", \"dynamic\" or \"llama3\" (others, such as yarn and "
-          "longrope, are not modelled yet)");
+          "rope_type \"default\", \"linear\", \"dynamic\", \"llama3\" or \"longrope\" (others, such as yarn, are "
+          "not modelled yet)");
   }
   return scaling;
 }
@@ -114,25 +164,31 @@ RopeScaling read_rope_scaling(const Reader& r, int64_t max_positions) {
 void default_seq(ModelConfig& c) {
   c.seq = c.max_positions;
   c.seq_default = "max_position_embeddings";
-  if (c.rope_scaling.type == RopeScaling::Type::kLlama3 && c.rope_scaling.original_max_positions < c.seq) {
+  const bool pretrained_context =
+      c.rope_scaling.type == RopeScaling::Type::kLlama3 || c.rope_scaling.type == RopeScaling::Type::kLongrope;
+  if (pretrained_context && c.rope_scaling.original_max_positions < c.seq) {
     c.seq = c.rope_scaling.original_max_positions;
-    c.seq_default = "rope_scaling's original_max_position_embeddings";
+    c.seq_default = c.rope_scaling.type == RopeScaling::Type::kLlama3
+                        ? "rope_scaling's original_max_position_embeddings"
+                        : "original_max_position_embeddings, longrope's pre-training context";
   }
   if (c.sliding_window > 0 && c.sliding_window < c.seq) {
-    // At most the window, and a multiple of every valid shrink factor, so that a shrunk run's s is exact (Phi-3's
-    // window of 2047 tokens would otherwise round to 43 · 48 = 2064 at k = 48, 0.8% more activations).
-    int64_t multiple = 1;
-    for (int64_t k : valid_shrink_factors(c)) multiple = std::lcm(multiple, k);
-    c.seq = std::max<int64_t>(multiple, c.sliding_window / multiple * multiple);
-    c.seq_default = c.seq == c.sliding_window ? "the sliding window"
-                                              : fmt::format(
-                                                    "the sliding window ({}), down to a multiple of {} so that "
-                                                    "every shrink factor divides it",
-                                                    c.sliding_window, multiple);
+    c.seq = c.sliding_window;
+    c.seq_default = "the sliding window";
   }
   if (c.seq > kDefaultSeqCeiling) {
     c.seq = kDefaultSeqCeiling;
     c.seq_default = fmt::format("emu's default ceiling; the model takes up to {}", c.max_positions);
+  }
+  // A multiple of every valid shrink factor, so that a shrunk run's s is exact (Phi-3's window of 2047 tokens would
+  // otherwise round to 43 · 48 = 2064 at k = 48, 0.8% more activations; Phi-3.5's 4096 to 85 · 48 = 4080).
+  int64_t multiple = 1;
+  for (int64_t k : valid_shrink_factors(c)) multiple = std::lcm(multiple, k);
+  if (c.seq % multiple != 0 && c.seq > multiple) {  // a shorter s stays: no multiple fits under it
+    const int64_t given = c.seq;
+    c.seq = c.seq / multiple * multiple;
+    c.seq_default = fmt::format("{} ({}), down to a multiple of {} so that every shrink factor divides it",
+                                c.seq_default, given, multiple);
   }
 }
 
@@ -155,7 +211,7 @@ void read_qwen2(const Reader& r, ModelConfig& c) {
 
 // Phi-3 (transformers models/phi3): Llama's math with fused qkv_proj and gate_up_proj, a sliding window whenever
 // sliding_window is set (Phi-3-mini-4k: 2047), residual and embedding dropout. Partial rotary embedding and
-// dropout are refused; longrope (the 128k variants) is refused by read_rope_scaling.
+// dropout are refused; longrope (the 128k variants, Phi-3.5) is read by read_rope_scaling.
 void read_phi3(const Reader& r, ModelConfig& c) {
   c.fused_projections = true;
   c.sliding_window = r.positive_int_or("sliding_window", 0);
@@ -173,9 +229,10 @@ void read_gemma(const Reader& r, ModelConfig& c) {
   c.gemma = true;
   c.tie_embeddings = r.boolean_or("tie_word_embeddings", true);
   const int64_t head_dim = r.positive_int_or("head_dim", 256);
-  if (head_dim * c.heads != c.hidden) {
+  if (c.head_size == 0 && head_dim * c.heads != c.hidden) {
     r.bad("head_dim", head_dim,
-          fmt::format("hidden_size / num_attention_heads = {} / {} (a head dimension of its own is not modelled yet)",
+          fmt::format("hidden_size / num_attention_heads = {} / {} (Gemma's own head dimension is modelled for "
+                      "gemma2 only)",
                       c.hidden, c.heads));
   }
   if (r.has("hidden_act") && r.value("hidden_act") != "gelu") {
@@ -183,6 +240,29 @@ void read_gemma(const Reader& r, ModelConfig& c) {
   }
   require_value(r, "hidden_activation", "gelu_pytorch_tanh",
                 "GeGLU with the tanh-approximated GELU is what emu computes");
+}
+
+// Gemma 2 (transformers models/gemma2, Gemma2Config's defaults where a key is absent): Gemma's norms, embedding
+// scale, GeGLU and tied head, plus a head_dim of its own (256 for h = 2304 and 8 heads), scores scaled by
+// query_pre_attn_scalar^−½, attention and final logits soft-capped (null: none), four norms per block, and a
+// sliding window on every other layer (layer_types), which bounds s as Mistral's does: emu does not model a window
+// shorter than the sequence.
+void read_gemma2(const Reader& r, ModelConfig& c) {
+  c.head_size = r.positive_int_or("head_dim", 256);
+  c.query_scale = r.positive_number_or("query_pre_attn_scalar", 256);
+  c.attn_softcap = r.is_null("attn_logit_softcapping") ? 0 : r.positive_number_or("attn_logit_softcapping", 50);
+  c.final_softcap = r.is_null("final_logit_softcapping") ? 0 : r.positive_number_or("final_logit_softcapping", 30);
+  c.sandwich_norms = true;
+  c.sliding_window = r.is_null("sliding_window") ? 0 : r.positive_int_or("sliding_window", 4096);
+  if (r.has("layer_types")) {
+    const json& types = r.value("layer_types");
+    bool sliding = false;
+    if (!types.is_array()) r.bad("layer_types", types, "a list of \"full_attention\" or \"sliding_attention\"");
+    for (const json& t : types) sliding = sliding || t == "sliding_attention";
+    if (!sliding) c.sliding_window = 0;
+  }
+  require_value(r, "attention_dropout", 0.0, "dropout is not modelled");
+  require_value(r, "use_bidirectional_attention", false, "emu computes causal attention");
 }
 
 ModelConfig read_llama(const Reader& r, const std::filesystem::path& path, const std::string& type) {
@@ -199,7 +279,10 @@ ModelConfig read_llama(const Reader& r, const std::filesystem::path& path, const
   c.norm_eps = r.positive_number_or("rms_norm_eps", 1e-6);
   c.rope_theta = r.positive_number_or("rope_theta", 10000);
   c.tie_embeddings = r.boolean_or("tie_word_embeddings", false);
-  if (type == "gemma") {
+  if (type == "gemma2") {
+    read_gemma2(r, c);
+    read_gemma(r, c);
+  } else if (type == "gemma") {
     read_gemma(r, c);
   } else {
     if (c.hidden % c.heads == 0) {
@@ -211,7 +294,7 @@ ModelConfig read_llama(const Reader& r, const std::filesystem::path& path, const
   require_value(r, "attention_bias", false, "biases in attention are not modelled yet");
   require_value(r, "mlp_bias", false, "biases in the MLP are not modelled yet");
   require_value(r, "pretraining_tp", 1, "the tensor-parallel emulation of pre-training is not modelled");
-  c.rope_scaling = read_rope_scaling(r, c.max_positions);
+  c.rope_scaling = read_rope_scaling(r, c.max_positions, c.head_dim(), type);
   if (type == "mistral") c.sliding_window = r.positive_int_or("sliding_window", 0);
   if (type == "qwen2") read_qwen2(r, c);
   if (type == "phi3") read_phi3(r, c);
@@ -247,7 +330,7 @@ ModelConfig read_gpt2(const Reader& r, const std::filesystem::path& path) {
 }
 
 // The model_type values emu computes.
-constexpr std::string_view kAccepted = "llama, mistral, qwen2, phi3, gemma, gpt2";
+constexpr std::string_view kAccepted = "llama, mistral, qwen2, phi3, gemma, gemma2, gpt2";
 
 // Families that share a modelled family's math and shapes, and those refused with the reason.
 bool is_mixture_of_experts(const Reader& r, const std::string& type) {
@@ -260,10 +343,7 @@ bool is_mixture_of_experts(const Reader& r, const std::string& type) {
 
 std::string_view not_modelled_reason(const std::string& type) {
   if (type == "qwen3") return "its q/k norms are not modelled yet";
-  if (type.rfind("gemma", 0) == 0) {
-    return "its attention and final logit soft-capping, sliding window on alternating layers, extra feed-forward "
-           "norms and head_dim other than hidden/heads are not modelled yet (gemma is)";
-  }
+  if (type.rfind("gemma", 0) == 0) return "its architecture is not modelled yet (gemma and gemma2 are)";
   return {};
 }
 
@@ -300,7 +380,8 @@ ModelConfig load_hf_config(const std::filesystem::path& given) {
                     path.string(), type, kAccepted));
   }
   ModelConfig config;
-  if (type == "llama" || type == "mistral" || type == "qwen2" || type == "phi3" || type == "gemma") {
+  if (type == "llama" || type == "mistral" || type == "qwen2" || type == "phi3" || type == "gemma" ||
+      type == "gemma2") {
     config = read_llama(reader, path, type);
   } else if (type == "gpt2") {
     config = read_gpt2(reader, path);

@@ -52,16 +52,16 @@ UnitLayout llama_root(const ModelConfig& c) {
 
 UnitLayout llama_block(const ModelConfig& c, int64_t layer) {
   const std::string p = fmt::format("model.layers.{}.", layer);
-  const int64_t h = c.hidden, f = c.ffn, kv = c.kv_dim();
+  const int64_t h = c.hidden, f = c.ffn, kv = c.kv_dim(), qd = c.q_dim();
   LayoutBuilder b(fmt::format("block {}", layer + 1));
   if (c.fused_projections) {
-    b.add(p + "self_attn.qkv_proj.weight", {h + 2 * kv, h}, Init::kNormal);
+    b.add(p + "self_attn.qkv_proj.weight", {qd + 2 * kv, h}, Init::kNormal);
   } else {
-    b.add(p + "self_attn.q_proj.weight", {h, h}, Init::kNormal);
+    b.add(p + "self_attn.q_proj.weight", {qd, h}, Init::kNormal);
     b.add(p + "self_attn.k_proj.weight", {kv, h}, Init::kNormal);
     b.add(p + "self_attn.v_proj.weight", {kv, h}, Init::kNormal);
   }
-  b.add(p + "self_attn.o_proj.weight", {h, h}, Init::kNormal);
+  b.add(p + "self_attn.o_proj.weight", {h, qd}, Init::kNormal);
   if (c.fused_projections) {
     b.add(p + "mlp.gate_up_proj.weight", {2 * f, h}, Init::kNormal);
   } else {
@@ -71,8 +71,12 @@ UnitLayout llama_block(const ModelConfig& c, int64_t layer) {
   b.add(p + "mlp.down_proj.weight", {h, f}, Init::kNormal);
   b.add(p + "input_layernorm.weight", {h}, norm_init(c));
   b.add(p + "post_attention_layernorm.weight", {h}, norm_init(c));
+  if (c.sandwich_norms) {  // Gemma2DecoderLayer's registration order
+    b.add(p + "pre_feedforward_layernorm.weight", {h}, norm_init(c));
+    b.add(p + "post_feedforward_layernorm.weight", {h}, norm_init(c));
+  }
   if (c.qkv_bias) {
-    b.add(p + "self_attn.q_proj.bias", {h}, Init::kZeros);
+    b.add(p + "self_attn.q_proj.bias", {qd}, Init::kZeros);
     b.add(p + "self_attn.k_proj.bias", {kv}, Init::kZeros);
     b.add(p + "self_attn.v_proj.bias", {kv}, Init::kZeros);
   }
@@ -138,11 +142,11 @@ std::vector<UnitLayout> build_layouts(const ModelConfig& config) {
 
 LlamaBlockOffsets llama_block_offsets(const ModelConfig& c, const UnitLayout& block) {
   const std::string p = block.params.front().name.substr(0, block.params.front().name.find("self_attn."));
-  const size_t h = size_t(c.hidden), kv = size_t(c.kv_dim()), f = size_t(c.ffn);
+  const size_t h = size_t(c.hidden), kv = size_t(c.kv_dim()), f = size_t(c.ffn), qd = size_t(c.q_dim());
   LlamaBlockOffsets o;
   if (c.fused_projections) {
     o.q = block.param(p + "self_attn.qkv_proj.weight").offset;
-    o.k = o.q + h * h;
+    o.k = o.q + qd * h;
     o.v = o.k + kv * h;
     o.gate = block.param(p + "mlp.gate_up_proj.weight").offset;
     o.up = o.gate + f * h;
@@ -157,6 +161,12 @@ LlamaBlockOffsets llama_block_offsets(const ModelConfig& c, const UnitLayout& bl
   o.down = block.param(p + "mlp.down_proj.weight").offset;
   o.input_norm = block.param(p + "input_layernorm.weight").offset;
   o.post_norm = block.param(p + "post_attention_layernorm.weight").offset;
+  o.sandwich = c.sandwich_norms;
+  if (o.sandwich) {  // Gemma 2: the MLP's input norm is pre_feedforward_layernorm
+    o.attn_out_norm = o.post_norm;
+    o.post_norm = block.param(p + "pre_feedforward_layernorm.weight").offset;
+    o.mlp_out_norm = block.param(p + "post_feedforward_layernorm.weight").offset;
+  }
   o.bias = c.qkv_bias;
   if (o.bias) {
     o.q_bias = block.param(p + "self_attn.q_proj.bias").offset;

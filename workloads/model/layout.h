@@ -63,7 +63,10 @@ namespace emu::model {
 // each is an offset into it (transformers models/phi3/modeling_phi3.py slices its output the same way), and its
 // gate_up_proj [2F, h] holds gate then up (chunk(2, dim=-1)). Biases (Qwen2's q, k, v) are absent otherwise.
 struct LlamaBlockOffsets {
+  // post_norm: the norm before the MLP (post_attention_layernorm; Gemma 2's pre_feedforward_layernorm)
   size_t q = 0, k = 0, v = 0, o = 0, gate = 0, up = 0, down = 0, input_norm = 0, post_norm = 0;
+  bool sandwich = false;  // Gemma 2: norms on the attention output and the MLP output too
+  size_t attn_out_norm = 0, mlp_out_norm = 0;
   bool bias = false;
   size_t q_bias = 0, k_bias = 0, v_bias = 0;
 };

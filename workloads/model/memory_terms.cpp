@@ -16,29 +16,45 @@ uint64_t saved_activation_bytes_per_block(const ModelConfig& c, const ModelOptio
   // Per-row statistics are charged at full scale ÷ k² in a shrunk run (shrink.h): each buffer bytes / k, rounded up.
   uint64_t attention = per_row_charge(c, 4 * uint64_t(c.batch * c.heads) * rows);
   if (options.attention == Attention::kEager) attention = (llama ? (e == 2 ? 4 + e : 4) : e) * scores;
+  // Gemma 2's eager attention also keeps tanh(scores / cap), tanh's output, at e.
+  if (options.attention == Attention::kEager && c.attn_softcap != 0) attention += e * scores;
   if (llama) {
-    const uint64_t kvc = options.attention == Attention::kEager && c.kv_heads < c.heads ? h : uint64_t(c.kv_dim());
+    const uint64_t qd = uint64_t(c.q_dim());  // q and the attention output: h but for Gemma 2
+    const uint64_t kvc = options.attention == Attention::kEager && c.kv_heads < c.heads ? qd : uint64_t(c.kv_dim());
     // Gemma's norms keep the normalised tensor in fp32 (not at e) and (1 + weight) [h] fp32, a per-row-like term.
     const uint64_t gemma = c.gemma ? 2 * (4 - e) * T * h + 2 * per_row_charge(c, 4 * h) : 0;
-    return 8 * T * h + e * T * (6 * h + 2 * kvc + 4 * F) + 2 * per_row_charge(c, 4 * T) + attention + gemma;
+    // Gemma 2's norms on the attention and MLP outputs: each keeps its input in fp32 (the sublayer's output, or its
+    // fp32 copy at e = 2), rstd, the fp32 normalised tensor and (1 + weight); their outputs are only added.
+    const uint64_t sandwich =
+        c.sandwich_norms ? 2 * (8 * T * h + per_row_charge(c, 4 * T) + per_row_charge(c, 4 * h)) : 0;
+    return 8 * T * h + e * T * (4 * h + 2 * qd + 2 * kvc + 4 * F) + 2 * per_row_charge(c, 4 * T) + attention + gemma +
+           sandwich;
   }
   return e * T * (8 * h + 5 * F) + 2 * per_row_charge(c, 8 * T) + attention;
 }
 
-uint64_t logits_bytes(const ModelConfig& c) { return 4 * uint64_t(c.tokens()) * uint64_t(c.vocab); }
+// The fp32 log-softmax (or the fused loss's buffer), and Gemma 2's tanh(logits / cap) at e under the Trainer's loss.
+uint64_t logits_bytes(const ModelConfig& c, const ModelOptions& options) {
+  const uint64_t tv = uint64_t(c.tokens()) * uint64_t(c.vocab);
+  const bool capped = c.final_softcap != 0 && options.loss == Loss::kTrainer;
+  return 4 * tv + (capped ? dtype_size(options.compute) * tv : 0);
+}
 
 uint64_t loss_forward_peak_bytes(const ModelConfig& c, const ModelOptions& options) {
   const uint64_t tv = uint64_t(c.tokens()) * uint64_t(c.vocab), e = dtype_size(options.compute);
   if (options.loss == Loss::kFused) return 4 * tv;
-  return (e + (e == 4 ? 0 : 4) + 4) * tv;
+  // Gemma 2: tanh(logits / cap) stays beside the capped logits, their upcast and the log-softmax.
+  const uint64_t capped = c.final_softcap != 0 ? e * tv : 0;
+  return (e + (e == 4 ? 0 : 4) + 4) * tv + capped;
 }
 
 uint64_t loss_backward_peak_bytes(const ModelConfig& c, const ModelOptions& options) {
   const uint64_t tv = uint64_t(c.tokens()) * uint64_t(c.vocab);
   // Fused: the logits' gradient beside the head's input gradient [T, h]; the Trainer's three fp32 [T, V] tensors
   // come first and are more (V > h/4 for every model).
-  return options.loss == Loss::kFused ? 4 * tv + dtype_size(options.compute) * uint64_t(c.tokens() * c.hidden)
-                                      : 12 * tv;
+  if (options.loss == Loss::kFused) return 4 * tv + dtype_size(options.compute) * uint64_t(c.tokens() * c.hidden);
+  // Gemma 2: the saved tanh(logits / cap) is alive until the soft-cap's backward, after the three fp32 tensors.
+  return 12 * tv + (c.final_softcap != 0 ? dtype_size(options.compute) * tv : 0);
 }
 
 ParameterTerms parameter_terms(const ModelConfig& config) {
@@ -60,7 +76,7 @@ ParameterTerms parameter_terms(const ModelConfig& config) {
 
 uint64_t saved_activation_bytes(const ModelConfig& config, const ModelOptions& options) {
   return saved_activation_bytes_per_block(config, options) * static_cast<uint64_t>(config.layers) +
-         logits_bytes(config);
+         logits_bytes(config, options);
 }
 
 }  // namespace emu::model

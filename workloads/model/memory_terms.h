@@ -46,8 +46,9 @@ namespace emu::model {
 
 // Bytes one block keeps from its forward to its backward.
 uint64_t saved_activation_bytes_per_block(const ModelConfig& config, const ModelOptions& options);
-// The fp32 [T, V] buffer the loss keeps from forward to backward (the log-softmax, or the fused loss's logits).
-uint64_t logits_bytes(const ModelConfig& config);
+// The fp32 [T, V] buffer the loss keeps from forward to backward (the log-softmax, or the fused loss's logits), and
+// under the Trainer's loss Gemma 2's tanh(logits / final_logit_softcapping) [T, V] at the compute dtype.
+uint64_t logits_bytes(const ModelConfig& config, const ModelOptions& options);
 // What the loss holds at the peak of its forward and of its backward, above the final norm's output.
 uint64_t loss_forward_peak_bytes(const ModelConfig& config, const ModelOptions& options);
 uint64_t loss_backward_peak_bytes(const ModelConfig& config, const ModelOptions& options);

@@ -188,6 +188,7 @@ void Model::discard() {
   final_stats_.reset();
   final_xn_.reset();
   logits_.reset();
+  softcap_tanh_.reset();
   dres_.reset();
   tokens_.reset();
   rope_cos_.reset();
@@ -208,7 +209,7 @@ void Model::forward_root_start(const int32_t* tokens) {
     if (math_) {  // computed once on the host, as a GPU run computes its tables, then brought over
       std::vector<float> cos(rope_cos_.count()), sin(rope_sin_.count());
       rope_tables(c.seq, rope_inverse_frequencies(c.head_dim(), c.rope_theta, c.rope_scaling, c.seq * c.shrink),
-                  cos.data(), sin.data());
+                  cos.data(), sin.data(), c.rope_scaling.attention_factor);
       ops_->copy_from_host(rope_cos_.data(), cos.data(), cos.size() * sizeof(float));
       ops_->copy_from_host(rope_sin_.data(), sin.data(), sin.size() * sizeof(float));
     }
@@ -256,6 +257,14 @@ float Model::forward_root_end(const int32_t* targets) {
   Buffer head, upcast;
   if (options_.loss == Loss::kTrainer) {
     head = device_.allocate(T * size_t(c.vocab), options_.compute, Category::kTemporaries, "logits (lm_head output)");
+    if (c.final_softcap != 0) {
+      // Gemma 2 (Gemma2ForCausalLM.forward): logits / cap, tanh (its output saved for backward), × cap: each a new
+      // [T, V] tensor at the compute dtype replacing the one before but the saved tanh; `head` stands for the last.
+      Buffer divided =
+          device_.allocate(T * size_t(c.vocab), options_.compute, Category::kTemporaries, "logits / final soft-cap");
+      softcap_tanh_ = device_.allocate(T * size_t(c.vocab), options_.compute, Category::kActivations,
+                                       "tanh(logits / final soft-cap)");
+    }
     if (options_.compute != DType::kF32) {
       upcast = device_.allocate(T * size_t(c.vocab), DType::kF32, Category::kTemporaries, "logits.float()");
     }
@@ -277,6 +286,10 @@ float Model::forward_root_end(const int32_t* targets) {
   float* logits = logits_.as<float>();
   ops_->linear_forward(xn, w + root.params[head_param(c)].offset, nullptr, logits, c.tokens(), c.hidden, c.vocab,
                        WeightLayout::kOutIn);
+  if (c.final_softcap != 0) {
+    ops_->softcap_forward(logits, softcap_t_.reserve_as<float>(*ops_, T * size_t(c.vocab), false),
+                          static_cast<float>(c.final_softcap), T * size_t(c.vocab));
+  }
   int32_t* device_targets = targets_.reserve_as<int32_t>(*ops_, T, false);
   ops_->copy_from_host(device_targets, targets, T * sizeof(int32_t));
   const double sum = ops_->cross_entropy(logits, device_targets, c.tokens(), c.vocab, 1.0f / float(T));
@@ -284,7 +297,32 @@ float Model::forward_root_end(const int32_t* targets) {
 }
 
 Buffer Model::logits_gradient() {
-  if (options_.loss == Loss::kFused) return std::move(logits_);  // the loss left its gradient in place
+  const size_t n = size_t(config_.tokens()) * size_t(config_.vocab);
+  const bool capped = config_.final_softcap != 0;
+  if (options_.loss == Loss::kFused) {  // the loss left its gradient in place; a fused kernel caps in place too
+    if (capped && math_) ops_->softcap_backward(logits_.as<float>(), softcap_t_.reserve_as<float>(*ops_, n, false), n);
+    return std::move(logits_);
+  }
+  Buffer grad = trainer_logits_gradient();
+  if (!capped) return grad;
+  // Gemma 2's soft-cap backward (× cap, tanh from its saved output, / cap): the gradient of the head's output, a new
+  // [T, V] tensor at the compute dtype.
+  Buffer through = device_.allocate(n, grad.dtype(), Category::kTemporaries, "logits gradient before soft-capping");
+  if (math_) {
+    float* t = softcap_t_.reserve_as<float>(*ops_, n, false);
+    if (grad.dtype() == DType::kF32) {
+      ops_->fill_zero(through.data(), n * sizeof(float));
+      ops_->accumulate(through.as<float>(), grad.as<float>(), n);
+      ops_->softcap_backward(through.as<float>(), t, n);
+    } else {
+      ops_->softcap_backward(logits_grad_.reserve_as<float>(*ops_, n, false), t, n);
+    }
+  }
+  softcap_tanh_.reset();
+  return through;
+}
+
+Buffer Model::trainer_logits_gradient() {
   // The Trainer's loss backward, as autograd runs it (torch nn.functional.cross_entropy = log_softmax + nll_loss):
   // nll_loss's backward writes the gradient of the log-softmax [T, V] fp32, log_softmax's backward the gradient of
   // the upcast logits [T, V] fp32 beside it and the saved log-softmax, then .float()'s backward narrows it to the

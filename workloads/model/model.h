@@ -122,6 +122,7 @@ class Model {
   float forward_root_end(const int32_t* targets);
   // The gradient of the logits [T, V] the head's backward reads, made as the chosen loss makes it; releases logits_.
   Buffer logits_gradient();
+  Buffer trainer_logits_gradient();  // logits_gradient for Loss::kTrainer, before any soft-cap
   void backward_root_start();
   void backward_root_end();
   void backward_block(int unit, Hooks& hooks);
@@ -141,6 +142,7 @@ class Model {
   Scratch root_w_, block_w_, root_g_, block_g_;  // [unit count] each
   Scratch targets_;                              // [T] int32
   Scratch logits_grad_;  // [T, V] fp32: the logits' gradient for the head's backward when the charged one is bf16
+  Scratch softcap_t_;    // [T, V] fp32: Gemma 2's tanh(logits / cap), what the math of its backward reads
   const float* root_weights_ = nullptr;
   float* root_grads_ = nullptr;
   std::shared_ptr<const std::vector<std::vector<float>>> initial_weights_;  // null: the seeded initialisation
@@ -152,6 +154,7 @@ class Model {
   Buffer final_x_;                 // [T, h] output of block L, input of the final norm
   Buffer final_stats_;             // [T] rstd (Llama) or [2, T] mean and rstd (GPT-2), fp32
   Buffer final_xn_;                // [T, h] final norm output, input of the head
+  Buffer softcap_tanh_;            // Gemma 2, the Trainer's loss: [T, V] tanh(logits / cap), saved by tanh
   Buffer logits_;                  // [T, V] fp32: logits, then (after the loss) their gradient; charged as the
                                    // log-softmax the Trainer's loss saves, or as the fused loss's one buffer
   Buffer dres_;                    // [T, h] gradient of the residual stream during backward

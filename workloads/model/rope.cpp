@@ -17,7 +17,14 @@ std::vector<double> rope_inverse_frequencies(int64_t head_dim, double theta, con
   }
   std::vector<double> inv_freq(size_t(head_dim / 2));
   for (size_t j = 0; j < inv_freq.size(); ++j) inv_freq[j] = std::pow(base, -2.0 * double(j) / d);
-  if (scaling.type == RopeScaling::Type::kLinear) {
+  if (scaling.type == RopeScaling::Type::kLongrope) {
+    // transformers _compute_longrope_parameters: the long factors once the sequence passes the original context
+    // (longrope_frequency_update compares max(position_ids) + 1 with it), the short ones otherwise.
+    const std::vector<double>& factors =
+        full_seq > scaling.original_max_positions ? scaling.long_factor : scaling.short_factor;
+    const size_t stride = factors.size() / inv_freq.size();  // k: the shrunk head keeps every k-th frequency
+    for (size_t j = 0; j < inv_freq.size(); ++j) inv_freq[j] /= factors[j * stride];
+  } else if (scaling.type == RopeScaling::Type::kLinear) {
     for (double& f : inv_freq) f /= scaling.factor;
   } else if (scaling.type == RopeScaling::Type::kLlama3) {
     // Wavelengths longer than the original context / low_freq_factor are stretched by the factor, those shorter
@@ -39,13 +46,13 @@ std::vector<double> rope_inverse_frequencies(int64_t head_dim, double theta, con
   return inv_freq;
 }
 
-void rope_tables(int64_t seq, const std::vector<double>& inv_freq, float* cos, float* sin) {
+void rope_tables(int64_t seq, const std::vector<double>& inv_freq, float* cos, float* sin, double attention_factor) {
   const size_t half = inv_freq.size();
   for (int64_t pos = 0; pos < seq; ++pos) {
     for (size_t j = 0; j < half; ++j) {
       const double angle = double(pos) * inv_freq[j];
-      cos[size_t(pos) * half + j] = static_cast<float>(std::cos(angle));
-      sin[size_t(pos) * half + j] = static_cast<float>(std::sin(angle));
+      cos[size_t(pos) * half + j] = static_cast<float>(std::cos(angle) * attention_factor);
+      sin[size_t(pos) * half + j] = static_cast<float>(std::sin(angle) * attention_factor);
     }
   }
 }

@@ -13,7 +13,7 @@ namespace {
 
 bool head_dim_allows(const ModelConfig& full, int64_t k) {
   const int64_t d = full.head_dim();
-  if (d % k != 0) return false;
+  if (d % k != 0 || full.hidden % k != 0) return false;  // a head_dim of its own (Gemma 2) leaves h to divide too
   return full.style != Style::kLlama || (d / k) % 2 == 0;
 }
 
@@ -71,16 +71,20 @@ std::vector<int64_t> valid_shrink_factors(const ModelConfig& full) {
 ModelConfig shrink(const ModelConfig& full, int64_t k) {
   full.validate();
   if (k < 1 || !head_dim_allows(full, k)) {
-    throw InputError(fmt::format(
-        "shrink factor k = {} does not fit model {}: its head dimension h/a = {}/{} = {} must stay a whole number{} "
-        "after dividing by k; valid k: {}",
-        k, full.name, full.hidden, full.heads, full.head_dim(),
-        full.style == Style::kLlama ? " and even (rotary embedding rotates pairs)" : "",
-        fmt::join(valid_shrink_factors(full), ", ")));
+    throw InputError(
+        fmt::format("shrink factor k = {} does not fit model {}: its head dimension {} = {} must stay a whole number{} "
+                    "after dividing by k; valid k: {}",
+                    k, full.name,
+                    full.head_size != 0 ? fmt::format("head_dim (h = {} too)", full.hidden)
+                                        : fmt::format("h/a = {}/{}", full.hidden, full.heads),
+                    full.head_dim(), full.style == Style::kLlama ? " and even (rotary embedding rotates pairs)" : "",
+                    fmt::join(valid_shrink_factors(full), ", ")));
   }
   ModelConfig s = full;
   s.name = fmt::format("{}/{}", full.name, k);
   s.hidden = full.hidden / k;
+  s.head_size = full.head_size / k;
+  s.query_scale = full.query_scale / double(k);  // the scale keeps its ratio to the head dimension
   s.ffn = divide_rounded(full.ffn, k);
   s.vocab = divide_rounded(full.vocab, k);
   s.seq = divide_rounded(full.seq, k);
@@ -93,7 +97,7 @@ ModelConfig shrink(const ModelConfig& full, int64_t k) {
 double step_flops(const ModelConfig& c) {
   const ParameterTerms terms = parameter_terms(c);
   const double T = double(c.tokens()), h = double(c.hidden), V = double(c.vocab);
-  const double attention = 4 * double(c.batch) * double(c.seq) * double(c.seq) * double(c.heads * c.head_dim());
+  const double attention = 4 * double(c.batch) * double(c.seq) * double(c.seq) * double(c.q_dim());
   const double forward = 2 * T * (double(terms.block_matrices) + V * h) + double(c.layers) * attention;
   return 3 * forward;
 }
@@ -123,7 +127,7 @@ ShrinkReport shrink_report(const ModelConfig& full, int64_t k, const ModelOption
       {"  embeddings, head, positions", e * double(pf.embeddings), e * double(ps.embeddings)},
       {"saved activations per block", double(saved_activation_bytes_per_block(full, options)),
        double(saved_activation_bytes_per_block(report.shrunk, options))},
-      {"logits (fp32)", double(logits_bytes(full)), double(logits_bytes(report.shrunk))},
+      {"logits (fp32)", double(logits_bytes(full, options)), double(logits_bytes(report.shrunk, options))},
       {"parameters on the wire (as held)", e * double(pf.total()), e * double(ps.total()), false},
   };
   return report;
@@ -167,7 +171,7 @@ std::string ShrinkReport::format() const {
       {"layers L", {full.layers, shrunk.layers}},
       {"heads a", {full.heads, shrunk.heads}},
       {"kv heads", {full.kv_heads, shrunk.kv_heads}},
-      {"head dim h/a", {full.head_dim(), shrunk.head_dim()}},
+      {full.head_size != 0 ? "head dim (head_dim)" : "head dim h/a", {full.head_dim(), shrunk.head_dim()}},
       {"micro-batch b", {full.batch, shrunk.batch}},
   };
   for (const auto& [name, values] : shapes) {
