@@ -293,17 +293,19 @@ void name_fsdp1(const std::string& category, const CaseFacts& f, Line& line) {
       const Moment block{g * padded[u], g * head, sharded};
       if (block.bytes() > peak.bytes()) peak = block;
     }
+    // emu's gradient peak is in backward, its total's at backward's start (before any sharded gradient), so these
+    // lines do not carry over to the total (compare() names what emu's total holds).
     line.named.push_back(
         {"fp32 gradient shards made by emu's peak: FSDP1 sets FlatParameter.grad in its post-backward hook, past "
          "MemTracker's gradient hook",
-         peak.sharded});
+         peak.sharded, false});
     line.named.push_back(
         {"the head's gradient (a tied embedding's: all of it) beside a block's, held by autograd for the root's "
          "FlatParameter until the end of backward: not a .grad to MemTracker",
-         peak.head});
+         peak.head, false});
     line.named.push_back(
         {"the unit whose unsharded gradient is at emu's peak against the largest unit's, MemTracker's peak",
-         peak.unsharded - g * largest});
+         peak.unsharded - g * largest, false});
   }
   if (category == "optimizer_state") {
     line.named.push_back(
@@ -492,12 +494,14 @@ std::vector<Line> compare(const json& c, const json& emu, const std::string& str
   }
   total.named.push_back(staging_at_peak(emu));
   const bool ddp = strategy == "ddp" || strategy == "ddp-zero";
-  if (strategy == "fsdp2" || ddp) {
+  if (strategy == "fsdp2" || strategy == "fsdp" || ddp) {
     // emu's peak is in backward (at its start without checkpointing), where it holds the head's and the final
-    // norm's (unsharded) gradients; PyTorch's is in forward or in the loss's backward, before any: autograd makes
-    // the head's once the logits' gradient is out (the embeddings', emu's too, at the end of backward). DDP's are
-    // fp32 under autocast.
-    const auto head = static_cast<int64_t>(oracle::unit_counts(f.shapes).at(0) - oracle::late_root_gradients(f.shapes));
+    // norm's (unsharded) gradients and, under FSDP1, no sharded one yet; PyTorch's is in forward or in the loss's
+    // backward, before any: autograd makes the head's once the logits' gradient is out (the embeddings', emu's too, at
+    // the end of backward). DDP's are fp32 under autocast. FSDP1's root gradient is its FlatParameter's, padded to N.
+    const uint64_t root = oracle::unit_counts(f.shapes).at(0);
+    const uint64_t held = strategy == "fsdp" ? oracle::round_up(root, static_cast<uint64_t>(f.n)) : root;
+    const auto head = static_cast<int64_t>(held - oracle::late_root_gradients(f.shapes));
     total.named.push_back(
         {"the head's and final norm's gradients, which emu makes at the start of backward, before the loss's backward",
          (ddp ? 4 : f.emu_bytes) * head});
