@@ -278,8 +278,9 @@ void name_fsdp1(const std::string& category, const CaseFacts& f, Line& line) {
     // unsharded gradient beside every sharded one.
     const auto n = static_cast<uint64_t>(f.n);
     const int64_t g = f.emu_bytes;
-    std::vector<int64_t> padded;  // P_u
-    for (uint64_t u : units) padded.push_back(static_cast<int64_t>(oracle::round_up(u, n)));
+    std::vector<int64_t> padded(units.size());  // P_u
+    std::transform(units.begin(), units.end(), padded.begin(),
+                   [n](uint64_t u) { return static_cast<int64_t>(oracle::round_up(u, n)); });
     const int64_t largest = *std::max_element(padded.begin(), padded.end());
     const int64_t head = padded[0] - static_cast<int64_t>(oracle::late_root_gradients(f.shapes));
     struct Moment {
