@@ -5,6 +5,7 @@
 #include <numeric>
 
 #include "strategies/shard.h"
+#include "workloads/model/layout.h"
 
 namespace emu::strategy {
 namespace {
@@ -26,6 +27,33 @@ uint64_t AnalyticInput::parameter_count() const {
 std::vector<uint64_t> AnalyticInput::tensors_of(size_t unit) const {
   if (unit < unit_tensors.size()) return unit_tensors[unit];
   return {unit_counts[unit]};
+}
+
+namespace {
+
+// The root's tensors as a shrunk run charges each one.
+std::vector<uint64_t> root_tensors_charged(const AnalyticInput& input) {
+  return input.unit_tensors_charged.empty() ? input.tensors_of(0) : input.unit_tensors_charged[0];
+}
+
+}  // namespace
+
+uint64_t AnalyticInput::root_embedding_elements() const {
+  const std::vector<uint64_t> tensors = root_tensors_charged(*this);
+  uint64_t late = 0;
+  for (size_t i = 0; i < tensors.size() && i < root_at_end.size(); ++i) {
+    if (root_at_end[i]) late += tensors[i];
+  }
+  return late;
+}
+
+uint64_t AnalyticInput::root_head_tensor() const {
+  const std::vector<uint64_t> tensors = root_tensors_charged(*this);
+  uint64_t largest = 0;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    if (i >= root_at_end.size() || !root_at_end[i]) largest = std::max(largest, tensors[i]);
+  }
+  return largest;
 }
 
 uint64_t AnalyticInput::elements(int unit, uint64_t elements) const {
@@ -54,11 +82,17 @@ AnalyticInput analytic_input(const model::Model& model, int world, int ranks_per
         input.largest_tensor_charged = charged.back();
       }
     }
+    if (u == 0) {
+      for (size_t i = 0; i < model.layout(0).params.size(); ++i) {
+        input.root_at_end.push_back(model::gradient_made_at_end(model.config(), i));
+      }
+    }
     input.unit_tensors.push_back(std::move(tensors));
     input.unit_rows.push_back(tensor_rows(model.config(), model.layout(u)));
     input.unit_tensors_charged.push_back(std::move(charged));
   }
   input.charge = model::parameter_charge(model.config(), model.layouts());
+  input.tied_head = model.config().tie_embeddings;
   input.world = world;
   input.ranks_per_node = ranks_per_node;
   input.accumulation = accumulation;

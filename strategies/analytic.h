@@ -46,6 +46,15 @@ struct AnalyticInput {
   // The largest tensor (by elements held) as a shrunk run charges that one tensor (model::tensor_charge); 0: as
   // held (an input made by hand).
   uint64_t largest_tensor_charged = 0;
+  // [root tensors] whether autograd makes the tensor's gradient at the end of backward, when it reaches the
+  // embeddings, rather than at its start with the LM head's (model/layout.h gradient_made_at_end); empty: none.
+  std::vector<bool> root_at_end;
+  bool tied_head = false;  // the LM head is the token embedding: its gradient is completed only at the end
+
+  // Elements of the root's gradients made at the end of backward, as a shrunk run charges those tensors.
+  uint64_t root_embedding_elements() const;
+  // The largest root tensor whose gradient is made when backward begins, as a shrunk run charges it.
+  uint64_t root_head_tensor() const;
 
   uint64_t parameter_count() const;                     // Ψ: the sum of unit_counts
   std::vector<uint64_t> tensors_of(size_t unit) const;  // unit_tensors[unit], or {unit_counts[unit]}

@@ -7,9 +7,11 @@
 //   parameters  [Ψ]  kParameters, from set-up
 //   buckets     [Ψ]  kBuckets, from set-up: the Reducer's bucket tensors hold a copy of every gradient
 //   gradients   [n_u] per unit, kGradients: .grad comes into existence when backward reaches the unit and
-//                    zero_grad(set_to_none=True), PyTorch's default, frees it after the step. With
-//                    gradient_as_bucket_view the gradients are views into the buckets instead: one [Ψ] buffer
-//                    charged as gradients from set-up, never freed, and no bucket copies.
+//                    zero_grad(set_to_none=True), PyTorch's default, frees it after the step. The root's in two
+//                    parts (flat.h allocate_root_gradients): the LM head's and final norm's when backward begins,
+//                    the embeddings' when it ends. With gradient_as_bucket_view the gradients are views into the
+//                    buckets instead: one [Ψ] buffer charged as gradients from set-up, never freed, and no
+//                    bucket copies.
 //   m, v         per tensor AdamW updates, kOptimizerState: every tensor under DDP, the rank's own whole tensors
 //                    under ZeroRedundancyOptimizer (greedy by size, buckets.h zero_redundancy_owners)
 //   autocast's bf16 weights  kActivations: each Linear's weight (and GPT-2's Conv1D bias) cast to bf16 when it
@@ -143,11 +145,21 @@ class Ddp final : public Strategy {
       if (unit == model_.num_units() - 1) casts_[0] = Buffer();  // the head's backward, the root's last use, is done
       cast_unit(unit);                                           // kept from forward, or recomputed
     }
-    if (!bucket_view_ && unit_grads_[unit].data() == nullptr && unit_grads_[unit].count() == 0) {
-      unit_grads_[unit] = model::allocate_parameter_space(device_, flat_.unit_charge[unit], flat_.count[unit],
-                                                          options_.recipe.grads, Category::kGradients,
-                                                          fmt::format("DDP gradients, {}", model_.layout(unit).name));
+    if (!bucket_view_ && !unit_grads_[unit].allocated()) {
+      const std::string what = fmt::format("DDP gradients, {}", model_.layout(unit).name);
+      // The root's: the head's and the final norm's now, the embeddings' when backward reaches them (flat.h).
+      unit_grads_[unit] = unit == 0
+                              ? allocate_root_gradients(device_, model_, flat_.count[0], options_.recipe.grads, what)
+                              : model::allocate_parameter_space(device_, flat_.unit_charge[unit], flat_.count[unit],
+                                                                options_.recipe.grads, Category::kGradients, what);
       model_.bind_grads(unit, unit_grads_[unit].data(), options_.recipe.grads);
+    }
+  }
+
+  void before_embedding_backward() override {
+    if (!bucket_view_ && !embedding_grads_.allocated()) {
+      embedding_grads_ =
+          charge_embedding_gradients(device_, model_, options_.recipe.grads, "DDP gradients, root's embeddings");
     }
   }
 
@@ -204,6 +216,7 @@ class Ddp final : public Strategy {
         unit_grads_[u] = Buffer();
         model_.bind_grads(u, nullptr, recipe.grads);
       }
+      embedding_grads_ = Buffer();
     }
   }
 
@@ -346,6 +359,7 @@ class Ddp final : public Strategy {
   Buffer flat_grads_;               // [Ψ] recipe.grads: with gradient_as_bucket_view, the gradients are the buckets
   Buffer buckets_buffer_;           // [Ψ] recipe.grads: the Reducer's bucket copies, without gradient_as_bucket_view
   std::vector<Buffer> unit_grads_;  // [units] [n_u] recipe.grads, from the unit's backward to zero_grad
+  Buffer embedding_grads_;          // the root's embeddings' part of unit_grads_[0]'s charge, from their backward
   std::vector<Buffer> casts_;       // [units] [n_u] bf16: autocast's copies of a unit's weights
   std::vector<Tensor> tensors_;
   std::vector<BucketRange> buckets_;

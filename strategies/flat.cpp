@@ -24,6 +24,26 @@ model::ParameterCharge unit_charge(const model::Model& model, int unit) {
   return model::parameter_charge(model.config(), {&model.layout(unit), 1});
 }
 
+uint64_t root_embedding_charge(const model::Model& model) {
+  const std::vector<model::ParamInfo>& params = model.layout(0).params;
+  uint64_t charged = 0;
+  for (size_t i = 0; i < params.size(); ++i) {
+    if (model::gradient_made_at_end(model.config(), i)) charged += model::tensor_charge(model.config(), params[i]);
+  }
+  return charged;
+}
+
+Buffer allocate_root_gradients(Device& device, const model::Model& model, size_t count, DType dtype,
+                               std::string_view what) {
+  const size_t whole = unit_charge(model, 0).bytes(count, dtype);
+  const size_t late = root_embedding_charge(model) * dtype_size(dtype);
+  return device.allocate(count, dtype, Category::kGradients, what, whole > late ? whole - late : 0);
+}
+
+Buffer charge_embedding_gradients(Device& device, const model::Model& model, DType dtype, std::string_view what) {
+  return device.allocate(0, dtype, Category::kGradients, what, root_embedding_charge(model) * dtype_size(dtype));
+}
+
 std::vector<optim::DecayRange> decay_ranges(const model::UnitLayout& layout, size_t base) {
   std::vector<optim::DecayRange> ranges;
   for (const model::ParamInfo& param : layout.params) {

@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string_view>
 #include <vector>
 
 #include "emu/device.h"
@@ -25,6 +26,20 @@ struct FlatLayout {
 FlatLayout flat_layout(const model::Model& model);
 // How a shrunk run charges elements of `unit`'s flat space (workloads/model/shrink.h).
 model::ParameterCharge unit_charge(const model::Model& model, int unit);
+
+// The root's gradients as autograd makes them (model/layout.h gradient_made_at_end): the LM head's and the final
+// norm's when backward begins, the embeddings' when backward reaches them, last. The model accumulates the root's
+// gradients into one flat buffer, so a strategy allocates that buffer whole at before_backward(0), charged for all
+// but the embeddings' part (allocate_root_gradients), and charges that part at before_embedding_backward
+// (charge_embedding_gradients, a buffer that holds nothing), freeing both together.
+// The embeddings' part in elements, as a shrunk run charges them.
+uint64_t root_embedding_charge(const model::Model& model);
+// The root's gradient buffer of `count` elements (n_0, or n_0 padded for sharding) at `dtype`, charged as
+// allocate_parameter_space charges it less the embeddings' part.
+Buffer allocate_root_gradients(Device& device, const model::Model& model, size_t count, DType dtype,
+                               std::string_view what);
+// The embeddings' part of the root's gradients at `dtype`: charged, holding nothing.
+Buffer charge_embedding_gradients(Device& device, const model::Model& model, DType dtype, std::string_view what);
 
 // The elements of `layout` that receive weight decay, shifted by `base` (sorted, non-overlapping).
 std::vector<optim::DecayRange> decay_ranges(const model::UnitLayout& layout, size_t base);

@@ -22,6 +22,13 @@
 // NO_SHARD keeps its bf16 copy, as FSDP1 frees _mp_shard only for sharded strategies. The gradient shards are
 // fp32: FSDP reduces in bf16, then keeps the sharded gradient at the dtype of its fp32 sharded parameter.
 //
+// Gradients (_runtime_utils.py _post_backward_hook, _reduce_grad): a unit's unsharded gradient lives from its
+// backward until its reduce-scatter; the root's is made as autograd reaches its parts (the head's and the final
+// norm's when backward begins, the embeddings' at its end, flat.h allocate_root_gradients). A unit's sharded
+// gradient is made by its first reduce-scatter of a step (beside the unsharded one, which is freed after) and
+// freed after the optimizer step by zero_grad(set_to_none=True). Under CPUOffload the sharded gradients are the
+// host's _cpu_grad, kept from set-up.
+//
 // Prefetch, one unit ahead of use at most:
 //   backward_prefetch  BACKWARD_PRE   the next unit in backward is gathered before this unit's gradients are
 //                                     computed: two blocks gathered at once
@@ -77,6 +84,10 @@ class Fsdp final : public ShardedUnits {
   }
 
   bool keeps_parameter_shard() const override { return false; }
+  // _reduce_grad: the reduce-scatter output becomes _saved_grad_shard (accumulated into by later micro-batches),
+  // FlatParameter.grad at the step (prepare_gradient_for_optim), freed by zero_grad(set_to_none=True).
+  bool makes_gradient_shards_in_backward() const override { return true; }
+  bool makes_root_gradients_in_parts() const override { return true; }
 
   DType gradient_shard_dtype() const override {
     return options_.recipe.has_master ? DType::kF32 : options_.recipe.grads;

@@ -21,7 +21,9 @@
 //                      --offload the fp32 shard is first copied to the device (a transient [S_u], kBuckets).
 //   unsharded params   [N·S_u] param dtype, kParameters: each parameter's all_gather_outputs tensor, padded on dim 0,
 //                      allocated at copy-out and freed at reshard (free_storage).
-//   unsharded grads    [n_u] gradient dtype, kGradients: what autograd makes for the unsharded parameters.
+//   unsharded grads    [n_u] gradient dtype, kGradients: what autograd makes for the unsharded parameters; the
+//                      root's in two parts, the head's and the final norm's when backward begins, the embeddings'
+//                      when it reaches them (flat.h allocate_root_gradients).
 //   reduce-scatter in  [N·S_u] reduce dtype, kBuckets (foreach_reduce): the unsharded gradients cast into it rank
 //                      by rank (foreach_reduce_scatter_copy_in), then freed; reduce-scattered into the sharded
 //                      gradient. Kept until the next unit's reduce-scatter (FSDPCommContext.reduce_scatter_states,
@@ -171,10 +173,18 @@ class Fsdp2 final : public Strategy {
     const int next = u == 0 ? model_.num_units() - 1 : u - 1;
     if (next >= 1) unshard(next, "backward prefetch");
     UnitState& unit = units_[static_cast<size_t>(u)];
+    const std::string what = fmt::format("unit {} unsharded gradients", u);
+    // The root's: the head's and the final norm's now, the embeddings' when backward reaches them (flat.h).
     unit.unsharded_grads =
-        model::allocate_parameter_space(device_, unit_charge(model_, u), model_.layout(u).count, options_.recipe.grads,
-                                        Category::kGradients, fmt::format("unit {} unsharded gradients", u));
+        u == 0 ? allocate_root_gradients(device_, model_, model_.layout(0).count, options_.recipe.grads, what)
+               : model::allocate_parameter_space(device_, unit_charge(model_, u), model_.layout(u).count,
+                                                 options_.recipe.grads, Category::kGradients, what);
     model_.bind_grads(u, unit.unsharded_grads.data());
+  }
+
+  void before_embedding_backward() override {
+    embedding_grads_ =
+        charge_embedding_gradients(device_, model_, options_.recipe.grads, "unit 0 unsharded gradients, embeddings");
   }
 
   void after_backward(int u) override {
@@ -302,6 +312,7 @@ class Fsdp2 final : public Strategy {
     copy_in(unit.shards, unit.unsharded_grads.data(), options_.recipe.grads, reduce_scatter_input_.data(), dtype);
     model_.bind_grads(u, nullptr);
     unit.unsharded_grads.reset();
+    if (u == 0) embedding_grads_.reset();
     Device& host = optimizer_device();
     const size_t shard_bytes = unit.shards.charged_shard() * dtype_size(dtype);
     Buffer output = device_.allocate(shard, dtype, Category::kGradients,
@@ -359,6 +370,7 @@ class Fsdp2 final : public Strategy {
   DType sharded_dtype_ = DType::kF32;  // the sharded parameters', gradients' and reduce-scatter's dtype
   Buffer kept_all_gather_;             // forward: the last all-gather output, until the next copy-out
   Buffer reduce_scatter_input_;        // backward: the last unit's, until the next reduce-scatter
+  Buffer embedding_grads_;             // charged only: the embeddings' part of the root's unsharded gradients
 };
 
 }  // namespace

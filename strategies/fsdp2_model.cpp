@@ -8,7 +8,8 @@
 //               peak: the root (never resharded after forward) and the largest block (reshard_after_forward=True)
 //               or every block (False), each N·S_u·p
 //   gradients   the sharded gradients (Σ_u S_u·r, made by the reduce-scatters; in host memory under offload) and the
-//               unsharded ones autograd makes (n_u·g: the root's through the whole backward beside the block's)
+//               unsharded ones autograd makes (n_u·g; the root's head and final norm part through the whole
+//               backward beside the block's, its embeddings' part at the end)
 //   buckets     the all-gather outputs (two at once in forward: the one kept for overlap and the next), the
 //               prefetched block's beside the last reduce-scatter input (N·S_u·r)
 //   optimizer   Adam's m and v over Σ_u S_u, no master copy (the fp32 sharded parameter is the optimizer's), and
@@ -93,10 +94,14 @@ class Walk {
       wait(u, /*forward=*/false);
       const int next = u == 0 ? last : u - 1;
       if (next >= 1) unshard(next);
+      if (u == 0) {  // the root's backward encloses the blocks': its head's gradients now, the embeddings' last
+        gradients_.add(input_.bytes(0, units_[0].real, grads_) - root_embedding_bytes());
+        continue;
+      }
       gradients_.add(input_.bytes(u, units_[static_cast<size_t>(u)].real, grads_));
-      if (u == 0) continue;  // the root's backward encloses the blocks'
       end_backward(u);
     }
+    gradients_.add(root_embedding_bytes());
     end_backward(0);
     drop(reduce_scatter_);  // the end of backward releases the last reduce-scatter input
   }
@@ -121,6 +126,7 @@ class Walk {
     for (int u = static_cast<int>(units_.size()) - 1; u >= 1; --u) order.push_back(u);
     return order;
   }
+  uint64_t root_embedding_bytes() const { return input_.root_embedding_elements() * dtype_size(grads_); }
   uint64_t shard_bytes(int u, DType dtype) const {
     return units_[static_cast<size_t>(u)].shards.charged_shard() * dtype_size(dtype);
   }

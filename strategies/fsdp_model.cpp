@@ -10,8 +10,9 @@
 //               the bf16 shard (P_b/M) of the block whose all-gather completes the window (FSDP1's _mp_shard), or
 //               the root's (P_0/M) while the root is gathered alone, whichever is more
 //   gradients   Σ_u P_u/M at 4 bytes in the mixed recipe (FSDP's fp32 gradient shards), else at gradient bytes,
-//               (in host memory under offload), plus the root's and the largest block's gathered gradients while
-//               backward makes them
+//               each made by its unit's first reduce-scatter and freed after the step (in host memory from set-up
+//               under offload), plus the unsharded gradients while backward makes them: the root's head and final
+//               norm part from the start of backward beside each block's, then the whole root (gradient_peak)
 //   master weights and Adam moments over Σ_u P_u/M
 //   optimizer step  torch.optim.AdamW's temporaries over the units' flat shards: foreach Σ_u P_u/M, single
 //                   twice the largest P_u/M, fused none, at the moments' dtype, counted with the optimizer state
@@ -66,6 +67,33 @@ uint64_t gathered_at_peak(const StrategyOptions& options, const AnalyticInput& i
   return root + std::max(root_shard, widest_window + block_shard);
 }
 
+// The gradients' peak over backward. The root's unsharded gradients: the head's and the final norm's part (`head`)
+// from the start of backward, the whole root once backward reaches the embeddings, until the root's
+// reduce-scatter, the last. Each block's unsharded gradients from its backward to its reduce-scatter, which makes
+// its sharded gradient (fp32 in the mixed recipe) beside them when it is this step's first. Sharded gradients stay
+// until the optimizer step: in the first micro-batch only the units reduced so far have one; with gradient
+// accumulation every unit has one from the second micro-batch on. Under CPUOffload they are the host's.
+uint64_t gradient_peak(const AnalyticInput& input, const UnitShards& shards, DType grads, DType shard_grads) {
+  const auto m = static_cast<uint64_t>(shards.group_size);
+  const uint64_t root = input.bytes(0, shards.padded[0], grads);
+  const uint64_t late = input.root_embedding_elements() * dtype_size(grads);
+  const uint64_t head = root > late ? root - late : 0;
+  std::vector<uint64_t> shard(shards.padded.size(), 0);  // [units] each unit's sharded gradient on the device
+  if (!input.offload) {
+    for (size_t u = 0; u < shard.size(); ++u)
+      shard[u] = input.bytes(static_cast<int>(u), shards.padded[u] / m, shard_grads);
+  }
+  const uint64_t all = std::accumulate(shard.begin(), shard.end(), uint64_t{0});
+  const bool accumulating = input.accumulation > 1;
+  uint64_t reduced = 0, peak = 0;  // sharded gradients made so far in the first micro-batch
+  for (size_t u = shard.size() - 1; u >= 1; --u) {
+    reduced += shard[u];
+    const uint64_t block = input.bytes(static_cast<int>(u), shards.padded[u], grads);
+    peak = std::max(peak, head + block + (accumulating ? all : reduced));
+  }
+  return std::max(peak, root + all);
+}
+
 }  // namespace
 
 Updated predict_fsdp(const StrategyOptions& options, const AnalyticInput& input, Prediction& prediction) {
@@ -84,9 +112,7 @@ Updated predict_fsdp(const StrategyOptions& options, const AnalyticInput& input,
   prediction.peak[Category::kParameters] =
       (kept_shard ? shards.shard_bytes(input, options.recipe.params) : 0) + gathered;
   const uint64_t gradient_shards = shards.shard_bytes(input, shard_grads);
-  prediction.peak[Category::kGradients] = (input.offload ? 0 : gradient_shards) +
-                                          input.bytes(0, shards.padded[0], grads) +
-                                          input.bytes(shards.largest_block, shards.largest_padded_block, grads);
+  prediction.peak[Category::kGradients] = gradient_peak(input, shards, grads, shard_grads);
   if (input.offload) {  // CPUOffload: the sharded gradients in host memory, sent down every step
     prediction.host_peak[Category::kGradients] = gradient_shards;
     prediction.pcie.device_to_host = gradient_shards;

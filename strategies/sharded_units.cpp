@@ -27,8 +27,10 @@ void ShardedUnits::setup() {
       unit.params = model::allocate_parameter_space(parameter_device, charge, unit.shard.shard, recipe.params,
                                                     Category::kParameters, fmt::format("unit {} parameter shard", u));
     }
-    unit.grads = model::allocate_parameter_space(optimizer_device(), charge, unit.shard.shard, grad_dtype,
-                                                 Category::kGradients, fmt::format("unit {} gradient shard", u));
+    if (!lazy_gradient_shards()) {
+      unit.grads = model::allocate_parameter_space(optimizer_device(), charge, unit.shard.shard, grad_dtype,
+                                                   Category::kGradients, fmt::format("unit {} gradient shard", u));
+    }
     unit.optimizer = std::make_unique<optim::AdamWState>(optimizer_device(), recipe, unit.shard.shard,
                                                          fmt::format("unit {} optimizer shard", u), charge);
     unit.decay = decay_ranges(model_.layout(u), 0);
@@ -72,7 +74,9 @@ std::vector<coll::Communicator*> ShardedUnits::groups() {
 double ShardedUnits::gradient_sum_of_squares() {
   // The ranks of one shard group own every element once; replicas across groups hold the same values.
   double local = 0;
-  for (const UnitState& unit : units_) local += optim::grad_sum_of_squares(optim::ConstElementSpan::of(unit.grads));
+  for (const UnitState& unit : units_) {
+    if (unit.grads.allocated()) local += optim::grad_sum_of_squares(optim::ConstElementSpan::of(unit.grads));
+  }
   if (groups_.alone) return local;
   float total = static_cast<float>(local);
   shard_group().all_reduce(&total, &total, 1, DType::kF32, coll::ReduceOp::kSum, "clip: gradient norm");
@@ -86,6 +90,7 @@ void ShardedUnits::update(double lr, float grad_scale) {
 
 void ShardedUnits::update_unit(int u, double lr, float grad_scale) {
   UnitState& unit = units_[static_cast<size_t>(u)];
+  if (!unit.grads.allocated()) return;  // no backward reached the unit: AdamW skips a parameter without .grad
   // Without a kept parameter shard the step updates the master shard alone.
   const optim::ElementSpan params = unit.params.allocated()
                                         ? optim::ElementSpan::of(unit.params)
@@ -93,7 +98,11 @@ void ShardedUnits::update_unit(int u, double lr, float grad_scale) {
   unit.optimizer->step(options_.adamw, params, optim::ConstElementSpan::of(unit.grads), unit.shard.offset, unit.decay,
                        lr, grad_scale);
   count_step_traffic(unit_charge(model_, u).elements(unit.shard.shard), dtype_size(unit.grads.dtype()));
-  zero(unit.grads.data(), unit.grads.dtype(), unit.grads.count());
+  if (lazy_gradient_shards()) {
+    unit.grads.reset();  // zero_grad(set_to_none=True)
+  } else {
+    zero(unit.grads.data(), unit.grads.dtype(), unit.grads.count());
+  }
 }
 
 void ShardedUnits::release_stale_units() {
@@ -159,10 +168,21 @@ void ShardedUnits::release(int u, bool stale) {
 
 void ShardedUnits::begin_gradients(int u) {
   UnitState& unit = units_[static_cast<size_t>(u)];
-  unit.unit_grads =
-      model::allocate_parameter_space(device_, unit_charge(model_, u), unit.shard.padded, options_.recipe.grads,
-                                      Category::kGradients, fmt::format("unit {} gradients", u));
+  const std::string what = fmt::format("unit {} gradients", u);
+  unit.unit_grads = u == 0 && makes_root_gradients_in_parts()
+                        ? allocate_root_gradients(device_, model_, unit.shard.padded, options_.recipe.grads, what)
+                        : model::allocate_parameter_space(device_, unit_charge(model_, u), unit.shard.padded,
+                                                          options_.recipe.grads, Category::kGradients, what);
   model_.bind_grads(u, unit.unit_grads.data());
+}
+
+void ShardedUnits::before_embedding_backward() {
+  if (!makes_root_gradients_in_parts()) return;
+  embedding_grads_ = charge_embedding_gradients(device_, model_, options_.recipe.grads, "unit 0 gradients, embeddings");
+}
+
+bool ShardedUnits::lazy_gradient_shards() const {
+  return makes_gradient_shards_in_backward() && context_.offload == nullptr;
 }
 
 void ShardedUnits::reduce_gradients(int u) {
@@ -180,9 +200,16 @@ void ShardedUnits::reduce_gradients(int u) {
     PhaseScope scope(device_.memory(), phase);
     groups_.replicas->all_reduce(mine, mine, unit.shard.shard, dtype, coll::ReduceOp::kAvg, phase);
   }
+  if (!unit.grads.allocated()) {  // the first reduce-scatter of this step makes the shard, beside the unit's gradients
+    unit.grads =
+        model::allocate_parameter_space(device_, unit_charge(model_, u), unit.shard.shard, gradient_shard_dtype(),
+                                        Category::kGradients, fmt::format("unit {} gradient shard", u));
+    zero(unit.grads.data(), unit.grads.dtype(), unit.grads.count());
+  }
   accumulate(mine, dtype, unit.grads.data(), unit.grads.dtype(), unit.shard.shard);
   model_.bind_grads(u, nullptr);
   unit.unit_grads.reset();
+  if (u == 0) embedding_grads_.reset();
 }
 
 std::vector<int> ShardedUnits::following_units(int u, bool forward) const {

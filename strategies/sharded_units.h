@@ -10,13 +10,16 @@
 //                                                  host memory when the policy offloads parameters (ZeRO-3's
 //                                                  offload_param), copied up over PCIe before each all-gather
 //   gradient shard   [S_u] gradient_shard_dtype()  kGradients; in host memory under optimizer offload (DeepSpeed
-//                                                  ZeRO-3's grad partitions on the CPU, FSDP1 CPUOffload's _cpu_grad)
+//                                                  ZeRO-3's grad partitions on the CPU, FSDP1 CPUOffload's _cpu_grad);
+//                                                  on the device, when the policy says so, made by the unit's first
+//                                                  reduce-scatter and freed after the optimizer step
 //   master, m, v     [S_u]                         kMasterWeights / kOptimizerState (optim/adamw_state.h)
 // and while a unit is in use:
 //   gathered         [M·S_u] recipe.params  kParameters: all-gathered before use (gather), freed after (release)
 //   low-precision    [S_u] recipe.params    kParameters: without a kept parameter shard, made from the master shard
 //   shard                                   for each all-gather and freed when it ends (FSDP1's _mp_shard)
-//   unit gradients   [M·S_u] recipe.grads   kGradients: made in backward (begin_gradients), reduce-scattered
+//   unit gradients   [M·S_u] recipe.grads   kGradients: made in backward (begin_gradients; the root's in the parts
+//                                           autograd makes, when the policy says so), reduce-scattered
 //                                           (averaged) over the shard group, all-reduced across the replica group
 //                                           when there is one, added to the gradient shard and freed
 //                                           (reduce_gradients)
@@ -62,6 +65,16 @@ class ShardedUnits : public Strategy {
   // Whether the parameter shards live in host memory (StrategyContext::parameter_host), each copied up to the
   // device for its all-gather.
   virtual bool offloads_parameters() const { return false; }
+  // Whether a unit's gradient shard is made by its first reduce-scatter of a step and freed after the optimizer
+  // step (zero_grad(set_to_none=True)), rather than kept from set-up.
+  virtual bool makes_gradient_shards_in_backward() const { return false; }
+  // Whether the root's gradients are charged in the parts autograd makes (flat.h allocate_root_gradients): the
+  // head's and the final norm's when backward begins, the embeddings' when it reaches them; else whole from the
+  // root's before_backward.
+  virtual bool makes_root_gradients_in_parts() const { return false; }
+
+  // Charges the embeddings' part of the root's gradients, when the policy makes them in parts.
+  void before_embedding_backward() override;
 
   double gradient_sum_of_squares() override;
   // Every unit's optimizer step (update_unit), then release_stale_units().
@@ -98,7 +111,7 @@ class ShardedUnits : public Strategy {
   struct UnitState {
     ShardInfo shard;
     Buffer params;      // [S_u] recipe.params: this rank's shard, when the policy keeps one
-    Buffer grads;       // [S_u] gradient_shard_dtype(): this rank's gradient shard
+    Buffer grads;       // [S_u] gradient_shard_dtype(): this rank's gradient shard (made in backward, or at set-up)
     Buffer gathered;    // [M·S_u] recipe.params while the unit is gathered
     Buffer unit_grads;  // [M·S_u] recipe.grads while the unit's backward runs
     std::unique_ptr<optim::AdamWState> optimizer;
@@ -106,12 +119,16 @@ class ShardedUnits : public Strategy {
     bool keep_gathered = false;            // stays gathered once fetched, until the next optimizer step
   };
 
+  // The policy makes gradient shards in backward and they live on the device (under optimizer offload they are
+  // the host's, kept from set-up as FSDP1's _cpu_grad is).
+  bool lazy_gradient_shards() const;
   coll::Communicator& shard_group() { return groups_.shard != nullptr ? *groups_.shard : world_; }
   int shard_rank() const { return groups_.alone ? 0 : (groups_.shard != nullptr ? groups_.shard : &world_)->rank(); }
   int shard_size() const { return groups_.alone ? 1 : (groups_.shard != nullptr ? groups_.shard : &world_)->size(); }
 
   std::vector<UnitState> units_;
   ShardGroups groups_;
+  Buffer embedding_grads_;  // charged only: the embeddings' part of the root's unit gradients, from their backward
 };
 
 }  // namespace emu::strategy

@@ -112,6 +112,7 @@ class Strategy::SpanHooks : public model::Hooks {
     strategy_.span_sink_(fmt::format("backward, {}", unit_name(unit)), "compute", backward_[static_cast<size_t>(unit)],
                          now_seconds());
   }
+  void before_embedding_backward() override { strategy_.before_embedding_backward(); }
 
  private:
   size_t num_units() const { return static_cast<size_t>(strategy_.model_.num_units()); }

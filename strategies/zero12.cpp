@@ -7,21 +7,26 @@
 // Per rank, with P = Ψ rounded up to 2N and S = P/N:
 //   both     parameters [P] kParameters   master, m, v [S]
 //   stage 1  gradients: autograd's .grad of every unit, [n_u] kGradients each, made when backward first reaches
-//            the unit and kept through the micro-batches (DeepSpeed stage 1 reduces only at the accumulation
-//            boundary). After the last backward DeepSpeed's reduce_gradients() walks the tensors in registration
-//            order through the ipg reduce bucket: [R] kBuckets (two with overlap_comm), R = reduce_bucket_size
-//            exactly, allocated when backward begins and freed when the reduction ends. Each tensor is copied into
-//            the bucket (a tensor larger than R is reduced from its own storage, DeepSpeed's
+//            the unit (the root's LM head and final norm when backward begins, its embeddings at its end: flat.h
+//            allocate_root_gradients) and kept through the micro-batches (DeepSpeed stage 1 reduces only at the
+//            accumulation boundary). After the last backward DeepSpeed's reduce_gradients() walks the tensors in
+//            registration order through the ipg reduce bucket: [R] kBuckets (two with overlap_comm), R =
+//            reduce_bucket_size exactly, allocated when backward begins and freed when the reduction ends. Each tensor
+//            is copied into the bucket (a tensor larger than R is reduced from its own storage, DeepSpeed's
 //            extra_large_param_to_reduce); a full bucket is reduce-scattered (averaged) to the owners, and each
 //            rank copies its part into its gradient partition [S] kGradients (grads_in_partition, made at the
 //            first reduction and freed after the optimizer step). A unit's .grad is freed once all its tensors
 //            are in the bucket (DeepSpeed frees each tensor's, emu each unit's).
 //   stage 2  gradient partition [S] kGradients for the whole run; the ipg reduce bucket [R] kBuckets (two with
 //            overlap_comm) from the start of each backward to its end (DeepSpeed allocates it in backward() and
-//            releases it in the reduce epilogue). Each unit's gradients are made in a temporary [n_u] buffer
-//            (kGradients, as autograd's .grad); when the unit's backward ends its tensors, last first, are copied
-//            into the bucket (one larger than R is reduced from the unit's buffer) and the buffer is freed; a full
-//            bucket is reduce-scattered to the owners at once, every micro-batch, and each rank adds its part to
+//            releases it in the reduce epilogue). Autograd makes each tensor's .grad and DeepSpeed's hook copies
+//            it into the bucket at once and points .grad into the bucket (contiguous_gradients), so one tensor's
+//            .grad lives at a time: emu makes each unit's gradients in a temporary [n_u] buffer charged as the
+//            unit's largest tensor (kGradients); the root's charged as its parts are made: the LM head's .grad
+//            during the head's backward (a tied head's, the embedding, completed only at the end, through all of
+//            backward) and the embeddings' at the end. When the unit's backward ends its tensors, last first, are
+//            copied into the bucket (one larger than R is reduced from the unit's buffer) and the buffer is freed; a
+//            full bucket is reduce-scattered to the owners at once, every micro-batch, and each rank adds its part to
 //            its partition: the gradients it does not own are never kept.
 // At the step (DeepSpeed's step(): flatten(averaged_gradients).to(fp32)) the partition is flattened into a new
 // [S] recipe.grads buffer and, in the mixed recipe, cast into an fp32 [S] one (kGradients, the .grad of the fp32
@@ -37,11 +42,13 @@
 
 #include <algorithm>
 #include <memory>
+#include <string>
 
 #include "emu/check.h"
 #include "strategies/flat.h"
 #include "strategies/shard.h"
 #include "strategies/strategy.h"
+#include "workloads/model/layout.h"
 #include "workloads/optim/adamw_state.h"
 
 namespace emu::strategy {
@@ -120,10 +127,34 @@ class PartitionedOptimizer final : public Strategy {
     Buffer& grads = unit_grads_[static_cast<size_t>(unit)];
     // DeepSpeed's backward() makes the ipg bucket before autograd runs (the root's backward comes first).
     if (buckets_.empty()) allocate_buckets();
+    // The head's backward is over: an untied head's .grad went into the bucket there.
+    if (stage_ == 2 && unit != 0 && !model_.config().tie_embeddings) head_grad_.reset();
     if (stage_ == 1 && grads.allocated()) return;  // .grad accumulates over micro-batches until the reduction
-    grads = model::allocate_parameter_space(device_, flat_.unit_charge[unit], flat_.count[unit], options_.recipe.grads,
-                                            Category::kGradients, fmt::format("unit {} gradients", unit));
+    const std::string what = fmt::format("unit {} gradients", unit);
+    const DType dtype = options_.recipe.grads;
+    if (stage_ == 2) {
+      // One tensor's .grad at a time: each is copied into the bucket by its hook as autograd makes it (the unit's
+      // other elements are host scratch until emu copies them at after_backward). The root's head (or the
+      // embedding tied to it, whose gradient autograd completes only at the end) is charged apart.
+      grads = device_.allocate(flat_.count[unit], dtype, Category::kGradients, what,
+                               unit == 0 ? 0 : largest_tensor_charge(unit) * dtype_size(dtype));
+      if (unit == 0) {
+        head_grad_ = device_.allocate(0, dtype, Category::kGradients, "the LM head's .grad",
+                                      largest_tensor_charge(0) * dtype_size(dtype));
+      }
+    } else {
+      grads = unit == 0 ? allocate_root_gradients(device_, model_, flat_.count[0], dtype, what)
+                        : model::allocate_parameter_space(device_, flat_.unit_charge[unit], flat_.count[unit], dtype,
+                                                          Category::kGradients, what);
+    }
     model_.bind_grads(unit, grads.data());
+  }
+
+  // The embeddings' .grad (stage 1: kept until the reduction; stage 2: until emu copies the root into the bucket).
+  void before_embedding_backward() override {
+    if (!embedding_grads_.allocated()) {
+      embedding_grads_ = charge_embedding_gradients(device_, model_, options_.recipe.grads, "the embeddings' .grad");
+    }
   }
 
   void after_backward(int unit) override {
@@ -232,6 +263,21 @@ class PartitionedOptimizer final : public Strategy {
   void release_unit_gradients(int unit) {
     model_.bind_grads(unit, nullptr);
     unit_grads_[static_cast<size_t>(unit)].reset();
+    if (unit != 0) return;
+    embedding_grads_.reset();
+    head_grad_.reset();
+  }
+
+  // The largest of `unit`'s tensors, as a shrunk run charges it; for the root, of those autograd makes at the head
+  // (the LM head, or the embedding tied to it, and the final norm).
+  uint64_t largest_tensor_charge(int unit) const {
+    const std::vector<model::ParamInfo>& params = model_.layout(unit).params;
+    uint64_t largest = 0;
+    for (size_t i = 0; i < params.size(); ++i) {
+      if (unit == 0 && model::gradient_made_at_end(model_.config(), i)) continue;
+      largest = std::max<uint64_t>(largest, model::tensor_charge(model_.config(), params[i]));
+    }
+    return largest;
   }
 
   // How many elements of [lo, hi) each rank's shard holds: the reduce-scatter and all-gather blocks.
@@ -319,6 +365,8 @@ class PartitionedOptimizer final : public Strategy {
   std::vector<Buffer> buckets_;           // [R] each, from the start of backward to the end of the reduction
   Buffer staging_;                        // offload: [largest tensor] recipe.grads
   std::vector<Buffer> unit_grads_;        // [n_u]: stage 1 from backward to the reduction; stage 2 during u's backward
+  Buffer embedding_grads_;                // charged only: the root's embeddings' .grad, from their backward
+  Buffer head_grad_;                      // stage 2, charged only: the head's .grad (tied: until the end)
   size_t bucket_capacity_ = 0;            // R
   size_t bucket_lo_ = 0, bucket_hi_ = 0;  // flat range held by the current bucket
   bool bucket_ascending_ = false;         // the range sits at the bucket's start (else at its end)

@@ -9,8 +9,9 @@
 //            (Ψ − F + S) · gradient bytes: F is the units wholly copied into the ipg bucket when it first fills
 //            (tensors in registration order, a tensor larger than the bucket reduced from its own storage)
 //            reduce bucket R · gradient bytes (two with overlap_comm), R = reduce_bucket_size elements
-//   stage 2  parameters P · parameter bytes   gradients S · gradient bytes for the partition, plus the root's and
-//            the largest block's gradients while backward makes them (the root's backward encloses the blocks')
+//   stage 2  parameters P · parameter bytes   gradients S · gradient bytes for the partition, plus the .grad
+//            autograd makes before DeepSpeed's hook copies it into the bucket: one tensor at a time, the largest
+//            (a tied head's kept through backward beside it; transient_grads)
 //            reduce bucket R · gradient bytes (two with overlap_comm), R = reduce_bucket_size elements
 //   both     master weights and Adam moments over the S elements this rank updates
 //            the step: the partition, its flattened copy and, in the mixed recipe, its fp32 copy at once
@@ -42,6 +43,22 @@ size_t units_freed_before_first_reduction(const AnalyticInput& input, uint64_t b
   return input.unit_counts.size();  // the one reduction comes after every .grad was copied
 }
 
+// Stage 2: the most .grad elements alive at once, as a shrunk run charges them. DeepSpeed's hook copies each .grad
+// into the bucket as autograd makes it, so one tensor's lives at a time: the LM head's in the head's backward, a
+// block's largest in its backward, the embeddings' at the end. A head tied to the embedding is one tensor whose
+// gradient autograd completes only at the end: it lives through all of backward.
+uint64_t transient_grads(const AnalyticInput& input) {
+  const uint64_t head = input.root_head_tensor();
+  const uint64_t kept = input.tied_head ? head : 0;
+  uint64_t peak = std::max(head, kept + input.root_embedding_elements());
+  for (size_t unit = 1; unit < input.unit_counts.size(); ++unit) {
+    const bool known = unit < input.unit_tensors_charged.size();
+    const std::vector<uint64_t> tensors = known ? input.unit_tensors_charged[unit] : input.tensors_of(unit);
+    peak = std::max(peak, kept + *std::max_element(tensors.begin(), tensors.end()));
+  }
+  return peak;
+}
+
 }  // namespace
 
 Updated predict_zero12(const StrategyOptions& options, const AnalyticInput& input, int stage, Prediction& prediction) {
@@ -71,11 +88,7 @@ Updated predict_zero12(const StrategyOptions& options, const AnalyticInput& inpu
     prediction.formula = "(2 + 2 + K/N)Ψ: optimizer state partitioned";
     add_ring_traffic(prediction, coll::CollectiveKind::kReduceScatter, "world", parameters * grad_bytes, world);
   } else {
-    const uint64_t root = input.unit_counts.front();
-    const auto largest = std::max_element(input.unit_counts.begin() + 1, input.unit_counts.end());
-    const int largest_block = static_cast<int>(largest - input.unit_counts.begin());
-    prediction.peak[Category::kGradients] =
-        device_partition + input.bytes(0, root, grads) + input.bytes(largest_block, *largest, grads);
+    prediction.peak[Category::kGradients] = device_partition + transient_grads(input) * grad_bytes;
     prediction.formula = "(2 + (2 + K)/N)Ψ: optimizer state and gradients partitioned";
     add_ring_traffic(prediction, coll::CollectiveKind::kReduceScatter, "world", parameters * grad_bytes, world,
                      static_cast<uint64_t>(input.accumulation));

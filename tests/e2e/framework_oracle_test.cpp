@@ -262,7 +262,6 @@ void name_fsdp1(const std::string& category, const CaseFacts& f, Line& line) {
   for (uint64_t u : units) shards += oracle::round_up(u, static_cast<uint64_t>(f.n)) / static_cast<uint64_t>(f.n);
   const auto q = static_cast<int64_t>(shards);
   const auto root = static_cast<int64_t>(units.at(0));
-  const auto block = static_cast<int64_t>(units.at(1));
   if (category == "parameters" && f.mixed) {
     // FSDP1 makes the low-precision shard of a unit for its all-gather and frees it after (_mp_shard); emu
     // charges it as a parameter, MemTracker files it elsewhere. At the parameters' peak it is the root's.
@@ -271,14 +270,43 @@ void name_fsdp1(const std::string& category, const CaseFacts& f, Line& line) {
     line.named.push_back({"FSDP1's bf16 shard of the root made for its all-gather (_mp_shard)", 2 * root_shard});
   }
   if (category == "gradients") {
+    // MemTracker's gradient peak is one unit's FlatParameter.grad, the largest (the root's is made at the end of
+    // backward, when its split backward gathers the views' gradients into it). emu's moments (fsdp.cpp): each
+    // block's reduce-scatter, its unsharded gradient beside the root's head and final-norm part (made when
+    // backward begins; in PyTorch autograd holds it for the root's split backward, not a .grad to MemTracker) and
+    // the fp32 sharded gradients made so far, its own included; then the root's reduce-scatter, its whole
+    // unsharded gradient beside every sharded one.
+    const auto n = static_cast<uint64_t>(f.n);
+    const int64_t g = f.emu_bytes;
+    std::vector<int64_t> padded(units.size());  // P_u
+    std::transform(units.begin(), units.end(), padded.begin(),
+                   [n](uint64_t u) { return static_cast<int64_t>(oracle::round_up(u, n)); });
+    const int64_t largest = *std::max_element(padded.begin(), padded.end());
+    const int64_t head = padded[0] - static_cast<int64_t>(oracle::late_root_gradients(f.shapes));
+    struct Moment {
+      int64_t unsharded = 0, head = 0, sharded = 0;
+      int64_t bytes() const { return unsharded + head + sharded; }
+    };
+    Moment peak{g * padded[0], 0, 4 * q};  // the root's reduce-scatter
+    int64_t sharded = 0;
+    for (size_t u = padded.size() - 1; u >= 1; --u) {
+      sharded += 4 * padded[u] / f.n;
+      const Moment block{g * padded[u], g * head, sharded};
+      if (block.bytes() > peak.bytes()) peak = block;
+    }
+    // emu's gradient peak is in backward, its total's at backward's start (before any sharded gradient), so these
+    // lines do not carry over to the total (compare() names what emu's total holds).
     line.named.push_back(
-        {"fp32 gradient shards: FSDP1 sets FlatParameter.grad in its post-backward hook, past "
+        {"fp32 gradient shards made by emu's peak: FSDP1 sets FlatParameter.grad in its post-backward hook, past "
          "MemTracker's gradient hook",
-         4 * q});
+         peak.sharded, false});
     line.named.push_back(
-        {"a second unit's unsharded gradient: emu keeps the root's beside a block's, MemTracker "
-         "sees one unit's at a time",
-         f.emu_bytes * std::min(root, block)});
+        {"the head's gradient (a tied embedding's: all of it) beside a block's, held by autograd for the root's "
+         "FlatParameter until the end of backward: not a .grad to MemTracker",
+         peak.head, false});
+    line.named.push_back(
+        {"the unit whose unsharded gradient is at emu's peak against the largest unit's, MemTracker's peak",
+         peak.unsharded - g * largest, false});
   }
   if (category == "optimizer_state") {
     line.named.push_back(
@@ -309,12 +337,14 @@ void name_fsdp2(const std::string& category, const CaseFacts& f, Line& line) {
   int64_t pair = 0;  // the largest two consecutive units (forward order: the root, then the blocks)
   for (size_t u = 0; u < last; ++u) pair = std::max(pair, n[u] + n[u + 1]);
   if (category == "gradients") {
-    // emu's moments: a block's backward (the root's unsharded gradients, made for the whole backward, beside the
-    // block's and the sharded gradients reduced so far), the root's reduce-scatter (its unsharded gradients beside
-    // the blocks' sharded ones), the optimizer step (every sharded gradient).
+    // emu's moments: a block's backward (the root's head and final-norm gradients, made when backward begins,
+    // beside the block's and the sharded gradients reduced so far), the root's reduce-scatter (its whole unsharded
+    // gradients, the embeddings' made last, beside the blocks' sharded ones), the optimizer step (every sharded
+    // gradient).
+    const auto head = n[0] - static_cast<int64_t>(oracle::late_root_gradients(f.shapes));
     int64_t reduced = 0, moment = 0;
     for (size_t u = last; u >= 1; --u) {
-      moment = std::max(moment, g * n[0] + g * n[u] + reduced);
+      moment = std::max(moment, g * head + g * n[u] + reduced);
       reduced += r * n[u] / f.n;
     }
     const int64_t all_shards = reduced + r * n[0] / f.n;
@@ -465,13 +495,17 @@ std::vector<Line> compare(const json& c, const json& emu, const std::string& str
   }
   total.named.push_back(staging_at_peak(emu));
   const bool ddp = strategy == "ddp" || strategy == "ddp-zero";
-  if (strategy == "fsdp2" || ddp) {
-    // emu's peak is in backward (at its start without checkpointing), where it holds the root's (unsharded)
-    // gradients; PyTorch's is in forward or in the loss's backward, before any: autograd makes the head's once the
-    // logits' gradient is out and the embedding's at the end of backward. DDP's are fp32 under autocast.
-    const auto root = static_cast<int64_t>(oracle::unit_counts(f.shapes).at(0));
-    total.named.push_back({"the root's gradients, which emu makes whole at the start of backward and keeps through it",
-                           (ddp ? 4 : f.emu_bytes) * root});
+  if (strategy == "fsdp2" || strategy == "fsdp" || ddp) {
+    // emu's peak is in backward (at its start without checkpointing), where it holds the head's and the final
+    // norm's (unsharded) gradients and, under FSDP1, no sharded one yet; PyTorch's is in forward or in the loss's
+    // backward, before any: autograd makes the head's once the logits' gradient is out (the embeddings', emu's too, at
+    // the end of backward). DDP's are fp32 under autocast. FSDP1's root gradient is its FlatParameter's, padded to N.
+    const uint64_t root = oracle::unit_counts(f.shapes).at(0);
+    const uint64_t held = strategy == "fsdp" ? oracle::round_up(root, static_cast<uint64_t>(f.n)) : root;
+    const auto head = static_cast<int64_t>(held - oracle::late_root_gradients(f.shapes));
+    total.named.push_back(
+        {"the head's and final norm's gradients, which emu makes at the start of backward, before the loss's backward",
+         (ddp ? 4 : f.emu_bytes) * head});
   }
   if (strategy == "ddp-zero") {
     total.named.push_back(

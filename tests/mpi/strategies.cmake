@@ -12,3 +12,7 @@ emu_add_mpi_test(strategy_oracle_test SOURCES mpi/strategy_oracle_test.cpp oracl
 # FSDP2's per-parameter dim-0 padding, buffers and offload against the shapes by hand, at ranks that pad.
 emu_add_mpi_test(strategy_fsdp2_test SOURCES mpi/strategy_fsdp2_test.cpp LIBS emu_strategies RANKS 1 3 4 8)
 emu_add_mpi_test(strategy_fsdp2_reshard_test SOURCES mpi/strategy_fsdp2_reshard_test.cpp LIBS emu_strategies RANKS 4 8)
+# When each strategy makes and frees its gradients (the root's head first, its embeddings last; FSDP1's shards at
+# the reduce-scatter; ZeRO-2's one .grad at a time), from the shapes by hand, at ranks the tiny units divide by.
+emu_add_mpi_test(strategy_gradient_timing_test SOURCES mpi/strategy_gradient_timing_test.cpp LIBS emu_strategies
+                 RANKS 2 4)

@@ -52,11 +52,13 @@ TEST(Fsdp2, AllGatherOutputsAndReduceScatterInputsAtTheirPeak) {
   const int64_t expected = std::max({forward, backward, 4 * root});
   auto run = run_strategy(model::Style::kLlama, mixed(), 1, 1);
   EXPECT_EQ(run->device->memory().peak(Category::kBuckets), static_cast<uint64_t>(expected));
-  // Gradients: the root's bf16 unsharded gradients through the whole backward beside a block's, and the fp32 shards
-  // reduced so far; at the end every fp32 shard.
+  // Gradients: the root's bf16 unsharded gradients of the head and the final norm (autograd makes them first) through
+  // the whole backward beside a block's, and the fp32 shards reduced so far; the embeddings' (embed_tokens, [37, 16])
+  // made last, then the whole root beside the blocks' shards; at the end every fp32 shard.
   const int64_t root_grads = 2 * real(kRoot), block_grads = 2 * real(kBlock);
+  const int64_t head_grads = root_grads - 2 * 37 * 16;
   const int64_t shards = 4 * (shard(kRoot, n) + kBlocks * shard(kBlock, n));
-  const int64_t during = root_grads + block_grads + 4 * shard(kBlock, n);  // block 1's backward
+  const int64_t during = head_grads + block_grads + 4 * shard(kBlock, n);  // block 1's backward
   EXPECT_EQ(run->device->memory().peak(Category::kGradients),
             static_cast<uint64_t>(std::max({during, shards, root_grads + 4 * kBlocks * shard(kBlock, n)})));
 }

@@ -152,6 +152,30 @@ PaddedUnits pad_units(const std::vector<uint64_t>& counts, uint64_t ranks) {
   return units;
 }
 
+}  // namespace
+
+uint64_t late_root_gradients(const Shapes& s) {
+  const auto h = static_cast<uint64_t>(s.h);
+  uint64_t late = s.tied_head ? 0 : static_cast<uint64_t>(s.vocab) * h;
+  if (s.family == Family::kGpt2) late += static_cast<uint64_t>(s.positions) * h;
+  return late;
+}
+
+namespace {
+
+// ZeRO-2 (contiguous_gradients): DeepSpeed's gradient hook copies each .grad into the ipg bucket as soon as autograd
+// has made it and repoints .grad into the bucket, so autograd's own gradient tensors live one at a time: the head's,
+// then each block's tensors, then the embeddings'. A head tied to the embedding is one tensor whose gradient
+// autograd finishes only at the end of backward: its head part waits that long, beside all the others.
+uint64_t zero2_transient_gradients(const Shapes& s) {
+  const auto h = static_cast<uint64_t>(s.h);
+  const uint64_t table = static_cast<uint64_t>(s.vocab) * h;  // the head's [V, h], tied or not
+  const uint64_t waiting = s.tied_head ? table : 0;
+  const std::vector<uint64_t> block = block_tensors(s);
+  const uint64_t largest_block_tensor = *std::max_element(block.begin(), block.end());
+  return std::max({table, waiting + late_root_gradients(s), waiting + largest_block_tensor});
+}
+
 uint64_t transient_unit_gradients(const std::vector<uint64_t>& counts, uint64_t multiple) {
   const uint64_t largest_block = counts.size() > 1 ? *std::max_element(counts.begin() + 1, counts.end()) : uint64_t{0};
   return round_up(counts[0], multiple) + round_up(largest_block, multiple);
@@ -188,8 +212,9 @@ Estimate zero12(const Shapes& s, const Knobs& k, int stage) {
     }
   } else {
     add(e, &Estimate::gradients, "gradients", "gradient partition (2Ψ/N)", shard * k.grad_bytes);
-    add(e, &Estimate::gradients, "gradients", "unit gradients being made: root and largest block",
-        transient_unit_gradients(unit_counts(s), 1) * k.grad_bytes);
+    add(e, &Estimate::gradients, "gradients",
+        "the .grad being made, until its copy into the bucket: one tensor at a time",
+        zero2_transient_gradients(s) * k.grad_bytes);
   }
   // step(): the partition flattened into a new buffer and cast to fp32 (flatten(averaged_gradients).to(fp32)),
   // the three alive at once; more than backward's gradients when S is large.
@@ -337,9 +362,18 @@ Estimate fsdp(const Shapes& s, const Knobs& k) {
     add(e, &Estimate::parameters, "parameters", "low-precision copy kept (NO_SHARD's _mp_shard)",
         shards * k.param_bytes);
   }
-  add(e, &Estimate::gradients, "gradients", "sharded flat gradients", shards * shard_grad_bytes);
-  add(e, &Estimate::gradients, "gradients", "unsharded unit gradients being made: root and largest block",
-      transient_unit_gradients(counts, m) * k.grad_bytes);
+  // Backward, in order: the root's head and final-norm gradients (its padding with them) from the start; each block
+  // L..1 made, then reduce-scattered into its new sharded gradient (_saved_grad_shard) while its unsharded one is
+  // still held; the embeddings' at the end, then the root reduce-scattered. Sharded gradients stay until the step.
+  const uint64_t root_head = padded[0] - late_root_gradients(s);
+  uint64_t sharded = 0, backward = 0;
+  for (size_t b = padded.size() - 1; b >= 1; --b) {
+    sharded += padded[b] / m * shard_grad_bytes;
+    backward = std::max(backward, (root_head + padded[b]) * k.grad_bytes + sharded);
+  }
+  backward = std::max(backward, padded[0] * k.grad_bytes + sharded + padded[0] / m * shard_grad_bytes);
+  add(e, &Estimate::gradients, "gradients",
+      "sharded flat gradients made so far beside the unsharded ones of the root and the unit being reduced", backward);
   add_optimizer(e, k, shards, "the flat shards");
   std::vector<uint64_t> flat_shards(padded.size());
   std::transform(padded.begin(), padded.end(), flat_shards.begin(), [m](uint64_t p) { return p / m; });

@@ -7,7 +7,8 @@
 // Grain: the model's units (the root — embeddings, final norm, head — then one unit per block) are the modules
 // the frameworks fetch, wrap and bucket, and the root's backward encloses every block's (the model's hook order:
 // the head's gradients come first, the embeddings' last). Within a unit the oracle does not go down to single
-// tensors except to count them.
+// tensors except to count them, to split the root's gradients into the head's and the embeddings', and for
+// ZeRO-2's one .grad at a time.
 //
 // Per rank, Ψ parameters, N ranks, k the shrink factor (every full-scale bucket and threshold size / k²):
 //   DDP      parameters Ψ·p, gradients Ψ·g, bucket copies Ψ·g unless gradient_as_bucket_view (the Reducer's
@@ -20,8 +21,8 @@
 //            reduction) comes before F elements of .grad were copied into the bucket and dropped, S − F; reduce
 //            bucket R·g (the ipg buffer of reduce_bucket_size elements that backward allocates with
 //            contiguous_gradients, two with overlap_comm), master and Adam over S
-//   ZeRO-2   as ZeRO-1, but gradients S·g (grads_in_partition) plus the unit gradients autograd makes before they
-//            are copied into the bucket: the root's and the largest block's
+//   ZeRO-2   as ZeRO-1, but gradients S·g (grads_in_partition) plus the .grad autograd makes before DeepSpeed's
+//            hook copies it into the bucket: one tensor at a time (a tied head's kept until the end of backward)
 //   both     at step() DeepSpeed flattens the partition into a new buffer and casts it to fp32
 //            (flatten(averaged_gradients).to(fp32)): S·g + S·g + S·4 at once, the gradients' peak when larger
 //   ZeRO-3   every unit padded to N (P_u), partition P_u/N; parameters Σ P_u/N·p plus the units gathered at the
@@ -34,12 +35,13 @@
 //            (stage3.py allocates one per communication dtype at set-up and keeps it, overlap_comm or not)
 //   FSDP1    one FlatParameter per unit padded to a multiple of the shard group M (world, 1, or a node); the fp32
 //            sharded flat parameter is the master copy (4·Σ P_u/M), the gradient shard is fp32 in the mixed recipe,
-//            Adam over Σ P_u/M; parameters are the low-precision unsharded units alive at the peak: the root (not
-//            resharded after forward) and two blocks (BACKWARD_PRE), one without prefetch, all for
-//            SHARD_GRAD_OP, none when M = 1; in the mixed recipe, plus the low-precision shard FSDP makes for each
-//            all-gather and frees when it ends (_mp_shard: the shard of the block completing the window, or the
-//            root's when the root is gathered alone and that is more), and for NO_SHARD the low-precision copy
-//            FSDP keeps (it frees _mp_shard only for sharded strategies).
+//            Adam over Σ P_u/M, each gradient shard made by its unit's reduce-scatter (beside the unit's unsharded
+//            gradients and the root's head part, whose embeddings' part comes last); parameters are the low-precision
+//            unsharded units alive at the peak: the root (not resharded after forward) and two blocks (BACKWARD_PRE),
+//            one without prefetch, all for SHARD_GRAD_OP, none when M = 1; in the mixed recipe, plus the low-precision
+//            shard FSDP makes for each all-gather and frees when it ends (_mp_shard: the shard of the block completing
+//            the window, or the root's when the root is gathered alone and that is more), and for NO_SHARD the
+//            low-precision copy FSDP keeps (it frees _mp_shard only for sharded strategies).
 #pragma once
 
 #include <cstdint>
@@ -68,6 +70,10 @@ std::vector<uint64_t> root_tensors(const Shapes& shapes);
 std::vector<uint64_t> block_tensors(const Shapes& shapes);
 std::vector<uint64_t> unit_counts(const Shapes& shapes);  // [1 + L]
 uint64_t parameter_count(const Shapes& shapes);
+// Elements of the root's gradients that autograd makes only when backward reaches the embeddings, its last step:
+// the token table, unless the head is that same table (then its gradient starts at the head, the first step of
+// backward), and GPT-2's learned positions. The rest (the head, the final norm) are made when backward begins.
+uint64_t late_root_gradients(const Shapes& shapes);
 
 enum class Prefetch : uint8_t { kBackwardPre, kBackwardPost, kNone };
 

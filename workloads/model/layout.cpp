@@ -50,6 +50,15 @@ UnitLayout llama_root(const ModelConfig& c) {
   return b.take();
 }
 
+}  // namespace
+
+bool gradient_made_at_end(const ModelConfig& config, size_t index) {
+  if (config.style == Style::kGpt2) return index == kWpe;  // GPT-2's head is always wte
+  return index == kEmbedTokens && !config.tie_embeddings;
+}
+
+namespace {
+
 UnitLayout llama_block(const ModelConfig& c, int64_t layer) {
   const std::string p = fmt::format("model.layers.{}.", layer);
   const int64_t h = c.hidden, f = c.ffn, kv = c.kv_dim(), qd = c.q_dim();

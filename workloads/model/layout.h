@@ -88,5 +88,10 @@ enum Gpt2BlockParam : size_t {
 // Positions of the root's parameters: Llama embed, norm, head (when untied); GPT-2 wte, wpe, ln_f weight and bias.
 enum LlamaRootParam : size_t { kEmbedTokens, kFinalNorm, kLmHead };
 enum Gpt2RootParam : size_t { kWte, kWpe, kLnFWeight, kLnFBias };
+// Whether autograd makes root parameter `index`'s gradient at the end of backward, when it reaches the embeddings
+// (Hooks::before_embedding_backward), rather than at its start with the LM head's: the token table unless the
+// head is tied to it (the tied tensor's gradient starts at the head), and GPT-2's positions. The final norm's is
+// made at the head.
+bool gradient_made_at_end(const ModelConfig& config, size_t index);
 
 }  // namespace emu::model

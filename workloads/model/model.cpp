@@ -166,6 +166,8 @@ void Model::backward(Hooks& hooks) {
   }
   for (int unit = config_.layers; unit >= 1; --unit) backward_block(unit, hooks);
   PhaseScope phase(pool, "backward, embedding");
+  sync();
+  hooks.before_embedding_backward();
   backward_root_end();
   flush_grads(0, root_grads_);
   has_forward_ = false;

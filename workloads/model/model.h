@@ -12,7 +12,8 @@
 //   backward:  before_backward(0)                       LM head and final norm gradients
 //              before_backward(l) .. after_backward(l)  for l = L..1; unit l's gradients are complete at its
 //                                                        after_backward
-//              embedding gradients (and the tied head's, which is the same tensor)
+//              before_embedding_backward()              embedding gradients (a tied head's tensor already has
+//                                                        the head's part)
 //              after_backward(0)                        the root's gradients are complete
 //
 // So the root is in use from the start to the end of forward, and from the start to the end of backward, as the
@@ -54,6 +55,10 @@ class Hooks {
   virtual void after_forward(int unit) {}
   virtual void before_backward(int unit) {}
   virtual void after_backward(int unit) {}
+  // Backward reaches the embeddings, its last step: autograd makes their gradients now (the token table's, GPT-2's
+  // positions'), where the LM head's and the final norm's were made at before_backward(0). The root's gradient
+  // buffer is already bound; a strategy charges the embeddings' part here.
+  virtual void before_embedding_backward() {}
 };
 
 class Model {

@@ -1,0 +1,121 @@
+// When each strategy makes and frees its gradients, against the frameworks' own order, from the tiny models' shapes
+// by hand: the sequence of gradient allocations and frees of one step (mixed recipe, one micro-batch), as the
+// device's timeline records them.
+//
+// What the frameworks do:
+//   autograd (every PyTorch strategy, and DeepSpeed's .grad) makes a tensor's gradient when backward reaches the
+//   tensor: the LM head's and the final norm's first (the head is the first thing in backward), each block's as its
+//   backward runs, the embeddings' last (a head tied to the embedding is that tensor: its gradient starts at the
+//   head). zero_grad(set_to_none=True) frees them after the step.
+//   DDP, ZeroRedundancyOptimizer, ZeRO-1: every .grad kept until the step or the reduction.
+//   ZeRO-2 (stage_1_and_2.py, contiguous_gradients): the hook copies each .grad into the ipg bucket as soon as autograd
+//   makes it and repoints .grad into the bucket: one tensor's at a time beside the partition (made at set-up); a tied
+//   head's waits for the embeddings' part until the end of backward.
+//   FSDP1 (_runtime_utils.py _post_backward_hook, _reduce_grad): a unit's unsharded gradient until its reduce-scatter,
+//   which makes its fp32 sharded gradient (_saved_grad_shard) beside it; FSDP2 (foreach_reduce) likewise, the
+//   unsharded gradients freed into the reduce-scatter input (a bucket) before the sharded output is made.
+#include <gtest/gtest.h>
+
+#include <fmt/format.h>
+
+#include <string>
+#include <vector>
+
+#include "tests/mpi/strategy_harness.h"
+
+namespace emu::testing {
+namespace {
+
+// The tiny models (strategy_harness.h tiny_config), by their shapes: h = 16, V = 37, two blocks.
+struct Shapes {
+  int64_t head;           // root elements whose gradients are made at the head
+  int64_t embeddings;     // root elements whose gradients are made last
+  int64_t block;          // each block's elements
+  int64_t largest_head;   // the largest tensor made at the head
+  int64_t largest_block;  // the largest tensor of a block
+  bool tied;
+};
+// Llama (untied): embed_tokens [37, 16] = 592, norm 16, lm_head 592 (root 1200: head 608, embeddings 592); a block
+// q, o [16, 16], k, v [8, 16] (one KV head of 8), gate, up [44, 16], down [16, 44], two norms of 16: 2912.
+constexpr Shapes kLlama{608, 592, 2912, 592, 704, false};
+// GPT-2 (tied): wte [37, 16] = 592 (the head), wpe [8, 16] = 128, ln_f 32 (root 752: head 624, embeddings 128); a block
+// ln_1 32, c_attn 768 + 48, attn c_proj 256 + 16, ln_2 32, c_fc 1024 + 64, mlp c_proj 1024 + 16: 3280.
+constexpr Shapes kGpt2{624, 128, 3280, 592, 1024, true};
+
+// The expected gradient-category changes of one step, in order, up to and including the embeddings' gradient (every
+// unit here divides by 2 and 4 ranks: no padding). g: the gradient bytes; 4: the sharded gradients' (fp32).
+std::vector<int64_t> expected_backward(const std::string& strategy, const Shapes& s, int64_t n) {
+  const int64_t psi = s.head + s.embeddings + 2 * s.block;
+  if (strategy == "ddp" || strategy == "ddp-zero") {  // autocast: fp32 .grad
+    return {4 * s.head, 4 * s.block, 4 * s.block, 4 * s.embeddings};
+  }
+  if (strategy == "zero1") return {2 * s.head, 2 * s.block, 2 * s.block, 2 * s.embeddings};
+  if (strategy == "zero2") {
+    const int64_t partition = 2 * psi / n;  // Ψ divides by 2N here
+    std::vector<int64_t> d = {partition, 2 * s.largest_head};
+    if (!s.tied) d.push_back(-2 * s.largest_head);  // copied into the bucket within the head's backward
+    for (int b = 0; b < 2; ++b) {
+      d.push_back(2 * s.largest_block);
+      d.push_back(-2 * s.largest_block);
+    }
+    d.push_back(2 * s.embeddings);
+    return d;
+  }
+  if (strategy == "fsdp") {
+    std::vector<int64_t> d = {2 * s.head};
+    for (int b = 0; b < 2; ++b) {
+      d.push_back(2 * s.block);      // the block's unsharded gradient
+      d.push_back(4 * s.block / n);  // its reduce-scatter makes the fp32 shard beside it
+      d.push_back(-2 * s.block);
+    }
+    d.push_back(2 * s.embeddings);
+    return d;
+  }
+  // fsdp2: the unsharded gradients freed into the reduce-scatter input before the output shard is made.
+  std::vector<int64_t> d = {2 * s.head};
+  for (int b = 0; b < 2; ++b) {
+    d.push_back(2 * s.block);
+    d.push_back(-2 * s.block);
+    d.push_back(4 * s.block / n);
+  }
+  d.push_back(2 * s.embeddings);
+  return d;
+}
+
+// Gradient bytes left after the step: none once zero_grad frees them, but ZeRO-2's partition, kept for the run.
+int64_t after_step(const std::string& strategy, const Shapes& s, int64_t n) {
+  return strategy == "zero2" ? 2 * (s.head + s.embeddings + 2 * s.block) / n : 0;
+}
+
+class GradientTiming : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(GradientTiming, MadeWhenBackwardReachesThemAndFreedAfterTheStep) {
+  const std::string& name = GetParam();
+  const int64_t n = world_size();
+  if (n != 2 && n != 4) GTEST_SKIP() << "the expected sizes assume units that divide by the ranks (2 or 4)";
+  for (const auto& [style, shapes] : {std::pair{model::Style::kLlama, kLlama}, std::pair{model::Style::kGpt2, kGpt2}}) {
+    const strategy::StrategyOptions options = test_options(name, optim::Recipe::kMixed);
+    auto run = run_strategy(style, options, /*accumulation=*/1, /*steps=*/1);
+    const MemoryPool& memory = run->device->memory();
+    std::vector<int64_t> deltas;
+    for (const TimelinePoint& point : memory.timeline()) {
+      if (point.category == Category::kGradients && point.delta != 0) deltas.push_back(point.delta);
+    }
+    const std::vector<int64_t> want = expected_backward(name, shapes, n);
+    ASSERT_GE(deltas.size(), want.size()) << name << ": " << fmt::format("{}", fmt::join(deltas, ", "));
+    const std::vector<int64_t> got(deltas.begin(), deltas.begin() + static_cast<std::ptrdiff_t>(want.size()));
+    EXPECT_EQ(got, want) << name << (shapes.tied ? " gpt2" : " llama") << ": got "
+                         << fmt::format("{}", fmt::join(deltas, ", "));
+    EXPECT_EQ(static_cast<int64_t>(memory.in_use(Category::kGradients)), after_step(name, shapes, n)) << name;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Strategies, GradientTiming,
+                         ::testing::Values("ddp", "ddp-zero", "zero1", "zero2", "fsdp", "fsdp2"), [](const auto& info) {
+                           std::string name = info.param;
+                           for (char& c : name) c = c == '-' ? '_' : c;
+                           return name;
+                         });
+
+}  // namespace
+}  // namespace emu::testing
