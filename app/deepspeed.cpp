@@ -243,6 +243,7 @@ int read_zero(Fields& top, std::string_view source, DeepSpeedConfig& config) {
   }
   if (z.get("stage3_max_live_parameters", value, 1, 1e13)) zero.max_live_parameters = static_cast<uint64_t>(value);
   if (z.get("sub_group_size", value, 0, 1e13)) zero.sub_group_size = static_cast<uint64_t>(value);
+  if (z.get("stage3_max_reuse_distance", value, 0, 1e13)) zero.max_reuse_distance = static_cast<uint64_t>(value);
   // emu runs DeepSpeed's default contiguous_gradients path (the ipg bucket); without it DeepSpeed flattens each
   // bucket into a temporary instead, which emu does not model.
   bool contiguous = true;
@@ -250,7 +251,7 @@ int read_zero(Fields& top, std::string_view source, DeepSpeedConfig& config) {
     config.ignored.emplace_back("zero_optimization.contiguous_gradients = false (emu runs the contiguous path)");
   }
   for (const char* key : {"reduce_scatter", "allgather_partitions", "round_robin_gradients",
-                          "stage3_max_reuse_distance", "stage3_gather_16bit_weights_on_model_save"}) {
+                          "stage3_gather_16bit_weights_on_model_save"}) {
     z.use(key);  // no effect on what emu measures
   }
   read_offload_optimizer(z, source, config);

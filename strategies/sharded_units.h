@@ -62,6 +62,9 @@ class ShardedUnits : public Strategy {
   // Whether the parameter shards live in host memory (StrategyContext::parameter_host), each copied up to the
   // device for its all-gather.
   virtual bool offloads_parameters() const { return false; }
+  // Whether the policy charges `unit`'s gathered parameters itself, part by part (ZeRO-3's root: the embedding and
+  // the head fetched and released apart): the gathered buffer then holds the data uncharged.
+  virtual bool charges_gathered_itself(int /*unit*/) const { return false; }
 
   double gradient_sum_of_squares() override;
   // Every unit's optimizer step (update_unit), then release_stale_units().

@@ -93,6 +93,7 @@ strategy::StrategyOptions options_for(const oracle::Knobs& k) {
   options.zero.prefetch_bucket_elements = k.prefetch_bucket_size;
   options.zero.param_persistence_threshold = k.param_persistence_threshold;
   options.zero.max_live_parameters = k.max_live_parameters;
+  options.zero.max_reuse_distance = k.max_reuse_distance;
   options.zero.sub_group_size = k.sub_group_size;
   return options;
 }
@@ -150,6 +151,7 @@ CategoryBytes plan(const model::ModelConfig& config, strategy::StrategyOptions o
   options.zero.prefetch_bucket_elements /= kK2;
   options.zero.param_persistence_threshold /= kK2;
   options.zero.max_live_parameters /= kK2;
+  options.zero.max_reuse_distance /= kK2;
   options.zero.sub_group_size /= kK2;
   options.shrink = 1;
   app::RunOptions run;

@@ -214,5 +214,27 @@ TEST(DeepSpeedConfig, ReduceBucketSizeZeroIsRefusedAsDeepSpeedRefusesIt) {
             1U);
 }
 
+// stage3_max_reuse_distance is read (DeepSpeed 0.19's default 1e9, runtime/zero/config.py), "auto" keeps the
+// default, and a negative value is refused with the accepted range.
+TEST(DeepSpeedConfig, MaxReuseDistanceIsRead) {
+  EXPECT_EQ(parse_deepspeed_config(R"({"zero_optimization": {"stage": 3}})", "t", {}).knobs.zero.max_reuse_distance,
+            1'000'000'000U);
+  EXPECT_EQ(parse_deepspeed_config(R"({"zero_optimization": {"stage": 3, "stage3_max_reuse_distance": 2e8}})", "t", {})
+                .knobs.zero.max_reuse_distance,
+            200'000'000U);
+  EXPECT_EQ(
+      parse_deepspeed_config(R"({"zero_optimization": {"stage": 3, "stage3_max_reuse_distance": "auto"}})", "t", {})
+          .knobs.zero.max_reuse_distance,
+      1'000'000'000U);
+  try {
+    parse_deepspeed_config(R"({"zero_optimization": {"stage": 3, "stage3_max_reuse_distance": -1}})", "t", {});
+    ADD_FAILURE() << "stage3_max_reuse_distance -1 accepted";
+  } catch (const InputError& error) {
+    EXPECT_NE(std::string(error.what()).find("\"zero_optimization.stage3_max_reuse_distance\" is -1; accepted"),
+              std::string::npos)
+        << error.what();
+  }
+}
+
 }  // namespace
 }  // namespace emu::app
