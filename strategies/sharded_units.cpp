@@ -164,9 +164,11 @@ void ShardedUnits::release(int u, bool stale) {
 
 void ShardedUnits::begin_gradients(int u) {
   UnitState& unit = units_[static_cast<size_t>(u)];
-  unit.unit_grads =
-      model::allocate_parameter_space(device_, unit_charge(model_, u), unit.shard.padded, options_.recipe.grads,
-                                      Category::kGradients, fmt::format("unit {} gradients", u));
+  const std::string what = fmt::format("unit {} gradients", u);
+  unit.unit_grads = charges_gradients_itself(u)
+                        ? device_.allocate(unit.shard.padded, options_.recipe.grads, Category::kGradients, what, 0)
+                        : model::allocate_parameter_space(device_, unit_charge(model_, u), unit.shard.padded,
+                                                          options_.recipe.grads, Category::kGradients, what);
   model_.bind_grads(u, unit.unit_grads.data());
 }
 

@@ -24,6 +24,11 @@
 //   distance of the block's last module (down_proj, also the first its backward uses); the block's earlier
 //   modules are up to 2·n_u further, so near the limit DeepSpeed keeps part of a block where emu keeps all of it.
 //   emu computes a block as one unit, so it keeps or releases whole blocks; the root is gathered throughout.
+// Gradients (stage3.py reduce_partition_and_remove_grads): autograd makes each parameter's .grad as backward
+//   reaches it, DeepSpeed copies it into the ipg bucket and drops it, so one .grad is alive at a time. emu
+//   computes a unit's gradients into one buffer, held uncharged; what is charged is the unit's largest tensor
+//   at the gradients' dtype while its backward runs: the head's from the start of backward to the end of the
+//   head's backward, each block's through its backward, the embedding's through its backward at the end.
 // Persistence (stage3_param_persistence_threshold): a unit of at most that many elements is not released once
 //   fetched. The optimizer step changes its partition, so the step frees it and its next use fetches it afresh:
 //   one all-gather per step, as DeepSpeed re-gathers persistent parameters after the optimizer step.
@@ -31,6 +36,7 @@
 //   unit's partition up over PCIe before its all-gather (stage3.py keeps the bit16 partitions in a flat CPU buffer,
 //   partition_parameters.py copies ds_tensor to the device to gather it), also on one rank. After the step the
 //   updated partition goes down to its host copy, unless the optimizer is offloaded too and updates it there.
+#include <algorithm>
 #include <memory>
 #include <string_view>
 #include <vector>
@@ -60,6 +66,11 @@ class Zero3 final : public ShardedUnits {
                                    elements * dtype_size(options_.recipe.grads));
     for (int u = 0; u < model_.num_units(); ++u) {
       unit_elements_.push_back(unit_charge(model_, u).elements(model_.layout(u).count));
+      uint64_t largest = 0;
+      for (const model::ParamInfo& param : model_.layout(u).params) {
+        largest = std::max<uint64_t>(largest, model::tensor_charge(model_.config(), param));
+      }
+      largest_tensor_.push_back(largest);
     }
     head_ = head_elements(model_);
     root_split_ = root_split(unit_charge(model_, 0).elements(padded_count(0)), embedding_elements(model_));
@@ -126,18 +137,28 @@ class Zero3 final : public ShardedUnits {
   }
 
   void before_backward(int u) override {
-    if (u == model_.num_units() - 1) head_part_.reset();  // the head's backward has ended
+    if (u == model_.num_units() - 1) {  // the head's backward has ended
+      head_part_.reset();
+      grad_.reset();
+    }
     gather(u, "backward");
     begin_gradients(u);
+    make_grad(u);
     prefetch(u, /*forward=*/false);
   }
 
   void after_backward(int u) override {
     reduce_gradients(u);
     release(u);
-    if (u == 1) hold(embedding_, root_split_.embedding, kEmbedding);  // its backward comes next
+    grad_.reset();
+    if (u == 1) {  // the embedding's backward comes next
+      hold(embedding_, root_split_.embedding, kEmbedding);
+      make_grad(0);
+    }
     if (u == 0) embedding_.reset();
   }
+
+  bool charges_gradients_itself(int /*u*/) const override { return true; }
 
   bool charges_gathered_itself(int u) const override { return u == 0 && split_root_; }
 
@@ -155,6 +176,14 @@ class Zero3 final : public ShardedUnits {
       gather(next, forward ? "forward prefetch" : "backward prefetch");
       fetched += count;
     }
+  }
+
+  // Charges the .grad autograd is making in unit `u`'s backward: its largest tensor at the gradients' dtype.
+  void make_grad(int u) {
+    if (grad_.allocated()) return;
+    const DType dtype = options_.recipe.grads;
+    grad_ = device_.allocate(1, dtype, Category::kGradients, "parameter .grad, before the ipg bucket",
+                             largest_tensor_[static_cast<size_t>(u)] * dtype_size(dtype));
   }
 
   uint64_t max_reuse() const { return options_.scaled(options_.zero.max_reuse_distance); }
@@ -178,6 +207,8 @@ class Zero3 final : public ShardedUnits {
   bool split_root_ = false;
   RootSplit root_split_;
   Buffer embedding_, head_part_;
+  std::vector<uint64_t> largest_tensor_;  // per unit, its largest tensor as charged
+  Buffer grad_;                           // the .grad being made (make_grad), one element backing it
 };
 
 }  // namespace

@@ -8,10 +8,10 @@
 //               (stage3_prefetch_bucket_size newly fetched elements per fetch, stage3_max_live_parameters in all),
 //               and the blocks kept from their forward to their backward, those whose reuse distance (analytic.h
 //               reuse_distance) is below stage3_max_reuse_distance
-//   gradients   Σ_u P_u/N (in host memory under offload), plus the more of: the root's and the largest block's
-//               gathered gradients while backward makes them; step()'s largest sub-group (units in order until
-//               sub_group_size elements of partition) flattened and cast to fp32, S_g·(g + 4) (S_g·4 at fp32),
-//               none under offload
+//   gradients   Σ_u P_u/N (in host memory under offload), plus the more of: the largest tensor's .grad while
+//               backward makes it (one at a time, each copied into the ipg bucket and dropped); step()'s largest
+//               sub-group (units in order until sub_group_size elements of partition) flattened and cast to fp32,
+//               S_g·(g + 4) (S_g·4 at fp32), none under offload
 //   master weights and Adam moments over Σ_u P_u/N
 //   buckets     the ipg reduce bucket, R = reduce_bucket_size elements at the gradients' dtype, all run (one, also
 //               with overlap_comm)
@@ -154,10 +154,16 @@ Updated predict_zero3(const StrategyOptions& options, const AnalyticInput& input
   const uint64_t gradient_shards = shards.shard_bytes(input, grads);
   const uint64_t parameter_shards = shards.shard_bytes(input, options.recipe.params);
   prediction.peak[Category::kParameters] = (offload_param ? 0 : parameter_shards) + gathered;
-  // Backward: the root's gradients beside the largest block's. step(): the largest sub-group's flattened gradients
-  // and their fp32 copy (at fp32 one buffer), on the device unless the optimizer is offloaded.
-  const uint64_t in_backward =
-      input.bytes(0, shards.padded[0], grads) + input.bytes(shards.largest_block, shards.largest_padded_block, grads);
+  // Backward: one parameter's .grad at a time, before DeepSpeed copies it into the ipg bucket: the largest tensor.
+  // step(): the largest sub-group's flattened gradients and their fp32 copy (at fp32 one buffer), on the device
+  // unless the optimizer is offloaded.
+  uint64_t largest_tensor = 0;
+  for (size_t unit = 0; unit < units; ++unit) {
+    const std::vector<uint64_t> tensors =
+        input.unit_tensors_charged.empty() ? input.tensors_of(unit) : input.unit_tensors_charged[unit];
+    for (uint64_t tensor : tensors) largest_tensor = std::max(largest_tensor, tensor);
+  }
+  const uint64_t in_backward = largest_tensor * grad_bytes;
   const uint64_t at_step =
       input.offload ? 0
                     : largest_sub_group(options, input, shards) * (grads == DType::kF32 ? 4 : dtype_size(grads) + 4);

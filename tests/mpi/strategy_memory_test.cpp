@@ -156,6 +156,30 @@ TEST(Zero3Reuse, ModulesWithinTheReuseDistanceStayGatheredAndTheEmbeddingIsRelea
   }
 }
 
+// ZeRO-3's gradients on the device as DeepSpeed makes them: autograd makes one parameter's .grad, stage3.py copies it
+// into the ipg bucket (charged under buckets) and drops it, so with the optimizer offloaded (the gradient partitions
+// in host memory, no step() copies on the device) the device's gradient peak is the largest tensor's .grad: the
+// tiny Llama's gate or up projection, F·h = 44·16 = 704 elements, in bf16 = 1408 bytes. Whole units' gradients
+// would be at least a block's 2912 elements.
+TEST(Zero3Gradients, OneParametersGradAtATimeOnTheDevice) {
+  strategy::StrategyOptions options = test_options("zero3", optim::Recipe::kMixed);
+  options.shrink = 1;
+  auto host = make_cpu_device({});
+  MemoryPool::Options memory;
+  memory.rank = world_rank();
+  auto device = make_cpu_device(memory);
+  auto world = coll::make_mpi_communicator(MPI_COMM_WORLD, *device);
+  model::Model model(*device, tiny_config(model::Style::kLlama, 1), {});
+  auto strategy = strategy::make_strategy({*device, *world, model, nullptr, nullptr, host.get()}, options);
+  strategy->setup();
+  const auto data = tiny_data(model.config());
+  strategy->step(std::vector<data::Batch>{data.batch(0, data::sample_offset(world_rank(), world_size(), 0, 1), 1)});
+  EXPECT_EQ(device->memory().peak(Category::kGradients), 704U * 2);
+  strategy::AnalyticInput input = analytic_input(model, 1);
+  input.offload = true;
+  EXPECT_EQ(strategy::predict(options, input).peak[Category::kGradients], 704U * 2);
+}
+
 // Optimizer offload (--offload): the master weights and Adam moments leave the device, and so do the gradient
 // partitions of the sharded strategies, as DeepSpeed's cpu_offload (ZeRO-1/2: the fp32 grad of its fp32 partition;
 // ZeRO-3: its grad partitions) and FSDP1's CPUOffload (_cpu_grad) keep them in host memory. The predictor follows:

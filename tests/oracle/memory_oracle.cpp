@@ -301,7 +301,11 @@ Estimate zero3(const Shapes& s, const Knobs& k) {
             k.param_bytes);
   }
   add(e, &Estimate::gradients, "gradients", "gradient partitions (2Ψ/N)", shards * k.grad_bytes);
-  const uint64_t backward = transient_unit_gradients(counts, n) * k.grad_bytes;
+  // One .grad at a time: autograd makes it, stage3.py copies it into the ipg bucket and drops it.
+  const std::vector<uint64_t> root = root_tensors(s), block = block_tensors(s);
+  const uint64_t backward = std::max(*std::max_element(root.begin(), root.end()),
+                                     s.layers > 0 ? *std::max_element(block.begin(), block.end()) : 0) *
+                            k.grad_bytes;
   uint64_t sub_group = 0, largest_sub_group = 0;
   const uint64_t sub_group_limit = per_k2(k.sub_group_size, k.shrink);
   for (uint64_t p : padded) {
@@ -316,7 +320,8 @@ Estimate zero3(const Shapes& s, const Knobs& k) {
   if (at_step > backward) {
     add(e, &Estimate::gradients, "gradients", "step: the largest sub-group's flat and fp32 gradients", at_step);
   } else {
-    add(e, &Estimate::gradients, "gradients", "unit gradients being made: root and largest block", backward);
+    add(e, &Estimate::gradients, "gradients", "the largest parameter's .grad being made, before the ipg bucket",
+        backward);
   }
   add(e, &Estimate::buckets, "buckets", "ipg reduce bucket (reduce_bucket_size elements, one whatever overlap_comm)",
       per_k2(k.reduce_bucket_size, k.shrink) * k.grad_bytes);

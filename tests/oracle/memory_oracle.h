@@ -31,10 +31,11 @@
 //            its backward when the elements used in between, the later blocks and the final norm and LM head
 //            (V·h, tied or not), each twice, are fewer than stage3_max_reuse_distance: DeepSpeed's
 //            partitioned_param_coordinator.py __params_to_release, for the block's last module); gradients Σ P_u/N·g
-//            plus the root's and the largest block's, or at step() (stage3.py, one sub-group at a time: units in order
-//            until they hold sub_group_size partition elements) the largest sub-group's gradients flattened and cast to
-//            fp32, S_g·(g + 4) (S_g·4 when g is 4), whichever is more; master and Adam over Σ P_u/N; the ipg bucket R·g
-//            (stage3.py allocates one per communication dtype at set-up and keeps it, overlap_comm or not)
+//            plus the largest tensor's .grad (one at a time, copied into the ipg bucket and dropped), or at
+//            step() (stage3.py, one sub-group at a time: units in order until they hold sub_group_size partition
+//            elements) the largest sub-group's gradients flattened and cast to fp32, S_g·(g + 4) (S_g·4 when g is 4),
+//            whichever is more; master and Adam over Σ P_u/N; the ipg bucket R·g (stage3.py allocates one per
+//            communication dtype at set-up and keeps it, overlap_comm or not)
 //   FSDP1    one FlatParameter per unit padded to a multiple of the shard group M (world, 1, or a node); the fp32
 //            sharded flat parameter is the master copy (4·Σ P_u/M), the gradient shard is fp32 in the mixed recipe,
 //            Adam over Σ P_u/M; parameters are the low-precision unsharded units alive at the peak: the root (not
