@@ -241,7 +241,8 @@ int read_zero(Fields& top, std::string_view source, DeepSpeedConfig& config) {
   if (z.get("stage3_param_persistence_threshold", value, 0, 1e13)) {
     zero.param_persistence_threshold = static_cast<uint64_t>(value);
   }
-  if (z.get("stage3_max_live_parameters", value, 1, 1e13)) zero.max_live_parameters = static_cast<uint64_t>(value);
+  // DeepSpeed accepts 0 for the stage-3 limits (runtime/zero/config.py: ge=0): no prefetch, nothing kept for reuse.
+  if (z.get("stage3_max_live_parameters", value, 0, 1e13)) zero.max_live_parameters = static_cast<uint64_t>(value);
   if (z.get("sub_group_size", value, 0, 1e13)) zero.sub_group_size = static_cast<uint64_t>(value);
   if (z.get("stage3_max_reuse_distance", value, 0, 1e13)) zero.max_reuse_distance = static_cast<uint64_t>(value);
   // emu runs DeepSpeed's default contiguous_gradients path (the ipg bucket); without it DeepSpeed flattens each

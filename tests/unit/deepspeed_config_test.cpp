@@ -236,5 +236,19 @@ TEST(DeepSpeedConfig, MaxReuseDistanceIsRead) {
   }
 }
 
+// Axolotl's ZeRO-3 bf16 config: the stage-3 limits at 0, which DeepSpeed accepts (ge=0) and emu too: no prefetch
+// beyond the live limit, every module released after use; "auto" buckets keep DeepSpeed's defaults.
+TEST(DeepSpeedConfig, AxolotlZero3WithZeroLimits) {
+  const DeepSpeedConfig config = load_deepspeed_config(data_file("axolotl_zero3_bf16.json"), {});
+  EXPECT_EQ(config.strategy, "zero3");
+  EXPECT_EQ(config.knobs.zero.max_live_parameters, 0U);
+  EXPECT_EQ(config.knobs.zero.max_reuse_distance, 0U);
+  EXPECT_EQ(config.knobs.zero.sub_group_size, 0U);
+  EXPECT_EQ(config.knobs.zero.prefetch_bucket_elements, 50'000'000U);
+  EXPECT_EQ(config.knobs.zero.reduce_bucket_elements, 500'000'000U);
+  EXPECT_TRUE(config.knobs.zero.overlap_comm);
+  EXPECT_EQ(config.knobs.recipe.params, DType::kBF16);
+}
+
 }  // namespace
 }  // namespace emu::app
