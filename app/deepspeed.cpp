@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -348,6 +349,22 @@ DeepSpeedConfig parse_deepspeed_config(std::string_view text, std::string_view s
   }
   top.finish();
   return config;
+}
+
+void fill_auto_from_hidden(strategy::ZeroOptions& zero, bool stage3, int64_t hidden,
+                           std::vector<std::string>& left_auto) {
+  const auto h = static_cast<uint64_t>(hidden);
+  const auto fill = [&](const std::string& key, uint64_t value, uint64_t& knob, const char* from) {
+    const auto it = std::find(left_auto.begin(), left_auto.end(), key);
+    if (it == left_auto.end()) return;
+    knob = value;
+    *it = fmt::format("{} = {} (the Hugging Face Trainer's {})", key, value, from);
+  };
+  fill("zero_optimization.reduce_bucket_size", h * h, zero.reduce_bucket_elements, "h²");
+  if (!stage3) return;
+  fill("zero_optimization.stage3_prefetch_bucket_size", static_cast<uint64_t>(0.9 * static_cast<double>(h * h)),
+       zero.prefetch_bucket_elements, "0.9·h²");
+  fill("zero_optimization.stage3_param_persistence_threshold", 10 * h, zero.param_persistence_threshold, "10·h");
 }
 
 void derive_batch(int train_batch_size, int ranks, int& micro_batch, int& accumulation, std::string_view source) {

@@ -250,5 +250,21 @@ TEST(DeepSpeedConfig, AxolotlZero3WithZeroLimits) {
   EXPECT_EQ(config.knobs.recipe.params, DType::kBF16);
 }
 
+// "auto" bucket sizes as the Hugging Face Trainer fills them from the model's hidden size (transformers
+// integrations/deepspeed.py): gpt2's h = 768 gives reduce_bucket_size 768² = 589824, at stage 3
+// stage3_prefetch_bucket_size int(0.9·589824) = 530841 and stage3_param_persistence_threshold 7680.
+TEST(DeepSpeedConfig, AutoBucketSizesAreTheTrainersFromTheHiddenSize) {
+  const RunOptions zero3 = parse({"--deepspeed", data_file("axolotl_zero3_bf16.json").string(), "--model", "gpt2"});
+  ASSERT_EQ(zero3.strategies.size(), 1U);
+  EXPECT_EQ(zero3.strategies[0].zero.reduce_bucket_elements, 589824U);
+  EXPECT_EQ(zero3.strategies[0].zero.prefetch_bucket_elements, 530841U);
+  EXPECT_EQ(zero3.strategies[0].zero.param_persistence_threshold, 7680U);
+  EXPECT_TRUE(
+      has(zero3.deepspeed_auto, "zero_optimization.reduce_bucket_size = 589824 (the Hugging Face Trainer's h²)"));
+  // Written, not "auto": the config's value stands (hf_trainer_zero2.json writes reduce_bucket_size 2e8).
+  const RunOptions zero2 = parse({"--deepspeed", data_file("hf_trainer_zero2.json").string(), "--model", "gpt2"});
+  EXPECT_EQ(zero2.strategies[0].zero.reduce_bucket_elements, 200'000'000U);
+}
+
 }  // namespace
 }  // namespace emu::app
