@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -241,8 +242,10 @@ int read_zero(Fields& top, std::string_view source, DeepSpeedConfig& config) {
   if (z.get("stage3_param_persistence_threshold", value, 0, 1e13)) {
     zero.param_persistence_threshold = static_cast<uint64_t>(value);
   }
-  if (z.get("stage3_max_live_parameters", value, 1, 1e13)) zero.max_live_parameters = static_cast<uint64_t>(value);
+  // DeepSpeed accepts 0 for the stage-3 limits (runtime/zero/config.py: ge=0): no prefetch, nothing kept for reuse.
+  if (z.get("stage3_max_live_parameters", value, 0, 1e13)) zero.max_live_parameters = static_cast<uint64_t>(value);
   if (z.get("sub_group_size", value, 0, 1e13)) zero.sub_group_size = static_cast<uint64_t>(value);
+  if (z.get("stage3_max_reuse_distance", value, 0, 1e13)) zero.max_reuse_distance = static_cast<uint64_t>(value);
   // emu runs DeepSpeed's default contiguous_gradients path (the ipg bucket); without it DeepSpeed flattens each
   // bucket into a temporary instead, which emu does not model.
   bool contiguous = true;
@@ -250,7 +253,7 @@ int read_zero(Fields& top, std::string_view source, DeepSpeedConfig& config) {
     config.ignored.emplace_back("zero_optimization.contiguous_gradients = false (emu runs the contiguous path)");
   }
   for (const char* key : {"reduce_scatter", "allgather_partitions", "round_robin_gradients",
-                          "stage3_max_reuse_distance", "stage3_gather_16bit_weights_on_model_save"}) {
+                          "stage3_gather_16bit_weights_on_model_save"}) {
     z.use(key);  // no effect on what emu measures
   }
   read_offload_optimizer(z, source, config);
@@ -346,6 +349,22 @@ DeepSpeedConfig parse_deepspeed_config(std::string_view text, std::string_view s
   }
   top.finish();
   return config;
+}
+
+void fill_auto_from_hidden(strategy::ZeroOptions& zero, bool stage3, int64_t hidden,
+                           std::vector<std::string>& left_auto) {
+  const auto h = static_cast<uint64_t>(hidden);
+  const auto fill = [&](const std::string& key, uint64_t value, uint64_t& knob, const char* from) {
+    const auto it = std::find(left_auto.begin(), left_auto.end(), key);
+    if (it == left_auto.end()) return;
+    knob = value;
+    *it = fmt::format("{} = {} (the Hugging Face Trainer's {})", key, value, from);
+  };
+  fill("zero_optimization.reduce_bucket_size", h * h, zero.reduce_bucket_elements, "h²");
+  if (!stage3) return;
+  fill("zero_optimization.stage3_prefetch_bucket_size", static_cast<uint64_t>(0.9 * static_cast<double>(h * h)),
+       zero.prefetch_bucket_elements, "0.9·h²");
+  fill("zero_optimization.stage3_param_persistence_threshold", 10 * h, zero.param_persistence_threshold, "10·h");
 }
 
 void derive_batch(int train_batch_size, int ranks, int& micro_batch, int& accumulation, std::string_view source) {

@@ -32,6 +32,13 @@ DeepSpeedConfig parse_deepspeed_config(std::string_view text, std::string_view s
                                        const strategy::StrategyOptions& defaults);
 DeepSpeedConfig load_deepspeed_config(const std::filesystem::path& path, const strategy::StrategyOptions& defaults);
 
+// The Hugging Face Trainer's fill of zero_optimization keys left "auto", from the model's hidden size h at full scale
+// (transformers integrations/deepspeed.py, trainer_config_finalize): reduce_bucket_size h², and at stage 3
+// stage3_prefetch_bucket_size ⌊0.9·h²⌋ and stage3_param_persistence_threshold 10·h. Each key it fills in
+// `left_auto` reads "key = value (the Trainer's, from h)".
+void fill_auto_from_hidden(strategy::ZeroOptions& zero, bool stage3, int64_t hidden,
+                           std::vector<std::string>& left_auto);
+
 // DeepSpeed's batch arithmetic (runtime/config.py, _set_batch_related_parameters): train_batch_size = micro-batch ×
 // gradient_accumulation_steps × data-parallel ranks; any two of the three give the third (one alone: accumulation
 // 1), and all three must agree. `micro_batch`/`accumulation` are 0 when not given and are filled in. InputError

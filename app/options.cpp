@@ -694,6 +694,14 @@ ParsedCommandLine parse_command_line(int argc, const char* const* argv, int worl
   const strategy::StrategyOptions base = read_strategies(options, flags, world);
   read_training_loop(options, flags, world);
   read_model(options, flags, base);
+  if (!options.deepspeed.empty()) {  // "auto" bucket sizes, as the Trainer fills them from the full-scale model
+    std::vector<std::string> left = options.deepspeed_auto;
+    for (strategy::StrategyOptions& one : options.strategies) {
+      left = options.deepspeed_auto;
+      fill_auto_from_hidden(one.zero, one.kind == strategy::StrategyKind::kZero3, options.full.hidden, left);
+    }
+    options.deepspeed_auto = left;
+  }
   read_shrink(options, flags, app.count("--shrink") > 0);
   check_inputs(options);
   check_device(options);

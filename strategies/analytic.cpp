@@ -67,6 +67,33 @@ uint64_t AnalyticInput::bytes(int unit, uint64_t elements, DType dtype) const {
   return this->elements(unit, elements) * dtype_size(dtype);
 }
 
+uint64_t head_elements(const model::Model& model) {
+  const model::ModelConfig& config = model.config();
+  uint64_t head = static_cast<uint64_t>(config.vocab) * static_cast<uint64_t>(config.hidden);
+  for (const model::ParamInfo& param : model.layout(0).params) {
+    if (param.shape.size() == 1) head += model::tensor_charge(config, param);
+  }
+  return head;
+}
+
+uint64_t embedding_elements(const model::Model& model) {
+  if (model.config().tie_embeddings) return 0;
+  uint64_t root = 0;
+  for (const model::ParamInfo& param : model.layout(0).params) root += model::tensor_charge(model.config(), param);
+  return root - head_elements(model);
+}
+
+RootSplit root_split(uint64_t root, uint64_t embedding) {
+  if (embedding == 0 || embedding >= root) return {};
+  return {embedding, root - embedding};
+}
+
+uint64_t reuse_distance(const std::vector<uint64_t>& unit_elements, uint64_t head, int unit) {
+  uint64_t after = head;
+  for (size_t v = static_cast<size_t>(unit) + 1; v < unit_elements.size(); ++v) after += unit_elements[v];
+  return 2 * after;
+}
+
 AnalyticInput analytic_input(const model::Model& model, int world, int ranks_per_node, int accumulation) {
   AnalyticInput input;
   uint64_t largest_tensor = 0;
@@ -93,6 +120,8 @@ AnalyticInput analytic_input(const model::Model& model, int world, int ranks_per
   }
   input.charge = model::parameter_charge(model.config(), model.layouts());
   input.tied_head = model.config().tie_embeddings;
+  input.head_elements = head_elements(model);
+  input.embedding_elements = embedding_elements(model);
   input.world = world;
   input.ranks_per_node = ranks_per_node;
   input.accumulation = accumulation;

@@ -55,6 +55,10 @@ struct AnalyticInput {
   uint64_t root_embedding_elements() const;
   // The largest root tensor whose gradient is made when backward begins, as a shrunk run charges it.
   uint64_t root_head_tensor() const;
+  // Elements of the tensors the modules after the last block use, as a shrunk run charges them (head_elements); 0:
+  // none (an input made by hand).
+  uint64_t head_elements = 0;
+  uint64_t embedding_elements = 0;  // embedding_elements; 0: none apart (tied, or an input made by hand)
 
   uint64_t parameter_count() const;                     // Ψ: the sum of unit_counts
   std::vector<uint64_t> tensors_of(size_t unit) const;  // unit_tensors[unit], or {unit_counts[unit]}
@@ -66,6 +70,25 @@ struct AnalyticInput {
   // What those elements are charged for, in elements: what full-scale limits ÷ k² are compared with.
   uint64_t elements(int unit, uint64_t elements) const;
 };
+
+// Elements, as a shrunk run charges them, of the tensors the modules after the last block use, forward then
+// backward: the final norm (the root's 1-D tensors) and the LM head's V·h matrix (the embedding's when tied).
+uint64_t head_elements(const model::Model& model);
+// Elements, as a shrunk run charges them, of the root's tensors only its embedding modules use: the root's less
+// head_elements; 0 with tied embeddings (the head uses the embedding matrix).
+uint64_t embedding_elements(const model::Model& model);
+// ZeRO-3's root as DeepSpeed fetches it, module by module (zero3.cpp): the embedding, and the final norm with the
+// LM head, which also carries the unit's padding. `root`: the padded root as charged.
+struct RootSplit {
+  uint64_t embedding = 0;  // 0: not split (tied embeddings)
+  uint64_t head = 0;
+};
+RootSplit root_split(uint64_t root, uint64_t embedding);
+// DeepSpeed's reuse distance of block `unit` (1..L) at the end of its forward, in elements as charged: what
+// PartitionedParameterCoordinator.__params_to_release counts before the block is used again, the blocks after it
+// and the head, each once in forward and once in backward: 2·(Σ_{v>u} n_v + head). `unit_elements[v]`: n_v as
+// charged.
+uint64_t reuse_distance(const std::vector<uint64_t>& unit_elements, uint64_t head, int unit);
 
 // The input for `model` as it is laid out in units.
 AnalyticInput analytic_input(const model::Model& model, int world, int ranks_per_node, int accumulation);

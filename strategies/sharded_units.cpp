@@ -123,7 +123,9 @@ void ShardedUnits::count_step_traffic(size_t elements, size_t gradient_bytes) {
 
 size_t ShardedUnits::gathered_elements() const {
   size_t live = 0;
-  for (const UnitState& unit : units_) live += unit.gathered.charged_bytes() / dtype_size(unit.gathered.dtype());
+  for (const UnitState& unit : units_) {
+    if (unit.gathered.allocated()) live += unit.gathered.charged_bytes() / dtype_size(unit.gathered.dtype());
+  }
   return live;
 }
 
@@ -151,8 +153,11 @@ void ShardedUnits::gather(int u, std::string_view pass) {
     convert(master.data(), master.dtype(), low_precision.data(), dtype, unit.shard.shard);
   }
   const Buffer& source = unit.params.allocated() ? unit.params : low_precision;
-  unit.gathered = model::allocate_parameter_space(device_, charge, unit.shard.padded, dtype, Category::kParameters,
-                                                  fmt::format("unit {} gathered parameters", u));
+  const std::string what = fmt::format("unit {} gathered parameters", u);
+  unit.gathered =
+      charges_gathered_itself(u)
+          ? device_.allocate(unit.shard.padded, dtype, Category::kParameters, what, 0)
+          : model::allocate_parameter_space(device_, charge, unit.shard.padded, dtype, Category::kParameters, what);
   void* mine = element(unit.gathered.data(), dtype, unit.shard.offset);
   convert(source.data(), dtype, mine, dtype, unit.shard.shard);
   if (shard_size() > 1) shard_group().all_gather(mine, unit.gathered.data(), unit.shard.shard, dtype, phase);
@@ -169,7 +174,9 @@ void ShardedUnits::release(int u, bool stale) {
 void ShardedUnits::begin_gradients(int u) {
   UnitState& unit = units_[static_cast<size_t>(u)];
   const std::string what = fmt::format("unit {} gradients", u);
-  unit.unit_grads = u == 0 && makes_root_gradients_in_parts()
+  unit.unit_grads = charges_gradients_itself(u)
+                        ? device_.allocate(unit.shard.padded, options_.recipe.grads, Category::kGradients, what, 0)
+                    : u == 0 && makes_root_gradients_in_parts()
                         ? allocate_root_gradients(device_, model_, unit.shard.padded, options_.recipe.grads, what)
                         : model::allocate_parameter_space(device_, unit_charge(model_, u), unit.shard.padded,
                                                           options_.recipe.grads, Category::kGradients, what);

@@ -75,6 +75,12 @@ class ShardedUnits : public Strategy {
 
   // Charges the embeddings' part of the root's gradients, when the policy makes them in parts.
   void before_embedding_backward() override;
+  // Whether the policy charges `unit`'s gathered parameters itself, part by part (ZeRO-3's root: the embedding and
+  // the head fetched and released apart): the gathered buffer then holds the data uncharged.
+  virtual bool charges_gathered_itself(int /*unit*/) const { return false; }
+  // Whether the policy charges `unit`'s gradients itself as backward makes them (ZeRO-3: one parameter's .grad at a
+  // time): the unit's gradient buffer then holds the data uncharged.
+  virtual bool charges_gradients_itself(int /*unit*/) const { return false; }
 
   double gradient_sum_of_squares() override;
   // Every unit's optimizer step (update_unit), then release_stale_units().

@@ -4,16 +4,19 @@
 // Every unit u of n_u elements is padded to P_u, a multiple of N, and partitioned into shards of P_u/N. Per rank:
 //   parameters  Σ_u P_u/N, plus the units gathered at the peak of one step replayed as zero3.cpp runs it: the
 //               root (gathered from the start of forward to the end of backward), every persistent unit (at most
-//               stage3_param_persistence_threshold elements), and the blocks in use or prefetched ahead of use
-//               (stage3_prefetch_bucket_size newly fetched elements per fetch, stage3_max_live_parameters in all)
-//   gradients   Σ_u P_u/N (in host memory under offload), plus the more of: the root's and the largest block's
-//               gathered gradients while backward makes them; step()'s largest sub-group (units in order until
-//               sub_group_size elements of partition) flattened and cast to fp32, S_g·(g + 4) (S_g·4 at fp32),
-//               none under offload
+//               stage3_param_persistence_threshold elements), the blocks in use or prefetched ahead of use
+//               (stage3_prefetch_bucket_size newly fetched elements per fetch, stage3_max_live_parameters in all),
+//               and the blocks kept from their forward to their backward, those whose reuse distance (analytic.h
+//               reuse_distance) is below stage3_max_reuse_distance
+//   gradients   Σ_u P_u/N (in host memory under offload), plus the more of: the largest tensor's .grad while
+//               backward makes it (one at a time, each copied into the ipg bucket and dropped); step()'s largest
+//               sub-group (units in order until sub_group_size elements of partition) flattened and cast to fp32,
+//               S_g·(g + 4) (S_g·4 at fp32), none under offload
 //   master weights and Adam moments over Σ_u P_u/N
 //   buckets     the ipg reduce bucket, R = reduce_bucket_size elements at the gradients' dtype, all run (one, also
 //               with overlap_comm)
-// Traffic per micro-batch: each block all-gathered twice (forward and backward), the root once, and every unit's
+// Traffic per micro-batch: each block all-gathered twice (forward and backward; once when kept for reuse), the
+// root once, and every unit's
 // gradients reduce-scattered; a persistent unit is all-gathered once per step (after the optimizer step), and the
 // gradient norm all-reduced once.
 // offload_param: the parameter partitions Σ_u P_u/N in host memory instead; each all-gather above copies its
@@ -33,9 +36,10 @@ namespace {
 // after; on every fetch, the units that follow in the pass prefetched nearest first while the newly fetched
 // elements fit in stage3_prefetch_bucket_size and all gathered ones under stage3_max_live_parameters, units
 // already gathered passed over without counting (DeepSpeed's PartitionedParameterCoordinator consumes its trace
-// queue the same way, so prefetching runs further ahead on every fetch); persistent units never released.
+// queue the same way, so prefetching runs further ahead on every fetch); persistent units never released; blocks
+// `reused` kept from their forward to their backward.
 uint64_t gathered_at_peak(const StrategyOptions& options, const AnalyticInput& input, const UnitShards& shards,
-                          const std::vector<bool>& persistent) {
+                          const std::vector<bool>& persistent, const std::vector<bool>& reused) {
   const int last = static_cast<int>(shards.padded.size()) - 1;
   const auto unit_bytes = [&](int unit) {
     return input.bytes(unit, shards.padded[static_cast<size_t>(unit)], options.recipe.params);
@@ -45,11 +49,16 @@ uint64_t gathered_at_peak(const StrategyOptions& options, const AnalyticInput& i
   const uint64_t prefetch_bucket = options.scaled(options.zero.prefetch_bucket_elements);
   const uint64_t max_live = options.scaled(options.zero.max_live_parameters);
 
+  // The root split as zero3.cpp charges it: its data uncharged, the embedding and the head part charged apart.
+  const RootSplit split = persistent[0] ? RootSplit{} : root_split(charged(0), input.embedding_elements);
+  const uint64_t param_size = dtype_size(options.recipe.params);
+
   std::vector<bool> live(shards.padded.size(), false);
   uint64_t live_elements = 0, live_bytes = 0, peak = 0;
   const auto gather = [&](int unit) {
     if (live[static_cast<size_t>(unit)]) return;
     live[static_cast<size_t>(unit)] = true;
+    if (unit == 0 && split.embedding > 0) return;  // charged part by part (hold)
     live_elements += charged(unit);
     live_bytes += unit_bytes(unit);
     peak = std::max(peak, live_bytes);
@@ -59,6 +68,14 @@ uint64_t gathered_at_peak(const StrategyOptions& options, const AnalyticInput& i
     live[static_cast<size_t>(unit)] = false;
     live_elements -= charged(unit);
     live_bytes -= unit_bytes(unit);
+  };
+  bool embedding_held = false, head_held = false;
+  const auto hold = [&](bool& held, uint64_t elements, bool on) {
+    if (split.embedding == 0 || held == on) return;
+    held = on;
+    live_elements = on ? live_elements + elements : live_elements - elements;
+    live_bytes = on ? live_bytes + elements * param_size : live_bytes - elements * param_size;
+    peak = std::max(peak, live_bytes);
   };
   const auto prefetch = [&](int from, int to, int direction) {
     uint64_t fetched = 0;
@@ -71,17 +88,22 @@ uint64_t gathered_at_peak(const StrategyOptions& options, const AnalyticInput& i
     }
   };
   gather(0);
+  hold(embedding_held, split.embedding, true);
   for (int unit = 1; unit <= last; ++unit) {  // forward
+    if (unit == 1 && !reused[0]) hold(embedding_held, split.embedding, false);
     gather(unit);
     if (unit < last) prefetch(unit + 1, last, +1);
-    release(unit);
+    if (!reused[static_cast<size_t>(unit)]) release(unit);
   }
+  hold(head_held, split.head, true);          // the final norm and the head, through their backward
   if (last >= 1) prefetch(last, 1, -1);       // the head's backward prefetches the last blocks
   for (int unit = last; unit >= 1; --unit) {  // backward
+    if (unit == last) hold(head_held, split.head, false);
     gather(unit);
     if (unit > 1) prefetch(unit - 1, 1, -1);
     release(unit);
   }
+  hold(embedding_held, split.embedding, true);  // the embedding's backward
   return peak;
 }
 
@@ -114,16 +136,34 @@ Updated predict_zero3(const StrategyOptions& options, const AnalyticInput& input
                        options.scaled(options.zero.param_persistence_threshold);
   }
 
+  // Blocks kept gathered from forward to backward: their reuse distance below stage3_max_reuse_distance.
+  std::vector<uint64_t> unit_elements(units);
+  for (size_t unit = 0; unit < units; ++unit) {
+    unit_elements[unit] = input.elements(static_cast<int>(unit), input.unit_counts[unit]);
+  }
+  std::vector<bool> reused(units, false);  // [0]: the embedding, kept from its forward to its backward
+  for (size_t unit = 0; unit < units; ++unit) {
+    reused[unit] = reuse_distance(unit_elements, input.head_elements, static_cast<int>(unit)) <
+                   options.scaled(options.zero.max_reuse_distance);
+  }
+
   const bool offload_param = options.zero.offload_param;
-  const uint64_t gathered = world > 1 || offload_param ? gathered_at_peak(options, input, shards, persistent) : 0;
+  const uint64_t gathered =
+      world > 1 || offload_param ? gathered_at_peak(options, input, shards, persistent, reused) : 0;
   const DType grads = options.recipe.grads;
   const uint64_t gradient_shards = shards.shard_bytes(input, grads);
   const uint64_t parameter_shards = shards.shard_bytes(input, options.recipe.params);
   prediction.peak[Category::kParameters] = (offload_param ? 0 : parameter_shards) + gathered;
-  // Backward: the root's gradients beside the largest block's. step(): the largest sub-group's flattened gradients
-  // and their fp32 copy (at fp32 one buffer), on the device unless the optimizer is offloaded.
-  const uint64_t in_backward =
-      input.bytes(0, shards.padded[0], grads) + input.bytes(shards.largest_block, shards.largest_padded_block, grads);
+  // Backward: one parameter's .grad at a time, before DeepSpeed copies it into the ipg bucket: the largest tensor.
+  // step(): the largest sub-group's flattened gradients and their fp32 copy (at fp32 one buffer), on the device
+  // unless the optimizer is offloaded.
+  uint64_t largest_tensor = 0;
+  for (size_t unit = 0; unit < units; ++unit) {
+    const std::vector<uint64_t> tensors =
+        input.unit_tensors_charged.empty() ? input.tensors_of(unit) : input.unit_tensors_charged[unit];
+    for (uint64_t tensor : tensors) largest_tensor = std::max(largest_tensor, tensor);
+  }
+  const uint64_t in_backward = largest_tensor * grad_bytes;
   const uint64_t at_step =
       input.offload ? 0
                     : largest_sub_group(options, input, shards) * (grads == DType::kF32 ? 4 : dtype_size(grads) + 4);
@@ -143,8 +183,9 @@ Updated predict_zero3(const StrategyOptions& options, const AnalyticInput& input
   const uint64_t micro_batches = static_cast<uint64_t>(input.accumulation);
   for (size_t unit = 0; unit < units; ++unit) {
     const uint64_t unit_param_bytes = shards.padded[unit] * param_bytes;
-    // The root stays gathered between forward and backward; a persistent unit is gathered once per step.
-    const uint64_t gathers = persistent[unit] ? 1 : micro_batches * (unit != 0 ? 2 : 1);
+    // The root and the blocks kept for reuse stay gathered between forward and backward; a persistent unit is
+    // gathered once per step.
+    const uint64_t gathers = persistent[unit] ? 1 : micro_batches * (unit != 0 && !reused[unit] ? 2 : 1);
     add_ring_traffic(prediction, coll::CollectiveKind::kAllGather, "world", unit_param_bytes, world, gathers);
     if (offload_param) {  // each fetch copies the partition up first
       prediction.pcie.host_to_device +=

@@ -717,11 +717,9 @@ TEST(DeepSpeedEstimator, ZeroModelStatesAgainstPlan) {
 // partitions, the inner AdamW's own fp32 parameter, the master), so they are named with their bytes. The ipg bucket
 // is seen only through the .grad views DeepSpeed points into it, so MemTracker files it under gradients.
 struct DeepSpeedFacts {
-  int64_t partitions = 0;      // Σ_u P_u/N: this rank's partition elements (each unit padded to N)
-  int64_t bucket = 0;          // reduce_bucket_size elements
-  int64_t largest_tensor = 0;  // the largest parameter tensor, elements
-  int64_t root = 0;            // the root unit's elements (embeddings, final norm, head)
-  int64_t largest_block = 0;
+  int64_t partitions = 0;         // Σ_u P_u/N: this rank's partition elements (each unit padded to N)
+  int64_t bucket = 0;             // reduce_bucket_size elements
+  int64_t largest_tensor = 0;     // the largest parameter tensor, elements
   int64_t sub_groups = 1;         // the fp32 flat partitions the inner AdamW steps over (one per sub-group)
   int64_t largest_sub_group = 0;  // partition elements of the largest
   int64_t unit_sub_group = 0;     // the same with sub-groups closed at unit boundaries, as emu closes them
@@ -745,8 +743,6 @@ DeepSpeedFacts deepspeed_facts(const oracle::Shapes& s, int64_t n, const json& z
   f.bucket = zero.value("reduce_bucket_size", int64_t{500'000'000});
   const std::vector<uint64_t> tensors = all_tensors(s);
   f.largest_tensor = static_cast<int64_t>(*std::max_element(tensors.begin(), tensors.end()));
-  f.root = static_cast<int64_t>(units.at(0));
-  f.largest_block = static_cast<int64_t>(*std::max_element(units.begin() + 1, units.end()));
   // stage3.py _create_fp16_sub_groups: tensors in order, a sub-group closed once it holds sub_group_size elements.
   // Each tensor partitioned on its own (⌈t/N⌉), in the module's order: the embeddings, the blocks, then the final
   // norm and the head (Hugging Face's parameter order; the oracle lists the root's tensors together).
@@ -789,11 +785,9 @@ void name_deepspeed_zero3(const std::string& category, const DeepSpeedFacts& f, 
     // emu's gradient peak beyond the partitions is the more of backward's and step()'s; DeepSpeed's, as MemTracker
     // files it, one .grad being copied into the bucket (step()'s copies go under temporaries and optimizer state).
     line.named.push_back(
-        {"emu's transient gradients, the more of a unit's made at once (the root's beside a "
-         "block's, where DeepSpeed copies each tensor's .grad into the bucket as autograd makes it) "
-         "and step()'s flat and fp32 copies of the largest sub-group (closed at unit boundaries), "
-         "beyond DeepSpeed's largest .grad",
-         std::max(2 * (f.root + f.largest_block), 6 * f.unit_sub_group) - 2 * f.largest_tensor});
+        {"emu's transient gradients, the more of the largest .grad (as DeepSpeed's) and step()'s flat and "
+         "fp32 copies of the largest sub-group (closed at unit boundaries), beyond DeepSpeed's largest .grad",
+         std::max(2 * f.largest_tensor, 6 * f.unit_sub_group) - 2 * f.largest_tensor});
   }
   if (category == "optimizer_state") {
     line.named.push_back({"AdamW's step counters, one fp32 tensor per sub-group's flat partition", -4 * f.sub_groups});

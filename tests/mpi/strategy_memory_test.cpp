@@ -91,6 +91,7 @@ std::vector<Case> cases() {
   all.push_back({"zero3", optim::Recipe::kMixed, "persistent", [](O& o) { o.shrink = 1; }});
   all.push_back({"zero3", optim::Recipe::kMixed, "no_prefetch", [](O& o) { o.zero.prefetch_bucket_elements = 1; }});
   all.push_back({"zero3", optim::Recipe::kPureBf16, "pure_bf16", nullptr});
+  all.push_back({"zero3", optim::Recipe::kMixed, "no_reuse", [](O& o) { o.zero.max_reuse_distance = 0; }});
   all.push_back({"fsdp", optim::Recipe::kMixed, "prefetch_none",
                  [](O& o) { o.fsdp.backward_prefetch = strategy::BackwardPrefetch::kNone; }});
   all.push_back({"fsdp", optim::Recipe::kMixed, "prefetch_post",
@@ -118,6 +119,66 @@ INSTANTIATE_TEST_SUITE_P(Strategies, MemoryAndTraffic, ::testing::ValuesIn(cases
                            }
                            return name;
                          });
+
+// ZeRO-3's gathered parameters as DeepSpeed's coordinator fetches and releases them, by hand from the tiny Llama's
+// shapes (h 16, F 44, V 37, 2 heads of 8, 1 KV head, 2 layers, untied): a block is n_b = q 256 + k 128 + v 128 +
+// o 256 + gate, up, down 3·44·16 + two norms 2·16 = 2912 elements; the root 1200 = the embedding E 592 + the final
+// norm and lm_head 16 + 592 = 608. The embedding is gathered for its forward and its backward (at the very end of
+// backward); the final norm and the head from their forward to the end of their backward (nothing runs between).
+// After its forward a module stays gathered when the elements used before its next use, each module counted once
+// per use, are fewer than stage3_max_reuse_distance: block 2 at 2·608 = 1216, block 1 at 2·(2912 + 608) = 7040, the
+// embedding at 2·(2·2912 + 608) = 12864. At full scale (shrink 1), no persistence, no prefetch, the gathered peak is
+// at the end of forward: the blocks kept, the head part (the root padded to N, less E) and the embedding if kept;
+// or, when no block is kept, one block in use.
+TEST(Zero3Reuse, ModulesWithinTheReuseDistanceStayGatheredAndTheEmbeddingIsReleasedAfterForward) {
+  const uint64_t n = static_cast<uint64_t>(world_size());
+  const auto padded = [&](uint64_t count) { return (count + n - 1) / n * n; };
+  const uint64_t root = padded(1200), block = padded(2912), embedding = 592, head = root - embedding;
+  const uint64_t partitions = (root + 2 * block) / n;
+  const std::pair<uint64_t, uint64_t> cases[] = {{12865, root + 2 * block},  // everything kept, the embedding too
+                                                 {12864, head + 2 * block},  // the embedding released after its forward
+                                                 {7041, head + 2 * block},
+                                                 {7040, head + block},
+                                                 {1217, head + block},
+                                                 {1216, block},  // no block kept: one at a time
+                                                 {0, block}};
+  for (const auto& [limit, at_peak] : cases) {
+    strategy::StrategyOptions options = test_options("zero3", optim::Recipe::kMixed);
+    options.shrink = 1;
+    options.zero.param_persistence_threshold = 0;
+    options.zero.prefetch_bucket_elements = 1;
+    options.zero.max_reuse_distance = limit;
+    auto run = run_strategy(model::Style::kLlama, options, /*accumulation=*/1, /*steps=*/1);
+    const uint64_t gathered = n > 1 ? at_peak : 0;
+    EXPECT_EQ(run->device->memory().peak(Category::kParameters), 2 * (partitions + gathered)) << "limit " << limit;
+    const strategy::Prediction predicted = strategy::predict(options, analytic_input(*run->model, 1));
+    EXPECT_EQ(predicted.peak[Category::kParameters], 2 * (partitions + gathered)) << "limit " << limit;
+  }
+}
+
+// ZeRO-3's gradients on the device as DeepSpeed makes them: autograd makes one parameter's .grad, stage3.py copies it
+// into the ipg bucket (charged under buckets) and drops it, so with the optimizer offloaded (the gradient partitions
+// in host memory, no step() copies on the device) the device's gradient peak is the largest tensor's .grad: the
+// tiny Llama's gate or up projection, F·h = 44·16 = 704 elements, in bf16 = 1408 bytes. Whole units' gradients
+// would be at least a block's 2912 elements.
+TEST(Zero3Gradients, OneParametersGradAtATimeOnTheDevice) {
+  strategy::StrategyOptions options = test_options("zero3", optim::Recipe::kMixed);
+  options.shrink = 1;
+  auto host = make_cpu_device({});
+  MemoryPool::Options memory;
+  memory.rank = world_rank();
+  auto device = make_cpu_device(memory);
+  auto world = coll::make_mpi_communicator(MPI_COMM_WORLD, *device);
+  model::Model model(*device, tiny_config(model::Style::kLlama, 1), {});
+  auto strategy = strategy::make_strategy({*device, *world, model, nullptr, nullptr, host.get()}, options);
+  strategy->setup();
+  const auto data = tiny_data(model.config());
+  strategy->step(std::vector<data::Batch>{data.batch(0, data::sample_offset(world_rank(), world_size(), 0, 1), 1)});
+  EXPECT_EQ(device->memory().peak(Category::kGradients), 704U * 2);
+  strategy::AnalyticInput input = analytic_input(model, 1);
+  input.offload = true;
+  EXPECT_EQ(strategy::predict(options, input).peak[Category::kGradients], 704U * 2);
+}
 
 // Optimizer offload (--offload): the master weights and Adam moments leave the device, and so do the gradient
 // partitions of the sharded strategies, as DeepSpeed's cpu_offload (ZeRO-1/2: the fp32 grad of its fp32 partition;

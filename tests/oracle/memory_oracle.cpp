@@ -61,6 +61,11 @@ std::vector<uint64_t> unit_counts(const Shapes& s) {
   return counts;
 }
 
+uint64_t head_elements(const Shapes& s) {
+  const auto h = static_cast<uint64_t>(s.h);
+  return static_cast<uint64_t>(s.vocab) * h + (s.family == Family::kLlama ? h : 2 * h);
+}
+
 uint64_t parameter_count(const Shapes& s) {
   const std::vector<uint64_t> counts = unit_counts(s);
   return std::accumulate(counts.begin(), counts.end(), uint64_t{0});
@@ -233,16 +238,33 @@ Estimate zero12(const Shapes& s, const Knobs& k, int stage) {
 
 // ZeRO-3: one step at unit grain, from the start of forward to the end of backward. Returns the most elements
 // gathered at once (padded).
-uint64_t zero3_gathered_peak(const std::vector<uint64_t>& counts, const std::vector<uint64_t>& padded, const Knobs& k) {
+// Untied, a root not persistent is fetched module by module (DeepSpeed's hooks are per module): the embedding
+// (`embedding` elements; id -1) from its forward, released after it unless within the reuse distance of its
+// backward, gathered again for its backward; the final norm and the head (the rest of the padded root; id -2)
+// from their forward to the end of their backward.
+uint64_t zero3_gathered_peak(const std::vector<uint64_t>& counts, const std::vector<uint64_t>& padded, uint64_t head,
+                             uint64_t embedding, const Knobs& k) {
   const int units = static_cast<int>(counts.size());
+  // Block u's reuse distance at the end of its forward: blocks u+1..L and the head, forward and backward.
+  const auto reused = [&](int u) {
+    uint64_t between = head;
+    for (int v = u + 1; v < units; ++v) between += counts[static_cast<size_t>(v)];
+    return 2 * between < per_k2(k.max_reuse_distance, k.shrink);
+  };
   const uint64_t threshold = per_k2(k.param_persistence_threshold, k.shrink);
   const uint64_t bucket = per_k2(k.prefetch_bucket_size, k.shrink);
   const uint64_t max_live = per_k2(k.max_live_parameters, k.shrink);
+  const bool split = embedding > 0 && counts[0] > threshold;
+  constexpr int kEmbedding = -1, kHead = -2;
+  const auto size_of = [&](int u) {
+    if (u == kEmbedding) return embedding;
+    return u == kHead ? padded[0] - embedding : padded[static_cast<size_t>(u)];
+  };
   std::set<int> live;
   uint64_t peak = 0;
   const auto live_elements = [&] {
     uint64_t sum = 0;
-    for (int u : live) sum += padded[static_cast<size_t>(u)];
+    for (int u : live) sum += size_of(u);
     return sum;
   };
   const auto gather = [&](int u) {
@@ -274,16 +296,20 @@ uint64_t zero3_gathered_peak(const std::vector<uint64_t>& counts, const std::vec
     for (int v = (u == 0 ? units - 1 : u - 1); v >= 1; --v) next.push_back(v);
     return next;
   };
-  gather(0);  // the root's forward encloses every block's: it stays gathered until its backward ends
+  // Unsplit, the root's forward encloses every block's: it stays gathered until its backward ends.
+  gather(split ? kEmbedding : 0);
   for (int u = 1; u < units; ++u) {
+    if (u == 1 && split && !reused(0)) live.erase(kEmbedding);
     fetch(u, forward_after(u));
-    release(u);
+    if (!reused(u)) release(u);
   }
-  fetch(0, backward_after(0));
+  fetch(split ? kHead : 0, backward_after(0));
   for (int u = units - 1; u >= 1; --u) {
+    if (u == units - 1 && split) live.erase(kHead);
     fetch(u, backward_after(u));
     release(u);
   }
+  if (split) gather(kEmbedding);
   return peak;
 }
 
@@ -295,10 +321,16 @@ Estimate zero3(const Shapes& s, const Knobs& k) {
   add(e, &Estimate::parameters, "parameters", "parameter partitions (2Ψ/N)", shards * k.param_bytes);
   if (k.world > 1) {
     add(e, &Estimate::parameters, "parameters", "gathered units: root, persistent, current and prefetched",
-        zero3_gathered_peak(counts, padded, k) * k.param_bytes);
+        zero3_gathered_peak(counts, padded, head_elements(s), s.tied_head ? 0 : unit_counts(s)[0] - head_elements(s),
+                            k) *
+            k.param_bytes);
   }
   add(e, &Estimate::gradients, "gradients", "gradient partitions (2Ψ/N)", shards * k.grad_bytes);
-  const uint64_t backward = transient_unit_gradients(counts, n) * k.grad_bytes;
+  // One .grad at a time: autograd makes it, stage3.py copies it into the ipg bucket and drops it.
+  const std::vector<uint64_t> root = root_tensors(s), block = block_tensors(s);
+  const uint64_t backward = std::max(*std::max_element(root.begin(), root.end()),
+                                     s.layers > 0 ? *std::max_element(block.begin(), block.end()) : 0) *
+                            k.grad_bytes;
   uint64_t sub_group = 0, largest_sub_group = 0;
   const uint64_t sub_group_limit = per_k2(k.sub_group_size, k.shrink);
   for (uint64_t p : padded) {
@@ -313,7 +345,8 @@ Estimate zero3(const Shapes& s, const Knobs& k) {
   if (at_step > backward) {
     add(e, &Estimate::gradients, "gradients", "step: the largest sub-group's flat and fp32 gradients", at_step);
   } else {
-    add(e, &Estimate::gradients, "gradients", "unit gradients being made: root and largest block", backward);
+    add(e, &Estimate::gradients, "gradients", "the largest parameter's .grad being made, before the ipg bucket",
+        backward);
   }
   add(e, &Estimate::buckets, "buckets", "ipg reduce bucket (reduce_bucket_size elements, one whatever overlap_comm)",
       per_k2(k.reduce_bucket_size, k.shrink) * k.grad_bytes);

@@ -28,11 +28,15 @@
 //   ZeRO-3   every unit padded to N (P_u), partition P_u/N; parameters Σ P_u/N·p plus the units gathered at the
 //            peak of a simulated step (fetch before use, release after, persistent units of at most
 //            stage3_param_persistence_threshold elements kept, prefetch of following units while they fit in
-//            stage3_prefetch_bucket_size and under stage3_max_live_parameters); gradients Σ P_u/N·g plus the root's
-//            and the largest block's, or at step() (stage3.py, one sub-group at a time: units in order until they
-//            hold sub_group_size partition elements) the largest sub-group's gradients flattened and cast to fp32,
-//            S_g·(g + 4) (S_g·4 when g is 4), whichever is more; master and Adam over Σ P_u/N; the ipg bucket R·g
-//            (stage3.py allocates one per communication dtype at set-up and keeps it, overlap_comm or not)
+//            stage3_prefetch_bucket_size and under stage3_max_live_parameters; a block kept from its forward to
+//            its backward when the elements used in between, the later blocks and the final norm and LM head
+//            (V·h, tied or not), each twice, are fewer than stage3_max_reuse_distance: DeepSpeed's
+//            partitioned_param_coordinator.py __params_to_release, for the block's last module); gradients Σ P_u/N·g
+//            plus the largest tensor's .grad (one at a time, copied into the ipg bucket and dropped), or at
+//            step() (stage3.py, one sub-group at a time: units in order until they hold sub_group_size partition
+//            elements) the largest sub-group's gradients flattened and cast to fp32, S_g·(g + 4) (S_g·4 when g is 4),
+//            whichever is more; master and Adam over Σ P_u/N; the ipg bucket R·g (stage3.py allocates one per
+//            communication dtype at set-up and keeps it, overlap_comm or not)
 //   FSDP1    one FlatParameter per unit padded to a multiple of the shard group M (world, 1, or a node); the fp32
 //            sharded flat parameter is the master copy (4·Σ P_u/M), the gradient shard is fp32 in the mixed recipe,
 //            Adam over Σ P_u/M, each gradient shard made by its unit's reduce-scatter (beside the unit's unsharded
@@ -74,6 +78,8 @@ uint64_t parameter_count(const Shapes& shapes);
 // the token table, unless the head is that same table (then its gradient starts at the head, the first step of
 // backward), and GPT-2's learned positions. The rest (the head, the final norm) are made when backward begins.
 uint64_t late_root_gradients(const Shapes& shapes);
+// The final norm and the LM head (V·h, tied or not): the elements the modules after the last block use.
+uint64_t head_elements(const Shapes& shapes);
 
 enum class Prefetch : uint8_t { kBackwardPre, kBackwardPost, kNone };
 
@@ -97,6 +103,7 @@ struct Knobs {
   uint64_t prefetch_bucket_size = 50'000'000;
   uint64_t param_persistence_threshold = 100'000;
   uint64_t max_live_parameters = 1'000'000'000;
+  uint64_t max_reuse_distance = 1'000'000'000;
   uint64_t sub_group_size = 1'000'000'000;
   // PyTorch FSDP.
   Prefetch backward_prefetch = Prefetch::kBackwardPre;

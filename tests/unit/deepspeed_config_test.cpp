@@ -214,5 +214,57 @@ TEST(DeepSpeedConfig, ReduceBucketSizeZeroIsRefusedAsDeepSpeedRefusesIt) {
             1U);
 }
 
+// stage3_max_reuse_distance is read (DeepSpeed 0.19's default 1e9, runtime/zero/config.py), "auto" keeps the
+// default, and a negative value is refused with the accepted range.
+TEST(DeepSpeedConfig, MaxReuseDistanceIsRead) {
+  EXPECT_EQ(parse_deepspeed_config(R"({"zero_optimization": {"stage": 3}})", "t", {}).knobs.zero.max_reuse_distance,
+            1'000'000'000U);
+  EXPECT_EQ(parse_deepspeed_config(R"({"zero_optimization": {"stage": 3, "stage3_max_reuse_distance": 2e8}})", "t", {})
+                .knobs.zero.max_reuse_distance,
+            200'000'000U);
+  EXPECT_EQ(
+      parse_deepspeed_config(R"({"zero_optimization": {"stage": 3, "stage3_max_reuse_distance": "auto"}})", "t", {})
+          .knobs.zero.max_reuse_distance,
+      1'000'000'000U);
+  try {
+    parse_deepspeed_config(R"({"zero_optimization": {"stage": 3, "stage3_max_reuse_distance": -1}})", "t", {});
+    ADD_FAILURE() << "stage3_max_reuse_distance -1 accepted";
+  } catch (const InputError& error) {
+    EXPECT_NE(std::string(error.what()).find("\"zero_optimization.stage3_max_reuse_distance\" is -1; accepted"),
+              std::string::npos)
+        << error.what();
+  }
+}
+
+// Axolotl's ZeRO-3 bf16 config: the stage-3 limits at 0, which DeepSpeed accepts (ge=0) and emu too: no prefetch
+// beyond the live limit, every module released after use; "auto" buckets keep DeepSpeed's defaults.
+TEST(DeepSpeedConfig, AxolotlZero3WithZeroLimits) {
+  const DeepSpeedConfig config = load_deepspeed_config(data_file("axolotl_zero3_bf16.json"), {});
+  EXPECT_EQ(config.strategy, "zero3");
+  EXPECT_EQ(config.knobs.zero.max_live_parameters, 0U);
+  EXPECT_EQ(config.knobs.zero.max_reuse_distance, 0U);
+  EXPECT_EQ(config.knobs.zero.sub_group_size, 0U);
+  EXPECT_EQ(config.knobs.zero.prefetch_bucket_elements, 50'000'000U);
+  EXPECT_EQ(config.knobs.zero.reduce_bucket_elements, 500'000'000U);
+  EXPECT_TRUE(config.knobs.zero.overlap_comm);
+  EXPECT_EQ(config.knobs.recipe.params, DType::kBF16);
+}
+
+// "auto" bucket sizes as the Hugging Face Trainer fills them from the model's hidden size (transformers
+// integrations/deepspeed.py): gpt2's h = 768 gives reduce_bucket_size 768² = 589824, at stage 3
+// stage3_prefetch_bucket_size int(0.9·589824) = 530841 and stage3_param_persistence_threshold 7680.
+TEST(DeepSpeedConfig, AutoBucketSizesAreTheTrainersFromTheHiddenSize) {
+  const RunOptions zero3 = parse({"--deepspeed", data_file("axolotl_zero3_bf16.json").string(), "--model", "gpt2"});
+  ASSERT_EQ(zero3.strategies.size(), 1U);
+  EXPECT_EQ(zero3.strategies[0].zero.reduce_bucket_elements, 589824U);
+  EXPECT_EQ(zero3.strategies[0].zero.prefetch_bucket_elements, 530841U);
+  EXPECT_EQ(zero3.strategies[0].zero.param_persistence_threshold, 7680U);
+  EXPECT_TRUE(
+      has(zero3.deepspeed_auto, "zero_optimization.reduce_bucket_size = 589824 (the Hugging Face Trainer's h²)"));
+  // Written, not "auto": the config's value stands (hf_trainer_zero2.json writes reduce_bucket_size 2e8).
+  const RunOptions zero2 = parse({"--deepspeed", data_file("hf_trainer_zero2.json").string(), "--model", "gpt2"});
+  EXPECT_EQ(zero2.strategies[0].zero.reduce_bucket_elements, 200'000'000U);
+}
+
 }  // namespace
 }  // namespace emu::app
