@@ -128,6 +128,9 @@ void set_kind(StrategyOptions& options, std::string_view name);
 // bf16 (the strategy binds autocast's bf16 copies of the weights). Every other strategy and recipe is unchanged.
 // Idempotent; make_strategy and predict apply it.
 StrategyOptions with_framework_recipe(StrategyOptions options);
+// The model options the strategy's framework runs the model under: `model` with autocast set where the framework
+// recipe keeps fp32 parameters around bf16 math (PyTorch DDP's mixed recipe; model::ModelOptions::autocast).
+model::ModelOptions framework_model_options(const StrategyOptions& options, model::ModelOptions model);
 std::vector<std::string> strategy_names();
 
 // Where a strategy runs: its rank's device, the world communicator (its ledger is the training traffic), the
