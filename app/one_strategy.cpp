@@ -29,7 +29,9 @@ StrategyOutcome run_one_strategy(const Stage& stage, const strategy::StrategyOpt
   outcome.options = options;
   strategy::StrategyOptions sized = options;
   sized.shrink = stage.shrink;
-  model::Model model(stage.device, stage.model, stage.model_options);
+  // PyTorch DDP's mixed recipe is autocast over fp32 parameters: the model saves what autocast saves (blocks.h).
+  const model::ModelOptions model_options = strategy::framework_model_options(sized, stage.model_options);
+  model::Model model(stage.device, stage.model, model_options);
   model.set_initial_weights(stage.initial_weights);
   auto strategy = strategy::make_strategy({stage.device, stage.world, model, stage.intra, stage.inter, stage.offload,
                                            stage.parameter_host, stage.post_forward},
@@ -46,7 +48,7 @@ StrategyOutcome run_one_strategy(const Stage& stage, const strategy::StrategyOpt
   input.offload = stage.offload != nullptr;
   input.rank = stage.world.rank();
   outcome.prediction = strategy::predict(sized, input);
-  outcome.predicted_activations = model::saved_activation_bytes(stage.model, stage.model_options);
+  outcome.predicted_activations = model::saved_activation_bytes(stage.model, model_options);
 
   for (int step = 0; step < stage.steps; ++step) {
     const std::vector<data::Batch> micro_batches = driver.micro_batches(step);

@@ -75,6 +75,11 @@ StrategyOptions with_framework_recipe(StrategyOptions options) {
   return options;
 }
 
+model::ModelOptions framework_model_options(const StrategyOptions& options, model::ModelOptions model) {
+  model.autocast = with_framework_recipe(options).recipe.params != model.compute;
+  return model;
+}
+
 std::vector<std::string> comm_hook_names() { return {"none", "bf16"}; }
 
 namespace {

@@ -128,9 +128,13 @@ void set_kind(StrategyOptions& options, std::string_view name);
 // The options with the precision recipe the strategy's framework really keeps. PyTorch DDP (ddp, ddp-zero) in the
 // mixed recipe is torch.autocast(bfloat16) over the fp32 model, as the Hugging Face Trainer's bf16=True without
 // DeepSpeed: fp32 parameters and gradients, AdamW on the fp32 parameters (no master copy); the model's math stays
-// bf16 (the strategy binds autocast's bf16 copies of the weights). Every other strategy and recipe is unchanged.
+// bf16 (the strategy binds autocast's bf16 copies of the weights) and saves what autocast saves
+// (framework_model_options). Every other strategy and recipe is unchanged.
 // Idempotent; make_strategy and predict apply it.
 StrategyOptions with_framework_recipe(StrategyOptions options);
+// The model options the strategy's framework runs the model under: `model` with autocast set where the framework
+// recipe keeps fp32 parameters around bf16 math (PyTorch DDP's mixed recipe; model::ModelOptions::autocast).
+model::ModelOptions framework_model_options(const StrategyOptions& options, model::ModelOptions model);
 std::vector<std::string> strategy_names();
 
 // Where a strategy runs: its rank's device, the world communicator (its ledger is the training traffic), the

@@ -75,6 +75,8 @@ def build_model(args):
     model = AutoModelForCausalLM.from_config(config, attn_implementation=args.attention, dtype=torch.float32)
     if args.checkpoint:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    # As the Trainer trains: TrainingArguments.use_cache defaults to False and Trainer.__init__ writes it into
+    # model.config (transformers trainer.py); with the cache, k and v would be the cache's copies, held to the end.
     model.config.use_cache = False
     return model, raw
 

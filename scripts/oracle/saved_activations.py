@@ -3,8 +3,11 @@
 tests.
 
 Builds tiny LlamaForCausalLM and GPT2LMHeadModel models (transformers, PyTorch, on the CPU) and measures, per
-precision (fp32; bf16 = the model's parameters in bf16, as FSDP's param_dtype and DeepSpeed's bf16 run it) and
-attention implementation (sdpa, eager), with and without gradient checkpointing:
+precision (fp32; bf16 = the model's parameters in bf16, as FSDP's param_dtype and DeepSpeed's bf16 run it;
+autocast = fp32 parameters under torch.autocast(bfloat16), as PyTorch DDP's mixed recipe and the Trainer's
+bf16=True without DeepSpeed run it) and attention implementation (sdpa, eager), with and without gradient
+checkpointing, with use_cache=False as the Trainer trains (TrainingArguments.use_cache defaults to False and
+Trainer.__init__ writes it into model.config):
 
   - per decoder block, the bytes its forward saves for backward: every tensor handed to autograd's
     saved_tensors_hooks while the block runs, deduplicated by storage, parameters left out, and apart from them
@@ -19,6 +22,7 @@ by hand with a Python that has torch and transformers (e.g. /work/oracle-venv/bi
 """
 
 import argparse
+import contextlib
 import json
 import platform
 import weakref
@@ -64,7 +68,19 @@ def build(style, kv_heads, dtype, attention):
         model = GPT2LMHeadModel(config)
     model.config._attn_implementation = attention
     model.set_attn_implementation(attention) if hasattr(model, "set_attn_implementation") else None
-    return model.to(dtype).train()
+    model.config.use_cache = False  # as the Trainer sets it (trainer.py: model.config.use_cache = args.use_cache)
+    return model.to(torch.float32 if dtype == "autocast" else dtype).train()
+
+
+def autocast(dtype):
+    """torch.autocast(bfloat16) on the CPU for the autocast recipe, else nothing. CPU autocast casts fewer ops to
+    fp32 than CUDA's (pow, softmax, layer_norm stay at the input's dtype); emu follows CUDA's lists and its test
+    names each difference."""
+    return torch.autocast("cpu", dtype=torch.bfloat16) if dtype == "autocast" else contextlib.nullcontext()
+
+
+def dtype_name(dtype):
+    return dtype if isinstance(dtype, str) else str(dtype).removeprefix("torch.")
 
 
 class SavedBytes:
@@ -132,7 +148,7 @@ def block_bytes(style, kv_heads, dtype, attention, checkpoint):
         block.register_forward_pre_hook(lambda m, a, i=i: setattr(saved, "scope", i))
         block.register_forward_hook(lambda m, a, o: setattr(saved, "scope", None))
     ids = torch.randint(0, 384, (BATCH, SEQ))
-    with torch.autograd.graph.saved_tensors_hooks(saved.pack, lambda t: t):
+    with torch.autograd.graph.saved_tensors_hooks(saved.pack, lambda t: t), autocast(dtype):
         out = model(input_ids=ids, labels=ids)
     out.loss.backward()
     return [saved.total(i) for i in range(len(blocks))], sum(saved.shared().values())
@@ -144,19 +160,21 @@ def loss_bytes(style, dtype):
     model = build(style, 4, dtype, "sdpa")
     head = model.lm_head
     head.weight.requires_grad_(False)
-    hidden = torch.randn(BATCH, SEQ, model.config.hidden_size, dtype=dtype, requires_grad=True)
+    hidden = torch.randn(BATCH, SEQ, model.config.hidden_size, dtype=torch.float32 if dtype == "autocast" else dtype,
+                         requires_grad=True)
     labels = torch.randint(0, model.config.vocab_size, (BATCH, SEQ))
     live = Live([hidden, labels, *model.parameters()])
     with live:
         start = live.live
         live.reset()
-        logits = head(hidden)
-        cap = getattr(model.config, "final_logit_softcapping", None)
-        if cap is not None:  # Gemma2ForCausalLM.forward soft-caps the logits before its loss
-            logits = logits / cap
-            logits = torch.tanh(logits)
-            logits = logits * cap
-        loss = model.loss_function(logits=logits, labels=labels, vocab_size=model.config.vocab_size)
+        with autocast(dtype):
+            logits = head(hidden)
+            cap = getattr(model.config, "final_logit_softcapping", None)
+            if cap is not None:  # Gemma2ForCausalLM.forward soft-caps the logits before its loss
+                logits = logits / cap
+                logits = torch.tanh(logits)
+                logits = logits * cap
+            loss = model.loss_function(logits=logits, labels=labels, vocab_size=model.config.vocab_size)
         del logits  # the Trainer drops the model's outputs once compute_loss returns the loss
         forward_peak = live.peak - start
         after_forward = live.live - start
@@ -178,20 +196,23 @@ def main():
                      ("gemma", 4), ("gemma", 2), ("gemma2", 4), ("gemma2", 2)):
         if args.only and style != args.only:
             continue
-        for dtype in (torch.float32, torch.bfloat16):
+        # autocast: the recipe of PyTorch DDP (emu's ddp and ddp-zero in mixed precision), recorded for the two
+        # families the PyTorch oracles train.
+        dtypes = (torch.float32, torch.bfloat16) + (("autocast",) if style in ("llama", "gpt2") else ())
+        for dtype in dtypes:
             for attention in (("eager",) if style == "gemma2" else ("sdpa", "eager")):
                 for checkpoint in (False, True):
                     per_block, shared = block_bytes(style, kv, dtype, attention, checkpoint)
                     cases.append({"style": style, "kv_heads": kv,
-                                  "dtype": str(dtype).removeprefix("torch."), "attention": attention,
+                                  "dtype": dtype_name(dtype), "attention": attention,
                                   "checkpoint": checkpoint, "saved_per_block": per_block,
                                   "shared_by_blocks": shared})
     losses = []
     for style in ("llama", "gpt2", "gemma2"):
         if args.only and style != args.only:
             continue
-        for dtype in (torch.float32, torch.bfloat16):
-            losses.append({"style": style, "dtype": str(dtype).removeprefix("torch."), **loss_bytes(style, dtype)})
+        for dtype in (torch.float32, torch.bfloat16) + (("autocast",) if style in ("llama", "gpt2") else ()):
+            losses.append({"style": style, "dtype": dtype_name(dtype), **loss_bytes(style, dtype)})
     shapes = {"batch": BATCH, "seq": SEQ, "llama": LLAMA, "gemma2": GEMMA2, "gpt2": GPT2}
     if args.only:  # the other styles' cases as recorded before
         kept = json.loads(Path(args.out).read_text())
@@ -202,6 +223,7 @@ def main():
                 "live bytes; recorded by scripts/oracle/saved_activations.py on the CPU",
         "versions": {"torch": torch.__version__, "transformers": transformers.__version__,
                      "python": platform.python_version()},
+        "use_cache": False,
         "shapes": shapes, "blocks": cases, "loss": losses,
     }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)

@@ -8,9 +8,11 @@
 // fsdp for FSDP1; fsdp2 for FSDP2, tracked by FSDPMemTracker) and every category's peak — measured and
 // predicted — must equal the recorded one within 3% once the named differences below are added. Each named
 // difference is one line with its reason and its bytes computed from the shapes, so that the fix that removes
-// it deletes that line. Categories whose gap is not yet named from the shapes (activations, temporaries and the
-// total, pending Hugging Face's activations and the optimizer's temporaries in emu) are printed as OPEN and
-// checked only in their known direction: emu may not exceed the framework there.
+// it deletes that line. Activations and temporaries are compared as their sum at the two totals' peaks, and with
+// the total checked, where both peaks are the same moment (the loss's backward); lines whose gap is not yet named
+// from the shapes (the category peaks of activations and temporaries alone, which fall at different moments, and
+// the checkpointed cases, whose peaks do) are printed as OPEN and checked only in their known direction, or not at
+// all where the moments differ.
 //
 // DeepSpeed cases: its own model-state estimators (estimate_zero2/zero3_model_states_mem_needs) for emu's presets
 // at 1-64 GPUs against emu's --plan, with the estimator's assumptions and emu's extra buffers named; and DeepSpeed
@@ -402,13 +404,16 @@ int64_t emu_category(const json& peaks, const std::string& category) {
 }
 
 // One line per category in `states` and for activations and temporaries — the framework's peak, emu's measured and
-// predicted, named by `name(category, line)` — then activations + temporaries as one open line. MemTracker files a
+// predicted, named by `name(category, line)` — then activations + temporaries as one line. MemTracker files a
 // tensor made in a module's forward as an activation and anything else as a temporary; emu files what is saved for
 // backward as an activation and the rest of the work as temporaries. The two split the same bytes differently (a
-// recomputed block's tensors, the loss's upcasts), so each is printed and their sum is what is checked.
+// recomputed block's tensors, the loss's upcasts), so each is printed and their sum is what is compared. Their
+// category peaks fall at different moments (the activations' at the end of forward, the temporaries' in the loss's
+// backward), so where the recording has the breakdown at its total's peak (`at_peak`) the act+temp line is the
+// sum at the two totals' peaks, named by the caller; else it is the sum of the category peaks, open.
 template <typename Name>
 std::vector<Line> category_lines(const std::vector<std::string>& states, const RecordedCategories& peaks,
-                                 const json& emu, Name&& name) {
+                                 const json& emu, Name&& name, const RecordedCategories* at_peak = nullptr) {
   const json& measured = emu["peak"]["category_peaks"];
   const json& predicted = emu["predicted"]["by_category"];
   std::vector<std::string> categories = states;
@@ -431,12 +436,19 @@ std::vector<Line> category_lines(const std::vector<std::string>& states, const R
     lines.push_back(std::move(line));
   }
   Line work;
-  work.category = "act+temp";
-  work.open = true;
+  work.category = at_peak != nullptr ? "act+temp@peak" : "act+temp";
+  work.open = at_peak == nullptr;
   for (const Line& line : lines) {
     if (line.category != "activations" && line.category != "temporaries") continue;
-    work.framework += line.framework;
-    work.measured += line.measured;
+    if (at_peak != nullptr) {
+      work.framework += recorded(*at_peak, line.category);
+      work.measured +=
+          static_cast<int64_t>(static_cast<double>(emu["peak"]["at_peak_by_category"][line.category].get<int64_t>()) *
+                               planted_scale(line.category));
+    } else {
+      work.framework += line.framework;
+      work.measured += line.measured;
+    }
   }
   lines.push_back(std::move(work));
   return lines;
@@ -449,6 +461,44 @@ const json& highest_peak(const json& ranks) {
     if (r["peak_bytes"].get<int64_t>() > (*top)["peak_bytes"].get<int64_t>()) top = &r;
   }
   return *top;
+}
+
+// The act+temp line at the two totals' peaks: what the framework holds there and emu does not, or the reverse, by
+// name with its bytes from the shapes. Checked where every difference is named; open (printed, checked in
+// direction) where the two peaks are different moments of the step, said where it is set.
+void name_work_at_peak(const json& c, const CaseFacts& f, const std::string& strategy, Line& line) {
+  if (line.open) return;
+  const oracle::Shapes& s = f.shapes;
+  const int64_t T = c["micro_batch"].get<int64_t>() * c["seq_len"].get<int64_t>();
+  const bool llama = s.family == oracle::Family::kLlama;
+  const bool ddp = strategy == "ddp" || strategy == "ddp-zero";
+  const bool checkpoint = c["gradient_checkpointing"].get<bool>();
+  // Both totals peak in the loss's backward (the fp32 log-softmax, its gradient and the logits' gradient), before
+  // autograd has made a parameter's gradient, except with checkpointing, where the recorded peak is where the
+  // model states are highest (DDP: the optimizer step, every gradient and foreach AdamW's temporaries; FSDP2: the
+  // block being recomputed) and emu's in the first block's backward: two different moments.
+  if (checkpoint) {
+    line.open = line.unchecked = true;
+    return;
+  }
+  if (ddp) {  // in the total under buckets on both sides
+    line.named.push_back({"the Reducer's fp32 buckets (MemTracker's activations, emu's buckets)", -4 * f.psi, false});
+  }
+  if (llama) {
+    // LlamaRMSNorm.forward: the normalised tensor, and at bf16 an fp32 copy of the input where emu keeps the input.
+    line.named.push_back(
+        {"the final RMSNorm's normalised tensor [T, h] (4 B in fp32 and under autocast; bf16 with its input's "
+         "fp32 copy in place of the input), which emu's root does not keep",
+         -4 * T * s.h});
+  }
+  if (ddp && f.mixed && !llama) {
+    // gelu_new's pow: fp32 under CUDA's autocast (ATen autocast_mode.h, AT_FORALL_FP32), which emu follows; bf16
+    // under the CPU's, where the recording ran.
+    line.named.push_back(
+        {"gelu_new under CUDA's autocast keeps c_fc's output, tanh and 1 + tanh in fp32 (the CPU's "
+         "autocast, recorded here, in bf16): 6 B per [T, F] element per block",
+         6 * T * s.ffn * s.layers});
+  }
 }
 
 // What emu's collectives stage at its peak: on a GPU NCCL's own buffers, outside the framework's allocator.
@@ -471,24 +521,30 @@ std::vector<Line> compare(const json& c, const json& emu, const std::string& str
   f.recorded_rank = (*top)["rank"];
   f.emu_rank = emu["peak"]["rank"];
   const auto peaks = (*top)["category_peaks"].get<RecordedCategories>();
+  const RecordedCategories at_peak =
+      top->contains("at_peak") ? (*top)["at_peak"].get<RecordedCategories>() : RecordedCategories();
 
-  std::vector<Line> lines = category_lines({"parameters", "gradients", "optimizer_state", "buckets", "buffers"}, peaks,
-                                           emu, [&](const std::string& category, Line& line) {
-                                             if (strategy == "ddp" || strategy == "ddp-zero") {
-                                               name_ddp(category, f, line, strategy == "ddp-zero");
-                                             }
-                                             if (strategy == "fsdp") name_fsdp1(category, f, line);
-                                             if (strategy == "fsdp2") name_fsdp2(category, f, line);
-                                           });
+  std::vector<Line> lines = category_lines(
+      {"parameters", "gradients", "optimizer_state", "buckets", "buffers"}, peaks, emu,
+      [&](const std::string& category, Line& line) {
+        if (strategy == "ddp" || strategy == "ddp-zero") name_ddp(category, f, line, strategy == "ddp-zero");
+        if (strategy == "fsdp") name_fsdp1(category, f, line);
+        if (strategy == "fsdp2") name_fsdp2(category, f, line);
+      },
+      at_peak.empty() ? nullptr : &at_peak);
+  name_work_at_peak(c, f, strategy, lines.back());
   Line total;
   total.category = "total";
   total.framework = (*top)["peak_bytes"];
   total.measured = emu["peak"]["bytes"];
-  total.open = true;
-  // The model states' named differences carry over to the total (their peaks coincide at the optimizer step);
-  // the buckets' are replaced by what emu's buckets hold at its peak, below.
+  // Checked where the act+temp line at the peaks is (both totals peak at the same moment, the loss's backward),
+  // open where they are different moments.
+  total.open = lines.back().open;
+  // The model states' named differences carry over to the total (their peaks coincide at the optimizer step), and
+  // those of the activations and temporaries at the peaks; the buckets' are replaced by what emu's buckets hold at
+  // its peak, below.
   for (const Line& line : lines) {
-    if (line.category == "buckets" || line.open) continue;
+    if (line.category == "buckets" || (line.open && line.category != "act+temp@peak")) continue;
     for (const Named& n : line.named) {
       if (n.in_total) total.named.push_back({fmt::format("{} ({})", n.reason, line.category), n.bytes});
     }

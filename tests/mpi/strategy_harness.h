@@ -145,6 +145,7 @@ inline Trace run_reference(model::Style style, const strategy::StrategyOptions& 
   auto device = make_cpu_device({});
   model::ModelOptions model_options;
   model_options.compute = compute;
+  model_options.autocast = autocast;
   model::Model model(*device, config, model_options);
   const auto data = tiny_data(config);
   model::NoHooks hooks;
@@ -241,7 +242,8 @@ inline std::unique_ptr<StrategyRun> run_strategy(model::Style style, const strat
   const model::ModelConfig config = tiny_config(style, 1);
   model::ModelOptions model_options;
   model_options.compute = options.recipe.params;
-  run->model = std::make_unique<model::Model>(*run->device, config, model_options);
+  run->model =
+      std::make_unique<model::Model>(*run->device, config, strategy::framework_model_options(options, model_options));
   const int per_node = test_ranks_per_node();
   run->intra_node = run->world->split(rank / per_node, rank, "intra-node");
   run->inter_node = run->world->split(rank % per_node, rank, "inter-node");

@@ -128,6 +128,23 @@ Measured measure(const ModelConfig& config, const ModelOptions& options) {
 
 Attention attention_of(const std::string& name) { return name == "eager" ? Attention::kEager : Attention::kSdpa; }
 
+// The recording's dtypes: float32, bfloat16 (parameters in bf16) and autocast (fp32 parameters under
+// torch.autocast(bfloat16), PyTorch DDP's mixed recipe).
+ModelOptions options_of(const std::string& dtype, Attention attention, bool checkpoint) {
+  ModelOptions options{dtype == "float32" ? DType::kF32 : DType::kBF16, attention, checkpoint};
+  options.autocast = dtype == "autocast";
+  return options;
+}
+
+// Autocast's bf16 casts of one block's linear weights, which autograd saves with the block and emu's ddp strategy
+// charges (strategies/ddp.cpp), not the model: Llama's q, k, v, o, gate, up and down projections; GPT-2's c_attn,
+// attn.c_proj, c_fc and mlp.c_proj weights (addmm saves no bias).
+int64_t weight_casts_per_block(const ModelConfig& c) {
+  const auto h = int64_t(c.hidden), F = int64_t(c.ffn), kvd = int64_t(c.kv_dim());
+  if (c.style == Style::kGpt2) return 2 * (4 * h * h + 2 * h * F);
+  return 2 * (2 * h * h + 2 * h * kvd + 3 * h * F);
+}
+
 TEST(HfOracle, SavedActivationsPerBlockEqualTheRecording) {
   const json doc = fixture();
   std::printf("recorded with torch %s, transformers %s\n", doc["versions"]["torch"].get<std::string>().c_str(),
@@ -137,18 +154,23 @@ TEST(HfOracle, SavedActivationsPerBlockEqualTheRecording) {
     const std::string style = c["style"], dtype = c["dtype"], attention = c["attention"];
     const bool checkpoint = c["checkpoint"];
     const ModelConfig config = recorded_config(doc["shapes"], style, c["kv_heads"]);
-    const ModelOptions options{dtype == "bfloat16" ? DType::kBF16 : DType::kF32, attention_of(attention), checkpoint};
+    const ModelOptions options = options_of(dtype, attention_of(attention), checkpoint);
     const uint64_t e = dtype_size(options.compute);
-    const uint64_t T = uint64_t(config.tokens()), h = uint64_t(config.hidden);
+    const uint64_t stream = dtype_size(options.residual());  // the residual stream's bytes: fp32 under autocast
+    const uint64_t T = uint64_t(config.tokens()), h = uint64_t(config.hidden), F = uint64_t(config.ffn);
     // The differences, each with its reason; everything else must agree to the byte.
     int64_t named = 0;
     if (style == "gpt2" && !checkpoint) {
       // PyTorch's CPU layer norm keeps mean and rstd at the input's dtype; CUDA's (which emu follows) in fp32:
-      // two norms, two [T] statistics each.
-      named -= int64_t(2 * 2 * T * (4 - e));
-      // GPT-2 hands SDPA an explicit causal mask; the CPU's flash kernel then saves contiguous copies of q and v
-      // beside the qkv projection they are views of. On a GPU (emu) SDPA saves the views.
-      if (attention == "sdpa") named += int64_t(2 * e * T * h);
+      // two norms, two [T] statistics each. Under autocast the input is the fp32 residual stream.
+      named -= int64_t(2 * 2 * T * (4 - stream));
+    }
+    if (options.autocast && !checkpoint) {
+      named += weight_casts_per_block(config);
+      // CPU autocast runs pow in bf16, CUDA's (autocast_mode.h AT_FORALL_FP32, which emu follows) in fp32: on the
+      // CPU gelu_new saves c_fc's bf16 output, tanh and 1 + tanh in bf16 (6TF); on a GPU pow's fp32 cast of it,
+      // tanh and 1 + tanh in fp32 (12TF).
+      if (style == "gpt2") named -= int64_t(6 * T * F);
     }
     if (style == "phi3" && !checkpoint && attention == "sdpa") {
       // Phi-3's q comes out of rotary embedding through torch.cat, contiguous as [b, a, s, d]; the CPU's flash
@@ -156,6 +178,9 @@ TEST(HfOracle, SavedActivationsPerBlockEqualTheRecording) {
       // copy [T, h]. A GPU's flash and memory-efficient kernels write [b, s, a, d] (as for Llama's q, a transposed
       // view), where that .contiguous() is a no-op.
       named += int64_t(e * T * h);
+      // Not yet in emu: trained without the cache (use_cache=False, as the Trainer trains), Phi-3's v reaches SDPA
+      // as a view of qkv_proj's output, so SDPA keeps that whole [T, h + 2·kvd] output where emu keeps v [T, kvd].
+      named += int64_t(e * T * (h + uint64_t(config.kv_dim())));
     }
     const Measured measured = measure(config, options);
     const std::vector<uint64_t> recorded = c["saved_per_block"];
@@ -171,15 +196,16 @@ TEST(HfOracle, SavedActivationsPerBlockEqualTheRecording) {
     // keeps its own fp32 rotary tables [s, d/2] (2·4·s·d/2 B) in the root and charges no eager mask.
     const uint64_t shared = c["shared_by_blocks"];
     const uint64_t s = uint64_t(config.seq), d = uint64_t(config.head_dim()), bsz = uint64_t(config.batch);
+    // Under autocast the tables and the mask are made at the fp32 embeddings' dtype.
     if (style != "gpt2" && !checkpoint) {
-      EXPECT_EQ(shared, 2 * e * s * d);
+      EXPECT_EQ(shared, 2 * stream * s * d);
     }
     if (style == "gpt2" && checkpoint && attention == "eager") {
-      EXPECT_EQ(shared, e * bsz * s * s);
+      EXPECT_EQ(shared, stream * bsz * s * s);
     }
     ++cases;
   }
-  EXPECT_EQ(cases, 80);
+  EXPECT_EQ(cases, 92);  // 72 + gemma2's 8 + autocast's 12
 }
 
 TEST(HfOracle, TrainerLossBytesEqualTheRecording) {
@@ -187,19 +213,25 @@ TEST(HfOracle, TrainerLossBytesEqualTheRecording) {
   for (const json& c : doc["loss"]) {
     const std::string style = c["style"], dtype = c["dtype"];
     const ModelConfig config = recorded_config(doc["shapes"], style, doc["shapes"]["llama"]["num_attention_heads"]);
-    const ModelOptions options{dtype == "bfloat16" ? DType::kBF16 : DType::kF32, Attention::kSdpa, false,
-                               Loss::kTrainer};
+    const ModelOptions options = options_of(dtype, Attention::kSdpa, false);
     const Measured m = measure(config, options);
-    const uint64_t T = uint64_t(config.tokens());
+    const uint64_t T = uint64_t(config.tokens()), th = T * uint64_t(config.hidden);
     // The recording holds what emu keeps on the host: HF's int64 labels padded by one ([b, s + 1]) and their
     // shifted contiguous copy [T], and the scalar loss (fp32).
     const uint64_t labels = 8 * uint64_t(config.batch) * uint64_t(config.seq + 1) + 8 * T;
-    EXPECT_EQ(m.loss_forward_peak + labels + 8, uint64_t(c["forward_peak"])) << style << " " << dtype;
-    EXPECT_EQ(m.loss_after_forward + 8 * T + 8, uint64_t(c["after_forward"])) << style << " " << dtype;
-    EXPECT_EQ(m.loss_backward_peak + 8, uint64_t(c["backward_peak"])) << style << " " << dtype;
+    // Under autocast: the head's bf16 weight cast [V, h], which emu's ddp strategy charges, held from the head's
+    // forward to its backward. After forward, the recording froze the head's weight, so nothing saves the head's
+    // bf16 input cast (emu keeps it for the weight gradient), and it holds its fp32 input, the final hidden state
+    // (the model's last_hidden_state, which emu frees when forward returns).
+    const uint64_t weight_cast = options.autocast ? 2 * uint64_t(config.vocab * config.hidden) : 0;
+    const uint64_t after = options.autocast ? weight_cast - 2 * th + 4 * th : 0;
+    EXPECT_EQ(m.loss_forward_peak + labels + 8 + weight_cast, uint64_t(c["forward_peak"])) << style << " " << dtype;
+    EXPECT_EQ(m.loss_after_forward + 8 * T + 8 + after, uint64_t(c["after_forward"])) << style << " " << dtype;
+    EXPECT_EQ(m.loss_backward_peak + 8 + after, uint64_t(c["backward_peak"])) << style << " " << dtype;
     EXPECT_EQ(m.loss_forward_peak, loss_forward_peak_bytes(config, options));
-    EXPECT_EQ(m.loss_backward_peak, loss_backward_peak_bytes(config, options));
-    EXPECT_EQ(m.loss_after_forward, logits_bytes(config, options));
+    EXPECT_EQ(m.loss_backward_peak + (options.autocast ? 4 * th - 2 * th : 0),
+              loss_backward_peak_bytes(config, options));
+    EXPECT_EQ(m.loss_after_forward + (options.autocast ? 4 * th - 2 * th : 0), logits_bytes(config, options));
   }
 }
 

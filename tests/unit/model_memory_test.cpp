@@ -58,8 +58,8 @@ std::vector<uint64_t> measured_per_block(const ModelConfig& config, const ModelO
 void expect_closed_form(const ModelConfig& config, const ModelOptions& options, bool shapes_only) {
   for (uint64_t measured : measured_per_block(config, options, shapes_only)) {
     EXPECT_EQ(measured, saved_activation_bytes_per_block(config, options))
-        << config.name << " " << dtype_name(options.compute) << " " << attention_name(options.attention)
-        << (options.checkpoint ? " checkpointed" : "");
+        << config.name << " " << dtype_name(options.compute) << (options.autocast ? " autocast " : " ")
+        << attention_name(options.attention) << (options.checkpoint ? " checkpointed" : "");
   }
 }
 
@@ -71,11 +71,15 @@ TEST(ModelMemory, SavedActivationsPerBlockMatchTheClosedForm) {
     ModelConfig small = shrink(full, 32);
     small.layers = 3;
     for (DType dt : {DType::kBF16, DType::kF32}) {
-      for (Attention attention : {Attention::kEager, Attention::kSdpa, Attention::kFlash}) {
-        for (bool checkpoint : {false, true}) {
-          const ModelOptions options{dt, attention, checkpoint};
-          expect_closed_form(full, options, true);
-          expect_closed_form(small, options, false);
+      for (bool autocast : {false, true}) {  // autocast: fp32 parameters under bf16 math (DDP's mixed recipe)
+        if (autocast && dt == DType::kF32) continue;
+        for (Attention attention : {Attention::kEager, Attention::kSdpa, Attention::kFlash}) {
+          for (bool checkpoint : {false, true}) {
+            ModelOptions options{dt, attention, checkpoint};
+            options.autocast = autocast;
+            expect_closed_form(full, options, true);
+            expect_closed_form(small, options, false);
+          }
         }
       }
     }

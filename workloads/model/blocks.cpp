@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <initializer_list>
 
 #include "workloads/model/shrink.h"
 #include "workloads/model/tensor.h"
@@ -20,46 +21,15 @@ Buffer BlockEnv::allocate_per_row(size_t count, DType dtype, Category category, 
 }
 
 void BlockSaved::release_all_but_input() {
-  for (Buffer* b : {&x32,
-                    &norm1_stats,
-                    &norm1_hat,
-                    &norm1_plus_one,
-                    &xn1,
-                    &q,
-                    &k,
-                    &v,
-                    &qkv,
-                    &probs,
-                    &probs_copy,
-                    &lse,
-                    &attn,
-                    &x2,
-                    &x2_32,
-                    &norm2_stats,
-                    &norm2_hat,
-                    &norm2_plus_one,
-                    &xn2,
-                    &gate,
-                    &up,
-                    &silu,
-                    &fc,
-                    &gelu_tanh,
-                    &gelu_half,
-                    &gelu_sum,
-                    &act,
-                    &softcap_tanh,
-                    &attn_o,
-                    &attn_o32,
-                    &norm3_stats,
-                    &norm3_hat,
-                    &norm3_plus_one,
-                    &mlp_o,
-                    &mlp_o32,
-                    &norm4_stats,
-                    &norm4_hat,
-                    &norm4_plus_one}) {
-    b->reset();
-  }
+  const auto reset = [](std::initializer_list<Buffer*> buffers) {
+    for (Buffer* b : buffers) b->reset();
+  };
+  reset({&x32, &norm1_stats, &norm1_hat, &norm1_plus_one, &xn1, &xn1_casts});
+  reset({&q, &k, &v, &qkv, &probs, &probs_copy, &lse, &attn});
+  reset({&x2, &x2_32, &norm2_stats, &norm2_hat, &norm2_plus_one, &xn2, &xn2_casts});
+  reset({&gate, &up, &silu, &fc, &gelu_tanh, &gelu_half, &gelu_sum, &act});
+  reset({&softcap_tanh, &attn_o, &attn_o32, &norm3_stats, &norm3_hat, &norm3_plus_one});
+  reset({&mlp_o, &mlp_o32, &norm4_stats, &norm4_hat, &norm4_plus_one});
 }
 
 const float* norm_weight(Ops* ops, const ModelConfig& config, const float* w, Scratch& scratch) {
@@ -110,13 +80,11 @@ int64_t logsumexp_rows(const BlockEnv& env) {
 }
 
 // Llama's eager attention takes its softmax in fp32 (softmax(dtype=float32)) and multiplies V by a copy at the
-// compute dtype; GPT-2's takes it at the compute dtype, and .type(value.dtype) is then a no-op.
-bool fp32_softmax_copy(const BlockEnv& env) {
-  return env.config.style == Style::kLlama && env.options.compute != DType::kF32;
-}
-DType softmax_dtype(const BlockEnv& env) {
-  return env.config.style == Style::kLlama ? DType::kF32 : env.options.compute;
-}
+// compute dtype; GPT-2's takes it at the scores' dtype, and .type(value.dtype) is then a no-op, except under
+// autocast, where its fp32 causal mask (made at the fp32 embeddings' dtype) promotes the bf16 scores to fp32.
+bool fp32_softmax(const BlockEnv& env) { return env.config.style == Style::kLlama || env.options.autocast; }
+bool fp32_softmax_copy(const BlockEnv& env) { return fp32_softmax(env) && env.options.compute != DType::kF32; }
+DType softmax_dtype(const BlockEnv& env) { return fp32_softmax(env) ? DType::kF32 : env.options.compute; }
 size_t score_count(const ModelConfig& c) { return size_t(c.batch * c.heads * c.seq * c.seq); }
 
 // Columns of the saved k and v: eager attention under grouped-query attention saves repeat_kv's copies [T, h];
@@ -207,27 +175,46 @@ void attention_backward(const BlockEnv& env, const AttentionShape& shape, BlockS
   s.attn.reset();
 }
 
-// LlamaRMSNorm.forward on `in` [T, h]: saves its input in fp32 (`in32`, a copy, at e = 2; `in` itself at e = 4), rstd,
-// the normalised tensor at the compute dtype and writes the output. GemmaRMSNorm.forward keeps the same but the
-// normalised tensor in fp32 (it multiplies before casting back), and (1 + weight) in fp32 [h] (`plus_one`, ∝ h,
-// charged as a per-row term).
+// Under autocast a norm's output is fp32 (`wide`, held by the layer until its sublayer returns, saved by none) and
+// each linear reading it saves its own cast at the compute dtype (autocast caches casts of leaf parameters only):
+// `out` is the first one's, the caller allocates the others. Elsewhere `out` is the output itself and `wide` stays
+// unallocated.
+void allocate_norm_output(const BlockEnv& env, size_t n, Buffer& out, Buffer& wide, Category cat,
+                          std::string_view name) {
+  if (env.options.autocast) {
+    wide = env.allocate(n, DType::kF32, Category::kTemporaries, fmt::format("{} output in fp32", name));
+    out = env.allocate(n, env.options.compute, cat, fmt::format("{} output cast by autocast", name));
+  } else {
+    out = env.allocate(n, env.options.compute, cat, fmt::format("{} output", name));
+  }
+}
+
+// The further casts of a norm's output that `linears` more linear layers save under autocast (none otherwise).
+Buffer norm_output_casts(const BlockEnv& env, int64_t linears, Category cat, std::string_view what) {
+  if (!env.options.autocast || linears == 0) return {};
+  return env.allocate(size_t(linears * env.config.tokens() * env.config.hidden), env.options.compute, cat, what);
+}
+
+// LlamaRMSNorm.forward on `in` [T, h]: saves its input in fp32 (`in32`, a copy, when `in` is bf16; `in` itself when
+// fp32: in fp32 and under autocast), rstd, the normalised tensor at the input's dtype and writes the output.
+// GemmaRMSNorm.forward keeps the same but the normalised tensor in fp32 (it multiplies before casting back), and
+// (1 + weight) in fp32 [h] (`plus_one`, ∝ h, charged as a per-row term).
 void rms_norm_forward(const BlockEnv& env, const float* w, const Buffer& in, Buffer& in32, Buffer& rstd, Buffer& hat,
-                      Buffer& plus_one, Buffer& out, Category cat, std::string_view name) {
+                      Buffer& plus_one, Buffer& out, Buffer& wide, Category cat, std::string_view name) {
   const ModelConfig& c = env.config;
-  const DType dt = env.options.compute;
+  const bool narrow = in.dtype() != DType::kF32;
   const size_t n = size_t(c.tokens() * c.hidden);
-  if (dt != DType::kF32) in32 = env.allocate(n, DType::kF32, cat, fmt::format("{} input in fp32", name));
+  if (narrow) in32 = env.allocate(n, DType::kF32, cat, fmt::format("{} input in fp32", name));
   rstd = env.allocate_per_row(size_t(c.tokens()), DType::kF32, cat, fmt::format("{} rstd", name));
-  hat = env.allocate(n, c.gemma ? DType::kF32 : dt, cat, fmt::format("{} normalised input", name));
+  hat = env.allocate(n, c.gemma ? DType::kF32 : in.dtype(), cat, fmt::format("{} normalised input", name));
   if (c.gemma) {
     plus_one = env.allocate_per_row(size_t(c.hidden), DType::kF32, cat, fmt::format("{} (1 + weight)", name));
   }
-  out = env.allocate(n, dt, cat, fmt::format("{} output", name));
+  allocate_norm_output(env, n, out, wide, cat, name);
   if (!env.math) return;
-  if (dt != DType::kF32) env.ops->bf16_to_f32(in.as<uint16_t>(), in32.as<float>(), n);
+  if (narrow) env.ops->bf16_to_f32(in.as<uint16_t>(), in32.as<float>(), n);
   Scratch factor;
-  F32 x(env.ops, dt != DType::kF32 ? in32 : in, Access::kRead), st(env.ops, rstd, Access::kWrite),
-      y(env.ops, out, Access::kWrite);
+  F32 x(env.ops, narrow ? in32 : in, Access::kRead), st(env.ops, rstd, Access::kWrite), y(env.ops, out, Access::kWrite);
   env.ops->rmsnorm_forward(x, norm_weight(env.ops, c, w, factor), y, st, c.tokens(), c.hidden,
                            static_cast<float>(c.norm_eps));
 }
@@ -261,9 +248,13 @@ Buffer llama_forward(const BlockEnv& env, const float* w, BlockSaved& s, Categor
   auto W = [&](size_t offset) { return offset_into(w, offset); };
   auto B = [&](size_t offset) { return off.bias ? offset_into(w, offset) : nullptr; };
   const int64_t kv_cols = saved_kv_columns(env);
+  // Under autocast: the linears after each norm beyond the first, each saving its own cast of the norm's output.
+  const int64_t attention_linears = c.fused_projections ? 0 : 2, mlp_linears = c.fused_projections ? 0 : 1;
 
-  rms_norm_forward(env, W(off.input_norm), s.x, s.x32, s.norm1_stats, s.norm1_hat, s.norm1_plus_one, s.xn1, cat,
+  Buffer wide;  // under autocast, input_layernorm's fp32 output: held until the attention returns
+  rms_norm_forward(env, W(off.input_norm), s.x, s.x32, s.norm1_stats, s.norm1_hat, s.norm1_plus_one, s.xn1, wide, cat,
                    "input_layernorm");
+  s.xn1_casts = norm_output_casts(env, attention_linears, cat, "k_proj and v_proj inputs cast by autocast");
   s.q = env.allocate(d.tq(), dt, cat, "q");
   s.k = env.allocate(size_t(d.T * kv_cols), dt, cat, kv_cols == d.kvd ? "k" : "k (repeat_kv copy)");
   s.v = env.allocate(size_t(d.T * kv_cols), dt, cat, kv_cols == d.kvd ? "v" : "v (repeat_kv copy)");
@@ -288,26 +279,28 @@ Buffer llama_forward(const BlockEnv& env, const float* w, BlockSaved& s, Categor
       F32 attn(env.ops, s.attn, Access::kRead), o(env.ops, s.attn_o, Access::kWrite);
       env.ops->linear_forward(attn, W(off.o), nullptr, o, d.T, d.qd, d.h, WeightLayout::kOutIn);
     }
-    Buffer normed;
+    Buffer normed, unused;  // Gemma 2 is not run under autocast (strategy.cpp): `unused` stays unallocated
     rms_norm_forward(env, W(off.attn_out_norm), s.attn_o, s.attn_o32, s.norm3_stats, s.norm3_hat, s.norm3_plus_one,
-                     normed, cat, "post_attention_layernorm");
+                     normed, unused, cat, "post_attention_layernorm");
     if (dt != DType::kF32) s.attn_o.reset();
-    s.x2 = env.allocate(d.th(), dt, cat, "residual after attention");
+    s.x2 = env.allocate(d.th(), env.options.residual(), cat, "residual after attention");
     if (env.math) {
       F32 n(env.ops, normed, Access::kRead), x(env.ops, s.x, Access::kRead), x2(env.ops, s.x2, Access::kWrite);
       env.ops->add(n, x, x2, d.th());
     }
   } else {
     // x2 = x + attn·Woᵀ: the projection is written straight into the residual stream.
-    s.x2 = env.allocate(d.th(), dt, cat, "residual after attention");
+    s.x2 = env.allocate(d.th(), env.options.residual(), cat, "residual after attention");
     if (env.math) {
       F32 attn(env.ops, s.attn, Access::kRead), x(env.ops, s.x, Access::kRead), x2(env.ops, s.x2, Access::kWrite);
       env.ops->linear_forward(attn, W(off.o), nullptr, x2, d.T, d.qd, d.h, WeightLayout::kOutIn);
       env.ops->accumulate(x2, x, d.th());
     }
   }
-  rms_norm_forward(env, W(off.post_norm), s.x2, s.x2_32, s.norm2_stats, s.norm2_hat, s.norm2_plus_one, s.xn2, cat,
+  wide.reset();
+  rms_norm_forward(env, W(off.post_norm), s.x2, s.x2_32, s.norm2_stats, s.norm2_hat, s.norm2_plus_one, s.xn2, wide, cat,
                    off.sandwich ? "pre_feedforward_layernorm" : "post_attention_layernorm");
+  s.xn2_casts = norm_output_casts(env, mlp_linears, cat, "up_proj input cast by autocast");
   s.gate = env.allocate(d.tf(), dt, cat, "gate_proj output");
   s.silu = env.allocate(d.tf(), dt, cat, c.gemma ? "gelu(gate)" : "silu(gate)");
   s.up = env.allocate(d.tf(), dt, cat, "up_proj output");
@@ -330,25 +323,26 @@ Buffer llama_forward(const BlockEnv& env, const float* w, BlockSaved& s, Categor
       F32 a(env.ops, s.act, Access::kRead), m(env.ops, s.mlp_o, Access::kWrite);
       env.ops->linear_forward(a, W(off.down), nullptr, m, d.T, d.F, d.h, WeightLayout::kOutIn);
     }
-    Buffer normed;
+    Buffer normed, unused;
     rms_norm_forward(env, W(off.mlp_out_norm), s.mlp_o, s.mlp_o32, s.norm4_stats, s.norm4_hat, s.norm4_plus_one, normed,
-                     cat, "post_feedforward_layernorm");
+                     unused, cat, "post_feedforward_layernorm");
     if (dt != DType::kF32) s.mlp_o.reset();
-    out = env.allocate(d.th(), dt, out_cat, "output");
+    out = env.allocate(d.th(), env.options.residual(), out_cat, "output");
     if (env.math) {
       F32 n(env.ops, normed, Access::kRead), x2(env.ops, s.x2, Access::kRead), o(env.ops, out, Access::kWrite);
       env.ops->add(n, x2, o, d.th());
     }
   } else {
-    out = env.allocate(d.th(), dt, out_cat, "output");
+    out = env.allocate(d.th(), env.options.residual(), out_cat, "output");
     if (env.math) {
       F32 a(env.ops, s.act, Access::kRead), x2(env.ops, s.x2, Access::kRead), o(env.ops, out, Access::kWrite);
       env.ops->linear_forward(a, W(off.down), nullptr, o, d.T, d.F, d.h, WeightLayout::kOutIn);
       env.ops->accumulate(o, x2, d.th());
     }
   }
-  // At e = 2 nothing saved the residual stream itself, only its fp32 copies: it goes when the layer returns.
-  if (dt != DType::kF32) {
+  // At e = 2 nothing saved the residual stream itself, only its fp32 copies: it goes when the layer returns. In fp32
+  // and under autocast the norms saved the stream itself.
+  if (env.options.residual() != DType::kF32) {
     s.x2.reset();
     if (!keep_input) s.x.reset();
   }
@@ -394,7 +388,8 @@ void llama_backward(const BlockEnv& env, const float* w, BlockSaved& s, float* d
       }
     }
     dact.reset();
-    Buffer dxn = env.allocate(d.th(), dt, Category::kTemporaries, "d post_attention_layernorm output");
+    Buffer dxn =
+        env.allocate(d.th(), env.options.residual(), Category::kTemporaries, "d post_attention_layernorm output");
     if (env.math) {
       F32 xn(env.ops, s.xn2, Access::kRead), dg(env.ops, dgate, Access::kRead), du(env.ops, dup, Access::kRead),
           dx(env.ops, dxn, Access::kWrite);
@@ -408,9 +403,10 @@ void llama_backward(const BlockEnv& env, const float* w, BlockSaved& s, float* d
     dgate.reset();
     dup.reset();
     s.xn2.reset();
+    s.xn2_casts.reset();
     s.norm2_hat.reset();
     if (env.math) {
-      F32 dx(env.ops, dxn, Access::kRead), x2(env.ops, dt != DType::kF32 ? s.x2_32 : s.x2, Access::kRead),
+      F32 dx(env.ops, dxn, Access::kRead), x2(env.ops, s.x2_32.count() > 0 ? s.x2_32 : s.x2, Access::kRead),
           st(env.ops, s.norm2_stats, Access::kRead);
       Scratch factor;
       env.ops->rmsnorm_backward(dx, x2, norm_weight(env.ops, c, W(off.post_norm), factor), st, dres, G(off.post_norm),
@@ -455,7 +451,7 @@ void llama_backward(const BlockEnv& env, const float* w, BlockSaved& s, float* d
   s.q.reset();
   s.k.reset();
   s.v.reset();
-  Buffer dxn = env.allocate(d.th(), dt, Category::kTemporaries, "d input_layernorm output");
+  Buffer dxn = env.allocate(d.th(), env.options.residual(), Category::kTemporaries, "d input_layernorm output");
   if (env.math) {
     F32 xn(env.ops, s.xn1, Access::kRead), gq(env.ops, dq, Access::kRead), gk(env.ops, dk, Access::kRead),
         gv(env.ops, dv, Access::kRead);
@@ -471,9 +467,10 @@ void llama_backward(const BlockEnv& env, const float* w, BlockSaved& s, float* d
   dk.reset();
   dv.reset();
   s.xn1.reset();
+  s.xn1_casts.reset();
   s.norm1_hat.reset();
   if (env.math) {
-    F32 dx(env.ops, dxn, Access::kRead), x(env.ops, dt != DType::kF32 ? s.x32 : s.x, Access::kRead),
+    F32 dx(env.ops, dxn, Access::kRead), x(env.ops, s.x32.count() > 0 ? s.x32 : s.x, Access::kRead),
         st(env.ops, s.norm1_stats, Access::kRead);
     Scratch factor;
     env.ops->rmsnorm_backward(dx, x, norm_weight(env.ops, c, W(off.input_norm), factor), st, dres, G(off.input_norm),
@@ -492,8 +489,9 @@ Buffer gpt2_forward(const BlockEnv& env, const float* w, BlockSaved& s, Category
   auto W = [&](size_t i) { return offset_into(w, env.layout.params[i].offset); };
   const float eps = static_cast<float>(c.norm_eps);
 
+  Buffer wide;  // under autocast, the fp32 output of ln_1, then of ln_2: held until its sublayer returns
   s.norm1_stats = env.allocate_per_row(size_t(2 * d.T), DType::kF32, cat, "ln_1 mean and rstd");
-  s.xn1 = env.allocate(d.th(), dt, cat, "ln_1 output");
+  allocate_norm_output(env, d.th(), s.xn1, wide, cat, "ln_1");
   s.qkv = env.allocate(3 * d.th(), dt, cat, "qkv");
   if (env.math) {
     F32 x(env.ops, s.x, Access::kRead), st(env.ops, s.norm1_stats, Access::kWrite), xn(env.ops, s.xn1, Access::kWrite);
@@ -508,9 +506,10 @@ Buffer gpt2_forward(const BlockEnv& env, const float* w, BlockSaved& s, Category
     const float* base = qkv.get();
     attention_forward(env, shape, s, base, base ? base + d.h : nullptr, base ? base + 2 * d.h : nullptr, cat);
   }
-  s.x2 = env.allocate(d.th(), dt, cat, "residual after attention");
+  s.x2 = env.allocate(d.th(), env.options.residual(), cat, "residual after attention");
+  wide.reset();
   s.norm2_stats = env.allocate_per_row(size_t(2 * d.T), DType::kF32, cat, "ln_2 mean and rstd");
-  s.xn2 = env.allocate(d.th(), dt, cat, "ln_2 output");
+  allocate_norm_output(env, d.th(), s.xn2, wide, cat, "ln_2");
   if (env.math) {
     F32 attn(env.ops, s.attn, Access::kRead), x(env.ops, s.x, Access::kRead), x2(env.ops, s.x2, Access::kWrite);
     env.ops->linear_forward(attn, W(kAttnProjWeight), W(kAttnProjBias), x2, d.T, d.h, d.h, WeightLayout::kInOut);
@@ -519,18 +518,27 @@ Buffer gpt2_forward(const BlockEnv& env, const float* w, BlockSaved& s, Category
     env.ops->layernorm_forward(x2, W(kLn2Weight), W(kLn2Bias), xn, st, st + d.T, d.T, d.h, eps);
   }
   // gelu_new, 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))), op by op as PyTorch runs the Python expression: each
-  // intermediate of the tanh's argument is dropped once the next one exists, so two are alive at a time.
-  s.fc = env.allocate(d.tf(), dt, cat, "c_fc output");
+  // intermediate of the tanh's argument is dropped once the next one exists, so two are alive at a time. Under
+  // autocast, CUDA's runs pow in fp32 (autocast_mode.h, AT_FORALL_FP32): pow saves an fp32 cast of c_fc's output,
+  // which nothing else saves, the tanh branch is fp32 from there on, 0.5·x stays bf16, and c_proj saves a bf16 cast
+  // of the fp32 product.
+  const bool ac = env.options.autocast;
+  const DType branch = ac ? DType::kF32 : dt;
+  Buffer fc_out, product;  // under autocast: c_fc's bf16 output and the fp32 product, until the next layer returns
+  (ac ? fc_out : s.fc) = env.allocate(d.tf(), dt, ac ? Category::kTemporaries : cat, "c_fc output");
   s.gelu_half = env.allocate(d.tf(), dt, cat, "gelu_new 0.5·x");
+  if (ac) s.fc = env.allocate(d.tf(), DType::kF32, cat, "c_fc output cast to fp32 for pow");
   {
-    Buffer cube = env.allocate(d.tf(), dt, Category::kTemporaries, "gelu_new x³");
-    Buffer inner = env.allocate(d.tf(), dt, Category::kTemporaries, "gelu_new tanh argument");
+    Buffer cube = env.allocate(d.tf(), branch, Category::kTemporaries, "gelu_new x³");
+    Buffer inner = env.allocate(d.tf(), branch, Category::kTemporaries, "gelu_new tanh argument");
     cube.reset();
-    s.gelu_tanh = env.allocate(d.tf(), dt, cat, "gelu_new tanh");
+    s.gelu_tanh = env.allocate(d.tf(), branch, cat, "gelu_new tanh");
   }
-  s.gelu_sum = env.allocate(d.tf(), dt, cat, "gelu_new 1 + tanh");
-  s.act = env.allocate(d.tf(), dt, cat, "gelu output");
-  Buffer out = env.allocate(d.th(), dt, out_cat, "output");
+  s.gelu_sum = env.allocate(d.tf(), branch, cat, "gelu_new 1 + tanh");
+  if (ac) product = env.allocate(d.tf(), DType::kF32, Category::kTemporaries, "gelu output in fp32");
+  fc_out.reset();
+  s.act = env.allocate(d.tf(), dt, cat, ac ? "gelu output cast by autocast" : "gelu output");
+  Buffer out = env.allocate(d.th(), env.options.residual(), out_cat, "output");
   if (env.math) {
     F32 xn(env.ops, s.xn2, Access::kRead), fc(env.ops, s.fc, Access::kWrite), a(env.ops, s.act, Access::kWrite);
     env.ops->linear_forward(xn, W(kFcWeight), W(kFcBias), fc, d.T, d.h, d.F, WeightLayout::kInOut);
@@ -562,7 +570,7 @@ void gpt2_backward(const BlockEnv& env, const float* w, BlockSaved& s, float* dr
   s.gelu_sum.reset();
   s.gelu_tanh.reset();
   s.fc.reset();
-  Buffer dxn = env.allocate(d.th(), dt, Category::kTemporaries, "d ln_2 output");
+  Buffer dxn = env.allocate(d.th(), env.options.residual(), Category::kTemporaries, "d ln_2 output");
   if (env.math) {
     F32 xn(env.ops, s.xn2, Access::kRead), g(env.ops, dfc, Access::kRead), dx(env.ops, dxn, Access::kWrite);
     env.ops->linear_backward(xn, W(kFcWeight), g, dx, G(kFcWeight), G(kFcBias), d.T, d.h, d.F, WeightLayout::kInOut,
@@ -599,7 +607,7 @@ void gpt2_backward(const BlockEnv& env, const float* w, BlockSaved& s, float* dr
     }
   }
   dattn.reset();
-  Buffer dxn1 = env.allocate(d.th(), dt, Category::kTemporaries, "d ln_1 output");
+  Buffer dxn1 = env.allocate(d.th(), env.options.residual(), Category::kTemporaries, "d ln_1 output");
   if (env.math) {
     F32 xn(env.ops, s.xn1, Access::kRead), g(env.ops, dqkv, Access::kRead), dx(env.ops, dxn1, Access::kWrite);
     env.ops->linear_backward(xn, W(kAttnWeight), g, dx, G(kAttnWeight), G(kAttnBias), d.T, d.h, 3 * d.h,

@@ -17,8 +17,20 @@
 //          output [T, h]; c_fc's output and, of gelu_new (NewGELUActivation, written out in Python), tanh(...),
 //          0.5·x, 1 + tanh(...) and their product [T, F] each.
 //   attention  eager: Llama the fp32 softmax [b, a, s, s] (softmax(dtype=float32)) plus its copy at the compute
-//              dtype when e = 2; GPT-2 the softmax at the compute dtype. sdpa and flash: the logsumexp [b, a, s]
-//              fp32 (sdpa in fp32 runs the memory-efficient kernel, whose rows are padded to a multiple of 32).
+//              dtype when e = 2; GPT-2 the softmax at the compute dtype (fp32 plus its copy under autocast). sdpa and
+//              flash: the logsumexp [b, a, s] fp32 (sdpa in fp32 runs the memory-efficient kernel, whose rows are
+//              padded to a multiple of 32).
+//   autocast   (ModelOptions::autocast: torch.autocast(bf16) over fp32 parameters, PyTorch DDP's mixed recipe, as
+//              CUDA's autocast lists in ATen autocast_mode.h run it) the residual stream is fp32: the embedding
+//              output, each block's input and output, x + attention. Norms run in fp32 and save the stream itself,
+//              rstd (and the statistics) and an fp32 normalised tensor; their fp32 output is saved by none, and each
+//              linear layer reading it saves its own bf16 cast (autocast caches only the parameters' casts): Llama
+//              q_proj, k_proj, v_proj, gate_proj and up_proj five [T, h] casts (Phi-3's fused projections two),
+//              GPT-2 c_attn and c_fc two. Rotary embedding multiplies by fp32 cos and sin, so q and k reach
+//              attention in fp32 and it saves its bf16 casts: the same [T, h] and [T, kvd] as in bf16. Everything
+//              after a linear is bf16 as in bf16, but GPT-2's gelu_new: pow runs in fp32, so it keeps an fp32 cast
+//              of c_fc's output, tanh and 1 + tanh in fp32, 0.5·x in bf16 and c_proj's bf16 cast of the product.
+//              Autocast's bf16 weight casts are the strategy's (strategies/ddp.cpp), not the block's.
 #pragma once
 
 #include <string_view>
@@ -56,25 +68,28 @@ struct BlockSaved {
   Buffer norm1_stats;     // [T] rstd (Llama) or [2, T] mean then rstd (GPT-2), fp32
   Buffer norm1_hat;       // Llama: [T, h] the normalised input at the compute dtype, Gemma's in fp32 (held)
   Buffer norm1_plus_one;  // Gemma: [h] fp32 (1 + weight), saved by the multiply (held)
-  Buffer xn1;             // [T, h] first norm's output
+  Buffer xn1;             // [T, h] first norm's output (under autocast, q_proj's or c_attn's bf16 cast of it)
+  Buffer xn1_casts;       // autocast, Llama: [2, T, h] k_proj's and v_proj's casts of it (held)
   Buffer q, k, v;         // Llama: q [T, h], k and v [T, kvd] after rotary embedding ([T, h] when repeat_kv copies)
   Buffer qkv;             // GPT-2: [T, 3h], q | k | v column blocks
   Buffer probs;           // eager: [b, a, s, s] softmax output, fp32 (Llama) or the compute dtype (GPT-2)
   Buffer probs_copy;      // eager Llama at e = 2: [b, a, s, s] its .to(bf16) copy, what the PV product saves (held)
   Buffer lse;             // sdpa, flash: [b, a, s] fp32 (rows padded to 32 for sdpa in fp32)
   Buffer attn;            // [T, h] attention output, input of the output projection
-  Buffer x2;              // [T, h] residual stream after attention (Llama at e = 2: released when the block ends)
+  Buffer x2;              // [T, h] residual stream after attention (Llama at e = 2 without autocast: released when
+                          // the block ends)
   Buffer x2_32;           // Llama at e = 2: [T, h] its fp32 copy, post_attention_layernorm's saved input
   Buffer norm2_stats;     // as norm1_stats
   Buffer norm2_hat;       // as norm1_hat (held)
   Buffer norm2_plus_one;  // as norm1_plus_one (held)
-  Buffer xn2;             // [T, h] second norm's output
+  Buffer xn2;             // [T, h] second norm's output (under autocast, gate_proj's or c_fc's bf16 cast of it)
+  Buffer xn2_casts;       // autocast, Llama: [T, h] up_proj's cast of it (held)
   Buffer gate, up;        // Llama: [T, F] each
   Buffer silu;            // Llama: [T, F] silu(gate), saved by the product with up (held)
-  Buffer fc;              // GPT-2: [T, F] pre-activation
-  Buffer gelu_tanh;       // GPT-2: [T, F] tanh(√(2/π)(x + 0.044715x³)) (held)
+  Buffer fc;              // GPT-2: [T, F] pre-activation (under autocast its fp32 cast, saved by pow)
+  Buffer gelu_tanh;       // GPT-2: [T, F] tanh(√(2/π)(x + 0.044715x³)) (held; fp32 under autocast)
   Buffer gelu_half;       // GPT-2: [T, F] 0.5·x (held)
-  Buffer gelu_sum;        // GPT-2: [T, F] 1 + tanh(...) (held)
+  Buffer gelu_sum;        // GPT-2: [T, F] 1 + tanh(...) (held; fp32 under autocast)
   Buffer act;             // [T, F] input of the MLP's output projection
   Buffer softcap_tanh;    // eager Gemma 2: [b, a, s, s] tanh(scores / cap) at the compute dtype, tanh's saved output
   // Gemma 2's sandwich norms: the o_proj output (at e = 4; its fp32 copy at e = 2) and post_attention_layernorm's

@@ -139,6 +139,14 @@ struct ModelOptions {
   Attention attention = Attention::kSdpa;
   bool checkpoint = false;  // activation checkpointing per block: save the block input, recompute in backward
   Loss loss = Loss::kTrainer;
+  // torch.autocast(compute) over fp32 parameters, PyTorch DDP's mixed recipe (the Trainer's bf16=True without
+  // DeepSpeed): the residual stream, the norms and what they save stay fp32, each linear saves its own cast of
+  // its input at the compute dtype (blocks.h lists the tensors). Only with compute below fp32.
+  bool autocast = false;
+
+  // Bytes per element of the residual stream (the embedding output, each block's input and output): fp32 under
+  // autocast, else the compute dtype.
+  DType residual() const { return autocast ? DType::kF32 : compute; }
 };
 
 }  // namespace emu::model

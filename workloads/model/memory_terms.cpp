@@ -5,22 +5,38 @@
 
 namespace emu::model {
 
+namespace {
+
+// A block under autocast, attention aside (memory_terms.h): the fp32 stream, norms and their statistics, the bf16
+// casts the linears save, and what follows them.
+uint64_t autocast_block_bytes(const ModelConfig& c, uint64_t T, uint64_t h, uint64_t F, uint64_t kvc) {
+  if (c.style == Style::kGpt2) return 20 * T * h + 16 * T * F + 2 * per_row_charge(c, 8 * T);
+  const uint64_t casts = c.fused_projections ? 2 : 5;  // one per linear reading a norm's output
+  return (20 + 2 * casts) * T * h + 4 * T * kvc + 8 * T * F + 2 * per_row_charge(c, 4 * T) +
+         (c.gemma ? 2 * per_row_charge(c, 4 * h) : 0);
+}
+
+}  // namespace
+
 uint64_t saved_activation_bytes_per_block(const ModelConfig& c, const ModelOptions& options) {
   const uint64_t e = dtype_size(options.compute);
   const uint64_t T = uint64_t(c.tokens()), h = uint64_t(c.hidden), F = uint64_t(c.ffn);
-  if (options.checkpoint) return e * T * h;
+  if (options.checkpoint) return dtype_size(options.residual()) * T * h;
   const uint64_t scores = uint64_t(c.batch * c.heads) * uint64_t(c.seq * c.seq);
   const uint64_t rows =
       options.attention == Attention::kSdpa && e == 4 ? (uint64_t(c.seq) + 31) / 32 * 32 : uint64_t(c.seq);
   const bool llama = c.style == Style::kLlama;
   // Per-row statistics are charged at full scale ÷ k² in a shrunk run (shrink.h): each buffer bytes / k, rounded up.
   uint64_t attention = per_row_charge(c, 4 * uint64_t(c.batch * c.heads) * rows);
-  if (options.attention == Attention::kEager) attention = (llama ? (e == 2 ? 4 + e : 4) : e) * scores;
+  if (options.attention == Attention::kEager) {
+    attention = (llama || options.autocast ? (e == 2 ? 4 + e : 4) : e) * scores;
+  }
   // Gemma 2's eager attention also keeps tanh(scores / cap), tanh's output, at e.
   if (options.attention == Attention::kEager && c.attn_softcap != 0) attention += e * scores;
+  const uint64_t qd = uint64_t(c.q_dim());  // q and the attention output: h but for Gemma 2
+  const uint64_t kvc = options.attention == Attention::kEager && c.kv_heads < c.heads ? qd : uint64_t(c.kv_dim());
+  if (options.autocast) return autocast_block_bytes(c, T, h, F, kvc) + attention;
   if (llama) {
-    const uint64_t qd = uint64_t(c.q_dim());  // q and the attention output: h but for Gemma 2
-    const uint64_t kvc = options.attention == Attention::kEager && c.kv_heads < c.heads ? qd : uint64_t(c.kv_dim());
     // Gemma's norms keep the normalised tensor in fp32 (not at e) and (1 + weight) [h] fp32, a per-row-like term.
     const uint64_t gemma = c.gemma ? 2 * (4 - e) * T * h + 2 * per_row_charge(c, 4 * h) : 0;
     // Gemma 2's norms on the attention and MLP outputs: each keeps its input in fp32 (the sublayer's output, or its
@@ -42,10 +58,12 @@ uint64_t logits_bytes(const ModelConfig& c, const ModelOptions& options) {
 
 uint64_t loss_forward_peak_bytes(const ModelConfig& c, const ModelOptions& options) {
   const uint64_t tv = uint64_t(c.tokens()) * uint64_t(c.vocab), e = dtype_size(options.compute);
-  if (options.loss == Loss::kFused) return 4 * tv;
+  // Under autocast the head saves a bf16 cast of the fp32 final norm output.
+  const uint64_t cast = options.autocast ? e * uint64_t(c.tokens() * c.hidden) : 0;
+  if (options.loss == Loss::kFused) return 4 * tv + cast;
   // Gemma 2: tanh(logits / cap) stays beside the capped logits, their upcast and the log-softmax.
   const uint64_t capped = c.final_softcap != 0 ? e * tv : 0;
-  return (e + (e == 4 ? 0 : 4) + 4) * tv + capped;
+  return (e + (e == 4 ? 0 : 4) + 4) * tv + capped + cast;
 }
 
 uint64_t loss_backward_peak_bytes(const ModelConfig& c, const ModelOptions& options) {

@@ -19,6 +19,14 @@
 //   attention: eager, Llama (4 + e)·b·a·s² at e = 2 (fp32 softmax and its bf16 copy), 4·b·a·s² at e = 4; GPT-2
 //           e·b·a·s². sdpa and flash 4·b·a·s (one fp32 logsumexp per row; sdpa at e = 4 pads s to a multiple of 32)
 //   with checkpointing: e·T·h (the block input only); the rest exists only while the block is (re)computed.
+//   under autocast (fp32 parameters, bf16 math; blocks.h), attention as at e = 2, GPT-2's eager softmax too:
+//     Llama   (20 + 2·casts)·T·h + 4·T·kvc + 8·T·F + 8T + attention, casts = 5 (q, k, v, gate and up projections
+//             each save a bf16 cast of an fp32 norm output; Phi-3's fused projections 2): the fp32 block input and
+//             residual after attention (8Th), two fp32 normalised tensors (8Th), q and the attention output (4Th)
+//     GPT-2   20·T·h + 16·T·F + 16T + attention: the fp32 input and residual (8Th), two bf16 norm-output casts (4Th),
+//             qkv (6Th), attention output (2Th); gelu_new with pow in fp32: c_fc's output in fp32, tanh and
+//             1 + tanh in fp32 (12TF), 0.5·x and c_proj's cast of the product in bf16 (4TF)
+//     with checkpointing 4·T·h, the fp32 block input. Autocast's bf16 weight casts are the strategy's.
 // In a config shrunk by k the per-row terms (8T, 16T, 4·b·a·s) scale by k only; they are charged, and counted
 // here, at their full-scale bytes ÷ k²: each buffer's bytes / k, rounded up (shrink.h, per_row_charge).
 //
@@ -35,7 +43,8 @@
 // The loss (config.h Loss), V the vocabulary: the Trainer's keeps 4·T·V after forward (the fp32 log-softmax), holds
 // (e + 4 + 4)·T·V at the forward's peak in bf16 (8·T·V in fp32: the upcast is the logits themselves) and 12·T·V in
 // its backward (the log-softmax, its gradient and the logits' gradient, fp32); fused, 4·T·V throughout, and e·T·h
-// more for the head's input gradient in backward.
+// more for the head's input gradient in backward. Under autocast the head's bf16 cast of the fp32 final norm output
+// (e·T·h) comes on top of the forward's peak.
 #pragma once
 
 #include <cstdint>

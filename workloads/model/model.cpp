@@ -24,7 +24,13 @@ Model::Model(Device& device, ModelConfig config, ModelOptions options)
       math_(device.holds_data()),
       ops_(math_ ? device.ops() : nullptr) {
   EMU_CHECK(!math_ || ops_ != nullptr, "the {} device holds data but hands out no ops", device.backend());
+  EMU_CHECK(!options_.autocast || options_.compute != DType::kF32, "autocast needs a compute dtype below fp32");
   config_.validate();
+  if (options_.autocast && config_.sandwich_norms) {
+    throw InputError(
+        "Gemma 2 under torch.autocast (ddp and ddp-zero in mixed precision, PyTorch DDP's recipe) is not modelled "
+        "yet: its sandwich norms' fp32 stream is not accounted; use --precision bf16 or fp32, or another strategy");
+  }
   layouts_ = build_layouts(config_);
   units_.resize(layouts_.size());
   saved_.resize(static_cast<size_t>(config_.layers));
@@ -218,12 +224,13 @@ void Model::forward_root_start(const int32_t* tokens) {
   }
   // Gemma's embedding (transformers GemmaTextScaledWordEmbedding) multiplies the looked-up rows by √h into a new
   // tensor; the unscaled rows are a temporary of the lookup.
+  // Under autocast the embedding runs on the fp32 table and the residual stream starts in fp32.
   Buffer unscaled;
   if (c.gemma) {
-    unscaled = device_.allocate(T * size_t(c.hidden), options_.compute, Category::kTemporaries,
+    unscaled = device_.allocate(T * size_t(c.hidden), options_.residual(), Category::kTemporaries,
                                 "embedding output before the √h scale");
   }
-  final_x_ = device_.allocate(T * size_t(c.hidden), options_.compute, Category::kActivations, "embedding output");
+  final_x_ = device_.allocate(T * size_t(c.hidden), options_.residual(), Category::kActivations, "embedding output");
   if (!math_) return;
   const float* table = root_weights_ + root.params[kEmbedTokens].offset;  // kWte for GPT-2: same position
   const float* positions = c.style == Style::kGpt2 ? root_weights_ + root.params[kWpe].offset : nullptr;
@@ -252,7 +259,14 @@ float Model::forward_root_end(const int32_t* targets) {
   const size_t T = size_t(c.tokens());
   final_stats_ =
       allocate_per_row(device_, c, llama ? T : 2 * T, DType::kF32, Category::kActivations, "final norm statistics");
-  final_xn_ = device_.allocate(T * size_t(c.hidden), options_.compute, Category::kActivations, "final norm output");
+  // Under autocast the final norm's output is fp32, held until the model's forward returns (its
+  // last_hidden_state), and the head saves its bf16 cast.
+  Buffer wide;
+  if (options_.autocast) {
+    wide = device_.allocate(T * size_t(c.hidden), DType::kF32, Category::kTemporaries, "final norm output in fp32");
+  }
+  final_xn_ = device_.allocate(T * size_t(c.hidden), options_.compute, Category::kActivations,
+                               options_.autocast ? "final norm output cast by autocast" : "final norm output");
   // The Trainer's loss (ForCausalLMLoss) holds, besides the fp32 log-softmax that cross_entropy saves, the head's
   // logits at the compute dtype and their fp32 upcast until compute_loss returns; fp32 logits are upcast to
   // themselves. emu's math needs one fp32 [T, V] buffer: the logits, turned into their gradient by the loss.
@@ -355,7 +369,8 @@ void Model::backward_root_start() {
   const float* w = root_weights_;
   float* g = root_grads_;
   Buffer dlogits = logits_gradient();
-  Buffer dxn = device_.allocate(T * size_t(c.hidden), options_.compute, Category::kTemporaries, "d final norm output");
+  Buffer dxn =
+      device_.allocate(T * size_t(c.hidden), options_.residual(), Category::kTemporaries, "d final norm output");
   if (math_) {
     F32 xn(ops_, final_xn_, Access::kRead), dx(ops_, dxn, Access::kWrite);
     const float* dl = dlogits.dtype() == DType::kF32 ? dlogits.as<float>()
@@ -366,7 +381,7 @@ void Model::backward_root_start() {
   }
   dlogits.reset();
   final_xn_.reset();
-  dres_ = device_.allocate(T * size_t(c.hidden), options_.compute, Category::kTemporaries, "d residual stream");
+  dres_ = device_.allocate(T * size_t(c.hidden), options_.residual(), Category::kTemporaries, "d residual stream");
   if (math_) {
     F32 dx(ops_, dxn, Access::kRead), x(ops_, final_x_, Access::kRead), st(ops_, final_stats_, Access::kRead);
     F32 dres(ops_, dres_, Access::kReadWrite);
