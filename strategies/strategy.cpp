@@ -75,8 +75,9 @@ StrategyOptions with_framework_recipe(StrategyOptions options) {
   return options;
 }
 
-model::ModelOptions framework_model_options(const StrategyOptions& options, model::ModelOptions model) {
-  model.autocast = with_framework_recipe(options).recipe.params != model.compute;
+model::ModelOptions framework_model_options(const StrategyOptions& options, model::ModelOptions model,
+                                            const model::ModelConfig& config) {
+  model.autocast = with_framework_recipe(options).recipe.params != model.compute && !config.sandwich_norms;
   return model;
 }
 

@@ -156,11 +156,11 @@ TEST(Plan, OneRoleForEachDistinctRankAndOneForRanksAlike) {
   }
   const auto peak = [&](int r) { return zero["plan_roles"][r]["peak_bytes"].get<int64_t>(); };
   // Ranks 0 and 1 peak at the same moment of backward, where they differ by the moments alone. Rank 2, with 832
-  // elements more than rank 0, peaks at step() instead, where foreach AdamW's temporaries (4 B per owned element)
-  // join the moments: its lead lies between the moments' 8 · 832 and moments and temporaries' 12 · 832.
+  // elements more than rank 0, peaks there too or at step(), where foreach AdamW's temporaries (4 B per owned
+  // element) join the moments, whichever is higher: its lead lies from the moments' 8 · 832 to 12 · 832.
   EXPECT_EQ(peak(0) - peak(1), 8 * (52416 - 52352));
-  EXPECT_GT(peak(2) - peak(0), 8 * (53248 - 52416));
-  EXPECT_LT(peak(2) - peak(0), 12 * (53248 - 52416));
+  EXPECT_GE(peak(2) - peak(0), 8 * (53248 - 52416));
+  EXPECT_LE(peak(2) - peak(0), 12 * (53248 - 52416));
   const json& zero2 = root["strategies"][1];
   ASSERT_EQ(zero2["name"], "zero2");
   ASSERT_EQ(zero2["plan_roles"].size(), 1u) << zero2["plan_roles"].dump();
