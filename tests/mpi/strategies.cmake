@@ -12,3 +12,6 @@ emu_add_mpi_test(strategy_oracle_test SOURCES mpi/strategy_oracle_test.cpp oracl
 # FSDP2's per-parameter dim-0 padding, buffers and offload against the shapes by hand, at ranks that pad.
 emu_add_mpi_test(strategy_fsdp2_test SOURCES mpi/strategy_fsdp2_test.cpp LIBS emu_strategies RANKS 1 3 4 8)
 emu_add_mpi_test(strategy_fsdp2_reshard_test SOURCES mpi/strategy_fsdp2_reshard_test.cpp LIBS emu_strategies RANKS 4 8)
+# Pipeline parallelism: p2p bytes per step, activations in flight per stage under GPipe and 1F1B, per-stage model
+# states against the predictor.
+emu_add_mpi_test(strategy_pipeline_test SOURCES mpi/strategy_pipeline_test.cpp LIBS emu_strategies RANKS 2 3 4)
