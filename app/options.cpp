@@ -136,6 +136,7 @@ struct Flags {
   bool bucket_view = false;
   std::string reshard_after_forward = "true";
   // Given on the command line, so that an explicit 0 or '' is checked rather than taken for "not given".
+  bool micro_batches_given = false;  // --micro-batches, whose 0 is not accepted (0 in RunOptions: the default)
   bool strategies_given = false, seq_len_given = false, micro_batch_given = false, accumulation_given = false,
        precision_given = false;
 };
@@ -519,7 +520,7 @@ void read_training_loop(RunOptions& options, const Flags& flags, int world) {
   if ((flags.accumulation_given && flags.accumulation < 1) || options.accumulation > 4096) {
     throw InputError(fmt::format("--grad-accum {} is out of range; accepted: 1 to 4096", flags.accumulation));
   }
-  if (options.micro_batches < 0 || options.micro_batches > 4096) {
+  if ((flags.micro_batches_given && options.micro_batches < 1) || options.micro_batches > 4096) {
     throw InputError(fmt::format("--micro-batches {} is out of range; accepted: 1 to 4096", options.micro_batches));
   }
   if (options.ranks_per_node < 0 || options.ranks_per_node > kMaxRanks) {
@@ -700,6 +701,7 @@ ParsedCommandLine parse_command_line(int argc, const char* const* argv, int worl
   flags.seq_len_given = app.count("--seq-len") > 0;
   flags.micro_batch_given = app.count("--micro-batch") > 0;
   flags.accumulation_given = app.count("--grad-accum") > 0;
+  flags.micro_batches_given = app.count("--micro-batches") > 0;
   flags.precision_given = app.count("--precision") > 0;
 
   if (!options.log_spec.empty()) log::configure(options.log_spec);

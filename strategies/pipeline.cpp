@@ -39,6 +39,7 @@
 #include <limits>
 #include <memory>
 
+#include "collectives/virtual/virtual_link.h"
 #include "emu/check.h"
 #include "strategies/flat.h"
 #include "strategies/pipeline.h"
@@ -109,8 +110,13 @@ class Pipeline final : public Strategy {
     model_.set_stage(blocks_[stage_].first, blocks_[stage_].last);
     if (stages_ > 1 && config.tie_embeddings) {
       const bool end = stage_ == 0 || stage_ == stages_ - 1;
-      embedding_group_ = world_.split(end ? 0 : 1, stage_, "embedding group");
-      if (!end) embedding_group_.reset();  // the middle stages' group of their own carries nothing
+      if (device_.holds_data()) {
+        embedding_group_ = world_.split(end ? 0 : 1, stage_, "embedding group");
+        if (!end) embedding_group_.reset();  // the middle stages' group of their own carries nothing
+      } else if (end) {  // a plan's world is virtual (collectives/virtual): so is its embedding group
+        embedding_group_ = coll::make_virtual_communicator(device_, stage_ == 0 ? 0 : 1, 2, "embedding group",
+                                                           model_.config().shrink);
+      }
     }
     units_.resize(static_cast<size_t>(model_.num_units()));
     if (holds_root()) hold(0);
