@@ -333,7 +333,7 @@ class Pipeline final : public Strategy {
   }
 
   void send_gradient(Buffer gradient, int m) {
-    if (stage_ == 0) return;
+    if (!gradient.allocated()) return;  // the first stage's backward ends at the embedding
     world_.send(gradient.data(), activation_count(), model_.compute_dtype(), stage_ - 1,
                 "pipeline gradients");
   }
