@@ -42,8 +42,8 @@ StrategyOutcome run_one_strategy(const Stage& stage, const strategy::StrategyOpt
     if (stage.spans != nullptr) stage.spans->add("set-up", "setup", start, steady_seconds());
   }
   const bool pipeline = options.kind == strategy::StrategyKind::kPipeline;
-  strategy::AnalyticInput input = strategy::analytic_input(model, stage.ranks, stage.ranks_per_node,
-                                                           pipeline ? stage.pipeline_micro_batches : stage.accumulation);
+  strategy::AnalyticInput input = strategy::analytic_input(
+      model, stage.ranks, stage.ranks_per_node, pipeline ? stage.pipeline_micro_batches : stage.accumulation);
   input.offload = stage.offload != nullptr;
   input.rank = stage.world.rank();
   outcome.prediction = strategy::predict(sized, input);

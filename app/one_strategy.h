@@ -36,8 +36,8 @@ struct Stage {
   int ranks_per_node = 1;
   int accumulation = 1;
   int pipeline_micro_batches = 1;  // pp: M, every stage runs all of them (RunOptions::micro_batches)
-  int steps = 1;                  // at most: the driver may stop sooner
-  SpanRecorder* spans = nullptr;  // a trace's recorder of this rank's spans, or null
+  int steps = 1;                   // at most: the driver may stop sooner
+  SpanRecorder* spans = nullptr;   // a trace's recorder of this rank's spans, or null
 };
 
 // What one strategy's sequence asks of its caller.

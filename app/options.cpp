@@ -671,9 +671,10 @@ void check_pipeline(const RunOptions& options, int world) {
   const int ranks = options.plan && options.plan_ranks > 0 ? options.plan_ranks : world;
   for (const strategy::StrategyOptions& one : options.strategies) {
     if (one.kind != strategy::StrategyKind::kPipeline || ranks <= options.full.layers) continue;
-    throw InputError(fmt::format("pp runs one pipeline stage per rank: {} ranks for {}'s {} blocks; accepted: 1 to {} "
-                                 "ranks (data-parallel replicas of a pipeline are not supported yet)",
-                                 ranks, options.full.name, options.full.layers, options.full.layers));
+    throw InputError(
+        fmt::format("pp runs one pipeline stage per rank: {} ranks for {}'s {} blocks; accepted: 1 to {} "
+                    "ranks (data-parallel replicas of a pipeline are not supported yet)",
+                    ranks, options.full.name, options.full.layers, options.full.layers));
   }
 }
 

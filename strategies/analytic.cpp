@@ -71,8 +71,8 @@ AnalyticInput analytic_input(const model::Model& model, int world, int ranks_per
     if (!table || tied) input.root_last_stage += charged;
     if (table && tied) input.tied_embedding += charged;
   }
-  input.boundary_bytes = static_cast<uint64_t>(config.tokens()) * static_cast<uint64_t>(config.hidden) *
-                         dtype_size(model.compute_dtype());
+  input.boundary_bytes =
+      static_cast<uint64_t>(config.tokens()) * static_cast<uint64_t>(config.hidden) * dtype_size(model.compute_dtype());
   input.world = world;
   input.ranks_per_node = ranks_per_node;
   input.accumulation = accumulation;

@@ -4,8 +4,8 @@
 // the strategy's options alone, never from a run, and printed beside what was measured.
 //
 // One predictor per strategy family, each beside the strategy it predicts and with its formulas in its header
-// comment: ddp_model.cpp, zero12_model.cpp, zero3_model.cpp, fsdp_model.cpp, pipeline_model.cpp. This file's predict() chooses one
-// and adds the master weights and Adam moments (K bytes per parameter this rank updates).
+// comment: ddp_model.cpp, zero12_model.cpp, zero3_model.cpp, fsdp_model.cpp, pipeline_model.cpp. This file's predict()
+// chooses one and adds the master weights and Adam moments (K bytes per parameter this rank updates).
 //
 // Memory is per rank and category, at the peak of a step (Ψ parameters, N ranks). Traffic is the bytes each rank
 // sends per step at ring volumes: all-reduce 2(N−1)/N·S, reduce-scatter and all-gather (N−1)/N·S of a payload S
@@ -44,7 +44,7 @@ struct AnalyticInput {
   // (b·s·h at the compute dtype).
   uint64_t root_first_stage = 0, root_last_stage = 0, tied_embedding = 0;
   uint64_t boundary_bytes = 0;
-  bool offload = false;    // --offload: the optimizer state (and ZeRO/FSDP gradient shards) on the host
+  bool offload = false;  // --offload: the optimizer state (and ZeRO/FSDP gradient shards) on the host
   // How a shrunk run charges each unit's elements and those of all units back to back (norm weights and biases
   // ÷ k, workloads/model/shrink.h). Empty: every element as held (full scale, or an input made by hand).
   std::vector<model::ParameterCharge> unit_charge;

@@ -114,8 +114,8 @@ class Pipeline final : public Strategy {
         embedding_group_ = world_.split(end ? 0 : 1, stage_, "embedding group");
         if (!end) embedding_group_.reset();  // the middle stages' group of their own carries nothing
       } else if (end) {  // a plan's world is virtual (collectives/virtual): so is its embedding group
-        embedding_group_ = coll::make_virtual_communicator(device_, stage_ == 0 ? 0 : 1, 2, "embedding group",
-                                                           model_.config().shrink);
+        embedding_group_ =
+            coll::make_virtual_communicator(device_, stage_ == 0 ? 0 : 1, 2, "embedding group", model_.config().shrink);
       }
     }
     units_.resize(static_cast<size_t>(model_.num_units()));
@@ -165,8 +165,7 @@ class Pipeline final : public Strategy {
       loss += model_.forward(batch.tokens.data(), batch.targets.data(), hooks);
       if (stage_ < stages_ - 1) {
         const Buffer output = model_.take_stage_output();
-        world_.send(output.data(), activation_count(), model_.compute_dtype(), stage_ + 1,
-                    "pipeline activations");
+        world_.send(output.data(), activation_count(), model_.compute_dtype(), stage_ + 1, "pipeline activations");
       }
       held_[static_cast<size_t>(m)] = model_.take_in_flight();
     };
@@ -216,8 +215,8 @@ class Pipeline final : public Strategy {
     for (int u = 0; u < model_.num_units(); ++u) {
       Held& held = units_[static_cast<size_t>(u)];
       if (!held.params.allocated()) continue;
-      held.optimizer->step(options_.adamw, optim::ElementSpan::of(held.params),
-                           optim::ConstElementSpan::of(held.grads), 0, held.decay, lr, grad_scale);
+      held.optimizer->step(options_.adamw, optim::ElementSpan::of(held.params), optim::ConstElementSpan::of(held.grads),
+                           0, held.decay, lr, grad_scale);
       zero(held.grads.data(), held.grads.dtype(), held.grads.count());
     }
   }
@@ -312,8 +311,7 @@ class Pipeline final : public Strategy {
     if (stage_ == 0) return;
     Buffer input = device_.allocate(activation_count(), model_.compute_dtype(), Category::kActivations,
                                     fmt::format("pipeline input, micro-batch {} (received)", m));
-    world_.recv(input.data(), activation_count(), model_.compute_dtype(), stage_ - 1,
-                "pipeline activations");
+    world_.recv(input.data(), activation_count(), model_.compute_dtype(), stage_ - 1, "pipeline activations");
     model_.set_stage_input(std::move(input));
   }
 
@@ -324,8 +322,7 @@ class Pipeline final : public Strategy {
     if (stage_ < stages_ - 1) {
       Buffer gradient = device_.allocate(activation_count(), model_.compute_dtype(), Category::kTemporaries,
                                          fmt::format("pipeline output gradient, micro-batch {} (received)", m));
-      world_.recv(gradient.data(), activation_count(), model_.compute_dtype(), stage_ + 1,
-                  "pipeline gradients");
+      world_.recv(gradient.data(), activation_count(), model_.compute_dtype(), stage_ + 1, "pipeline gradients");
       model_.set_output_gradient(std::move(gradient));
     }
     model_.backward(hooks);
@@ -334,8 +331,7 @@ class Pipeline final : public Strategy {
 
   void send_gradient(Buffer gradient, int m) {
     if (!gradient.allocated()) return;  // the first stage's backward ends at the embedding
-    world_.send(gradient.data(), activation_count(), model_.compute_dtype(), stage_ - 1,
-                "pipeline gradients");
+    world_.send(gradient.data(), activation_count(), model_.compute_dtype(), stage_ - 1, "pipeline gradients");
   }
 
   // Tied embeddings: the first and the last stage sum their gradients of the shared table.
@@ -350,9 +346,9 @@ class Pipeline final : public Strategy {
   }
 
   int stage_ = 0, stages_ = 1;
-  std::vector<StageBlocks> blocks_;                   // [P]
-  std::vector<Held> units_;                           // [units] allocated where this stage holds the unit
-  std::vector<model::Model::InFlight> held_;          // [M] the micro-batches in flight between forward and backward
+  std::vector<StageBlocks> blocks_;                      // [P]
+  std::vector<Held> units_;                              // [units] allocated where this stage holds the unit
+  std::vector<model::Model::InFlight> held_;             // [M] the micro-batches in flight between forward and backward
   std::unique_ptr<coll::Communicator> embedding_group_;  // the first and the last stage, with tied embeddings
 };
 

@@ -91,9 +91,11 @@ TEST_P(Pipeline, ActivationsInFlightPerStage) {
   model::ModelOptions options;
   options.compute = DType::kF32;
   const model::ModelConfig config = tiny_config(model::Style::kLlama, 1, kLayers);
-  const uint64_t per_micro_batch = blocks_on_stage(stage, stages) * model::saved_activation_bytes_per_block(config, options) +
-                                   (stage == 0 ? 32 : 0) + (stage == stages - 1 ? 512 + 32 + 512 + 1184 : 0);
-  const int in_flight = GetParam() == strategy::Schedule::kGpipe ? kMicroBatches : std::min(stages - stage, kMicroBatches);
+  const uint64_t per_micro_batch =
+      blocks_on_stage(stage, stages) * model::saved_activation_bytes_per_block(config, options) +
+      (stage == 0 ? 32 : 0) + (stage == stages - 1 ? 512 + 32 + 512 + 1184 : 0);
+  const int in_flight =
+      GetParam() == strategy::Schedule::kGpipe ? kMicroBatches : std::min(stages - stage, kMicroBatches);
   EXPECT_EQ(many - one, static_cast<uint64_t>(in_flight - 1) * per_micro_batch)
       << "stage " << stage << " of " << stages << ": " << in_flight << " micro-batches in flight";
 }
@@ -120,8 +122,8 @@ TEST_P(Pipeline, ModelStatesEqualPredictorAndHand) {
   strategy::StrategyOptions options = test_options("pp", optim::Recipe::kFp32);
   const strategy::Prediction predicted = strategy::predict(options, input);
   const MemoryPool& memory = run->device->memory();
-  for (Category category : {Category::kParameters, Category::kGradients, Category::kMasterWeights,
-                            Category::kOptimizerState}) {
+  for (Category category :
+       {Category::kParameters, Category::kGradients, Category::kMasterWeights, Category::kOptimizerState}) {
     EXPECT_EQ(memory.peak(category), predicted.peak[category]) << category_name(category);
   }
   const int stage = world_rank(), stages = world_size();
@@ -134,8 +136,7 @@ TEST_P(Pipeline, ModelStatesEqualPredictorAndHand) {
             predicted.sent(coll::CollectiveKind::kSend));
 }
 
-INSTANTIATE_TEST_SUITE_P(Schedules, Pipeline,
-                         ::testing::Values(strategy::Schedule::kGpipe, strategy::Schedule::k1F1B),
+INSTANTIATE_TEST_SUITE_P(Schedules, Pipeline, ::testing::Values(strategy::Schedule::kGpipe, strategy::Schedule::k1F1B),
                          [](const ::testing::TestParamInfo<strategy::Schedule>& param) {
                            return param.param == strategy::Schedule::kGpipe ? std::string("gpipe")
                                                                             : std::string("one_f_one_b");

@@ -100,10 +100,10 @@ class Model {
   void set_stage(int first_block, int last_block);
   int first_block() const { return first_block_; }
   int last_block() const { return last_block_; }
-  void set_stage_input(Buffer x);          // [T, h] at the compute dtype, the previous stage's output
-  Buffer take_stage_output();              // [T, h] at the compute dtype
-  void set_output_gradient(Buffer grad);   // [T, h] at the compute dtype, from the next stage
-  Buffer take_input_gradient();            // [T, h] at the compute dtype, for the previous stage
+  void set_stage_input(Buffer x);         // [T, h] at the compute dtype, the previous stage's output
+  Buffer take_stage_output();             // [T, h] at the compute dtype
+  void set_output_gradient(Buffer grad);  // [T, h] at the compute dtype, from the next stage
+  Buffer take_input_gradient();           // [T, h] at the compute dtype, for the previous stage
 
   // What one forward keeps for its backward, moved out of the model so that several micro-batches can be in
   // flight at once (a pipeline schedule keeps up to M); the tensors stay allocated and charged while held.
@@ -174,15 +174,15 @@ class Model {
   std::shared_ptr<const std::vector<std::vector<float>>> initial_weights_;  // null: the seeded initialisation
 
   // Device tensors held between forward and backward.
-  Buffer tokens_;                  // [T] int32 token ids (4 bytes, charged as fp32)
-  Buffer rope_cos_, rope_sin_;     // [s, d/2] fp32 rotary tables (Llama)
-  std::vector<BlockSaved> saved_;  // [L]
-  Buffer final_x_;                 // [T, h] output of block L, input of the final norm
-  Buffer final_stats_;             // [T] rstd (Llama) or [2, T] mean and rstd (GPT-2), fp32
-  Buffer final_xn_;                // [T, h] final norm output, input of the head
-  Buffer logits_;                  // [T, V] fp32: logits, then (after the loss) their gradient; charged as the
-                                   // log-softmax the Trainer's loss saves, or as the fused loss's one buffer
-  Buffer dres_;                    // [T, h] gradient of the residual stream during backward
+  Buffer tokens_;                         // [T] int32 token ids (4 bytes, charged as fp32)
+  Buffer rope_cos_, rope_sin_;            // [s, d/2] fp32 rotary tables (Llama)
+  std::vector<BlockSaved> saved_;         // [L]
+  Buffer final_x_;                        // [T, h] output of block L, input of the final norm
+  Buffer final_stats_;                    // [T] rstd (Llama) or [2, T] mean and rstd (GPT-2), fp32
+  Buffer final_xn_;                       // [T, h] final norm output, input of the head
+  Buffer logits_;                         // [T, V] fp32: logits, then (after the loss) their gradient; charged as the
+                                          // log-softmax the Trainer's loss saves, or as the fused loss's one buffer
+  Buffer dres_;                           // [T, h] gradient of the residual stream during backward
   int first_block_ = 1, last_block_ = 0;  // this pipeline stage's blocks (set_stage); last_block_ = L by default
 };
 
