@@ -117,6 +117,7 @@ class RunDriver final : public StepDriver {
   std::vector<data::Batch> pipeline_micro_batches(int step, int count) override {
     const int64_t batch = report_.model.batch;
     std::vector<data::Batch> micro_batches;
+    micro_batches.reserve(static_cast<size_t>(count));
     for (int m = 0; m < count; ++m) micro_batches.push_back(tokens_.batch(step, m * batch, batch));
     return micro_batches;
   }

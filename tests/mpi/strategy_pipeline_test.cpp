@@ -40,6 +40,7 @@ std::unique_ptr<PipelineRun> run_pipeline(strategy::Schedule schedule, int micro
   run->strategy->setup();
   const auto data = tiny_data(config);
   std::vector<data::Batch> batches;
+  batches.reserve(static_cast<size_t>(micro_batches));
   for (int m = 0; m < micro_batches; ++m) batches.push_back(data.batch(0, m, 1));
   run->strategy->step(batches);
   return run;

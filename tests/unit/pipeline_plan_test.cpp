@@ -22,7 +22,7 @@ namespace {
 constexpr uint64_t kBlock = 855'654'400;
 constexpr uint64_t kTable = 262'144'000;
 
-RunOptions parse(std::vector<std::string> args, int world = 1) {
+RunOptions parse(const std::vector<std::string>& args, int world = 1) {
   std::vector<const char*> argv = {"emu"};
   for (const std::string& arg : args) argv.push_back(arg.c_str());
   return parse_command_line(static_cast<int>(argv.size()), argv.data(), world).options;
