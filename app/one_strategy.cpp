@@ -43,15 +43,17 @@ StrategyOutcome run_one_strategy(const Stage& stage, const strategy::StrategyOpt
     strategy->setup();
     if (stage.spans != nullptr) stage.spans->add("set-up", "setup", start, steady_seconds());
   }
-  strategy::AnalyticInput input =
-      strategy::analytic_input(model, stage.ranks, stage.ranks_per_node, stage.accumulation);
+  const bool pipeline = options.kind == strategy::StrategyKind::kPipeline;
+  strategy::AnalyticInput input = strategy::analytic_input(
+      model, stage.ranks, stage.ranks_per_node, pipeline ? stage.pipeline_micro_batches : stage.accumulation);
   input.offload = stage.offload != nullptr;
   input.rank = stage.world.rank();
   outcome.prediction = strategy::predict(sized, input);
   outcome.predicted_activations = model::saved_activation_bytes(stage.model, model_options);
 
   for (int step = 0; step < stage.steps; ++step) {
-    const std::vector<data::Batch> micro_batches = driver.micro_batches(step);
+    const std::vector<data::Batch> micro_batches =
+        pipeline ? driver.pipeline_micro_batches(step, stage.pipeline_micro_batches) : driver.micro_batches(step);
     driver.before_step(step);
     PhaseScope phase(stage.device.memory(), fmt::format("step {}", step + 1));
     const double start = steady_seconds();

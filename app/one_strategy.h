@@ -35,8 +35,9 @@ struct Stage {
   int ranks = 1;  // the world, and ranks per node, the analytic prediction is for
   int ranks_per_node = 1;
   int accumulation = 1;
-  int steps = 1;                  // at most: the driver may stop sooner
-  SpanRecorder* spans = nullptr;  // a trace's recorder of this rank's spans, or null
+  int pipeline_micro_batches = 1;  // pp: M, every stage runs all of them (RunOptions::micro_batches)
+  int steps = 1;                   // at most: the driver may stop sooner
+  SpanRecorder* spans = nullptr;   // a trace's recorder of this rank's spans, or null
 };
 
 // What one strategy's sequence asks of its caller.
@@ -45,6 +46,8 @@ class StepDriver {
   virtual ~StepDriver() = default;
   // The micro-batches optimizer step `step` (from 0) trains on.
   virtual std::vector<data::Batch> micro_batches(int step) = 0;
+  // pp: the `count` micro-batches of the whole step's global batch, the same on every rank.
+  virtual std::vector<data::Batch> pipeline_micro_batches(int step, int count) = 0;
   // Just before step `step`, after its micro-batches are made.
   virtual void before_step(int step) {}
   // After step `step`, still inside its memory phase: records what the step measured; false stops the steps.

@@ -124,7 +124,7 @@ T parse_choice(std::string_view flag, const std::string& text, const std::vector
 // The flags' values as typed, before they are checked and turned into RunOptions.
 struct Flags {
   std::string cap = "none", reserve = "1GiB", precision = "mixed", attention = "sdpa", loss = "trainer",
-              adamw = "foreach", comm_hook = "none";
+              adamw = "foreach", comm_hook = "none", schedule = "1f1b";
   std::string allocator = "caching", alloc_conf;
   std::string strategies, plan;
   std::vector<std::string> expect, faults;
@@ -136,6 +136,7 @@ struct Flags {
   bool bucket_view = false;
   std::string reshard_after_forward = "true";
   // Given on the command line, so that an explicit 0 or '' is checked rather than taken for "not given".
+  bool micro_batches_given = false;  // --micro-batches, whose 0 is not accepted (0 in RunOptions: the default)
   bool strategies_given = false, seq_len_given = false, micro_batch_given = false, accumulation_given = false,
        precision_given = false, attention_given = false;
 };
@@ -211,6 +212,15 @@ void add_training_flags(CLI::App& app, RunOptions& options, Flags& flags) {
   app.add_flag("--bucket-view", flags.bucket_view,
                "ddp, ddp-zero: gradient_as_bucket_view=True (the gradients are views into DDP's buckets: no bucket "
                "copies, and they stay allocated between steps)")
+      ->group("Training");
+  app.add_option("--schedule", flags.schedule,
+                 "pp: the pipeline schedule: 1f1b (Megatron-LM's one-forward-one-backward: stage s holds at most P - s "
+                 "micro-batches' activations) or gpipe (all forwards, then all backwards: every stage holds all M)")
+      ->capture_default_str()
+      ->group("Training");
+  app.add_option("--micro-batches", options.micro_batches,
+                 "pp: micro-batches per step through the pipeline, M (global batch M x --micro-batch; default ranks "
+                 "x --grad-accum, the data-parallel strategies' global batch)")
       ->group("Training");
   app.add_option("--comm-hook", flags.comm_hook,
                  "ddp, ddp-zero: DDP's communication hook: none (all-reduce the buckets at the gradients' dtype, fp32 "
@@ -484,6 +494,8 @@ strategy::StrategyOptions read_strategies(RunOptions& options, Flags& flags, int
                              options.plan && options.plan_ranks > 0 ? options.plan_ranks : world, base.fsdp2);
   base.ddp.comm_hook = parse_choice("--comm-hook", flags.comm_hook, strategy::comm_hook_names(),
                                     {strategy::CommHook::kNone, strategy::CommHook::kBf16});
+  base.pipeline.schedule = parse_choice("--schedule", flags.schedule, strategy::schedule_names(),
+                                        {strategy::Schedule::kGpipe, strategy::Schedule::k1F1B});
   base.adamw_impl = parse_choice("--adamw", flags.adamw, optim::adamw_impl_names(),
                                  {optim::AdamWImpl::kForeach, optim::AdamWImpl::kFused, optim::AdamWImpl::kSingle});
   if (flags.strategies_given) names = split_list(flags.strategies);
@@ -507,6 +519,9 @@ void read_training_loop(RunOptions& options, const Flags& flags, int world) {
   options.accumulation = flags.accumulation > 0 ? flags.accumulation : 1;
   if ((flags.accumulation_given && flags.accumulation < 1) || options.accumulation > 4096) {
     throw InputError(fmt::format("--grad-accum {} is out of range; accepted: 1 to 4096", flags.accumulation));
+  }
+  if ((flags.micro_batches_given && options.micro_batches < 1) || options.micro_batches > 4096) {
+    throw InputError(fmt::format("--micro-batches {} is out of range; accepted: 1 to 4096", options.micro_batches));
   }
   if (options.ranks_per_node < 0 || options.ranks_per_node > kMaxRanks) {
     throw InputError(
@@ -663,6 +678,26 @@ void read_faults(RunOptions& options, const Flags& flags, int world) {
 
 // Declares the flags group by group, parses, then reads and checks each group; the steps run in this order so that
 // a command line with several errors reports the same first one every time.
+int pipeline_micro_batches(const RunOptions& options, int ranks) {
+  return options.micro_batches > 0 ? options.micro_batches : ranks * options.accumulation;
+}
+
+namespace {
+
+// pp puts one stage on each rank: it needs a block per stage.
+void check_pipeline(const RunOptions& options, int world) {
+  const int ranks = options.plan && options.plan_ranks > 0 ? options.plan_ranks : world;
+  for (const strategy::StrategyOptions& one : options.strategies) {
+    if (one.kind != strategy::StrategyKind::kPipeline || ranks <= options.full.layers) continue;
+    throw InputError(
+        fmt::format("pp runs one pipeline stage per rank: {} ranks for {}'s {} blocks; accepted: 1 to {} "
+                    "ranks (data-parallel replicas of a pipeline are not supported yet)",
+                    ranks, options.full.name, options.full.layers, options.full.layers));
+  }
+}
+
+}  // namespace
+
 ParsedCommandLine parse_command_line(int argc, const char* const* argv, int world) {
   ParsedCommandLine parsed;
   RunOptions& options = parsed.options;
@@ -685,6 +720,7 @@ ParsedCommandLine parse_command_line(int argc, const char* const* argv, int worl
   flags.seq_len_given = app.count("--seq-len") > 0;
   flags.micro_batch_given = app.count("--micro-batch") > 0;
   flags.accumulation_given = app.count("--grad-accum") > 0;
+  flags.micro_batches_given = app.count("--micro-batches") > 0;
   flags.precision_given = app.count("--precision") > 0;
   flags.attention_given = app.count("--attention") > 0;
 
@@ -702,6 +738,7 @@ ParsedCommandLine parse_command_line(int argc, const char* const* argv, int worl
     }
     options.deepspeed_auto = left;
   }
+  check_pipeline(options, world);
   read_shrink(options, flags, app.count("--shrink") > 0);
   check_inputs(options);
   check_device(options);

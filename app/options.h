@@ -35,6 +35,9 @@ struct RunOptions {
   std::vector<strategy::StrategyOptions> strategies;  // in the order they run
   int steps = 3;
   int accumulation = 1;
+  // pp: micro-batches per step through the pipeline (global batch M × micro-batch); 0: ranks × accumulation, the
+  // global batch of the data-parallel strategies beside it.
+  int micro_batches = 0;
   bool offload = false;
   std::string collectives;            // "all_reduce=ring,all_gather=mpi"
   int ranks_per_node = 0;             // 0: the ranks found on each host
@@ -82,5 +85,8 @@ struct ParsedCommandLine {
 // Throws InputError (exit code 2) naming the bad value and the accepted range. `world` is the number of ranks,
 // for checks that depend on it (a DeepSpeed train_batch_size).
 ParsedCommandLine parse_command_line(int argc, const char* const* argv, int world = 1);
+
+// pp's micro-batches per step for a run or plan over `ranks` ranks (RunOptions::micro_batches).
+int pipeline_micro_batches(const RunOptions& options, int ranks);
 
 }  // namespace emu::app

@@ -33,13 +33,15 @@ class PlanDriver final : public StepDriver {
       : config_(config), accumulation_(accumulation), pool_(pool), rank_(rank), spans_(spans) {}
 
   // Token ids are read by nothing on a shapes-only device; they only give the micro-batches their shape.
-  std::vector<data::Batch> micro_batches(int step) override {
+  std::vector<data::Batch> micro_batches(int step) override { return pipeline_micro_batches(step, accumulation_); }
+
+  std::vector<data::Batch> pipeline_micro_batches(int step, int count) override {
     data::Batch batch;
     batch.batch = config_.batch;
     batch.seq_len = config_.seq;
     batch.tokens.assign(static_cast<size_t>(config_.batch * config_.seq), 0);
     batch.targets = batch.tokens;
-    return std::vector<data::Batch>(static_cast<size_t>(accumulation_), batch);
+    return std::vector<data::Batch>(static_cast<size_t>(count), batch);
   }
 
   bool after_step(int step, const strategy::StepResult& result, StrategyOutcome& outcome) override {
@@ -135,6 +137,7 @@ StrategyOutcome account_shapes(const RunOptions& options, const strategy::Strate
                     .ranks = ranks,
                     .ranks_per_node = ranks_per_node,
                     .accumulation = options.accumulation,
+                    .pipeline_micro_batches = pipeline_micro_batches(options, ranks),
                     .steps = 1,
                     .spans = spans ? &*spans : nullptr};
   PlanDriver driver(config, options.accumulation, device->memory(), rank, stage.spans);
@@ -197,8 +200,12 @@ StrategyOutcome plan_roles(const RunOptions& options, const strategy::StrategyOp
                            const model::ModelConfig& config, int ranks, int ranks_per_node, bool record,
                            const PlanProgress& progress) {
   std::vector<RankRole> spans = {{0, 0}};
-  if (ranks > 2) spans.push_back({1, ranks - 2});
-  if (ranks > 1) spans.push_back({ranks - 1, ranks - 1});
+  if (strategy_options.kind == strategy::StrategyKind::kPipeline) {
+    for (int r = 1; r < ranks; ++r) spans.push_back({r, r});  // every stage holds its own layers and activations
+  } else {
+    if (ranks > 2) spans.push_back({1, ranks - 2});
+    if (ranks > 1) spans.push_back({ranks - 1, ranks - 1});
+  }
   StrategyOutcome first =
       account_shapes(options, strategy_options, config, ranks, ranks_per_node, spans.front().first, record);
   report_progress(progress, first.name, spans.front(), ranks, 0, spans.size());

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "emu/units.h"
+#include "strategies/pipeline.h"
 #include "workloads/model/layout.h"
 #include "workloads/model/shrink.h"
 
@@ -205,6 +206,39 @@ std::string format_report(const RunReport& r) {
       "2(N-1)/N and (N-1)/N of each payload.\n  step s: wall time of the emulation on this machine, not a GPU's.\n";
   for (const StrategyOutcome& o : r.outcomes) {
     if (!o.fits()) out += fmt::format("  {}: {}\n", o.name, oom_summary(r, o));
+  }
+  out += format_pipeline(r);
+  return out;
+}
+
+std::string format_pipeline(const RunReport& r) {
+  std::string out;
+  const double scale = static_cast<double>(r.scale());
+  const int stages = r.world;
+  const int micro_batches = pipeline_micro_batches(r.options, r.world);
+  for (const StrategyOutcome& o : r.outcomes) {
+    if (o.options.kind != strategy::StrategyKind::kPipeline || o.peak.empty()) continue;
+    const bool gpipe = o.options.pipeline.schedule == strategy::Schedule::kGpipe;
+    out += fmt::format(
+        "\n{}: {} over {} stages, M = {} micro-batches of {}: bubble (P-1)/(M+P-1) = {}/{} = {:.1f}% of a step idle\n",
+        o.name, gpipe ? "GPipe (all forwards, then all backwards)" : "1F1B (stage s holds at most P-s micro-batches)",
+        stages, micro_batches, r.model.batch, stages - 1, micro_batches + stages - 1,
+        100.0 * strategy::bubble_fraction(stages, micro_batches));
+    std::vector<std::string> peaks;
+    for (size_t i = 0; i < o.peak.size(); ++i) {
+      peaks.push_back(fmt::format("{} {}", o.roles.empty() ? fmt::format("{}", i) : r.rank_words(o, i),
+                                  gib(static_cast<double>(o.peak[i]) * scale)));
+    }
+    out += fmt::format("  peak GiB per stage (stage = rank): {}; highest: {}\n", fmt::join(peaks, ", "),
+                       o.roles.empty() ? fmt::format("rank {}", o.peak_rank) : r.rank_words(o, o.peak_rank));
+    double sent = 0;
+    for (const auto& [key, t] : o.traffic_per_step) {
+      sent += key.kind == coll::CollectiveKind::kSend ? static_cast<double>(t.sent) : 0.0;
+    }
+    out += fmt::format(
+        "  send/recv: rank 0 sends {} GB per step; the pipeline moves b*s*h*bytes per micro-batch per boundary each "
+        "way, 2(P-1)M = {} messages\n",
+        gb(sent * scale), 2 * (stages - 1) * micro_batches);
   }
   return out;
 }

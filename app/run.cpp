@@ -112,6 +112,16 @@ class RunDriver final : public StepDriver {
     return micro_batches;
   }
 
+  // Micro-batch m holds samples m·b … m·b + b − 1: with M = N × accumulation, the samples the N data-parallel
+  // ranks hold between them (data::sample_offset).
+  std::vector<data::Batch> pipeline_micro_batches(int step, int count) override {
+    const int64_t batch = report_.model.batch;
+    std::vector<data::Batch> micro_batches;
+    micro_batches.reserve(static_cast<size_t>(count));
+    for (int m = 0; m < count; ++m) micro_batches.push_back(tokens_.batch(step, m * batch, batch));
+    return micro_batches;
+  }
+
   void before_step(int step) override {
     inject_faults(options_.faults, mpi_.rank(), step + 1, first_,
                   [&] { groups_.world->barrier("fault: an extra barrier"); });
@@ -272,6 +282,7 @@ StrategyOutcome run_one(const MpiSession& mpi, const RunOptions& options, const 
                     .ranks = mpi.world(),
                     .ranks_per_node = report.ranks_per_node,
                     .accumulation = options.accumulation,
+                    .pipeline_micro_batches = pipeline_micro_batches(options, mpi.world()),
                     .steps = options.steps,
                     .spans = spans ? &*spans : nullptr};
   RunDriver driver(mpi, options, report, strategy_options, file_tokens, *device, groups, stage.spans);

@@ -122,6 +122,19 @@ AnalyticInput analytic_input(const model::Model& model, int world, int ranks_per
   input.tied_head = model.config().tie_embeddings;
   input.head_elements = head_elements(model);
   input.embedding_elements = embedding_elements(model);
+  // pp: the root's tensors by their Hugging Face names: the embedding tables on the first stage, the rest (and a
+  // tied table's copy) on the last.
+  for (const model::ParamInfo& param : model.layout(0).params) {
+    const uint64_t charged = model::tensor_charge(config, param);
+    const bool table = param.name.find("embed_tokens") != std::string::npos ||
+                       param.name.find(".wte.") != std::string::npos || param.name.find(".wpe.") != std::string::npos;
+    const bool tied = config.tie_embeddings && param.name.find(".wpe.") == std::string::npos;
+    if (table) input.root_first_stage += charged;
+    if (!table || tied) input.root_last_stage += charged;
+    if (table && tied) input.tied_embedding += charged;
+  }
+  input.boundary_bytes =
+      static_cast<uint64_t>(config.tokens()) * static_cast<uint64_t>(config.hidden) * dtype_size(model.compute_dtype());
   input.world = world;
   input.ranks_per_node = ranks_per_node;
   input.accumulation = accumulation;
@@ -196,6 +209,7 @@ Prediction predict(const StrategyOptions& given, const AnalyticInput& input) {
     case StrategyKind::kZero3: updated = predict_zero3(options, input, prediction); break;
     case StrategyKind::kFsdp: updated = predict_fsdp(options, input, prediction); break;
     case StrategyKind::kFsdp2: updated = predict_fsdp2(options, input, prediction); break;
+    case StrategyKind::kPipeline: updated = predict_pipeline(options, input, prediction); break;
   }
   // Master weights (fp32) and Adam's two moments over the elements this rank updates, and AdamW's step
   // temporaries beside them; under offload in host memory, with the updated parameters sent back up every step.

@@ -4,8 +4,8 @@
 // the strategy's options alone, never from a run, and printed beside what was measured.
 //
 // One predictor per strategy family, each beside the strategy it predicts and with its formulas in its header
-// comment: ddp_model.cpp, zero12_model.cpp, zero3_model.cpp, fsdp_model.cpp. This file's predict() chooses one
-// and adds the master weights and Adam moments (K bytes per parameter this rank updates).
+// comment: ddp_model.cpp, zero12_model.cpp, zero3_model.cpp, fsdp_model.cpp, pipeline_model.cpp. This file's predict()
+// chooses one and adds the master weights and Adam moments (K bytes per parameter this rank updates).
 //
 // Memory is per rank and category, at the peak of a step (Ψ parameters, N ranks). Traffic is the bytes each rank
 // sends per step at ring volumes: all-reduce 2(N−1)/N·S, reduce-scatter and all-gather (N−1)/N·S of a payload S
@@ -38,7 +38,13 @@ struct AnalyticInput {
   int ranks_per_node = 1;  // HYBRID_SHARD's shard group
   int accumulation = 1;    // micro-batches per step
   int rank = 0;            // the rank predicted for where ranks differ (ZeroRedundancyOptimizer's whole tensors)
-  bool offload = false;    // --offload: the optimizer state (and ZeRO/FSDP gradient shards) on the host
+  // Pipeline parallelism (pp, one stage per rank): the root's elements as a shrunk run charges them on the first
+  // stage (the embeddings) and on the last (final norm and head, with a tied embedding's copy), the tied
+  // embedding's alone (0 when untied), and the bytes of one micro-batch's activations between two stages
+  // (b·s·h at the compute dtype).
+  uint64_t root_first_stage = 0, root_last_stage = 0, tied_embedding = 0;
+  uint64_t boundary_bytes = 0;
+  bool offload = false;  // --offload: the optimizer state (and ZeRO/FSDP gradient shards) on the host
   // How a shrunk run charges each unit's elements and those of all units back to back (norm weights and biases
   // ÷ k, workloads/model/shrink.h). Empty: every element as held (full scale, or an input made by hand).
   std::vector<model::ParameterCharge> unit_charge;
@@ -128,6 +134,7 @@ Updated predict_zero12(const StrategyOptions& options, const AnalyticInput& inpu
 Updated predict_zero3(const StrategyOptions& options, const AnalyticInput& input, Prediction& prediction);
 Updated predict_fsdp(const StrategyOptions& options, const AnalyticInput& input, Prediction& prediction);
 Updated predict_fsdp2(const StrategyOptions& options, const AnalyticInput& input, Prediction& prediction);
+Updated predict_pipeline(const StrategyOptions& options, const AnalyticInput& input, Prediction& prediction);
 
 // Adds `calls` calls of `kind` on a payload of `payload_bytes` within a group of `group_size` ranks named `group`,
 // at ring volume; nothing for a group of one rank or no calls.

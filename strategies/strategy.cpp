@@ -27,6 +27,7 @@ constexpr Named kNames[] = {
     {"fsdp-no-shard", StrategyKind::kFsdp, Sharding::kNoShard},
     {"fsdp-hybrid", StrategyKind::kFsdp, Sharding::kHybridShard},
     {"fsdp2", StrategyKind::kFsdp2, Sharding::kFullShard},
+    {"pp", StrategyKind::kPipeline, Sharding::kFullShard},
 };
 
 }  // namespace
@@ -82,6 +83,7 @@ model::ModelOptions framework_model_options(const StrategyOptions& options, mode
 }
 
 std::vector<std::string> comm_hook_names() { return {"none", "bf16"}; }
+std::vector<std::string> schedule_names() { return {"gpipe", "1f1b"}; }
 
 namespace {
 
@@ -147,15 +149,10 @@ StepResult Strategy::step(std::span<const data::Batch> micro_batches) {
   const auto start = std::chrono::steady_clock::now();
   const int count = static_cast<int>(micro_batches.size());
   EMU_CHECK(count > 0, "a step needs at least one micro-batch");
-  double loss = 0;
   std::optional<SpanHooks> span_hooks;
   if (span_sink_) span_hooks.emplace(*this);
   model::Hooks& hooks = span_hooks ? static_cast<model::Hooks&>(*span_hooks) : static_cast<model::Hooks&>(*this);
-  for (int i = 0; i < count; ++i) {
-    begin_micro_batch(i, count);
-    const data::Batch& batch = micro_batches[static_cast<size_t>(i)];
-    loss += model_.step(batch.tokens.data(), batch.targets.data(), hooks);
-  }
+  const double loss = run_micro_batches(micro_batches, hooks);
   {
     PhaseScope phase(device_.memory(), "gradient reduction");
     record_span("gradient reduction", "collective", [&] { finish_gradients(); });
@@ -178,11 +175,23 @@ StepResult Strategy::step(std::span<const data::Batch> micro_batches) {
   return result;
 }
 
+double Strategy::run_micro_batches(std::span<const data::Batch> micro_batches, model::Hooks& hooks) {
+  const int count = static_cast<int>(micro_batches.size());
+  double loss = 0;
+  for (int i = 0; i < count; ++i) {
+    begin_micro_batch(i, count);
+    const data::Batch& batch = micro_batches[static_cast<size_t>(i)];
+    loss += model_.step(batch.tokens.data(), batch.targets.data(), hooks);
+  }
+  return loss;
+}
+
 std::unique_ptr<Strategy> make_ddp(StrategyContext context, const StrategyOptions& options);
 std::unique_ptr<Strategy> make_zero12(StrategyContext context, const StrategyOptions& options, int stage);
 std::unique_ptr<Strategy> make_zero3(StrategyContext context, const StrategyOptions& options);
 std::unique_ptr<Strategy> make_fsdp(StrategyContext context, const StrategyOptions& options);
 std::unique_ptr<Strategy> make_fsdp2(StrategyContext context, const StrategyOptions& options);
+std::unique_ptr<Strategy> make_pipeline(StrategyContext context, const StrategyOptions& options);
 
 std::unique_ptr<Strategy> make_strategy(StrategyContext context, const StrategyOptions& options) {
   switch (options.kind) {
@@ -193,6 +202,7 @@ std::unique_ptr<Strategy> make_strategy(StrategyContext context, const StrategyO
     case StrategyKind::kZero3: return make_zero3(context, options);
     case StrategyKind::kFsdp: return make_fsdp(context, options);
     case StrategyKind::kFsdp2: return make_fsdp2(context, options);
+    case StrategyKind::kPipeline: return make_pipeline(context, options);
   }
   EMU_CHECK(false, "unknown strategy kind {}", static_cast<int>(options.kind));
   return nullptr;

@@ -9,6 +9,8 @@
 //   zero3          parameters partitioned too, gathered per unit before use and released after (DeepSpeed)
 //   fsdp           one flat parameter per unit, FULL_SHARD / SHARD_GRAD_OP / NO_SHARD / HYBRID_SHARD (PyTorch FSDP)
 //   fsdp2          every parameter sharded on dim 0, fully_shard per block and the root (PyTorch FSDP2, fsdp2.cpp)
+//   pp             pipeline parallelism: the blocks in one stage per rank, GPipe or 1F1B micro-batch schedules,
+//                  activations passed stage to stage by send/recv (Megatron-LM / DeepSpeed pipeline, pipeline.cpp)
 // One file per family (ddp.cpp, zero12.cpp, zero3.cpp, fsdp.cpp), its analytic predictor beside it (ddp_model.cpp,
 // zero12_model.cpp, zero3_model.cpp, fsdp_model.cpp; analytic.h); zero3 and fsdp share sharded_units.h.
 //
@@ -36,7 +38,7 @@
 
 namespace emu::strategy {
 
-enum class StrategyKind : uint8_t { kDdp, kZero1, kZero2, kZero3, kFsdp, kFsdp2, kDdpZero };
+enum class StrategyKind : uint8_t { kDdp, kZero1, kZero2, kZero3, kFsdp, kFsdp2, kDdpZero, kPipeline };
 
 // FSDP's sharding strategies.
 enum class Sharding : uint8_t {
@@ -101,12 +103,21 @@ struct Fsdp2Options {
   int post_forward_ranks = 0;
 };
 
+// Pipeline parallelism's schedule (pipeline.cpp): GPipe (all forwards, then all backwards) or 1F1B
+// (Megatron-LM's PipeDream-Flush).
+enum class Schedule : uint8_t { kGpipe, k1F1B };
+std::vector<std::string> schedule_names();  // "gpipe", "1f1b"
+struct PipelineOptions {
+  Schedule schedule = Schedule::k1F1B;
+};
+
 struct StrategyOptions {
   StrategyKind kind = StrategyKind::kDdp;
   DdpOptions ddp;
   ZeroOptions zero;
   FsdpOptions fsdp;
   Fsdp2Options fsdp2;
+  PipelineOptions pipeline;
   optim::PrecisionRecipe recipe = optim::precision_recipe(optim::Recipe::kMixed);
   optim::AdamWConfig adamw;
   optim::AdamWImpl adamw_impl = optim::AdamWImpl::kForeach;  // torch.optim.AdamW's (ddp, fsdp*): its step temporaries
@@ -116,7 +127,7 @@ struct StrategyOptions {
   uint64_t seed = 1234;    // initial weights
 
   // "ddp", "ddp-zero", "zero1", "zero2", "zero3", "fsdp" (FULL_SHARD), "fsdp-grad-op", "fsdp-no-shard",
-  // "fsdp-hybrid", "fsdp2"
+  // "fsdp-hybrid", "fsdp2", "pp"
   std::string name() const;
   // A full-scale byte or element count divided by k², at least 1.
   uint64_t scaled(uint64_t full_scale) const;
@@ -202,6 +213,10 @@ class Strategy : protected model::Hooks {
   void set_span_sink(SpanSink sink) { span_sink_ = std::move(sink); }
 
  protected:
+  // Runs the forwards and backwards of one step's micro-batches through the model with `hooks` and returns the sum
+  // of their losses: by default each micro-batch's forward then its backward, in turn (begin_micro_batch before
+  // each). A pipeline schedule interleaves them differently.
+  virtual double run_micro_batches(std::span<const data::Batch> micro_batches, model::Hooks& hooks);
   // Called before micro-batch `index` of `count`; DDP skips its all-reduce on all but the last (no_sync).
   virtual void begin_micro_batch(int index, int count) {}
   // After the last backward: gradients are reduced to wherever the optimizer reads them.

@@ -68,7 +68,7 @@ TEST(Json, EveryStrategyMeasuredAndPlannedConformsToTheSchema) {
   EXPECT_TRUE(root["strategies_not_run"].empty());
 
   const auto plan = run_process(
-      mpiexec(1) + kEmu + " --model llama2-7b --plan 64 --cap 40GB --strategies " + strategies + " --json " + planned,
+      mpiexec(1) + kEmu + " --model llama2-7b --plan 32 --cap 40GB --strategies " + strategies + " --json " + planned,
       300);
   ASSERT_EQ(plan.exit_code, 0) << plan.err;
   EXPECT_EQ(verdicts(read_json(planned)), (std::set<std::string>{"fit", "oom"}));

@@ -16,3 +16,6 @@ emu_add_mpi_test(strategy_fsdp2_reshard_test SOURCES mpi/strategy_fsdp2_reshard_
 # the reduce-scatter; ZeRO-2's one .grad at a time), from the shapes by hand, at ranks the tiny units divide by.
 emu_add_mpi_test(strategy_gradient_timing_test SOURCES mpi/strategy_gradient_timing_test.cpp LIBS emu_strategies
                  RANKS 2 4)
+# Pipeline parallelism: p2p bytes per step, activations in flight per stage under GPipe and 1F1B, per-stage model
+# states against the predictor.
+emu_add_mpi_test(strategy_pipeline_test SOURCES mpi/strategy_pipeline_test.cpp LIBS emu_strategies RANKS 2 3 4)

@@ -36,7 +36,8 @@ inline int world_size() {
 }
 
 // A model small enough to train in milliseconds, with sizes that need padding on 3, 5 and 8 ranks.
-inline model::ModelConfig tiny_config(model::Style style, int64_t batch) {
+// `layers`: more blocks for pipeline parallelism, which needs one per stage at least.
+inline model::ModelConfig tiny_config(model::Style style, int64_t batch, int64_t layers = 2) {
   model::ModelConfig config;
   config.name = "tiny";
   config.style = style;
@@ -45,7 +46,7 @@ inline model::ModelConfig tiny_config(model::Style style, int64_t batch) {
   config.vocab = 37;
   config.seq = 8;
   config.max_positions = 8;
-  config.layers = 2;
+  config.layers = layers;
   config.heads = 2;
   config.kv_heads = style == model::Style::kLlama ? 1 : 2;
   config.batch = batch;
@@ -134,14 +135,14 @@ inline void bf16_average(const std::vector<std::vector<float>>& ranks, void* out
 //     fp32 weights and gradients, and the math on a bf16 copy of the weights made before every step's forward, as
 //     autocast casts them; otherwise as fp32 (one model takes the global micro-batch, fp32 gradients summed).
 inline Trace run_reference(model::Style style, const strategy::StrategyOptions& given, int ranks, int accumulation,
-                           int steps) {
+                           int steps, int64_t layers = 2) {
   const strategy::StrategyOptions options = strategy::with_framework_recipe(given);
   const DType compute = given.recipe.params;  // the model's math: bf16 in the mixed recipe, under autocast too
   const bool autocast = compute != options.recipe.params;
   const bool per_rank = options.recipe.grads == DType::kBF16;
   EMU_CHECK(!per_rank || accumulation == 1, "the bf16-gradient reference takes one micro-batch per step, not {}",
             accumulation);
-  const model::ModelConfig config = tiny_config(style, per_rank ? 1 : ranks);
+  const model::ModelConfig config = tiny_config(style, per_rank ? 1 : ranks, layers);
   auto device = make_cpu_device({});
   model::ModelOptions model_options;
   model_options.compute = compute;
@@ -215,7 +216,9 @@ inline Trace run_reference(model::Style style, const strategy::StrategyOptions& 
   return trace;
 }
 
-// One strategy on the world: micro-batch b = 1 per rank, the same global batch as the reference.
+// One strategy on the world: micro-batch b = 1 per rank, the same global batch as the reference. Pipeline
+// parallelism (pp) runs the whole global batch through its stages: every rank is given all N × accumulation
+// micro-batches of one sequence, those the N data-parallel ranks would hold between them.
 // Hybrid sharding in the tests: "nodes" of two ranks when the world splits into pairs, else of one.
 inline int test_ranks_per_node() { return world_size() % 2 == 0 ? 2 : 1; }
 
@@ -232,14 +235,14 @@ struct StrategyRun {
 // OOM tests leave it off so that their peaks are the training's).
 inline std::unique_ptr<StrategyRun> run_strategy(model::Style style, const strategy::StrategyOptions& options,
                                                  int accumulation, int steps, MemoryPool::Options memory = {},
-                                                 bool weights_every_step = false) {
+                                                 bool weights_every_step = false, int64_t layers = 2) {
   auto run = std::make_unique<StrategyRun>();
   const int rank = world_rank();
   const int ranks = world_size();
   memory.rank = rank;
   run->device = make_cpu_device(memory);
   run->world = coll::make_mpi_communicator(MPI_COMM_WORLD, *run->device);
-  const model::ModelConfig config = tiny_config(style, 1);
+  const model::ModelConfig config = tiny_config(style, 1, layers);
   model::ModelOptions model_options;
   model_options.compute = options.recipe.params;
   run->model =
@@ -254,8 +257,11 @@ inline std::unique_ptr<StrategyRun> run_strategy(model::Style style, const strat
   for (int step = 0; step < steps; ++step) {
     std::vector<data::Batch> batches;
     batches.reserve(static_cast<size_t>(accumulation));
+    const bool pipeline = options.kind == strategy::StrategyKind::kPipeline;
     for (int m = 0; m < accumulation; ++m) {
-      batches.push_back(data.batch(step, data::sample_offset(rank, ranks, m, 1), 1));
+      for (int r = pipeline ? 0 : rank; r < (pipeline ? ranks : rank + 1); ++r) {
+        batches.push_back(data.batch(step, data::sample_offset(r, ranks, m, 1), 1));
+      }
     }
     const strategy::StepResult result = run->strategy->step(batches);
     float loss = result.loss;

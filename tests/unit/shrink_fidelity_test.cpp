@@ -89,8 +89,8 @@ struct Accounted {
 };
 
 Accounted account(const RunOptions& options, const strategy::StrategyOptions& strategy_options,
-                  const model::ModelConfig& config) {
-  const StrategyOutcome outcome = account_shapes(options, strategy_options, config, kRanks, kRanksPerNode);
+                  const model::ModelConfig& config, int rank) {
+  const StrategyOutcome outcome = account_shapes(options, strategy_options, config, kRanks, kRanksPerNode, rank);
   return {outcome.peak.front(), outcome.category_peaks.front(), outcome.at_peak.front()};
 }
 
@@ -105,9 +105,9 @@ std::string compare(const char* what, uint64_t shrunk, uint64_t full, int64_t k,
 // What differs between one strategy shrunk by k and its plan ("" when nothing does), then what was in use at
 // each peak. The peak of the shrunk run × k² goes into `deviation`.
 std::string check(const RunOptions& options, const strategy::StrategyOptions& strategy_options, int64_t k,
-                  double& deviation) {
-  const Accounted small = account(options, strategy_options, model::shrink(options.full, k));
-  const Accounted full = account(options, strategy_options, options.full);
+                  double& deviation, int rank = 0) {
+  const Accounted small = account(options, strategy_options, model::shrink(options.full, k), rank);
+  const Accounted full = account(options, strategy_options, options.full, rank);
   deviation = double(small.peak) * double(k * k) / double(full.peak) - 1;
   // A buffer's charge and a rank's shard are whole elements: in a toy model (h = 8, V = 10) a category of a few
   // hundred bytes moves by whole percents. Up to one 4-byte element per rank per unit, × k², is rounding.
@@ -164,6 +164,31 @@ TEST(ShrinkFidelity, ShrunkTimesKSquaredEqualsThePlanForEveryModelStrategyAndVar
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   fmt::print("{} cases in {:.1f} s; the largest deviation of a peak: {:+.4f}% ({})\n", cases, seconds, 100 * worst,
              worst_case);
+}
+
+// Pipeline parallelism holds different layers and activations on every stage: each of the 4 stages is checked, for
+// every model with a block per stage, under both schedules.
+TEST(ShrinkFidelity, PipelineStagesShrunkTimesKSquaredEqualThePlan) {
+  int cases = 0;
+  for (const std::string& name : models()) {
+    for (const char* schedule : {"1f1b", "gpipe"}) {
+      std::vector<std::string> args = {"--model", name, "--strategies", "ddp", "--schedule", schedule};
+      RunOptions parsed = parse(args);
+      if (parsed.full.layers < kRanks) continue;
+      parsed = parse({"--model", name, "--strategies", "pp", "--schedule", schedule});
+      const std::vector<int64_t> factors = model::valid_shrink_factors(parsed.full);
+      for (auto k = factors.begin() + 1; k != factors.end(); ++k) {
+        const RunOptions options = with_shrink(parsed, *k);
+        for (int rank = 0; rank < kRanks; ++rank) {
+          double deviation = 0;
+          EXPECT_EQ(check(options, options.strategies.front(), *k, deviation, rank), "")
+              << name << " k=" << *k << " pp " << schedule << " stage " << rank;
+          ++cases;
+        }
+      }
+    }
+  }
+  EXPECT_GT(cases, 0);
 }
 
 }  // namespace

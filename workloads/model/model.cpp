@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <optional>
 
 #include "emu/bf16.h"
 #include "emu/check.h"
@@ -30,6 +31,7 @@ Model::Model(Device& device, ModelConfig config, ModelOptions options)
   layouts_ = build_layouts(config_);
   units_.resize(layouts_.size());
   saved_.resize(static_cast<size_t>(config_.layers));
+  last_block_ = static_cast<int>(config_.layers);
 }
 
 Model::~Model() { discard(); }
@@ -125,16 +127,26 @@ BlockEnv Model::block_env(int unit) const {
 }
 
 float Model::forward(const int32_t* tokens, const int32_t* targets, Hooks& hooks) {
+  Buffer input = first_block_ > 1 ? std::move(final_x_) : Buffer();  // a later pipeline stage's input
   discard();
+  final_x_ = std::move(input);
   MemoryPool& pool = device_.memory();
-  {
-    PhaseScope phase(pool, "forward, embedding");
+  const bool first = first_block_ == 1, last = last_block_ == config_.layers;
+  if (holds_root()) {
+    PhaseScope phase(pool, first ? "forward, embedding" : "forward, root");
     sync();
     hooks.before_forward(0);
     root_weights_ = weights_f32(0, root_w_);
-    forward_root_start(tokens);
   }
-  for (int unit = 1; unit <= config_.layers; ++unit) {
+  if (first) {
+    PhaseScope phase(pool, "forward, embedding");
+    forward_root_start(tokens);
+  } else {
+    EMU_CHECK(final_x_.allocated(), "stage of blocks {}..{}: no input was set before forward", first_block_,
+              last_block_);
+    allocate_rope_tables();
+  }
+  for (int unit = first_block_; unit <= last_block_; ++unit) {
     PhaseScope phase(pool, fmt::format("forward, block {}", unit));
     sync();
     hooks.before_forward(unit);
@@ -147,10 +159,14 @@ float Model::forward(const int32_t* tokens, const int32_t* targets, Hooks& hooks
     sync();
     hooks.after_forward(unit);
   }
-  PhaseScope phase(pool, "loss");
-  const float loss = forward_root_end(targets);
-  sync();
-  hooks.after_forward(0);
+  float loss = 0;
+  {
+    std::optional<PhaseScope> phase;  // the root's closing hook runs in the loss's phase, as it follows the loss
+    if (last) phase.emplace(pool, "loss");
+    if (last) loss = forward_root_end(targets);
+    sync();
+    if (holds_root()) hooks.after_forward(0);
+  }
   has_forward_ = true;
   return loss;
 }
@@ -158,23 +174,36 @@ float Model::forward(const int32_t* tokens, const int32_t* targets, Hooks& hooks
 void Model::backward(Hooks& hooks) {
   EMU_CHECK(has_forward_, "backward needs a forward first");
   MemoryPool& pool = device_.memory();
-  {
-    PhaseScope phase(pool, "backward, head");
+  const bool first = first_block_ == 1, last = last_block_ == config_.layers;
+  if (holds_root()) {
+    PhaseScope phase(pool, last ? "backward, head" : "backward, root");
     sync();
     hooks.before_backward(0);
     root_weights_ = weights_f32(0, root_w_);
     root_grads_ = zeroed_grads(0, root_g_);
-    backward_root_start();
   }
-  for (int unit = config_.layers; unit >= 1; --unit) backward_block(unit, hooks);
+  if (last) {
+    PhaseScope phase(pool, "backward, head");
+    backward_root_start();
+  } else {
+    EMU_CHECK(dres_.allocated(), "stage of blocks {}..{}: no output gradient was set before backward", first_block_,
+              last_block_);
+  }
+  for (int unit = last_block_; unit >= first_block_; --unit) backward_block(unit, hooks);
   PhaseScope phase(pool, "backward, embedding");
-  sync();
-  hooks.before_embedding_backward();
-  backward_root_end();
-  flush_grads(0, root_grads_);
+  if (first) {
+    sync();
+    hooks.before_embedding_backward();
+    backward_root_end();
+  } else {  // dres_ is the gradient of the stage's input, for take_input_gradient
+    tokens_.reset();
+    rope_cos_.reset();
+    rope_sin_.reset();
+  }
+  if (holds_root()) flush_grads(0, root_grads_);
   has_forward_ = false;
   sync();
-  hooks.after_backward(0);
+  if (holds_root()) hooks.after_backward(0);
 }
 
 float Model::step(const int32_t* tokens, const int32_t* targets, Hooks& hooks) {
@@ -200,24 +229,86 @@ void Model::discard() {
   has_forward_ = false;
 }
 
+void Model::set_stage(int first_block, int last_block) {
+  EMU_CHECK(1 <= first_block && first_block <= last_block && last_block <= config_.layers,
+            "stage of blocks {}..{} is outside 1..{}", first_block, last_block, config_.layers);
+  first_block_ = first_block;
+  last_block_ = last_block;
+}
+
+void Model::set_stage_input(Buffer x) {
+  EMU_CHECK(first_block_ > 1, "the stage starting at block 1 embeds its tokens: it takes no input");
+  final_x_ = std::move(x);
+}
+
+Buffer Model::take_stage_output() {
+  EMU_CHECK(last_block_ < config_.layers && has_forward_, "no stage output: the stage ends at block {} of {}",
+            last_block_, config_.layers);
+  return std::move(final_x_);
+}
+
+void Model::set_output_gradient(Buffer grad) {
+  EMU_CHECK(last_block_ < config_.layers, "the last stage starts backward from its loss: it takes no gradient");
+  dres_ = std::move(grad);
+}
+
+Buffer Model::take_input_gradient() {
+  EMU_CHECK(first_block_ > 1, "the stage starting at block 1 hands no input gradient on");
+  return std::move(dres_);
+}
+
+Model::InFlight Model::take_in_flight() {
+  InFlight state;
+  state.tokens = std::move(tokens_);
+  state.rope_cos = std::move(rope_cos_);
+  state.rope_sin = std::move(rope_sin_);
+  state.saved = std::move(saved_);
+  saved_ = std::vector<BlockSaved>(static_cast<size_t>(config_.layers));
+  state.final_x = std::move(final_x_);
+  state.final_stats = std::move(final_stats_);
+  state.final_xn = std::move(final_xn_);
+  state.logits = std::move(logits_);
+  state.has_forward = has_forward_;
+  has_forward_ = false;
+  return state;
+}
+
+void Model::restore_in_flight(InFlight state) {
+  EMU_CHECK(!has_forward_, "restoring a held forward over one the model still holds");
+  discard();
+  tokens_ = std::move(state.tokens);
+  rope_cos_ = std::move(state.rope_cos);
+  rope_sin_ = std::move(state.rope_sin);
+  saved_ = std::move(state.saved);
+  final_x_ = std::move(state.final_x);
+  final_stats_ = std::move(state.final_stats);
+  final_xn_ = std::move(state.final_xn);
+  logits_ = std::move(state.logits);
+  has_forward_ = state.has_forward;
+}
+
+void Model::allocate_rope_tables() {
+  const ModelConfig& c = config_;
+  if (c.style != Style::kLlama) return;
+  const size_t half = size_t(c.head_dim() / 2);
+  rope_cos_ = device_.allocate(size_t(c.seq) * half, DType::kF32, Category::kTemporaries, "rotary cos table");
+  rope_sin_ = device_.allocate(size_t(c.seq) * half, DType::kF32, Category::kTemporaries, "rotary sin table");
+  if (math_) {  // computed once on the host, as a GPU run computes its tables, then brought over
+    std::vector<float> cos(rope_cos_.count()), sin(rope_sin_.count());
+    rope_tables(c.seq, rope_inverse_frequencies(c.head_dim(), c.rope_theta, c.rope_scaling, c.seq * c.shrink),
+                cos.data(), sin.data(), c.rope_scaling.attention_factor);
+    ops_->copy_from_host(rope_cos_.data(), cos.data(), cos.size() * sizeof(float));
+    ops_->copy_from_host(rope_sin_.data(), sin.data(), sin.size() * sizeof(float));
+  }
+}
+
 void Model::forward_root_start(const int32_t* tokens) {
   const ModelConfig& c = config_;
   const UnitLayout& root = layouts_[0];
   const size_t T = size_t(c.tokens());
   tokens_ = allocate_per_row(device_, c, T, DType::kF32, Category::kActivations, "token ids");
   if (math_) ops_->copy_from_host(tokens_.data(), tokens, T * sizeof(int32_t));
-  if (c.style == Style::kLlama) {
-    const size_t half = size_t(c.head_dim() / 2);
-    rope_cos_ = device_.allocate(size_t(c.seq) * half, DType::kF32, Category::kTemporaries, "rotary cos table");
-    rope_sin_ = device_.allocate(size_t(c.seq) * half, DType::kF32, Category::kTemporaries, "rotary sin table");
-    if (math_) {  // computed once on the host, as a GPU run computes its tables, then brought over
-      std::vector<float> cos(rope_cos_.count()), sin(rope_sin_.count());
-      rope_tables(c.seq, rope_inverse_frequencies(c.head_dim(), c.rope_theta, c.rope_scaling, c.seq * c.shrink),
-                  cos.data(), sin.data(), c.rope_scaling.attention_factor);
-      ops_->copy_from_host(rope_cos_.data(), cos.data(), cos.size() * sizeof(float));
-      ops_->copy_from_host(rope_sin_.data(), sin.data(), sin.size() * sizeof(float));
-    }
-  }
+  allocate_rope_tables();
   // Gemma's embedding (transformers GemmaTextScaledWordEmbedding) multiplies the looked-up rows by √h into a new
   // tensor; the unscaled rows are a temporary of the lookup.
   // Under autocast the embedding runs on the fp32 table and the residual stream starts in fp32.

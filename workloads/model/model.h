@@ -96,6 +96,32 @@ class Model {
   // Drops what forward saved (after an evaluation-only forward).
   void discard();
 
+  // Pipeline parallelism (strategies/pipeline.cpp): this rank's stage runs blocks [first, last] of 1..L only.
+  // The stage that starts at block 1 runs the embedding, the one that ends at block L the final norm, the head
+  // and the loss; only those two call the root's hooks. A stage that starts later takes its input from
+  // set_stage_input before forward, and one that ends earlier hands its output to take_stage_output after forward
+  // (forward then returns 0) and takes the gradient of that output from set_output_gradient before backward;
+  // after backward, take_input_gradient hands back the gradient of its input. Default: blocks 1..L.
+  void set_stage(int first_block, int last_block);
+  int first_block() const { return first_block_; }
+  int last_block() const { return last_block_; }
+  void set_stage_input(Buffer x);         // [T, h] at the compute dtype, the previous stage's output
+  Buffer take_stage_output();             // [T, h] at the compute dtype
+  void set_output_gradient(Buffer grad);  // [T, h] at the compute dtype, from the next stage
+  Buffer take_input_gradient();           // [T, h] at the compute dtype, for the previous stage
+
+  // What one forward keeps for its backward, moved out of the model so that several micro-batches can be in
+  // flight at once (a pipeline schedule keeps up to M); the tensors stay allocated and charged while held.
+  struct InFlight {
+    Buffer tokens, rope_cos, rope_sin;
+    std::vector<BlockSaved> saved;
+    Buffer final_x, final_stats, final_xn, logits;
+    bool has_forward = false;
+  };
+  InFlight take_in_flight();
+  // Makes a held forward the current one, for its backward; the model must hold none.
+  void restore_in_flight(InFlight state);
+
   // Initial fp32 values of elements [begin, begin + count) of `unit`, where every strategy starts: the loaded
   // weights when set_initial_weights gave some, else the seeded initialisation (layout.h, init_unit_range).
   void initial_values(int unit, uint64_t seed, size_t begin, size_t count, float* out) const;
@@ -131,6 +157,8 @@ class Model {
   void backward_root_start();
   void backward_root_end();
   void backward_block(int unit, Hooks& hooks);
+  bool holds_root() const { return first_block_ == 1 || last_block_ == config_.layers; }
+  void allocate_rope_tables();
 
   Device& device_;
   ModelConfig config_;
@@ -153,16 +181,17 @@ class Model {
   std::shared_ptr<const std::vector<std::vector<float>>> initial_weights_;  // null: the seeded initialisation
 
   // Device tensors held between forward and backward.
-  Buffer tokens_;                  // [T] int32 token ids (4 bytes, charged as fp32)
-  Buffer rope_cos_, rope_sin_;     // [s, d/2] fp32 rotary tables (Llama)
-  std::vector<BlockSaved> saved_;  // [L]
-  Buffer final_x_;                 // [T, h] output of block L, input of the final norm
-  Buffer final_stats_;             // [T] rstd (Llama) or [2, T] mean and rstd (GPT-2), fp32
-  Buffer final_xn_;                // [T, h] final norm output, input of the head
-  Buffer softcap_tanh_;            // Gemma 2, the Trainer's loss: [T, V] tanh(logits / cap), saved by tanh
-  Buffer logits_;                  // [T, V] fp32: logits, then (after the loss) their gradient; charged as the
-                                   // log-softmax the Trainer's loss saves, or as the fused loss's one buffer
-  Buffer dres_;                    // [T, h] gradient of the residual stream during backward
+  Buffer tokens_;                         // [T] int32 token ids (4 bytes, charged as fp32)
+  Buffer rope_cos_, rope_sin_;            // [s, d/2] fp32 rotary tables (Llama)
+  std::vector<BlockSaved> saved_;         // [L]
+  Buffer final_x_;                        // [T, h] output of block L, input of the final norm
+  Buffer final_stats_;                    // [T] rstd (Llama) or [2, T] mean and rstd (GPT-2), fp32
+  Buffer final_xn_;                       // [T, h] final norm output, input of the head
+  Buffer softcap_tanh_;                   // Gemma 2, the Trainer's loss: [T, V] tanh(logits / cap), saved by tanh
+  Buffer logits_;                         // [T, V] fp32: logits, then (after the loss) their gradient; charged as the
+                                          // log-softmax the Trainer's loss saves, or as the fused loss's one buffer
+  Buffer dres_;                           // [T, h] gradient of the residual stream during backward
+  int first_block_ = 1, last_block_ = 0;  // this pipeline stage's blocks (set_stage); last_block_ = L by default
 };
 
 }  // namespace emu::model

@@ -1,0 +1,361 @@
+// Pipeline parallelism (`pp`) as Megatron-LM's and DeepSpeed's pipeline engines run it: the blocks split into P
+// stages, one per rank (P = the world; data-parallel replicas of the pipeline are not built yet), micro-batches
+// flowing through them, activations and their gradients passed from stage to stage as point-to-point messages.
+//
+// Stages (pipeline.h, balance_stages): contiguous blocks balanced by parameter count; the first stage also holds
+// the embeddings (Llama's embed_tokens; GPT-2's wte and wpe), the last the final norm and the LM head. A tied head
+// (GPT-2, tied Llama) is a second copy of the embedding on the last stage, whose gradient the two stages sum after
+// backward over their own group ("embedding group": Megatron-LM's _allreduce_word_embedding_grads in
+// core/distributed/finalize_model_grads.py); both then update it identically.
+//
+// Each stage keeps the full model states of its own layers, in the mixed recipe of DeepSpeed's PipelineEngine with
+// FP16_Optimizer and of the ZeRO paper (K = 12): bit16 parameters and gradients, fp32 master weights, Adam m and v,
+// 16 bytes per parameter, so a stage needs 16Ψ_s. (Megatron-LM and DeepSpeed's BF16_Optimizer accumulate
+// gradients in fp32 instead, 2 bytes per parameter more; emu does not model that here.) Per stage s:
+//   parameters [n_u] kParameters, gradients [n_u] kGradients, master, m, v [n_u] kOptimizerState, per unit held;
+//   the root's buffers hold the whole root but are charged for the tensors the stage owns.
+//
+// Schedules (--schedule), with M micro-batches of the step (the global batch is M × b, every stage sees all M):
+//   gpipe  every micro-batch's forward, then every backward (GPipe, Huang et al. 2019; torch.distributed.pipelining
+//          ScheduleGPipe): a stage holds the activations of all M micro-batches at once.
+//   1f1b   PipeDream-Flush as Megatron-LM runs it (core/pipeline_parallel/schedules.py,
+//          forward_backward_pipelining_without_interleaving): stage s runs min(P − s − 1, M) warm-up forwards, then
+//          alternates one forward and one backward, then cools down with the remaining backwards, so it holds at
+//          most min(P − s, M) micro-batches' activations: the first stage the most.
+// A stage's output [b, s, h] at the compute dtype is sent to the next stage after each forward and freed
+// (Megatron's deallocate_output_tensor); the next stage receives it into a buffer that its first block saves
+// (kActivations). In backward the gradient of that output comes back the same way. Per step every boundary
+// carries M activations up and M gradients down: b·s·h·bytes·2·(P − 1)·M bytes over the pipeline. Where two
+// neighbours exchange in both directions at once (Megatron's send_forward_recv_backward and
+// send_backward_recv_forward, batched isend/irecv), the lower stage sends first and the upper receives first, so
+// that both ends of every link see its messages in the same order and emu's blocking sends cannot deadlock.
+//
+// Each micro-batch's loss is the mean over its b·s tokens; the step's gradient is the mean over the M micro-batches
+// (Megatron divides each micro-batch's loss by M; emu scales the summed gradients by 1/M at the update, as for
+// gradient accumulation). The loss exists on the last stage only; it is summed to every stage for reporting.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <limits>
+#include <memory>
+
+#include "collectives/virtual/virtual_link.h"
+#include "emu/check.h"
+#include "strategies/flat.h"
+#include "strategies/pipeline.h"
+#include "strategies/strategy.h"
+#include "workloads/optim/adamw_state.h"
+
+namespace emu::strategy {
+
+std::vector<StageBlocks> balance_stages(std::span<const uint64_t> block_weights, uint64_t first_extra,
+                                        uint64_t last_extra, int stages) {
+  const int blocks = static_cast<int>(block_weights.size());
+  EMU_CHECK(stages >= 1 && stages <= blocks, "{} pipeline stages over {} blocks", stages, blocks);
+  std::vector<uint64_t> prefix(static_cast<size_t>(blocks) + 1, 0);
+  for (int l = 0; l < blocks; ++l) prefix[l + 1] = prefix[l] + block_weights[static_cast<size_t>(l)];
+  // weight(s, i, j): stage s over blocks i+1..j (prefix indices), with the extras of the first and last stage.
+  const auto weight = [&](int s, int i, int j) {
+    return prefix[j] - prefix[i] + (s == 0 ? first_extra : 0) + (s == stages - 1 ? last_extra : 0);
+  };
+  // best[s][j]: the lightest heaviest stage when stages s..P−1 run blocks j+1..L; cut[s][j] the end of stage s.
+  constexpr uint64_t kNone = std::numeric_limits<uint64_t>::max();
+  std::vector<std::vector<uint64_t>> best(static_cast<size_t>(stages) + 1,
+                                          std::vector<uint64_t>(static_cast<size_t>(blocks) + 1, kNone));
+  std::vector<std::vector<int>> cut(best.size(), std::vector<int>(best[0].size(), 0));
+  best[stages][blocks] = 0;
+  for (int s = stages - 1; s >= 0; --s) {
+    for (int j = 0; j <= blocks; ++j) {
+      // Later ends first: among equal splits the earlier stage takes more blocks.
+      for (int end = blocks - (stages - 1 - s); end > j; --end) {
+        const uint64_t rest = best[s + 1][end];
+        if (rest == kNone) continue;
+        const uint64_t heaviest = std::max(rest, weight(s, j, end));
+        if (heaviest < best[s][j]) best[s][j] = heaviest, cut[s][j] = end;
+      }
+    }
+  }
+  std::vector<StageBlocks> out;
+  for (int s = 0, j = 0; s < stages; ++s) {
+    out.push_back({j + 1, cut[s][j]});
+    j = cut[s][j];
+  }
+  return out;
+}
+
+double bubble_fraction(int stages, int micro_batches) {
+  return static_cast<double>(stages - 1) / static_cast<double>(micro_batches + stages - 1);
+}
+
+namespace {
+
+// Which of the root's tensors a stage runs: the embeddings on the first, the final norm and head on the last.
+bool embedding_side(const model::ModelConfig& config, size_t param) {
+  return param == model::kEmbedTokens || (config.style == model::Style::kGpt2 && param == model::kWpe);
+}
+bool head_side(const model::ModelConfig& config, size_t param) {
+  return !embedding_side(config, param) || (param == model::kEmbedTokens && config.tie_embeddings);
+}
+
+class Pipeline final : public Strategy {
+ public:
+  using Strategy::Strategy;
+
+  void setup() override {
+    const model::ModelConfig& config = model_.config();
+    EMU_CHECK(world_.size() <= config.layers, "pp: {} stages for {} blocks", world_.size(), config.layers);
+    stage_ = world_.rank();
+    stages_ = world_.size();
+    split_stages();
+    model_.set_stage(blocks_[stage_].first, blocks_[stage_].last);
+    if (stages_ > 1 && config.tie_embeddings) {
+      const bool end = stage_ == 0 || stage_ == stages_ - 1;
+      if (device_.holds_data()) {
+        embedding_group_ = world_.split(end ? 0 : 1, stage_, "embedding group");
+        if (!end) embedding_group_.reset();  // the middle stages' group of their own carries nothing
+      } else if (end) {  // a plan's world is virtual (collectives/virtual): so is its embedding group
+        embedding_group_ =
+            coll::make_virtual_communicator(device_, stage_ == 0 ? 0 : 1, 2, "embedding group", model_.config().shrink);
+      }
+    }
+    units_.resize(static_cast<size_t>(model_.num_units()));
+    if (holds_root()) hold(0);
+    for (int u = blocks_[stage_].first; u <= blocks_[stage_].last; ++u) hold(u);
+  }
+
+  std::vector<float> full_weights(int unit) override {
+    const size_t count = model_.layout(unit).count;
+    std::vector<float> out(count, 0.0f);
+    if (unit > 0) {
+      const int owner = owner_of(unit);
+      if (owner == stage_) fp32_values(unit, out.data());
+      world_.broadcast(out.data(), out.data(), count, DType::kF32, owner, "full weights");
+      return out;
+    }
+    // The root: each tensor from one stage, the embeddings (tied or not) from the first, the rest from the last.
+    if (holds_root()) {
+      std::vector<float> all(count);
+      fp32_values(0, all.data());
+      const model::UnitLayout& layout = model_.layout(0);
+      for (size_t p = 0; p < layout.params.size(); ++p) {
+        const int from = embedding_side(model_.config(), p) ? 0 : stages_ - 1;
+        if (from != stage_) continue;
+        std::copy_n(all.begin() + static_cast<std::ptrdiff_t>(layout.params[p].offset), layout.params[p].count,
+                    out.begin() + static_cast<std::ptrdiff_t>(layout.params[p].offset));
+      }
+    }
+    world_.all_reduce(out.data(), out.data(), count, DType::kF32, coll::ReduceOp::kSum, "full weights");
+    return out;
+  }
+
+  std::vector<coll::Communicator*> groups() override {
+    std::vector<coll::Communicator*> out{&world_};
+    if (embedding_group_) out.push_back(embedding_group_.get());
+    return out;
+  }
+
+ protected:
+  double run_micro_batches(std::span<const data::Batch> micro_batches, model::Hooks& hooks) override {
+    const int count = static_cast<int>(micro_batches.size());
+    held_.clear();
+    held_.resize(static_cast<size_t>(count));
+    double loss = 0;
+    const auto forward = [&](int m) {
+      const data::Batch& batch = micro_batches[static_cast<size_t>(m)];
+      loss += model_.forward(batch.tokens.data(), batch.targets.data(), hooks);
+      if (stage_ < stages_ - 1) {
+        const Buffer output = model_.take_stage_output();
+        world_.send(output.data(), activation_count(), model_.compute_dtype(), stage_ + 1, "pipeline activations");
+      }
+      held_[static_cast<size_t>(m)] = model_.take_in_flight();
+    };
+    if (options_.pipeline.schedule == Schedule::kGpipe) {
+      for (int m = 0; m < count; ++m) receive_input(m), forward(m);
+      for (int m = 0; m < count; ++m) send_gradient(backward(m, hooks), m);
+    } else {
+      const int warmup = std::min(stages_ - stage_ - 1, count);
+      const int steady = count - warmup;
+      for (int m = 0; m < warmup; ++m) receive_input(m), forward(m);
+      if (steady > 0) receive_input(warmup);
+      for (int i = 0; i < steady; ++i) {
+        forward(warmup + i);  // its send before the backward's receive: this stage is the lower end of that link
+        Buffer gradient = backward(i, hooks);
+        if (i + 1 < steady) receive_input(warmup + i + 1);  // the upper end of the link below receives first
+        send_gradient(std::move(gradient), i);
+      }
+      for (int m = steady; m < count; ++m) send_gradient(backward(m, hooks), m);
+    }
+    reduce_embedding();
+    // The loss exists on the last stage; every stage reports it.
+    return sum_over_world(stage_ == stages_ - 1 ? loss : 0.0, "pipeline loss (reporting)");
+  }
+
+  double gradient_sum_of_squares() override {
+    double sum = 0;
+    for (int u = 0; u < model_.num_units(); ++u) {
+      const Held& held = units_[static_cast<size_t>(u)];
+      if (!held.params.allocated()) continue;
+      const DType dtype = held.grads.dtype();
+      if (u > 0) {
+        sum += optim::grad_sum_of_squares(optim::ConstElementSpan::of(held.grads));
+        continue;
+      }
+      // The root's tensors this stage owns; the tied embedding counted once, on the first stage.
+      const model::UnitLayout& layout = model_.layout(0);
+      for (size_t p = 0; p < layout.params.size(); ++p) {
+        if (!owns(p) || (stage_ != 0 && embedding_side(model_.config(), p))) continue;
+        sum += optim::grad_sum_of_squares(optim::ConstElementSpan(
+            element(held.grads.data(), dtype, layout.params[p].offset), layout.params[p].count, dtype));
+      }
+    }
+    return sum_over_world(sum, "gradient norm");
+  }
+
+  void update(double lr, float grad_scale) override {
+    for (int u = 0; u < model_.num_units(); ++u) {
+      Held& held = units_[static_cast<size_t>(u)];
+      if (!held.params.allocated()) continue;
+      held.optimizer->step(options_.adamw, optim::ElementSpan::of(held.params), optim::ConstElementSpan::of(held.grads),
+                           0, held.decay, lr, grad_scale);
+      zero(held.grads.data(), held.grads.dtype(), held.grads.count());
+    }
+  }
+
+ private:
+  struct Held {  // one unit's model states on this stage
+    Buffer params, grads;
+    std::unique_ptr<optim::AdamWState> optimizer;
+    std::vector<optim::DecayRange> decay;
+  };
+
+  bool holds_root() const { return stage_ == 0 || stage_ == stages_ - 1; }
+  bool owns(size_t root_param) const {
+    return (stage_ == 0 && embedding_side(model_.config(), root_param)) ||
+           (stage_ == stages_ - 1 && head_side(model_.config(), root_param));
+  }
+  int owner_of(int block) const {
+    for (int s = 0; s < stages_; ++s) {
+      if (block >= blocks_[s].first && block <= blocks_[s].last) return s;
+    }
+    EMU_CHECK(false, "block {} is on no stage", block);
+    return 0;
+  }
+  size_t activation_count() const {
+    return static_cast<size_t>(model_.config().tokens()) * static_cast<size_t>(model_.config().hidden);
+  }
+
+  // The stages balanced by the parameters a shrunk run charges (the full-scale counts ÷ k², so that the shrunk and
+  // the full-scale model split alike).
+  void split_stages() {
+    const model::ModelConfig& config = model_.config();
+    const model::UnitLayout& root = model_.layout(0);
+    uint64_t first = 0, last = 0;
+    for (size_t p = 0; p < root.params.size(); ++p) {
+      const uint64_t charged = model::tensor_charge(config, root.params[p]);
+      if (embedding_side(config, p)) first += charged;
+      if (head_side(config, p)) last += charged;
+    }
+    std::vector<uint64_t> blocks;
+    for (int u = 1; u < model_.num_units(); ++u) {
+      uint64_t charged = 0;
+      for (const model::ParamInfo& p : model_.layout(u).params) charged += model::tensor_charge(config, p);
+      blocks.push_back(charged);
+    }
+    blocks_ = balance_stages(blocks, first, last, stages_);
+  }
+
+  // Allocates and initialises unit `unit`'s model states; the root's are charged for the tensors this stage owns.
+  void hold(int unit) {
+    const optim::PrecisionRecipe& recipe = options_.recipe;
+    const model::UnitLayout& layout = model_.layout(unit);
+    model::ParameterCharge charge = unit_charge(model_, unit);
+    if (unit == 0) {
+      double owned = 0;
+      for (size_t p = 0; p < layout.params.size(); ++p) {
+        if (owns(p)) owned += static_cast<double>(model::tensor_charge(model_.config(), layout.params[p]));
+      }
+      charge = {layout.count, owned};
+    }
+    Held& held = units_[static_cast<size_t>(unit)];
+    const std::string name = fmt::format("pipeline stage {}, {}", stage_, layout.name);
+    held.params = model::allocate_parameter_space(device_, charge, layout.count, recipe.params, Category::kParameters,
+                                                  name + " parameters");
+    held.grads = model::allocate_parameter_space(device_, charge, layout.count, recipe.grads, Category::kGradients,
+                                                 name + " gradients");
+    zero(held.grads.data(), recipe.grads, layout.count);
+    held.optimizer = std::make_unique<optim::AdamWState>(optimizer_device(), recipe, layout.count, name, charge);
+    held.decay = decay_ranges(layout, 0);
+    std::vector<float> initial(device_.holds_data() ? layout.count : 0);
+    init_into(model_, unit, options_.seed, 0, layout.count, initial.empty() ? nullptr : initial.data(), DType::kF32);
+    convert(initial.empty() ? nullptr : initial.data(), DType::kF32, held.params.data(), recipe.params, layout.count);
+    if (device_.holds_data()) {
+      held.optimizer->load_master(optim::ConstElementSpan(initial.data(), layout.count, DType::kF32));
+    }
+    model_.bind_weights(unit, held.params.data(), recipe.params);
+    model_.bind_grads(unit, held.grads.data(), recipe.grads);
+  }
+
+  // The unit's fp32 values on this stage: its master weights when the recipe keeps them, else its parameters.
+  void fp32_values(int unit, float* out) {
+    const Held& held = units_[static_cast<size_t>(unit)];
+    const optim::ElementSpan master = held.optimizer->master();
+    if (!master.empty()) {
+      convert(master.data(), master.dtype(), out, DType::kF32, master.size());
+    } else {
+      convert(held.params.data(), held.params.dtype(), out, DType::kF32, held.params.count());
+    }
+  }
+
+  // A stage after the first receives micro-batch m's input from the stage before it and hands it to the model.
+  void receive_input(int m) {
+    if (stage_ == 0) return;
+    Buffer input = device_.allocate(activation_count(), model_.compute_dtype(), Category::kActivations,
+                                    fmt::format("pipeline input, micro-batch {} (received)", m));
+    world_.recv(input.data(), activation_count(), model_.compute_dtype(), stage_ - 1, "pipeline activations");
+    model_.set_stage_input(std::move(input));
+  }
+
+  // Micro-batch m's backward from the gradient of this stage's output (received from the next stage, or the loss
+  // on the last); returns the gradient of the stage's input (empty on the first stage).
+  Buffer backward(int m, model::Hooks& hooks) {
+    model_.restore_in_flight(std::move(held_[static_cast<size_t>(m)]));
+    if (stage_ < stages_ - 1) {
+      Buffer gradient = device_.allocate(activation_count(), model_.compute_dtype(), Category::kTemporaries,
+                                         fmt::format("pipeline output gradient, micro-batch {} (received)", m));
+      world_.recv(gradient.data(), activation_count(), model_.compute_dtype(), stage_ + 1, "pipeline gradients");
+      model_.set_output_gradient(std::move(gradient));
+    }
+    model_.backward(hooks);
+    return stage_ > 0 ? model_.take_input_gradient() : Buffer();
+  }
+
+  void send_gradient(Buffer gradient, int m) {
+    if (!gradient.allocated()) return;  // the first stage's backward ends at the embedding
+    world_.send(gradient.data(), activation_count(), model_.compute_dtype(), stage_ - 1, "pipeline gradients");
+  }
+
+  // Tied embeddings: the first and the last stage sum their gradients of the shared table.
+  void reduce_embedding() {
+    if (!embedding_group_ || !holds_root()) return;
+    PhaseScope phase(device_.memory(), "embedding gradient all-reduce");
+    const model::ParamInfo& table = model_.layout(0).params[model::kEmbedTokens];
+    Held& root = units_[0];
+    void* grads = element(root.grads.data(), root.grads.dtype(), table.offset);
+    embedding_group_->all_reduce(grads, grads, table.count, root.grads.dtype(), coll::ReduceOp::kSum,
+                                 "embedding gradient all-reduce");
+  }
+
+  int stage_ = 0, stages_ = 1;
+  std::vector<StageBlocks> blocks_;                      // [P]
+  std::vector<Held> units_;                              // [units] allocated where this stage holds the unit
+  std::vector<model::Model::InFlight> held_;             // [M] the micro-batches in flight between forward and backward
+  std::unique_ptr<coll::Communicator> embedding_group_;  // the first and the last stage, with tied embeddings
+};
+
+}  // namespace
+
+std::unique_ptr<Strategy> make_pipeline(StrategyContext context, const StrategyOptions& options) {
+  return std::make_unique<Pipeline>(context, options);
+}
+
+}  // namespace emu::strategy

@@ -1,0 +1,57 @@
+// The analytic model of pipeline parallelism (pipeline.cpp), for the stage of `input.rank` among P = input.world:
+//   blocks      the stage's blocks (pipeline.h, balance_stages over the blocks' parameters, the embeddings weighing
+//               on the first stage and the final norm and head on the last)
+//   Ψ_s         the parameters of its blocks, plus the embeddings on the first stage and the final norm, the head and
+//               a tied embedding's copy on the last
+//   memory      parameters 2Ψ_s, gradients 2Ψ_s, master weights 4Ψ_s, Adam m and v 8Ψ_s: 16Ψ_s in the mixed recipe
+//               (the ZeRO paper's K = 12 over the stage's own parameters only)
+//   traffic     per step, M micro-batches (input.accumulation): M sends of b·s·h elements to the next stage (all
+//               but the last) and M to the previous one (all but the first), at the compute dtype; with tied
+//               embeddings the first and the last stage all-reduce the table's gradient (2 ranks: once its size)
+#include <fmt/format.h>
+
+#include "strategies/analytic.h"
+#include "strategies/pipeline.h"
+
+namespace emu::strategy {
+
+Updated predict_pipeline(const StrategyOptions& options, const AnalyticInput& input, Prediction& prediction) {
+  const optim::PrecisionRecipe& recipe = options.recipe;
+  const int stages = input.world;
+  const int stage = input.rank;
+  std::vector<uint64_t> blocks;
+  for (size_t u = 1; u < input.unit_counts.size(); ++u) {
+    uint64_t charged = 0;
+    if (input.unit_tensors_charged.empty()) {
+      charged = input.unit_counts[u];
+    } else {
+      for (const uint64_t t : input.unit_tensors_charged[u]) charged += t;
+    }
+    blocks.push_back(charged);
+  }
+  const StageBlocks mine = balance_stages(blocks, input.root_first_stage, input.root_last_stage, stages)[stage];
+  Updated updated;
+  for (int u = mine.first; u <= mine.last; ++u) updated.emplace_back(u, input.unit_counts[static_cast<size_t>(u)]);
+  uint64_t root = 0;
+  if (stage == 0) root += input.root_first_stage;
+  if (stage == stages - 1) root += input.root_last_stage;
+  if (stage == 0 && stage == stages - 1) root -= input.tied_embedding;  // one stage: the table once
+  if (root > 0) updated.emplace_back(AnalyticInput::kCharged, root);
+  for (const auto& [unit, elements] : updated) {
+    prediction.peak[Category::kParameters] += input.bytes(unit, elements, recipe.params);
+    prediction.peak[Category::kGradients] += input.bytes(unit, elements, recipe.grads);
+  }
+  const uint64_t micro_batches = static_cast<uint64_t>(input.accumulation);
+  const uint64_t sends = micro_batches * ((stage < stages - 1 ? 1 : 0) + (stage > 0 ? 1 : 0));
+  if (sends > 0) {
+    prediction.traffic.push_back({coll::CollectiveKind::kSend, "world", sends, sends * input.boundary_bytes});
+  }
+  if (stages > 1 && input.tied_embedding > 0 && (stage == 0 || stage == stages - 1)) {
+    add_ring_traffic(prediction, coll::CollectiveKind::kAllReduce, "embedding group",
+                     input.bytes(AnalyticInput::kCharged, input.tied_embedding, recipe.grads), 2);
+  }
+  prediction.formula = fmt::format("16Ψ_s: stage {} of {}, blocks {}..{}", stage, stages, mine.first, mine.last);
+  return updated;
+}
+
+}  // namespace emu::strategy
