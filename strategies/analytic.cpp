@@ -124,6 +124,7 @@ AnalyticInput analytic_input(const model::Model& model, int world, int ranks_per
   input.embedding_elements = embedding_elements(model);
   // pp: the root's tensors by their Hugging Face names: the embedding tables on the first stage, the rest (and a
   // tied table's copy) on the last.
+  const model::ModelConfig& config = model.config();
   for (const model::ParamInfo& param : model.layout(0).params) {
     const uint64_t charged = model::tensor_charge(config, param);
     const bool table = param.name.find("embed_tokens") != std::string::npos ||
