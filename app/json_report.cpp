@@ -53,7 +53,7 @@ json out_of_memory_json(const RunReport& r, const StrategyOutcome& o) {
   for (size_t i = 0; i < o.verdict.ranks.size(); ++i) {
     const strategy::RankMemory& m = o.verdict.ranks[i];
     if (!m.out_of_memory) continue;
-    const RankRole role = o.roles.empty() ? RankRole{m.rank, m.rank} : o.roles[i];
+    const RankRole role = o.roles.empty() ? RankRole{m.rank, m.rank, m.rank} : o.roles[i];
     ranks.push_back({{"rank", role.first},
                      {"last_rank", role.last},
                      {"phase", text_or_null(m.phase)},
@@ -79,6 +79,8 @@ json roles_json(const RunReport& r, const StrategyOutcome& o) {
     roles.push_back({{"first_rank", o.roles[i].first},
                      {"last_rank", o.roles[i].last},
                      {"ranks", o.roles[i].ranks()},
+                     {"accounted_rank", o.roles[i].accounted},
+                     {"bound", o.roles[i].bound},
                      {"peak_bytes", o.peak[i]},
                      {"reserved_peak_bytes", o.reserved_peak[i]},
                      {"verdict", o.verdict.ranks[i].out_of_memory ? "oom" : "fit"}});

@@ -160,7 +160,7 @@ bool same_bytes(const StrategyOutcome& a, const StrategyOutcome& b) {
 void add_role(StrategyOutcome& into, StrategyOutcome&& from, RankRole role) {
   into.roles.push_back(role);
   into.verdict.ranks.push_back(from.verdict.ranks.front());
-  into.verdict.ranks.back().rank = role.first;
+  into.verdict.ranks.back().rank = role.accounted;
   into.peak.push_back(from.peak.front());
   into.reserved_peak.push_back(from.reserved_peak.front());
   into.allocated_at_reserved_peak.push_back(from.allocated_at_reserved_peak.front());
@@ -190,24 +190,29 @@ void report_progress(const PlanProgress& progress, const std::string& strategy, 
                      size_t index, size_t count) {
   if (progress.seconds() < kProgressAfter) return;
   std::fprintf(stderr, "emu: plan: %s, rank %d accounted for ranks %d-%d of %d (%zu of %zu), %.1f s so far\n",
-               strategy.c_str(), span.first, span.first, span.last, ranks, index + 1, count, progress.seconds());
+               strategy.c_str(), span.accounted, span.first, span.last, ranks, index + 1, count, progress.seconds());
   std::fflush(stderr);
 }
 
-// The plan of one strategy for `ranks` ranks: rank 0, rank 1 standing for ranks 1..N-2, and rank N-1 accounted,
-// then merged into roles where neighbours hold the same bytes. Traffic and the prediction are rank 0's.
+// The plan of one strategy for `ranks` ranks: rank 0, one rank standing for ranks 1..N-2 (rank 1, or the one holding
+// the most where ranks hold different tensors: strategy::representative_rank), and rank N-1 accounted, then merged into
+// roles where neighbours hold the same bytes. Traffic and the prediction are rank 0's.
 StrategyOutcome plan_roles(const RunOptions& options, const strategy::StrategyOptions& strategy_options,
                            const model::ModelConfig& config, int ranks, int ranks_per_node, bool record,
                            const PlanProgress& progress) {
-  std::vector<RankRole> spans = {{0, 0}};
+  std::vector<RankRole> spans = {{0, 0, 0}};
   if (strategy_options.kind == strategy::StrategyKind::kPipeline) {
-    for (int r = 1; r < ranks; ++r) spans.push_back({r, r});  // every stage holds its own layers and activations
+    for (int r = 1; r < ranks; ++r) spans.push_back({r, r, r});  // every stage holds its own layers and activations
   } else {
-    if (ranks > 2) spans.push_back({1, ranks - 2});
-    if (ranks > 1) spans.push_back({ranks - 1, ranks - 1});
+    if (ranks > 2) {
+      const strategy::Representative middle =
+          strategy::representative_rank(strategy_options, config, ranks, 1, ranks - 2);
+      spans.push_back({1, ranks - 2, middle.rank, middle.bound});
+    }
+    if (ranks > 1) spans.push_back({ranks - 1, ranks - 1, ranks - 1});
   }
   StrategyOutcome first =
-      account_shapes(options, strategy_options, config, ranks, ranks_per_node, spans.front().first, record);
+      account_shapes(options, strategy_options, config, ranks, ranks_per_node, spans.front().accounted, record);
   report_progress(progress, first.name, spans.front(), ranks, 0, spans.size());
   StrategyOutcome out;  // name, options, prediction and traffic: rank 0's; the per-rank figures: per role
   out.name = first.name;
@@ -222,9 +227,9 @@ StrategyOutcome plan_roles(const RunOptions& options, const strategy::StrategyOp
   add_role(out, std::move(first), spans.front());
   for (size_t i = 1; i < spans.size(); ++i) {
     StrategyOutcome next =
-        account_shapes(options, strategy_options, config, ranks, ranks_per_node, spans[i].first, record);
+        account_shapes(options, strategy_options, config, ranks, ranks_per_node, spans[i].accounted, record);
     report_progress(progress, next.name, spans[i], ranks, i, spans.size());
-    if (same_bytes(previous, next)) {
+    if (same_bytes(previous, next) && !out.roles.back().bound && !spans[i].bound) {
       out.roles.back().last = spans[i].last;
       continue;
     }

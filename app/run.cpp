@@ -304,6 +304,8 @@ std::string RunReport::rank_words(const StrategyOutcome& outcome, size_t index) 
   const RankRole& role = outcome.roles.at(index);
   if (role.ranks() == world) return fmt::format("any of the {} ranks", world);
   if (role.ranks() == 1) return fmt::format("rank {}", role.first);
+  if (role.bound)
+    return fmt::format("ranks {}-{} (rank {}, the one holding the most)", role.first, role.last, role.accounted);
   return fmt::format("ranks {}-{}", role.first, role.last);
 }
 

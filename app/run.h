@@ -20,10 +20,13 @@
 namespace emu::app {
 
 // A plan accounts one representative rank per role: ranks first..last hold the same bytes (ZeRO's padding, for
-// one, can make the last rank differ from the others).
+// one, can make the last rank differ from the others), or, where each rank holds its own set of whole tensors
+// (ddp-zero), at most the bytes of `accounted`, the rank among them holding the most.
 struct RankRole {
   int first = 0;
   int last = 0;
+  int accounted = 0;   // the rank whose bytes were accounted for the role
+  bool bound = false;  // the ranks hold different bytes, at most `accounted`'s
   int ranks() const { return last - first + 1; }
 };
 

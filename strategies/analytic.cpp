@@ -4,8 +4,10 @@
 #include <cmath>
 #include <numeric>
 
+#include "strategies/buckets.h"
 #include "strategies/shard.h"
 #include "workloads/model/layout.h"
+#include "workloads/model/shrink.h"
 
 namespace emu::strategy {
 namespace {
@@ -226,6 +228,20 @@ Prediction predict(const StrategyOptions& given, const AnalyticInput& input) {
   }
   optimizer[Category::kOptimizerState] += prediction.step_temporary_elements * dtype_size(options.recipe.moments);
   return prediction;
+}
+
+}  // namespace emu::strategy
+
+namespace emu::strategy {
+
+Representative representative_rank(const StrategyOptions& options, const model::ModelConfig& config, int ranks,
+                                   int first, int last) {
+  if (options.kind != StrategyKind::kDdpZero || first >= last) return {first, false};
+  std::vector<uint64_t> charged;  // as ddp.cpp partitions them: every tensor in registration order
+  for (const model::UnitLayout& unit : model::build_layouts(config)) {
+    for (const model::ParamInfo& p : unit.params) charged.push_back(model::tensor_charge(config, p));
+  }
+  return {zero_redundancy_busiest(charged, ranks, first, last), true};
 }
 
 }  // namespace emu::strategy

@@ -122,6 +122,16 @@ struct Prediction {
 
 Prediction predict(const StrategyOptions& options, const AnalyticInput& input);
 
+// The rank of first..last whose bytes stand for them all in a plan. They differ only where a strategy gives whole
+// tensors to ranks (ddp-zero: ZeroRedundancyOptimizer's greedy partition, each rank owning its own set of
+// tensors): then the one holding the most, whose peak bounds the others' (`bound`); elsewhere `first`.
+struct Representative {
+  int rank = 0;
+  bool bound = false;  // the ranks hold different bytes, at most `rank`'s
+};
+Representative representative_rank(const StrategyOptions& options, const model::ModelConfig& config, int ranks,
+                                   int first, int last);
+
 // For the family predictors. Each sets the parameter, gradient and buffer peaks (on the device and, under offload,
 // on the host), the formula, the traffic and, under offload, the bytes of gradients sent down to the host per step,
 // and returns what this rank's optimizer updates (its master weights and Adam moments): one (unit or kAllUnits,

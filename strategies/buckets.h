@@ -26,5 +26,8 @@ std::vector<Bucket> assign_buckets(std::span<const size_t> param_bytes, size_t f
 // count, largest first (a stable sort: equal sizes keep registration order), each given to the rank with the
 // fewest elements so far (the lowest such rank). `elements` in registration order; returns the owner of each.
 std::vector<int> zero_redundancy_owners(std::span<const uint64_t> elements, int ranks);
+// Of ranks first..last, the one that partition gives the most elements (the lowest such rank on a tie): the rank
+// whose optimizer state, and so whose peak, is the largest among them.
+int zero_redundancy_busiest(std::span<const uint64_t> elements, int ranks, int first, int last);
 
 }  // namespace emu::strategy

@@ -167,6 +167,45 @@ TEST(Plan, OneRoleForEachDistinctRankAndOneForRanksAlike) {
   EXPECT_EQ(zero2["plan_roles"][0]["ranks"], 3);
 }
 
+// Ranks 1..N-2 are one role, but under ddp-zero each owns its own whole tensors: the plan accounts the one that
+// owns the most, whose peak bounds the others'. llama-tiny's tensors on 4 ranks, by hand (largest first, each to the
+// rank with the fewest elements so far, the lowest on a tie): embed → 0, lm_head → 1, the six 11264 → 2, 3, 2, 3,
+// 2, 3; q/o 4096 → 0, 1, 2, 3; k/v 2048 → 0, 1, 2, 3; norms 64 → 0, 1, 0, 1, 0. Rank 0 owns 39104 elements, rank 1
+// 39040, ranks 2 and 3 39936 each: the ranks in between are accounted as rank 2 (rank 1, accounted before, held
+// 896 elements fewer and made the plan say less than rank 2 needs).
+TEST(Plan, RanksInBetweenAreAccountedAtTheOneOwningTheMost) {
+  testing::TempDir dir("outputs");
+  const std::string out = dir.file("roles4.json");
+  const auto plan = run_process(mpiexec(1) + kEmu + " --model " + std::string(EMU_SOURCE_DIR) +
+                                    "/tests/data/oracle/llama-tiny.json --plan 4 --seq-len 64 --strategies ddp-zero "
+                                    "--json " +
+                                    out,
+                                120);
+  ASSERT_EQ(plan.exit_code, 0) << plan.err;
+  const json root = read_json(out);
+  const json& roles = root["strategies"][0]["plan_roles"];
+  ASSERT_EQ(roles.size(), 3u) << roles.dump();
+  EXPECT_EQ(roles[1]["first_rank"], 1);
+  EXPECT_EQ(roles[1]["last_rank"], 2);
+  EXPECT_EQ(roles[1]["accounted_rank"], 2);
+  EXPECT_TRUE(roles[1]["bound"].get<bool>());
+  EXPECT_FALSE(roles[0]["bound"].get<bool>());
+  const auto peak = [&](int i) { return roles[i]["peak_bytes"].get<int64_t>(); };
+  // Ranks 2 and 3 own the same tensors; rank 2 leads rank 0 by 832 elements' moments (8 B each), up to 12 B each
+  // should it peak at step() with foreach AdamW's temporaries.
+  EXPECT_EQ(peak(1), peak(2));
+  EXPECT_GE(peak(1) - peak(0), 8 * (39936 - 39104));
+  EXPECT_LE(peak(1) - peak(0), 12 * (39936 - 39104));
+  // The verdict names the role as the accounted rank: under a cap below the reserve every role runs out.
+  const auto over = run_process(mpiexec(1) + kEmu + " --model " + std::string(EMU_SOURCE_DIR) +
+                                    "/tests/data/oracle/llama-tiny.json --plan 4 --seq-len 64 --strategies ddp-zero "
+                                    "--cap 1GiB",
+                                120);
+  EXPECT_NE(over.out.find("rank 0, ranks 1-2 (rank 2, the one holding the most), rank 3 of 4 run out of memory"),
+            std::string::npos)
+      << over.out;
+}
+
 // The conclusion names what each strategy's recipe keeps: PyTorch DDP's mixed precision is torch.autocast over fp32
 // weights (fp32 weights, gradients and Adam moments), DeepSpeed's a bf16 copy beside fp32 master weights and moments
 // (it said "bf16 weights and gradients" for ddp too).
