@@ -74,6 +74,19 @@ class Fields {
     }
     return true;
   }
+  // A field DeepSpeed accepts under two names (its pydantic models take the alias or the field's own name:
+  // runtime/config_utils.py populate_by_name, runtime/zero/config.py alias="stage3_..."); the alias when both are
+  // written, as pydantic validates by it first.
+  template <typename T>
+  bool get_either(const std::string& alias, const std::string& field, T& out, double lo, double hi) {
+    if (object_.contains(alias)) {
+      used_.push_back(field);
+      if (object_.contains(field)) config_.ignored.push_back(name(field) + " (" + name(alias) + " is also given)");
+      return get(alias, out, lo, hi);
+    }
+    used_.push_back(alias);
+    return get(field, out, lo, hi);
+  }
   bool get_string(const std::string& key, std::string& out, const std::vector<std::string>& accepted) {
     used_.push_back(key);
     note(key);
@@ -152,6 +165,11 @@ void read_precision(Fields& top, std::string_view source, DeepSpeedConfig& confi
     for (const char* key : {"loss_scale", "initial_scale_power", "loss_scale_window", "hysteresis", "min_loss_scale"}) {
       f.use(key);  // loss scaling changes no memory or traffic
     }
+    // auto_cast false (DeepSpeed's default, written by Axolotl's configs) leaves the inputs as they are; true casts
+    // them to fp16 in the engine's forward, which emu does not model: then a warning.
+    bool auto_cast = false;
+    f.get("auto_cast", auto_cast, 0, 1);
+    if (auto_cast) config.ignored.emplace_back("fp16.auto_cast = true (inputs cast to fp16 in forward)");
     f.finish();
   }
   // fp16 mixed precision keeps the same bytes as bf16 mixed precision: 2-byte weights and gradients, fp32 master
@@ -237,23 +255,31 @@ int read_zero(Fields& top, std::string_view source, DeepSpeedConfig& config) {
   if (z.get("reduce_bucket_size", value, 1, 1e13)) zero.reduce_bucket_elements = static_cast<uint64_t>(value);
   if (z.get("allgather_bucket_size", value, 1, 1e13)) zero.allgather_bucket_elements = static_cast<uint64_t>(value);
   z.get("overlap_comm", zero.overlap_comm, 0, 1);
-  if (z.get("stage3_prefetch_bucket_size", value, 0, 1e13))
+  // The stage-3 knobs under either name: "stage3_max_live_parameters" or "max_live_parameters" (Axolotl writes the
+  // latter), and so on.
+  if (z.get_either("stage3_prefetch_bucket_size", "prefetch_bucket_size", value, 0, 1e13)) {
     zero.prefetch_bucket_elements = static_cast<uint64_t>(value);
-  if (z.get("stage3_param_persistence_threshold", value, 0, 1e13)) {
+  }
+  if (z.get_either("stage3_param_persistence_threshold", "param_persistence_threshold", value, 0, 1e13)) {
     zero.param_persistence_threshold = static_cast<uint64_t>(value);
   }
   // DeepSpeed accepts 0 for the stage-3 limits (runtime/zero/config.py: ge=0): no prefetch, nothing kept for reuse.
-  if (z.get("stage3_max_live_parameters", value, 0, 1e13)) zero.max_live_parameters = static_cast<uint64_t>(value);
+  if (z.get_either("stage3_max_live_parameters", "max_live_parameters", value, 0, 1e13)) {
+    zero.max_live_parameters = static_cast<uint64_t>(value);
+  }
   if (z.get("sub_group_size", value, 0, 1e13)) zero.sub_group_size = static_cast<uint64_t>(value);
-  if (z.get("stage3_max_reuse_distance", value, 0, 1e13)) zero.max_reuse_distance = static_cast<uint64_t>(value);
+  if (z.get_either("stage3_max_reuse_distance", "max_reuse_distance", value, 0, 1e13)) {
+    zero.max_reuse_distance = static_cast<uint64_t>(value);
+  }
   // emu runs DeepSpeed's default contiguous_gradients path (the ipg bucket); without it DeepSpeed flattens each
   // bucket into a temporary instead, which emu does not model.
   bool contiguous = true;
   if (z.get("contiguous_gradients", contiguous, 0, 1) && !contiguous) {
     config.ignored.emplace_back("zero_optimization.contiguous_gradients = false (emu runs the contiguous path)");
   }
-  for (const char* key : {"reduce_scatter", "allgather_partitions", "round_robin_gradients",
-                          "stage3_gather_16bit_weights_on_model_save"}) {
+  for (const char* key :
+       {"reduce_scatter", "allgather_partitions", "round_robin_gradients", "stage3_gather_16bit_weights_on_model_save",
+        "gather_16bit_weights_on_model_save", "stage3_gather_fp16_weights_on_model_save"}) {
     z.use(key);  // no effect on what emu measures
   }
   read_offload_optimizer(z, source, config);
@@ -298,16 +324,25 @@ void read_optimizer(Fields& top, std::string_view source, DeepSpeedConfig& confi
   f.finish();
 }
 
-// scheduler: WarmupLR's warm-up steps and peak learning rate.
+// scheduler: WarmupLR's warm-up steps and peak learning rate; WarmupDecayLR's the same, then a linear decay to
+// warmup_min_lr at total_num_steps (DeepSpeed runtime/lr_schedules.py). WarmupDecayLR is DeepSpeed's own schedule
+// even when every parameter is "auto" (the Hugging Face Accelerate templates): the Trainer fills warmup_min_lr 0,
+// warmup_max_lr its learning rate, warmup_num_steps its warm-up steps and total_num_steps its max_steps, which are
+// emu's --lr, no warm-up and --steps (total_steps 0 here: the run's steps, filled by the options).
 void read_scheduler(Fields& top, std::string_view source, DeepSpeedConfig& config) {
   const json* section = top.child("scheduler");
   if (section == nullptr) return;
   Fields f(*section, "scheduler", source, config);
   std::string type;
-  f.get_string("type", type, {"WarmupLR"});
+  f.get_string("type", type, {"WarmupLR", "WarmupDecayLR"});
+  optim::LrSchedule& schedule = config.knobs.schedule;
+  if (type == "WarmupDecayLR") {
+    schedule.warmup = optim::LrSchedule::Warmup::kDeepSpeedLog;
+    schedule.decay = optim::LrSchedule::Decay::kDeepSpeedLinear;
+    schedule.total_steps = 0;
+  }
   if (const json* params = f.child("params")) {
     Fields p(*params, "scheduler.params", source, config);
-    optim::LrSchedule& schedule = config.knobs.schedule;
     // Any of these given (not "auto"): DeepSpeed's own WarmupLR, with its defaults for the others (1000 steps, from
     // 0, log). All "auto": the Hugging Face Trainer's schedule, which is emu's (--lr, no warm-up).
     const bool deepspeed_warmup = p.has("warmup_num_steps") || p.has("warmup_min_lr") || p.has("warmup_type");
@@ -323,6 +358,13 @@ void read_scheduler(Fields& top, std::string_view source, DeepSpeedConfig& confi
     std::string warmup_type;
     if (p.get_string("warmup_type", warmup_type, {"log", "linear"}) && warmup_type == "linear") {
       schedule.warmup = optim::LrSchedule::Warmup::kDeepSpeedLinear;
+    }
+    if (type == "WarmupDecayLR") {
+      if (!params->contains("total_num_steps")) {  // WarmupDecayLR's one required argument
+        p.fail("scheduler.params.total_num_steps", nullptr, "a number of steps from 1 to 1e9, or \"auto\"");
+      }
+      int64_t total = 0;
+      if (p.get("total_num_steps", total, 1, 1e9)) schedule.total_steps = total;
     }
     p.finish();
   }
@@ -349,6 +391,14 @@ DeepSpeedConfig parse_deepspeed_config(std::string_view text, std::string_view s
   }
   top.finish();
   return config;
+}
+
+void fill_auto_total_steps(optim::LrSchedule& schedule, int steps, std::vector<std::string>& left_auto) {
+  if (schedule.decay != optim::LrSchedule::Decay::kDeepSpeedLinear || schedule.total_steps != 0) return;
+  schedule.total_steps = steps;
+  const std::string key = "scheduler.params.total_num_steps";
+  const auto it = std::find(left_auto.begin(), left_auto.end(), key);
+  if (it != left_auto.end()) *it = fmt::format("{} = {} (the Hugging Face Trainer's max_steps: --steps)", key, steps);
 }
 
 void fill_auto_from_hidden(strategy::ZeroOptions& zero, bool stage3, int64_t hidden,

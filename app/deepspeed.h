@@ -38,6 +38,9 @@ DeepSpeedConfig load_deepspeed_config(const std::filesystem::path& path, const s
 // `left_auto` reads "key = value (the Trainer's, from h)".
 void fill_auto_from_hidden(strategy::ZeroOptions& zero, bool stage3, int64_t hidden,
                            std::vector<std::string>& left_auto);
+// WarmupDecayLR's total_num_steps left "auto": the Trainer's max_steps, which is the run's `steps`; `left_auto`
+// reads "key = steps (...)".
+void fill_auto_total_steps(optim::LrSchedule& schedule, int steps, std::vector<std::string>& left_auto);
 
 // DeepSpeed's batch arithmetic (runtime/config.py, _set_batch_related_parameters): train_batch_size = micro-batch ×
 // gradient_accumulation_steps × data-parallel ranks; any two of the three give the third (one alone: accumulation

@@ -49,9 +49,12 @@ std::string model_line(const RunOptions& options) {
 // " (DeepSpeed WarmupLR, log from 1e-08 over 1000 steps)", " (linear warm-up over 100 steps)" or nothing.
 std::string warmup_words(const optim::LrSchedule& schedule) {
   if (schedule.warmup != optim::LrSchedule::Warmup::kLinear) {
-    return fmt::format(" (DeepSpeed WarmupLR, {} from {} over {} steps)",
-                       schedule.warmup == optim::LrSchedule::Warmup::kDeepSpeedLog ? "log" : "linear",
-                       schedule.warmup_min_lr, schedule.warmup_steps);
+    const bool decay = schedule.decay == optim::LrSchedule::Decay::kDeepSpeedLinear;
+    return fmt::format(
+        " (DeepSpeed {}, {} from {} over {} steps{})", decay ? "WarmupDecayLR" : "WarmupLR",
+        schedule.warmup == optim::LrSchedule::Warmup::kDeepSpeedLog ? "log" : "linear", schedule.warmup_min_lr,
+        std::max<int64_t>(2, schedule.warmup_steps),
+        decay ? fmt::format(", then linear to {} at step {}", schedule.warmup_min_lr, schedule.total_steps + 2) : "");
   }
   return schedule.warmup_steps > 0 ? fmt::format(" (linear warm-up over {} steps)", schedule.warmup_steps) : "";
 }

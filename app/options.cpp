@@ -735,6 +735,7 @@ ParsedCommandLine parse_command_line(int argc, const char* const* argv, int worl
     for (strategy::StrategyOptions& one : options.strategies) {
       left = options.deepspeed_auto;
       fill_auto_from_hidden(one.zero, one.kind == strategy::StrategyKind::kZero3, options.full.hidden, left);
+      fill_auto_total_steps(one.schedule, options.steps, left);
     }
     options.deepspeed_auto = left;
   }

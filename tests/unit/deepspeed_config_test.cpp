@@ -5,6 +5,8 @@
 
 #include <filesystem>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "app/deepspeed.h"
 #include "app/options.h"
@@ -264,6 +266,79 @@ TEST(DeepSpeedConfig, AutoBucketSizesAreTheTrainersFromTheHiddenSize) {
   // Written, not "auto": the config's value stands (hf_trainer_zero2.json writes reduce_bucket_size 2e8).
   const RunOptions zero2 = parse({"--deepspeed", data_file("hf_trainer_zero2.json").string(), "--model", "gpt2"});
   EXPECT_EQ(zero2.strategies[0].zero.reduce_bucket_elements, 200'000'000U);
+}
+
+// DeepSpeed takes the stage-3 knobs under their field names too (runtime/zero/config.py aliases,
+// config_utils.py populate_by_name): Axolotl's zero3_bf16_cpuoffload_all.json writes max_live_parameters and
+// max_reuse_distance 0, which must not be ignored (they were, with a warning, keeping DeepSpeed's 1e9).
+TEST(DeepSpeedConfig, StageThreeKnobsUnderTheirFieldNames) {
+  const DeepSpeedConfig config = load_deepspeed_config(data_file("axolotl_zero3_bf16_cpuoffload_all.json"), {});
+  EXPECT_EQ(config.strategy, "zero3");
+  EXPECT_EQ(config.knobs.zero.max_live_parameters, 0U);
+  EXPECT_EQ(config.knobs.zero.max_reuse_distance, 0U);
+  EXPECT_TRUE(config.knobs.zero.offload_param);
+  EXPECT_TRUE(config.offload_optimizer);
+  for (const std::string& ignored : config.ignored) {
+    EXPECT_EQ(ignored.find("max_"), std::string::npos) << ignored;
+    EXPECT_EQ(ignored.find("gather_16bit"), std::string::npos) << ignored;
+  }
+  const DeepSpeedConfig both = parse_deepspeed_config(
+      R"({"zero_optimization": {"stage": 3, "stage3_max_live_parameters": 5, "max_live_parameters": 7}})", "t", {});
+  EXPECT_EQ(both.knobs.zero.max_live_parameters, 5U) << "the stage3_ alias wins, as pydantic validates by it";
+  // fp16.auto_cast false is DeepSpeed's default and changes nothing: no warning (Axolotl writes it in every config);
+  // true casts the inputs in forward, which emu does not model: said.
+  EXPECT_TRUE(load_deepspeed_config(data_file("axolotl_zero1.json"), {}).ignored.empty());
+  const DeepSpeedConfig cast = parse_deepspeed_config(R"({"fp16": {"enabled": true, "auto_cast": true}})", "t", {});
+  ASSERT_EQ(cast.ignored.size(), 1U);
+  EXPECT_NE(cast.ignored[0].find("fp16.auto_cast"), std::string::npos);
+}
+
+// The Hugging Face Accelerate templates' WarmupDecayLR with every parameter "auto": DeepSpeed's schedule as the
+// Trainer fills it (warm-up from 0 over max(2, 1) steps, decay to 0 at max_steps = --steps); written values stand.
+TEST(DeepSpeedConfig, WarmupDecayLrAsTheTrainerFillsIt) {
+  const RunOptions run =
+      parse({"--deepspeed", data_file("accelerate_zero1_fp16.json").string(), "--model", "gpt2", "--steps", "8"});
+  ASSERT_EQ(run.strategies.size(), 1U);
+  const optim::LrSchedule& schedule = run.strategies[0].schedule;
+  EXPECT_EQ(schedule.decay, optim::LrSchedule::Decay::kDeepSpeedLinear);
+  EXPECT_EQ(schedule.warmup, optim::LrSchedule::Warmup::kDeepSpeedLog);
+  EXPECT_EQ(schedule.total_steps, 8);
+  EXPECT_TRUE(
+      has(run.deepspeed_auto, "scheduler.params.total_num_steps = 8 (the Hugging Face Trainer's max_steps: --steps)"));
+  const DeepSpeedConfig given = parse_deepspeed_config(
+      R"({"scheduler": {"type": "WarmupDecayLR", "params": {"total_num_steps": 12, "warmup_num_steps": 4}}})", "t", {});
+  EXPECT_EQ(given.knobs.schedule.total_steps, 12);
+  EXPECT_EQ(given.knobs.schedule.warmup_steps, 4);
+  try {
+    parse_deepspeed_config(R"({"scheduler": {"type": "WarmupDecayLR", "params": {}}})", "t", {});
+    ADD_FAILURE() << "WarmupDecayLR without total_num_steps accepted";
+  } catch (const InputError& error) {
+    EXPECT_NE(std::string(error.what()).find("scheduler.params.total_num_steps"), std::string::npos) << error.what();
+  }
+}
+
+// Every real config in tests/data/deepspeed is read as its README row says: accepted with its stage, or refused
+// as DeepSpeed 0.19 refuses it (transformers' own test config still writes reduce_bucket_size 0).
+TEST(DeepSpeedConfig, EveryRealConfigIsReadAsStated) {
+  const std::vector<std::pair<std::string, std::string>> accepted = {
+      {"hf_trainer_zero2.json", "zero2"},
+      {"bing_bert_style_zero1.json", "zero1"},
+      {"axolotl_zero3_bf16.json", "zero3"},
+      {"axolotl_zero1.json", "zero1"},
+      {"axolotl_zero2_offload.json", "zero2"},
+      {"axolotl_zero3_bf16_cpuoffload_all.json", "zero3"},
+      {"accelerate_zero1_fp16.json", "zero1"},
+      {"accelerate_zero2_offload_fp16.json", "zero2"},
+      {"accelerate_zero3_offload_fp16.json", "zero3"}};
+  for (const auto& [file, strategy] : accepted) {
+    EXPECT_EQ(load_deepspeed_config(data_file(file), {}).strategy, strategy) << file;
+  }
+  EXPECT_THROW(load_deepspeed_config(data_file("hf_transformers_zero3_offload_fp16.json"), {}), InputError);
+  size_t files = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(data_file(""))) {
+    files += entry.path().extension() == ".json" ? 1 : 0;
+  }
+  EXPECT_EQ(files, accepted.size() + 1) << "a config added to tests/data/deepspeed belongs in this list";
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <random>
+#include <tuple>
 #include <vector>
 
 #include "emu/bf16.h"
@@ -278,6 +279,50 @@ TEST(LrSchedule, DeepSpeedWarmupLrAsRecorded) {
   for (const auto& [warmup, rates] : {std::pair{LrSchedule::Warmup::kDeepSpeedLog, log_rates},
                                       std::pair{LrSchedule::Warmup::kDeepSpeedLinear, linear_rates}}) {
     schedule.warmup = warmup;
+    for (size_t t = 1; t <= rates.size(); ++t) {
+      EXPECT_NEAR(schedule.lr_at(static_cast<int64_t>(t), 1e-3), rates[t - 1], 1e-15) << "step " << t;
+    }
+  }
+}
+
+// DeepSpeed 0.19.8 (torch 2.15.0) WarmupDecayLR, recorded by scripts/oracle/deepspeed_warmup_lr.py: as the Hugging
+// Face Trainer fills the Accelerate templates' "auto" (warm-up max(1, 0) steps, min 0, max 1e-3, total 8 = max_steps),
+// and with its own log warm-up (4 steps from 1e-5, total 12): after the warm-up a linear decay to the minimum at
+// iteration total, step t running at iteration t − 2.
+TEST(LrSchedule, DeepSpeedWarmupDecayLrAsRecorded) {
+  const std::vector<double> trainer = {0,
+                                       0.0,
+                                       0.001,
+                                       0.001,
+                                       0.0008333333333333334,
+                                       0.0006666666666666666,
+                                       0.0005,
+                                       0.0003333333333333333,
+                                       0.00016666666666666666,
+                                       0.0};
+  const std::vector<double> given = {1e-05,
+                                     1e-05,
+                                     0.000505,
+                                     0.0007945564378569724,
+                                     0.001,
+                                     0.001,
+                                     0.0008762500000000001,
+                                     0.0007525,
+                                     0.00062875,
+                                     0.000505,
+                                     0.00038125,
+                                     0.0002575,
+                                     0.00013375,
+                                     1e-05,
+                                     1e-05};
+  LrSchedule schedule;
+  schedule.warmup = LrSchedule::Warmup::kDeepSpeedLog;
+  schedule.decay = LrSchedule::Decay::kDeepSpeedLinear;
+  for (const auto& [min_lr, warmup, total, rates] :
+       {std::tuple{0.0, int64_t{1}, int64_t{8}, trainer}, std::tuple{1e-5, int64_t{4}, int64_t{12}, given}}) {
+    schedule.warmup_min_lr = min_lr;
+    schedule.warmup_steps = warmup;
+    schedule.total_steps = total;
     for (size_t t = 1; t <= rates.size(); ++t) {
       EXPECT_NEAR(schedule.lr_at(static_cast<int64_t>(t), 1e-3), rates[t - 1], 1e-15) << "step " << t;
     }

@@ -99,6 +99,9 @@ double LrSchedule::lr_at(int64_t step, double peak_lr) const {
     if (iteration < w) {
       gamma = warmup == Warmup::kDeepSpeedLog ? std::log(static_cast<double>(iteration + 1)) / std::log(double(w))
                                               : static_cast<double>(iteration) / static_cast<double>(w);
+    } else if (decay == Decay::kDeepSpeedLinear) {
+      gamma = std::max(
+          0.0, static_cast<double>(total_steps - iteration) / std::max(1.0, static_cast<double>(total_steps - w)));
     }
     return warmup_min_lr + (peak_lr - warmup_min_lr) * gamma;
   }

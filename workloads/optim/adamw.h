@@ -46,18 +46,19 @@ struct AdamWConfig {
 //                or DeepSpeed's WarmupLR (runtime/lr_schedules.py), whose scheduler steps after the optimizer, so
 //                step t runs at iteration i = t − 2 (steps 1 and 2 at min_lr): min_lr + (lr − min_lr) · γ(i),
 //                γ = ln(i + 1) / ln(W) (log, DeepSpeed's default) or i / W (linear) for i < W = max(2, warmup),
-//                then 1
+//                then 1, or under WarmupDecayLR (kDeepSpeedLinear) max(0, (total − i) / max(1, total − W)): a
+//                linear decay to min_lr at i = total
 //   kConstant:   lr afterwards
 //   kCosine:     min_lr + ½(lr − min_lr)(1 + cos(π · (t − warmup) / (total − warmup))) up to t = total,
 //                min_lr after it; min_lr = lr · min_lr_ratio.
 struct LrSchedule {
-  enum class Decay : uint8_t { kConstant, kCosine };
+  enum class Decay : uint8_t { kConstant, kCosine, kDeepSpeedLinear };
   enum class Warmup : uint8_t { kLinear, kDeepSpeedLog, kDeepSpeedLinear };
   Decay decay = Decay::kConstant;
   Warmup warmup = Warmup::kLinear;
   double warmup_min_lr = 0;  // DeepSpeed's warm-up starts here
   int64_t warmup_steps = 0;
-  int64_t total_steps = 0;  // used by kCosine only; must exceed warmup_steps
+  int64_t total_steps = 0;  // used by kCosine (must exceed warmup_steps) and kDeepSpeedLinear
   double min_lr_ratio = 0.1;
 
   // InputError naming the bad value when the schedule is inconsistent.
