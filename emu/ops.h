@@ -97,9 +97,11 @@ class Ops {
   virtual void layernorm_backward(const float* dy, const float* x, const float* w, const float* mean, const float* rstd,
                                   float* dx, float* dw, float* db, int64_t rows, int64_t dim) = 0;
 
-  // Rotary embedding in place on x [T, heads·d], rotate_half convention, cos/sin [seq, d/2]; backward rotates back.
+  // Rotary embedding in place on x [T, heads·d], rotate_half convention over the first rotary_dim dimensions of each
+  // head (d for a full rotary embedding; Phi-4-mini's partial one turns 96 of 128, the rest pass through), cos/sin
+  // [seq, rotary_dim/2]; backward rotates back.
   virtual void rope_apply(float* x, const float* cos, const float* sin, int64_t rows, int64_t seq, int64_t heads,
-                          int64_t head_dim, bool backward) = 0;
+                          int64_t head_dim, int64_t rotary_dim, bool backward) = 0;
 
   // GELU (tanh approximation), SwiGLU y = silu(g)·u and GeGLU y = gelu_tanh(g)·u (Gemma), element-wise over n.
   virtual void gelu_forward(const float* x, float* y, size_t n) = 0;

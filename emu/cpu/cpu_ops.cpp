@@ -57,8 +57,8 @@ class CpuOps final : public Ops {
   }
 
   void rope_apply(float* x, const float* cos, const float* sin, int64_t rows, int64_t seq, int64_t heads,
-                  int64_t head_dim, bool backward) override {
-    cpu::rope_apply(x, cos, sin, rows, seq, heads, head_dim, backward);
+                  int64_t head_dim, int64_t rotary_dim, bool backward) override {
+    cpu::rope_apply(x, cos, sin, rows, seq, heads, head_dim, rotary_dim, backward);
   }
 
   void gelu_forward(const float* x, float* y, size_t n) override { cpu::gelu_forward(x, y, n); }

@@ -129,8 +129,8 @@ void layernorm_backward(const float* dy, const float* x, const float* w, const f
 }
 
 void rope_apply(float* x, const float* cos, const float* sin, int64_t rows, int64_t seq, int64_t heads,
-                int64_t head_dim, bool backward) {
-  const int64_t half = head_dim / 2;
+                int64_t head_dim, int64_t rotary_dim, bool backward) {
+  const int64_t half = rotary_dim / 2;
   const float sign = backward ? -1.0f : 1.0f;
   for (int64_t r = 0; r < rows; ++r) {
     const float* c = cos + (r % seq) * half;

@@ -39,8 +39,9 @@ void layernorm_backward(const float* dy, const float* x, const float* w, const f
 // rotate_half convention: within each head of dimension d, element j < d/2 pairs with j + d/2, rotated by the angle
 // whose cos and sin are cos[pos, j] and sin[pos, j] ([seq, d/2], pos · theta^(−2j/d), made by the caller).
 // backward = true rotates by −angle, which is the gradient of the forward rotation.
+// Only the first rotary_dim dimensions of each head turn (tables [seq, rotary_dim/2]); the others pass through.
 void rope_apply(float* x, const float* cos, const float* sin, int64_t rows, int64_t seq, int64_t heads,
-                int64_t head_dim, bool backward);
+                int64_t head_dim, int64_t rotary_dim, bool backward);
 
 // GELU, tanh approximation (Hugging Face "gelu_new", GPT-2's activation): y = ½x(1 + tanh(√(2/π)(x + 0.044715x³))).
 void gelu_forward(const float* x, float* y, size_t n);

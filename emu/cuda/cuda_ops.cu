@@ -188,11 +188,11 @@ __global__ void k_layernorm_backward_dwdb(const float* dy, const float* x, const
   }
 }
 
-// ---- rotary embedding: one thread per (row, head, j < d/2) ----
+// ---- rotary embedding: one thread per (row, head, j < rotary_dim/2); dimensions past rotary_dim pass through ----
 
 __global__ void k_rope(float* x, const float* cos, const float* sin, int64_t rows, int64_t seq, int64_t heads,
-                       int64_t head_dim, float sign) {
-  const int64_t half = head_dim / 2;
+                       int64_t head_dim, int64_t rotary_dim, float sign) {
+  const int64_t half = rotary_dim / 2;
   EMU_FOR_EACH(i, size_t(rows * heads * half)) {
     const int64_t j = int64_t(i) % half;
     const int64_t rh = int64_t(i) / half;  // row * heads + head
@@ -361,8 +361,8 @@ class CudaOps final : public Ops {
   }
 
   void rope_apply(float* x, const float* cos, const float* sin, int64_t rows, int64_t seq, int64_t heads,
-                  int64_t head_dim, bool backward) override {
-    launch(k_rope, size_t(rows * heads * (head_dim / 2)), x, cos, sin, rows, seq, heads, head_dim,
+                  int64_t head_dim, int64_t rotary_dim, bool backward) override {
+    launch(k_rope, size_t(rows * heads * (rotary_dim / 2)), x, cos, sin, rows, seq, heads, head_dim, rotary_dim,
            backward ? -1.0f : 1.0f);
   }
 

@@ -52,6 +52,14 @@ CASES = {
                                 rope_scaling={"type": "longrope",
                                               "short_factor": [1.0, 1.1, 1.3, 1.6, 2.0, 2.5, 3.1, 3.8],
                                               "long_factor": [1.5, 2.5, 4.0, 6.0, 9.0, 13.0, 18.0, 24.0]}),
+    # Phi-4-mini's partial rotary embedding (partial_rotary_factor 0.75: 12 of each head's 16 dimensions turn, 6
+    # longrope factors each) with its tied head, s = 32 past original_max_position_embeddings = 16 (long factors).
+    "phi3-partial-rotary": dict(LLAMA_SHAPE, model_type="phi3", tie_word_embeddings=True, resid_pdrop=0.0,
+                                embd_pdrop=0.0, attention_dropout=0.0, sliding_window=None, pad_token_id=None,
+                                partial_rotary_factor=0.75, max_position_embeddings=128,
+                                original_max_position_embeddings=16,
+                                rope_scaling={"type": "longrope", "short_factor": [1.0, 1.1, 1.3, 1.6, 2.0, 2.5],
+                                              "long_factor": [1.5, 2.5, 4.0, 6.0, 9.0, 13.0]}),
     # Gemma 2: a head_dim of its own (4 heads of 24 for h = 64), scores scaled by query_pre_attn_scalar^-1/2 with
     # 20 != 24, small caps so that both tanh soft-caps bend the values, four norms per block, the sliding window (64)
     # on every other layer no shorter than the sequence.

@@ -182,14 +182,16 @@ TEST_F(CudaOpsParity, LayerNormForwardAndBackward) {
 
 TEST_F(CudaOpsParity, RotaryEmbeddingBothDirections) {
   const int64_t batch = 2, seq = 11, heads = 3, head_dim = 16, rows = batch * seq;
-  std::vector<float> cos(seq * head_dim / 2), sin(seq * head_dim / 2);
-  model::rope_tables(seq, model::rope_inverse_frequencies(head_dim, 10000.0, {}, seq), cos.data(), sin.data());
-  for (bool backward : {false, true}) {
-    auto x = random_floats(rows * heads * head_dim, 25);
-    DeviceArray<float> gx(x), gcos(cos), gsin(sin);
-    k::rope_apply(x.data(), cos.data(), sin.data(), rows, seq, heads, head_dim, backward);
-    ops_->rope_apply(gx, gcos, gsin, rows, seq, heads, head_dim, backward);
-    expect_close(gx.back(), x, 1e-6, 1e-6, backward ? "rope backward" : "rope forward");
+  for (const int64_t rotary : {head_dim, int64_t{12}}) {  // full, and partial as Phi-4-mini's 0.75
+    std::vector<float> cos(seq * rotary / 2), sin(seq * rotary / 2);
+    model::rope_tables(seq, model::rope_inverse_frequencies(rotary, 10000.0, {}, seq), cos.data(), sin.data());
+    for (bool backward : {false, true}) {
+      auto x = random_floats(rows * heads * head_dim, 25);
+      DeviceArray<float> gx(x), gcos(cos), gsin(sin);
+      k::rope_apply(x.data(), cos.data(), sin.data(), rows, seq, heads, head_dim, rotary, backward);
+      ops_->rope_apply(gx, gcos, gsin, rows, seq, heads, head_dim, rotary, backward);
+      expect_close(gx.back(), x, 1e-6, 1e-6, backward ? "rope backward" : "rope forward");
+    }
   }
 }
 

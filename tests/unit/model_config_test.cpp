@@ -237,6 +237,9 @@ TEST(ModelHfConfig, RealConfigsGiveThePublishedParameterCounts) {
       // Phi-3.5-mini-instruct: Phi-3-mini's shapes, 131072 positions by longrope over a 4096-token pre-training
       // context, its default s down to 85 · 48 = 4080 so that every valid k (up to 48) divides it.
       {"phi-3.5-mini", 3'821'079'552, 4080},
+      // Phi-4-mini-instruct "3.8B": tied V·h = 200064·3072 + 32·(3072·5120 + 3072² + 2·8192·3072 + 8192·3072 + 2·3072)
+      // + 3072, by hand; longrope over a 4096-token pre-training context, which every valid k (up to 64) divides.
+      {"phi-4-mini", 3'836'021'760, 4096},
       {"gemma-2b", 2'506'172'416, 8192},
       // Gemma 2: the model cards' 2.6B, 9B and 27B, as transformers counts them on the meta device, and by hand:
       // V·h + L·(2·h·a·d + 2·h·kv·d + 3·h·F + 4h) + h with d = head_dim (2b: 256000·2304 + 26·77,865,984 + 2304).
@@ -389,8 +392,16 @@ TEST(ModelHfConfig, Qwen2AndPhi3Shapes) {
 
   const std::string shape = R"("hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 4,
       "num_attention_heads": 4, "vocab_size": 10, "max_position_embeddings": 64)";
-  expect_input_error("partial.json", R"({"model_type": "phi3", )" + shape + R"(, "partial_rotary_factor": 0.5})",
-                     R"(key "partial_rotary_factor" is 0.5)");
+  // A partial rotary embedding turns int(d·factor) dimensions of each head (d = 16 here; Phi-4-mini: 0.75 of 128);
+  // more than the head, or an odd count, is refused.
+  const auto partial =
+      write_file("partial_ok.json", R"({"model_type": "phi3", )" + shape + R"(, "partial_rotary_factor": 0.5})");
+  EXPECT_EQ(load_hf_config(partial).rotary_dim(), 8);
+  std::filesystem::remove(partial);
+  expect_input_error("partial.json", R"({"model_type": "phi3", )" + shape + R"(, "partial_rotary_factor": 1.5})",
+                     R"(key "partial_rotary_factor" is 1.5)");
+  expect_input_error("partial_odd.json", R"({"model_type": "phi3", )" + shape + R"(, "partial_rotary_factor": 0.3125})",
+                     "rotary dimension int(head_dim·partial_rotary_factor) = 5 is invalid");
   // Longrope needs one short and one long factor per rotary frequency (head dimension 16: 8 each).
   expect_input_error("longrope.json",
                      R"({"model_type": "phi3", )" + shape + R"(, "rope_scaling": {"type": "longrope", "factor": 32}})",

@@ -114,7 +114,7 @@ TEST(ModelLayers, RotaryEmbeddingFollowsRotateHalf) {
   // Hugging Face: out = x·cos(θ) + rotate_half(x)·sin(θ), rotate_half(x) = (−x[d/2:], x[:d/2]), θ_j = pos·θ^(−2j/d).
   std::vector<float> x = random_vector(b * s * heads * d, 12);
   std::vector<float> y = x;
-  rope_apply(y.data(), cos.data(), sin.data(), b * s, s, heads, d, false);
+  rope_apply(y.data(), cos.data(), sin.data(), b * s, s, heads, d, d, false);
   const int64_t row = 6, head = 1, pos = row % s;
   for (int64_t j = 0; j < d; ++j) {
     const int64_t pair = j % (d / 2);
@@ -126,12 +126,45 @@ TEST(ModelLayers, RotaryEmbeddingFollowsRotateHalf) {
   const std::vector<float> r = random_vector(x.size(), 13);
   auto f = [&] {
     y = x;
-    rope_apply(y.data(), cos.data(), sin.data(), b * s, s, heads, d, false);
+    rope_apply(y.data(), cos.data(), sin.data(), b * s, s, heads, d, d, false);
     return dot(y, r);
   };
   std::vector<float> dx = r;
-  rope_apply(dx.data(), cos.data(), sin.data(), b * s, s, heads, d, true);
+  rope_apply(dx.data(), cos.data(), sin.data(), b * s, s, heads, d, d, true);
   expect_gradient("rope dx", x, f, dx);
+}
+
+// Phi-4-mini's partial rotary embedding (transformers phi3 apply_rotary_pos_emb): the first rotary_dim dimensions
+// of each head turn as a head of that size would (frequencies θ^(−2j/rotary_dim)), the others pass through.
+TEST(ModelLayers, PartialRotaryTurnsTheFirstDimensionsOnly) {
+  const int64_t b = 1, s = 5, heads = 3, d = 8, rotary = 6;
+  std::vector<float> cos(s * rotary / 2), sin(s * rotary / 2);
+  model::rope_tables(s, model::rope_inverse_frequencies(rotary, 10000.0, {}, s), cos.data(), sin.data());
+  const std::vector<float> x = random_vector(b * s * heads * d, 21);
+  std::vector<float> y = x;
+  rope_apply(y.data(), cos.data(), sin.data(), b * s, s, heads, d, rotary, false);
+  const int64_t row = 3, head = 2, pos = row % s;
+  const float* v = x.data() + (row * heads + head) * d;
+  for (int64_t j = 0; j < d; ++j) {
+    double expected = v[j];
+    if (j < rotary) {
+      const int64_t pair = j % (rotary / 2);
+      const double angle = double(pos) * std::pow(10000.0, -2.0 * double(pair) / double(rotary));
+      const double rotated = j < rotary / 2 ? -v[j + rotary / 2] : v[j - rotary / 2];
+      expected = v[j] * std::cos(angle) + rotated * std::sin(angle);
+    }
+    EXPECT_NEAR(y[(row * heads + head) * d + j], expected, 1e-5) << "dimension " << j;
+  }
+  const std::vector<float> r = random_vector(x.size(), 22);
+  std::vector<float> in = x;
+  auto f = [&] {
+    y = in;
+    rope_apply(y.data(), cos.data(), sin.data(), b * s, s, heads, d, rotary, false);
+    return dot(y, r);
+  };
+  std::vector<float> dx = r;
+  rope_apply(dx.data(), cos.data(), sin.data(), b * s, s, heads, d, rotary, true);
+  expect_gradient("partial rope dx", in, f, dx);
 }
 
 TEST(ModelLayers, GeluTanhApproximation) {

@@ -61,8 +61,8 @@ class CountingOps final : public Ops {
     h("layernorm_backward").layernorm_backward(dy, x, w, mean, rstd, dx, dw, db, r, d);
   }
   void rope_apply(float* x, const float* cos, const float* sin, int64_t r, int64_t s, int64_t heads, int64_t d,
-                  bool backward) override {
-    h("rope_apply").rope_apply(x, cos, sin, r, s, heads, d, backward);
+                  int64_t rotary, bool backward) override {
+    h("rope_apply").rope_apply(x, cos, sin, r, s, heads, d, rotary, backward);
   }
   void gelu_forward(const float* x, float* y, size_t n) override { h("gelu_forward").gelu_forward(x, y, n); }
   void gelu_backward(const float* dy, const float* x, float* dx, size_t n) override {

@@ -264,8 +264,8 @@ Buffer llama_forward(const BlockEnv& env, const float* w, BlockSaved& s, Categor
     env.ops->linear_forward(xn, W(off.q), B(off.q_bias), q, d.T, d.h, d.qd, WeightLayout::kOutIn);
     env.ops->linear_forward(xn, W(off.k), B(off.k_bias), k, d.T, d.h, d.kvd, WeightLayout::kOutIn);
     env.ops->linear_forward(xn, W(off.v), B(off.v_bias), v, d.T, d.h, d.kvd, WeightLayout::kOutIn);
-    env.ops->rope_apply(q, env.rope_cos, env.rope_sin, d.T, d.s, c.heads, c.head_dim(), false);
-    env.ops->rope_apply(k, env.rope_cos, env.rope_sin, d.T, d.s, c.kv_heads, c.head_dim(), false);
+    env.ops->rope_apply(q, env.rope_cos, env.rope_sin, d.T, d.s, c.heads, c.head_dim(), c.rotary_dim(), false);
+    env.ops->rope_apply(k, env.rope_cos, env.rope_sin, d.T, d.s, c.kv_heads, c.head_dim(), c.rotary_dim(), false);
   }
   {
     F32 q(env.ops, s.q, Access::kRead), k(env.ops, s.k, Access::kRead), v(env.ops, s.v, Access::kRead);
@@ -443,8 +443,8 @@ void llama_backward(const BlockEnv& env, const float* w, BlockSaved& s, float* d
     F32 gq(env.ops, dq, Access::kWrite), gk(env.ops, dk, Access::kWrite), gv(env.ops, dv, Access::kWrite);
     attention_backward(env, attention_shape(c), s, q, k, v, da, gq, gk, gv);
     if (env.math) {
-      env.ops->rope_apply(gq, env.rope_cos, env.rope_sin, d.T, d.s, c.heads, c.head_dim(), true);
-      env.ops->rope_apply(gk, env.rope_cos, env.rope_sin, d.T, d.s, c.kv_heads, c.head_dim(), true);
+      env.ops->rope_apply(gq, env.rope_cos, env.rope_sin, d.T, d.s, c.heads, c.head_dim(), c.rotary_dim(), true);
+      env.ops->rope_apply(gk, env.rope_cos, env.rope_sin, d.T, d.s, c.kv_heads, c.head_dim(), c.rotary_dim(), true);
     }
   }
   dattn.reset();

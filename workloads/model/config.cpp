@@ -35,6 +35,8 @@ void ModelConfig::validate() const {
   if (style == Style::kLlama) {
     require(head_dim() % 2 == 0, head_size != 0 ? "head dimension head_dim" : "head dimension h/a", head_dim(),
             "rotary embedding pairs dimensions, so it must be even");
+    require(rotary_dim() >= 2 && rotary_dim() % 2 == 0, "rotary dimension int(head_dim·partial_rotary_factor)",
+            rotary_dim(), "rotary embedding pairs dimensions, so it must be even and at least 2");
     require(
         sliding_window == 0 || seq <= sliding_window, "sequence length s", seq,
         fmt::format("sliding-window attention is not modelled, so s must be at most the window, {}", sliding_window));

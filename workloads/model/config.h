@@ -4,6 +4,7 @@
 // heads, kv key/value heads (grouped-query attention when kv < a), b micro-batch, k shrink factor.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <filesystem>
 #include <string>
@@ -72,11 +73,23 @@ struct ModelConfig {
                                 // pre_feedforward_layernorm / post_feedforward_layernorm around the MLP
   std::string seq_default;      // why s is what it is when no --seq-len was given (shown in the header)
   bool tie_embeddings = false;
+  // Phi-3's partial_rotary_factor (Phi-4-mini: 0.75): the rotary embedding turns the first int(d·factor) dimensions
+  // of each full-scale head (96 of 128), the others pass through unrotated.
+  double partial_rotary = 1;
   int64_t shrink = 1;  // k this config was shrunk by (1: full scale)
 
   int64_t head_dim() const { return head_size != 0 ? head_size : hidden / heads; }
   int64_t q_dim() const { return heads * head_dim(); }  // columns of q and of the attention output: h but for Gemma 2
   int64_t kv_dim() const { return kv_heads * head_dim(); }
+  // Dimensions of a head the rotary embedding turns: int(d·factor) at full scale (transformers' rotary dim); d when
+  // the factor is 1. Shrunk by k: ÷ k, down to an even count and at least 2 (Phi-4-mini's 96 of 128 at k = 32: 2 of
+  // 4), so that a partial embedding does not limit k beyond the head's own divisors; the rotary tables, a few KB at
+  // full scale, are then the one term not exactly ÷ k².
+  int64_t rotary_dim() const {
+    if (partial_rotary == 1) return head_dim();
+    const auto full = static_cast<int64_t>(static_cast<double>(head_dim() * shrink) * partial_rotary);
+    return shrink == 1 ? full : std::min(head_dim(), 2 * std::max<int64_t>(1, full / (2 * shrink)));
+  }
   int64_t tokens() const { return batch * seq; }  // T = b·s rows of every activation
 
   // InputError naming the bad field and value when the shapes are inconsistent (h not a multiple of a, a not a

@@ -90,9 +90,10 @@ void read_longrope(const Reader& r, const json& value, int64_t max_positions, in
       }
     }
     if (!listed || out.size() != value[key].size() || out.size() != size_t(head_dim / 2)) {
-      r.bad("rope_scaling", value,
-            fmt::format("\"{}\" a list of {} positive numbers, one per rotary frequency of a head (head dimension {})",
-                        key, head_dim / 2, head_dim));
+      r.bad(
+          "rope_scaling", value,
+          fmt::format("\"{}\" a list of {} positive numbers, one per rotary frequency of a head (rotary dimension {})",
+                      key, head_dim / 2, head_dim));
     }
     return out;
   };
@@ -210,12 +211,18 @@ void read_qwen2(const Reader& r, ModelConfig& c) {
 }
 
 // Phi-3 (transformers models/phi3): Llama's math with fused qkv_proj and gate_up_proj, a sliding window whenever
-// sliding_window is set (Phi-3-mini-4k: 2047), residual and embedding dropout. Partial rotary embedding and
-// dropout are refused; longrope (the 128k variants, Phi-3.5) is read by read_rope_scaling.
+// sliding_window is set (Phi-3-mini-4k: 2047), residual and embedding dropout, and partial_rotary_factor (Phi-4-mini:
+// 0.75, the rotary embedding over the first 96 of 128 dimensions of each head; read before the rope scaling, whose
+// longrope factors are one per rotary frequency). Dropout is refused; longrope (the 128k variants, Phi-3.5,
+// Phi-4-mini) is read by read_rope_scaling.
+void read_phi3_rotary(const Reader& r, ModelConfig& c) {
+  c.partial_rotary = r.positive_number_or("partial_rotary_factor", 1.0);
+  if (c.partial_rotary > 1) r.bad("partial_rotary_factor", c.partial_rotary, "a fraction of a head in (0, 1]");
+}
+
 void read_phi3(const Reader& r, ModelConfig& c) {
   c.fused_projections = true;
   c.sliding_window = r.positive_int_or("sliding_window", 0);
-  require_value(r, "partial_rotary_factor", 1.0, "rotary embedding over every dimension of a head");
   for (const char* key : {"resid_pdrop", "embd_pdrop", "attention_dropout"}) {
     require_value(r, key, 0.0, "dropout is not modelled");
   }
@@ -294,7 +301,8 @@ ModelConfig read_llama(const Reader& r, const std::filesystem::path& path, const
   require_value(r, "attention_bias", false, "biases in attention are not modelled yet");
   require_value(r, "mlp_bias", false, "biases in the MLP are not modelled yet");
   require_value(r, "pretraining_tp", 1, "the tensor-parallel emulation of pre-training is not modelled");
-  c.rope_scaling = read_rope_scaling(r, c.max_positions, c.head_dim(), type);
+  if (type == "phi3") read_phi3_rotary(r, c);
+  c.rope_scaling = read_rope_scaling(r, c.max_positions, c.rotary_dim(), type);
   if (type == "mistral") c.sliding_window = r.positive_int_or("sliding_window", 0);
   if (type == "qwen2") read_qwen2(r, c);
   if (type == "phi3") read_phi3(r, c);

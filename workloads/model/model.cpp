@@ -290,12 +290,12 @@ void Model::restore_in_flight(InFlight state) {
 void Model::allocate_rope_tables() {
   const ModelConfig& c = config_;
   if (c.style != Style::kLlama) return;
-  const size_t half = size_t(c.head_dim() / 2);
+  const size_t half = size_t(c.rotary_dim() / 2);
   rope_cos_ = device_.allocate(size_t(c.seq) * half, DType::kF32, Category::kTemporaries, "rotary cos table");
   rope_sin_ = device_.allocate(size_t(c.seq) * half, DType::kF32, Category::kTemporaries, "rotary sin table");
   if (math_) {  // computed once on the host, as a GPU run computes its tables, then brought over
     std::vector<float> cos(rope_cos_.count()), sin(rope_sin_.count());
-    rope_tables(c.seq, rope_inverse_frequencies(c.head_dim(), c.rope_theta, c.rope_scaling, c.seq * c.shrink),
+    rope_tables(c.seq, rope_inverse_frequencies(c.rotary_dim(), c.rope_theta, c.rope_scaling, c.seq * c.shrink),
                 cos.data(), sin.data(), c.rope_scaling.attention_factor);
     ops_->copy_from_host(rope_cos_.data(), cos.data(), cos.size() * sizeof(float));
     ops_->copy_from_host(rope_sin_.data(), sin.data(), sin.size() * sizeof(float));
