@@ -1,0 +1,412 @@
+#include "app/step_time.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <map>
+#include <optional>
+
+#include "collectives/communicator.h"
+#include "emu/check.h"
+#include "strategies/strategy.h"
+#include "workloads/model/layout.h"
+#include "workloads/model/shrink.h"
+
+namespace emu::app {
+namespace {
+
+bool starts_with(std::string_view text, std::string_view prefix) { return text.substr(0, prefix.size()) == prefix; }
+
+// The trailing number of a label after `word` ("backward reduce-scatter, unit 7" → 7), if any.
+std::optional<long> number_after(std::string_view label, std::string_view word) {
+  const size_t at = label.rfind(word);
+  if (at == std::string_view::npos) return std::nullopt;
+  const std::string_view digits = label.substr(at + word.size());
+  long value = 0;
+  const auto [end, error] = std::from_chars(digits.data(), digits.data() + digits.size(), value);
+  if (error != std::errc() || end == digits.data()) return std::nullopt;
+  return value;
+}
+
+// The payload S of one call from the bytes one rank sent, by the ring's volumes nccl-tests' bus bandwidth uses
+// (all-reduce 2(N−1)/N, reduce-scatter, all-gather and all-to-all (N−1)/N, the rest 1).
+double payload_of(coll::CollectiveKind kind, double sent_per_call, int n) {
+  const double ranks = n;
+  switch (kind) {
+    case coll::CollectiveKind::kAllReduce:
+      return sent_per_call / (2 * (ranks - 1) / ranks);
+    case coll::CollectiveKind::kReduceScatter:
+    case coll::CollectiveKind::kAllGather:
+    case coll::CollectiveKind::kAllToAll:
+      return sent_per_call / ((ranks - 1) / ranks);
+    case coll::CollectiveKind::kBarrier:
+      return 0;
+    default:
+      return sent_per_call;
+  }
+}
+
+// Where a collective sits in the step, read from the phase it was issued in (step_time.h).
+enum class Place : uint8_t { kForwardUnit, kBackwardBefore, kBackwardAfter, kBackwardBucket, kPipeline, kExposed };
+
+struct PlacedPhase {
+  Place place = Place::kExposed;
+  long unit = -1;      // kForwardUnit, kBackwardBefore, kBackwardAfter
+  double order = 0;    // kBackwardBucket: the order buckets become ready in
+  double calls = 0;
+  double per_call = 0;  // seconds
+};
+
+PlacedPhase place(const PhaseTraffic& p) {
+  PlacedPhase placed;
+  placed.calls = p.calls;
+  const std::optional<long> unit = number_after(p.phase, "unit ");
+  if (p.kind == coll::CollectiveKind::kSend || p.kind == coll::CollectiveKind::kRecv) {
+    placed.place = Place::kPipeline;
+  } else if (starts_with(p.phase, "forward") && unit) {
+    placed = {Place::kForwardUnit, *unit, 0, p.calls, 0};
+  } else if (starts_with(p.phase, "backward") && unit) {
+    // "backward all-gather, unit u" is fetched before the unit's backward; its reduce-scatter (and HSDP's
+    // all-reduce across replicas) follows it.
+    placed = {p.kind == coll::CollectiveKind::kAllGather ? Place::kBackwardBefore : Place::kBackwardAfter, *unit, 0,
+              p.calls, 0};
+  } else if (starts_with(p.phase, "backward")) {
+    // DDP's "bucket i" are ready in index order; ZeRO-2's reduce buckets ("units from flat element x") from the
+    // end of the flat buffer backwards.
+    placed.place = Place::kBackwardBucket;
+    if (const auto bucket = number_after(p.phase, "bucket ")) placed.order = double(*bucket);
+    if (const auto element = number_after(p.phase, "flat element ")) placed.order = -double(*element);
+  }
+  return placed;
+}
+
+// Calls of a phase in micro-batch j of m: every micro-batch when it ran at least m times, else the last ones
+// (DDP's no_sync accumulation reduces only in the last).
+double calls_in(double calls, int j, int m) {
+  if (calls >= m) return calls / m;
+  return j >= m - static_cast<int>(std::lround(calls)) ? 1.0 : 0.0;
+}
+
+double seconds_of(const std::vector<model::OpCost>& ops, const StepTimeSetting& setting, DType compute) {
+  double sum = 0;
+  for (const model::OpCost& op : ops) sum += op_seconds(op, setting, compute);
+  return sum;
+}
+
+double positive_fraction(std::string_view key, std::string_view text, bool fraction) {
+  double value = 0;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  const bool ok = error == std::errc() && end == text.data() + text.size() && value > 0 && (!fraction || value <= 1);
+  if (!ok) {
+    throw InputError(fmt::format("--achievable {}={} is out of range; accepted: {}", key, text,
+                                 fraction ? "a fraction in (0, 1]" : "a positive number of parameters per second"));
+  }
+  return value;
+}
+
+}  // namespace
+
+Achievable achievable_for(const Hardware& hardware) {
+  // Shared by every generation: HBM streams at about 80% of the datasheet; NCCL's ring all-reduce on one NVSwitch
+  // node reaches about 80% of the NVLink rate as bus bandwidth and about 90% of an InfiniBand NIC's across nodes
+  // (nccl-tests, README); a PCIe x16 copy about 80% of the link. The host's AdamW (DeepSpeed's CPU Adam) is
+  // assumed to update 1e9 parameters per second, not checked against a measurement.
+  Achievable a{.matmul = 0.7,
+               .attention = 0.5,
+               .memory = 0.8,
+               .intra_link = 0.8,
+               .inter_link = 0.9,
+               .host_link = 0.8,
+               .cpu_adam_params_per_s = 1e9,
+               .basis = ""};
+  const std::string& name = hardware.name;
+  if (starts_with(name, "a100")) {
+    // Large bf16 GEMMs reach about 80% of A100's 312 TFLOP/s; FlashAttention-2 reaches 50-73% of it forward and
+    // backward (Dao 2023, "FlashAttention-2", abstract and §4.1).
+    a.matmul = 0.8;
+    a.attention = 0.6;
+    a.basis = "A100: GEMM 80% of peak, FlashAttention-2 60% (Dao 2023: 50-73%)";
+  } else if (starts_with(name, "h100") || starts_with(name, "h200")) {
+    // Hopper's GEMMs reach a smaller share of its 989 TFLOP/s under training's power and clock limits, and
+    // FlashAttention-2 about 35% of it (Shah et al. 2024, "FlashAttention-3", §1).
+    a.matmul = 0.65;
+    a.attention = 0.4;
+    a.basis = "H100/H200: GEMM 65% of peak, FlashAttention-2 40% (Shah et al. 2024: 35%)";
+  } else {
+    a.basis = "generic: GEMM 70% of peak, attention 50%";
+  }
+  a.basis += ", HBM 80%, NVLink 80%, network 90%, PCIe 80%, CPU Adam 1e9 params/s";
+  return a;
+}
+
+Achievable parse_achievable(std::string_view spec, Achievable base) {
+  static const std::map<std::string, double Achievable::*, std::less<>> kFractions = {
+      {"matmul", &Achievable::matmul},         {"attention", &Achievable::attention},
+      {"memory", &Achievable::memory},         {"intra_link", &Achievable::intra_link},
+      {"inter_link", &Achievable::inter_link}, {"host_link", &Achievable::host_link}};
+  std::vector<std::string> set;
+  while (!spec.empty()) {
+    const size_t comma = spec.find(',');
+    const std::string_view item = spec.substr(0, comma);
+    spec = comma == std::string_view::npos ? std::string_view() : spec.substr(comma + 1);
+    const size_t equals = item.find('=');
+    const std::string_view key = item.substr(0, equals);
+    const std::string_view value = equals == std::string_view::npos ? std::string_view() : item.substr(equals + 1);
+    if (key == "cpu_adam") {
+      base.cpu_adam_params_per_s = positive_fraction(key, value, false);
+    } else if (const auto field = kFractions.find(key); field != kFractions.end()) {
+      base.*(field->second) = positive_fraction(key, value, true);
+    } else {
+      throw InputError(fmt::format(
+          "--achievable: unknown key '{}'; accepted: matmul, attention, memory, intra_link, inter_link, host_link, "
+          "cpu_adam (e.g. matmul=0.7,attention=0.5)",
+          key));
+    }
+    set.push_back(std::string(item));
+  }
+  if (!set.empty()) base.basis += fmt::format("; set by --achievable: {}", fmt::join(set, ", "));
+  return base;
+}
+
+double op_seconds(const model::OpCost& op, const StepTimeSetting& setting, DType compute) {
+  const Hardware& hw = setting.hardware;
+  const Achievable& a = setting.achievable;
+  const double peak = (compute == DType::kF32 ? hw.fp32_tflops : hw.bf16_dense_tflops) * 1e12;
+  const double fraction = op.op_class == model::OpClass::kAttention ? a.attention : a.matmul;
+  const double math = op.op_class == model::OpClass::kMemory ? 0.0 : op.flops / (fraction * peak);
+  const double memory = op.bytes / (a.memory * hw.hbm_gb_per_s * 1e9);
+  return std::max(math, memory);
+}
+
+coll::LinkModel link_for(const StepTimeSetting& setting, bool crosses_nodes) {
+  const LinkSpec& link = crosses_nodes ? setting.hardware.inter_node : setting.hardware.intra_node;
+  const double fraction = crosses_nodes ? setting.achievable.inter_link : setting.achievable.intra_link;
+  return {link.step_latency_us * 1e-6, 1 / (fraction * link.gb_per_s_per_direction * 1e9), 0};
+}
+
+double collective_seconds(coll::CollectiveKind kind, std::string_view algorithm, double payload, int ranks,
+                          const coll::LinkModel& link, double call_latency) {
+  if (ranks <= 1) return 0;
+  if (kind == coll::CollectiveKind::kSend || kind == coll::CollectiveKind::kRecv) {
+    return call_latency + link.alpha + payload * link.beta;
+  }
+  const coll::Algorithm* chosen = coll::find_algorithm(kind, algorithm);
+  if (chosen == nullptr || chosen->cost == nullptr) chosen = coll::find_algorithm(kind, "ring");
+  if (chosen == nullptr || chosen->cost == nullptr) {
+    // Kinds without a ring of ours (barrier, ...): a tree's 2·log2 N rounds of the whole payload.
+    const double rounds = 2 * std::ceil(std::log2(double(ranks)));
+    return call_latency + rounds * (link.alpha + payload * link.beta);
+  }
+  return call_latency + coll::predicted_seconds(chosen->cost(payload, ranks), link);
+}
+
+Timeline overlap(std::span<const Chunk> chunks) {
+  Timeline t;
+  if (chunks.empty()) return t;
+  // The first piece's `before` is issued at 0; piece i+1's when piece i starts computing (one prefetch in
+  // flight); piece i's `after` when it stops. One communication stream serves them in that order.
+  double comm_free = chunks[0].before;
+  double gathered = comm_free;  // when piece i's `before` has arrived
+  double compute_end = 0;
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    const double start = std::max(compute_end, gathered);
+    if (i + 1 < chunks.size()) {
+      comm_free = std::max(comm_free, start) + chunks[i + 1].before;
+      gathered = comm_free;
+    }
+    compute_end = start + chunks[i].compute;
+    if (chunks[i].after > 0) comm_free = std::max(comm_free, compute_end) + chunks[i].after;
+    t.compute += chunks[i].compute;
+  }
+  t.seconds = std::max(compute_end, comm_free);
+  return t;
+}
+
+StepTime predict_step_time(const RunReport& report, const StrategyOutcome& outcome, const StepTimeSetting& setting) {
+  const model::ModelConfig& full = report.options.full;
+  const strategy::StrategyOptions options = strategy::with_framework_recipe(outcome.options);
+  const model::ModelOptions model_options =
+      strategy::framework_model_options(options, report.options.model_options, full);
+  const DType compute = model_options.compute;
+  const double block_forward = seconds_of(model::block_forward_ops(full, model_options), setting, compute);
+  double block_backward = seconds_of(model::block_backward_ops(full, model_options), setting, compute);
+  if (model_options.checkpoint) block_backward += block_forward;  // the recomputed forward
+  const double root_forward = seconds_of(model::root_forward_ops(full, model_options), setting, compute);
+  const double root_backward = seconds_of(model::root_backward_ops(full, model_options), setting, compute);
+
+  // Every collective of the step, timed per call at full scale.
+  const double scale = static_cast<double>(report.scale());
+  const int world = report.world;
+  const int node = std::max(1, setting.gpus_per_node);
+  const double call_latency = setting.hardware.call_latency_us * 1e-6;
+  std::vector<PlacedPhase> phases;
+  StepTime st;
+  for (const PhaseTraffic& p : outcome.phase_traffic) {
+    if (p.calls <= 0 || p.group_size <= 1) continue;
+    const bool crosses = p.group == "inter-node" || (p.group != "intra-node" && world > node);
+    const double payload = payload_of(p.kind, static_cast<double>(p.sent) * scale / p.calls, p.group_size);
+    PlacedPhase placed = place(p);
+    placed.per_call =
+        collective_seconds(p.kind, p.algorithm, payload, p.group_size, link_for(setting, crosses), call_latency);
+    st.communication += placed.per_call * placed.calls;
+    phases.push_back(placed);
+  }
+  double exposed_phases = 0, pipeline_p2p = 0;
+  for (const PlacedPhase& p : phases) {
+    if (p.place == Place::kExposed) exposed_phases += p.per_call * p.calls;
+    if (p.place == Place::kPipeline) pipeline_p2p += p.per_call * p.calls;
+  }
+
+  // The optimizer on the rank's shard: its m and v as measured (or, offloaded, the parameters it owns), AdamW
+  // reading and writing weights (the fp32 master where there is one), m and v, and reading the gradients.
+  const optim::PrecisionRecipe& recipe = options.recipe;
+  const double moment_bytes = static_cast<double>(recipe.bytes_per_param(Category::kOptimizerState));
+  const double state = outcome.category_peaks.empty()
+                           ? 0.0
+                           : static_cast<double>(outcome.category_peaks[0][Category::kOptimizerState]) * scale;
+  const bool replicated = options.kind == strategy::StrategyKind::kDdp ||
+                          (options.kind == strategy::StrategyKind::kFsdp && options.fsdp.sharding ==
+                                                                               strategy::Sharding::kNoShard);
+  const double owned = state > 0 && moment_bytes > 0
+                           ? state / moment_bytes
+                           : static_cast<double>(model::parameter_count(full)) / (replicated ? 1 : world);
+  const double weight_bytes = recipe.has_master ? 4.0 : static_cast<double>(dtype_size(recipe.params));
+  const double adam_bytes = 2 * weight_bytes + 2 * moment_bytes + static_cast<double>(dtype_size(recipe.grads)) +
+                            (recipe.has_master ? static_cast<double>(dtype_size(recipe.params)) : 0.0);
+  double optimizer = 0;
+  if (report.options.offload) {
+    const double pcie =
+        static_cast<double>(outcome.host_per_step.device_to_host + outcome.host_per_step.host_to_device) * scale;
+    st.offload = pcie / (setting.achievable.host_link * setting.hardware.host.gb_per_s_per_direction * 1e9) +
+                 owned / setting.achievable.cpu_adam_params_per_s;
+  } else {
+    optimizer = owned * adam_bytes / (setting.achievable.memory * setting.hardware.hbm_gb_per_s * 1e9);
+  }
+
+  const double peak = (compute == DType::kF32 ? setting.hardware.fp32_tflops : setting.hardware.bf16_dense_tflops) *
+                      1e12;
+  const double tokens_per_micro_batch = static_cast<double>(full.tokens());
+  const auto layers = static_cast<int>(full.layers);
+  double tokens = 0;
+  if (options.kind == strategy::StrategyKind::kPipeline) {
+    // Each stage runs its share of the blocks (the last also the head and loss: the slowest), in M + P − 1 slots.
+    const int stages = world;
+    const int micro_batches = pipeline_micro_batches(report.options, world);
+    const double blocks = std::ceil(double(layers) / stages);
+    const double slot_compute = blocks * (block_forward + block_backward) + root_forward + root_backward;
+    const double slot = slot_compute + pipeline_p2p / micro_batches;
+    st.compute = micro_batches * slot_compute + optimizer;
+    st.bubble = (stages - 1) * slot;
+    st.exposed_communication = pipeline_p2p + exposed_phases;
+    st.seconds = (micro_batches + stages - 1) * slot + optimizer + exposed_phases + st.offload;
+    tokens = micro_batches * tokens_per_micro_batch / stages;
+    st.model_flops = model::step_flops(full) * micro_batches / stages;
+  } else {
+    // One stream of pieces through every micro-batch: forward (the embedding, the blocks, the head and loss), then
+    // backward (the head, the blocks in reverse, the embedding), each with its unit's collectives.
+    const int m = std::max(1, report.options.accumulation);
+    std::vector<Chunk> chunks;
+    for (int j = 0; j < m; ++j) {
+      const size_t forward_begin = chunks.size();
+      chunks.push_back({0, 0, 0});  // the embedding, which needs the root unit
+      for (int l = 1; l <= layers; ++l) chunks.push_back({block_forward, 0, 0});
+      chunks.push_back({root_forward, 0, 0});
+      const size_t backward_begin = chunks.size();
+      chunks.push_back({root_backward, 0, 0});
+      for (int l = layers; l >= 1; --l) chunks.push_back({block_backward, 0, 0});
+      chunks.push_back({0, 0, 0});  // the embedding's backward; the root's gradients are complete after it
+      const size_t backward_count = chunks.size() - backward_begin;
+      // A unit's chunk: unit 0 (the root) is the first forward piece and the first and last backward ones.
+      const auto backward_chunk = [&](long unit, bool after) {
+        if (unit == 0) return after ? chunks.size() - 1 : backward_begin;
+        return backward_begin + static_cast<size_t>(layers - unit + 1);
+      };
+      std::vector<const PlacedPhase*> buckets;
+      for (const PlacedPhase& p : phases) {
+        const double time = calls_in(p.calls, j, m) * p.per_call;
+        if (time <= 0) continue;
+        const bool known_unit = p.unit >= 0 && p.unit <= layers;
+        if (p.place == Place::kForwardUnit && known_unit) {
+          chunks[forward_begin + static_cast<size_t>(p.unit)].before += time;
+        } else if (p.place == Place::kBackwardBefore && known_unit) {
+          chunks[backward_chunk(p.unit, false)].before += time;
+        } else if (p.place == Place::kBackwardAfter && known_unit) {
+          chunks[backward_chunk(p.unit, true)].after += time;
+        } else if (p.place == Place::kBackwardBucket) {
+          buckets.push_back(&p);
+        }
+      }
+      // Buckets fill in backward order at an even pace: bucket i of B is ready after (i+1)/B of the pieces.
+      std::stable_sort(buckets.begin(), buckets.end(),
+                       [](const PlacedPhase* a, const PlacedPhase* b) { return a->order < b->order; });
+      for (size_t i = 0; i < buckets.size(); ++i) {
+        const auto at = static_cast<size_t>(std::lround(double(i + 1) / double(buckets.size()) *
+                                                        double(backward_count - 1)));
+        chunks[backward_begin + std::min(at, backward_count - 1)].after +=
+            calls_in(buckets[i]->calls, j, m) * buckets[i]->per_call;
+      }
+    }
+    const Timeline t = overlap(chunks);
+    st.compute = t.compute + optimizer;
+    st.exposed_communication = t.exposed() + exposed_phases;
+    st.seconds = t.seconds + exposed_phases + optimizer + st.offload;
+    tokens = m * tokens_per_micro_batch;
+    st.model_flops = model::step_flops(full) * m;
+  }
+  st.tokens_per_second_per_gpu = st.seconds > 0 ? tokens / st.seconds : 0;
+  st.mfu = st.seconds > 0 ? st.model_flops / (st.seconds * peak) : 0;
+  return st;
+}
+
+StepTimeSetting step_time_setting(const RunOptions& options) {
+  StepTimeSetting setting;
+  if (options.hardware.empty()) return setting;
+  setting.hardware = find_hardware(options.hardware);
+  setting.achievable = parse_achievable(options.achievable, achievable_for(setting.hardware));
+  setting.gpus_per_node = options.gpus_per_node > 0 ? options.gpus_per_node : setting.hardware.gpus_per_node;
+  return setting;
+}
+
+void record_phase_traffic(StrategyOutcome& outcome, const coll::Communicator& group, double steps) {
+  if (group.name() == "control") return;
+  for (const auto& [key, entry] : group.ledger().entries()) {
+    const auto& [kind, phase] = key;
+    if (starts_with(phase, "report:") || phase == "out-of-memory agreement") continue;
+    const bool p2p = kind == coll::CollectiveKind::kSend || kind == coll::CollectiveKind::kRecv;
+    outcome.phase_traffic.push_back({kind, group_kind(group.name()), group.size(),
+                                     p2p ? std::string() : std::string(group.algorithm(kind).name), phase,
+                                     static_cast<double>(entry.calls) / steps,
+                                     static_cast<uint64_t>(std::llround(static_cast<double>(entry.moved.sent) / steps))});
+  }
+}
+
+std::string format_step_times(const RunReport& report) {
+  if (report.options.hardware.empty()) return "";
+  const StepTimeSetting setting = step_time_setting(report.options);
+  const Hardware& hw = setting.hardware;
+  const int nodes = (report.world + setting.gpus_per_node - 1) / setting.gpus_per_node;
+  std::string out = fmt::format(
+      "\npredicted step on {} x {} ({}; {} GPUs per node, {} node{}): bf16 {} TFLOP/s, HBM {} GB/s, {} {} GB/s, "
+      "{} {} GB/s per GPU\n  achievable: {}\n",
+      report.world, hw.name, hw.origin, setting.gpus_per_node, nodes, nodes == 1 ? "" : "s", hw.bf16_dense_tflops,
+      hw.hbm_gb_per_s, hw.intra_node.link, hw.intra_node.gb_per_s_per_direction, hw.inter_node.link,
+      hw.inter_node.gb_per_s_per_direction, setting.achievable.basis);
+  out += fmt::format("{:<14} {:<12} {:>9} | {:>9} {:>9} {:>9} {:>9} {:>9} | {:>10} {:>6}\n", "step time", "verdict",
+                     "step s", "compute", "exposed", "comm", "bubble", "offload", "tokens/s", "MFU");
+  for (const StrategyOutcome& o : report.outcomes) {
+    const StepTime st = predict_step_time(report, o, setting);
+    out += fmt::format("{:<14} {:<12} {:>9.3f} | {:>9.3f} {:>9.3f} {:>9.3f} {:>9.3f} {:>9.3f} | {:>10.0f} {:>5.1f}%\n",
+                       o.name, o.fits() ? "fits" : "OOM", st.seconds, st.compute, st.exposed_communication,
+                       st.communication, st.bubble, st.offload, st.tokens_per_second_per_gpu, 100 * st.mfu);
+  }
+  out +=
+      "  seconds per optimizer step at full scale: compute (roofline per op, recomputation and optimizer included), "
+      "exposed\n  communication (not hidden by compute), comm (every collective, hidden or not), pp's bubble, "
+      "offload (PCIe + CPU Adam);\n  tokens/s per GPU and MFU (model FLOPs, 6 per parameter per token + attention, "
+      "over the dense peak).\n";
+  return out;
+}
+
+}  // namespace emu::app
