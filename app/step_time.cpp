@@ -109,10 +109,11 @@ double positive_fraction(std::string_view key, std::string_view text, bool fract
 }  // namespace
 
 Achievable achievable_for(const Hardware& hardware) {
-  // Shared by every generation: HBM streams at about 80% of the datasheet; NCCL's ring all-reduce on one NVSwitch
-  // node reaches about 80% of the NVLink rate as bus bandwidth and about 90% of an InfiniBand NIC's across nodes
-  // (nccl-tests, README); a PCIe x16 copy about 80% of the link. The host's AdamW (DeepSpeed's CPU Adam) is
-  // assumed to update 1e9 parameters per second, not checked against a measurement.
+  // Shared by every generation: HBM streams at about 80% of the datasheet (assumed); NVLink carries about 80% of
+  // its peak as application data after packet overheads (NCCL's maintainers, github.com/NVIDIA/nccl/issues/1054),
+  // which nccl-tests' all-reduce bus bandwidth on 8 A100s confirms (README); an InfiniBand NIC about 90% and a PCIe
+  // x16 copy about 80% of the link (assumed). The host's AdamW (DeepSpeed's CPU Adam) is assumed to update 1e9
+  // parameters per second, not checked against a measurement.
   Achievable a{.matmul = 0.7,
                .attention = 0.5,
                .memory = 0.8,
@@ -180,10 +181,32 @@ double op_seconds(const model::OpCost& op, const StepTimeSetting& setting, DType
   return std::max(math, memory);
 }
 
-coll::LinkModel link_for(const StepTimeSetting& setting, bool crosses_nodes) {
-  const LinkSpec& link = crosses_nodes ? setting.hardware.inter_node : setting.hardware.intra_node;
-  const double fraction = crosses_nodes ? setting.achievable.inter_link : setting.achievable.intra_link;
-  return {link.step_latency_us * 1e-6, 1 / (fraction * link.gb_per_s_per_direction * 1e9), 0};
+Reach reach_of(std::string_view group, int group_size, int world, int gpus_per_node) {
+  if (world <= gpus_per_node || group == "intra-node") return Reach::kInsideNode;
+  if (group == "inter-node") return Reach::kOneGpuPerNode;
+  const int nodes = (world + gpus_per_node - 1) / gpus_per_node;
+  return group_size > nodes ? Reach::kWholeNodes : Reach::kOneGpuPerNode;
+}
+
+coll::LinkModel link_for(const StepTimeSetting& setting, Reach span, int ranks) {
+  const Hardware& hw = setting.hardware;
+  const Achievable& a = setting.achievable;
+  const double nvlink = a.intra_link * hw.intra_node.gb_per_s_per_direction * 1e9;
+  const double nic = a.inter_link * hw.inter_node.gb_per_s_per_direction * 1e9;
+  switch (span) {
+    case Reach::kInsideNode:
+      return {hw.intra_node.step_latency_us * 1e-6, 1 / nvlink, 0};
+    case Reach::kOneGpuPerNode:
+      return {hw.inter_node.step_latency_us * 1e-6, 1 / nic, 0};
+    case Reach::kWholeNodes: {
+      const int node = std::max(1, setting.gpus_per_node);
+      const double crossing = std::min(1.0, double((ranks + node - 1) / node) / std::max(1, ranks));
+      const double alpha =
+          (crossing * hw.inter_node.step_latency_us + (1 - crossing) * hw.intra_node.step_latency_us) * 1e-6;
+      return {alpha, 1 / std::min(nvlink, nic * node), 0};
+    }
+  }
+  return {};
 }
 
 double collective_seconds(coll::CollectiveKind kind, std::string_view algorithm, double payload, int ranks,
@@ -245,11 +268,12 @@ StepTime predict_step_time(const RunReport& report, const StrategyOutcome& outco
   StepTime st;
   for (const PhaseTraffic& p : outcome.phase_traffic) {
     if (p.calls <= 0 || p.group_size <= 1) continue;
-    const bool crosses = p.group == "inter-node" || (p.group != "intra-node" && world > node);
+    const Reach span = reach_of(p.group, p.group_size, world, node);
     const double payload = payload_of(p.kind, static_cast<double>(p.sent) * scale / p.calls, p.group_size);
     PlacedPhase placed = place(p);
     placed.per_call =
-        collective_seconds(p.kind, p.algorithm, payload, p.group_size, link_for(setting, crosses), call_latency);
+        collective_seconds(p.kind, p.algorithm, payload, p.group_size, link_for(setting, span, p.group_size),
+                           call_latency);
     st.communication += placed.per_call * placed.calls;
     phases.push_back(placed);
   }

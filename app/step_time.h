@@ -65,10 +65,22 @@ struct StepTimeSetting {
 // One op's seconds by the roofline; `compute` picks the bf16 (tensor core) or fp32 peak.
 double op_seconds(const model::OpCost& op, const StepTimeSetting& setting, DType compute);
 
-// The α-β link a group's collectives run over: NVLink (α the NVLink step latency) when the group stays in a node,
-// else the network (a ring across nodes runs at the slowest hop's rate). γ = 0: NCCL reduces inside its copy
-// kernels at HBM speed, far above either link.
-coll::LinkModel link_for(const StepTimeSetting& setting, bool crosses_nodes);
+// How a group's ranks sit on the nodes, which decides the link its collectives run over.
+enum class Reach : uint8_t {
+  kInsideNode,     // every rank in one node: NVLink
+  kWholeNodes,     // every GPU of several nodes (the world): NCCL's rings cross each node boundary once per ring,
+                   // spread over all the node's NICs, so the network offers the node's NICs together
+  kOneGpuPerNode,  // one GPU per node (HSDP's replicas): each on its own NIC
+};
+// Which Reach a group of `group_size` ranks of kind `group` ("world", "intra-node", "inter-node", ...) is in a world
+// of `world` ranks with `gpus_per_node` per node.
+Reach reach_of(std::string_view group, int group_size, int world, int gpus_per_node);
+
+// The α-β link of a reach. Inside a node: NVLink's rate and step latency. Whole nodes: the slower of NVLink and
+// the node's NICs together (gpus_per_node × the per-GPU figure), with the network's latency on the steps that
+// cross a node (nodes of the 2(N−1) steps of an N-rank ring in each direction) and NVLink's on the rest. One GPU
+// per node: one NIC. γ = 0: NCCL reduces inside its copy kernels at HBM speed, far above either link.
+coll::LinkModel link_for(const StepTimeSetting& setting, Reach span, int ranks = 1);
 
 // Seconds of one call of `kind` with a payload of `payload` bytes over `ranks` ranks: the algorithm's α-β cost
 // (the ring's where `algorithm` states none, as MPI's own) plus the call's fixed latency.

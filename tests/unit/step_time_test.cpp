@@ -75,12 +75,21 @@ TEST(StepTime, RingAllReduceOnEightGpusOverNvlink) {
   // bandwidth of 1.75 GB / 7.3477 ms = 238 GB/s.
   const StepTimeSetting s = a100();
   const double seconds =
-      collective_seconds(coll::CollectiveKind::kAllReduce, "ring", 1e9, 8, link_for(s, false), 8.4e-6);
+      collective_seconds(coll::CollectiveKind::kAllReduce, "ring", 1e9, 8, link_for(s, Reach::kInsideNode), 8.4e-6);
   EXPECT_NEAR(seconds, 14 * 3.4e-6 + 1.75e9 / 240e9 + 8.4e-6, 1e-9);
-  // Across nodes the same ring runs at the network's 0.9 · 25 = 22.5 GB/s with 14 µs steps: 77.97 ms.
-  const double across =
-      collective_seconds(coll::CollectiveKind::kAllReduce, "ring", 1e9, 8, link_for(s, true), 8.4e-6);
-  EXPECT_NEAR(across, 14 * 14e-6 + 1.75e9 / 22.5e9 + 8.4e-6, 1e-9);
+  // HSDP's replicas, one GPU per node on its own NIC: 0.9 · 25 = 22.5 GB/s with 14 µs steps: 77.97 ms.
+  const double replicas =
+      collective_seconds(coll::CollectiveKind::kAllReduce, "ring", 1e9, 8, link_for(s, Reach::kOneGpuPerNode), 8.4e-6);
+  EXPECT_NEAR(replicas, 14 * 14e-6 + 1.75e9 / 22.5e9 + 8.4e-6, 1e-9);
+  // The world of 16 GPUs on 2 nodes: each ring crosses each node boundary once, over the node's 8 NICs together
+  // (8 · 22.5 = 180 GB/s, below NVLink's 240): 2(N-1)/N · S = 1.875 GB at 180 GB/s; of the 30 steps, 2 of each 16
+  // cross a node (14 µs), the rest stay on NVLink (3.4 µs): 30 · (2/16 · 14 + 14/16 · 3.4) µs.
+  EXPECT_EQ(reach_of("world", 16, 16, 8), Reach::kWholeNodes);
+  EXPECT_EQ(reach_of("inter-node", 2, 16, 8), Reach::kOneGpuPerNode);
+  EXPECT_EQ(reach_of("world", 8, 8, 8), Reach::kInsideNode);
+  const double world =
+      collective_seconds(coll::CollectiveKind::kAllReduce, "ring", 1e9, 16, link_for(s, Reach::kWholeNodes, 16), 8.4e-6);
+  EXPECT_NEAR(world, 30 * (2.0 / 16 * 14e-6 + 14.0 / 16 * 3.4e-6) + 1.875e9 / 180e9 + 8.4e-6, 1e-9);
 }
 
 TEST(StepTime, OneBucketIsExposedTwoBucketsHideTheFirst) {
