@@ -251,11 +251,12 @@ Timeline overlap(std::span<const Chunk> chunks) {
   return t;
 }
 
-StepTime predict_step_time(const RunReport& report, const StrategyOutcome& outcome, const StepTimeSetting& setting) {
-  const model::ModelConfig& full = report.options.full;
+StepTime predict_step_time(const RunOptions& run, int world, const StrategyOutcome& outcome, const StepTimeSetting& setting,
+                           uint64_t scale_factor) {
+  const model::ModelConfig& full = run.full;
   const strategy::StrategyOptions options = strategy::with_framework_recipe(outcome.options);
   const model::ModelOptions model_options =
-      strategy::framework_model_options(options, report.options.model_options, full);
+      strategy::framework_model_options(options, run.model_options, full);
   const DType compute = model_options.compute;
   const double block_forward = seconds_of(model::block_forward_ops(full, model_options), setting, compute);
   double block_backward = seconds_of(model::block_backward_ops(full, model_options), setting, compute);
@@ -264,8 +265,7 @@ StepTime predict_step_time(const RunReport& report, const StrategyOutcome& outco
   const double root_backward = seconds_of(model::root_backward_ops(full, model_options), setting, compute);
 
   // Every collective of the step, timed per call at full scale.
-  const double scale = static_cast<double>(report.scale());
-  const int world = report.world;
+  const double scale = static_cast<double>(scale_factor);
   const int node = std::max(1, setting.gpus_per_node);
   const double call_latency = setting.hardware.call_latency_us * 1e-6;
   std::vector<PlacedPhase> phases;
@@ -304,7 +304,7 @@ StepTime predict_step_time(const RunReport& report, const StrategyOutcome& outco
   const double adam_bytes = 2 * weight_bytes + 2 * moment_bytes + static_cast<double>(dtype_size(recipe.grads)) +
                             (recipe.has_master ? static_cast<double>(dtype_size(recipe.params)) : 0.0);
   double optimizer = 0;
-  if (report.options.offload) {
+  if (run.offload) {
     const double pcie =
         static_cast<double>(outcome.host_per_step.device_to_host + outcome.host_per_step.host_to_device) * scale;
     st.offload = pcie / (setting.achievable.host_link * setting.hardware.host.gb_per_s_per_direction * 1e9) +
@@ -321,7 +321,7 @@ StepTime predict_step_time(const RunReport& report, const StrategyOutcome& outco
   if (options.kind == strategy::StrategyKind::kPipeline) {
     // Each stage runs its share of the blocks (the last also the head and loss: the slowest), in M + P − 1 slots.
     const int stages = world;
-    const int micro_batches = pipeline_micro_batches(report.options, world);
+    const int micro_batches = pipeline_micro_batches(run, world);
     const double blocks = std::ceil(double(layers) / stages);
     const double slot_compute = blocks * (block_forward + block_backward) + root_forward + root_backward;
     const double slot = slot_compute + pipeline_p2p / micro_batches;
@@ -334,7 +334,7 @@ StepTime predict_step_time(const RunReport& report, const StrategyOutcome& outco
   } else {
     // One stream of pieces through every micro-batch: forward (the embedding, the blocks, the head and loss), then
     // backward (the head, the blocks in reverse, the embedding), each with its unit's collectives.
-    const int m = std::max(1, report.options.accumulation);
+    const int m = std::max(1, run.accumulation);
     std::vector<Chunk> chunks;
     for (int j = 0; j < m; ++j) {
       const size_t forward_begin = chunks.size();
@@ -388,12 +388,19 @@ StepTime predict_step_time(const RunReport& report, const StrategyOutcome& outco
   return st;
 }
 
+StepTime predict_step_time(const RunReport& report, const StrategyOutcome& outcome, const StepTimeSetting& setting) {
+  return predict_step_time(report.options, report.world, outcome, setting, report.scale());
+}
+
 StepTimeSetting step_time_setting(const RunOptions& options) {
   StepTimeSetting setting;
   if (options.hardware.empty()) return setting;
   setting.hardware = find_hardware(options.hardware);
   setting.achievable = parse_achievable(options.achievable, achievable_for(setting.hardware));
-  setting.gpus_per_node = options.gpus_per_node > 0 ? options.gpus_per_node : setting.hardware.gpus_per_node;
+  // A node is what --gpus-per-node says, else the --ranks-per-node the strategies grouped by, else the hardware's.
+  setting.gpus_per_node = options.gpus_per_node > 0    ? options.gpus_per_node
+                          : options.ranks_per_node > 0 ? options.ranks_per_node
+                                                       : setting.hardware.gpus_per_node;
   return setting;
 }
 
@@ -425,7 +432,7 @@ std::string format_step_times(const RunReport& report) {
                      "step s", "compute", "exposed", "comm", "bubble", "offload", "tokens/s", "MFU");
   for (const StrategyOutcome& o : report.outcomes) {
     const StepTime st = predict_step_time(report, o, setting);
-    out += fmt::format("{:<14} {:<12} {:>9.3f} | {:>9.3f} {:>9.3f} {:>9.3f} {:>9.3f} {:>9.3f} | {:>10.0f} {:>5.1f}%\n",
+    out += fmt::format("{:<14} {:<12} {:>9.4f} | {:>9.4f} {:>9.4f} {:>9.4f} {:>9.4f} {:>9.4f} | {:>10.0f} {:>5.1f}%\n",
                        o.name, o.fits() ? "fits" : "OOM", st.seconds, st.compute, st.exposed_communication,
                        st.communication, st.bubble, st.offload, st.tokens_per_second_per_gpu, 100 * st.mfu);
   }

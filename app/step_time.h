@@ -117,7 +117,17 @@ struct StepTime {
 
 // The predicted step of one strategy of a finished run or plan (rank 0's outcome, with phase_traffic). Figures are
 // at full scale: a shrunk run's traffic × k², the op costs at the full-scale shapes.
+//
+// For the advisor and anyone ranking configurations: plan each candidate (account_shapes or plan_strategies fill
+// phase_traffic), then
+//   const StepTimeSetting setting = step_time_setting(options);   // or built by hand
+//   const StepTime t = predict_step_time(options, ranks, outcome, setting);   // a plan: scale 1
+// and rank by t.seconds (or t.tokens_per_second_per_gpu: the global batch may differ between candidates).
 StepTime predict_step_time(const RunReport& report, const StrategyOutcome& outcome, const StepTimeSetting& setting);
+// The same from the options the outcome was run or planned with, over `world` ranks, its bytes × `scale` at full
+// scale (k² for a shrunk run, 1 for a plan).
+StepTime predict_step_time(const RunOptions& options, int world, const StrategyOutcome& outcome,
+                           const StepTimeSetting& setting, uint64_t scale = 1);
 
 // The setting --hardware, --gpus-per-node and --achievable ask for; empty hardware name: none.
 StepTimeSetting step_time_setting(const RunOptions& options);
