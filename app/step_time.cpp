@@ -35,16 +35,12 @@ std::optional<long> number_after(std::string_view label, std::string_view word) 
 double payload_of(coll::CollectiveKind kind, double sent_per_call, int n) {
   const double ranks = n;
   switch (kind) {
-    case coll::CollectiveKind::kAllReduce:
-      return sent_per_call / (2 * (ranks - 1) / ranks);
+    case coll::CollectiveKind::kAllReduce: return sent_per_call / (2 * (ranks - 1) / ranks);
     case coll::CollectiveKind::kReduceScatter:
     case coll::CollectiveKind::kAllGather:
-    case coll::CollectiveKind::kAllToAll:
-      return sent_per_call / ((ranks - 1) / ranks);
-    case coll::CollectiveKind::kBarrier:
-      return 0;
-    default:
-      return sent_per_call;
+    case coll::CollectiveKind::kAllToAll: return sent_per_call / ((ranks - 1) / ranks);
+    case coll::CollectiveKind::kBarrier: return 0;
+    default: return sent_per_call;
   }
 }
 
@@ -53,8 +49,8 @@ enum class Place : uint8_t { kForwardUnit, kBackwardBefore, kBackwardAfter, kBac
 
 struct PlacedPhase {
   Place place = Place::kExposed;
-  long unit = -1;      // kForwardUnit, kBackwardBefore, kBackwardAfter
-  double order = 0;    // kBackwardBucket: the order buckets become ready in
+  long unit = -1;    // kForwardUnit, kBackwardBefore, kBackwardAfter
+  double order = 0;  // kBackwardBucket: the order buckets become ready in
   double calls = 0;
   double per_call = 0;  // seconds
 };
@@ -198,10 +194,8 @@ coll::LinkModel link_for(const StepTimeSetting& setting, Reach span, int ranks) 
   const double nvlink = a.intra_link * hw.intra_node.gb_per_s_per_direction * 1e9;
   const double nic = a.inter_link * hw.inter_node.gb_per_s_per_direction * 1e9;
   switch (span) {
-    case Reach::kInsideNode:
-      return {hw.intra_node.step_latency_us * 1e-6, 1 / nvlink, 0};
-    case Reach::kOneGpuPerNode:
-      return {hw.inter_node.step_latency_us * 1e-6, 1 / nic, 0};
+    case Reach::kInsideNode: return {hw.intra_node.step_latency_us * 1e-6, 1 / nvlink, 0};
+    case Reach::kOneGpuPerNode: return {hw.inter_node.step_latency_us * 1e-6, 1 / nic, 0};
     case Reach::kWholeNodes: {
       const int node = std::max(1, setting.gpus_per_node);
       const double crossing = std::min(1.0, double((ranks + node - 1) / node) / std::max(1, ranks));
@@ -251,12 +245,11 @@ Timeline overlap(std::span<const Chunk> chunks) {
   return t;
 }
 
-StepTime predict_step_time(const RunOptions& run, int world, const StrategyOutcome& outcome, const StepTimeSetting& setting,
-                           uint64_t scale_factor) {
+StepTime predict_step_time(const RunOptions& run, int world, const StrategyOutcome& outcome,
+                           const StepTimeSetting& setting, uint64_t scale_factor) {
   const model::ModelConfig& full = run.full;
   const strategy::StrategyOptions options = strategy::with_framework_recipe(outcome.options);
-  const model::ModelOptions model_options =
-      strategy::framework_model_options(options, run.model_options, full);
+  const model::ModelOptions model_options = strategy::framework_model_options(options, run.model_options, full);
   const DType compute = model_options.compute;
   const double block_forward = seconds_of(model::block_forward_ops(full, model_options), setting, compute);
   double block_backward = seconds_of(model::block_backward_ops(full, model_options), setting, compute);
@@ -275,9 +268,8 @@ StepTime predict_step_time(const RunOptions& run, int world, const StrategyOutco
     const Reach span = reach_of(p.group, p.group_size, world, node);
     const double payload = payload_of(p.kind, static_cast<double>(p.sent) * scale / p.calls, p.group_size);
     PlacedPhase placed = place(p);
-    placed.per_call =
-        collective_seconds(p.kind, p.algorithm, payload, p.group_size, link_for(setting, span, p.group_size),
-                           call_latency);
+    placed.per_call = collective_seconds(p.kind, p.algorithm, payload, p.group_size,
+                                         link_for(setting, span, p.group_size), call_latency);
     st.communication += placed.per_call * placed.calls;
     phases.push_back(placed);
   }
@@ -294,9 +286,9 @@ StepTime predict_step_time(const RunOptions& run, int world, const StrategyOutco
   const double state = outcome.category_peaks.empty()
                            ? 0.0
                            : static_cast<double>(outcome.category_peaks[0][Category::kOptimizerState]) * scale;
-  const bool replicated = options.kind == strategy::StrategyKind::kDdp ||
-                          (options.kind == strategy::StrategyKind::kFsdp && options.fsdp.sharding ==
-                                                                               strategy::Sharding::kNoShard);
+  const bool replicated =
+      options.kind == strategy::StrategyKind::kDdp ||
+      (options.kind == strategy::StrategyKind::kFsdp && options.fsdp.sharding == strategy::Sharding::kNoShard);
   const double owned = state > 0 && moment_bytes > 0
                            ? state / moment_bytes
                            : static_cast<double>(model::parameter_count(full)) / (replicated ? 1 : world);
@@ -313,8 +305,8 @@ StepTime predict_step_time(const RunOptions& run, int world, const StrategyOutco
     optimizer = owned * adam_bytes / (setting.achievable.memory * setting.hardware.hbm_gb_per_s * 1e9);
   }
 
-  const double peak = (compute == DType::kF32 ? setting.hardware.fp32_tflops : setting.hardware.bf16_dense_tflops) *
-                      1e12;
+  const double peak =
+      (compute == DType::kF32 ? setting.hardware.fp32_tflops : setting.hardware.bf16_dense_tflops) * 1e12;
   const double tokens_per_micro_batch = static_cast<double>(full.tokens());
   const auto layers = static_cast<int>(full.layers);
   double tokens = 0;
@@ -370,8 +362,8 @@ StepTime predict_step_time(const RunOptions& run, int world, const StrategyOutco
       std::stable_sort(buckets.begin(), buckets.end(),
                        [](const PlacedPhase* a, const PlacedPhase* b) { return a->order < b->order; });
       for (size_t i = 0; i < buckets.size(); ++i) {
-        const auto at = static_cast<size_t>(std::lround(double(i + 1) / double(buckets.size()) *
-                                                        double(backward_count - 1)));
+        const auto at =
+            static_cast<size_t>(std::lround(double(i + 1) / double(buckets.size()) * double(backward_count - 1)));
         chunks[backward_begin + std::min(at, backward_count - 1)].after +=
             calls_in(buckets[i]->calls, j, m) * buckets[i]->per_call;
       }
@@ -410,10 +402,10 @@ void record_phase_traffic(StrategyOutcome& outcome, const coll::Communicator& gr
     const auto& [kind, phase] = key;
     if (starts_with(phase, "report:") || phase == "out-of-memory agreement") continue;
     const bool p2p = kind == coll::CollectiveKind::kSend || kind == coll::CollectiveKind::kRecv;
-    outcome.phase_traffic.push_back({kind, group_kind(group.name()), group.size(),
-                                     p2p ? std::string() : std::string(group.algorithm(kind).name), phase,
-                                     static_cast<double>(entry.calls) / steps,
-                                     static_cast<uint64_t>(std::llround(static_cast<double>(entry.moved.sent) / steps))});
+    outcome.phase_traffic.push_back(
+        {kind, group_kind(group.name()), group.size(), p2p ? std::string() : std::string(group.algorithm(kind).name),
+         phase, static_cast<double>(entry.calls) / steps,
+         static_cast<uint64_t>(std::llround(static_cast<double>(entry.moved.sent) / steps))});
   }
 }
 

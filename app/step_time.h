@@ -38,12 +38,12 @@ namespace emu::app {
 
 // Fractions of a datasheet figure real kernels and collectives reach.
 struct Achievable {
-  double matmul = 0;     // of the dense peak, for the linears (cuBLAS GEMMs)
-  double attention = 0;  // of the dense peak, for the attention kernel (flash / SDPA)
-  double memory = 0;     // of the HBM bandwidth, for element-wise ops, norms and the optimizer
-  double intra_link = 0;  // of the NVLink bandwidth per direction: nccl-tests' bus bandwidth / the link's
-  double inter_link = 0;  // of the network bandwidth per GPU
-  double host_link = 0;   // of the PCIe bandwidth (offload)
+  double matmul = 0;                 // of the dense peak, for the linears (cuBLAS GEMMs)
+  double attention = 0;              // of the dense peak, for the attention kernel (flash / SDPA)
+  double memory = 0;                 // of the HBM bandwidth, for element-wise ops, norms and the optimizer
+  double intra_link = 0;             // of the NVLink bandwidth per direction: nccl-tests' bus bandwidth / the link's
+  double inter_link = 0;             // of the network bandwidth per GPU
+  double host_link = 0;              // of the PCIe bandwidth (offload)
   double cpu_adam_params_per_s = 0;  // the host's AdamW (DeepSpeed's CPU Adam) over the offloaded shard
   std::string basis;                 // where the defaults come from, one line for the header
 };
@@ -104,12 +104,12 @@ struct Timeline {
 Timeline overlap(std::span<const Chunk> chunks);
 
 struct StepTime {
-  double seconds = 0;                 // one optimizer step
-  double compute = 0;                 // the GPU's own work: forward, backward (and recomputation), optimizer
-  double exposed_communication = 0;   // collectives the compute did not hide
-  double communication = 0;           // every collective's time, hidden or not
-  double bubble = 0;                  // pp: stages idle waiting for the pipeline to fill and drain
-  double offload = 0;                 // PCIe transfers and the CPU's optimizer step
+  double seconds = 0;                // one optimizer step
+  double compute = 0;                // the GPU's own work: forward, backward (and recomputation), optimizer
+  double exposed_communication = 0;  // collectives the compute did not hide
+  double communication = 0;          // every collective's time, hidden or not
+  double bubble = 0;                 // pp: stages idle waiting for the pipeline to fill and drain
+  double offload = 0;                // PCIe transfers and the CPU's optimizer step
   double tokens_per_second_per_gpu = 0;
   double mfu = 0;          // model FLOPs (model::step_flops: 6 per parameter per token + attention) / (s × peak)
   double model_flops = 0;  // per GPU per step

@@ -48,8 +48,10 @@ TEST(Json, EveryStrategyMeasuredAndPlannedConformsToTheSchema) {
   const std::string measured = dir.file("measured.json"), planned = dir.file("planned.json");
   // gpt2 shrunk by 8 on 2 ranks under 3 GB: DDP's 16 bytes per parameter (2.0 GB) and its buckets do not fit,
   // ZeRO-3's shards do.
-  const auto run = run_process(mpiexec(2) + kEmu + " --model gpt2 --shrink 8 --steps 2 --cap 3GB-scaled --hardware a100-40gb-sxm "
-                                   "--strategies " + strategies + " --json " + measured,
+  const auto run = run_process(mpiexec(2) + kEmu +
+                                   " --model gpt2 --shrink 8 --steps 2 --cap 3GB-scaled --hardware a100-40gb-sxm "
+                                   "--strategies " +
+                                   strategies + " --json " + measured,
                                300);
   ASSERT_EQ(run.exit_code, 0) << run.err;
   const json root = read_json(measured);
@@ -69,10 +71,10 @@ TEST(Json, EveryStrategyMeasuredAndPlannedConformsToTheSchema) {
   EXPECT_TRUE(root["complete"].get<bool>());
   EXPECT_TRUE(root["strategies_not_run"].empty());
 
-  const auto plan = run_process(
-      mpiexec(1) + kEmu + " --model llama2-7b --plan 32 --cap 40GB --hardware h100-80gb-sxm --strategies " + strategies +
-          " --json " + planned,
-      300);
+  const auto plan =
+      run_process(mpiexec(1) + kEmu + " --model llama2-7b --plan 32 --cap 40GB --hardware h100-80gb-sxm --strategies " +
+                      strategies + " --json " + planned,
+                  300);
   ASSERT_EQ(plan.exit_code, 0) << plan.err;
   const json plan_root = read_json(planned);
   EXPECT_EQ(verdicts(plan_root), (std::set<std::string>{"fit", "oom"}));

@@ -29,8 +29,7 @@ struct Row {
 };
 
 const char* const kTorchtitan = "https://github.com/pytorch/torchtitan/blob/main/docs/performance.md";
-const char* const kFoundry =
-    "https://github.com/mosaicml/llm-foundry/blob/main/scripts/train/benchmarking/README.md";
+const char* const kFoundry = "https://github.com/mosaicml/llm-foundry/blob/main/scripts/train/benchmarking/README.md";
 
 const Row kRows[] = {
     {"Llama 2 13B, FSDP2, 64 x A100-80GB, b 2, s 4096, no AC", kTorchtitan,
@@ -126,8 +125,9 @@ TEST(PublishedThroughput, NcclTestsBusBandwidth) {
   const double network = busbw(three_nodes, double(128 << 20), 24, Reach::kWholeNodes);
   fmt::print("| all_reduce_perf, 8 x A100-80GB NVLink, 1 GiB | ~200 GB/s busbw | {:.0f} GB/s | {:+.1f}% |\n", nvlink,
              100 * (nvlink / 200 - 1));
-  fmt::print("| all_reduce_perf, 24 x A100-40GB, 3 nodes x 4 HDR NICs, 128 MiB | 96 GB/s busbw | {:.0f} GB/s | {:+.1f}% |\n",
-             network, 100 * (network / 96 - 1));
+  fmt::print(
+      "| all_reduce_perf, 24 x A100-40GB, 3 nodes x 4 HDR NICs, 128 MiB | 96 GB/s busbw | {:.0f} GB/s | {:+.1f}% |\n",
+      network, 100 * (network / 96 - 1));
   EXPECT_NEAR(nvlink / 200, 1, 0.2);
   EXPECT_NEAR(network / 96, 1, 0.2);
 }

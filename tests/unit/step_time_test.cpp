@@ -87,8 +87,8 @@ TEST(StepTime, RingAllReduceOnEightGpusOverNvlink) {
   EXPECT_EQ(reach_of("world", 16, 16, 8), Reach::kWholeNodes);
   EXPECT_EQ(reach_of("inter-node", 2, 16, 8), Reach::kOneGpuPerNode);
   EXPECT_EQ(reach_of("world", 8, 8, 8), Reach::kInsideNode);
-  const double world =
-      collective_seconds(coll::CollectiveKind::kAllReduce, "ring", 1e9, 16, link_for(s, Reach::kWholeNodes, 16), 8.4e-6);
+  const double world = collective_seconds(coll::CollectiveKind::kAllReduce, "ring", 1e9, 16,
+                                          link_for(s, Reach::kWholeNodes, 16), 8.4e-6);
   EXPECT_NEAR(world, 30 * (2.0 / 16 * 14e-6 + 14.0 / 16 * 3.4e-6) + 1.875e9 / 180e9 + 8.4e-6, 1e-9);
 }
 
@@ -135,7 +135,8 @@ TEST(StepTime, DdpBucketReadyAtTheEndOfBackwardIsExposedWhole) {
   // ready when backward ends; nothing hides it, so the exposed communication is the whole call:
   // 14 · 3.4 µs + 1 GB / 240 GB/s + 8.4 µs = 4.2257 ms.
   const double call = 14 * 3.4e-6 + 1e9 / 240e9 + 8.4e-6;
-  PhaseTraffic bucket{coll::CollectiveKind::kAllReduce, "world", 8, "ring", "backward all-reduce, bucket 0", 1, 1'000'000'000};
+  PhaseTraffic bucket{
+      coll::CollectiveKind::kAllReduce, "world", 8, "ring", "backward all-reduce, bucket 0", 1, 1'000'000'000};
   const RunReport one = report_with(strategy::StrategyKind::kDdp, {bucket});
   const StepTime st = predict_step_time(one, one.outcomes[0], a100());
   EXPECT_NEAR(st.communication, call, 1e-9);
@@ -144,15 +145,20 @@ TEST(StepTime, DdpBucketReadyAtTheEndOfBackwardIsExposedWhole) {
   // The same bytes in ten buckets ready through backward: all but the last hide behind the remaining blocks.
   std::vector<PhaseTraffic> ten;
   for (int i = 0; i < 10; ++i) {
-    ten.push_back({coll::CollectiveKind::kAllReduce, "world", 8, "ring", fmt::format("backward all-reduce, bucket {}", i),
-                   1, 100'000'000});
+    ten.push_back({coll::CollectiveKind::kAllReduce, "world", 8, "ring",
+                   fmt::format("backward all-reduce, bucket {}", i), 1, 100'000'000});
   }
   const RunReport many = report_with(strategy::StrategyKind::kDdp, ten);
   const StepTime split = predict_step_time(many, many.outcomes[0], a100());
   EXPECT_LT(split.exposed_communication, 0.15 * split.communication);
   // A phase issued after backward (ZeRO-1's reduce-scatter) is exposed whatever its size.
-  PhaseTraffic after{coll::CollectiveKind::kReduceScatter, "world", 8, "ring",
-                     "gradient reduce-scatter, units from flat element 0", 1, 875'000'000};
+  PhaseTraffic after{coll::CollectiveKind::kReduceScatter,
+                     "world",
+                     8,
+                     "ring",
+                     "gradient reduce-scatter, units from flat element 0",
+                     1,
+                     875'000'000};
   const RunReport zero1 = report_with(strategy::StrategyKind::kZero1, {after});
   const StepTime z = predict_step_time(zero1, zero1.outcomes[0], a100());
   // (N-1)/N · S = 0.875 GB sent: S = 1 GB, 7 steps and 0.875 GB at 240 GB/s.

@@ -52,7 +52,7 @@ OpCost attention_forward(const ModelConfig& c, const ModelOptions& o, const Shap
   const bool eager = o.attention == Attention::kEager;
   const double keys = eager ? s.s : causal_keys(c);
   const double flops = 4 * s.b * s.a * s.s * keys * s.d;
-  double bytes = s.e * s.T * (2 * s.qd + 2 * s.kvd);  // q, k, v read, the output written
+  double bytes = s.e * s.T * (2 * s.qd + 2 * s.kvd);          // q, k, v read, the output written
   if (eager) bytes += s.b * s.a * s.s * s.s * (2 * s.e + 4);  // the scores written, softmaxed and read back
   return {"attention", OpClass::kAttention, flops, bytes};
 }
@@ -74,16 +74,11 @@ std::vector<OpCost> block_forward_ops(const ModelConfig& c, const ModelOptions& 
   const double norm = s.T * s.h * (s.r + s.e);  // the residual read, the normed output written
   const double add = 3 * s.T * s.h * s.r;       // two inputs and the sum
   if (c.style == Style::kGpt2) {
-    ops = {elementwise("ln_1", norm),
-           linear("c_attn", s, s.h, 3 * s.h),
-           attention_forward(c, o, s),
-           linear("attn c_proj", s, s.h, s.h),
-           elementwise("residual add", add),
-           elementwise("ln_2", norm),
-           linear("c_fc", s, s.h, s.F),
-           elementwise("gelu", 2 * s.T * s.F * s.e),
-           linear("mlp c_proj", s, s.F, s.h),
-           elementwise("residual add", add)};
+    ops = {elementwise("ln_1", norm),         linear("c_attn", s, s.h, 3 * s.h),
+           attention_forward(c, o, s),        linear("attn c_proj", s, s.h, s.h),
+           elementwise("residual add", add),  elementwise("ln_2", norm),
+           linear("c_fc", s, s.h, s.F),       elementwise("gelu", 2 * s.T * s.F * s.e),
+           linear("mlp c_proj", s, s.F, s.h), elementwise("residual add", add)};
     return ops;
   }
   ops = {elementwise("input_layernorm", norm),
