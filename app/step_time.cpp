@@ -7,6 +7,7 @@
 #include <cmath>
 #include <map>
 #include <optional>
+#include <tuple>
 
 #include "collectives/communicator.h"
 #include "emu/check.h"
@@ -198,7 +199,8 @@ coll::LinkModel link_for(const StepTimeSetting& setting, Reach span, int ranks) 
     case Reach::kOneGpuPerNode: return {hw.inter_node.step_latency_us * 1e-6, 1 / nic, 0};
     case Reach::kWholeNodes: {
       const int node = std::max(1, setting.gpus_per_node);
-      const double crossing = std::min(1.0, double((ranks + node - 1) / node) / std::max(1, ranks));
+      const int nodes = (ranks + node - 1) / node;
+      const double crossing = std::min(1.0, double(nodes) / std::max(1, ranks));
       const double alpha =
           (crossing * hw.inter_node.step_latency_us + (1 - crossing) * hw.intra_node.step_latency_us) * 1e-6;
       return {alpha, 1 / std::min(nvlink, nic * node), 0};
@@ -223,64 +225,86 @@ double collective_seconds(coll::CollectiveKind kind, std::string_view algorithm,
   return call_latency + coll::predicted_seconds(chosen->cost(payload, ranks), link);
 }
 
-Timeline overlap(std::span<const Chunk> chunks) {
+Timeline overlap(std::span<const Chunk> chunks, std::vector<PredictedSpan>* spans) {
   Timeline t;
   if (chunks.empty()) return t;
+  const auto record = [&](const std::string& name, bool communication, double start, double end) {
+    if (spans != nullptr && end > start) spans->push_back({name, communication, start, end});
+  };
   // The first piece's `before` is issued at 0; piece i+1's when piece i starts computing (one prefetch in
   // flight); piece i's `after` when it stops. One communication stream serves them in that order.
   double comm_free = chunks[0].before;
+  record("all-gather for " + chunks[0].name, true, 0, comm_free);
   double gathered = comm_free;  // when piece i's `before` has arrived
   double compute_end = 0;
   for (size_t i = 0; i < chunks.size(); ++i) {
     const double start = std::max(compute_end, gathered);
     if (i + 1 < chunks.size()) {
-      comm_free = std::max(comm_free, start) + chunks[i + 1].before;
+      const double issued = std::max(comm_free, start);
+      comm_free = issued + chunks[i + 1].before;
+      record("all-gather for " + chunks[i + 1].name, true, issued, comm_free);
       gathered = comm_free;
     }
     compute_end = start + chunks[i].compute;
-    if (chunks[i].after > 0) comm_free = std::max(comm_free, compute_end) + chunks[i].after;
+    record(chunks[i].name, false, start, compute_end);
+    if (chunks[i].after > 0) {
+      const double issued = std::max(comm_free, compute_end);
+      comm_free = issued + chunks[i].after;
+      record("gradient reduction after " + chunks[i].name, true, issued, comm_free);
+    }
     t.compute += chunks[i].compute;
   }
   t.seconds = std::max(compute_end, comm_free);
   return t;
 }
 
-StepTime predict_step_time(const RunOptions& run, int world, const StrategyOutcome& outcome,
-                           const StepTimeSetting& setting, uint64_t scale_factor) {
-  const model::ModelConfig& full = run.full;
-  const strategy::StrategyOptions options = strategy::with_framework_recipe(outcome.options);
-  const model::ModelOptions model_options = strategy::framework_model_options(options, run.model_options, full);
-  const DType compute = model_options.compute;
-  const double block_forward = seconds_of(model::block_forward_ops(full, model_options), setting, compute);
-  double block_backward = seconds_of(model::block_backward_ops(full, model_options), setting, compute);
-  if (model_options.checkpoint) block_backward += block_forward;  // the recomputed forward
-  const double root_forward = seconds_of(model::root_forward_ops(full, model_options), setting, compute);
-  const double root_backward = seconds_of(model::root_backward_ops(full, model_options), setting, compute);
+namespace {
 
-  // Every collective of the step, timed per call at full scale.
-  const double scale = static_cast<double>(scale_factor);
+// Seconds of one block's and the root's forward and backward (the recomputed forward under checkpointing).
+struct UnitSeconds {
+  double block_forward = 0, block_backward = 0, root_forward = 0, root_backward = 0;
+};
+
+UnitSeconds unit_seconds(const model::ModelConfig& full, const model::ModelOptions& o, const StepTimeSetting& setting) {
+  UnitSeconds u;
+  u.block_forward = seconds_of(model::block_forward_ops(full, o), setting, o.compute);
+  u.block_backward = seconds_of(model::block_backward_ops(full, o), setting, o.compute);
+  if (o.checkpoint) u.block_backward += u.block_forward;
+  u.root_forward = seconds_of(model::root_forward_ops(full, o), setting, o.compute);
+  u.root_backward = seconds_of(model::root_backward_ops(full, o), setting, o.compute);
+  return u;
+}
+
+// Every collective of the step, placed and timed per call at full scale.
+std::vector<PlacedPhase> timed_phases(const StrategyOutcome& outcome, int world, double scale,
+                                      const StepTimeSetting& setting) {
   const int node = std::max(1, setting.gpus_per_node);
   const double call_latency = setting.hardware.call_latency_us * 1e-6;
   std::vector<PlacedPhase> phases;
-  StepTime st;
   for (const PhaseTraffic& p : outcome.phase_traffic) {
     if (p.calls <= 0 || p.group_size <= 1) continue;
-    const Reach span = reach_of(p.group, p.group_size, world, node);
+    const Reach reach = reach_of(p.group, p.group_size, world, node);
     const double payload = payload_of(p.kind, static_cast<double>(p.sent) * scale / p.calls, p.group_size);
     PlacedPhase placed = place(p);
     placed.per_call = collective_seconds(p.kind, p.algorithm, payload, p.group_size,
-                                         link_for(setting, span, p.group_size), call_latency);
-    st.communication += placed.per_call * placed.calls;
+                                         link_for(setting, reach, p.group_size), call_latency);
     phases.push_back(placed);
   }
-  double exposed_phases = 0, pipeline_p2p = 0;
-  for (const PlacedPhase& p : phases) {
-    if (p.place == Place::kExposed) exposed_phases += p.per_call * p.calls;
-    if (p.place == Place::kPipeline) pipeline_p2p += p.per_call * p.calls;
-  }
+  return phases;
+}
 
-  // The optimizer on the rank's shard: its m and v as measured (or, offloaded, the parameters it owns), AdamW
-  // reading and writing weights (the fp32 master where there is one), m and v, and reading the gradients.
+double total_seconds(const std::vector<PlacedPhase>& phases, std::optional<Place> only = std::nullopt) {
+  double sum = 0;
+  for (const PlacedPhase& p : phases) sum += !only || p.place == *only ? p.per_call * p.calls : 0.0;
+  return sum;
+}
+
+// The optimizer on the rank's shard, on the GPU, or (offloaded) the PCIe bytes and the host's AdamW: {GPU seconds,
+// offload seconds}. The shard is its m and v as measured, or, offloaded, the parameters the rank owns; AdamW
+// reads and writes the weights (the fp32 master where there is one), m and v, and reads the gradients.
+std::pair<double, double> optimizer_seconds(const RunOptions& run, int world, const StrategyOutcome& outcome,
+                                            const strategy::StrategyOptions& options, double scale,
+                                            const StepTimeSetting& setting) {
   const optim::PrecisionRecipe& recipe = options.recipe;
   const double moment_bytes = static_cast<double>(recipe.bytes_per_param(Category::kOptimizerState));
   const double state = outcome.category_peaks.empty()
@@ -291,23 +315,79 @@ StepTime predict_step_time(const RunOptions& run, int world, const StrategyOutco
       (options.kind == strategy::StrategyKind::kFsdp && options.fsdp.sharding == strategy::Sharding::kNoShard);
   const double owned = state > 0 && moment_bytes > 0
                            ? state / moment_bytes
-                           : static_cast<double>(model::parameter_count(full)) / (replicated ? 1 : world);
-  const double weight_bytes = recipe.has_master ? 4.0 : static_cast<double>(dtype_size(recipe.params));
-  const double adam_bytes = 2 * weight_bytes + 2 * moment_bytes + static_cast<double>(dtype_size(recipe.grads)) +
-                            (recipe.has_master ? static_cast<double>(dtype_size(recipe.params)) : 0.0);
-  double optimizer = 0;
+                           : static_cast<double>(model::parameter_count(run.full)) / (replicated ? 1 : world);
   if (run.offload) {
     const double pcie =
         static_cast<double>(outcome.host_per_step.device_to_host + outcome.host_per_step.host_to_device) * scale;
-    st.offload = pcie / (setting.achievable.host_link * setting.hardware.host.gb_per_s_per_direction * 1e9) +
-                 owned / setting.achievable.cpu_adam_params_per_s;
-  } else {
-    optimizer = owned * adam_bytes / (setting.achievable.memory * setting.hardware.hbm_gb_per_s * 1e9);
+    return {0.0, pcie / (setting.achievable.host_link * setting.hardware.host.gb_per_s_per_direction * 1e9) +
+                     owned / setting.achievable.cpu_adam_params_per_s};
   }
+  const double weight_bytes = recipe.has_master ? 4.0 : static_cast<double>(dtype_size(recipe.params));
+  const double adam_bytes = 2 * weight_bytes + 2 * moment_bytes + static_cast<double>(dtype_size(recipe.grads)) +
+                            (recipe.has_master ? static_cast<double>(dtype_size(recipe.params)) : 0.0);
+  return {owned * adam_bytes / (setting.achievable.memory * setting.hardware.hbm_gb_per_s * 1e9), 0.0};
+}
 
-  const double peak =
-      (compute == DType::kF32 ? setting.hardware.fp32_tflops : setting.hardware.bf16_dense_tflops) * 1e12;
-  const double tokens_per_micro_batch = static_cast<double>(full.tokens());
+// Micro-batch j's pieces, appended to `chunks`: forward (the embedding, the blocks, the head and loss), then
+// backward (the head, the blocks in reverse, the embedding), each with the collectives of its unit; the
+// bucketed ones spread over backward in the order their buckets fill.
+void add_micro_batch(std::vector<Chunk>& chunks, const std::vector<PlacedPhase>& phases, const UnitSeconds& u,
+                     int layers, int j, int m) {
+  const std::string mb = m > 1 ? fmt::format("micro-batch {}, ", j + 1) : std::string();
+  const size_t forward_begin = chunks.size();
+  chunks.push_back({0, 0, 0, mb + "forward, embedding"});  // needs the root unit
+  for (int l = 1; l <= layers; ++l)
+    chunks.push_back({u.block_forward, 0, 0, fmt::format("{}forward, block {}", mb, l)});
+  chunks.push_back({u.root_forward, 0, 0, mb + "forward, head and loss"});
+  const size_t backward_begin = chunks.size();
+  chunks.push_back({u.root_backward, 0, 0, mb + "backward, head and loss"});
+  for (int l = layers; l >= 1; --l)
+    chunks.push_back({u.block_backward, 0, 0, fmt::format("{}backward, block {}", mb, l)});
+  chunks.push_back({0, 0, 0, mb + "backward, embedding"});  // the root's gradients are complete after it
+  const size_t backward_count = chunks.size() - backward_begin;
+  // A unit's piece: unit 0 (the root) is the first forward piece and the first and last backward ones.
+  const auto backward_chunk = [&](long unit, bool after) {
+    if (unit == 0) return after ? chunks.size() - 1 : backward_begin;
+    return backward_begin + static_cast<size_t>(layers - unit + 1);
+  };
+  std::vector<const PlacedPhase*> buckets;
+  for (const PlacedPhase& p : phases) {
+    const double time = calls_in(p.calls, j, m) * p.per_call;
+    const bool unit = p.unit >= 0 && p.unit <= layers;
+    if (time <= 0) continue;
+    if (p.place == Place::kForwardUnit && unit) chunks[forward_begin + static_cast<size_t>(p.unit)].before += time;
+    if (p.place == Place::kBackwardBefore && unit) chunks[backward_chunk(p.unit, false)].before += time;
+    if (p.place == Place::kBackwardAfter && unit) chunks[backward_chunk(p.unit, true)].after += time;
+    if (p.place == Place::kBackwardBucket) buckets.push_back(&p);
+  }
+  // Buckets fill at an even pace through backward: bucket i of B is ready after (i+1)/B of its pieces.
+  std::stable_sort(buckets.begin(), buckets.end(),
+                   [](const PlacedPhase* a, const PlacedPhase* b) { return a->order < b->order; });
+  for (size_t i = 0; i < buckets.size(); ++i) {
+    const auto at =
+        static_cast<size_t>(std::lround(double(i + 1) / double(buckets.size()) * double(backward_count - 1)));
+    chunks[backward_begin + std::min(at, backward_count - 1)].after +=
+        calls_in(buckets[i]->calls, j, m) * buckets[i]->per_call;
+  }
+}
+
+}  // namespace
+
+StepTime predict_step_time(const RunOptions& run, int world, const StrategyOutcome& outcome,
+                           const StepTimeSetting& setting, uint64_t scale_factor) {
+  const model::ModelConfig& full = run.full;
+  const strategy::StrategyOptions options = strategy::with_framework_recipe(outcome.options);
+  const model::ModelOptions model_options = strategy::framework_model_options(options, run.model_options, full);
+  const UnitSeconds u = unit_seconds(full, model_options, setting);
+  const double scale = static_cast<double>(scale_factor);
+  const std::vector<PlacedPhase> phases = timed_phases(outcome, world, scale, setting);
+  const double exposed_phases = total_seconds(phases, Place::kExposed);
+  const double pipeline_p2p = total_seconds(phases, Place::kPipeline);
+  StepTime st;
+  st.communication = total_seconds(phases);
+  const auto [optimizer, offload] = optimizer_seconds(run, world, outcome, options, scale, setting);
+  st.offload = offload;
+
   const auto layers = static_cast<int>(full.layers);
   double tokens = 0;
   if (options.kind == strategy::StrategyKind::kPipeline) {
@@ -315,66 +395,40 @@ StepTime predict_step_time(const RunOptions& run, int world, const StrategyOutco
     const int stages = world;
     const int micro_batches = pipeline_micro_batches(run, world);
     const double blocks = std::ceil(double(layers) / stages);
-    const double slot_compute = blocks * (block_forward + block_backward) + root_forward + root_backward;
+    const double slot_compute = blocks * (u.block_forward + u.block_backward) + u.root_forward + u.root_backward;
     const double slot = slot_compute + pipeline_p2p / micro_batches;
     st.compute = micro_batches * slot_compute + optimizer;
     st.bubble = (stages - 1) * slot;
     st.exposed_communication = pipeline_p2p + exposed_phases;
     st.seconds = (micro_batches + stages - 1) * slot + optimizer + exposed_phases + st.offload;
-    tokens = micro_batches * tokens_per_micro_batch / stages;
+    const double busy = micro_batches * slot, filled = busy + st.bubble;
+    st.spans = {{fmt::format("{} micro-batches through the slowest stage", micro_batches), false, 0, busy},
+                {"pipeline bubble (fill and drain)", false, busy, filled},
+                {"collectives after backward", true, filled, filled + exposed_phases},
+                {"optimizer step and offload", false, filled + exposed_phases, st.seconds}};
+    tokens = micro_batches * static_cast<double>(full.tokens()) / stages;
     st.model_flops = model::step_flops(full) * micro_batches / stages;
   } else {
-    // One stream of pieces through every micro-batch: forward (the embedding, the blocks, the head and loss), then
-    // backward (the head, the blocks in reverse, the embedding), each with its unit's collectives.
     const int m = std::max(1, run.accumulation);
     std::vector<Chunk> chunks;
-    for (int j = 0; j < m; ++j) {
-      const size_t forward_begin = chunks.size();
-      chunks.push_back({0, 0, 0});  // the embedding, which needs the root unit
-      for (int l = 1; l <= layers; ++l) chunks.push_back({block_forward, 0, 0});
-      chunks.push_back({root_forward, 0, 0});
-      const size_t backward_begin = chunks.size();
-      chunks.push_back({root_backward, 0, 0});
-      for (int l = layers; l >= 1; --l) chunks.push_back({block_backward, 0, 0});
-      chunks.push_back({0, 0, 0});  // the embedding's backward; the root's gradients are complete after it
-      const size_t backward_count = chunks.size() - backward_begin;
-      // A unit's chunk: unit 0 (the root) is the first forward piece and the first and last backward ones.
-      const auto backward_chunk = [&](long unit, bool after) {
-        if (unit == 0) return after ? chunks.size() - 1 : backward_begin;
-        return backward_begin + static_cast<size_t>(layers - unit + 1);
-      };
-      std::vector<const PlacedPhase*> buckets;
-      for (const PlacedPhase& p : phases) {
-        const double time = calls_in(p.calls, j, m) * p.per_call;
-        if (time <= 0) continue;
-        const bool known_unit = p.unit >= 0 && p.unit <= layers;
-        if (p.place == Place::kForwardUnit && known_unit) {
-          chunks[forward_begin + static_cast<size_t>(p.unit)].before += time;
-        } else if (p.place == Place::kBackwardBefore && known_unit) {
-          chunks[backward_chunk(p.unit, false)].before += time;
-        } else if (p.place == Place::kBackwardAfter && known_unit) {
-          chunks[backward_chunk(p.unit, true)].after += time;
-        } else if (p.place == Place::kBackwardBucket) {
-          buckets.push_back(&p);
-        }
-      }
-      // Buckets fill in backward order at an even pace: bucket i of B is ready after (i+1)/B of the pieces.
-      std::stable_sort(buckets.begin(), buckets.end(),
-                       [](const PlacedPhase* a, const PlacedPhase* b) { return a->order < b->order; });
-      for (size_t i = 0; i < buckets.size(); ++i) {
-        const auto at =
-            static_cast<size_t>(std::lround(double(i + 1) / double(buckets.size()) * double(backward_count - 1)));
-        chunks[backward_begin + std::min(at, backward_count - 1)].after +=
-            calls_in(buckets[i]->calls, j, m) * buckets[i]->per_call;
-      }
+    for (int j = 0; j < m; ++j) add_micro_batch(chunks, phases, u, layers, j, m);
+    const Timeline t = overlap(chunks, &st.spans);
+    // Then, in order: what is issued after backward, the optimizer step, offload's transfers and host AdamW.
+    double at = t.seconds;
+    for (const auto& [name, seconds, communication] : {std::tuple{"collectives after backward", exposed_phases, true},
+                                                       {"optimizer step", optimizer, false},
+                                                       {"offload: PCIe and host AdamW", st.offload, false}}) {
+      if (seconds > 0) st.spans.push_back({name, communication, at, at + seconds});
+      at += seconds;
     }
-    const Timeline t = overlap(chunks);
     st.compute = t.compute + optimizer;
     st.exposed_communication = t.exposed() + exposed_phases;
     st.seconds = t.seconds + exposed_phases + optimizer + st.offload;
-    tokens = m * tokens_per_micro_batch;
+    tokens = m * static_cast<double>(full.tokens());
     st.model_flops = model::step_flops(full) * m;
   }
+  const double peak =
+      (model_options.compute == DType::kF32 ? setting.hardware.fp32_tflops : setting.hardware.bf16_dense_tflops) * 1e12;
   st.tokens_per_second_per_gpu = st.seconds > 0 ? tokens / st.seconds : 0;
   st.mfu = st.seconds > 0 ? st.model_flops / (st.seconds * peak) : 0;
   return st;

@@ -24,6 +24,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "app/run.h"
 #include "collectives/cost.h"
@@ -95,13 +96,22 @@ struct Chunk {
   double compute = 0;
   double before = 0;
   double after = 0;
+  std::string name;  // "forward, block 3": the predicted trace's label
+};
+// One span of the predicted step, for the trace's second timeline: on the compute or the communication stream.
+struct PredictedSpan {
+  std::string name;
+  bool communication = false;
+  double start = 0;  // seconds since the step began
+  double end = 0;
 };
 struct Timeline {
   double seconds = 0;  // until the last compute and the last communication have ended
   double compute = 0;  // the sum of the chunks' compute
   double exposed() const { return seconds - compute; }
 };
-Timeline overlap(std::span<const Chunk> chunks);
+// `spans`, when given, receives each piece's compute and communication as they were placed.
+Timeline overlap(std::span<const Chunk> chunks, std::vector<PredictedSpan>* spans = nullptr);
 
 struct StepTime {
   double seconds = 0;                // one optimizer step
@@ -113,6 +123,7 @@ struct StepTime {
   double tokens_per_second_per_gpu = 0;
   double mfu = 0;          // model FLOPs (model::step_flops: 6 per parameter per token + attention) / (s × peak)
   double model_flops = 0;  // per GPU per step
+  std::vector<PredictedSpan> spans;  // the step as predicted (pp: its slots), for the trace
 };
 
 // The predicted step of one strategy of a finished run or plan (rank 0's outcome, with phase_traffic). Figures are

@@ -5,6 +5,8 @@
 // in hardware/*.json and the fractions the test sets itself.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "app/step_time.h"
 #include "emu/check.h"
 #include "strategies/strategy.h"
@@ -142,8 +144,19 @@ TEST(StepTime, DdpBucketReadyAtTheEndOfBackwardIsExposedWhole) {
   EXPECT_NEAR(st.communication, call, 1e-9);
   EXPECT_NEAR(st.exposed_communication, call, 1e-9);
   EXPECT_NEAR(st.seconds, st.compute + call, 1e-9);
+  // The predicted trace holds that all-reduce on the communication stream, from the end of the last backward piece,
+  // and then the optimizer step.
+  const auto reduction = std::find_if(st.spans.begin(), st.spans.end(), [](const PredictedSpan& span) {
+    return span.name == "gradient reduction after backward, embedding";
+  });
+  ASSERT_NE(reduction, st.spans.end());
+  EXPECT_TRUE(reduction->communication);
+  EXPECT_NEAR(reduction->end - reduction->start, call, 1e-9);
+  EXPECT_EQ(st.spans.back().name, "optimizer step");
+  EXPECT_NEAR(st.spans.back().start, reduction->end, 1e-9);
   // The same bytes in ten buckets ready through backward: all but the last hide behind the remaining blocks.
   std::vector<PhaseTraffic> ten;
+  ten.reserve(10);
   for (int i = 0; i < 10; ++i) {
     ten.push_back({coll::CollectiveKind::kAllReduce, "world", 8, "ring",
                    fmt::format("backward all-reduce, bucket {}", i), 1, 100'000'000});
@@ -182,7 +195,9 @@ TEST(StepTime, PipelineBubbleIsPMinusOneSlots) {
   RunReport r = report_with(strategy::StrategyKind::kPipeline, {});
   r.options.micro_batches = 24;
   const StepTime st = predict_step_time(r, r.outcomes[0], a100());
-  EXPECT_NEAR(st.bubble / (st.seconds - 0), 7.0 / 31.0, 0.01);
+  EXPECT_NEAR(st.bubble / st.seconds, 7.0 / 31.0, 0.01);
+  // The split adds up to the step.
+  EXPECT_NEAR(st.compute + st.exposed_communication + st.bubble + st.offload, st.seconds, 1e-9);
 }
 
 TEST(StepTime, AchievableFlagIsCheckedByKeyAndRange) {
