@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "app/report.h"
+#include "app/step_time.h"
 #include "workloads/model/layout.h"
 
 namespace emu::app {
@@ -153,7 +154,40 @@ json outcome_json(const RunReport& r, const StrategyOutcome& o) {
   s["step_seconds"] = per_step(r, o.step_seconds);
   s["losses"] = per_step(r, o.losses);
   s["grad_norms"] = per_step(r, o.grad_norms);
+  s["predicted_step"] = nullptr;
+  if (!r.options.hardware.empty()) {
+    const StepTime st = predict_step_time(r, o, step_time_setting(r.options));
+    s["predicted_step"] = {{"seconds", st.seconds},
+                           {"compute_seconds", st.compute},
+                           {"exposed_communication_seconds", st.exposed_communication},
+                           {"communication_seconds", st.communication},
+                           {"bubble_seconds", st.bubble},
+                           {"offload_seconds", st.offload},
+                           {"tokens_per_second_per_gpu", st.tokens_per_second_per_gpu},
+                           {"mfu", st.mfu},
+                           {"model_flops_per_gpu", st.model_flops}};
+  }
   return s;
+}
+
+// --hardware: what the predictions assume; null without it.
+json step_time_json(const RunReport& r) {
+  if (r.options.hardware.empty()) return nullptr;
+  const StepTimeSetting setting = step_time_setting(r.options);
+  const Achievable& a = setting.achievable;
+  return {{"hardware", setting.hardware.name},
+          {"origin", setting.hardware.origin},
+          {"gpus_per_node", setting.gpus_per_node},
+          {"nodes", (r.world + setting.gpus_per_node - 1) / setting.gpus_per_node},
+          {"achievable",
+           {{"matmul", a.matmul},
+            {"attention", a.attention},
+            {"memory", a.memory},
+            {"intra_link", a.intra_link},
+            {"inter_link", a.inter_link},
+            {"host_link", a.host_link},
+            {"cpu_adam_params_per_s", a.cpu_adam_params_per_s},
+            {"basis", a.basis}}}};
 }
 
 }  // namespace
@@ -200,6 +234,7 @@ std::string format_json(const RunReport& r) {
   root["complete"] = r.complete;
   root["strategies_not_run"] = r.not_run;
   root["seconds"] = r.seconds;
+  root["step_time"] = step_time_json(r);
   return root.dump(2) + "\n";
 }
 

@@ -12,8 +12,10 @@
 #include <utility>
 
 #include "app/deepspeed.h"
+#include "app/step_time.h"
 #include "emu/backend.h"
 #include "emu/check.h"
+#include "emu/hardware.h"
 #include "emu/log.h"
 #include "emu/units.h"
 #include "workloads/model/layout.h"
@@ -296,6 +298,33 @@ void add_mode_flags(CLI::App& app, RunOptions& options, Flags& flags) {
                  "search, per strategy, the largest micro-batch or seq-len that fits the cap (shapes only)")
       ->check(CLI::IsMember({"micro-batch", "seq-len"}))
       ->group("Modes");
+}
+
+void add_step_time_flags(CLI::App& app, RunOptions& options) {
+  app.add_option("--hardware", options.hardware,
+                 "predict each strategy's step time on these GPUs: " + hardware_names() +
+                     ", or a JSON file in their form (hardware/*.json)")
+      ->group("Step time");
+  app.add_option("--gpus-per-node", options.gpus_per_node,
+                 "GPUs per node for the prediction: groups larger than a node cross the network (default: the "
+                 "hardware's, 8)")
+      ->group("Step time");
+  app.add_option("--achievable", options.achievable,
+                 "override the fractions of peak the prediction assumes, e.g. matmul=0.7,attention=0.5,memory=0.8,"
+                 "intra_link=0.8,inter_link=0.9,host_link=0.8,cpu_adam=1e9")
+      ->group("Step time");
+}
+
+// --hardware, --gpus-per-node and --achievable, read once so that a bad one stops the job at start-up.
+void check_step_time(const RunOptions& options) {
+  if (options.gpus_per_node < 0 || options.gpus_per_node > kMaxRanks) {
+    throw InputError(fmt::format("--gpus-per-node {} is out of range; accepted: 1 to {} (0: the hardware's)",
+                                 options.gpus_per_node, kMaxRanks));
+  }
+  if (options.hardware.empty() && (options.gpus_per_node > 0 || !options.achievable.empty())) {
+    throw InputError("--gpus-per-node and --achievable shape the step-time prediction; give --hardware NAME too");
+  }
+  static_cast<void>(step_time_setting(options));
 }
 
 void add_fault_flags(CLI::App& app, RunOptions& options, Flags& flags) {
@@ -715,6 +744,7 @@ ParsedCommandLine parse_command_line(int argc, const char* const* argv, int worl
   add_mode_flags(app, options, flags);
   add_fault_flags(app, options, flags);
   add_output_flags(app, options, flags);
+  add_step_time_flags(app, options);
   if (!parse_flags(app, argc, argv, parsed)) return parsed;
   flags.strategies_given = app.count("--strategies") > 0;
   flags.seq_len_given = app.count("--seq-len") > 0;
@@ -744,6 +774,7 @@ ParsedCommandLine parse_command_line(int argc, const char* const* argv, int worl
   check_inputs(options);
   check_device(options);
   check_outputs(options);
+  check_step_time(options);
   options.expectations = parse_expectations(flags.expect, options.strategies);
   read_faults(options, flags, world);
   return parsed;

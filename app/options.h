@@ -69,6 +69,12 @@ struct RunOptions {
   double watchdog_seconds = 300;   // a collective that takes longer ends the job (exit code 3); 0 turns it off
   bool check_collectives = false;  // ranks compare each collective before it runs
 
+  // The step-time prediction (step_time.h): a hardware name or JSON file ("" : none), GPUs per node (0: the
+  // hardware's), and "matmul=0.7,..." overriding the achievable fractions.
+  std::string hardware;
+  int gpus_per_node = 0;
+  std::string achievable;
+
   // Outputs.
   std::string json_path, trace_path, svg_path;
   std::vector<Expectation> expectations;

@@ -10,6 +10,7 @@
 
 #include "app/json_report.h"
 #include "app/one_strategy.h"
+#include "app/step_time.h"
 #include "collectives/virtual/virtual_link.h"
 #include "emu/check.h"
 #include "emu/device.h"
@@ -73,6 +74,7 @@ class PlanDriver final : public StepDriver {
         outcome.traffic_per_step[traffic_key] += entry.moved;
         outcome.calls_per_step[traffic_key] += entry.calls;
       }
+      record_phase_traffic(outcome, *group, 1);
     }
     outcome.host_per_step = strategy.host_traffic();
     if (spans_ != nullptr) {
@@ -223,6 +225,7 @@ StrategyOutcome plan_roles(const RunOptions& options, const strategy::StrategyOp
   out.traffic_per_step = first.traffic_per_step;
   out.calls_per_step = first.calls_per_step;
   out.host_per_step = first.host_per_step;
+  out.phase_traffic = first.phase_traffic;
   StrategyOutcome previous = first;
   add_role(out, std::move(first), spans.front());
   for (size_t i = 1; i < spans.size(); ++i) {

@@ -6,6 +6,7 @@
 #include <numeric>
 #include <utility>
 
+#include "app/step_time.h"
 #include "emu/units.h"
 #include "strategies/pipeline.h"
 #include "workloads/model/layout.h"
@@ -207,6 +208,7 @@ std::string format_report(const RunReport& r) {
   for (const StrategyOutcome& o : r.outcomes) {
     if (!o.fits()) out += fmt::format("  {}: {}\n", o.name, oom_summary(r, o));
   }
+  out += format_step_times(r);
   out += format_pipeline(r);
   return out;
 }

@@ -11,6 +11,7 @@
 #include <optional>
 
 #include "app/one_strategy.h"
+#include "app/step_time.h"
 #include "app/timeline.h"
 #include "collectives/nccl/select.h"
 #include "emu/backend.h"
@@ -208,6 +209,7 @@ class RunDriver final : public StepDriver {
         t.received += per_step(entry.moved.received, steps);
         outcome.calls_per_step[traffic_key] += per_step(entry.calls, steps);
       }
+      if (rank == 0) record_phase_traffic(outcome, *group, steps);
     }
     outcome.host_per_step = {static_cast<uint64_t>(strategy.host_traffic().device_to_host / steps),
                              static_cast<uint64_t>(strategy.host_traffic().host_to_device / steps)};

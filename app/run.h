@@ -37,6 +37,18 @@ struct TrafficKey {
   auto operator<=>(const TrafficKey&) const = default;
 };
 
+// One (group, kind, phase) entry of rank 0's ledgers, per optimizer step: what the step-time model
+// (step_time.h) places on the step's timeline.
+struct PhaseTraffic {
+  coll::CollectiveKind kind = coll::CollectiveKind::kAllReduce;
+  std::string group;  // its kind: "world", "intra-node", "inter-node", ...
+  int group_size = 1;
+  std::string algorithm;  // empty for send and recv
+  std::string phase;      // the caller's label, e.g. "backward reduce-scatter, unit 7"
+  double calls = 0;
+  uint64_t sent = 0;  // bytes this rank sent, as run
+};
+
 struct StrategyOutcome {
   std::string name;
   strategy::StrategyOptions options;
@@ -63,6 +75,7 @@ struct StrategyOutcome {
   std::map<TrafficKey, coll::Traffic> traffic_per_step;
   std::map<TrafficKey, uint64_t> calls_per_step;
   strategy::HostTraffic host_per_step;
+  std::vector<PhaseTraffic> phase_traffic;  // rank 0's, per optimizer step
 
   std::vector<double> step_seconds;  // the slowest rank's, per step
   std::vector<float> losses;         // mean over the global batch, per step

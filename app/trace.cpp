@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "app/report.h"
+#include "app/step_time.h"
 #include "emu/units.h"
 
 namespace emu::app {
@@ -131,6 +132,35 @@ void add_oom(json& events, const RunReport& report, const StrategyOutcome& outco
   }
 }
 
+// --hardware: the step as the step-time model predicts it (app/step_time.h), on two tracks of its own beside the
+// ranks' measured ones: the GPU's compute stream and its communication stream, from 0.
+void add_predicted(json& events, const RunReport& report, const StrategyOutcome& outcome, int pid) {
+  if (report.options.hardware.empty()) return;
+  const StepTimeSetting setting = step_time_setting(report.options);
+  const StepTime step = predict_step_time(report, outcome, setting);
+  constexpr int kTrack = 1'000'000;  // after every rank's
+  for (int stream = 0; stream < 2; ++stream) {
+    const std::string name = fmt::format("predicted on {} x {}: {}", report.world, setting.hardware.name,
+                                         stream == 0 ? "compute" : "communication");
+    events.push_back(
+        {{"ph", "M"}, {"name", "thread_name"}, {"pid", pid}, {"tid", kTrack + stream}, {"args", {{"name", name}}}});
+    events.push_back({{"ph", "M"},
+                      {"name", "thread_sort_index"},
+                      {"pid", pid},
+                      {"tid", kTrack + stream},
+                      {"args", {{"sort_index", kTrack + stream}}}});
+  }
+  for (const PredictedSpan& span : step.spans) {
+    events.push_back({{"ph", "X"},
+                      {"name", span.name},
+                      {"cat", span.communication ? "predicted collective" : "predicted compute"},
+                      {"pid", pid},
+                      {"tid", kTrack + (span.communication ? 1 : 0)},
+                      {"ts", span.start * kMicroseconds},
+                      {"dur", (span.end - span.start) * kMicroseconds}});
+  }
+}
+
 }  // namespace
 
 std::string format_trace(const RunReport& report) {
@@ -142,6 +172,7 @@ std::string format_trace(const RunReport& report) {
     add_spans(events, report, outcome, pid);
     add_memory(events, report, outcome, pid);
     add_oom(events, report, outcome, pid);
+    add_predicted(events, report, outcome, pid);
   }
   json root;
   root["traceEvents"] = std::move(events);

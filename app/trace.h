@@ -7,6 +7,8 @@
 //                               optimizer step, and every collective call (args: kind, bytes, algorithm, group,
 //                               phase, sent and received bytes); an instant ("i") "out of memory" where the rank
 //                               first passed its cap
+//     thread "predicted on 8 x a100-80gb-sxm: compute" / "…: communication"   with --hardware: the step as the
+//                               step-time model places it (app/step_time.h), its two streams from 0
 //     counters                  per rank: "rank 3 memory, full-scale MiB" (in use) and "rank 3 by category,
 //                               full-scale MiB" (one series per category), in MiB at full scale (bytes as run × k²)
 //

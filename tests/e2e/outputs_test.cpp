@@ -48,7 +48,9 @@ TEST(Json, EveryStrategyMeasuredAndPlannedConformsToTheSchema) {
   const std::string measured = dir.file("measured.json"), planned = dir.file("planned.json");
   // gpt2 shrunk by 8 on 2 ranks under 3 GB: DDP's 16 bytes per parameter (2.0 GB) and its buckets do not fit,
   // ZeRO-3's shards do.
-  const auto run = run_process(mpiexec(2) + kEmu + " --model gpt2 --shrink 8 --steps 2 --cap 3GB-scaled --strategies " +
+  const auto run = run_process(mpiexec(2) + kEmu +
+                                   " --model gpt2 --shrink 8 --steps 2 --cap 3GB-scaled --hardware a100-40gb-sxm "
+                                   "--strategies " +
                                    strategies + " --json " + measured,
                                300);
   ASSERT_EQ(run.exit_code, 0) << run.err;
@@ -62,16 +64,21 @@ TEST(Json, EveryStrategyMeasuredAndPlannedConformsToTheSchema) {
     for (const json& norm : s["grad_norms"]) EXPECT_GT(norm.get<double>(), 0.0) << s["name"];
     EXPECT_EQ(s["out_of_memory"].is_null(), s["verdict"] == "fit") << s["name"];
     EXPECT_TRUE(s["plan_roles"].is_null());
+    EXPECT_GT(s["predicted_step"]["seconds"].get<double>(), 0.0) << s["name"];
   }
+  EXPECT_EQ(root["step_time"]["hardware"], "a100-40gb-sxm");
   EXPECT_TRUE(root["config"]["deepspeed_config"].is_null()) << "absent is null, never \"\"";
   EXPECT_TRUE(root["complete"].get<bool>());
   EXPECT_TRUE(root["strategies_not_run"].empty());
 
-  const auto plan = run_process(
-      mpiexec(1) + kEmu + " --model llama2-7b --plan 32 --cap 40GB --strategies " + strategies + " --json " + planned,
-      300);
+  const auto plan =
+      run_process(mpiexec(1) + kEmu + " --model llama2-7b --plan 32 --cap 40GB --hardware h100-80gb-sxm --strategies " +
+                      strategies + " --json " + planned,
+                  300);
   ASSERT_EQ(plan.exit_code, 0) << plan.err;
-  EXPECT_EQ(verdicts(read_json(planned)), (std::set<std::string>{"fit", "oom"}));
+  const json plan_root = read_json(planned);
+  EXPECT_EQ(verdicts(plan_root), (std::set<std::string>{"fit", "oom"}));
+  EXPECT_EQ(plan_root["step_time"]["nodes"], 4) << "32 ranks of 8 per node";
 
   // The schema is not vacuous on a real document: one field gone, one type changed, one field undocumented.
   json broken = root;
