@@ -499,7 +499,8 @@ void name_work_at_peak(const json& c, const CaseFacts& f, const std::string& str
     if (moment == Moment::kBlockBackward && strategy == "fsdp2") {
       const uint64_t root = oracle::unit_counts(s).at(0);
       const auto head = static_cast<int64_t>(root - oracle::late_root_gradients(s));
-      const int64_t down = s.h * s.ffn;  // the block's first gradient made: down_proj's (c_proj's for GPT-2)
+      // The block's first gradients made: down_proj's (GPT-2: the MLP's c_proj weight and bias).
+      const int64_t down = s.h * s.ffn + (llama ? 0 : s.h);
       line.named.push_back(
           {"the unsharded gradients made by the peak (the head's, the final norm's, the first block's down_proj's), "
            "which FSDPMemTracker files as Temp until the block's post-backward and emu as gradients",
