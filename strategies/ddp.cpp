@@ -6,7 +6,8 @@
 // torch.autocast(bfloat16) over the fp32 model, so parameters and gradients are fp32 and there is no master copy):
 //   parameters  [Ψ]  kParameters, from set-up
 //   buckets     [Ψ]  kBuckets, from set-up: the Reducer's bucket tensors hold a copy of every gradient
-//   gradients   [n_u] per unit, kGradients: .grad comes into existence when backward reaches the unit and
+//   gradients   [n_u] per unit, kGradients: each parameter's .grad comes into existence when backward reaches
+//                    the op that reads it (AccumulateGrad; a block's tensor by tensor, flat.h BlockGradients) and
 //                    zero_grad(set_to_none=True), PyTorch's default, frees it after the step. The root's in two
 //                    parts (flat.h allocate_root_gradients): the LM head's and final norm's when backward begins,
 //                    the embeddings' when it ends. With gradient_as_bucket_view the gradients are views into the
@@ -85,6 +86,7 @@ class Ddp final : public Strategy {
                                                         Category::kBuckets, "DDP gradient buckets");
     }
     unit_grads_.resize(flat_.count.size());
+    block_grads_.resize(flat_.count.size());
     casts_.resize(flat_.count.size());
     std::vector<float> initial(device_.holds_data() ? flat_.total : 0);  // host scratch for the initial values
     for (int u = 0; u < model_.num_units(); ++u) {
@@ -145,15 +147,21 @@ class Ddp final : public Strategy {
       if (unit == model_.num_units() - 1) casts_[0] = Buffer();  // the head's backward, the root's last use, is done
       cast_unit(unit);                                           // kept from forward, or recomputed
     }
-    if (!bucket_view_ && !unit_grads_[unit].allocated()) {
-      const std::string what = fmt::format("DDP gradients, {}", model_.layout(unit).name);
+    if (bucket_view_) return;
+    const std::string what = fmt::format("DDP gradients, {}", model_.layout(unit).name);
+    if (unit == 0 && !unit_grads_[0].allocated()) {
       // The root's: the head's and the final norm's now, the embeddings' when backward reaches them (flat.h).
-      unit_grads_[unit] = unit == 0
-                              ? allocate_root_gradients(device_, model_, flat_.count[0], options_.recipe.grads, what)
-                              : model::allocate_parameter_space(device_, flat_.unit_charge[unit], flat_.count[unit],
-                                                                options_.recipe.grads, Category::kGradients, what);
-      model_.bind_grads(unit, unit_grads_[unit].data(), options_.recipe.grads);
+      unit_grads_[0] = allocate_root_gradients(device_, model_, flat_.count[0], options_.recipe.grads, what);
+      model_.bind_grads(0, unit_grads_[0].data(), options_.recipe.grads);
     }
+    if (unit > 0 && !block_grads_[unit].allocated()) {  // a block's, tensor by tensor (gradient_made)
+      block_grads_[unit].allocate(device_, model_, unit, options_.recipe.grads, what);
+      model_.bind_grads(unit, block_grads_[unit].data(), options_.recipe.grads);
+    }
+  }
+
+  void gradient_made(int unit, size_t offset) override {
+    if (!bucket_view_) block_grads_[unit].made(offset);
   }
 
   void before_embedding_backward() override {
@@ -165,6 +173,7 @@ class Ddp final : public Strategy {
 
   void after_backward(int unit) override {
     if (autocast_ && unit > 0) casts_[unit] = Buffer();
+    if (!bucket_view_ && unit > 0) block_grads_[unit].check_complete();
     if (!sync_) return;
     while (next_bucket_ < buckets_.size() && buckets_[next_bucket_].first_unit >= unit) {
       reduce_bucket(next_bucket_++);
@@ -214,6 +223,7 @@ class Ddp final : public Strategy {
     } else {
       for (int u = 0; u < model_.num_units(); ++u) {
         unit_grads_[u] = Buffer();
+        block_grads_[u].reset();
         model_.bind_grads(u, nullptr, recipe.grads);
       }
       embedding_grads_ = Buffer();
@@ -224,7 +234,7 @@ class Ddp final : public Strategy {
   void* unit_params(int unit) { return element(params_.data(), params_.dtype(), flat_.offset[unit]); }
   void* unit_grads(int unit) {
     return bucket_view_ ? element(flat_grads_.data(), flat_grads_.dtype(), flat_.offset[unit])
-                        : unit_grads_[unit].data();
+                        : (unit == 0 ? unit_grads_[0].data() : block_grads_[unit].data());
   }
 
   // Every parameter tensor in registration order, with its owner under ZeroRedundancyOptimizer: partitioned by
@@ -358,9 +368,10 @@ class Ddp final : public Strategy {
   Buffer params_;                   // [Ψ] recipe.params
   Buffer flat_grads_;               // [Ψ] recipe.grads: with gradient_as_bucket_view, the gradients are the buckets
   Buffer buckets_buffer_;           // [Ψ] recipe.grads: the Reducer's bucket copies, without gradient_as_bucket_view
-  std::vector<Buffer> unit_grads_;  // [units] [n_u] recipe.grads, from the unit's backward to zero_grad
-  Buffer embedding_grads_;          // the root's embeddings' part of unit_grads_[0]'s charge, from their backward
-  std::vector<Buffer> casts_;       // [units] [n_u] bf16: autocast's copies of a unit's weights
+  std::vector<Buffer> unit_grads_;  // [units] the root's [n_0] recipe.grads, from its backward to zero_grad
+  std::vector<BlockGradients> block_grads_;  // [units] the blocks' [n_u], made tensor by tensor, freed by zero_grad
+  Buffer embedding_grads_;     // the root's embeddings' part of unit_grads_[0]'s charge, from their backward
+  std::vector<Buffer> casts_;  // [units] [n_u] bf16: autocast's copies of a unit's weights
   std::vector<Tensor> tensors_;
   std::vector<BucketRange> buckets_;
   std::vector<optim::DecayRange> decay_;

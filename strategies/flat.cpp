@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <cstring>
 
+#include <fmt/format.h>
+
+#include "emu/check.h"
 #include "workloads/model/layout.h"
 #include "workloads/model/tensor.h"
 
@@ -42,6 +45,43 @@ Buffer allocate_root_gradients(Device& device, const model::Model& model, size_t
 
 Buffer charge_embedding_gradients(Device& device, const model::Model& model, DType dtype, std::string_view what) {
   return device.allocate(0, dtype, Category::kGradients, what, root_embedding_charge(model) * dtype_size(dtype));
+}
+
+void BlockGradients::allocate(Device& device, const model::Model& model, int unit, DType dtype, std::string_view what) {
+  device_ = &device;
+  model_ = &model;
+  unit_ = unit;
+  dtype_ = dtype;
+  what_ = what;
+  buffer_ = device.allocate(model.layout(unit).count, dtype, Category::kGradients, what, 0);
+  tensors_.clear();
+  tensors_.resize(model.layout(unit).params.size());
+}
+
+void BlockGradients::made(size_t offset) {
+  EMU_CHECK(buffer_.allocated(), "a gradient of unit {} made before its buffer", unit_);
+  const std::vector<model::ParamInfo>& params = model_->layout(unit_).params;
+  for (size_t i = 0; i < params.size(); ++i) {
+    if (offset < params[i].offset || offset >= params[i].offset + params[i].count) continue;
+    if (tensors_[i].allocated()) return;
+    const size_t charged = model::tensor_charge(model_->config(), params[i]) * dtype_size(dtype_);
+    tensors_[i] =
+        device_->allocate(0, dtype_, Category::kGradients, fmt::format("{}, {}", what_, params[i].name), charged);
+    return;
+  }
+  EMU_CHECK(false, "no parameter of unit {} holds element {}", unit_, offset);
+}
+
+void BlockGradients::check_complete() const {
+  const std::vector<model::ParamInfo>& params = model_->layout(unit_).params;
+  for (size_t i = 0; i < params.size(); ++i) {
+    EMU_CHECK(tensors_[i].allocated(), "unit {}'s backward ended without making {}'s gradient", unit_, params[i].name);
+  }
+}
+
+void BlockGradients::reset() {
+  tensors_.clear();
+  buffer_.reset();
 }
 
 std::vector<optim::DecayRange> decay_ranges(const model::UnitLayout& layout, size_t base) {

@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -40,6 +41,35 @@ Buffer allocate_root_gradients(Device& device, const model::Model& model, size_t
                                std::string_view what);
 // The embeddings' part of the root's gradients at `dtype`: charged, holding nothing.
 Buffer charge_embedding_gradients(Device& device, const model::Model& model, DType dtype, std::string_view what);
+
+// A block's gradients as autograd makes them under DDP and FSDP2 (one .grad per parameter, made by AccumulateGrad
+// when backward reaches the op that reads the parameter: model.h Hooks::gradient_made), not the block's at once.
+// The model accumulates a block's gradients into one flat buffer, so the strategy allocates that buffer whole when
+// the block's backward begins, charged nothing, and charges each tensor (as a shrunk run charges it,
+// model::tensor_charge) when its gradient is made; reset() frees them together (zero_grad(set_to_none=True), or
+// the strategy's reduce).
+class BlockGradients {
+ public:
+  // The unit's flat buffer at `dtype`, nothing charged yet.
+  void allocate(Device& device, const model::Model& model, int unit, DType dtype, std::string_view what);
+  // The tensor holding element `offset` of the unit's layout is made: charges it, once (a fused tensor is reported
+  // once per row block).
+  void made(size_t offset);
+  // Checks that every tensor was made: the block's backward is over.
+  void check_complete() const;
+  bool allocated() const { return buffer_.allocated(); }
+  void* data() { return buffer_.data(); }
+  void reset();
+
+ private:
+  Device* device_ = nullptr;
+  const model::Model* model_ = nullptr;
+  int unit_ = 0;
+  DType dtype_ = DType::kF32;
+  std::string what_;
+  Buffer buffer_;
+  std::vector<Buffer> tensors_;  // [parameters of the unit] charged, holding nothing; unallocated until made
+};
 
 // The elements of `layout` that receive weight decay, shifted by `base` (sorted, non-overlapping).
 std::vector<optim::DecayRange> decay_ranges(const model::UnitLayout& layout, size_t base);

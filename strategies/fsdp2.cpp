@@ -21,9 +21,10 @@
 //                      --offload the fp32 shard is first copied to the device (a transient [S_u], kBuckets).
 //   unsharded params   [N·S_u] param dtype, kParameters: each parameter's all_gather_outputs tensor, padded on dim 0,
 //                      allocated at copy-out and freed at reshard (free_storage).
-//   unsharded grads    [n_u] gradient dtype, kGradients: what autograd makes for the unsharded parameters; the
-//                      root's in two parts, the head's and the final norm's when backward begins, the embeddings'
-//                      when it reaches them (flat.h allocate_root_gradients).
+//   unsharded grads    [n_u] gradient dtype, kGradients: what autograd makes for the unsharded parameters, a
+//                      block's tensor by tensor as backward reaches each (flat.h BlockGradients); the root's in two
+//                      parts, the head's and the final norm's when backward begins, the embeddings' when it
+//                      reaches them (flat.h allocate_root_gradients).
 //   reduce-scatter in  [N·S_u] reduce dtype, kBuckets (foreach_reduce): the unsharded gradients cast into it rank
 //                      by rank (foreach_reduce_scatter_copy_in), then freed; reduce-scattered into the sharded
 //                      gradient. Kept until the next unit's reduce-scatter (FSDPCommContext.reduce_scatter_states,
@@ -174,13 +175,19 @@ class Fsdp2 final : public Strategy {
     if (next >= 1) unshard(next, "backward prefetch");
     UnitState& unit = units_[static_cast<size_t>(u)];
     const std::string what = fmt::format("unit {} unsharded gradients", u);
-    // The root's: the head's and the final norm's now, the embeddings' when backward reaches them (flat.h).
-    unit.unsharded_grads =
-        u == 0 ? allocate_root_gradients(device_, model_, model_.layout(0).count, options_.recipe.grads, what)
-               : model::allocate_parameter_space(device_, unit_charge(model_, u), model_.layout(u).count,
-                                                 options_.recipe.grads, Category::kGradients, what);
-    model_.bind_grads(u, unit.unsharded_grads.data());
+    // The root's: the head's and the final norm's now, the embeddings' when backward reaches them (flat.h); a
+    // block's tensor by tensor (gradient_made).
+    if (u == 0) {
+      unit.unsharded_grads =
+          allocate_root_gradients(device_, model_, model_.layout(0).count, options_.recipe.grads, what);
+      model_.bind_grads(u, unit.unsharded_grads.data());
+    } else {
+      unit.block_grads.allocate(device_, model_, u, options_.recipe.grads, what);
+      model_.bind_grads(u, unit.block_grads.data());
+    }
   }
+
+  void gradient_made(int u, size_t offset) override { units_[static_cast<size_t>(u)].block_grads.made(offset); }
 
   void before_embedding_backward() override {
     embedding_grads_ =
@@ -197,13 +204,14 @@ class Fsdp2 final : public Strategy {
  private:
   struct UnitState {
     Dim0Shards shards;
-    Dim0Shards post_shards;  // reshard_after_forward=M: the same tensors in M larger chunks
-    Buffer post_forward;     // [N·S/M] param dtype, kParameters: from the unit's forward to its backward
-    Buffer sharded;          // [S] the sharded parameters (optimizer device)
-    Buffer sharded_grad;     // [S] reduce dtype, from the first reduce-scatter of a step until the optimizer step
-    Buffer all_gather;       // [N·S] param dtype: between the unit's all-gather and its copy-out
-    Buffer unsharded;        // [N·S] param dtype: while unsharded
-    Buffer unsharded_grads;  // [n_u] grads dtype: while backward makes them
+    Dim0Shards post_shards;      // reshard_after_forward=M: the same tensors in M larger chunks
+    Buffer post_forward;         // [N·S/M] param dtype, kParameters: from the unit's forward to its backward
+    Buffer sharded;              // [S] the sharded parameters (optimizer device)
+    Buffer sharded_grad;         // [S] reduce dtype, from the first reduce-scatter of a step until the optimizer step
+    Buffer all_gather;           // [N·S] param dtype: between the unit's all-gather and its copy-out
+    Buffer unsharded;            // [N·S] param dtype: while unsharded
+    Buffer unsharded_grads;      // the root's [n_0] grads dtype: while backward makes them
+    BlockGradients block_grads;  // a block's [n_u] grads dtype, made tensor by tensor, until its reduce-scatter
     std::unique_ptr<optim::AdamWState> optimizer;
     std::vector<optim::DecayRange> decay;  // all-gather-output coordinates
   };
@@ -309,9 +317,12 @@ class Fsdp2 final : public Strategy {
     const uint64_t shard = unit.shards.shard;
     reduce_scatter_input_ = device_.allocate(unit.shards.padded(), dtype, Category::kBuckets,
                                              fmt::format("unit {} reduce-scatter input", u), padded_bytes(unit, dtype));
-    copy_in(unit.shards, unit.unsharded_grads.data(), options_.recipe.grads, reduce_scatter_input_.data(), dtype);
+    if (u > 0) unit.block_grads.check_complete();
+    copy_in(unit.shards, u == 0 ? unit.unsharded_grads.data() : unit.block_grads.data(), options_.recipe.grads,
+            reduce_scatter_input_.data(), dtype);
     model_.bind_grads(u, nullptr);
     unit.unsharded_grads.reset();
+    unit.block_grads.reset();
     if (u == 0) embedding_grads_.reset();
     Device& host = optimizer_device();
     const size_t shard_bytes = unit.shards.charged_shard() * dtype_size(dtype);

@@ -121,6 +121,7 @@ class Strategy::SpanHooks : public model::Hooks {
                          now_seconds());
   }
   void before_embedding_backward() override { strategy_.before_embedding_backward(); }
+  void gradient_made(int unit, size_t offset) override { strategy_.gradient_made(unit, offset); }
 
  private:
   size_t num_units() const { return static_cast<size_t>(strategy_.model_.num_units()); }

@@ -2,7 +2,7 @@
 """Tries DeepSpeed ZeRO-1/2/3 itself on CPU with gloo (DS_ACCELERATOR=cpu) on the tiny Llama, 2 ranks, and
 prints what happened per stage: the peak per MemTracker category over the second step, or the error.
 
-    DS_ACCELERATOR=cpu python deepspeed_run.py [--stage 1|2|3] [--precision fp32|bf16] [--zero JSON]
+    DS_ACCELERATOR=cpu python deepspeed_run.py [--stage 0|1|2|3] [--precision fp32|bf16] [--zero JSON]
 
 --zero adds keys to zero_optimization (e.g. '{"reduce_bucket_size": 20000}'), so that buffers sized by
 DeepSpeed's knobs show beside this tiny model's states.
@@ -63,7 +63,8 @@ def worker(rank, args, queue):
         (peak,) = tracker.get_tracker_snapshot("peak").values()
         queue.put({"rank": rank, "peak_bytes": int(peak["Total"]),
                    "at_peak": {record.category_name(k): int(v) for k, v in sorted(peak.items(), key=str)},
-                   "category_peaks": dict(sorted(tracker.category_peaks.items())), "losses": losses})
+                   "category_peaks": dict(sorted(tracker.category_peaks.items())), "losses": losses,
+                   "optimizer_class": type(optimizer).__name__})
     except Exception:  # noqa: BLE001 - reported to the parent
         queue.put({"rank": rank, "error": traceback.format_exc()[-4000:]})
     finally:
@@ -73,7 +74,7 @@ def worker(rank, args, queue):
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("--stage", type=int, default=0)
+    parser.add_argument("--stage", type=int, choices=[0, 1, 2, 3], help="one stage (0: no ZeRO); default 1, 2, 3")
     parser.add_argument("--precision", choices=["fp32", "bf16"], default="bf16")
     parser.add_argument("--ranks", type=int, default=2)
     parser.add_argument("--port", type=int, default=29701)
@@ -85,7 +86,7 @@ def main():
 
     ctx = mp.get_context("spawn")
     results = {}
-    for stage in ([args.stage] if args.stage else [1, 2, 3]):
+    for stage in ([args.stage] if args.stage is not None else [1, 2, 3]):
         args.stage = stage
         args.port += 1
         queue = ctx.Queue()

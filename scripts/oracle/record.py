@@ -147,6 +147,29 @@ def train_step(model, optimizer, tokens, args):
     return float(loss)
 
 
+def watch_timeline(tracker):
+    """Records, after every op MemTracker sees, the op and the bytes per category then (for --timeline): where in the
+    step a peak is, and what is alive there. Wraps the tracker's dispatch and peak update, as watch_category_peaks."""
+    timeline = []
+    current = {"op": None}
+    update = tracker._update_peak_stats
+
+    def record(state):
+        update(state)
+        for snap in tracker._curr_mem_snap.values():
+            timeline.append([str(current["op"]), {category_name(k): int(v) for k, v in snap.items() if int(v)}])
+
+    tracker._update_peak_stats = record
+    dispatch = type(tracker).__torch_dispatch__
+
+    def named(self, func, types, args=(), kwargs=None):
+        current["op"] = func
+        return dispatch(self, func, types, args, kwargs)
+
+    tracker.__torch_dispatch__ = named.__get__(tracker)
+    return timeline
+
+
 def module_peaks(tracker):
     """The peak while each top-level module and each transformer block ran (MemTracker's local_peak)."""
     out = {}
@@ -183,6 +206,7 @@ def worker(rank, args, queue):
             tracker = MemTracker()
             tracker.track_external(model, optimizer)
         watch_category_peaks(tracker)
+        timeline = watch_timeline(tracker) if args.timeline and rank == 0 else None
         with tracker:
             losses.append(train_step(model, optimizer, tokens, args))
         (peak,) = tracker.get_tracker_snapshot("peak").values()
@@ -194,6 +218,9 @@ def worker(rank, args, queue):
             "module_peaks": module_peaks(tracker),
             "losses": losses,
         }
+        if timeline is not None:
+            with open(args.timeline, "w") as f:
+                json.dump(timeline, f)
         queue.put(result)
     except Exception:  # noqa: BLE001 - reported to the parent, which records the failure
         queue.put({"rank": rank, "error": traceback.format_exc()[-3000:]})
@@ -300,6 +327,7 @@ def main():
     case.add_argument("--ranks", type=int, default=2)
     case.add_argument("--port", type=int, default=29517)
     case.add_argument("--out")
+    case.add_argument("--timeline", help="also write rank 0's per-op bytes by category over the tracked step (JSON)")
     sub.add_parser("all")
     args = parser.parse_args()
     if args.cmd == "case":

@@ -9,10 +9,9 @@
 // predicted — must equal the recorded one within 3% once the named differences below are added. Each named
 // difference is one line with its reason and its bytes computed from the shapes, so that the fix that removes
 // it deletes that line. Activations and temporaries are compared as their sum at the two totals' peaks, and with
-// the total checked, where both peaks are the same moment (the loss's backward); lines whose gap is not yet named
-// from the shapes (the category peaks of activations and temporaries alone, which fall at different moments, and
-// the checkpointed cases, whose peaks do) are printed as OPEN and checked only in their known direction, or not at
-// all where the moments differ.
+// the total checked, at the moment the recorded total peaked (the loss's backward; with checkpointing the optimizer
+// step or a block's backward, read from the recorded breakdown), which emu's peak must be too; the category peaks of
+// activations and temporaries alone, which fall at different moments, are printed as OPEN and not checked.
 //
 // DeepSpeed cases: its own model-state estimators (estimate_zero2/zero3_model_states_mem_needs) for emu's presets
 // at 1-64 GPUs against emu's --plan, with the estimator's assumptions and emu's extra buffers named; and DeepSpeed
@@ -463,26 +462,51 @@ const json& highest_peak(const json& ranks) {
   return *top;
 }
 
+// Where in the step the recorded total peaked, read from the breakdown MemTracker took there: before autograd made
+// any parameter's gradient (the loss's backward, or forward), inside a block's backward (some gradients made, the
+// block's temporaries alive), or at the optimizer step (every gradient made, no temporary but the optimizer's, which
+// MemTracker files as optimizer state).
+enum class Moment : uint8_t { kBeforeGradients, kBlockBackward, kOptimizerStep };
+
+Moment recorded_moment(const RecordedCategories& at_peak) {
+  int64_t gradients = 0;
+  for (const char* key : {"Gradient", "Sharded Grad", "Unsharded Grad"}) {
+    if (at_peak.contains(key)) gradients += at_peak.at(key);
+  }
+  if (gradients == 0) return Moment::kBeforeGradients;
+  return at_peak.contains("Temp") && at_peak.at("Temp") > 0 ? Moment::kBlockBackward : Moment::kOptimizerStep;
+}
+
 // The act+temp line at the two totals' peaks: what the framework holds there and emu does not, or the reverse, by
-// name with its bytes from the shapes. Checked where every difference is named; open (printed, checked in
-// direction) where the two peaks are different moments of the step, said where it is set.
-void name_work_at_peak(const json& c, const CaseFacts& f, const std::string& strategy, Line& line) {
+// name with its bytes from the shapes. emu's peak must be the recorded moment: a different moment shows here.
+void name_work_at_peak(const json& c, const CaseFacts& f, const std::string& strategy, Moment moment, Line& line) {
   if (line.open) return;
   const oracle::Shapes& s = f.shapes;
   const int64_t T = c["micro_batch"].get<int64_t>() * c["seq_len"].get<int64_t>();
   const bool llama = s.family == oracle::Family::kLlama;
   const bool ddp = strategy == "ddp" || strategy == "ddp-zero";
-  const bool checkpoint = c["gradient_checkpointing"].get<bool>();
-  // Both totals peak in the loss's backward (the fp32 log-softmax, its gradient and the logits' gradient), before
-  // autograd has made a parameter's gradient, except with checkpointing, where the recorded peak is where the
-  // model states are highest (DDP: the optimizer step, every gradient and foreach AdamW's temporaries; FSDP2: the
-  // block being recomputed) and emu's in the first block's backward: two different moments.
-  if (checkpoint) {
-    line.open = line.unchecked = true;
-    return;
-  }
   if (ddp) {  // in the total under buckets on both sides
     line.named.push_back({"the Reducer's fp32 buckets (MemTracker's activations, emu's buckets)", -4 * f.psi, false});
+  }
+  if (moment != Moment::kBeforeGradients) {
+    // With checkpointing the peak is elsewhere: DDP's at the optimizer step (every fp32 gradient and foreach AdamW's
+    // temporaries beside the buckets and the moments), FSDP2's fp32 in the first block's backward, in the MLP
+    // product's backward (two [T, F] gradients beside the recomputed block's tensors), where emu's is too now that
+    // it makes each parameter's gradient when backward reaches it (flat.h BlockGradients) and frees the MLP's saved
+    // tensors in autograd's order (blocks.cpp llama_backward).
+    line.named.push_back(
+        {"the loss, a 0-d fp32 tensor the recording's train_step holds through backward and step()", -4});
+    if (moment == Moment::kBlockBackward && strategy == "fsdp2") {
+      const uint64_t root = oracle::unit_counts(s).at(0);
+      const auto head = static_cast<int64_t>(root - oracle::late_root_gradients(s));
+      // The block's first gradients made: down_proj's (GPT-2: the MLP's c_proj weight and bias).
+      const int64_t down = s.h * s.ffn + (llama ? 0 : s.h);
+      line.named.push_back(
+          {"the unsharded gradients made by the peak (the head's, the final norm's, the first block's down_proj's), "
+           "which FSDPMemTracker files as Temp until the block's post-backward and emu as gradients",
+           -f.emu_bytes * (head + down), false});
+    }
+    return;
   }
   if (llama) {
     // LlamaRMSNorm.forward: the normalised tensor, and at bf16 an fp32 copy of the input where emu keeps the input.
@@ -532,13 +556,13 @@ std::vector<Line> compare(const json& c, const json& emu, const std::string& str
         if (strategy == "fsdp2") name_fsdp2(category, f, line);
       },
       at_peak.empty() ? nullptr : &at_peak);
-  name_work_at_peak(c, f, strategy, lines.back());
+  const Moment moment = recorded_moment(at_peak);
+  name_work_at_peak(c, f, strategy, moment, lines.back());
   Line total;
   total.category = "total";
   total.framework = (*top)["peak_bytes"];
   total.measured = emu["peak"]["bytes"];
-  // Checked where the act+temp line at the peaks is (both totals peak at the same moment, the loss's backward),
-  // open where they are different moments.
+  // Checked where the act+temp line at the peaks is (the recording has its breakdown at the peak).
   total.open = lines.back().open;
   // The model states' named differences carry over to the total (their peaks coincide at the optimizer step), and
   // those of the activations and temporaries at the peaks; the buckets' are replaced by what emu's buckets hold at
@@ -551,7 +575,7 @@ std::vector<Line> compare(const json& c, const json& emu, const std::string& str
   }
   total.named.push_back(staging_at_peak(emu));
   const bool ddp = strategy == "ddp" || strategy == "ddp-zero";
-  if (strategy == "fsdp2" || strategy == "fsdp" || ddp) {
+  if ((strategy == "fsdp2" || strategy == "fsdp" || ddp) && moment == Moment::kBeforeGradients) {
     // emu's peak is in backward (at its start without checkpointing), where it holds the head's and the final
     // norm's (unsharded) gradients and, under FSDP1, no sharded one yet; PyTorch's is in forward or in the loss's
     // backward, before any: autograd makes the head's once the logits' gradient is out (the embeddings', emu's too, at
@@ -922,6 +946,14 @@ TEST(DeepSpeedRun, Zero3AgainstEmu) {
       ASSERT_TRUE(fixture.contains(key)) << fixture["file"] << " lacks " << key;
     }
     const std::string stage = fmt::format("zero3-{}", fixture["precision"].get<std::string>());
+    const std::string stage0 = fmt::format("zero0-{}", fixture["precision"].get<std::string>());
+    if (fixture["stages"].contains(stage0)) {
+      // Recorded for the stage-0 recipe emu does not have yet (a stage-0 DeepSpeed config runs emu's ddp).
+      const json& top0 = highest_peak(fixture["stages"][stage0]);
+      rows.push_back(fmt::format("| {} (stage 0, {}) | {} | no emu recipe yet | | |",
+                                 fixture["file"].get<std::string>(), top0.value("optimizer_class", "?"),
+                                 top0["peak_bytes"].get<int64_t>()));
+    }
     if (!fixture["stages"].contains(stage)) continue;
     // Recorded before the script kept the breakdown at the peak: its categories are compared, not its total.
     const json& ranks = fixture["stages"][stage];

@@ -20,6 +20,11 @@ Buffer BlockEnv::allocate_per_row(size_t count, DType dtype, Category category, 
   return model::allocate_per_row(device, config, count, dtype, category, fmt::format("block {} {}", unit, what));
 }
 
+void BlockEnv::made(std::initializer_list<size_t> offsets) const {
+  if (!gradient_made) return;
+  for (size_t offset : offsets) gradient_made(offset);
+}
+
 void BlockSaved::release_all_but_input() {
   const auto reset = [](std::initializer_list<Buffer*> buffers) {
     for (Buffer* b : buffers) b->reset();
@@ -366,6 +371,7 @@ void llama_backward(const BlockEnv& env, const float* w, BlockSaved& s, float* d
     if (off.sandwich) {
       dm = sandwich_norm_backward(env, W(off.mlp_out_norm), G(off.mlp_out_norm), dres, s.mlp_o, s.mlp_o32,
                                   s.norm4_stats, dm_math, dmlp, "d down_proj output");
+      env.made({off.mlp_out_norm});
       for (Buffer* b : {&s.mlp_o, &s.mlp_o32, &s.norm4_stats, &s.norm4_hat, &s.norm4_plus_one}) b->reset();
     }
     Buffer dact = env.allocate(d.tf(), dt, Category::kTemporaries, "d(silu(gate)·up)");
@@ -374,9 +380,19 @@ void llama_backward(const BlockEnv& env, const float* w, BlockSaved& s, float* d
       env.ops->linear_backward(a, W(off.down), dmlp, da, G(off.down), nullptr, d.T, d.F, d.h, WeightLayout::kOutIn,
                                false);
     }
+    env.made({off.down});
     dm.reset();
     s.act.reset();
-    Buffer dgate = env.allocate(d.tf(), dt, Category::kTemporaries, "d gate");
+    // act_fn(gate)·up's backward (a MulBackward0) makes d act_fn(gate) and d up from the saved act_fn(gate) and up,
+    // which it then releases; up_proj's backward comes next (the last linear of forward is the first of backward),
+    // then act_fn's (d gate, a new tensor; d act_fn(gate) and the saved gate released), then gate_proj's. emu's
+    // kernel makes d gate and d up at once: `dgate` holds d gate for the math, charged nothing, and what autograd
+    // holds is charged by `dact_fn` and then `dgate_held`.
+    const size_t tf_bytes = d.tf() * dtype_size(dt);
+    Buffer dgate = env.device.allocate(d.tf(), dt, Category::kTemporaries, "d gate (emu's math)", 0);
+    Buffer dact_fn =
+        env.device.allocate(0, dt, Category::kTemporaries,
+                            fmt::format("block {} d {}(gate)", env.unit, c.gemma ? "gelu" : "silu"), tf_bytes);
     Buffer dup = env.allocate(d.tf(), dt, Category::kTemporaries, "d up");
     if (env.math) {
       F32 da(env.ops, dact, Access::kRead), g(env.ops, s.gate, Access::kRead), u(env.ops, s.up, Access::kRead);
@@ -388,22 +404,30 @@ void llama_backward(const BlockEnv& env, const float* w, BlockSaved& s, float* d
       }
     }
     dact.reset();
+    s.silu.reset();
+    s.up.reset();
     Buffer dxn =
         env.allocate(d.th(), env.options.residual(), Category::kTemporaries, "d post_attention_layernorm output");
     if (env.math) {
-      F32 xn(env.ops, s.xn2, Access::kRead), dg(env.ops, dgate, Access::kRead), du(env.ops, dup, Access::kRead),
-          dx(env.ops, dxn, Access::kWrite);
-      env.ops->linear_backward(xn, W(off.gate), dg, dx, G(off.gate), nullptr, d.T, d.h, d.F, WeightLayout::kOutIn,
-                               false);
-      env.ops->linear_backward(xn, W(off.up), du, dx, G(off.up), nullptr, d.T, d.h, d.F, WeightLayout::kOutIn, true);
+      F32 xn(env.ops, s.xn2, Access::kRead), du(env.ops, dup, Access::kRead), dx(env.ops, dxn, Access::kWrite);
+      env.ops->linear_backward(xn, W(off.up), du, dx, G(off.up), nullptr, d.T, d.h, d.F, WeightLayout::kOutIn, false);
     }
-    s.gate.reset();
-    s.silu.reset();
-    s.up.reset();
-    dgate.reset();
+    env.made({off.up});
     dup.reset();
+    s.xn2_casts.reset();  // autocast: up_proj's cast of its input, saved by up_proj alone
+    Buffer dgate_held =
+        env.device.allocate(0, dt, Category::kTemporaries, fmt::format("block {} d gate", env.unit), tf_bytes);
+    dact_fn.reset();
+    s.gate.reset();
+    if (env.math) {
+      F32 xn(env.ops, s.xn2, Access::kRead), dg(env.ops, dgate, Access::kRead), dx(env.ops, dxn, Access::kReadWrite);
+      env.ops->linear_backward(xn, W(off.gate), dg, dx, G(off.gate), nullptr, d.T, d.h, d.F, WeightLayout::kOutIn,
+                               true);
+    }
+    env.made({off.gate});
+    dgate.reset();
+    dgate_held.reset();
     s.xn2.reset();
-    s.xn2_casts.reset();
     s.norm2_hat.reset();
     if (env.math) {
       F32 dx(env.ops, dxn, Access::kRead), x2(env.ops, s.x2_32.count() > 0 ? s.x2_32 : s.x2, Access::kRead),
@@ -412,6 +436,7 @@ void llama_backward(const BlockEnv& env, const float* w, BlockSaved& s, float* d
       env.ops->rmsnorm_backward(dx, x2, norm_weight(env.ops, c, W(off.post_norm), factor), st, dres, G(off.post_norm),
                                 d.T, d.h);
     }
+    env.made({off.post_norm});
     s.x2.reset();
     s.x2_32.reset();
     s.norm2_stats.reset();
@@ -425,6 +450,7 @@ void llama_backward(const BlockEnv& env, const float* w, BlockSaved& s, float* d
   if (off.sandwich) {
     dout = sandwich_norm_backward(env, W(off.attn_out_norm), G(off.attn_out_norm), dres, s.attn_o, s.attn_o32,
                                   s.norm3_stats, do_math, dattn_out, "d o_proj output");
+    env.made({off.attn_out_norm});
     for (Buffer* b : {&s.attn_o, &s.attn_o32, &s.norm3_stats, &s.norm3_hat, &s.norm3_plus_one}) b->reset();
   }
   Buffer dattn = env.allocate(d.tq(), dt, Category::kTemporaries, "d attention output");
@@ -433,6 +459,7 @@ void llama_backward(const BlockEnv& env, const float* w, BlockSaved& s, float* d
     env.ops->linear_backward(attn, W(off.o), dattn_out, da, G(off.o), nullptr, d.T, d.qd, d.h, WeightLayout::kOutIn,
                              false);
   }
+  env.made({off.o});
   dout.reset();
   Buffer dq = env.allocate(d.tq(), dt, Category::kTemporaries, "d q");
   Buffer dk = env.allocate(size_t(d.T * d.kvd), dt, Category::kTemporaries, "d k");
@@ -463,6 +490,12 @@ void llama_backward(const BlockEnv& env, const float* w, BlockSaved& s, float* d
     env.ops->linear_backward(xn, W(off.v), gv, dx, G(off.v), GB(off.v_bias), d.T, d.h, d.kvd, WeightLayout::kOutIn,
                              true);
   }
+  // v_proj ran last in forward: autograd reaches it first.
+  if (off.bias) {
+    env.made({off.v, off.v_bias, off.k, off.k_bias, off.q, off.q_bias});
+  } else {
+    env.made({off.v, off.k, off.q});
+  }
   dq.reset();
   dk.reset();
   dv.reset();
@@ -476,6 +509,7 @@ void llama_backward(const BlockEnv& env, const float* w, BlockSaved& s, float* d
     env.ops->rmsnorm_backward(dx, x, norm_weight(env.ops, c, W(off.input_norm), factor), st, dres, G(off.input_norm),
                               d.T, d.h);
   }
+  env.made({off.input_norm});
   s.x.reset();
   s.x32.reset();
   s.norm1_stats.reset();
@@ -565,6 +599,10 @@ void gpt2_backward(const BlockEnv& env, const float* w, BlockSaved& s, float* dr
                              WeightLayout::kInOut, false);
     env.ops->gelu_backward(g, fc, g, d.tf());  // in place: the gradient of gelu's output becomes that of c_fc's
   }
+  auto made = [&](std::initializer_list<size_t> params) {
+    for (size_t i : params) env.made({env.layout.params[i].offset});
+  };
+  made({kMlpProjWeight, kMlpProjBias});
   s.act.reset();
   s.gelu_half.reset();
   s.gelu_sum.reset();
@@ -576,12 +614,14 @@ void gpt2_backward(const BlockEnv& env, const float* w, BlockSaved& s, float* dr
     env.ops->linear_backward(xn, W(kFcWeight), g, dx, G(kFcWeight), G(kFcBias), d.T, d.h, d.F, WeightLayout::kInOut,
                              false);
   }
+  made({kFcWeight, kFcBias});
   dfc.reset();
   s.xn2.reset();
   if (env.math) {
     F32 dx(env.ops, dxn, Access::kRead), x2(env.ops, s.x2, Access::kRead), st(env.ops, s.norm2_stats, Access::kRead);
     env.ops->layernorm_backward(dx, x2, W(kLn2Weight), st, st + d.T, dres, G(kLn2Weight), G(kLn2Bias), d.T, d.h);
   }
+  made({kLn2Weight, kLn2Bias});
   dxn.reset();
   s.x2.reset();
   s.norm2_stats.reset();
@@ -593,6 +633,7 @@ void gpt2_backward(const BlockEnv& env, const float* w, BlockSaved& s, float* dr
     env.ops->linear_backward(attn, W(kAttnProjWeight), dres, da, G(kAttnProjWeight), G(kAttnProjBias), d.T, d.h, d.h,
                              WeightLayout::kInOut, false);
   }
+  made({kAttnProjWeight, kAttnProjBias});
   Buffer dqkv = env.allocate(3 * d.th(), dt, Category::kTemporaries, "d qkv");
   {
     F32 qkv(env.ops, s.qkv, Access::kRead), da(env.ops, dattn, Access::kRead), g(env.ops, dqkv, Access::kWrite);
@@ -613,6 +654,7 @@ void gpt2_backward(const BlockEnv& env, const float* w, BlockSaved& s, float* dr
     env.ops->linear_backward(xn, W(kAttnWeight), g, dx, G(kAttnWeight), G(kAttnBias), d.T, d.h, 3 * d.h,
                              WeightLayout::kInOut, false);
   }
+  made({kAttnWeight, kAttnBias});
   dqkv.reset();
   s.qkv.reset();
   s.xn1.reset();
@@ -620,6 +662,7 @@ void gpt2_backward(const BlockEnv& env, const float* w, BlockSaved& s, float* dr
     F32 dx(env.ops, dxn1, Access::kRead), x(env.ops, s.x, Access::kRead), st(env.ops, s.norm1_stats, Access::kRead);
     env.ops->layernorm_backward(dx, x, W(kLn1Weight), st, st + d.T, dres, G(kLn1Weight), G(kLn1Bias), d.T, d.h);
   }
+  made({kLn1Weight, kLn1Bias});
   s.x.reset();
   s.norm1_stats.reset();
 }

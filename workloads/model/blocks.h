@@ -33,6 +33,8 @@
 //              Autocast's bf16 weight casts are the strategy's (strategies/ddp.cpp), not the block's.
 #pragma once
 
+#include <functional>
+#include <initializer_list>
 #include <string_view>
 
 #include "emu/device.h"
@@ -54,10 +56,15 @@ struct BlockEnv {
   const float* rope_sin = nullptr;  // [s, d/2]
   bool math = true;                 // false on a shapes-only device: allocate, compute nothing
   Ops* ops = nullptr;               // the device's ops (Device::ops); null when !math
+  // Backward calls it with a parameter's offset in the layout once it has made that parameter's gradient (model.h
+  // Hooks::gradient_made); empty: nobody listens.
+  std::function<void(size_t offset)> gradient_made;
 
   Buffer allocate(size_t count, DType dtype, Category category, std::string_view what) const;
   // A per-row statistic (∝ T or b·a·s, scaling by k): charged at full scale ÷ k² (shrink.h, allocate_per_row).
   Buffer allocate_per_row(size_t count, DType dtype, Category category, std::string_view what) const;
+  // Tells gradient_made that the gradients of the parameters at these offsets are made.
+  void made(std::initializer_list<size_t> offsets) const;
 };
 
 // The tensors a block saves for backward; unused ones stay unallocated. Buffers marked (held) are charged as the

@@ -123,7 +123,7 @@ void Model::sync() const {
 
 BlockEnv Model::block_env(int unit) const {
   return BlockEnv{device_, config_, options_, layout(unit), unit, rope_cos_.as<float>(), rope_sin_.as<float>(),
-                  math_,   ops_};
+                  math_,   ops_,    {}};
 }
 
 float Model::forward(const int32_t* tokens, const int32_t* targets, Hooks& hooks) {
@@ -291,8 +291,12 @@ void Model::allocate_rope_tables() {
   const ModelConfig& c = config_;
   if (c.style != Style::kLlama) return;
   const size_t half = size_t(c.rotary_dim() / 2);
-  rope_cos_ = device_.allocate(size_t(c.seq) * half, DType::kF32, Category::kTemporaries, "rotary cos table");
-  rope_sin_ = device_.allocate(size_t(c.seq) * half, DType::kF32, Category::kTemporaries, "rotary sin table");
+  // Charged as Hugging Face holds them (LlamaRotaryEmbedding.forward): cos and sin of cat((freqs, freqs)), [1, s, r]
+  // each for r rotary dimensions (the head's d, or Phi-4-mini's partial 96 of 128), cast to the hidden states' dtype
+  // (the residual stream's: fp32 under autocast); emu's math reads [s, r/2].
+  const size_t held = size_t(c.seq) * size_t(c.rotary_dim()) * dtype_size(options_.residual());
+  rope_cos_ = device_.allocate(size_t(c.seq) * half, DType::kF32, Category::kTemporaries, "rotary cos [1, s, d]", held);
+  rope_sin_ = device_.allocate(size_t(c.seq) * half, DType::kF32, Category::kTemporaries, "rotary sin [1, s, d]", held);
   if (math_) {  // computed once on the host, as a GPU run computes its tables, then brought over
     std::vector<float> cos(rope_cos_.count()), sin(rope_sin_.count());
     rope_tables(c.seq, rope_inverse_frequencies(c.rotary_dim(), c.rope_theta, c.rope_scaling, c.seq * c.shrink),
@@ -491,7 +495,8 @@ void Model::backward_block(int unit, Hooks& hooks) {
   hooks.before_backward(unit);
   const float* w = weights_f32(unit, block_w_);
   float* g = zeroed_grads(unit, block_g_);
-  const BlockEnv env = block_env(unit);
+  BlockEnv env = block_env(unit);
+  env.gradient_made = [&hooks, unit](size_t offset) { hooks.gradient_made(unit, offset); };
   BlockSaved& saved = saved_[static_cast<size_t>(unit - 1)];
   if (options_.checkpoint) {
     PhaseScope recompute(device_.memory(), fmt::format("backward, block {} (recomputing forward)", unit));

@@ -11,7 +11,8 @@
 //              after_forward(0)
 //   backward:  before_backward(0)                       LM head and final norm gradients
 //              before_backward(l) .. after_backward(l)  for l = L..1; unit l's gradients are complete at its
-//                                                        after_backward
+//                                                        after_backward; gradient_made(l, p) in between as
+//                                                        backward reaches each parameter p
 //              before_embedding_backward()              embedding gradients (a tied head's tensor already has
 //                                                        the head's part)
 //              after_backward(0)                        the root's gradients are complete
@@ -59,6 +60,12 @@ class Hooks {
   // positions'), where the LM head's and the final norm's were made at before_backward(0). The root's gradient
   // buffer is already bound; a strategy charges the embeddings' part here.
   virtual void before_embedding_backward() {}
+  // Inside a block's backward (between its before_backward and after_backward), autograd has just made the gradient
+  // of the parameter at `offset` in the unit's layout: the op that reads it ran its backward (AccumulateGrad makes a
+  // parameter's .grad then, not when the block's backward begins). Called once per parameter and block backward, in
+  // the order backward reaches them. The gradient is still in the model's own accumulator: the hook may charge its
+  // bytes, not read them (they are in the bound buffer at after_backward).
+  virtual void gradient_made(int unit, size_t offset) {}
 };
 
 class Model {
@@ -182,7 +189,7 @@ class Model {
 
   // Device tensors held between forward and backward.
   Buffer tokens_;                         // [T] int32 token ids (4 bytes, charged as fp32)
-  Buffer rope_cos_, rope_sin_;            // [s, d/2] fp32 rotary tables (Llama)
+  Buffer rope_cos_, rope_sin_;            // [s, d/2] fp32 rotary tables (Llama), charged as HF's [1, s, d]
   std::vector<BlockSaved> saved_;         // [L]
   Buffer final_x_;                        // [T, h] output of block L, input of the final norm
   Buffer final_stats_;                    // [T] rstd (Llama) or [2, T] mean and rstd (GPT-2), fp32
