@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "app/advisor.h"
 #include "app/report.h"
 #include "workloads/model/layout.h"
 
@@ -156,7 +157,7 @@ json outcome_json(const RunReport& r, const StrategyOutcome& o) {
 
 }  // namespace
 
-std::string format_json(const RunReport& r) {
+std::string format_json(const RunReport& r, const Advice* advice) {
   const RunOptions& o = r.options;
   json root;
   root["schema_version"] = kJsonSchemaVersion;
@@ -198,6 +199,7 @@ std::string format_json(const RunReport& r) {
   root["complete"] = r.complete;
   root["strategies_not_run"] = r.not_run;
   root["seconds"] = r.seconds;
+  if (advice != nullptr) root["advice"] = advice_json(*advice);
   return root.dump(2) + "\n";
 }
 
