@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string_view>
@@ -205,12 +206,12 @@ class Search {
       }
     }
     ++advice.searched;
-    const RunReport report = plan_strategies(parsed.options, knobs.gpus, ranks_per_node_);
-    const StrategyOutcome& outcome = report.outcomes.front();
-    if (!outcome.fits()) return;
+    const std::optional<uint64_t> peak =
+        planned_fit(parsed.options, parsed.options.strategies.front(), knobs.gpus, ranks_per_node_);
+    if (!peak) return;
     Suggestion suggestion;
     suggestion.config = config;
-    suggestion.peak = outcome.reserved_peak[outcome.reserved_peak_rank];
+    suggestion.peak = *peak;
     suggestion.cap = cap_;
     suggestion.changes = changes(config, asked_);
     suggestion.plan_form = runs_as_plan(knobs.gpus);

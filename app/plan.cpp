@@ -94,7 +94,8 @@ class PlanDriver final : public StepDriver {
 }  // namespace
 
 StrategyOutcome account_shapes(const RunOptions& options, const strategy::StrategyOptions& strategy_options,
-                               const model::ModelConfig& config, int ranks, int ranks_per_node, int rank, bool record) {
+                               const model::ModelConfig& config, int ranks, int ranks_per_node, int rank, bool record,
+                               bool stop_at_oom) {
   // At full scale the cap is as stated ("40GB-scaled" and "40GB" both mean 40 GB per GPU here); a shrunk config
   // gets the run's cap and reserve, ÷ k².
   const int shrink = static_cast<int>(config.shrink);
@@ -102,7 +103,7 @@ StrategyOutcome account_shapes(const RunOptions& options, const strategy::Strate
   MemoryPool::Options memory;
   memory.cap = options.cap.unlimited ? kNoCap : options.cap.per_rank_bytes(shrink);
   memory.reserve = options.reserve_full_scale / k2;
-  memory.mode = OomMode::kRecord;
+  memory.mode = stop_at_oom ? OomMode::kStrict : OomMode::kRecord;
   memory.timeline = record;
   memory.allocator = options.allocator;
   memory.alloc_conf = options.alloc_conf;
@@ -196,9 +197,7 @@ void report_progress(const PlanProgress& progress, const std::string& strategy, 
 
 // The plan of one strategy for `ranks` ranks: rank 0, rank 1 standing for ranks 1..N-2, and rank N-1 accounted,
 // then merged into roles where neighbours hold the same bytes. Traffic and the prediction are rank 0's.
-StrategyOutcome plan_roles(const RunOptions& options, const strategy::StrategyOptions& strategy_options,
-                           const model::ModelConfig& config, int ranks, int ranks_per_node, bool record,
-                           const PlanProgress& progress) {
+std::vector<RankRole> role_spans(const strategy::StrategyOptions& strategy_options, int ranks) {
   std::vector<RankRole> spans = {{0, 0}};
   if (strategy_options.kind == strategy::StrategyKind::kPipeline) {
     for (int r = 1; r < ranks; ++r) spans.push_back({r, r});  // every stage holds its own layers and activations
@@ -206,6 +205,13 @@ StrategyOutcome plan_roles(const RunOptions& options, const strategy::StrategyOp
     if (ranks > 2) spans.push_back({1, ranks - 2});
     if (ranks > 1) spans.push_back({ranks - 1, ranks - 1});
   }
+  return spans;
+}
+
+StrategyOutcome plan_roles(const RunOptions& options, const strategy::StrategyOptions& strategy_options,
+                           const model::ModelConfig& config, int ranks, int ranks_per_node, bool record,
+                           const PlanProgress& progress) {
+  const std::vector<RankRole> spans = role_spans(strategy_options, ranks);
   StrategyOutcome first =
       account_shapes(options, strategy_options, config, ranks, ranks_per_node, spans.front().first, record);
   report_progress(progress, first.name, spans.front(), ranks, 0, spans.size());
@@ -277,6 +283,22 @@ RunReport plan_strategies(const RunOptions& options, int world, int ranks_per_no
     if (after_each) after_each(report);
   }
   return report;
+}
+
+std::optional<uint64_t> planned_fit(const RunOptions& options, const strategy::StrategyOptions& strategy_options,
+                                    int ranks, int ranks_per_node) {
+  const int per_node = group_size(options, ranks, ranks_per_node);
+  uint64_t highest = 0;
+  for (const RankRole& span : role_spans(strategy_options, ranks)) {
+    try {
+      const StrategyOutcome outcome =
+          account_shapes(options, strategy_options, options.full, ranks, per_node, span.first, false, true);
+      highest = std::max(highest, outcome.reserved_peak.front());
+    } catch (const OutOfMemoryError&) {
+      return std::nullopt;
+    }
+  }
+  return highest;
 }
 
 std::vector<Limit> find_limits(const RunOptions& options, int world, int ranks_per_node, const std::string& what) {
