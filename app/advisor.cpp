@@ -19,8 +19,10 @@ namespace {
 
 // The flags the advisor sets itself: taken out of the user's command line before each suggestion's own are added.
 // Those that take a value, and those that do not.
-const std::set<std::string_view> kOwnedWithValue = {"--strategies", "--micro-batch", "--grad-accum",  "--precision",
-                                                    "--seq-len",    "--find-limit",  "--advise-max-gpus"};
+// The run's output files (--json, --trace, --svg, --save-weights) are the asked run's, not the suggestion's.
+const std::set<std::string_view> kOwnedWithValue = {
+    "--strategies", "--micro-batch",      "--grad-accum", "--precision", "--seq-len",     "--find-limit",
+    "--advise-max-gpus", "--json", "--trace",   "--svg",       "--save-weights"};
 const std::set<std::string_view> kOwnedFlags = {"--checkpoint", "--no-checkpoint", "--offload",       "--offload-param",
                                                 "--advise",     "--no-advise",     "--advise-seq-len"};
 constexpr int kShown = 5;         // suggestions shown, before the best on each GPU count not among them
@@ -79,10 +81,17 @@ struct Knobs {
 
 std::vector<std::string> knob_flags(const Knobs& knobs, const AdviceConfig& asked, bool deepspeed) {
   std::vector<std::string> flags = {"--strategies", knobs.strategy};
-  // A DeepSpeed config may set micro-batch, accumulation and precision itself: the flags are then always given.
-  if (knobs.micro_batch != 1 || deepspeed) flags.insert(flags.end(), {"--micro-batch", std::to_string(knobs.micro_batch)});
-  if (knobs.accumulation != 1 || deepspeed) flags.insert(flags.end(), {"--grad-accum", std::to_string(knobs.accumulation)});
-  if (knobs.precision != "mixed" || deepspeed) flags.insert(flags.end(), {"--precision", knobs.precision});
+  // Given when not the flag's default, or changed from what was asked; a DeepSpeed config may set micro-batch,
+  // accumulation and precision itself, so with one they are always given.
+  if (knobs.micro_batch != 1 || knobs.micro_batch != asked.micro_batch || deepspeed) {
+    flags.insert(flags.end(), {"--micro-batch", std::to_string(knobs.micro_batch)});
+  }
+  if (knobs.accumulation != 1 || knobs.accumulation != asked.accumulation || deepspeed) {
+    flags.insert(flags.end(), {"--grad-accum", std::to_string(knobs.accumulation)});
+  }
+  if (knobs.precision != "mixed" || knobs.precision != asked.precision || deepspeed) {
+    flags.insert(flags.end(), {"--precision", knobs.precision});
+  }
   if (knobs.seq != asked.seq) flags.insert(flags.end(), {"--seq-len", std::to_string(knobs.seq)});
   if (!knobs.checkpoint) flags.emplace_back("--no-checkpoint");
   if (knobs.offload >= 1) flags.emplace_back("--offload");
@@ -93,9 +102,8 @@ std::vector<std::string> knob_flags(const Knobs& knobs, const AdviceConfig& aske
 // The flags of `config` that differ from `asked`, in words a user types.
 std::vector<std::string> changes(const AdviceConfig& config, const AdviceConfig& asked) {
   std::vector<std::string> out;
-  if (config.micro_batch != asked.micro_batch || config.accumulation != asked.accumulation) {
-    out.push_back(fmt::format("--micro-batch {} --grad-accum {}", config.micro_batch, config.accumulation));
-  }
+  if (config.micro_batch != asked.micro_batch) out.push_back(fmt::format("--micro-batch {}", config.micro_batch));
+  if (config.accumulation != asked.accumulation) out.push_back(fmt::format("--grad-accum {}", config.accumulation));
   if (config.precision != asked.precision) out.push_back("--precision " + config.precision);
   if (config.seq != asked.seq) out.push_back(fmt::format("--seq-len {}", config.seq));
   if (config.checkpoint != asked.checkpoint) out.emplace_back(config.checkpoint ? "--checkpoint" : "--no-checkpoint");
@@ -321,8 +329,9 @@ Advice advise(const RunReport& report, int world, int ranks_per_node) {
   const AdviceConfig& asked = search.asked();
   Advice advice;
   advice.model = options.full.name;
-  advice.gpu_words = options.cap.gpu.empty() ? fmt::format("GPUs with a {} cap", format_bytes(options.cap.bytes))
-                                             : options.cap.gpu;
+  advice.gpu_words = options.cap.gpu.empty()
+                         ? fmt::format("{} GPUs with a {} cap", asked.gpus, format_bytes(options.cap.bytes))
+                         : fmt::format("{} x {}", asked.gpus, options.cap.gpu);
   advice.asked = asked;
   advice.gpu_counts = gpu_counts(asked.gpus, options.advise_max_gpus);
   advice.seq_len_searched = options.advise_seq_len;
@@ -361,7 +370,7 @@ Advice advise(const RunReport& report, int world, int ranks_per_node) {
 }
 
 std::string format_advice(const Advice& a) {
-  std::string out = fmt::format("\nadvice: {} on {} x {}: ", a.model, a.asked.gpus, a.gpu_words);
+  std::string out = fmt::format("\nadvice: {} on {}: ", a.model, a.gpu_words);
   out += a.asked_fits ? "fits as asked" : "does not fit as asked";
   if (a.suggestions.empty()) {
     out += fmt::format("; no configuration searched fits (up to {} GPUs; --advise-max-gpus to search more)\n",
@@ -371,7 +380,7 @@ std::string format_advice(const Advice& a) {
     for (const Suggestion& s : a.suggestions) {
       each.push_back(fmt::format("{} ({} GiB, {} GiB headroom)", in_words(s, a.asked), gib(s.peak), gib(s.headroom())));
     }
-    out += fmt::format("; fits {}.\n", fmt::join(each, ", or "));
+    out += fmt::format("; {} {}.\n", a.asked_fits ? "also fits" : "fits", fmt::join(each, ", or "));
   }
   out += fmt::format(
       "  searched {} configurations in {:.1f} s (shapes-only plans at full scale; {} skipped as costlier than a fit "

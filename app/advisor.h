@@ -53,7 +53,7 @@ AdviceRankKey advice_rank_key(const Suggestion& suggestion, const AdviceConfig& 
 
 struct Advice {
   std::string model;
-  std::string gpu_words;  // "a100-40gb" or "GPUs with a 40.00 GB cap"
+  std::string gpu_words;  // "4 x a100-40gb" or "8 GPUs with a 37.25 GiB cap"
   AdviceConfig asked;     // the knobs asked (strategy: the first one asked)
   bool asked_fits = false;  // some strategy asked fits
   std::vector<Suggestion> suggestions;  // shown, best first
