@@ -4,8 +4,8 @@
 
 #include <algorithm>
 #include <chrono>
-#include <optional>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 #include <string_view>
 #include <thread>
@@ -20,13 +20,13 @@ namespace {
 // The flags the advisor sets itself: taken out of the user's command line before each suggestion's own are added.
 // Those that take a value, and those that do not.
 // The run's output files (--json, --trace, --svg, --save-weights) are the asked run's, not the suggestion's.
-const std::set<std::string_view> kOwnedWithValue = {
-    "--strategies", "--micro-batch",      "--grad-accum", "--precision", "--seq-len",     "--find-limit",
-    "--advise-max-gpus", "--json", "--trace",   "--svg",       "--save-weights"};
+const std::set<std::string_view> kOwnedWithValue = {"--strategies", "--micro-batch", "--grad-accum",      "--precision",
+                                                    "--seq-len",    "--find-limit",  "--advise-max-gpus", "--json",
+                                                    "--trace",      "--svg",         "--save-weights"};
 const std::set<std::string_view> kOwnedFlags = {"--checkpoint", "--no-checkpoint", "--offload",       "--offload-param",
                                                 "--advise",     "--no-advise",     "--advise-seq-len"};
-constexpr int kShown = 5;         // suggestions shown, before the best on each GPU count not among them
-constexpr int kSeqHalvings = 3;   // --advise-seq-len: the sequence halved at most this often
+constexpr int kShown = 5;        // suggestions shown, before the best on each GPU count not among them
+constexpr int kSeqHalvings = 3;  // --advise-seq-len: the sequence halved at most this often
 
 bool is_number(std::string_view text) {
   return !text.empty() && text.find_first_not_of("0123456789") == std::string_view::npos;
@@ -59,8 +59,9 @@ std::vector<std::string> kept_arguments(const std::vector<std::string>& argument
 
 // `text` as a POSIX shell reads it back: bare when it has no special characters, else single-quoted.
 std::string shell_quote(const std::string& text) {
-  const bool plain = !text.empty() && text.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
-                                                             "0123456789_-+=/.,:@%") == std::string::npos;
+  const bool plain = !text.empty() && text.find_first_not_of(
+                                          "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                          "0123456789_-+=/.,:@%") == std::string::npos;
   if (plain) return text;
   std::string out = "'";
   for (const char c : text) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
@@ -388,15 +389,17 @@ std::string format_advice(const Advice& a) {
       "keeping the global batch {}, checkpointing, offload, precision{}\n",
       a.searched, a.seconds, a.dominated, a.not_applicable, fmt::join(a.gpu_counts, ", "), a.asked.global_batch(),
       a.seq_len_searched ? ", sequence length" : "");
-  out += "  ranked by a cost order of the knobs (fewer GPUs; no offload; no checkpointing; larger micro-batch; the "
-         "asked precision; more headroom), not by a predicted step time\n";
+  out +=
+      "  ranked by a cost order of the knobs (fewer GPUs; no offload; no checkpointing; larger micro-batch; the "
+      "asked precision; more headroom), not by a predicted step time\n";
   if (a.suggestions.empty()) return out;
   out += fmt::format("  {:>2} {:>5}  {:<14} {:>9} {:>9}  {}\n", "#", "GPUs", "strategy", "peak GiB", "headroom",
                      "changes");
   for (size_t i = 0; i < a.suggestions.size(); ++i) {
     const Suggestion& s = a.suggestions[i];
-    out += fmt::format("  {:>2} {:>5}  {:<14} {:>9} {:>9}  {}\n", i + 1, s.config.gpus, s.config.strategy,
-                       gib(s.peak), gib(s.headroom()), s.changes.empty() ? std::string("as asked") : fmt::format("{}", fmt::join(s.changes, " ")));
+    out += fmt::format("  {:>2} {:>5}  {:<14} {:>9} {:>9}  {}\n", i + 1, s.config.gpus, s.config.strategy, gib(s.peak),
+                       gib(s.headroom()),
+                       s.changes.empty() ? std::string("as asked") : fmt::format("{}", fmt::join(s.changes, " ")));
     out += fmt::format("     $ {}\n", s.command);
   }
   return out;
@@ -404,16 +407,11 @@ std::string format_advice(const Advice& a) {
 
 nlohmann::json advice_json(const Advice& a) {
   const auto config = [](const AdviceConfig& c) {
-    return nlohmann::json{{"strategy", c.strategy},
-                          {"gpus", c.gpus},
-                          {"micro_batch", c.micro_batch},
-                          {"gradient_accumulation", c.accumulation},
-                          {"global_batch", c.global_batch()},
-                          {"activation_checkpointing", c.checkpoint},
-                          {"optimizer_offload", c.offload},
-                          {"parameter_offload", c.offload_param},
-                          {"precision", c.precision},
-                          {"seq_len", c.seq}};
+    return nlohmann::json{{"strategy", c.strategy},           {"gpus", c.gpus},
+                          {"micro_batch", c.micro_batch},     {"gradient_accumulation", c.accumulation},
+                          {"global_batch", c.global_batch()}, {"activation_checkpointing", c.checkpoint},
+                          {"optimizer_offload", c.offload},   {"parameter_offload", c.offload_param},
+                          {"precision", c.precision},         {"seq_len", c.seq}};
   };
   nlohmann::json suggestions = nlohmann::json::array();
   for (const Suggestion& s : a.suggestions) {

@@ -53,9 +53,9 @@ AdviceRankKey advice_rank_key(const Suggestion& suggestion, const AdviceConfig& 
 
 struct Advice {
   std::string model;
-  std::string gpu_words;  // "4 x a100-40gb" or "8 GPUs with a 37.25 GiB cap"
-  AdviceConfig asked;     // the knobs asked (strategy: the first one asked)
-  bool asked_fits = false;  // some strategy asked fits
+  std::string gpu_words;                // "4 x a100-40gb" or "8 GPUs with a 37.25 GiB cap"
+  AdviceConfig asked;                   // the knobs asked (strategy: the first one asked)
+  bool asked_fits = false;              // some strategy asked fits
   std::vector<Suggestion> suggestions;  // shown, best first
   int searched = 0;                     // configurations planned
   int dominated = 0;                    // not planned: a cheaper one of the same strategy fits

@@ -125,8 +125,7 @@ std::string print_and_write(const emu::MpiSession& mpi, const emu::app::RunOptio
   }
   try {
     if (!options.json_path.empty()) {
-      emu::app::write_file_atomically(options.json_path,
-                                      emu::app::format_json(report, advice ? &*advice : nullptr));
+      emu::app::write_file_atomically(options.json_path, emu::app::format_json(report, advice ? &*advice : nullptr));
     }
     if (!options.trace_path.empty())
       emu::app::write_file_atomically(options.trace_path, emu::app::format_trace(report));

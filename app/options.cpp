@@ -725,9 +725,8 @@ void read_advice(RunOptions& options, const Flags& flags, bool max_gpus_given, i
                                  options.advise_max_gpus, ranks, kMaxRanks));
   }
   if (!max_gpus_given) options.advise_max_gpus = std::min(kMaxRanks, 2 * ranks);
-  if (flags.offload_param && std::none_of(options.strategies.begin(), options.strategies.end(), [](const auto& one) {
-        return one.kind == strategy::StrategyKind::kZero3;
-      })) {
+  if (flags.offload_param && std::none_of(options.strategies.begin(), options.strategies.end(),
+                                          [](const auto& one) { return one.kind == strategy::StrategyKind::kZero3; })) {
     throw InputError("--offload-param offloads ZeRO-3's parameter partitions; accepted with zero3 among --strategies");
   }
 }

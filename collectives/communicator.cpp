@@ -32,9 +32,7 @@ void finish_average(const Call& call, int rank, int size) {
   if (call.op != ReduceOp::kAvg) return;
   switch (call.kind) {
     case CollectiveKind::kAllReduce: divide(call.dtype, call.recv, call.count, size); break;
-    case CollectiveKind::kReduceScatter:
-      divide(call.dtype, call.recv, blocks_of(call, size).count(rank), size);
-      break;
+    case CollectiveKind::kReduceScatter: divide(call.dtype, call.recv, blocks_of(call, size).count(rank), size); break;
     case CollectiveKind::kReduce:
       if (rank == call.root) divide(call.dtype, call.recv, call.count, size);
       break;

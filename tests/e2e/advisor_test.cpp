@@ -139,7 +139,8 @@ TEST(Advisor, OnRequestReplacesTheFlagsItSetsAndKeepsTheGlobalBatch) {
   const json root = read_json(out);
   const json& advice = root["advice"];
   EXPECT_TRUE(advice["fits_as_asked"].get<bool>());
-  EXPECT_NE(plan.out.find("advice: llama2-7b on 8 GPUs with a 74.51 GiB cap: fits as asked; also fits with "), std::string::npos)
+  EXPECT_NE(plan.out.find("advice: llama2-7b on 8 GPUs with a 74.51 GiB cap: fits as asked; also fits with "),
+            std::string::npos)
       << plan.out;
   ASSERT_FALSE(advice["suggestions"].empty());
   for (const json& s : advice["suggestions"]) {
@@ -149,14 +150,15 @@ TEST(Advisor, OnRequestReplacesTheFlagsItSetsAndKeepsTheGlobalBatch) {
     EXPECT_EQ(command.find("--expect"), std::string::npos) << command;
     EXPECT_EQ(s["config"]["global_batch"], 32) << command;
   }
-  for (size_t i = 0; i < 3 && i < advice["suggestions"].size(); ++i) check_by_plan(advice["suggestions"][i], dir, static_cast<int>(i));
+  for (size_t i = 0; i < 3 && i < advice["suggestions"].size(); ++i)
+    check_by_plan(advice["suggestions"][i], dir, static_cast<int>(i));
 }
 
 TEST(Advisor, NoAdviseKeepsItQuiet) {
   testing::TempDir dir("advisor");
   const std::string out = dir.file("plan.json");
-  const auto plan = run_process(
-      mpiexec(1) + kEmu + " --plan 4 --cap a100-40gb --strategies zero3 --no-advise --json " + out, 120);
+  const auto plan =
+      run_process(mpiexec(1) + kEmu + " --plan 4 --cap a100-40gb --strategies zero3 --no-advise --json " + out, 120);
   ASSERT_EQ(plan.exit_code, 0) << plan.err;
   EXPECT_EQ(plan.out.find("advice:"), std::string::npos) << plan.out;
   EXPECT_FALSE(read_json(out).contains("advice"));
@@ -168,8 +170,9 @@ TEST(Advisor, BadFlagsAreBadInputOnEveryRank) {
       {"--advise-max-gpus 0", "--advise-max-gpus 0 is out of range; accepted: 2 (the ranks asked) to 1048576"},
       {"--advise-max-gpus 3 --plan 4", "--advise-max-gpus 3 is out of range; accepted: 4 (the ranks asked) to"},
       {"--advise --no-advise", "--advise and --no-advise contradict each other"},
-      {"--offload-param --strategies fsdp", "--offload-param offloads ZeRO-3's parameter partitions; accepted with "
-                                            "zero3"},
+      {"--offload-param --strategies fsdp",
+       "--offload-param offloads ZeRO-3's parameter partitions; accepted with "
+       "zero3"},
   };
   for (const auto& [args, message] : cases) {
     const auto run = run_process(mpiexec(2) + kEmu + " --cap a100-40gb-scaled " + args, 60);

@@ -225,9 +225,10 @@ TEST(Plan, TimeDoesNotGrowWithTheRanks) {
   const int ranks[2] = {8, 1 << 20};
   for (int i = 0; i < 2; ++i) {
     const std::string out = dir.file(fmt::format("plan{}.json", i));
-    const auto plan = run_process(mpiexec(1) + kEmu + fmt::format(" --model llama2-7b --plan {} --strategies zero3,fsdp "
-                                                                  "--no-advise --json {}",
-                                                                  ranks[i], out),
+    const auto plan = run_process(mpiexec(1) + kEmu +
+                                      fmt::format(" --model llama2-7b --plan {} --strategies zero3,fsdp "
+                                                  "--no-advise --json {}",
+                                                  ranks[i], out),
                                   120);
     ASSERT_EQ(plan.exit_code, 0) << plan.err;
     seconds[i] = read_json(out)["seconds"];
