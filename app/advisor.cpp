@@ -273,6 +273,26 @@ class Search {
   std::vector<Suggestion> fits_;
 };
 
+// The configurations of `strategy` on `gpus` GPUs, cheapest knobs first: the asked sequence and precision, the
+// largest micro-batch, no checkpointing, no offload.
+std::vector<Knobs> knobs_of(const std::string& strategy, int gpus, const std::vector<int64_t>& seqs,
+                            const std::vector<std::string>& precisions, const AdviceConfig& asked) {
+  const int most_offload = strategy == "zero3" ? 2 : 1;
+  std::vector<Knobs> out;
+  for (const int64_t seq : seqs) {
+    for (const std::string& precision : precisions) {
+      for (const auto& [micro_batch, accumulation] : batch_splits(asked.global_batch(), gpus)) {
+        for (const bool checkpoint : {false, true}) {
+          for (int offload = 0; offload <= most_offload; ++offload) {
+            out.push_back({strategy, gpus, micro_batch, accumulation, checkpoint, offload, precision, seq});
+          }
+        }
+      }
+    }
+  }
+  return out;
+}
+
 // Best first (advice_rank_key); the first kShown, then the best on each GPU count not among them.
 std::vector<Suggestion> choose_shown(std::vector<Suggestion> fits, const AdviceConfig& asked) {
   std::stable_sort(fits.begin(), fits.end(), [&](const Suggestion& a, const Suggestion& b) {
@@ -340,25 +360,15 @@ Advice advise(const RunReport& report, int world, int ranks_per_node) {
   for (int i = 0; options.advise_seq_len && i < kSeqHalvings && seqs.back() / 2 >= 1; ++i) {
     seqs.push_back(seqs.back() / 2);
   }
-  const int64_t global = asked.global_batch();
   // Cheapest knobs first within each strategy, so that a fit prunes the configurations that only cost more.
   for (const std::string& strategy : strategies_searched(options)) {
     for (const int gpus : advice.gpu_counts) {
-      for (const int64_t seq : seqs) {
-        for (const std::string& precision : precisions_searched(asked.precision)) {
-          for (const auto& [micro_batch, accumulation] : batch_splits(global, gpus)) {
-            for (const bool checkpoint : {false, true}) {
-              for (int offload = 0; offload <= (strategy == "zero3" ? 2 : 1); ++offload) {
-                const Knobs knobs{strategy, gpus, micro_batch, accumulation, checkpoint, offload, precision, seq};
-                if (search.dominated(knobs)) {
-                  ++advice.dominated;
-                  continue;
-                }
-                search.evaluate(knobs, advice);
-              }
-            }
-          }
+      for (const Knobs& knobs : knobs_of(strategy, gpus, seqs, precisions_searched(asked.precision), asked)) {
+        if (search.dominated(knobs)) {
+          ++advice.dominated;
+          continue;
         }
+        search.evaluate(knobs, advice);
       }
     }
   }
