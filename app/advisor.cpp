@@ -13,6 +13,7 @@
 #include "app/plan.h"
 #include "emu/check.h"
 #include "emu/units.h"
+#include "workloads/model/shrink.h"
 
 namespace emu::app {
 namespace {
@@ -215,15 +216,20 @@ class Search {
       }
     }
     ++advice.searched;
+    const RunOptions& run = parsed.options;
     const std::optional<uint64_t> peak =
-        planned_fit(parsed.options, parsed.options.strategies.front(), knobs.gpus, ranks_per_node_);
+        planned_fit(run, run.strategies.front(), run.full, knobs.gpus, ranks_per_node_);
     if (!peak) return;
     Suggestion suggestion;
     suggestion.config = config;
     suggestion.peak = *peak;
     suggestion.cap = cap_;
     suggestion.changes = changes(config, asked_);
-    suggestion.plan_form = runs_as_plan(knobs.gpus);
+    // A run is offered only where the shrunk run it makes (k = its own default or --shrink) fits too: its rounding
+    // of F, V and s can tip a configuration with little headroom over the cap.
+    suggestion.plan_form =
+        runs_as_plan(knobs.gpus) ||
+        !planned_fit(run, run.strategies.front(), model::shrink(run.full, run.shrink), knobs.gpus, ranks_per_node_);
     suggestion.command = command(arguments, knobs.gpus, suggestion.plan_form);
     fits_.push_back(std::move(suggestion));
   }

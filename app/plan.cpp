@@ -280,13 +280,13 @@ RunReport plan_strategies(const RunOptions& options, int world, int ranks_per_no
 }
 
 std::optional<uint64_t> planned_fit(const RunOptions& options, const strategy::StrategyOptions& strategy_options,
-                                    int ranks, int ranks_per_node) {
+                                    const model::ModelConfig& config, int ranks, int ranks_per_node) {
   const int per_node = group_size(options, ranks, ranks_per_node);
   uint64_t highest = 0;
   for (const RankRole& span : role_spans(strategy_options, ranks)) {
     try {
       const StrategyOutcome outcome =
-          account_shapes(options, strategy_options, options.full, ranks, per_node, span.first, false, true);
+          account_shapes(options, strategy_options, config, ranks, per_node, span.first, false, true);
       highest = std::max(highest, outcome.reserved_peak.front());
     } catch (const OutOfMemoryError&) {
       return std::nullopt;

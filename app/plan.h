@@ -28,11 +28,12 @@ StrategyOutcome account_shapes(const RunOptions& options, const strategy::Strate
                                const model::ModelConfig& config, int ranks, int ranks_per_node, int rank = 0,
                                bool record = false, bool stop_at_oom = false);
 
-// Whether `strategy_options` with `options`' model fits `ranks` ranks at full scale, as plan_strategies would find it:
-// the highest reserved peak of its roles, or nothing when a role runs out of memory. Stops at the first allocation past
-// the cap (OomMode::kStrict), so a configuration that does not fit costs only the step up to there (the advisor).
+// Whether `strategy_options` fits `ranks` ranks with `config` (options.full: at full scale, as plan_strategies would
+// find it; a shrunk config: as a shrunk run would): the highest reserved peak of its roles, or nothing when a role
+// runs out of memory. Stops at the first allocation past the cap (OomMode::kStrict), so a configuration that does
+// not fit costs only the step up to there (the advisor).
 std::optional<uint64_t> planned_fit(const RunOptions& options, const strategy::StrategyOptions& strategy_options,
-                                    int ranks, int ranks_per_node);
+                                    const model::ModelConfig& config, int ranks, int ranks_per_node);
 
 // Rank 0 only: plans every strategy of `options` for options.plan_ranks (or `world`) ranks.
 // Prints on stderr each strategy's time when the plan is a long one.
