@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "app/advisor.h"
 #include "app/report.h"
 #include "app/step_time.h"
 #include "workloads/model/layout.h"
@@ -192,7 +193,7 @@ json step_time_json(const RunReport& r) {
 
 }  // namespace
 
-std::string format_json(const RunReport& r) {
+std::string format_json(const RunReport& r, const Advice* advice) {
   const RunOptions& o = r.options;
   json root;
   root["schema_version"] = kJsonSchemaVersion;
@@ -235,6 +236,7 @@ std::string format_json(const RunReport& r) {
   root["strategies_not_run"] = r.not_run;
   root["seconds"] = r.seconds;
   root["step_time"] = step_time_json(r);
+  if (advice != nullptr) root["advice"] = advice_json(*advice);
   return root.dump(2) + "\n";
 }
 

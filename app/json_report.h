@@ -11,6 +11,9 @@ namespace emu::app {
 // Raised whenever a field is renamed, removed or changes meaning; adding a field keeps it.
 inline constexpr int kJsonSchemaVersion = 1;
 
-std::string format_json(const RunReport& report);
+struct Advice;  // advisor.h
+
+// `advice`: the advisor's search after the run (the "advice" key), when there was one.
+std::string format_json(const RunReport& report, const Advice* advice = nullptr);
 
 }  // namespace emu::app

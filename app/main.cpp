@@ -5,9 +5,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "app/advisor.h"
 #include "app/atomic_file.h"
 #include "app/header.h"
 #include "app/interrupt.h"
@@ -108,13 +110,23 @@ int find_limits(const emu::MpiSession& mpi, const emu::app::RunOptions& options)
   std::_Exit(emu::kExitExpectationFailed);
 }
 
-// Rank 0: the report on stdout, then the files asked for; an error writing them, or "".
-std::string print_and_write(const emu::app::RunOptions& options, const emu::app::RunReport& report) {
+// Rank 0: the report on stdout, the advice when nothing fit or it was asked for, then the files asked for; an
+// error writing them, or "".
+std::string print_and_write(const emu::MpiSession& mpi, const emu::app::RunOptions& options,
+                            const emu::app::RunReport& report) {
   std::fputs(emu::app::format_report(report).c_str(), stdout);
   std::fputs(emu::app::format_conclusion(report).c_str(), stdout);
   std::fflush(stdout);
+  std::optional<emu::app::Advice> advice;
+  if (emu::app::should_advise(report)) {
+    advice = emu::app::advise(report, mpi.world(), mpi.local_size());
+    std::fputs(emu::app::format_advice(*advice).c_str(), stdout);
+    std::fflush(stdout);
+  }
   try {
-    if (!options.json_path.empty()) emu::app::write_file_atomically(options.json_path, emu::app::format_json(report));
+    if (!options.json_path.empty()) {
+      emu::app::write_file_atomically(options.json_path, emu::app::format_json(report, advice ? &*advice : nullptr));
+    }
     if (!options.trace_path.empty())
       emu::app::write_file_atomically(options.trace_path, emu::app::format_trace(report));
     if (!options.svg_path.empty()) {
@@ -185,7 +197,7 @@ int run(const emu::MpiSession& mpi, int argc, char** argv) {
       strict_out_of_memory(error, options.shrink);
     }
   }
-  const std::string write_error = mpi.rank() == 0 ? print_and_write(options, report) : "";
+  const std::string write_error = mpi.rank() == 0 ? print_and_write(mpi, options, report) : "";
   if (const auto agreed = emu::agree_on_error(write_error)) return bad_input(mpi, *agreed);
   // Rank 0 holds every outcome (a plan's only there); its verdict is everyone's.
   int code = mpi.rank() == 0 ? check_expectations(report, 0) : emu::kExitOk;

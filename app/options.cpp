@@ -136,6 +136,7 @@ struct Flags {
   uint64_t seed = 1234;
   double lr = 0, clip = -1;
   bool bucket_view = false;
+  bool offload_param = false;
   std::string reshard_after_forward = "true";
   // Given on the command line, so that an explicit 0 or '' is checked rather than taken for "not given".
   bool micro_batches_given = false;  // --micro-batches, whose 0 is not accepted (0 in RunOptions: the default)
@@ -206,6 +207,10 @@ void add_training_flags(CLI::App& app, RunOptions& options, Flags& flags) {
       ->group("Training");
   app.add_option("--grad-accum", flags.accumulation, "micro-batches per optimizer step (default 1)")->group("Training");
   app.add_flag("--offload", options.offload, "optimizer state in host memory (ZeRO-Offload); PCIe bytes counted")
+      ->group("Training");
+  app.add_flag("--offload-param", flags.offload_param,
+               "zero3: the parameter partitions in host memory (DeepSpeed's offload_param device cpu), each copied "
+               "up over PCIe before its all-gather")
       ->group("Training");
   app.add_option("--lr", flags.lr, "peak learning rate (default 1e-3)")->group("Training");
   app.add_option("--clip", flags.clip, "gradient clipping by global norm; 0 turns it off (default 1.0)")
@@ -297,6 +302,18 @@ void add_mode_flags(CLI::App& app, RunOptions& options, Flags& flags) {
   app.add_option("--find-limit", options.find_limit,
                  "search, per strategy, the largest micro-batch or seq-len that fits the cap (shapes only)")
       ->check(CLI::IsMember({"micro-batch", "seq-len"}))
+      ->group("Modes");
+  app.add_flag("--advise", options.advise,
+               "search the knobs a user has (strategy, GPU count, micro-batch with accumulation, checkpointing, "
+               "offload, precision) with shapes-only plans and print the best configurations that fit, with their "
+               "command lines (done anyway when nothing fits)")
+      ->group("Modes");
+  app.add_flag("--no-advise", options.no_advise, "no advice, even when nothing fits")->group("Modes");
+  app.add_option("--advise-max-gpus", options.advise_max_gpus,
+                 "the most GPUs a suggestion may use (default: twice the ranks asked)")
+      ->group("Modes");
+  app.add_flag("--advise-seq-len", options.advise_seq_len,
+               "suggestions may shorten the sequence (halved up to three times)")
       ->group("Modes");
 }
 
@@ -519,6 +536,7 @@ strategy::StrategyOptions read_strategies(RunOptions& options, Flags& flags, int
     base.clip_norm = static_cast<float>(flags.clip);
   }
   base.ddp.gradient_as_bucket_view = flags.bucket_view;
+  if (flags.offload_param) base.zero.offload_param = true;  // or from the DeepSpeed config
   read_reshard_after_forward(flags.reshard_after_forward,
                              options.plan && options.plan_ranks > 0 ? options.plan_ranks : world, base.fsdp2);
   base.ddp.comm_hook = parse_choice("--comm-hook", flags.comm_hook, strategy::comm_hook_names(),
@@ -725,6 +743,23 @@ void check_pipeline(const RunOptions& options, int world) {
   }
 }
 
+// The advisor's flags, and --offload-param, which only ZeRO-3 has (DeepSpeed's offload_param is a stage-3 knob).
+void read_advice(RunOptions& options, const Flags& flags, bool max_gpus_given, int world) {
+  const int ranks = options.plan && options.plan_ranks > 0 ? options.plan_ranks : world;
+  if (options.advise && options.no_advise) {
+    throw InputError("--advise and --no-advise contradict each other; accepted: one of them");
+  }
+  if (max_gpus_given && (options.advise_max_gpus < ranks || options.advise_max_gpus > kMaxRanks)) {
+    throw InputError(fmt::format("--advise-max-gpus {} is out of range; accepted: {} (the ranks asked) to {}",
+                                 options.advise_max_gpus, ranks, kMaxRanks));
+  }
+  if (!max_gpus_given) options.advise_max_gpus = std::min(kMaxRanks, 2 * ranks);
+  if (flags.offload_param && std::none_of(options.strategies.begin(), options.strategies.end(),
+                                          [](const auto& one) { return one.kind == strategy::StrategyKind::kZero3; })) {
+    throw InputError("--offload-param offloads ZeRO-3's parameter partitions; accepted with zero3 among --strategies");
+  }
+}
+
 }  // namespace
 
 ParsedCommandLine parse_command_line(int argc, const char* const* argv, int world) {
@@ -746,6 +781,8 @@ ParsedCommandLine parse_command_line(int argc, const char* const* argv, int worl
   add_output_flags(app, options, flags);
   add_step_time_flags(app, options);
   if (!parse_flags(app, argc, argv, parsed)) return parsed;
+  options.program = argc > 0 ? argv[0] : "emu";
+  options.arguments.assign(argv + std::min(argc, 1), argv + argc);
   flags.strategies_given = app.count("--strategies") > 0;
   flags.seq_len_given = app.count("--seq-len") > 0;
   flags.micro_batch_given = app.count("--micro-batch") > 0;
@@ -770,6 +807,7 @@ ParsedCommandLine parse_command_line(int argc, const char* const* argv, int worl
     options.deepspeed_auto = left;
   }
   check_pipeline(options, world);
+  read_advice(options, flags, app.count("--advise-max-gpus") > 0, world);
   read_shrink(options, flags, app.count("--shrink") > 0);
   check_inputs(options);
   check_device(options);

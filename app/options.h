@@ -63,6 +63,14 @@ struct RunOptions {
   bool plan = false;       // shapes only, at full scale, for plan_ranks ranks
   int plan_ranks = 0;      // 0: the ranks emu runs on
   std::string find_limit;  // "", "micro-batch" or "seq-len"
+  // The advisor (advisor.h): searches the knobs a user has when nothing fits, or on request.
+  bool advise = false;          // --advise: search even when a strategy fits
+  bool no_advise = false;       // --no-advise: not even when nothing fits
+  int advise_max_gpus = 0;      // --advise-max-gpus: the most GPUs a suggestion may use; 0: twice the ranks asked
+  bool advise_seq_len = false;  // --advise-seq-len: suggestions may shorten the sequence
+  // The command line as typed (argv[0], then the arguments), which the advice's command lines start from.
+  std::string program;
+  std::vector<std::string> arguments;
 
   // Faults and their detection.
   std::vector<Fault> faults;

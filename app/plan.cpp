@@ -96,7 +96,8 @@ class PlanDriver final : public StepDriver {
 }  // namespace
 
 StrategyOutcome account_shapes(const RunOptions& options, const strategy::StrategyOptions& strategy_options,
-                               const model::ModelConfig& config, int ranks, int ranks_per_node, int rank, bool record) {
+                               const model::ModelConfig& config, int ranks, int ranks_per_node, int rank, bool record,
+                               bool stop_at_oom) {
   // At full scale the cap is as stated ("40GB-scaled" and "40GB" both mean 40 GB per GPU here); a shrunk config
   // gets the run's cap and reserve, ÷ k².
   const int shrink = static_cast<int>(config.shrink);
@@ -104,7 +105,7 @@ StrategyOutcome account_shapes(const RunOptions& options, const strategy::Strate
   MemoryPool::Options memory;
   memory.cap = options.cap.unlimited ? kNoCap : options.cap.per_rank_bytes(shrink);
   memory.reserve = options.reserve_full_scale / k2;
-  memory.mode = OomMode::kRecord;
+  memory.mode = stop_at_oom ? OomMode::kStrict : OomMode::kRecord;
   memory.timeline = record;
   memory.allocator = options.allocator;
   memory.alloc_conf = options.alloc_conf;
@@ -177,11 +178,11 @@ void add_role(StrategyOutcome& into, StrategyOutcome&& from, RankRole role) {
   if (!from.spans_dropped.empty()) into.spans_dropped.push_back(from.spans_dropped.front());
 }
 
-// A long plan says how far it is on stderr: a plan's collectives are accounted step by step over virtual rings, so
-// its time grows with the ranks (30 s per strategy for 1,048,576 ranks of llama2-7b on a 2-core machine, more with
-// more layers). Past kProgressAfter seconds, each representative rank accounted is a line.
-constexpr double kProgressAfter = 3.0;
-constexpr int kLargePlan = 65536;  // ranks from which the plan says up front that it will take a while
+// A long plan says how far it is on stderr: past kProgressAfter seconds, each representative rank accounted is a
+// line. A plan's time grows with the layers, not with the ranks: each collective's bytes come from its algorithm's
+// closed form over the virtual group (BlockView), never a pass over every rank (0.5 s for llama2-7b under zero3
+// at 1 rank and at 1,048,576 ranks on a 2-core machine).
+constexpr double kProgressAfter = 1.0;
 
 struct PlanProgress {
   std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
@@ -196,12 +197,10 @@ void report_progress(const PlanProgress& progress, const std::string& strategy, 
   std::fflush(stderr);
 }
 
-// The plan of one strategy for `ranks` ranks: rank 0, one rank standing for ranks 1..N-2 (rank 1, or the one holding
-// the most where ranks hold different tensors: strategy::representative_rank), and rank N-1 accounted, then merged into
-// roles where neighbours hold the same bytes. Traffic and the prediction are rank 0's.
-StrategyOutcome plan_roles(const RunOptions& options, const strategy::StrategyOptions& strategy_options,
-                           const model::ModelConfig& config, int ranks, int ranks_per_node, bool record,
-                           const PlanProgress& progress) {
+// The ranks a plan accounts: rank 0, one rank standing for ranks 1..N-2 (rank 1, or the one holding the most where
+// ranks hold different tensors: strategy::representative_rank), and rank N-1; every stage of a pipeline.
+std::vector<RankRole> role_spans(const strategy::StrategyOptions& strategy_options, const model::ModelConfig& config,
+                                 int ranks) {
   std::vector<RankRole> spans = {{0, 0, 0}};
   if (strategy_options.kind == strategy::StrategyKind::kPipeline) {
     for (int r = 1; r < ranks; ++r) spans.push_back({r, r, r});  // every stage holds its own layers and activations
@@ -213,6 +212,15 @@ StrategyOutcome plan_roles(const RunOptions& options, const strategy::StrategyOp
     }
     if (ranks > 1) spans.push_back({ranks - 1, ranks - 1, ranks - 1});
   }
+  return spans;
+}
+
+// The plan of one strategy for `ranks` ranks: its role_spans accounted, then merged into roles where neighbours hold
+// the same bytes. Traffic and the prediction are rank 0's.
+StrategyOutcome plan_roles(const RunOptions& options, const strategy::StrategyOptions& strategy_options,
+                           const model::ModelConfig& config, int ranks, int ranks_per_node, bool record,
+                           const PlanProgress& progress) {
+  const std::vector<RankRole> spans = role_spans(strategy_options, config, ranks);
   StrategyOutcome first =
       account_shapes(options, strategy_options, config, ranks, ranks_per_node, spans.front().accounted, record);
   report_progress(progress, first.name, spans.front(), ranks, 0, spans.size());
@@ -269,13 +277,6 @@ RunReport plan_strategies(const RunOptions& options, int world, int ranks_per_no
   report.cap = options.cap.unlimited ? kNoCap : options.cap.bytes;
   report.reserve = options.reserve_full_scale;
   const PlanProgress progress;
-  if (report.world >= kLargePlan) {
-    std::fprintf(stderr,
-                 "emu: plan: %d ranks: every collective is accounted over a virtual ring of that size, for 3 "
-                 "representative ranks per strategy, which takes seconds each; past %.0f s a line follows each\n",
-                 report.world, kProgressAfter);
-    std::fflush(stderr);
-  }
   for (const strategy::StrategyOptions& strategy_options : options.strategies) {
     const bool record = !options.svg_path.empty() || !options.trace_path.empty();
     report.outcomes.push_back(
@@ -285,6 +286,22 @@ RunReport plan_strategies(const RunOptions& options, int world, int ranks_per_no
     if (after_each) after_each(report);
   }
   return report;
+}
+
+std::optional<uint64_t> planned_fit(const RunOptions& options, const strategy::StrategyOptions& strategy_options,
+                                    const model::ModelConfig& config, int ranks, int ranks_per_node) {
+  const int per_node = group_size(options, ranks, ranks_per_node);
+  uint64_t highest = 0;
+  for (const RankRole& span : role_spans(strategy_options, config, ranks)) {
+    try {
+      const StrategyOutcome outcome =
+          account_shapes(options, strategy_options, config, ranks, per_node, span.accounted, false, true);
+      highest = std::max(highest, outcome.reserved_peak.front());
+    } catch (const OutOfMemoryError&) {
+      return std::nullopt;
+    }
+  }
+  return highest;
 }
 
 std::vector<Limit> find_limits(const RunOptions& options, int world, int ranks_per_node, const std::string& what) {

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,10 +22,18 @@ namespace emu::app {
 // `config`. At full scale (config.shrink 1) this is the plan; a shrunk config (shrink.h) goes through the same
 // allocations as a shrunk run does, its buckets, thresholds, slices, cap and reserve ÷ k², so the two can be
 // compared without running the shrunk math.
-// `rank`: the rank accounted; `record`: keep its memory timeline and spans (a plan's --svg and --trace).
+// `rank`: the rank accounted; `record`: keep its memory timeline and spans (a plan's --svg and --trace);
+// `stop_at_oom`: throw OutOfMemoryError at the first allocation past the cap instead of finishing the step over it.
 StrategyOutcome account_shapes(const RunOptions& options, const strategy::StrategyOptions& strategy_options,
                                const model::ModelConfig& config, int ranks, int ranks_per_node, int rank = 0,
-                               bool record = false);
+                               bool record = false, bool stop_at_oom = false);
+
+// Whether `strategy_options` fits `ranks` ranks with `config` (options.full: at full scale, as plan_strategies would
+// find it; a shrunk config: as a shrunk run would): the highest reserved peak of its roles, or nothing when a role
+// runs out of memory. Stops at the first allocation past the cap (OomMode::kStrict), so a configuration that does
+// not fit costs only the step up to there (the advisor).
+std::optional<uint64_t> planned_fit(const RunOptions& options, const strategy::StrategyOptions& strategy_options,
+                                    const model::ModelConfig& config, int ranks, int ranks_per_node);
 
 // Rank 0 only: plans every strategy of `options` for options.plan_ranks (or `world`) ranks.
 // Prints on stderr each strategy's time when the plan is a long one.

@@ -15,8 +15,9 @@
 namespace emu::coll {
 namespace {
 
-Blocks blocks_of(const Call& call, int size) {
-  return call.counts.empty() ? Blocks::uniform(call.count, size) : Blocks::of(call.counts);
+// O(1) per rank for an even cut: a plan calls collectives over virtual groups of up to 2^20 ranks.
+BlockView blocks_of(const Call& call, int size) {
+  return call.counts.empty() ? BlockView::uniform(call.count, size) : BlockView::of(call.counts);
 }
 
 bool overlap(const void* a, size_t a_bytes, const void* b, size_t b_bytes) {
@@ -31,9 +32,7 @@ void finish_average(const Call& call, int rank, int size) {
   if (call.op != ReduceOp::kAvg) return;
   switch (call.kind) {
     case CollectiveKind::kAllReduce: divide(call.dtype, call.recv, call.count, size); break;
-    case CollectiveKind::kReduceScatter:
-      divide(call.dtype, call.recv, blocks_of(call, size).count[static_cast<size_t>(rank)], size);
-      break;
+    case CollectiveKind::kReduceScatter: divide(call.dtype, call.recv, blocks_of(call, size).count(rank), size); break;
     case CollectiveKind::kReduce:
       if (rank == call.root) divide(call.dtype, call.recv, call.count, size);
       break;
@@ -123,15 +122,15 @@ std::string check_same_size_buffers(const Call& call, int size, bool holds_data)
 // Reduce-scatter and all-gather: the whole buffer and this rank's block, in place only at the block's own offset.
 std::string check_block_buffers(const Call& call, int rank, int size, bool holds_data) {
   const size_t e = dtype_size(call.dtype);
-  const Blocks blocks = blocks_of(call, size);
-  const size_t mine = blocks.count[static_cast<size_t>(rank)];
+  const BlockView blocks = blocks_of(call, size);
+  const size_t mine = blocks.count(rank);
   const bool gather = call.kind == CollectiveKind::kAllGather;
   const void* whole = gather ? call.recv : call.send;
   const void* part = gather ? call.send : call.recv;
-  std::string problem = missing_buffer(whole, blocks.total, gather ? "recv" : "send", holds_data) +
+  std::string problem = missing_buffer(whole, blocks.total(), gather ? "recv" : "send", holds_data) +
                         missing_buffer(part, mine, gather ? "send" : "recv", holds_data);
-  const void* in_place = at(whole, blocks.offset[static_cast<size_t>(rank)], call.dtype);
-  if (problem.empty() && part != in_place && overlap(whole, blocks.total * e, part, mine * e)) {
+  const void* in_place = at(whole, blocks.offset(rank), call.dtype);
+  if (problem.empty() && part != in_place && overlap(whole, blocks.total() * e, part, mine * e)) {
     problem = "the rank's block overlaps the whole buffer without sitting at its own offset (in place)";
   }
   return problem;
@@ -229,7 +228,7 @@ std::string Communicator::describe(const Call& call) const {
 
 void Communicator::check_agreement(const Call& call) {
   const Signature mine{sequence_,
-                       call.counts.empty() ? call.count : blocks_of(call, size()).total,
+                       call.counts.empty() ? call.count : blocks_of(call, size()).total(),
                        call.root,
                        static_cast<uint8_t>(call.kind),
                        static_cast<uint8_t>(call.dtype),

@@ -44,4 +44,42 @@ Blocks Blocks::of(std::span<const size_t> counts) {
   return blocks;
 }
 
+BlockView BlockView::even(size_t total, int n) {
+  BlockView view;
+  view.n_ = n;
+  view.total_ = total;
+  view.largest_ = n <= 0 ? 0 : total / static_cast<size_t>(n) + (total % static_cast<size_t>(n) != 0 ? 1 : 0);
+  return view;
+}
+
+BlockView BlockView::of(std::span<const size_t> counts) {
+  BlockView view;
+  view.counts_ = counts;
+  view.n_ = static_cast<int>(counts.size());
+  for (const size_t c : counts) {
+    view.total_ += c;
+    view.largest_ = std::max(view.largest_, c);
+  }
+  return view;
+}
+
+// As Blocks::even: the first total % n blocks have one element more.
+size_t BlockView::count(int r) const {
+  const auto i = static_cast<size_t>(r);
+  if (!counts_.empty()) return counts_[i];
+  const auto n = static_cast<size_t>(n_);
+  return total_ / n + (i < total_ % n ? 1 : 0);
+}
+
+size_t BlockView::offset(int r) const {
+  const auto i = static_cast<size_t>(r);
+  if (!counts_.empty()) {
+    size_t offset = 0;
+    for (size_t j = 0; j < i; ++j) offset += counts_[j];
+    return offset;
+  }
+  const auto n = static_cast<size_t>(n_);
+  return i * (total_ / n) + std::min(i, total_ % n);
+}
+
 }  // namespace emu::coll

@@ -54,6 +54,26 @@ struct Blocks {
   static Blocks of(std::span<const size_t> counts);
 };
 
+// The blocks of a buffer as Blocks cuts it, without building all n of them: block r's count and offset in O(1)
+// when the cut is even or uniform, which is what lets a plan of 2^20 ranks account each collective over its virtual
+// group without a pass over every rank. Given counts are read in place (`counts` must outlive the view).
+class BlockView {
+ public:
+  static BlockView even(size_t total, int n);
+  static BlockView uniform(size_t count, int n) { return even(count * static_cast<size_t>(n), n); }
+  static BlockView of(std::span<const size_t> counts);
+  size_t count(int r) const;
+  size_t offset(int r) const;
+  size_t total() const { return total_; }
+  size_t largest() const { return largest_; }
+
+ private:
+  std::span<const size_t> counts_;  // empty: an even cut of total_ into n_ blocks
+  int n_ = 1;
+  size_t total_ = 0;
+  size_t largest_ = 0;
+};
+
 // The largest power of two not above n (n >= 1).
 constexpr int floor_pow2(int n) {
   int p = 1;

@@ -32,13 +32,13 @@ void run(AlgorithmContext& context, const Call& call) {
 
 // Sends every block but r+1's, receives every block but its own.
 Expectation expect(const Call& call, int r, int n, size_t) {
-  const Blocks blocks = blocks_of(call, n);
+  const BlockView blocks = call.counts.empty() ? BlockView::uniform(call.count, n) : BlockView::of(call.counts);
   if (n == 1) return {};
   const uint64_t e = dtype_size(call.dtype);
-  const auto block = [&](int i) { return blocks.count[static_cast<size_t>(wrap(i, n))] * e; };
+  const auto block = [&](int i) { return blocks.count(wrap(i, n)) * e; };
   Expectation expectation;
-  expectation.traffic.sent = blocks.total * e - block(r + 1);
-  expectation.traffic.received = blocks.total * e - block(r);
+  expectation.traffic.sent = blocks.total() * e - block(r + 1);
+  expectation.traffic.received = blocks.total() * e - block(r);
   return expectation;
 }
 

@@ -43,14 +43,14 @@ void run(AlgorithmContext& context, const Call& call) {
 // receives every block but r.
 Expectation expect(const Call& call, int r, int n, size_t slice_bytes) {
   if (n == 1 || call.count == 0) return {};
-  const Blocks blocks = Blocks::even(call.count, n);
+  const BlockView blocks = BlockView::even(call.count, n);
   const uint64_t e = dtype_size(call.dtype);
-  const auto block = [&](int i) { return blocks.count[static_cast<size_t>(wrap(i, n))] * e; };
-  const uint64_t total = blocks.total * e;
+  const auto block = [&](int i) { return blocks.count(wrap(i, n)) * e; };
+  const uint64_t total = blocks.total() * e;
   Expectation expectation;
   expectation.traffic.sent = 2 * total - block(r) - block(r + 1);
   expectation.traffic.received = 2 * total - block(r - 1) - block(r);
-  expectation.buffer_bytes = std::min(blocks.largest, slice_elements(slice_bytes, call.dtype)) * e;
+  expectation.buffer_bytes = std::min(blocks.largest(), slice_elements(slice_bytes, call.dtype)) * e;
   return expectation;
 }
 

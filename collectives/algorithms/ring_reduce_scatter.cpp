@@ -56,14 +56,14 @@ void run(AlgorithmContext& context, const Call& call) {
 }
 
 Expectation expect(const Call& call, int r, int n, size_t slice_bytes) {
-  const Blocks blocks = blocks_of(call, n);
-  if (n == 1 || blocks.largest == 0) return {};
+  const BlockView blocks = call.counts.empty() ? BlockView::uniform(call.count, n) : BlockView::of(call.counts);
+  if (n == 1 || blocks.largest() == 0) return {};
   const uint64_t e = dtype_size(call.dtype);
-  const auto block = [&](int i) { return blocks.count[static_cast<size_t>(wrap(i, n))] * e; };
+  const auto block = [&](int i) { return blocks.count(wrap(i, n)) * e; };
   Expectation expectation;
-  expectation.traffic.sent = blocks.total * e - block(r);
-  expectation.traffic.received = blocks.total * e - block(r - 1);
-  expectation.buffer_bytes = 2 * std::min(blocks.largest, slice_elements(slice_bytes, call.dtype)) * e;
+  expectation.traffic.sent = blocks.total() * e - block(r);
+  expectation.traffic.received = blocks.total() * e - block(r - 1);
+  expectation.buffer_bytes = 2 * std::min(blocks.largest(), slice_elements(slice_bytes, call.dtype)) * e;
   return expectation;
 }
 

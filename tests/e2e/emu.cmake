@@ -44,3 +44,8 @@ add_dependencies(framework_oracle_test emu)
 # The course (docs/course/*.md): every command of its lessons runs and prints what the lesson says to look for.
 add_test(NAME course COMMAND ${PROJECT_SOURCE_DIR}/tests/e2e/course.sh ${PROJECT_SOURCE_DIR} ${PROJECT_BINARY_DIR}/bin)
 set_tests_properties(course PROPERTIES LABELS "e2e" TIMEOUT 600 PROCESSORS 4 ENVIRONMENT "${EMU_MPIEXEC_ENV}")
+
+# The advisor: advice when nothing fits, each suggestion's command line run and held to what the advice said.
+emu_add_unit_test(emu_advisor_test SOURCES e2e/advisor_test.cpp LIBS emu_test_process nlohmann_json::nlohmann_json
+                  LABELS e2e TIMEOUT 600)
+add_dependencies(emu_advisor_test emu)

@@ -66,6 +66,37 @@ TEST(Blocks, EvenSplitPutsTheRemainderFirst) {
   EXPECT_EQ(uneven.largest, 5u);
 }
 
+// The view cuts as Blocks does, block by block, without holding the n blocks (the same hand-counted cases), and at
+// 2^20 ranks, where a plan's collectives are accounted: 10^9 = 953 · 2^20 + 707,072 elements, so 707,072 blocks of
+// 954 first, then blocks of 953.
+TEST(BlockView, CutsAsBlocksDoesWithoutHoldingThem) {
+  const BlockView view = BlockView::even(10, 4);
+  for (int r = 0; r < 4; ++r) {
+    EXPECT_EQ(view.count(r), (std::vector<size_t>{3, 3, 2, 2})[static_cast<size_t>(r)]) << r;
+    EXPECT_EQ(view.offset(r), (std::vector<size_t>{0, 3, 6, 8})[static_cast<size_t>(r)]) << r;
+  }
+  EXPECT_EQ(view.largest(), 3u);
+  EXPECT_EQ(view.total(), 10u);
+  EXPECT_EQ(BlockView::even(2, 4).count(1), 1u);
+  EXPECT_EQ(BlockView::even(2, 4).count(2), 0u);
+  EXPECT_EQ(BlockView::even(2, 4).offset(3), 2u);
+  EXPECT_EQ(BlockView::uniform(5, 3).offset(2), 10u);
+  const std::vector<size_t> counts{0, 5, 2};
+  const BlockView uneven = BlockView::of(counts);
+  EXPECT_EQ(uneven.offset(2), 5u);
+  EXPECT_EQ(uneven.count(1), 5u);
+  EXPECT_EQ(uneven.total(), 7u);
+  EXPECT_EQ(uneven.largest(), 5u);
+  const int n = 1 << 20;
+  const BlockView big = BlockView::even(1'000'000'000, n);
+  EXPECT_EQ(big.count(0), 954u);
+  EXPECT_EQ(big.count(707'071), 954u);
+  EXPECT_EQ(big.count(707'072), 953u);
+  EXPECT_EQ(big.offset(707'072), 707'072u * 954u);
+  EXPECT_EQ(big.offset(n - 1) + big.count(n - 1), 1'000'000'000u);
+  EXPECT_EQ(big.largest(), 954u);
+}
+
 TEST(CheckCall, NamesTheProblem) {
   std::vector<float> a(8);
   std::vector<float> b(8);
