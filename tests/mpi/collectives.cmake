@@ -30,6 +30,22 @@ endforeach()
 add_test(NAME coll_teach_cost.np1 COMMAND $<TARGET_FILE:coll-teach> --kind all_reduce --cost --ranks 8)
 set_tests_properties(coll_teach_cost.np1 PROPERTIES LABELS "mpi" TIMEOUT 60 ENVIRONMENT "${EMU_MPIEXEC_ENV}"
                      PASS_REGULAR_EXPRESSION "tree is faster below 147[.]06 KiB, ring above")
+# The pictures (--svg, --html) against the text view of the same run, the HTML page rendered by headless Chromium
+# with its slider driven to each step; a visible skip (77) where no Chromium is installed (scripts/setup.sh
+# installs chromium-headless-shell).
+add_test(NAME coll_teach_pictures
+         COMMAND ${PROJECT_SOURCE_DIR}/tests/e2e/teach_pictures.py ${MPIEXEC_EXECUTABLE} $<TARGET_FILE:coll-teach>
+                 ${CMAKE_CURRENT_BINARY_DIR}/coll_teach_pictures)
+set_tests_properties(coll_teach_pictures PROPERTIES LABELS "mpi" TIMEOUT 300 PROCESSORS 5 SKIP_RETURN_CODE 77
+                     ENVIRONMENT "${EMU_MPIEXEC_ENV}")
+# Rank 0 alone holds the verdicts on the contents, the cost and the files; every rank must still exit with them
+# (a file that cannot be written: 2 on each of the 3 ranks, not 2 on rank 0 and 0 elsewhere).
+add_test(NAME coll_teach_every_rank_exits.np3
+         COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 3 sh -c
+                 "$<TARGET_FILE:coll-teach> --count 6 --svg /nonexistent-dir/x.svg >/dev/null; echo \"exit $?\"")
+set_tests_properties(coll_teach_every_rank_exits.np3 PROPERTIES LABELS "mpi" TIMEOUT 60 PROCESSORS 3
+                     ENVIRONMENT "${EMU_MPIEXEC_ENV}" PASS_REGULAR_EXPRESSION "exit 2[^!]*exit 2[^!]*exit 2"
+                     FAIL_REGULAR_EXPRESSION "exit [013]")
 if(TARGET coll-perf)
   add_test(NAME coll_perf_smoke.np4
            COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 4 $<TARGET_FILE:coll-perf>
