@@ -6,14 +6,14 @@
 
 namespace emu::coll {
 
-extern const Algorithm kRingAllReduce, kRhdAllReduce, kTreeAllReduce, kRingReduceScatter, kRingAllGather,
+extern const Algorithm kRingAllReduce, kRhdAllReduce, kTreeAllReduce, kDbtreeAllReduce, kRingReduceScatter, kRingAllGather,
     kTreeBroadcast, kTreeReduce, kPairwiseAllToAll, kDisseminationBarrier;
 extern const Algorithm kMpiAllReduce, kMpiReduceScatter, kMpiAllGather, kMpiBroadcast, kMpiReduce, kMpiAllToAll,
     kMpiBarrier;
 
 namespace {
-const std::array<const Algorithm*, 16> kTable = {
-    &kRingAllReduce,        &kRhdAllReduce,     &kTreeAllReduce, &kMpiAllReduce,  //
+const std::array<const Algorithm*, 17> kTable = {
+    &kRingAllReduce,        &kRhdAllReduce,     &kTreeAllReduce, &kDbtreeAllReduce, &kMpiAllReduce,  //
     &kRingReduceScatter,    &kMpiReduceScatter,                                   //
     &kRingAllGather,        &kMpiAllGather,                                       //
     &kTreeBroadcast,        &kMpiBroadcast,                                       //

@@ -163,6 +163,7 @@ def main():
         ("all_reduce", "ring", 4, ["--count", "8"]),  # the course's example
         ("all_reduce", "rhd", 5, ["--count", "11"]),  # halves by offset; the fold
         ("all_reduce", "tree", 5, ["--count", "4"]),
+        ("all_reduce", "dbtree", 6, ["--count", "8"]),  # two trees in the same steps, full duplex
         ("broadcast", "tree", 5, ["--count", "4", "--root", "3"]),
         ("all_to_all", "pairwise", 3, ["--count", "2"]),  # the label is the sender's block, not the receiver's
     ]

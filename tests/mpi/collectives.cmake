@@ -13,7 +13,7 @@ emu_add_mpi_test(coll_ledger_test SOURCES mpi/coll_ledger_test.cpp LIBS emu_coll
 # took ("agrees").
 foreach(case "all_reduce;ring;5" "all_reduce;rhd;5" "all_reduce;tree;5" "reduce_scatter;ring;5" "all_gather;ring;5"
              "broadcast;tree;5" "reduce;tree;5" "all_to_all;pairwise;5" "all_reduce;ring;8" "all_reduce;rhd;8"
-             "all_reduce;tree;8")
+             "all_reduce;tree;8" "all_reduce;dbtree;5" "all_reduce;dbtree;8")
   list(GET case 0 kind)
   list(GET case 1 algorithm)
   list(GET case 2 ranks)
