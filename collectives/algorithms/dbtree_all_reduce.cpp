@@ -52,7 +52,9 @@ using Plan = std::vector<std::vector<Move>>;  // [step][rank]
 // Level of a tree position (its lowest set bit) and the top inner level L.
 int level(int position) { return ceil_log2((position & -position) + 1) - 1; }
 int top_level(int n) { return n <= 1 ? 0 : level(floor_pow2(n - 1)); }
-int position_of(int tree, int rank, int n) { return tree == 0 ? rank : (n % 2 == 1 ? wrap(rank - 1, n) : n - 1 - rank); }
+int position_of(int tree, int rank, int n) {
+  return tree == 0 ? rank : (n % 2 == 1 ? wrap(rank - 1, n) : n - 1 - rank);
+}
 
 // The up step of `rank` in `tree` within a chunk, 2j + s, or -1 for the root.
 int up_step(int tree, int rank, int n) {
@@ -99,7 +101,8 @@ Plan plan(size_t count, size_t chunk, int n) {
     };
     if (k > 0) ++start;
     while (!fits(start)) ++start;
-    steps.resize(std::max(steps.size(), start + static_cast<size_t>(per_chunk)), std::vector<Move>(static_cast<size_t>(n)));
+    steps.resize(std::max(steps.size(), start + static_cast<size_t>(per_chunk)),
+                 std::vector<Move>(static_cast<size_t>(n)));
     for (const Edge& e : edges) {
       auto& row = steps[start + static_cast<size_t>(e.step)];
       row[static_cast<size_t>(e.from)].send = e.side;
@@ -196,8 +199,11 @@ Cost cost(double s, int n) {
 }  // namespace
 
 extern const Algorithm kDbtreeAllReduce{
-    CollectiveKind::kAllReduce, "dbtree",
+    CollectiveKind::kAllReduce,
+    "dbtree",
     "NCCL's double binary tree: each half of the buffer reduced up and broadcast down its own tree, pipelined",
-    run, expect, cost};
+    run,
+    expect,
+    cost};
 
 }  // namespace emu::coll

@@ -338,7 +338,8 @@ int run(const MpiSession& mpi, int argc, char** argv) {
   int verdict = wrong == 0 ? kExitOk : kExitExpectationFailed;
   if (mpi.rank() == 0) {
     try {
-      verdict = std::max(verdict, report(settings, *kind, *dtype, algorithm, c.call(), totals, logs, wrong, mpi.world()));
+      verdict =
+          std::max(verdict, report(settings, *kind, *dtype, algorithm, c.call(), totals, logs, wrong, mpi.world()));
     } catch (const InputError& error) {
       std::fprintf(stderr, "coll-teach: error: %s\n", error.what());
       verdict = kExitBadInput;

@@ -71,8 +71,8 @@ Geometry geometry(const Replay& replay) {
 std::string panel(const Frame& frame, const Geometry& g, const std::string& attributes) {
   const std::string title =
       frame.round == 0 ? std::string("inputs") : fmt::format("after round {}: {}", frame.round, frame.stages);
-  std::string out = fmt::format("<g class=\"step\" data-round=\"{}\" data-title=\"{}\"{}>\n", frame.round,
-                                escape(title), attributes);
+  std::string out =
+      fmt::format("<g class=\"step\" data-round=\"{}\" data-title=\"{}\"{}>\n", frame.round, escape(title), attributes);
   out += fmt::format("<text class=\"panel-title\" x=\"{}\" y=\"20\">{}</text>\n", Geometry::kMargin, escape(title));
   const double y = g.box_top();
   for (const Message& message : frame.messages) {

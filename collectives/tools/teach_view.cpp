@@ -349,8 +349,8 @@ class ContentsReplay {
 
   // Where one side of an exchange lies: its logged offset, else its block's, else the whole buffer, which it must
   // then be (a side with neither that is not the whole buffer cannot be placed, and is an error, not offset 0).
-  std::optional<std::pair<size_t, size_t>> placed(size_t rank, size_t index, int64_t offset, int block,
-                                                  uint64_t bytes, const char* side) {
+  std::optional<std::pair<size_t, size_t>> placed(size_t rank, size_t index, int64_t offset, int block, uint64_t bytes,
+                                                  const char* side) {
     const size_t count = bytes / layout_.element_bytes;
     std::pair<size_t, size_t> where{0, count};
     if (offset >= 0) {
@@ -358,12 +358,14 @@ class ContentsReplay {
     } else if (block >= 0 && static_cast<size_t>(block) < blocks_.offset.size()) {
       where.first = blocks_.offset[static_cast<size_t>(block)];
     } else if (count != blocks_.total) {
-      return fail(rank, index, fmt::format("{} {} with neither a block nor an offset, and the buffer is {}", side,
-                                           format_bytes(bytes), format_bytes(blocks_.total * layout_.element_bytes)));
+      return fail(rank, index,
+                  fmt::format("{} {} with neither a block nor an offset, and the buffer is {}", side,
+                              format_bytes(bytes), format_bytes(blocks_.total * layout_.element_bytes)));
     }
     if (where.first + count > blocks_.total) {
-      return fail(rank, index, fmt::format("{} elements [{},{}) of a buffer of {}", side, where.first,
-                                           where.first + count, blocks_.total));
+      return fail(
+          rank, index,
+          fmt::format("{} elements [{},{}) of a buffer of {}", side, where.first, where.first + count, blocks_.total));
     }
     return where;
   }
@@ -417,10 +419,9 @@ class ContentsReplay {
           held = step.reduced ? (held | payload[e]) : payload[e];
         }
         const StepRecord& sent = logs_[static_cast<size_t>(sender->second.first)][sender->second.second];
-        frame.messages.push_back(Message{sender->second.first, static_cast<int>(r),
-                                         chunk_text(sent.send_block, sent.send_offset, sent.send_bytes,
-                                                    layout_.element_bytes),
-                                         step.reduced});
+        frame.messages.push_back(Message{
+            sender->second.first, static_cast<int>(r),
+            chunk_text(sent.send_block, sent.send_offset, sent.send_bytes, layout_.element_bytes), step.reduced});
       }
     }
   }

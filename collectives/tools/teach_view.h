@@ -74,7 +74,7 @@ Contents format_contents(const Layout& layout, const Logs& logs, const std::vect
 struct Message {
   int from = kNoPeer;
   int to = kNoPeer;
-  std::string chunk;  // chunk_text of the sending side
+  std::string chunk;     // chunk_text of the sending side
   bool reduced = false;  // the receiver added it to its own
 };
 struct Frame {

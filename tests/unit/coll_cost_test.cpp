@@ -9,8 +9,8 @@
 
 namespace emu::coll {
 
-extern const Algorithm kRingAllReduce, kRhdAllReduce, kTreeAllReduce, kDbtreeAllReduce, kRingReduceScatter, kRingAllGather,
-    kTreeBroadcast, kTreeReduce, kPairwiseAllToAll, kDisseminationBarrier;
+extern const Algorithm kRingAllReduce, kRhdAllReduce, kTreeAllReduce, kDbtreeAllReduce, kRingReduceScatter,
+    kRingAllGather, kTreeBroadcast, kTreeReduce, kPairwiseAllToAll, kDisseminationBarrier;
 
 namespace {
 

@@ -136,7 +136,8 @@ TEST(TeachContents, AnExchangeWithNeitherBlockNorOffsetMustBeTheWholeBuffer) {
   logs[2][0].recv_bytes = 8;
   const Contents contents = format_contents({CollectiveKind::kBroadcast, 4, 4, 0}, logs, logical_rounds(logs));
   EXPECT_EQ(contents.text, "");
-  EXPECT_EQ(contents.error, "r0's exchange 1 (send) sends 8 B with neither a block nor an offset, and the buffer is 16 B");
+  EXPECT_EQ(contents.error,
+            "r0's exchange 1 (send) sends 8 B with neither a block nor an offset, and the buffer is 16 B");
   // The same 8 bytes logged at an offset are placed there.
   logs[0][0].send_offset = 2;
   logs[2][0].recv_offset = 2;

@@ -76,13 +76,8 @@ TEST(DoubleBinaryTree, NcclsDrawings) {
             (Children{{0, {8}}, {8, {4, 12}}, {4, {2, 6}}, {12, {10, 13}}, {2, {1, 3}}, {6, {5, 7}}, {10, {9, 11}}}));
   EXPECT_EQ(children_of(1, 12),
             (Children{{11, {3}}, {3, {1, 7}}, {1, {0, 2}}, {7, {5, 9}}, {5, {4, 6}}, {9, {8, 10}}}));
-  EXPECT_EQ(children_of(1, 13), (Children{{1, {9}},
-                                          {9, {0, 5}},
-                                          {5, {3, 7}},
-                                          {0, {11}},
-                                          {3, {2, 4}},
-                                          {7, {6, 8}},
-                                          {11, {10, 12}}}));
+  EXPECT_EQ(children_of(1, 13),
+            (Children{{1, {9}}, {9, {0, 5}}, {5, {3, 7}}, {0, {11}}, {3, {2, 4}}, {7, {6, 8}}, {11, {10, 12}}}));
   EXPECT_EQ(dbtree_root(0, 12), 0);
   EXPECT_EQ(dbtree_root(1, 12), 11);
   EXPECT_EQ(dbtree_root(1, 13), 1);
