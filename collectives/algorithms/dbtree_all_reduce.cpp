@@ -152,7 +152,7 @@ void run(AlgorithmContext& context, const Call& call) {
       const std::string received = describe(move.recv, chunks);
       if (received != what) what += (what.empty() ? "" : ", ") + received;
     }
-    const std::string stage = fmt::format("step {}/{} {}", s + 1, steps.size(), what);
+    const std::string stage = what.empty() ? std::string("idle") : what;
     if (move.recv.peer != kNoPeer && move.recv.up) {
       exchange_reduce(context, dtype, call.op, stage, x, x.recv, scratch.data());
     } else {

@@ -48,7 +48,7 @@ struct Geometry {
 // How high an arrow rises above the boxes: with the distance it spans, and higher going left, so that the two
 // directions of an exchange between the same pair do not overlap.
 double rise(const Message& message) {
-  return 18 + 16.0 * std::abs(message.to - message.from) + (message.to < message.from ? 12 : 0);
+  return 18 + 16.0 * std::abs(message.to - message.from) + (message.to < message.from ? 16 : 0);
 }
 
 Geometry geometry(const Replay& replay) {

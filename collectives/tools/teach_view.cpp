@@ -6,6 +6,7 @@
 #include <cmath>
 #include <map>
 #include <optional>
+#include <string_view>
 
 #include "collectives/topology.h"
 #include "emu/units.h"
@@ -337,8 +338,14 @@ class ContentsReplay {
     std::vector<std::string> names;
     for (size_t r = 0; r < logs_.size(); ++r) {
       for (size_t i = 0; i < logs_[r].size(); ++i) {
-        if (rounds_[r][i] == round && std::find(names.begin(), names.end(), logs_[r][i].stage) == names.end()) {
-          names.push_back(logs_[r][i].stage);
+        if (rounds_[r][i] != round) continue;
+        // A stage may name several parts ("tree 1 up, tree 0 up"); each is listed once.
+        std::string_view rest = logs_[r][i].stage;
+        while (!rest.empty()) {
+          const size_t comma = rest.find(", ");
+          const std::string part(rest.substr(0, comma));
+          if (std::find(names.begin(), names.end(), part) == names.end()) names.push_back(part);
+          rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 2);
         }
       }
     }
