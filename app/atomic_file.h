@@ -1,12 +1,10 @@
-// Files emu writes are complete or absent: written beside their destination, flushed, then renamed over it.
+// The app writes its outputs (JSON, trace, SVG) complete or absent, through emu/atomic_file.h.
 #pragma once
 
-#include <string>
-#include <string_view>
+#include "emu/atomic_file.h"
 
 namespace emu::app {
 
-// Writes `contents` to `path` atomically. Throws InputError naming the path and the reason when it cannot.
-void write_file_atomically(const std::string& path, std::string_view contents);
+using emu::write_file_atomically;
 
 }  // namespace emu::app

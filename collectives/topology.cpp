@@ -13,6 +13,39 @@ std::vector<int> binomial_children(int v, int n) {
   return children;
 }
 
+namespace {
+
+// Tree 0 of the double binary tree (ncclGetBtree's shape).
+TreeLinks in_order_tree(int rank, int n) {
+  TreeLinks links;
+  if (rank == 0) {
+    if (n > 1) links.child0 = floor_pow2(n - 1);
+    return links;
+  }
+  const int bit = rank & -rank;
+  links.parent = (rank ^ bit) | (bit << 1);
+  if (links.parent >= n) links.parent = rank ^ bit;
+  int half = bit >> 1;
+  if (half > 0) links.child0 = rank - half;
+  while (half > 0 && rank + half >= n) half >>= 1;
+  if (half > 0) links.child1 = rank + half;
+  return links;
+}
+
+}  // namespace
+
+TreeLinks dbtree_links(int tree, int rank, int n) {
+  if (tree == 0) return in_order_tree(rank, n);
+  // Tree 1: rank r plays position p(r) of tree 0; its links are the ranks playing the linked positions.
+  const bool odd = n % 2 == 1;
+  const auto position = [&](int r) { return odd ? wrap(r - 1, n) : n - 1 - r; };
+  const auto rank_at = [&](int p) { return p < 0 ? -1 : (odd ? wrap(p + 1, n) : n - 1 - p); };
+  const TreeLinks shape = in_order_tree(position(rank), n);
+  return {rank_at(shape.parent), rank_at(shape.child0), rank_at(shape.child1)};
+}
+
+int dbtree_root(int tree, int n) { return tree == 0 || n == 1 ? 0 : (n % 2 == 1 ? 1 : n - 1); }
+
 Blocks Blocks::even(size_t total, int n) {
   Blocks blocks;
   const size_t ranks = static_cast<size_t>(n);

@@ -39,6 +39,26 @@ constexpr int binomial_parent(int v) { return v == 0 ? -1 : (v & (v - 1)); }
 // Children in broadcast order: largest subtree first.
 std::vector<int> binomial_children(int v, int n);
 
+// NCCL's double binary tree (its src/graph/trees.cc, ncclGetBtree and ncclGetDtree; Sanders, Speck and Träff,
+// "Two-tree algorithms for full bandwidth broadcast, reduction and scan", 2009). Tree 0 is an in-order binary tree
+// rooted at rank 0: a rank r > 0 whose lowest set bit is b has children r - b/2 and r + b/2 (the right one
+// brought back in range by halving b/2 while it is past N), and parent (r - b) + 2b, or r - b when that is past
+// N; rank 0 has a single child, the largest power of two below N. Tree 1 is tree 0 mirrored (rank r plays N-1-r)
+// when N is even, shifted by one (rank r plays r-1) when N is odd, so that the inner ranks of one tree are leaves
+// of the other and every rank sends and receives about as much as every other. N = 8:
+//
+//     tree 0:  0 ──▶ 4 ─┬─▶ 2 ─┬─▶ 1        tree 1:  7 ──▶ 3 ─┬─▶ 5 ─┬─▶ 6
+//                       │      └─▶ 3                          │      └─▶ 4
+//                       └─▶ 6 ─┬─▶ 5                          └─▶ 1 ─┬─▶ 2
+//                              └─▶ 7                                 └─▶ 0
+struct TreeLinks {
+  int parent = -1;  // -1: the root
+  int child0 = -1;  // -1: none
+  int child1 = -1;
+};
+TreeLinks dbtree_links(int tree, int rank, int n);
+int dbtree_root(int tree, int n);
+
 // A buffer cut into one block per rank: block r is elements [offset[r], offset[r] + count[r]).
 struct Blocks {
   std::vector<size_t> offset;

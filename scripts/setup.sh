@@ -15,6 +15,7 @@ packages=(
   libcli11-dev nlohmann-json3-dev libfmt-dev
   clang libclang-rt-14-dev clang-format clang-tidy
   python3  # scripts/mutate.sh plants mutants with it (part of scripts/test.sh)
+  chromium-headless-shell  # the coll_teach_pictures test renders coll-teach's HTML page in it
 )
 
 missing=()

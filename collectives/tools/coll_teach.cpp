@@ -21,9 +21,11 @@
 
 #include "collectives/cost.h"
 #include "collectives/mpi/mpi_communicator.h"
+#include "collectives/tools/teach_picture.h"
 #include "collectives/tools/teach_view.h"
 #include "collectives/topology.h"
 #include "collectives/verify.h"
+#include "emu/atomic_file.h"
 #include "emu/check.h"
 #include "emu/hardware.h"
 #include "emu/mpi_env.h"
@@ -40,6 +42,8 @@ struct Settings {
   int root = 0;
   size_t slice_bytes = 4 << 20;
   std::string trace;
+  std::string svg;
+  std::string html;
   // --cost
   bool cost = false;
   int ranks = 0;                 // 0: the world's size
@@ -176,6 +180,81 @@ std::string partition_text(CollectiveKind kind, size_t count, int size, DType dt
   return out + fmt::format(" (elements of {} B)\n", dtype_size(dtype));
 }
 
+// --svg and --html: the pictures of the same replay the contents text is printed from; nothing is written when the
+// exchanges cannot be placed (there is nothing true to draw).
+void write_pictures(const Settings& settings, const teach::Replay& replay, const teach::PictureText& text) {
+  if (settings.svg.empty() && settings.html.empty()) return;
+  if (replay.frames.empty()) {
+    std::printf("pictures: not written (the buffer contents cannot be shown for this run)\n");
+    return;
+  }
+  if (!settings.svg.empty()) {
+    write_file_atomically(settings.svg, teach::format_svg(replay, text));
+    std::printf("picture: %s\n", settings.svg.c_str());
+  }
+  if (!settings.html.empty()) {
+    write_file_atomically(settings.html, teach::format_html(replay, text));
+    std::printf("page: %s (open in a browser; the slider steps through the rounds)\n", settings.html.c_str());
+  }
+}
+
+// Rank 0's report of the run: the rounds, the contents, the totals, the cost against the model, the files.
+// Returns the exit code its verdicts call for.
+int report(const Settings& settings, CollectiveKind kind, DType dtype, const Algorithm& algorithm, const Call& call,
+           const std::vector<uint64_t>& totals, const teach::Logs& logs, uint64_t wrong, int world) {
+  const uint64_t payload = payload_bytes(call, world);
+  std::printf("%s with %s on %d ranks: %s of %s, S = %s\n%s", std::string(kind_name(kind)).c_str(),
+              std::string(algorithm.name).c_str(), world, fmt::format("{} elements", settings.count).c_str(),
+              std::string(dtype_name(dtype)).c_str(), format_bytes(payload).c_str(),
+              partition_text(kind, settings.count, world, dtype).c_str());
+  std::printf("%s: %s\n\n", std::string(algorithm.name).c_str(), std::string(algorithm.summary).c_str());
+  const auto rounds = teach::logical_rounds(logs);
+  std::fputs(teach::format_steps(logs, rounds, dtype_size(dtype)).c_str(), stdout);
+  const teach::Layout layout{kind, settings.count, dtype_size(dtype), settings.root};
+  const teach::Replay replay = teach::replay_contents(layout, logs, rounds);
+  const teach::Contents contents = teach::format_contents(replay);
+  if (!contents.error.empty()) std::printf("\nbuffer contents: cannot be shown: %s\n", contents.error.c_str());
+  if (!contents.text.empty()) {
+    std::printf(
+        "\nbuffer contents (blocks a, b, ...; a0+a3: block a summed over the inputs of r0 and r3; ·: not "
+        "yet received)\n%sat the end: %s\n",
+        contents.text.c_str(),
+        contents.verdict.empty() ? ("as " + std::string(kind_name(kind)) + " defines").c_str()
+                                 : ("DISAGREES: " + contents.verdict).c_str());
+  }
+  std::printf("\nper rank: sent / received (declared by the algorithm)\n");
+  for (int r = 0; r < world; ++r) {
+    const uint64_t* t = &totals[4 * static_cast<size_t>(r)];
+    std::printf("  r%-3d %s / %s (%s / %s)\n", r, format_bytes(t[0]).c_str(), format_bytes(t[1]).c_str(),
+                format_bytes(t[2]).c_str(), format_bytes(t[3]).c_str());
+  }
+  std::string disagreement;
+  if (algorithm.cost != nullptr) {
+    const Cost model = algorithm.cost(static_cast<double>(payload), world);
+    const teach::ExecutedCost executed = teach::executed_cost(logs, rounds);
+    disagreement = teach::cost_disagreement(model, executed, dtype_size(dtype));
+    std::printf(
+        "\ncost (α-β-γ): %s\n  executed: %d rounds, %s on the busiest rank's critical path, %s reduced\n"
+        "  model:    %g rounds, %.1f B, %.1f B: %s\n",
+        std::string(model.formula).c_str(), executed.rounds, format_bytes(executed.bytes).c_str(),
+        format_bytes(executed.reduced).c_str(), model.rounds, model.bytes, model.reduced,
+        disagreement.empty() ? "agrees" : ("DISAGREES: " + disagreement).c_str());
+  }
+  std::printf("result: %s\n", wrong == 0 ? "correct on every rank" : fmt::format("{} wrong elements", wrong).c_str());
+  if (!settings.trace.empty()) {
+    const std::string title = fmt::format("{} {} on {} ranks", kind_name(kind), algorithm.name, world);
+    write_file_atomically(settings.trace, teach::chrome_trace(logs, rounds, title).dump(1) + "\n");
+    std::printf("trace: %s (open at ui.perfetto.dev)\n", settings.trace.c_str());
+  }
+  write_pictures(settings, replay,
+                 {fmt::format("{} with {} on {} ranks: {} elements of {}, S = {}", kind_name(kind), algorithm.name,
+                              world, settings.count, dtype_name(dtype), format_bytes(payload)),
+                  std::string(algorithm.summary)});
+  return wrong == 0 && disagreement.empty() && contents.verdict.empty() && contents.error.empty()
+             ? kExitOk
+             : kExitExpectationFailed;
+}
+
 int run(const MpiSession& mpi, int argc, char** argv) {
   Settings settings;
   CLI::App app{"coll-teach: one collective, step by step"};
@@ -188,6 +267,8 @@ int run(const MpiSession& mpi, int argc, char** argv) {
   app.add_option("-r,--root", settings.root, "root of broadcast and reduce");
   app.add_option("--slice", settings.slice_bytes, "largest message, bytes");
   app.add_option("--trace", settings.trace, "write a Chrome trace (Perfetto) to this file");
+  app.add_option("--svg", settings.svg, "write the rounds as a picture (SVG): ranks, messages, buffer contents");
+  app.add_option("--html", settings.html, "write the picture as a self-contained HTML page with a step slider");
   bool list = false;
   app.add_flag("--list", list, "list the algorithms of every kind");
   app.add_flag("--cost", settings.cost,
@@ -252,51 +333,20 @@ int run(const MpiSession& mpi, int argc, char** argv) {
   std::vector<uint64_t> totals(4 * static_cast<size_t>(mpi.world()));
   MPI_Gather(mine_totals.data(), 4, MPI_UINT64_T, totals.data(), 4, MPI_UINT64_T, 0, MPI_COMM_WORLD);
   const teach::Logs logs = gather_logs(mine, mpi.rank(), mpi.world());
-  if (mpi.rank() != 0) return wrong == 0 ? kExitOk : kExitExpectationFailed;
-
-  const uint64_t payload = payload_bytes(c.call(), mpi.world());
-  std::printf("%s with %s on %d ranks: %s of %s, S = %s\n%s", std::string(kind_name(*kind)).c_str(),
-              std::string(algorithm.name).c_str(), mpi.world(), fmt::format("{} elements", settings.count).c_str(),
-              std::string(dtype_name(*dtype)).c_str(), format_bytes(payload).c_str(),
-              partition_text(*kind, settings.count, mpi.world(), *dtype).c_str());
-  std::printf("%s: %s\n\n", std::string(algorithm.name).c_str(), std::string(algorithm.summary).c_str());
-  const auto rounds = teach::logical_rounds(logs);
-  std::fputs(teach::format_steps(logs, rounds).c_str(), stdout);
-  const teach::Contents contents =
-      teach::format_contents({*kind, settings.count, dtype_size(*dtype), settings.root}, logs, rounds);
-  if (!contents.text.empty()) {
-    std::printf(
-        "\nbuffer contents (blocks a, b, ...; a0+a3: block a summed over the inputs of r0 and r3; ·: not "
-        "yet received)\n%sat the end: %s\n",
-        contents.text.c_str(),
-        contents.verdict.empty() ? ("as " + std::string(kind_name(*kind)) + " defines").c_str()
-                                 : ("DISAGREES: " + contents.verdict).c_str());
+  // Rank 0 alone holds every rank's log and so the verdicts on the contents and the cost; every rank exits with
+  // the worst of them and of the results (a file that cannot be written is bad input).
+  int verdict = wrong == 0 ? kExitOk : kExitExpectationFailed;
+  if (mpi.rank() == 0) {
+    try {
+      verdict =
+          std::max(verdict, report(settings, *kind, *dtype, algorithm, c.call(), totals, logs, wrong, mpi.world()));
+    } catch (const InputError& error) {
+      std::fprintf(stderr, "coll-teach: error: %s\n", error.what());
+      verdict = kExitBadInput;
+    }
   }
-  std::printf("\nper rank: sent / received (declared by the algorithm)\n");
-  for (int r = 0; r < mpi.world(); ++r) {
-    const uint64_t* t = &totals[4 * static_cast<size_t>(r)];
-    std::printf("  r%-3d %s / %s (%s / %s)\n", r, format_bytes(t[0]).c_str(), format_bytes(t[1]).c_str(),
-                format_bytes(t[2]).c_str(), format_bytes(t[3]).c_str());
-  }
-  std::string disagreement;
-  if (algorithm.cost != nullptr) {
-    const Cost model = algorithm.cost(static_cast<double>(payload), mpi.world());
-    const teach::ExecutedCost executed = teach::executed_cost(logs, rounds);
-    disagreement = teach::cost_disagreement(model, executed, dtype_size(*dtype));
-    std::printf(
-        "\ncost (α-β-γ): %s\n  executed: %d rounds, %s on the busiest rank's critical path, %s reduced\n"
-        "  model:    %g rounds, %.1f B, %.1f B: %s\n",
-        std::string(model.formula).c_str(), executed.rounds, format_bytes(executed.bytes).c_str(),
-        format_bytes(executed.reduced).c_str(), model.rounds, model.bytes, model.reduced,
-        disagreement.empty() ? "agrees" : ("DISAGREES: " + disagreement).c_str());
-  }
-  std::printf("result: %s\n", wrong == 0 ? "correct on every rank" : fmt::format("{} wrong elements", wrong).c_str());
-  if (!settings.trace.empty()) {
-    const std::string title = fmt::format("{} {} on {} ranks", kind_name(*kind), algorithm.name, mpi.world());
-    std::ofstream(settings.trace) << teach::chrome_trace(logs, rounds, title).dump(1) << "\n";
-    std::printf("trace: %s (open at ui.perfetto.dev)\n", settings.trace.c_str());
-  }
-  return wrong == 0 && disagreement.empty() && contents.verdict.empty() ? kExitOk : kExitExpectationFailed;
+  MPI_Allreduce(MPI_IN_PLACE, &verdict, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  return verdict;
 }
 
 }  // namespace

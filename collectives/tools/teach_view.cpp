@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <optional>
+#include <string_view>
 
 #include "collectives/topology.h"
 #include "emu/units.h"
@@ -38,11 +40,16 @@ std::map<std::pair<int, size_t>, std::pair<int, size_t>> match_messages(const Lo
   return sender_of;
 }
 
-std::string block_text(int block, uint64_t bytes) {
-  return block >= 0 ? fmt::format("block {} ({})", block, format_bytes(bytes)) : format_bytes(bytes);
-}
-
 }  // namespace
+
+std::string chunk_text(int block, int64_t offset, uint64_t bytes, size_t element_bytes) {
+  if (block >= 0) return fmt::format("block {} ({})", block, format_bytes(bytes));
+  if (offset >= 0 && element_bytes > 0) {
+    return fmt::format("elements [{},{}) ({})", offset, static_cast<uint64_t>(offset) + bytes / element_bytes,
+                       format_bytes(bytes));
+  }
+  return format_bytes(bytes);
+}
 
 std::vector<std::vector<int>> logical_rounds(const Logs& logs) {
   const auto sender_of = match_messages(logs);
@@ -100,7 +107,7 @@ std::string cost_disagreement(const Cost& model, const ExecutedCost& executed, u
   return out;
 }
 
-std::string format_steps(const Logs& logs, const std::vector<std::vector<int>>& rounds) {
+std::string format_steps(const Logs& logs, const std::vector<std::vector<int>>& rounds, size_t element_bytes) {
   int last = 0;
   for (const auto& list : rounds) {
     for (int round : list) last = std::max(last, round);
@@ -115,10 +122,13 @@ std::string format_steps(const Logs& logs, const std::vector<std::vector<int>>& 
         const StepRecord& step = logs[r][i];
         so_far[r] += Traffic{step.send_bytes, step.recv_bytes};
         std::string what;
-        if (sends(step)) what += fmt::format("sends {} to r{}", block_text(step.send_block, step.send_bytes), step.to);
+        if (sends(step)) {
+          what += fmt::format("sends {} to r{}",
+                              chunk_text(step.send_block, step.send_offset, step.send_bytes, element_bytes), step.to);
+        }
         if (receives(step)) {
           what += fmt::format("{}receives {} from r{}{}", what.empty() ? "" : "; ",
-                              block_text(step.recv_block, step.recv_bytes), step.from,
+                              chunk_text(step.recv_block, step.recv_offset, step.recv_bytes, element_bytes), step.from,
                               step.reduced ? ", adds it to its own" : "");
         }
         if (what.empty()) what = "waits";
@@ -228,14 +238,6 @@ std::vector<std::vector<Contributors>> initial_contents(const Layout& layout, co
   return state;
 }
 
-// Where one side of an exchange lies: its offset if logged, else its block's, else the whole buffer.
-std::pair<size_t, size_t> placed(int64_t offset, int block, uint64_t bytes, const Blocks& blocks, size_t element) {
-  const size_t count = bytes / element;
-  if (offset >= 0) return {static_cast<size_t>(offset), count};
-  if (block >= 0 && static_cast<size_t>(block) < blocks.offset.size()) return {blocks.offset[block], count};
-  return {0, count};
-}
-
 std::string block_contents(const std::vector<Contributors>& elements, size_t begin, size_t count, int block) {
   const auto text = [&](Contributors set) {
     if (set == 0) return std::string("·");
@@ -307,34 +309,90 @@ class ContentsReplay {
         state_(initial_contents(layout, blocks_, static_cast<int>(logs.size()))),
         sender_of_(match_messages(logs)) {}
 
-  // False when an exchange cannot be placed in the buffer (the view then shows nothing).
-  bool play(int round) { return send(round) && receive(round); }
+  // The round's exchanges applied; the frame after it. Empty error() when every exchange could be placed.
+  Frame play(int round) {
+    Frame frame;
+    frame.round = round;
+    if (send(round)) receive(round, frame);
+    frame.stages = stages(round);
+    frame.blocks = blocks();
+    return frame;
+  }
 
-  std::string text(int round) const {
-    std::string out = fmt::format("after round {}:\n", round);
+  Frame inputs() const { return Frame{0, "inputs", blocks(), {}}; }
+  const std::string& error() const { return error_; }
+  std::string verdict() const { return definition_disagreement(layout_, blocks_, state_); }
+
+ private:
+  std::vector<std::vector<std::string>> blocks() const {
+    std::vector<std::vector<std::string>> out(state_.size());
     for (size_t r = 0; r < state_.size(); ++r) {
-      std::string line;
       for (size_t b = 0; b < blocks_.count.size(); ++b) {
-        line +=
-            (b == 0 ? "" : " | ") + block_contents(state_[r], blocks_.offset[b], blocks_.count[b], static_cast<int>(b));
+        out[r].push_back(block_contents(state_[r], blocks_.offset[b], blocks_.count[b], static_cast<int>(b)));
       }
-      out += fmt::format("  r{} [{}]\n", r, line);
     }
     return out;
   }
 
-  std::string verdict() const { return definition_disagreement(layout_, blocks_, state_); }
+  std::string stages(int round) const {
+    std::vector<std::string> names;
+    for (size_t r = 0; r < logs_.size(); ++r) {
+      for (size_t i = 0; i < logs_[r].size(); ++i) {
+        if (rounds_[r][i] != round) continue;
+        // A stage may name several parts ("tree 1 up, tree 0 up"); each is listed once.
+        std::string_view rest = logs_[r][i].stage;
+        while (!rest.empty()) {
+          const size_t comma = rest.find(", ");
+          const std::string part(rest.substr(0, comma));
+          if (std::find(names.begin(), names.end(), part) == names.end()) names.push_back(part);
+          rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 2);
+        }
+      }
+    }
+    std::string out;
+    for (const std::string& name : names) out += (out.empty() ? "" : ", ") + name;
+    return out;
+  }
 
- private:
+  // Where one side of an exchange lies: its logged offset, else its block's, else the whole buffer, which it must
+  // then be (a side with neither that is not the whole buffer cannot be placed, and is an error, not offset 0).
+  std::optional<std::pair<size_t, size_t>> placed(size_t rank, size_t index, int64_t offset, int block, uint64_t bytes,
+                                                  const char* side) {
+    const size_t count = bytes / layout_.element_bytes;
+    std::pair<size_t, size_t> where{0, count};
+    if (offset >= 0) {
+      where.first = static_cast<size_t>(offset);
+    } else if (block >= 0 && static_cast<size_t>(block) < blocks_.offset.size()) {
+      where.first = blocks_.offset[static_cast<size_t>(block)];
+    } else if (count != blocks_.total) {
+      return fail(rank, index,
+                  fmt::format("{} {} with neither a block nor an offset, and the buffer is {}", side,
+                              format_bytes(bytes), format_bytes(blocks_.total * layout_.element_bytes)));
+    }
+    if (where.first + count > blocks_.total) {
+      return fail(
+          rank, index,
+          fmt::format("{} elements [{},{}) of a buffer of {}", side, where.first, where.first + count, blocks_.total));
+    }
+    return where;
+  }
+
+  std::nullopt_t fail(size_t rank, size_t index, const std::string& what) {
+    if (error_.empty()) {
+      error_ = fmt::format("r{}'s exchange {} ({}) {}", rank, index + 1, logs_[rank][index].stage, what);
+    }
+    return std::nullopt;
+  }
+
   // What each exchange of the round sends is its rank's state before the round's receives.
   bool send(int round) {
     for (size_t r = 0; r < logs_.size(); ++r) {
       for (size_t i = 0; i < logs_[r].size(); ++i) {
         const StepRecord& step = logs_[r][i];
         if (rounds_[r][i] != round || !sends(step)) continue;
-        const auto [offset, count] =
-            placed(step.send_offset, step.send_block, step.send_bytes, blocks_, layout_.element_bytes);
-        if (offset + count > blocks_.total) return false;
+        const auto where = placed(r, i, step.send_offset, step.send_block, step.send_bytes, "sends");
+        if (!where) return false;
+        const auto [offset, count] = *where;
         std::vector<Contributors> payload(count, Contributors{1} << r);  // all-to-all: the sender's own input
         if (layout_.kind != CollectiveKind::kAllToAll) {
           std::copy_n(state_[r].begin() + static_cast<std::ptrdiff_t>(offset), count, payload.begin());
@@ -345,24 +403,34 @@ class ContentsReplay {
     return true;
   }
 
-  bool receive(int round) {
+  void receive(int round, Frame& frame) {
     for (size_t r = 0; r < logs_.size(); ++r) {
       for (size_t i = 0; i < logs_[r].size(); ++i) {
         const StepRecord& step = logs_[r][i];
         if (rounds_[r][i] != round || !receives(step)) continue;
         const auto sender = sender_of_.find({static_cast<int>(r), i});
-        if (sender == sender_of_.end()) return false;
+        if (sender == sender_of_.end()) {
+          fail(r, i, fmt::format("receives from r{}, which sends it nothing", step.from));
+          return;
+        }
         const std::vector<Contributors>& payload = in_flight_.at(sender->second);
-        const auto [offset, count] =
-            placed(step.recv_offset, step.recv_block, step.recv_bytes, blocks_, layout_.element_bytes);
-        if (offset + count > blocks_.total || count != payload.size()) return false;
+        const auto where = placed(r, i, step.recv_offset, step.recv_block, step.recv_bytes, "receives");
+        if (!where) return;
+        const auto [offset, count] = *where;
+        if (count != payload.size()) {
+          fail(r, i, fmt::format("receives {} elements, r{} sent {}", count, sender->second.first, payload.size()));
+          return;
+        }
         for (size_t e = 0; e < count; ++e) {
           Contributors& held = state_[r][offset + e];
           held = step.reduced ? (held | payload[e]) : payload[e];
         }
+        const StepRecord& sent = logs_[static_cast<size_t>(sender->second.first)][sender->second.second];
+        frame.messages.push_back(Message{
+            sender->second.first, static_cast<int>(r),
+            chunk_text(sent.send_block, sent.send_offset, sent.send_bytes, layout_.element_bytes), step.reduced});
       }
     }
-    return true;
   }
 
   const Layout& layout_;
@@ -372,23 +440,44 @@ class ContentsReplay {
   std::vector<std::vector<Contributors>> state_;
   std::map<std::pair<int, size_t>, std::pair<int, size_t>> sender_of_;
   std::map<std::pair<int, size_t>, std::vector<Contributors>> in_flight_;  // keyed by the sending exchange
+  std::string error_;
 };
 
 }  // namespace
 
-Contents format_contents(const Layout& layout, const Logs& logs, const std::vector<std::vector<int>>& rounds) {
+Replay replay_contents(const Layout& layout, const Logs& logs, const std::vector<std::vector<int>>& rounds) {
   if (logs.size() > 26 || layout.count == 0) return {};
   int last = 0;
   for (const auto& list : rounds) {
     for (int round : list) last = std::max(last, round);
   }
   ContentsReplay replay(layout, logs, rounds);
-  std::string out;
+  Replay out;
+  out.frames.push_back(replay.inputs());
   for (int round = 1; round <= last; ++round) {
-    if (!replay.play(round)) return {};
-    out += replay.text(round);
+    out.frames.push_back(replay.play(round));
+    if (!replay.error().empty()) return {{}, "", replay.error()};
   }
-  return {out, replay.verdict()};
+  out.verdict = replay.verdict();
+  return out;
+}
+
+Contents format_contents(const Layout& layout, const Logs& logs, const std::vector<std::vector<int>>& rounds) {
+  return format_contents(replay_contents(layout, logs, rounds));
+}
+
+Contents format_contents(const Replay& replay) {
+  std::string out;
+  for (const Frame& frame : replay.frames) {
+    if (frame.round == 0) continue;
+    out += fmt::format("after round {}:\n", frame.round);
+    for (size_t r = 0; r < frame.blocks.size(); ++r) {
+      std::string line;
+      for (const std::string& block : frame.blocks[r]) line += (line.empty() ? "" : " | ") + block;
+      out += fmt::format("  r{} [{}]\n", r, line);
+    }
+  }
+  return {out, replay.verdict, replay.error};
 }
 
 nlohmann::json to_json(const std::vector<StepRecord>& log) {

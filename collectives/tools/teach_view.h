@@ -20,8 +20,13 @@ using Logs = std::vector<std::vector<StepRecord>>;  // [rank][exchange]
 // rounds[rank][exchange], from 1.
 std::vector<std::vector<int>> logical_rounds(const Logs& logs);
 
-// One line per exchange, grouped by round, with each rank's bytes sent and received so far.
-std::string format_steps(const Logs& logs, const std::vector<std::vector<int>>& rounds);
+// One line per exchange, grouped by round, with each rank's bytes sent and received so far. Elements of
+// `element_bytes` bytes name the range an exchange logged by offset (halving-doubling's halves).
+std::string format_steps(const Logs& logs, const std::vector<std::vector<int>>& rounds, size_t element_bytes);
+
+// What one side of an exchange carries, as the text and the pictures label it: "block 2 (8 B)",
+// "elements [4,6) (8 B)", or the bytes alone (the whole buffer).
+std::string chunk_text(int block, int64_t offset, uint64_t bytes, size_t element_bytes);
 
 // {"traceEvents": [...]}: a track per rank, a slice per exchange (1 ms per round), flow arrows per message.
 nlohmann::json chrome_trace(const Logs& logs, const std::vector<std::vector<int>>& rounds, const std::string& title);
@@ -55,11 +60,36 @@ struct Layout {
 // is defined to leave (all-reduce: every block summed over every rank on every rank; reduce-scatter: block r summed
 // on rank r; all-gather: block b from rank b everywhere; ...): empty when they agree. Both empty for more than 26
 // ranks.
+// `error` names an exchange the view cannot place in the buffer (a logged side with neither a block nor an offset
+// that is not the whole buffer, or one that runs past its end); the text is then empty.
 struct Contents {
   std::string text;
   std::string verdict;
+  std::string error;
 };
 Contents format_contents(const Layout& layout, const Logs& logs, const std::vector<std::vector<int>>& rounds);
+
+// The same replay as frames, for the pictures (teach_picture.h): each rank's blocks after every round and the
+// messages the round carried. The text above is printed from these frames.
+struct Message {
+  int from = kNoPeer;
+  int to = kNoPeer;
+  std::string chunk;     // chunk_text of the sending side
+  bool reduced = false;  // the receiver added it to its own
+};
+struct Frame {
+  int round = 0;                                 // 0: the inputs, before any exchange
+  std::string stages;                            // the round's stages, "reduce-scatter step 1/3"
+  std::vector<std::vector<std::string>> blocks;  // [rank][block]: "a0+a3", "·"
+  std::vector<Message> messages;
+};
+struct Replay {
+  std::vector<Frame> frames;  // round 0 .. the last
+  std::string verdict;        // as Contents::verdict
+  std::string error;          // as Contents::error; the frames are then empty
+};
+Replay replay_contents(const Layout& layout, const Logs& logs, const std::vector<std::vector<int>>& rounds);
+Contents format_contents(const Replay& replay);
 
 nlohmann::json to_json(const std::vector<StepRecord>& log);
 std::vector<StepRecord> from_json(const nlohmann::json& json);

@@ -13,7 +13,7 @@ emu_add_mpi_test(coll_ledger_test SOURCES mpi/coll_ledger_test.cpp LIBS emu_coll
 # took ("agrees").
 foreach(case "all_reduce;ring;5" "all_reduce;rhd;5" "all_reduce;tree;5" "reduce_scatter;ring;5" "all_gather;ring;5"
              "broadcast;tree;5" "reduce;tree;5" "all_to_all;pairwise;5" "all_reduce;ring;8" "all_reduce;rhd;8"
-             "all_reduce;tree;8")
+             "all_reduce;tree;8" "all_reduce;dbtree;5" "all_reduce;dbtree;8")
   list(GET case 0 kind)
   list(GET case 1 algorithm)
   list(GET case 2 ranks)
@@ -30,6 +30,22 @@ endforeach()
 add_test(NAME coll_teach_cost.np1 COMMAND $<TARGET_FILE:coll-teach> --kind all_reduce --cost --ranks 8)
 set_tests_properties(coll_teach_cost.np1 PROPERTIES LABELS "mpi" TIMEOUT 60 ENVIRONMENT "${EMU_MPIEXEC_ENV}"
                      PASS_REGULAR_EXPRESSION "tree is faster below 147[.]06 KiB, ring above")
+# The pictures (--svg, --html) against the text view of the same run, the HTML page rendered by headless Chromium
+# with its slider driven to each step; a visible skip (77) where no Chromium is installed (scripts/setup.sh
+# installs chromium-headless-shell).
+add_test(NAME coll_teach_pictures
+         COMMAND ${PROJECT_SOURCE_DIR}/tests/e2e/teach_pictures.py ${MPIEXEC_EXECUTABLE} $<TARGET_FILE:coll-teach>
+                 ${CMAKE_CURRENT_BINARY_DIR}/coll_teach_pictures)
+set_tests_properties(coll_teach_pictures PROPERTIES LABELS "mpi" TIMEOUT 300 PROCESSORS 5 SKIP_RETURN_CODE 77
+                     ENVIRONMENT "${EMU_MPIEXEC_ENV}")
+# Rank 0 alone holds the verdicts on the contents, the cost and the files; every rank must still exit with them
+# (a file that cannot be written: 2 on each of the 3 ranks, not 2 on rank 0 and 0 elsewhere).
+add_test(NAME coll_teach_every_rank_exits.np3
+         COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 3 sh -c
+                 "$<TARGET_FILE:coll-teach> --count 6 --svg /nonexistent-dir/x.svg >/dev/null; echo \"exit $?\"")
+set_tests_properties(coll_teach_every_rank_exits.np3 PROPERTIES LABELS "mpi" TIMEOUT 60 PROCESSORS 3
+                     ENVIRONMENT "${EMU_MPIEXEC_ENV}" PASS_REGULAR_EXPRESSION "exit 2[^!]*exit 2[^!]*exit 2"
+                     FAIL_REGULAR_EXPRESSION "exit [013]")
 if(TARGET coll-perf)
   add_test(NAME coll_perf_smoke.np4
            COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 4 $<TARGET_FILE:coll-perf>
@@ -37,7 +53,7 @@ if(TARGET coll-perf)
                    --dtype bfloat16 --json coll_perf_smoke.json --fit)
   set_tests_properties(coll_perf_smoke.np4 PROPERTIES LABELS "mpi" TIMEOUT 120 PROCESSORS 4
                        ENVIRONMENT "${EMU_MPIEXEC_ENV}"
-                       PASS_REGULAR_EXPRESSION "fit over 24 rows of our algorithms.*all_reduce +tree.*all results correct")
+                       PASS_REGULAR_EXPRESSION "fit over 27 rows of our algorithms.*all_reduce +tree.*all results correct")
   # Sizes as emu reads them (one parser, emu/units.h): 1KiB to 4KB is 1024 and 2048 bytes; a bad size is named.
   add_test(NAME coll_perf_sizes.np2
            COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 2 $<TARGET_FILE:coll-perf> --kind all_reduce

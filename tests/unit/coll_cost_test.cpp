@@ -9,8 +9,8 @@
 
 namespace emu::coll {
 
-extern const Algorithm kRingAllReduce, kRhdAllReduce, kTreeAllReduce, kRingReduceScatter, kRingAllGather,
-    kTreeBroadcast, kTreeReduce, kPairwiseAllToAll, kDisseminationBarrier;
+extern const Algorithm kRingAllReduce, kRhdAllReduce, kTreeAllReduce, kDbtreeAllReduce, kRingReduceScatter,
+    kRingAllGather, kTreeBroadcast, kTreeReduce, kPairwiseAllToAll, kDisseminationBarrier;
 
 namespace {
 
@@ -71,6 +71,27 @@ TEST(CollCost, TreeBeatsRingBelowTheCrossoverOnly) {
   const auto at = [&](const Algorithm& a, double s) { return predicted_seconds(a.cost(s, 8), link); };
   EXPECT_LT(at(kTreeAllReduce, 1e5), at(kRingAllReduce, 1e5));
   EXPECT_GT(at(kTreeAllReduce, 1e6), at(kRingAllReduce, 1e6));
+}
+
+TEST(CollCost, DoubleBinaryTreeSitsBetweenTreeAndRing) {
+  // 8 ranks: the top inner level is 2 (rank 4 of tree 0), so one chunk climbs in 5 steps and descends in 5; the
+  // busiest rank makes 8 one-way moves of S/2 and adds two halves. dbtree: 10α + S(4β + γ).
+  EXPECT_EQ(kDbtreeAllReduce.cost(1, 8).rounds, 10);
+  EXPECT_EQ(kDbtreeAllReduce.cost(1, 9).rounds, 14);  // rank 8's level 3
+  EXPECT_EQ(kDbtreeAllReduce.cost(1, 2).rounds, 2);
+  EXPECT_DOUBLE_EQ(kDbtreeAllReduce.cost(1e6, 8).bytes, 4e6);
+  EXPECT_DOUBLE_EQ(kDbtreeAllReduce.cost(1e6, 8).reduced, 1e6);
+  // Against the ring (14α + S(1.75β + 0.875γ)): 4α = S(2.25β + 0.125γ), S = 172,973.0 B at α 5 µs, 20 and 40 GB/s;
+  // against the binomial tree (6α + S(6β + 3γ)): 4α = S(2β + 2γ), S = 133,333.3 B.
+  const LinkModel link{5e-6, 1 / 20e9, 1 / 40e9};
+  const auto ring = crossover(kRingAllReduce, kDbtreeAllReduce, 8, link);
+  ASSERT_TRUE(ring);
+  EXPECT_NEAR(ring->payload, 20e-6 / (2.25 / 20e9 + 0.125 / 40e9), 1e-3);
+  EXPECT_EQ(ring->below, &kDbtreeAllReduce);
+  const auto tree = crossover(kTreeAllReduce, kDbtreeAllReduce, 8, link);
+  ASSERT_TRUE(tree);
+  EXPECT_NEAR(tree->payload, 133333.3, 0.1);
+  EXPECT_EQ(tree->below, &kTreeAllReduce);
 }
 
 TEST(CollCost, HalvingDoublingNeverLosesToTheRingOnAPowerOfTwo) {

@@ -44,7 +44,7 @@ TEST(TeachRounds, BinomialBroadcastTakesLogNRounds) {
   EXPECT_EQ(rounds[0], (std::vector<int>{1, 2, 3})) << "the root sends to 4, 2, 1 in rounds 1, 2, 3";
   EXPECT_EQ(rounds[4], (std::vector<int>{1, 2, 3})) << "r4 receives in round 1, then sends to 6 and 5";
   EXPECT_EQ(rounds[7], (std::vector<int>{3}));
-  const std::string text = format_steps(logs, rounds);
+  const std::string text = format_steps(logs, rounds, 4);
   EXPECT_NE(text.find("round 3"), std::string::npos);
   EXPECT_EQ(text.find("round 4"), std::string::npos);
   EXPECT_NE(text.find("sends 16 B to r4"), std::string::npos) << text;
@@ -108,6 +108,42 @@ TEST(TeachContents, ABroadcastLeavesTheRootsInputEverywhere) {
   EXPECT_EQ(contents.verdict, "");
   // Read as a broadcast from r1, the same exchanges leave r1's data nowhere.
   EXPECT_NE(format_contents({CollectiveKind::kBroadcast, 4, 4, 1}, logs, logical_rounds(logs)).verdict, "");
+}
+
+TEST(TeachContents, FramesCarryTheMessagesTheTextShows) {
+  // Round 1 of a ring all-reduce on 3 ranks: r0 sends block 2 to r1, r1 block 0 to r2, r2 block 1 to r0, each
+  // added; the frames start from the inputs (round 0) and end with every block complete.
+  const Logs logs = real_ring_logs(3, false);
+  const Replay replay = replay_contents({CollectiveKind::kAllReduce, 6, 4, 0}, logs, logical_rounds(logs));
+  ASSERT_EQ(replay.frames.size(), 5u);
+  EXPECT_EQ(replay.frames[0].blocks[1], (std::vector<std::string>{"a1", "b1", "c1"}));
+  ASSERT_EQ(replay.frames[1].messages.size(), 3u);
+  const Message& first = replay.frames[1].messages[0];  // received by r0
+  EXPECT_EQ(first.from, 2);
+  EXPECT_EQ(first.to, 0);
+  EXPECT_EQ(first.chunk, "block 1 (8 B)");
+  EXPECT_TRUE(first.reduced);
+  EXPECT_EQ(replay.frames[1].stages, "rs");
+  EXPECT_EQ(replay.frames[4].blocks[2], (std::vector<std::string>{"a0+a1+a2", "b0+b1+b2", "c0+c1+c2"}));
+}
+
+TEST(TeachContents, AnExchangeWithNeitherBlockNorOffsetMustBeTheWholeBuffer) {
+  // A broadcast's exchanges of the whole 16-byte buffer are placed at 0; one of 8 bytes with neither a block nor an
+  // offset cannot be placed, and the view says which instead of drawing it at offset 0.
+  Logs logs = tree_logs(4);
+  EXPECT_EQ(format_contents({CollectiveKind::kBroadcast, 4, 4, 0}, logs, logical_rounds(logs)).error, "");
+  logs[0][0].send_bytes = 8;
+  logs[2][0].recv_bytes = 8;
+  const Contents contents = format_contents({CollectiveKind::kBroadcast, 4, 4, 0}, logs, logical_rounds(logs));
+  EXPECT_EQ(contents.text, "");
+  EXPECT_EQ(contents.error,
+            "r0's exchange 1 (send) sends 8 B with neither a block nor an offset, and the buffer is 16 B");
+  // The same 8 bytes logged at an offset are placed there.
+  logs[0][0].send_offset = 2;
+  logs[2][0].recv_offset = 2;
+  const Contents placed = format_contents({CollectiveKind::kBroadcast, 4, 4, 0}, logs, logical_rounds(logs));
+  EXPECT_EQ(placed.error, "");
+  EXPECT_NE(placed.text.find("  r2 [{·, a0}]"), std::string::npos) << placed.text;
 }
 
 TEST(TeachCost, ExecutedRingMatchesItsClosedForm) {

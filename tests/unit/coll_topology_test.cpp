@@ -2,6 +2,8 @@
 // dispatch point, algorithm selection by name, the bf16 reduction kernel and the ledger's bookkeeping.
 #include <gtest/gtest.h>
 
+#include <map>
+
 #include <algorithm>
 #include <cstring>
 #include <numeric>
@@ -51,6 +53,64 @@ TEST(BinomialTree, EveryRankHasOneParentAndDepthIsLogN) {
   EXPECT_EQ(binomial_children(0, 8), (std::vector<int>{4, 2, 1}));
   EXPECT_EQ(binomial_children(4, 8), (std::vector<int>{6, 5}));
   EXPECT_EQ(binomial_children(0, 5), (std::vector<int>{4, 2, 1}));
+}
+
+// NCCL's double binary tree, against the drawings in NCCL's src/graph/trees.cc (ncclGetBtree, ncclGetDtree): tree 0
+// on 14 ranks, its mirror on 12 (N even) and its shift by one on 13 (N odd).
+std::map<int, std::vector<int>> children_of(int tree, int n) {
+  std::map<int, std::vector<int>> children;
+  for (int r = 0; r < n; ++r) {
+    const TreeLinks links = dbtree_links(tree, r, n);
+    for (int child : {links.child0, links.child1}) {
+      if (child >= 0) children[r].push_back(child);
+    }
+    std::sort(children[r].begin(), children[r].end());
+    if (children[r].empty()) children.erase(r);
+  }
+  return children;
+}
+
+TEST(DoubleBinaryTree, NcclsDrawings) {
+  using Children = std::map<int, std::vector<int>>;
+  EXPECT_EQ(children_of(0, 14),
+            (Children{{0, {8}}, {8, {4, 12}}, {4, {2, 6}}, {12, {10, 13}}, {2, {1, 3}}, {6, {5, 7}}, {10, {9, 11}}}));
+  EXPECT_EQ(children_of(1, 12),
+            (Children{{11, {3}}, {3, {1, 7}}, {1, {0, 2}}, {7, {5, 9}}, {5, {4, 6}}, {9, {8, 10}}}));
+  EXPECT_EQ(children_of(1, 13),
+            (Children{{1, {9}}, {9, {0, 5}}, {5, {3, 7}}, {0, {11}}, {3, {2, 4}}, {7, {6, 8}}, {11, {10, 12}}}));
+  EXPECT_EQ(dbtree_root(0, 12), 0);
+  EXPECT_EQ(dbtree_root(1, 12), 11);
+  EXPECT_EQ(dbtree_root(1, 13), 1);
+}
+
+TEST(DoubleBinaryTree, TwoSpanningTreesWhoseInnerRanksAreLeavesOfTheOther) {
+  for (int n = 1; n <= 33; ++n) {
+    for (int tree = 0; tree < 2; ++tree) {
+      int roots = 0;
+      for (int r = 0; r < n; ++r) {
+        const TreeLinks links = dbtree_links(tree, r, n);
+        if (links.parent < 0) {
+          ++roots;
+          EXPECT_EQ(r, dbtree_root(tree, n));
+          continue;
+        }
+        // The parent names r as a child, and walking up reaches the root.
+        const TreeLinks up = dbtree_links(tree, links.parent, n);
+        EXPECT_TRUE(up.child0 == r || up.child1 == r) << "tree " << tree << " n " << n << " r " << r;
+        int hops = 0;
+        for (int v = r; v != dbtree_root(tree, n) && hops <= n; v = dbtree_links(tree, v, n).parent) ++hops;
+        EXPECT_LE(hops, n) << "tree " << tree << " n " << n << " r " << r << " never reaches the root";
+      }
+      EXPECT_EQ(roots, 1);
+    }
+    // No rank adds partial sums from two children in both trees (the second tree's point); rank 0 of an odd N,
+    // tree 0's root with its single child, is the one rank inner in both.
+    for (int r = 0; r < n; ++r) {
+      const bool two0 = dbtree_links(0, r, n).child1 >= 0;
+      const bool two1 = dbtree_links(1, r, n).child1 >= 0;
+      EXPECT_FALSE(two0 && two1) << "n " << n << " r " << r;
+    }
+  }
 }
 
 TEST(Blocks, EvenSplitPutsTheRemainderFirst) {
@@ -152,7 +212,7 @@ TEST(Selection, RingIsTheDefaultAndUnknownNamesListTheValidOnes) {
     comm.set_algorithm(CollectiveKind::kAllReduce, "butterfly");
     FAIL() << "expected an InputError";
   } catch (const InputError& error) {
-    EXPECT_NE(std::string(error.what()).find("ring, rhd, tree, mpi"), std::string::npos) << error.what();
+    EXPECT_NE(std::string(error.what()).find("ring, rhd, tree, dbtree, mpi"), std::string::npos) << error.what();
   }
   comm.set_algorithms("all_reduce=rhd,broadcast=mpi");
   EXPECT_EQ(comm.algorithm(CollectiveKind::kAllReduce).name, "rhd");

@@ -1,4 +1,4 @@
-#include "app/atomic_file.h"
+#include "emu/atomic_file.h"
 
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -10,7 +10,7 @@
 
 #include "emu/check.h"
 
-namespace emu::app {
+namespace emu {
 
 void write_file_atomically(const std::string& path, std::string_view contents) {
   const std::string temporary = fmt::format("{}.tmp.{}", path, getpid());
@@ -37,4 +37,4 @@ void write_file_atomically(const std::string& path, std::string_view contents) {
   }
 }
 
-}  // namespace emu::app
+}  // namespace emu
