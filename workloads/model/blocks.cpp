@@ -1,12 +1,14 @@
 #include "workloads/model/blocks.h"
 
 #include <fmt/format.h>
+#include "emu/check.h"
 
 #include <cmath>
 #include <initializer_list>
 
 #include "workloads/model/shrink.h"
 #include "workloads/model/tensor.h"
+#include "workloads/model/tensor_parallel.h"
 
 namespace emu::model {
 
@@ -18,6 +20,12 @@ Buffer BlockEnv::allocate(size_t count, DType dtype, Category category, std::str
 
 Buffer BlockEnv::allocate_per_row(size_t count, DType dtype, Category category, std::string_view what) const {
   return model::allocate_per_row(device, config, count, dtype, category, fmt::format("block {} {}", unit, what));
+}
+
+void BlockEnv::tp_all_reduce(Buffer& partial, std::string_view what) const {
+  if (tp == nullptr) return;
+  if (math) ops->synchronize();
+  tp->all_reduce(partial, fmt::format("{} (block {})", what, unit));
 }
 
 void BlockSaved::release_all_but_input() {
@@ -279,6 +287,7 @@ Buffer llama_forward(const BlockEnv& env, const float* w, BlockSaved& s, Categor
       F32 attn(env.ops, s.attn, Access::kRead), o(env.ops, s.attn_o, Access::kWrite);
       env.ops->linear_forward(attn, W(off.o), nullptr, o, d.T, d.qd, d.h, WeightLayout::kOutIn);
     }
+    env.tp_all_reduce(s.attn_o, "tp all-reduce, o_proj output");
     Buffer normed, unused;  // Gemma 2 is not run under autocast (strategy.cpp): `unused` stays unallocated
     rms_norm_forward(env, W(off.attn_out_norm), s.attn_o, s.attn_o32, s.norm3_stats, s.norm3_hat, s.norm3_plus_one,
                      normed, unused, cat, "post_attention_layernorm");
@@ -291,10 +300,18 @@ Buffer llama_forward(const BlockEnv& env, const float* w, BlockSaved& s, Categor
   } else {
     // x2 = x + attn·Woᵀ: the projection is written straight into the residual stream.
     s.x2 = env.allocate(d.th(), env.options.residual(), cat, "residual after attention");
+    // Under TP the projection is a partial sum, all-reduced (at the stream's dtype) before the residual is added.
     if (env.math) {
       F32 attn(env.ops, s.attn, Access::kRead), x(env.ops, s.x, Access::kRead), x2(env.ops, s.x2, Access::kWrite);
       env.ops->linear_forward(attn, W(off.o), nullptr, x2, d.T, d.qd, d.h, WeightLayout::kOutIn);
-      env.ops->accumulate(x2, x, d.th());
+      if (env.tp == nullptr) env.ops->accumulate(x2, x, d.th());
+    }
+    if (env.tp != nullptr) {
+      env.tp_all_reduce(s.x2, "tp all-reduce, o_proj output");
+      if (env.math) {
+        F32 x(env.ops, s.x, Access::kRead), x2(env.ops, s.x2, Access::kReadWrite);
+        env.ops->accumulate(x2, x, d.th());
+      }
     }
   }
   wide.reset();
@@ -323,6 +340,7 @@ Buffer llama_forward(const BlockEnv& env, const float* w, BlockSaved& s, Categor
       F32 a(env.ops, s.act, Access::kRead), m(env.ops, s.mlp_o, Access::kWrite);
       env.ops->linear_forward(a, W(off.down), nullptr, m, d.T, d.F, d.h, WeightLayout::kOutIn);
     }
+    env.tp_all_reduce(s.mlp_o, "tp all-reduce, down_proj output");
     Buffer normed, unused;
     rms_norm_forward(env, W(off.mlp_out_norm), s.mlp_o, s.mlp_o32, s.norm4_stats, s.norm4_hat, s.norm4_plus_one, normed,
                      unused, cat, "post_feedforward_layernorm");
@@ -337,7 +355,14 @@ Buffer llama_forward(const BlockEnv& env, const float* w, BlockSaved& s, Categor
     if (env.math) {
       F32 a(env.ops, s.act, Access::kRead), x2(env.ops, s.x2, Access::kRead), o(env.ops, out, Access::kWrite);
       env.ops->linear_forward(a, W(off.down), nullptr, o, d.T, d.F, d.h, WeightLayout::kOutIn);
-      env.ops->accumulate(o, x2, d.th());
+      if (env.tp == nullptr) env.ops->accumulate(o, x2, d.th());
+    }
+    if (env.tp != nullptr) {
+      env.tp_all_reduce(out, "tp all-reduce, down_proj output");
+      if (env.math) {
+        F32 x2(env.ops, s.x2, Access::kRead), o(env.ops, out, Access::kReadWrite);
+        env.ops->accumulate(o, x2, d.th());
+      }
     }
   }
   // At e = 2 nothing saved the residual stream itself, only its fp32 copies: it goes when the layer returns. In fp32
@@ -405,6 +430,7 @@ void llama_backward(const BlockEnv& env, const float* w, BlockSaved& s, float* d
     s.xn2.reset();
     s.xn2_casts.reset();
     s.norm2_hat.reset();
+    env.tp_all_reduce(dxn, "tp all-reduce, gate_proj and up_proj input gradient");
     if (env.math) {
       F32 dx(env.ops, dxn, Access::kRead), x2(env.ops, s.x2_32.count() > 0 ? s.x2_32 : s.x2, Access::kRead),
           st(env.ops, s.norm2_stats, Access::kRead);
@@ -469,6 +495,7 @@ void llama_backward(const BlockEnv& env, const float* w, BlockSaved& s, float* d
   s.xn1.reset();
   s.xn1_casts.reset();
   s.norm1_hat.reset();
+  env.tp_all_reduce(dxn, "tp all-reduce, q_proj, k_proj and v_proj input gradient");
   if (env.math) {
     F32 dx(env.ops, dxn, Access::kRead), x(env.ops, s.x32.count() > 0 ? s.x32 : s.x, Access::kRead),
         st(env.ops, s.norm1_stats, Access::kRead);
@@ -483,6 +510,7 @@ void llama_backward(const BlockEnv& env, const float* w, BlockSaved& s, float* d
 }
 
 Buffer gpt2_forward(const BlockEnv& env, const float* w, BlockSaved& s, Category cat, Category out_cat) {
+  EMU_CHECK(env.tp == nullptr, "GPT-2 blocks are not split for tensor parallelism (check_tensor_parallel)");
   const ModelConfig& c = env.config;
   const Dims d = dims(c);
   const DType dt = env.options.compute;
