@@ -208,6 +208,7 @@ std::string format_report(const RunReport& r) {
     if (!o.fits()) out += fmt::format("  {}: {}\n", o.name, oom_summary(r, o));
   }
   out += format_pipeline(r);
+  out += format_tensor(r);
   return out;
 }
 

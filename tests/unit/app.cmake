@@ -4,3 +4,4 @@ emu_add_unit_test(app_deepspeed_config_test SOURCES unit/deepspeed_config_test.c
 emu_add_unit_test(app_svg_axis_test SOURCES unit/svg_axis_test.cpp LIBS emu_app LABELS app)
 # pp planned at full scale: llama2-70b on 8 × H100-80GB, 16 bytes per parameter of each stage, by hand.
 emu_add_unit_test(app_pipeline_plan_test SOURCES unit/pipeline_plan_test.cpp LIBS emu_app LABELS app)
+emu_add_unit_test(app_tensor_plan_test SOURCES unit/tensor_plan_test.cpp LIBS emu_app LABELS app)
