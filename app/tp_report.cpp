@@ -30,7 +30,8 @@ std::string format_tensor(const RunReport& r) {
         "  vocabulary padded as Megatron pads it (--make-vocab-size-divisible-by 128, x t): V {} -> {} (+{} rows of "
         "the embedding{}): {} parameters, {} GB per rank at {} B/param\n",
         full.vocab, padded, padding_rows, full.tie_embeddings ? ", tied head" : " and of the head", padding_params / t,
-        gigabytes(static_cast<double>(padding_params / t * recipe.total_bytes_per_param())), recipe.total_bytes_per_param());
+        gigabytes(static_cast<double>(padding_params / t * recipe.total_bytes_per_param())),
+        recipe.total_bytes_per_param());
     out += fmt::format(
         "  recipe: {} B per local parameter ({} parameters, {} gradients{}, Adam m and v; Megatron's optimizer "
         "without --use-distributed-optimizer); norm weights replicated, their gradients identical on every rank\n",

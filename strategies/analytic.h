@@ -4,8 +4,8 @@
 // the strategy's options alone, never from a run, and printed beside what was measured.
 //
 // One predictor per strategy family, each beside the strategy it predicts and with its formulas in its header
-// comment: ddp_model.cpp, zero12_model.cpp, zero3_model.cpp, fsdp_model.cpp, pipeline_model.cpp, tp_model.cpp. This file's predict()
-// chooses one and adds the master weights and Adam moments (K bytes per parameter this rank updates).
+// comment: ddp_model.cpp, zero12_model.cpp, zero3_model.cpp, fsdp_model.cpp, pipeline_model.cpp, tp_model.cpp. This
+// file's predict() chooses one and adds the master weights and Adam moments (K bytes per parameter this rank updates).
 //
 // Memory is per rank and category, at the peak of a step (Ψ parameters, N ranks). Traffic is the bytes each rank
 // sends per step at ring volumes: all-reduce 2(N−1)/N·S, reduce-scatter and all-gather (N−1)/N·S of a payload S

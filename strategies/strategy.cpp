@@ -75,7 +75,8 @@ StrategyOptions with_framework_recipe(StrategyOptions options) {
     recipe.moments = DType::kF32;
   }
   // Megatron-LM's mixed recipe (tensor_parallel.cpp): bf16 parameters, fp32 main gradients, fp32 master and moments.
-  if (options.kind == StrategyKind::kTensor && recipe.recipe == optim::Recipe::kMixed && recipe.params == DType::kBF16) {
+  if (options.kind == StrategyKind::kTensor && recipe.recipe == optim::Recipe::kMixed &&
+      recipe.params == DType::kBF16) {
     recipe.grads = DType::kF32;
   }
   return options;

@@ -60,7 +60,8 @@ class TensorParallelStrategy final : public Strategy, private model::TensorParal
       if (replicated(unit, p) && world_.rank() != 0) continue;
       const std::vector<int64_t>& index = index_[static_cast<size_t>(unit)][p];
       for (size_t i = 0; i < index.size(); ++i) {
-        if (index[i] >= 0) out[full.params[p].offset + static_cast<size_t>(index[i])] = mine[local.params[p].offset + i];
+        if (index[i] >= 0)
+          out[full.params[p].offset + static_cast<size_t>(index[i])] = mine[local.params[p].offset + i];
       }
     }
     world_.all_reduce(out.data(), out.data(), out.size(), DType::kF32, coll::ReduceOp::kSum, "full weights");
@@ -162,7 +163,7 @@ class TensorParallelStrategy final : public Strategy, private model::TensorParal
     }
   }
 
-  std::vector<Held> units_;                             // [units]
+  std::vector<Held> units_;                               // [units]
   std::vector<std::vector<std::vector<int64_t>>> index_;  // [units][params][local elements]: the full element or −1
 };
 

@@ -33,8 +33,8 @@ Updated predict_tensor_parallel(const StrategyOptions& options, const AnalyticIn
                    (per_block * blocks + 2) * micro_batches);
   add_ring_traffic(prediction, coll::CollectiveKind::kAllReduce, "world", input.tokens * sizeof(float), tp,
                    3 * micro_batches);
-  prediction.formula = fmt::format("{}Ψ/t, t = {}: the slice of every matrix (Megatron-LM)",
-                                   recipe.total_bytes_per_param(), tp);
+  prediction.formula =
+      fmt::format("{}Ψ/t, t = {}: the slice of every matrix (Megatron-LM)", recipe.total_bytes_per_param(), tp);
   return updated;
 }
 

@@ -26,10 +26,10 @@
 
 #include "app/options.h"
 #include "app/plan.h"
-#include "workloads/model/tensor_parallel.h"
 #include "emu/check.h"
 #include "emu/units.h"
 #include "workloads/model/shrink.h"
+#include "workloads/model/tensor_parallel.h"
 
 namespace emu::app {
 namespace {

@@ -31,8 +31,8 @@ RunOptions parse(const std::vector<std::string>& args, int world = 1) {
 }
 
 TEST(TensorPlan, Llama70BOnEightH100sNeeds18BytesPerLocalParameter) {
-  const RunOptions options = parse({"--plan", "8", "--model", "llama2-70b", "--cap", "h100-80gb", "--strategies",
-                                    "tp", "--no-checkpoint"});
+  const RunOptions options =
+      parse({"--plan", "8", "--model", "llama2-70b", "--cap", "h100-80gb", "--strategies", "tp", "--no-checkpoint"});
   ASSERT_EQ(options.strategies.size(), 1u);
   for (const int rank : {0, 7}) {
     const StrategyOutcome outcome = account_shapes(options, options.strategies.front(), options.full, 8, 1, rank);
@@ -47,8 +47,8 @@ TEST(TensorPlan, Llama70BOnEightH100sNeeds18BytesPerLocalParameter) {
 }
 
 TEST(TensorPlan, AllReducesPerStepAtRingVolume) {
-  const RunOptions options = parse({"--plan", "8", "--model", "llama2-70b", "--cap", "h100-80gb", "--strategies",
-                                    "tp", "--no-checkpoint"});
+  const RunOptions options =
+      parse({"--plan", "8", "--model", "llama2-70b", "--cap", "h100-80gb", "--strategies", "tp", "--no-checkpoint"});
   const StrategyOutcome outcome = account_shapes(options, options.strategies.front(), options.full, 8, 1, 0);
   const TrafficKey world{coll::CollectiveKind::kAllReduce, "world"};
   const uint64_t sent = outcome.traffic_per_step.at(world).sent;

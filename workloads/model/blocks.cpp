@@ -1,11 +1,11 @@
 #include "workloads/model/blocks.h"
 
 #include <fmt/format.h>
-#include "emu/check.h"
 
 #include <cmath>
 #include <initializer_list>
 
+#include "emu/check.h"
 #include "workloads/model/shrink.h"
 #include "workloads/model/tensor.h"
 #include "workloads/model/tensor_parallel.h"

@@ -433,8 +433,8 @@ float Model::forward_root_end(const int32_t* targets) {
   int32_t* device_targets = targets_.reserve_as<int32_t>(*ops_, T, false);
   ops_->copy_from_host(device_targets, targets, T * sizeof(int32_t));
   const double sum = tp_ != nullptr ? vocab_parallel_cross_entropy(*tp_, logits, targets, c.tokens(), c.vocab,
-                                                                    vocab_begin(), 1.0f / float(T))
-                                     : ops_->cross_entropy(logits, device_targets, c.tokens(), c.vocab, 1.0f / float(T));
+                                                                   vocab_begin(), 1.0f / float(T))
+                                    : ops_->cross_entropy(logits, device_targets, c.tokens(), c.vocab, 1.0f / float(T));
   return static_cast<float>(sum / double(T));
 }
 

@@ -39,9 +39,10 @@ void check_tensor_parallel(const ModelConfig& config, int tp) {
     for (int t = 1; t <= value; ++t) {
       if (value % t == 0) accepted.push_back(t);
     }
-    throw InputError(fmt::format("tp over {} ranks: {}'s {} ({}) is not divisible by {}; accepted tensor-parallel "
-                                 "sizes for it: {}",
-                                 tp, config.name, what, value, tp, fmt::join(accepted, ", ")));
+    throw InputError(
+        fmt::format("tp over {} ranks: {}'s {} ({}) is not divisible by {}; accepted tensor-parallel "
+                    "sizes for it: {}",
+                    tp, config.name, what, value, tp, fmt::join(accepted, ", ")));
   };
   divisible("attention heads a", config.heads);
   divisible("kv heads", config.kv_heads);
