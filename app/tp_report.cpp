@@ -22,6 +22,7 @@ std::string format_tensor(const RunReport& r) {
     const int64_t padding_rows = padded - full.vocab;
     const uint64_t padding_params =
         static_cast<uint64_t>(padding_rows) * static_cast<uint64_t>(full.hidden) * (full.tie_embeddings ? 1 : 2);
+    const uint64_t padding_per_rank = padding_params / static_cast<uint64_t>(t);
     out += fmt::format(
         "\n{}: one tensor-parallel group of t = {} (Megatron-LM --tensor-model-parallel-size {}): each rank holds "
         "heads {}/{}, kv heads {}/{}, FFN {}/{} and {} of the padded vocabulary's rows\n",
@@ -29,8 +30,8 @@ std::string format_tensor(const RunReport& r) {
     out += fmt::format(
         "  vocabulary padded as Megatron pads it (--make-vocab-size-divisible-by 128, x t): V {} -> {} (+{} rows of "
         "the embedding{}): {} parameters, {} GB per rank at {} B/param\n",
-        full.vocab, padded, padding_rows, full.tie_embeddings ? ", tied head" : " and of the head", padding_params / t,
-        gigabytes(static_cast<double>(padding_params / t * recipe.total_bytes_per_param())),
+        full.vocab, padded, padding_rows, full.tie_embeddings ? ", tied head" : " and of the head", padding_per_rank,
+        gigabytes(static_cast<double>(padding_per_rank * recipe.total_bytes_per_param())),
         recipe.total_bytes_per_param());
     out += fmt::format(
         "  recipe: {} B per local parameter ({} parameters, {} gradients{}, Adam m and v; Megatron's optimizer "

@@ -56,6 +56,7 @@ std::unique_ptr<TpRun> run_tp(const model::ModelConfig& config, const strategy::
   const auto data = tiny_data(config);
   for (int step = 0; step < steps; ++step) {
     std::vector<data::Batch> batches;
+    batches.reserve(static_cast<size_t>(accumulation));
     for (int m = 0; m < accumulation; ++m) batches.push_back(data.batch(step, m, 1));
     const strategy::StepResult result = run->strategy->step(batches);
     run->trace.losses.push_back(result.loss);

@@ -247,6 +247,25 @@ Buffer sandwich_norm_backward(const BlockEnv& env, const float* w, float* dw, co
   return grad;
 }
 
+// out = in·Wᵀ + residual for a projection [T, k] → [T, h] written straight into the residual stream. Under TP it
+// is row-parallel: the product is a partial sum, all-reduced at out's dtype before the residual is added.
+void row_parallel_add(const BlockEnv& env, const Buffer& in, const float* w, const Buffer& residual, Buffer& out,
+                      int64_t k, std::string_view what) {
+  const int64_t T = env.config.tokens(), h = env.config.hidden;
+  const size_t n = size_t(T * h);
+  if (env.math) {
+    F32 a(env.ops, in, Access::kRead), r(env.ops, residual, Access::kRead), o(env.ops, out, Access::kWrite);
+    env.ops->linear_forward(a, w, nullptr, o, T, k, h, WeightLayout::kOutIn);
+    if (env.tp == nullptr) env.ops->accumulate(o, r, n);
+  }
+  if (env.tp == nullptr) return;
+  env.tp_all_reduce(out, what);
+  if (env.math) {
+    F32 r(env.ops, residual, Access::kRead), o(env.ops, out, Access::kReadWrite);
+    env.ops->accumulate(o, r, n);
+  }
+}
+
 Buffer llama_forward(const BlockEnv& env, const float* w, BlockSaved& s, Category cat, Category out_cat,
                      bool keep_input) {
   const ModelConfig& c = env.config;
@@ -300,19 +319,7 @@ Buffer llama_forward(const BlockEnv& env, const float* w, BlockSaved& s, Categor
   } else {
     // x2 = x + attn·Woᵀ: the projection is written straight into the residual stream.
     s.x2 = env.allocate(d.th(), env.options.residual(), cat, "residual after attention");
-    // Under TP the projection is a partial sum, all-reduced (at the stream's dtype) before the residual is added.
-    if (env.math) {
-      F32 attn(env.ops, s.attn, Access::kRead), x(env.ops, s.x, Access::kRead), x2(env.ops, s.x2, Access::kWrite);
-      env.ops->linear_forward(attn, W(off.o), nullptr, x2, d.T, d.qd, d.h, WeightLayout::kOutIn);
-      if (env.tp == nullptr) env.ops->accumulate(x2, x, d.th());
-    }
-    if (env.tp != nullptr) {
-      env.tp_all_reduce(s.x2, "tp all-reduce, o_proj output");
-      if (env.math) {
-        F32 x(env.ops, s.x, Access::kRead), x2(env.ops, s.x2, Access::kReadWrite);
-        env.ops->accumulate(x2, x, d.th());
-      }
-    }
+    row_parallel_add(env, s.attn, W(off.o), s.x, s.x2, d.qd, "tp all-reduce, o_proj output");
   }
   wide.reset();
   rms_norm_forward(env, W(off.post_norm), s.x2, s.x2_32, s.norm2_stats, s.norm2_hat, s.norm2_plus_one, s.xn2, wide, cat,
@@ -352,18 +359,7 @@ Buffer llama_forward(const BlockEnv& env, const float* w, BlockSaved& s, Categor
     }
   } else {
     out = env.allocate(d.th(), env.options.residual(), out_cat, "output");
-    if (env.math) {
-      F32 a(env.ops, s.act, Access::kRead), x2(env.ops, s.x2, Access::kRead), o(env.ops, out, Access::kWrite);
-      env.ops->linear_forward(a, W(off.down), nullptr, o, d.T, d.F, d.h, WeightLayout::kOutIn);
-      if (env.tp == nullptr) env.ops->accumulate(o, x2, d.th());
-    }
-    if (env.tp != nullptr) {
-      env.tp_all_reduce(out, "tp all-reduce, down_proj output");
-      if (env.math) {
-        F32 x2(env.ops, s.x2, Access::kRead), o(env.ops, out, Access::kReadWrite);
-        env.ops->accumulate(o, x2, d.th());
-      }
-    }
+    row_parallel_add(env, s.act, W(off.down), s.x2, out, d.F, "tp all-reduce, down_proj output");
   }
   // At e = 2 nothing saved the residual stream itself, only its fp32 copies: it goes when the layer returns. In fp32
   // and under autocast the norms saved the stream itself.
