@@ -703,6 +703,9 @@ void check_tensor(const RunOptions& options, int world) {
   const int ranks = options.plan && options.plan_ranks > 0 ? options.plan_ranks : world;
   for (const strategy::StrategyOptions& one : options.strategies) {
     if (one.kind != strategy::StrategyKind::kTensor) continue;
+    if (options.device == "cuda" && !options.plan) {
+      throw InputError("tp runs its parallel cross-entropy on the host: --device cpu (or --plan); accepted for tp: cpu");
+    }
     model::check_tensor_parallel(options.full, ranks);
     if (options.shrink > 1) model::check_tensor_parallel(model::shrink(options.full, options.shrink), ranks);
   }
