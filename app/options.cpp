@@ -704,10 +704,13 @@ void check_tensor(const RunOptions& options, int world) {
   for (const strategy::StrategyOptions& one : options.strategies) {
     if (one.kind != strategy::StrategyKind::kTensor) continue;
     if (options.device == "cuda" && !options.plan) {
-      throw InputError("tp runs its parallel cross-entropy on the host: --device cpu (or --plan); accepted for tp: cpu");
+      throw InputError(
+          "tp runs its parallel cross-entropy on the host: --device cpu (or --plan); accepted for tp: cpu");
     }
     model::check_tensor_parallel(options.full, ranks);
-    if (options.shrink > 1) model::check_tensor_parallel(model::shrink(options.full, options.shrink), ranks);
+    if (!options.plan && options.shrink > 1) {
+      model::check_tensor_parallel(model::shrink(options.full, options.shrink), ranks);
+    }
   }
 }
 
