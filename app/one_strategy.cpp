@@ -49,11 +49,15 @@ StrategyOutcome run_one_strategy(const Stage& stage, const strategy::StrategyOpt
   input.offload = stage.offload != nullptr;
   input.rank = stage.world.rank();
   outcome.prediction = strategy::predict(sized, input);
-  outcome.predicted_activations = model::saved_activation_bytes(stage.model, model_options);
+  // model.config(): the rank's own shapes (tp's slice: a/t heads, F/t, V'/t; set in set-up).
+  outcome.predicted_activations = model::saved_activation_bytes(model.config(), model_options);
 
   for (int step = 0; step < stage.steps; ++step) {
+    // pp's stages and tp's ranks all run the same micro-batches: the global batch's first ones.
+    const bool tensor = options.kind == strategy::StrategyKind::kTensor;
     const std::vector<data::Batch> micro_batches =
-        pipeline ? driver.pipeline_micro_batches(step, stage.pipeline_micro_batches) : driver.micro_batches(step);
+        pipeline ? driver.pipeline_micro_batches(step, stage.pipeline_micro_batches)
+                 : (tensor ? driver.pipeline_micro_batches(step, stage.accumulation) : driver.micro_batches(step));
     driver.before_step(step);
     PhaseScope phase(stage.device.memory(), fmt::format("step {}", step + 1));
     const double start = steady_seconds();

@@ -20,6 +20,7 @@
 #include "emu/units.h"
 #include "workloads/model/layout.h"
 #include "workloads/model/shrink.h"
+#include "workloads/model/tensor_parallel.h"
 
 namespace emu::app {
 namespace {
@@ -760,6 +761,23 @@ void read_advice(RunOptions& options, const Flags& flags, bool max_gpus_given, i
   }
 }
 
+// tp splits every layer over all ranks: heads, kv heads and the FFN must divide by it, at full scale and shrunk
+// (tensor_parallel.h, check_tensor_parallel).
+void check_tensor(const RunOptions& options, int world) {
+  const int ranks = options.plan && options.plan_ranks > 0 ? options.plan_ranks : world;
+  for (const strategy::StrategyOptions& one : options.strategies) {
+    if (one.kind != strategy::StrategyKind::kTensor) continue;
+    if (options.device == "cuda" && !options.plan) {
+      throw InputError(
+          "tp runs its parallel cross-entropy on the host: --device cpu (or --plan); accepted for tp: cpu");
+    }
+    model::check_tensor_parallel(options.full, ranks);
+    if (!options.plan && options.shrink > 1) {
+      model::check_tensor_parallel(model::shrink(options.full, options.shrink), ranks);
+    }
+  }
+}
+
 }  // namespace
 
 ParsedCommandLine parse_command_line(int argc, const char* const* argv, int world) {
@@ -809,6 +827,7 @@ ParsedCommandLine parse_command_line(int argc, const char* const* argv, int worl
   check_pipeline(options, world);
   read_advice(options, flags, app.count("--advise-max-gpus") > 0, world);
   read_shrink(options, flags, app.count("--shrink") > 0);
+  check_tensor(options, world);
   check_inputs(options);
   check_device(options);
   check_outputs(options);

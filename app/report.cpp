@@ -210,6 +210,7 @@ std::string format_report(const RunReport& r) {
   }
   out += format_step_times(r);
   out += format_pipeline(r);
+  out += format_tensor(r);
   return out;
 }
 

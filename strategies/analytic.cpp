@@ -138,6 +138,8 @@ AnalyticInput analytic_input(const model::Model& model, int world, int ranks_per
   }
   input.boundary_bytes =
       static_cast<uint64_t>(config.tokens()) * static_cast<uint64_t>(config.hidden) * dtype_size(model.compute_dtype());
+  input.tokens = static_cast<uint64_t>(config.tokens());
+  input.checkpoint = model.options().checkpoint;
   input.world = world;
   input.ranks_per_node = ranks_per_node;
   input.accumulation = accumulation;
@@ -213,6 +215,7 @@ Prediction predict(const StrategyOptions& given, const AnalyticInput& input) {
     case StrategyKind::kFsdp: updated = predict_fsdp(options, input, prediction); break;
     case StrategyKind::kFsdp2: updated = predict_fsdp2(options, input, prediction); break;
     case StrategyKind::kPipeline: updated = predict_pipeline(options, input, prediction); break;
+    case StrategyKind::kTensor: updated = predict_tensor_parallel(options, input, prediction); break;
   }
   // Master weights (fp32) and Adam's two moments over the elements this rank updates, and AdamW's step
   // temporaries beside them; under offload in host memory, with the updated parameters sent back up every step.

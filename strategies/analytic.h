@@ -4,8 +4,8 @@
 // the strategy's options alone, never from a run, and printed beside what was measured.
 //
 // One predictor per strategy family, each beside the strategy it predicts and with its formulas in its header
-// comment: ddp_model.cpp, zero12_model.cpp, zero3_model.cpp, fsdp_model.cpp, pipeline_model.cpp. This file's predict()
-// chooses one and adds the master weights and Adam moments (K bytes per parameter this rank updates).
+// comment: ddp_model.cpp, zero12_model.cpp, zero3_model.cpp, fsdp_model.cpp, pipeline_model.cpp, tp_model.cpp. This
+// file's predict() chooses one and adds the master weights and Adam moments (K bytes per parameter this rank updates).
 //
 // Memory is per rank and category, at the peak of a step (Ψ parameters, N ranks). Traffic is the bytes each rank
 // sends per step at ring volumes: all-reduce 2(N−1)/N·S, reduce-scatter and all-gather (N−1)/N·S of a payload S
@@ -44,6 +44,10 @@ struct AnalyticInput {
   // (b·s·h at the compute dtype).
   uint64_t root_first_stage = 0, root_last_stage = 0, tied_embedding = 0;
   uint64_t boundary_bytes = 0;
+  // Tensor parallelism (tp): the rows b·s of one micro-batch (the parallel cross-entropy reduces [b·s] fp32) and
+  // whether blocks are checkpointed (their forward all-reduces run again in backward).
+  uint64_t tokens = 0;
+  bool checkpoint = false;
   bool offload = false;  // --offload: the optimizer state (and ZeRO/FSDP gradient shards) on the host
   // How a shrunk run charges each unit's elements and those of all units back to back (norm weights and biases
   // ÷ k, workloads/model/shrink.h). Empty: every element as held (full scale, or an input made by hand).
@@ -145,6 +149,7 @@ Updated predict_zero3(const StrategyOptions& options, const AnalyticInput& input
 Updated predict_fsdp(const StrategyOptions& options, const AnalyticInput& input, Prediction& prediction);
 Updated predict_fsdp2(const StrategyOptions& options, const AnalyticInput& input, Prediction& prediction);
 Updated predict_pipeline(const StrategyOptions& options, const AnalyticInput& input, Prediction& prediction);
+Updated predict_tensor_parallel(const StrategyOptions& options, const AnalyticInput& input, Prediction& prediction);
 
 // Adds `calls` calls of `kind` on a payload of `payload_bytes` within a group of `group_size` ranks named `group`,
 // at ring volume; nothing for a group of one rank or no calls.

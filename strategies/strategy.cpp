@@ -28,6 +28,7 @@ constexpr Named kNames[] = {
     {"fsdp-hybrid", StrategyKind::kFsdp, Sharding::kHybridShard},
     {"fsdp2", StrategyKind::kFsdp2, Sharding::kFullShard},
     {"pp", StrategyKind::kPipeline, Sharding::kFullShard},
+    {"tp", StrategyKind::kTensor, Sharding::kFullShard},
 };
 
 }  // namespace
@@ -72,6 +73,11 @@ StrategyOptions with_framework_recipe(StrategyOptions options) {
     recipe.grads = DType::kF32;
     recipe.has_master = false;
     recipe.moments = DType::kF32;
+  }
+  // Megatron-LM's mixed recipe (tensor_parallel.cpp): bf16 parameters, fp32 main gradients, fp32 master and moments.
+  if (options.kind == StrategyKind::kTensor && recipe.recipe == optim::Recipe::kMixed &&
+      recipe.params == DType::kBF16) {
+    recipe.grads = DType::kF32;
   }
   return options;
 }
@@ -193,6 +199,7 @@ std::unique_ptr<Strategy> make_zero3(StrategyContext context, const StrategyOpti
 std::unique_ptr<Strategy> make_fsdp(StrategyContext context, const StrategyOptions& options);
 std::unique_ptr<Strategy> make_fsdp2(StrategyContext context, const StrategyOptions& options);
 std::unique_ptr<Strategy> make_pipeline(StrategyContext context, const StrategyOptions& options);
+std::unique_ptr<Strategy> make_tensor_parallel(StrategyContext context, const StrategyOptions& options);
 
 std::unique_ptr<Strategy> make_strategy(StrategyContext context, const StrategyOptions& options) {
   switch (options.kind) {
@@ -204,6 +211,7 @@ std::unique_ptr<Strategy> make_strategy(StrategyContext context, const StrategyO
     case StrategyKind::kFsdp: return make_fsdp(context, options);
     case StrategyKind::kFsdp2: return make_fsdp2(context, options);
     case StrategyKind::kPipeline: return make_pipeline(context, options);
+    case StrategyKind::kTensor: return make_tensor_parallel(context, with_framework_recipe(options));
   }
   EMU_CHECK(false, "unknown strategy kind {}", static_cast<int>(options.kind));
   return nullptr;

@@ -11,6 +11,9 @@
 //   fsdp2          every parameter sharded on dim 0, fully_shard per block and the root (PyTorch FSDP2, fsdp2.cpp)
 //   pp             pipeline parallelism: the blocks in one stage per rank, GPipe or 1F1B micro-batch schedules,
 //                  activations passed stage to stage by send/recv (Megatron-LM / DeepSpeed pipeline, pipeline.cpp)
+//   tp             tensor parallelism: every matrix split over the ranks, column- then row-parallel, vocabulary-
+//                  parallel embedding, head and cross-entropy, activations all-reduced (Megatron-LM,
+//                  tensor_parallel.cpp)
 // One file per family (ddp.cpp, zero12.cpp, zero3.cpp, fsdp.cpp), its analytic predictor beside it (ddp_model.cpp,
 // zero12_model.cpp, zero3_model.cpp, fsdp_model.cpp; analytic.h); zero3 and fsdp share sharded_units.h.
 //
@@ -38,7 +41,7 @@
 
 namespace emu::strategy {
 
-enum class StrategyKind : uint8_t { kDdp, kZero1, kZero2, kZero3, kFsdp, kFsdp2, kDdpZero, kPipeline };
+enum class StrategyKind : uint8_t { kDdp, kZero1, kZero2, kZero3, kFsdp, kFsdp2, kDdpZero, kPipeline, kTensor };
 
 // FSDP's sharding strategies.
 enum class Sharding : uint8_t {
@@ -127,7 +130,7 @@ struct StrategyOptions {
   uint64_t seed = 1234;    // initial weights
 
   // "ddp", "ddp-zero", "zero1", "zero2", "zero3", "fsdp" (FULL_SHARD), "fsdp-grad-op", "fsdp-no-shard",
-  // "fsdp-hybrid", "fsdp2", "pp"
+  // "fsdp-hybrid", "fsdp2", "pp", "tp"
   std::string name() const;
   // A full-scale byte or element count divided by k², at least 1.
   uint64_t scaled(uint64_t full_scale) const;

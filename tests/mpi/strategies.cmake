@@ -19,3 +19,4 @@ emu_add_mpi_test(strategy_gradient_timing_test SOURCES mpi/strategy_gradient_tim
 # Pipeline parallelism: p2p bytes per step, activations in flight per stage under GPipe and 1F1B, per-stage model
 # states against the predictor.
 emu_add_mpi_test(strategy_pipeline_test SOURCES mpi/strategy_pipeline_test.cpp LIBS emu_strategies RANKS 2 3 4)
+emu_add_mpi_test(strategy_tensor_test SOURCES mpi/strategy_tensor_test.cpp LIBS emu_strategies RANKS 1 2 4 8)

@@ -134,15 +134,16 @@ inline void bf16_average(const std::vector<std::vector<float>>& ranks, void* out
 //   mixed recipe under PyTorch DDP (ddp, ddp-zero: torch.autocast over fp32 weights, strategy::with_framework_recipe):
 //     fp32 weights and gradients, and the math on a bf16 copy of the weights made before every step's forward, as
 //     autocast casts them; otherwise as fp32 (one model takes the global micro-batch, fp32 gradients summed).
-inline Trace run_reference(model::Style style, const strategy::StrategyOptions& given, int ranks, int accumulation,
-                           int steps, int64_t layers = 2) {
+// `config`'s batch is set here (N, or 1 for the bf16-gradient reference); run_reference takes tiny_config's.
+inline Trace run_reference_config(model::ModelConfig config, const strategy::StrategyOptions& given, int ranks,
+                                  int accumulation, int steps) {
   const strategy::StrategyOptions options = strategy::with_framework_recipe(given);
   const DType compute = given.recipe.params;  // the model's math: bf16 in the mixed recipe, under autocast too
   const bool autocast = compute != options.recipe.params;
   const bool per_rank = options.recipe.grads == DType::kBF16;
   EMU_CHECK(!per_rank || accumulation == 1, "the bf16-gradient reference takes one micro-batch per step, not {}",
             accumulation);
-  const model::ModelConfig config = tiny_config(style, per_rank ? 1 : ranks, layers);
+  config.batch = per_rank ? 1 : ranks;
   auto device = make_cpu_device({});
   model::ModelOptions model_options;
   model_options.compute = compute;
@@ -214,6 +215,11 @@ inline Trace run_reference(model::Style style, const strategy::StrategyOptions& 
     trace.weights.push_back(detail::snapshot(model, weights, optimizers));
   }
   return trace;
+}
+
+inline Trace run_reference(model::Style style, const strategy::StrategyOptions& given, int ranks, int accumulation,
+                           int steps, int64_t layers = 2) {
+  return run_reference_config(tiny_config(style, 1, layers), given, ranks, accumulation, steps);
 }
 
 // One strategy on the world: micro-batch b = 1 per rank, the same global batch as the reference. Pipeline

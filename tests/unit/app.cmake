@@ -9,3 +9,5 @@ emu_add_unit_test(app_step_time_test SOURCES unit/step_time_test.cpp LIBS emu_ap
 # Published throughputs (torchtitan, llm-foundry) and nccl-tests bus bandwidths beside emu's predictions for the same
 # configurations: the README's table, recomputed (it prints it).
 emu_add_unit_test(app_published_throughput_test SOURCES unit/published_throughput_test.cpp LIBS emu_app LABELS app)
+# tp planned at full scale: llama2-70b's local parameters by hand, Megatron's vocabulary padding.
+emu_add_unit_test(app_tensor_plan_test SOURCES unit/tensor_plan_test.cpp LIBS emu_app LABELS app)

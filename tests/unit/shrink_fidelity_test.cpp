@@ -29,6 +29,7 @@
 #include "emu/check.h"
 #include "emu/units.h"
 #include "workloads/model/shrink.h"
+#include "workloads/model/tensor_parallel.h"
 
 namespace emu::app {
 namespace {
@@ -188,6 +189,45 @@ TEST(ShrinkFidelity, PipelineStagesShrunkTimesKSquaredEqualThePlan) {
       }
     }
   }
+  EXPECT_GT(cases, 0);
+}
+
+// Tensor parallelism over the 4 ranks holds a quarter of every matrix, the norms whole and the padded vocabulary's
+// rows (Megatron's multiple 128·t at full scale, t·⌈128/k⌉ shrunk): ranks 0 and 3 (the last vocabulary slice) are
+// checked for every Llama-style model whose heads, kv heads and FFN divide by 4, at every k that keeps F/k
+// divisible by 4, with and without checkpointing.
+TEST(ShrinkFidelity, TensorParallelShrunkTimesKSquaredEqualsThePlan) {
+  int cases = 0;
+  double worst = 0;
+  for (const std::string& name : models()) {
+    for (const Variant& variant : {kVariants.front(), kVariants.back()}) {
+      std::vector<std::string> args = {"--model", name, "--strategies", "tp"};
+      args.insert(args.end(), variant.flags.begin(), variant.flags.end());
+      RunOptions parsed;
+      try {
+        parsed = parse(args);
+      } catch (const InputError&) {
+        continue;  // GPT-2, or heads that do not split over 4 (the message is tensor_plan_test's)
+      }
+      const std::vector<int64_t> factors = model::valid_shrink_factors(parsed.full);
+      for (auto k = factors.begin() + 1; k != factors.end(); ++k) {
+        try {
+          model::check_tensor_parallel(model::shrink(parsed.full, *k), kRanks);
+        } catch (const InputError&) {
+          continue;  // F/k does not split over 4: refused at start-up
+        }
+        const RunOptions options = with_shrink(parsed, *k);
+        for (const int rank : {0, kRanks - 1}) {
+          double deviation = 0;
+          EXPECT_EQ(check(options, options.strategies.front(), *k, deviation, rank), "")
+              << name << " k=" << *k << " tp " << variant.name << " rank " << rank;
+          worst = std::max(worst, std::abs(deviation));
+          ++cases;
+        }
+      }
+    }
+  }
+  fmt::print("tp: {} cases; the largest deviation of a peak: {:.4f}%\n", cases, 100 * worst);
   EXPECT_GT(cases, 0);
 }
 

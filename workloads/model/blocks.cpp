@@ -5,8 +5,10 @@
 #include <cmath>
 #include <initializer_list>
 
+#include "emu/check.h"
 #include "workloads/model/shrink.h"
 #include "workloads/model/tensor.h"
+#include "workloads/model/tensor_parallel.h"
 
 namespace emu::model {
 
@@ -23,6 +25,12 @@ Buffer BlockEnv::allocate_per_row(size_t count, DType dtype, Category category, 
 void BlockEnv::made(std::initializer_list<size_t> offsets) const {
   if (!gradient_made) return;
   for (size_t offset : offsets) gradient_made(offset);
+}
+
+void BlockEnv::tp_all_reduce(Buffer& partial, std::string_view what) const {
+  if (tp == nullptr) return;
+  if (math) ops->synchronize();
+  tp->all_reduce(partial, fmt::format("{} (block {})", what, unit));
 }
 
 void BlockSaved::release_all_but_input() {
@@ -244,6 +252,25 @@ Buffer sandwich_norm_backward(const BlockEnv& env, const float* w, float* dw, co
   return grad;
 }
 
+// out = in·Wᵀ + residual for a projection [T, k] → [T, h] written straight into the residual stream. Under TP it
+// is row-parallel: the product is a partial sum, all-reduced at out's dtype before the residual is added.
+void row_parallel_add(const BlockEnv& env, const Buffer& in, const float* w, const Buffer& residual, Buffer& out,
+                      int64_t k, std::string_view what) {
+  const int64_t T = env.config.tokens(), h = env.config.hidden;
+  const size_t n = size_t(T * h);
+  if (env.math) {
+    F32 a(env.ops, in, Access::kRead), r(env.ops, residual, Access::kRead), o(env.ops, out, Access::kWrite);
+    env.ops->linear_forward(a, w, nullptr, o, T, k, h, WeightLayout::kOutIn);
+    if (env.tp == nullptr) env.ops->accumulate(o, r, n);
+  }
+  if (env.tp == nullptr) return;
+  env.tp_all_reduce(out, what);
+  if (env.math) {
+    F32 r(env.ops, residual, Access::kRead), o(env.ops, out, Access::kReadWrite);
+    env.ops->accumulate(o, r, n);
+  }
+}
+
 Buffer llama_forward(const BlockEnv& env, const float* w, BlockSaved& s, Category cat, Category out_cat,
                      bool keep_input) {
   const ModelConfig& c = env.config;
@@ -284,6 +311,7 @@ Buffer llama_forward(const BlockEnv& env, const float* w, BlockSaved& s, Categor
       F32 attn(env.ops, s.attn, Access::kRead), o(env.ops, s.attn_o, Access::kWrite);
       env.ops->linear_forward(attn, W(off.o), nullptr, o, d.T, d.qd, d.h, WeightLayout::kOutIn);
     }
+    env.tp_all_reduce(s.attn_o, "tp all-reduce, o_proj output");
     Buffer normed, unused;  // Gemma 2 is not run under autocast (strategy.cpp): `unused` stays unallocated
     rms_norm_forward(env, W(off.attn_out_norm), s.attn_o, s.attn_o32, s.norm3_stats, s.norm3_hat, s.norm3_plus_one,
                      normed, unused, cat, "post_attention_layernorm");
@@ -296,11 +324,7 @@ Buffer llama_forward(const BlockEnv& env, const float* w, BlockSaved& s, Categor
   } else {
     // x2 = x + attn·Woᵀ: the projection is written straight into the residual stream.
     s.x2 = env.allocate(d.th(), env.options.residual(), cat, "residual after attention");
-    if (env.math) {
-      F32 attn(env.ops, s.attn, Access::kRead), x(env.ops, s.x, Access::kRead), x2(env.ops, s.x2, Access::kWrite);
-      env.ops->linear_forward(attn, W(off.o), nullptr, x2, d.T, d.qd, d.h, WeightLayout::kOutIn);
-      env.ops->accumulate(x2, x, d.th());
-    }
+    row_parallel_add(env, s.attn, W(off.o), s.x, s.x2, d.qd, "tp all-reduce, o_proj output");
   }
   wide.reset();
   rms_norm_forward(env, W(off.post_norm), s.x2, s.x2_32, s.norm2_stats, s.norm2_hat, s.norm2_plus_one, s.xn2, wide, cat,
@@ -328,6 +352,7 @@ Buffer llama_forward(const BlockEnv& env, const float* w, BlockSaved& s, Categor
       F32 a(env.ops, s.act, Access::kRead), m(env.ops, s.mlp_o, Access::kWrite);
       env.ops->linear_forward(a, W(off.down), nullptr, m, d.T, d.F, d.h, WeightLayout::kOutIn);
     }
+    env.tp_all_reduce(s.mlp_o, "tp all-reduce, down_proj output");
     Buffer normed, unused;
     rms_norm_forward(env, W(off.mlp_out_norm), s.mlp_o, s.mlp_o32, s.norm4_stats, s.norm4_hat, s.norm4_plus_one, normed,
                      unused, cat, "post_feedforward_layernorm");
@@ -339,11 +364,7 @@ Buffer llama_forward(const BlockEnv& env, const float* w, BlockSaved& s, Categor
     }
   } else {
     out = env.allocate(d.th(), env.options.residual(), out_cat, "output");
-    if (env.math) {
-      F32 a(env.ops, s.act, Access::kRead), x2(env.ops, s.x2, Access::kRead), o(env.ops, out, Access::kWrite);
-      env.ops->linear_forward(a, W(off.down), nullptr, o, d.T, d.F, d.h, WeightLayout::kOutIn);
-      env.ops->accumulate(o, x2, d.th());
-    }
+    row_parallel_add(env, s.act, W(off.down), s.x2, out, d.F, "tp all-reduce, down_proj output");
   }
   // At e = 2 nothing saved the residual stream itself, only its fp32 copies: it goes when the layer returns. In fp32
   // and under autocast the norms saved the stream itself.
@@ -429,6 +450,7 @@ void llama_backward(const BlockEnv& env, const float* w, BlockSaved& s, float* d
     dgate_held.reset();
     s.xn2.reset();
     s.norm2_hat.reset();
+    env.tp_all_reduce(dxn, "tp all-reduce, gate_proj and up_proj input gradient");
     if (env.math) {
       F32 dx(env.ops, dxn, Access::kRead), x2(env.ops, s.x2_32.count() > 0 ? s.x2_32 : s.x2, Access::kRead),
           st(env.ops, s.norm2_stats, Access::kRead);
@@ -502,6 +524,7 @@ void llama_backward(const BlockEnv& env, const float* w, BlockSaved& s, float* d
   s.xn1.reset();
   s.xn1_casts.reset();
   s.norm1_hat.reset();
+  env.tp_all_reduce(dxn, "tp all-reduce, q_proj, k_proj and v_proj input gradient");
   if (env.math) {
     F32 dx(env.ops, dxn, Access::kRead), x(env.ops, s.x32.count() > 0 ? s.x32 : s.x, Access::kRead),
         st(env.ops, s.norm1_stats, Access::kRead);
@@ -517,6 +540,7 @@ void llama_backward(const BlockEnv& env, const float* w, BlockSaved& s, float* d
 }
 
 Buffer gpt2_forward(const BlockEnv& env, const float* w, BlockSaved& s, Category cat, Category out_cat) {
+  EMU_CHECK(env.tp == nullptr, "GPT-2 blocks are not split for tensor parallelism (check_tensor_parallel)");
   const ModelConfig& c = env.config;
   const Dims d = dims(c);
   const DType dt = env.options.compute;

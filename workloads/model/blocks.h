@@ -45,6 +45,8 @@
 
 namespace emu::model {
 
+class TensorParallel;  // tensor_parallel.h
+
 // What a block reads besides its weights and saved tensors.
 struct BlockEnv {
   Device& device;
@@ -59,12 +61,17 @@ struct BlockEnv {
   // Backward calls it with a parameter's offset in the layout once it has made that parameter's gradient (model.h
   // Hooks::gradient_made); empty: nobody listens.
   std::function<void(size_t offset)> gradient_made;
+  // Tensor parallelism (tensor_parallel.h): the block's shapes are one rank's slice, and the partial sums of the
+  // row-parallel outputs (forward) and of the column-parallel inputs' gradients (backward) are all-reduced here.
+  TensorParallel* tp = nullptr;
 
   Buffer allocate(size_t count, DType dtype, Category category, std::string_view what) const;
   // A per-row statistic (∝ T or b·a·s, scaling by k): charged at full scale ÷ k² (shrink.h, allocate_per_row).
   Buffer allocate_per_row(size_t count, DType dtype, Category category, std::string_view what) const;
   // Tells gradient_made that the gradients of the parameters at these offsets are made.
   void made(std::initializer_list<size_t> offsets) const;
+  // Σ of `partial` over the TP group, in place (Megatron's g in forward, f in backward); nothing without TP.
+  void tp_all_reduce(Buffer& partial, std::string_view what) const;
 };
 
 // The tensors a block saves for backward; unused ones stay unallocated. Buffers marked (held) are charged as the

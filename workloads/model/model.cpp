@@ -13,6 +13,7 @@
 #include "workloads/model/rope.h"
 #include "workloads/model/shrink.h"
 #include "workloads/model/tensor.h"
+#include "workloads/model/tensor_parallel.h"
 
 namespace emu::model {
 
@@ -32,6 +33,22 @@ Model::Model(Device& device, ModelConfig config, ModelOptions options)
   units_.resize(layouts_.size());
   saved_.resize(static_cast<size_t>(config_.layers));
   last_block_ = static_cast<int>(config_.layers);
+  full_config_ = config_;
+  full_layouts_ = layouts_;
+}
+
+void Model::set_tensor_parallel(TensorParallel* tp) {
+  EMU_CHECK(tp != nullptr && tp_ == nullptr, "tensor parallelism is set once");
+  EMU_CHECK(device_.backend() != "cuda", "tp's parallel cross-entropy runs on the host: cpu and shapes devices only");
+  config_ = tensor_parallel_config(full_config_, tp->size());
+  layouts_ = build_layouts(config_);
+  units_.assign(layouts_.size(), {});
+  tp_ = tp;
+}
+
+const UnitLayout& Model::full_layout(int unit) const {
+  EMU_CHECK(unit >= 0 && unit < num_units(), "unit {} is outside [0, {})", unit, num_units());
+  return full_layouts_[static_cast<size_t>(unit)];
 }
 
 Model::~Model() { discard(); }
@@ -62,7 +79,7 @@ void Model::bind_grads(int unit, void* grads, DType dtype) {
 }
 
 void Model::initial_values(int unit, uint64_t seed, size_t begin, size_t count, float* out) const {
-  const UnitLayout& l = layout(unit);
+  const UnitLayout& l = full_layout(unit);
   EMU_CHECK(begin <= l.count && count <= l.count - begin, "elements [{}, {}) outside unit {} of {}", begin,
             begin + count, unit, l.count);
   if (initial_weights_ == nullptr) {
@@ -74,16 +91,17 @@ void Model::initial_values(int unit, uint64_t seed, size_t begin, size_t count, 
 }
 
 void Model::init_unit(int unit, uint64_t seed, float* out) const {
-  initial_values(unit, seed, 0, layout(unit).count, out);
+  initial_values(unit, seed, 0, full_layout(unit).count, out);
 }
 
 void Model::set_initial_weights(std::shared_ptr<const std::vector<std::vector<float>>> weights) {
   if (weights != nullptr) {
-    EMU_CHECK(weights->size() == layouts_.size(), "initial weights for {} units, the model has {}", weights->size(),
-              layouts_.size());
-    for (size_t u = 0; u < layouts_.size(); ++u) {
-      EMU_CHECK((*weights)[u].size() == layouts_[u].count, "initial weights of unit {}: {} values, its layout has {}",
-                u, (*weights)[u].size(), layouts_[u].count);
+    EMU_CHECK(weights->size() == full_layouts_.size(), "initial weights for {} units, the model has {}",
+              weights->size(), full_layouts_.size());
+    for (size_t u = 0; u < full_layouts_.size(); ++u) {
+      EMU_CHECK((*weights)[u].size() == full_layouts_[u].count,
+                "initial weights of unit {}: {} values, its layout has {}", u, (*weights)[u].size(),
+                full_layouts_[u].count);
     }
   }
   initial_weights_ = std::move(weights);
@@ -123,7 +141,7 @@ void Model::sync() const {
 
 BlockEnv Model::block_env(int unit) const {
   return BlockEnv{device_, config_, options_, layout(unit), unit, rope_cos_.as<float>(), rope_sin_.as<float>(),
-                  math_,   ops_,    {}};
+                  math_,   ops_,    {},      tp_};
 }
 
 float Model::forward(const int32_t* tokens, const int32_t* targets, Hooks& hooks) {
@@ -311,6 +329,12 @@ void Model::forward_root_start(const int32_t* tokens) {
   const UnitLayout& root = layouts_[0];
   const size_t T = size_t(c.tokens());
   tokens_ = allocate_per_row(device_, c, T, DType::kF32, Category::kActivations, "token ids");
+  std::vector<int32_t> local;  // TP: the tokens as rows of this rank's vocabulary slice (tensor_parallel.h)
+  if (tp_ != nullptr && math_) {
+    local.resize(T);
+    vocab_parallel_tokens(tokens, c.tokens(), c.vocab, vocab_begin(), local.data(), tp_outside_);
+    tokens = local.data();
+  }
   if (math_) ops_->copy_from_host(tokens_.data(), tokens, T * sizeof(int32_t));
   allocate_rope_tables();
   // Gemma's embedding (transformers GemmaTextScaledWordEmbedding) multiplies the looked-up rows by √h into a new
@@ -322,13 +346,23 @@ void Model::forward_root_start(const int32_t* tokens) {
                                 "embedding output before the √h scale");
   }
   final_x_ = device_.allocate(T * size_t(c.hidden), options_.residual(), Category::kActivations, "embedding output");
-  if (!math_) return;
-  const float* table = root_weights_ + root.params[kEmbedTokens].offset;  // kWte for GPT-2: same position
-  const float* positions = c.style == Style::kGpt2 ? root_weights_ + root.params[kWpe].offset : nullptr;
-  F32 x(ops_, final_x_, Access::kWrite);
-  ops_->embedding_forward(tokens_.as<int32_t>(), table, positions, x, c.tokens(), c.seq, c.hidden);
-  if (c.gemma) ops_->scale(x, embedding_scale(), T * size_t(c.hidden));
+  if (math_) {
+    const float* table = root_weights_ + root.params[kEmbedTokens].offset;  // kWte for GPT-2: same position
+    const float* positions = c.style == Style::kGpt2 ? root_weights_ + root.params[kWpe].offset : nullptr;
+    F32 x(ops_, final_x_, Access::kWrite);
+    ops_->embedding_forward(tokens_.as<int32_t>(), table, positions, x, c.tokens(), c.seq, c.hidden);
+    for (size_t t = 0; t < tp_outside_.size(); ++t) {  // TP: rows of other ranks' tokens are zeros here
+      if (tp_outside_[t] != 0) ops_->fill_zero(x + t * size_t(c.hidden), size_t(c.hidden) * sizeof(float));
+    }
+    if (c.gemma) ops_->scale(x, embedding_scale(), T * size_t(c.hidden));
+  }
+  if (tp_ != nullptr) {  // VocabParallelEmbedding: the ranks' rows summed
+    sync();
+    tp_->all_reduce(final_x_, "tp all-reduce, embedding output");
+  }
 }
+
+int64_t Model::vocab_begin() const { return tp_ != nullptr ? int64_t{tp_->rank()} * config_.vocab : 0; }
 
 float Model::embedding_scale() const {
   // √h at the weights' dtype (embed_scale.to(self.weight.dtype)): 45.25 rather than 45.2548 for h = 2048 in bf16.
@@ -378,7 +412,10 @@ float Model::forward_root_end(const int32_t* targets) {
   }
   logits_ = device_.allocate(T * size_t(c.vocab), DType::kF32, Category::kActivations,
                              options_.loss == Loss::kTrainer ? "log_softmax of the logits (fp32)" : "logits (fp32)");
-  if (!math_) return 0;
+  if (!math_) {
+    if (tp_ != nullptr) vocab_parallel_cross_entropy(*tp_, nullptr, nullptr, c.tokens(), c.vocab, 0, 1.0f);
+    return 0;
+  }
   const float* w = root_weights_;
   const float eps = static_cast<float>(c.norm_eps);
   F32 x(ops_, final_x_, Access::kRead), st(ops_, final_stats_, Access::kWrite), xn(ops_, final_xn_, Access::kWrite);
@@ -399,7 +436,9 @@ float Model::forward_root_end(const int32_t* targets) {
   }
   int32_t* device_targets = targets_.reserve_as<int32_t>(*ops_, T, false);
   ops_->copy_from_host(device_targets, targets, T * sizeof(int32_t));
-  const double sum = ops_->cross_entropy(logits, device_targets, c.tokens(), c.vocab, 1.0f / float(T));
+  const double sum = tp_ != nullptr ? vocab_parallel_cross_entropy(*tp_, logits, targets, c.tokens(), c.vocab,
+                                                                   vocab_begin(), 1.0f / float(T))
+                                    : ops_->cross_entropy(logits, device_targets, c.tokens(), c.vocab, 1.0f / float(T));
   return static_cast<float>(sum / double(T));
 }
 
@@ -472,6 +511,10 @@ void Model::backward_root_start() {
   }
   dlogits.reset();
   final_xn_.reset();
+  if (tp_ != nullptr) {  // the vocabulary-parallel head's input gradient: a partial sum over the slices (f)
+    sync();
+    tp_->all_reduce(dxn, "tp all-reduce, lm_head input gradient");
+  }
   dres_ = device_.allocate(T * size_t(c.hidden), options_.residual(), Category::kTemporaries, "d residual stream");
   if (math_) {
     F32 dx(ops_, dxn, Access::kRead), x(ops_, final_x_, Access::kRead), st(ops_, final_stats_, Access::kRead);
@@ -518,6 +561,9 @@ void Model::backward_root_end() {
   if (math_) {
     F32 dres(ops_, dres_, Access::kReadWrite);
     if (c.gemma) ops_->scale(dres, embedding_scale(), size_t(c.tokens() * c.hidden));  // × √h's backward
+    for (size_t t = 0; t < tp_outside_.size(); ++t) {  // TP: other ranks' tokens add nothing to this slice
+      if (tp_outside_[t] != 0) ops_->fill_zero(dres + t * size_t(c.hidden), size_t(c.hidden) * sizeof(float));
+    }
     float* g = root_grads_;
     float* dpositions = c.style == Style::kGpt2 ? g + root.params[kWpe].offset : nullptr;
     ops_->embedding_backward(tokens_.as<int32_t>(), dres, g + root.params[kEmbedTokens].offset, dpositions, c.tokens(),

@@ -48,6 +48,8 @@
 
 namespace emu::model {
 
+class TensorParallel;  // tensor_parallel.h
+
 // Implemented by a strategy. unit 0 is the root, 1..L the blocks.
 class Hooks {
  public:
@@ -117,6 +119,15 @@ class Model {
   void set_output_gradient(Buffer grad);  // [T, h] at the compute dtype, from the next stage
   Buffer take_input_gradient();           // [T, h] at the compute dtype, for the previous stage
 
+  // Tensor parallelism (strategies/tensor_parallel.cpp, tensor_parallel.h): from now on the model runs this rank's
+  // slice of every layer, its config and layouts the slice's (tensor_parallel_config), its embedding and head the
+  // rank's vocabulary rows, and it calls `tp` at Megatron's reduction points. InputError when the shapes cannot be
+  // split. Before any weights are bound.
+  void set_tensor_parallel(TensorParallel* tp);
+  // The unsplit shapes and layouts (config() and layout() unless tensor-parallel), which initial values follow.
+  const ModelConfig& full_config() const { return full_config_; }
+  const UnitLayout& full_layout(int unit) const;
+
   // What one forward keeps for its backward, moved out of the model so that several micro-batches can be in
   // flight at once (a pipeline schedule keeps up to M); the tensors stay allocated and charged while held.
   struct InFlight {
@@ -129,7 +140,8 @@ class Model {
   // Makes a held forward the current one, for its backward; the model must hold none.
   void restore_in_flight(InFlight state);
 
-  // Initial fp32 values of elements [begin, begin + count) of `unit`, where every strategy starts: the loaded
+  // Initial fp32 values of elements [begin, begin + count) of `unit` in its full layout (full_layout), where every
+  // strategy starts: the loaded
   // weights when set_initial_weights gave some, else the seeded initialisation (layout.h, init_unit_range).
   void initial_values(int unit, uint64_t seed, size_t begin, size_t count, float* out) const;
   // The same for the whole unit.
@@ -157,6 +169,7 @@ class Model {
   BlockEnv block_env(int unit) const;
   void forward_root_start(const int32_t* tokens);
   float embedding_scale() const;  // Gemma: √h at the weights' dtype
+  int64_t vocab_begin() const;    // TP: the first vocabulary row of this rank's slice; 0 otherwise
   float forward_root_end(const int32_t* targets);
   // The gradient of the logits [T, V] the head's backward reads, made as the chosen loss makes it; releases logits_.
   Buffer logits_gradient();
@@ -199,6 +212,10 @@ class Model {
                                           // log-softmax the Trainer's loss saves, or as the fused loss's one buffer
   Buffer dres_;                           // [T, h] gradient of the residual stream during backward
   int first_block_ = 1, last_block_ = 0;  // this pipeline stage's blocks (set_stage); last_block_ = L by default
+  TensorParallel* tp_ = nullptr;          // set_tensor_parallel
+  ModelConfig full_config_;
+  std::vector<UnitLayout> full_layouts_;
+  std::vector<uint8_t> tp_outside_;  // [T] tokens outside this rank's vocabulary slice (their rows looked up as 0)
 };
 
 }  // namespace emu::model

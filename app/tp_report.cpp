@@ -1,0 +1,60 @@
+// tp's lines in the report (report.h, format_tensor): the split, Megatron's vocabulary padding and its bytes, the
+// precision recipe, and the all-reduces of a step.
+#include <fmt/format.h>
+
+#include "app/report.h"
+#include "workloads/model/tensor_parallel.h"
+
+namespace emu::app {
+namespace {
+std::string gigabytes(double bytes) { return fmt::format("{:.2f}", bytes / 1e9); }
+}  // namespace
+
+std::string format_tensor(const RunReport& r) {
+  std::string out;
+  const double scale = static_cast<double>(r.scale());
+  const int t = r.world;
+  const model::ModelConfig& full = r.options.full;
+  for (const StrategyOutcome& o : r.outcomes) {
+    if (o.options.kind != strategy::StrategyKind::kTensor || o.peak.empty()) continue;
+    const optim::PrecisionRecipe recipe = strategy::with_framework_recipe(o.options).recipe;
+    const int64_t padded = model::tp_padded_vocab(full, t);
+    const int64_t padding_rows = padded - full.vocab;
+    const uint64_t padding_params =
+        static_cast<uint64_t>(padding_rows) * static_cast<uint64_t>(full.hidden) * (full.tie_embeddings ? 1 : 2);
+    const uint64_t padding_per_rank = padding_params / static_cast<uint64_t>(t);
+    out += fmt::format(
+        "\n{}: one tensor-parallel group of t = {} (Megatron-LM --tensor-model-parallel-size {}): each rank holds "
+        "heads {}/{}, kv heads {}/{}, FFN {}/{} and {} of the padded vocabulary's rows\n",
+        o.name, t, t, full.heads, t, full.kv_heads, t, full.ffn, t, padded / t);
+    out += fmt::format(
+        "  vocabulary padded as Megatron pads it (--make-vocab-size-divisible-by 128, x t): V {} -> {} (+{} rows of "
+        "the embedding{}): {} parameters, {} GB per rank at {} B/param\n",
+        full.vocab, padded, padding_rows, full.tie_embeddings ? ", tied head" : " and of the head", padding_per_rank,
+        gigabytes(static_cast<double>(padding_per_rank * recipe.total_bytes_per_param())),
+        recipe.total_bytes_per_param());
+    out += fmt::format(
+        "  recipe: {} B per local parameter ({} parameters, {} gradients{}, Adam m and v; Megatron's optimizer "
+        "without --use-distributed-optimizer); norm weights replicated, their gradients identical on every rank\n",
+        recipe.total_bytes_per_param(), dtype_name(recipe.params), dtype_name(recipe.grads),
+        recipe.has_master ? ", fp32 master weights" : "");
+    double sent = 0;
+    uint64_t calls = 0;
+    for (const auto& [key, traffic] : o.traffic_per_step) {
+      if (key.kind != coll::CollectiveKind::kAllReduce) continue;
+      sent += static_cast<double>(traffic.sent);
+    }
+    for (const auto& [key, count] : o.calls_per_step) {
+      if (key.kind == coll::CollectiveKind::kAllReduce) calls += count;
+    }
+    out += fmt::format(
+        "  all-reduce: rank 0 sends {} GB per step in {} calls: per micro-batch 4L+2 of b*s*h (after o_proj and "
+        "down_proj in forward, the q/k/v and gate/up input gradients in backward, the embedding output and the head's "
+        "input gradient; again the 2 forward ones of a checkpointed block) and 3 of b*s fp32 (parallel "
+        "cross-entropy), ring 2(t-1)/t\n",
+        gigabytes(sent * scale), calls);
+  }
+  return out;
+}
+
+}  // namespace emu::app

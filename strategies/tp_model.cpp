@@ -1,0 +1,41 @@
+// The analytic model of tensor parallelism (tensor_parallel.cpp), for one rank of a TP group of t = input.world
+// (every rank alike), from Megatron-LM's arithmetic (Shoeybi et al. 2019, §3; Korthikanti et al. 2022, §4):
+//   Ψ/t         the rank's slice: the model's units as the rank holds them (a/t heads, F/t, the padded V'/t rows of
+//               the embedding and head), the norm weights whole
+//   memory      parameters 2Ψ/t, fp32 main gradients 4Ψ/t, master weights 4Ψ/t, Adam m and v 8Ψ/t: 18Ψ/t in
+//               Megatron's mixed recipe (16Ψ/t in fp32)
+//   traffic     per micro-batch (M = input.accumulation of them per step), all-reduces within the group at ring
+//               volume 2(t − 1)/t of the payload:
+//                 forward   2 per block (after o_proj and after down_proj: Megatron's g) + 1 (embedding output)
+//                 backward  2 per block (the q/k/v and gate/up inputs' gradients: f) + 1 (the LM head's input)
+//                           [+ 2 per block again when blocks are checkpointed: the recomputed forward's g]
+//               each of b·s·h at the compute dtype, and 3 of b·s fp32 (parallel cross-entropy: max, target logit,
+//               Σexp). So (4L + 2)·M all-reduces of b·s·h·e per step without checkpointing.
+#include <fmt/format.h>
+
+#include "strategies/analytic.h"
+
+namespace emu::strategy {
+
+Updated predict_tensor_parallel(const StrategyOptions& options, const AnalyticInput& input, Prediction& prediction) {
+  const optim::PrecisionRecipe& recipe = options.recipe;
+  const int tp = input.world;
+  Updated updated;
+  for (size_t u = 0; u < input.unit_counts.size(); ++u) {
+    updated.emplace_back(static_cast<int>(u), input.unit_counts[u]);
+    prediction.peak[Category::kParameters] += input.bytes(static_cast<int>(u), input.unit_counts[u], recipe.params);
+    prediction.peak[Category::kGradients] += input.bytes(static_cast<int>(u), input.unit_counts[u], recipe.grads);
+  }
+  const uint64_t blocks = input.unit_counts.empty() ? 0 : input.unit_counts.size() - 1;
+  const uint64_t micro_batches = static_cast<uint64_t>(input.accumulation);
+  const uint64_t per_block = input.checkpoint ? 6 : 4;
+  add_ring_traffic(prediction, coll::CollectiveKind::kAllReduce, "world", input.boundary_bytes, tp,
+                   (per_block * blocks + 2) * micro_batches);
+  add_ring_traffic(prediction, coll::CollectiveKind::kAllReduce, "world", input.tokens * sizeof(float), tp,
+                   3 * micro_batches);
+  prediction.formula =
+      fmt::format("{}Ψ/t, t = {}: the slice of every matrix (Megatron-LM)", recipe.total_bytes_per_param(), tp);
+  return updated;
+}
+
+}  // namespace emu::strategy

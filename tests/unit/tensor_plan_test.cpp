@@ -1,0 +1,89 @@
+// tp at full scale (--plan): llama2-70b over one tensor-parallel group of 8 H100-80GB. The parameter counts are by
+// hand from llama2-70b's shapes (h 8192, F 28672, V 32000, 64 heads, 8 KV heads of 128, 80 blocks), independent of
+// emu's layouts:
+//   a block's matrices: q and o 8192² each, k and v 8192·1024 each, gate, up and down 8192·28672 each
+//            = 134,217,728 + 16,777,216 + 704,643,072 = 855,638,016, split over 8: 106,954,752; its two norms
+//            (2·8192) whole on every rank: 106,971,136 per block per rank
+//   vocabulary padded to a multiple of 128·8 = 1024 (Megatron's _vocab_size_with_padding): 32000 → 32768, 4096 rows
+//            per rank of the embedding and of the head: 2·4096·8192 = 67,108,864; the final norm 8192
+//   per rank: 80·106,971,136 + 67,108,864 + 8192 = 8,624,807,936 parameters, × 18 bytes (bf16 parameters, fp32 main
+//            gradients, fp32 master weights, Adam m and v) = 155,246,542,848 bytes: TP 8 alone does not fit
+// Traffic per step (one micro-batch): (4·80 + 2) all-reduces of b·s·h·2 = 4096·8192·2 bytes and 3 of b·s·4 =
+// 4096·4 bytes, each rank sending 2·7/8 of every payload.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "app/options.h"
+#include "app/plan.h"
+#include "emu/check.h"
+
+namespace emu::app {
+namespace {
+
+constexpr uint64_t kLocalParameters = 8'624'807'936;
+
+RunOptions parse(const std::vector<std::string>& args, int world = 1) {
+  std::vector<const char*> argv = {"emu"};
+  for (const std::string& arg : args) argv.push_back(arg.c_str());
+  return parse_command_line(static_cast<int>(argv.size()), argv.data(), world).options;
+}
+
+TEST(TensorPlan, Llama70BOnEightH100sNeeds18BytesPerLocalParameter) {
+  const RunOptions options =
+      parse({"--plan", "8", "--model", "llama2-70b", "--cap", "h100-80gb", "--strategies", "tp", "--no-checkpoint"});
+  ASSERT_EQ(options.strategies.size(), 1u);
+  for (const int rank : {0, 7}) {
+    const StrategyOutcome outcome = account_shapes(options, options.strategies.front(), options.full, 8, 1, rank);
+    const CategoryBytes& c = outcome.category_peaks.front();
+    EXPECT_EQ(c[Category::kParameters], 2 * kLocalParameters) << "rank " << rank;
+    EXPECT_EQ(c[Category::kGradients], 4 * kLocalParameters) << "rank " << rank;
+    EXPECT_EQ(c[Category::kMasterWeights], 4 * kLocalParameters) << "rank " << rank;
+    EXPECT_EQ(c[Category::kOptimizerState], 8 * kLocalParameters) << "rank " << rank;
+    EXPECT_FALSE(outcome.fits()) << "rank " << rank;
+    EXPECT_EQ(outcome.prediction.model_state_bytes(), 18 * kLocalParameters) << "rank " << rank;
+  }
+}
+
+TEST(TensorPlan, AllReducesPerStepAtRingVolume) {
+  const RunOptions options =
+      parse({"--plan", "8", "--model", "llama2-70b", "--cap", "h100-80gb", "--strategies", "tp", "--no-checkpoint"});
+  const StrategyOutcome outcome = account_shapes(options, options.strategies.front(), options.full, 8, 1, 0);
+  const TrafficKey world{coll::CollectiveKind::kAllReduce, "world"};
+  const uint64_t sent = outcome.traffic_per_step.at(world).sent;
+  const uint64_t calls = outcome.calls_per_step.at(world);
+  constexpr uint64_t kHidden = uint64_t{4096} * 8192 * 2, kRows = uint64_t{4096} * 4;
+  // Besides these, the gradient norm's one all-reduce of a 4-byte fp32 partial sum (a ring of 8 sends at most 8
+  // bytes of it).
+  EXPECT_EQ(calls, uint64_t{4 * 80 + 2 + 3 + 1});
+  const uint64_t expected = (4 * 80 + 2) * kHidden * 14 / 8 + 3 * kRows * 14 / 8;
+  EXPECT_GE(sent, expected);
+  EXPECT_LE(sent, expected + 8);
+}
+
+// Megatron's constraints, each with the bad value and the accepted ones (InputError: exit 2 on every rank).
+TEST(TensorPlan, SplitsThatDoNotDivideAreRefusedWithTheAcceptedSizes) {
+  const auto message = [](const std::vector<std::string>& args) {
+    try {
+      parse(args);
+    } catch (const InputError& error) {
+      return std::string(error.what());
+    }
+    return std::string("accepted");
+  };
+  // llama2-7b: 32 heads, 32 kv heads, F 11008 = 2^8·43.
+  EXPECT_NE(message({"--plan", "3", "--model", "llama2-7b", "--strategies", "tp"})
+                .find("attention heads a (32) is not divisible by 3; accepted tensor-parallel sizes for it: 1, 2, 4, "
+                      "8, 16, 32"),
+            std::string::npos);
+  // llama2-70b: 8 kv heads, 64 heads: TP 16 splits the heads but not the kv heads.
+  EXPECT_NE(message({"--plan", "16", "--model", "llama2-70b", "--strategies", "tp"})
+                .find("kv heads (8) is not divisible by 16; accepted tensor-parallel sizes for it: 1, 2, 4, 8"),
+            std::string::npos);
+  EXPECT_NE(message({"--plan", "2", "--model", "gpt2", "--strategies", "tp"}).find("tp splits Llama-style models"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace emu::app

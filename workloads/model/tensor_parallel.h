@@ -1,0 +1,89 @@
+// The model's side of tensor parallelism (strategies/tensor_parallel.cpp, `tp`), as Megatron-LM splits a
+// transformer (core/tensor_parallel/layers.py, mappings.py, cross_entropy.py): every rank of a TP group of t holds
+// a slice of every matrix and runs the same tokens.
+//
+//   q, k, v, gate, up   column-parallel: rank r holds heads [r·a/t, (r+1)·a/t) (kv heads alike) and FFN rows
+//                       [r·F/t, (r+1)·F/t); its output is its own heads' / rows' columns, nothing to reduce
+//   o, down             row-parallel: the matching input columns; each rank's product is a partial sum, all-reduced
+//                       before the residual add (Megatron's g operator: all-reduce in forward, identity in backward)
+//   column inputs       the gradients of the norm outputs feeding q/k/v and gate/up are partial sums: all-reduced in
+//                       backward (f operator: identity in forward, all-reduce in backward)
+//   embedding           vocabulary-parallel (VocabParallelEmbedding): rank r holds rows [r·V'/t, (r+1)·V'/t) of the
+//                       padded vocabulary V'; tokens outside its slice look up zeros; the output is all-reduced
+//   LM head             vocabulary-parallel too (a ColumnParallelLinear over V', its input's gradient all-reduced,
+//                       f); a tied head is the rank's embedding slice itself, as Megatron ties them within a rank
+//   loss                vocab_parallel_cross_entropy: the row maximum all-reduced (max), then the target's logit
+//                       and Σ exp(logit − max) all-reduced (sum): three all-reduces of [T] fp32 per micro-batch
+//   norms               replicated: every rank normalises the same full hidden state, so their gradients come out
+//                       identical on every rank (nothing to reduce; counted once in the gradient norm)
+//
+// The model runs this split by taking the rank's local shapes as its config (tensor_parallel_config: a/t heads,
+// kv/t kv heads of the same head dimension, F/t, V'/t) and calling the TensorParallel interface at the reduction
+// points above. The vocabulary is padded as Megatron pads it (--make-vocab-size-divisible-by 128, times t:
+// training.py _vocab_size_with_padding); at shrink k the multiple is t·⌈128/k⌉, so that the padding scales with
+// the vocabulary. The padded rows are real rows of the head: their logits take part in the softmax, as in Megatron.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+#include "emu/device.h"
+#include "workloads/model/config.h"
+#include "workloads/model/layout.h"
+
+namespace emu::model {
+
+// The TP group, as the model sees it; implemented by the strategy over its communicator.
+class TensorParallel {
+ public:
+  virtual ~TensorParallel() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // Σ over the group of `buffer`, in place, at its dtype (no data on a shapes-only device: the bytes are counted).
+  virtual void all_reduce(Buffer& buffer, std::string_view what) = 0;
+  // Σ (or max) over the group of `count` fp32 values (the parallel cross-entropy's per-row statistics); `values`
+  // is host memory, null on a shapes-only device.
+  virtual void all_reduce_rows(float* values, size_t count, bool max, std::string_view what) = 0;
+};
+
+// The multiple Megatron pads the vocabulary to at TP t and shrink k: 128·t at full scale, t·⌈128/k⌉ shrunk.
+int64_t tp_vocab_multiple(int tp, int64_t shrink);
+// V' = V rounded up to tp_vocab_multiple.
+int64_t tp_padded_vocab(const ModelConfig& config, int tp);
+
+// InputError (the bad value and the accepted ones) unless `config` can be split over t ranks: attention heads and
+// kv heads divisible by t, the FFN divisible by t, a Llama-style family (GPT-2's row-parallel biases and fused
+// c_attn are not split).
+void check_tensor_parallel(const ModelConfig& config, int tp);
+
+// One rank's shapes under TP t: a/t heads, kv/t kv heads with the head dimension kept, F/t, V'/t (checked first).
+ModelConfig tensor_parallel_config(const ModelConfig& config, int tp);
+
+// For each element of the local tensor `local` of TP rank `rank` of t, the element of the full tensor `full` (same
+// name) it holds, or −1 for a padding row of the vocabulary. Column-parallel tensors (q, k, v, gate, up and their
+// biases, Phi-3's fused qkv_proj and gate_up_proj block by block, embeddings, LM head) are split by rows,
+// row-parallel ones (o_proj, down_proj) by columns, norm weights are whole.
+// `config`: the full (unsplit) shapes.
+std::vector<int64_t> tensor_parallel_index(const ModelConfig& config, const ParamInfo& full, const ParamInfo& local,
+                                           int rank, int tp);
+
+}  // namespace emu::model
+
+namespace emu::model {
+
+// Megatron's vocab_parallel_cross_entropy on this rank's logits [rows, vocab] (fp32, host memory; columns are
+// vocabulary entries [begin, begin + vocab) of the padded vocabulary), targets [rows] in the full vocabulary: the
+// row maximum all-reduced (max), then the target's logit (on the rank holding it, 0 elsewhere) and Σ exp(logit −
+// max) all-reduced (sum). Returns Σ_rows (log Σexp + max − target logit), the same on every rank, and turns the
+// logits in place into (softmax − onehot)·grad_scale, as Ops::cross_entropy does. With null logits (shapes-only)
+// only the three all-reduces are made.
+double vocab_parallel_cross_entropy(TensorParallel& tp, float* logits, const int32_t* targets, int64_t rows,
+                                    int64_t vocab, int64_t begin, float grad_scale);
+
+// VocabParallelEmbedding's input mask: each token as a row of this rank's slice [begin, begin + vocab), or row 0
+// where the token lies outside it (`outside` set to 1 there, 0 elsewhere): the looked-up row is then zeroed.
+void vocab_parallel_tokens(const int32_t* tokens, int64_t rows, int64_t vocab, int64_t begin, int32_t* local,
+                           std::vector<uint8_t>& outside);
+
+}  // namespace emu::model
