@@ -141,7 +141,7 @@ void Model::sync() const {
 
 BlockEnv Model::block_env(int unit) const {
   return BlockEnv{device_, config_, options_, layout(unit), unit, rope_cos_.as<float>(), rope_sin_.as<float>(),
-                  math_,   ops_,    {},      tp_};
+                  math_,   ops_,    {},       tp_};
 }
 
 float Model::forward(const int32_t* tokens, const int32_t* targets, Hooks& hooks) {
