@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "app/plan.h"
+#include "app/step_time.h"
 #include "emu/check.h"
 #include "emu/units.h"
 #include "workloads/model/shrink.h"
@@ -186,7 +187,10 @@ class Search {
     asked_ = read_back(options, options.plan && options.plan_ranks > 0 ? options.plan_ranks : world);
     asked_.strategy = options.strategies.front().name();
     cap_ = options.cap.bytes;
+    setting_ = advice_setting(options);
   }
+
+  const std::string& hardware() const { return setting_.hardware.name; }
 
   const AdviceConfig& asked() const { return asked_; }
 
@@ -217,10 +221,16 @@ class Search {
     }
     ++advice.searched;
     const RunOptions& run = parsed.options;
+    StrategyOutcome first;
     const std::optional<uint64_t> peak =
-        planned_fit(run, run.strategies.front(), run.full, knobs.gpus, ranks_per_node_);
+        planned_fit(run, run.strategies.front(), run.full, knobs.gpus, ranks_per_node_, &first);
     if (!peak) return;
     Suggestion suggestion;
+    if (!setting_.hardware.name.empty()) {
+      const StepTime predicted = predict_step_time(run, knobs.gpus, first, setting_);
+      suggestion.step_seconds = predicted.seconds;
+      suggestion.tokens_per_second_per_gpu = predicted.tokens_per_second_per_gpu;
+    }
     suggestion.config = config;
     suggestion.peak = *peak;
     suggestion.cap = cap_;
@@ -269,12 +279,24 @@ class Search {
     return out;
   }
 
+  // The hardware the suggestions are timed on: --hardware, else the cap's named GPU as its SXM description
+  // (a100-40gb → a100-40gb-sxm), else none (then the knobs' cost order ranks them).
+  static StepTimeSetting advice_setting(const RunOptions& options) {
+    RunOptions timed = options;
+    if (timed.hardware.empty() && !options.cap.gpu.empty()) {
+      const std::string sxm = options.cap.gpu + "-sxm";
+      if (hardware_names().find(sxm) != std::string::npos) timed.hardware = sxm;
+    }
+    return step_time_setting(timed);
+  }
+
   const RunOptions& options_;
   const int world_;
   const int ranks_per_node_;
   const std::vector<std::string> kept_;
   AdviceConfig asked_;
   uint64_t cap_ = 0;
+  StepTimeSetting setting_;
   std::set<AdviceConfig> tried_;
   std::vector<Suggestion> fits_;
 };
@@ -287,7 +309,8 @@ std::vector<Knobs> knobs_of(const std::string& strategy, int gpus, const std::ve
   std::vector<Knobs> out;
   for (const int64_t seq : seqs) {
     for (const std::string& precision : precisions) {
-      for (const auto& [micro_batch, accumulation] : batch_splits(asked.global_batch(), gpus)) {
+      // tp's GPUs share each micro-batch: all of the global batch goes through each of them.
+      for (const auto& [micro_batch, accumulation] : batch_splits(asked.global_batch(), strategy == "tp" ? 1 : gpus)) {
         for (const bool checkpoint : {false, true}) {
           for (int offload = 0; offload <= most_offload; ++offload) {
             out.push_back({strategy, gpus, micro_batch, accumulation, checkpoint, offload, precision, seq});
@@ -333,6 +356,7 @@ AdviceRankKey advice_rank_key(const Suggestion& s, const AdviceConfig& asked) {
   const AdviceConfig& c = s.config;
   return {c.seq == asked.seq ? 0 : 1,
           c.gpus,
+          s.seconds_per_sequence(),
           c.offload_level(),
           c.checkpoint ? 1 : 0,
           -c.micro_batch,
@@ -381,6 +405,7 @@ Advice advise(const RunReport& report, int world, int ranks_per_node) {
   advice.fits = static_cast<int>(search.fits().size());
   advice.asked_fits = std::any_of(report.outcomes.begin(), report.outcomes.end(),
                                   [](const StrategyOutcome& outcome) { return outcome.fits(); });
+  advice.hardware = search.hardware();
   advice.suggestions = choose_shown(search.fits(), asked);
   advice.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return advice;
@@ -395,7 +420,8 @@ std::string format_advice(const Advice& a) {
   } else {
     std::vector<std::string> each;
     for (const Suggestion& s : a.suggestions) {
-      each.push_back(fmt::format("{} ({} GiB, {} GiB headroom)", in_words(s, a.asked), gib(s.peak), gib(s.headroom())));
+      each.push_back(fmt::format("{} ({} GiB, {} GiB headroom{})", in_words(s, a.asked), gib(s.peak), gib(s.headroom()),
+                                 s.step_seconds > 0 ? fmt::format(", ~{:.2f} s/step", s.step_seconds) : ""));
     }
     out += fmt::format("; {} {}.\n", a.asked_fits ? "also fits" : "fits", fmt::join(each, ", or "));
   }
@@ -405,16 +431,24 @@ std::string format_advice(const Advice& a) {
       "keeping the global batch {}, checkpointing, offload, precision{}\n",
       a.searched, a.seconds, a.dominated, a.not_applicable, fmt::join(a.gpu_counts, ", "), a.asked.global_batch(),
       a.seq_len_searched ? ", sequence length" : "");
-  out +=
-      "  ranked by a cost order of the knobs (fewer GPUs; no offload; no checkpointing; larger micro-batch; the "
-      "asked precision; more headroom), not by a predicted step time\n";
+  out += a.hardware.empty()
+             ? std::string(
+                   "  ranked by a cost order of the knobs (fewer GPUs; no offload; no checkpointing; larger "
+                   "micro-batch; the asked precision; more headroom): no hardware to time them on "
+                   "(--hardware)\n")
+             : fmt::format(
+                   "  ranked by GPUs, then the predicted time per sequence of the global batch on {} (the "
+                   "step-time model; --hardware to choose another)\n",
+                   a.hardware);
   if (a.suggestions.empty()) return out;
-  out += fmt::format("  {:>2} {:>5}  {:<14} {:>9} {:>9}  {}\n", "#", "GPUs", "strategy", "peak GiB", "headroom",
-                     "changes");
+  out += fmt::format("  {:>2} {:>5}  {:<14} {:>9} {:>9} {:>8} {:>10}  {}\n", "#", "GPUs", "strategy", "peak GiB",
+                     "headroom", "s/step", "tok/s/GPU", "changes");
   for (size_t i = 0; i < a.suggestions.size(); ++i) {
     const Suggestion& s = a.suggestions[i];
-    out += fmt::format("  {:>2} {:>5}  {:<14} {:>9} {:>9}  {}\n", i + 1, s.config.gpus, s.config.strategy, gib(s.peak),
-                       gib(s.headroom()),
+    const bool timed = s.step_seconds > 0;
+    out += fmt::format("  {:>2} {:>5}  {:<14} {:>9} {:>9} {:>8} {:>10}  {}\n", i + 1, s.config.gpus, s.config.strategy,
+                       gib(s.peak), gib(s.headroom()), timed ? fmt::format("{:.2f}", s.step_seconds) : "-",
+                       timed ? fmt::format("{:.0f}", s.tokens_per_second_per_gpu) : "-",
                        s.changes.empty() ? std::string("as asked") : fmt::format("{}", fmt::join(s.changes, " ")));
     out += fmt::format("     $ {}\n", s.command);
   }
@@ -437,7 +471,10 @@ nlohmann::json advice_json(const Advice& a) {
                            {"headroom_bytes", s.headroom()},
                            {"changes", s.changes},
                            {"form", s.plan_form ? "plan" : "run"},
-                           {"command", s.command}});
+                           {"command", s.command},
+                           {"predicted_step_seconds", s.step_seconds > 0 ? nlohmann::json(s.step_seconds) : nullptr},
+                           {"predicted_tokens_per_second_per_gpu",
+                            s.step_seconds > 0 ? nlohmann::json(s.tokens_per_second_per_gpu) : nullptr}});
   }
   return {{"asked", config(a.asked)},
           {"fits_as_asked", a.asked_fits},
@@ -447,7 +484,8 @@ nlohmann::json advice_json(const Advice& a) {
           {"not_applicable", a.not_applicable},
           {"fits", a.fits},
           {"seconds", a.seconds},
-          {"ranked_by", "cost order of the knobs"},
+          {"ranked_by", a.hardware.empty() ? std::string("cost order of the knobs")
+                                           : "predicted time per sequence on " + a.hardware},
           {"suggestions", suggestions}};
 }
 

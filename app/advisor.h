@@ -8,6 +8,7 @@
 // planning what that parse yields, so a suggestion's figures are those of its own command line.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <nlohmann/json_fwd.hpp>
 #include <string>
@@ -30,7 +31,10 @@ struct AdviceConfig {
   std::string precision = "mixed";
   int64_t seq = 0;
   int offload_level() const { return offload_param ? 2 : offload ? 1 : 0; }
-  int64_t global_batch() const { return static_cast<int64_t>(gpus) * micro_batch * accumulation; }
+  // Sequences per optimizer step: every GPU's own micro-batches, but for tp, whose GPUs share each micro-batch.
+  int64_t global_batch() const {
+    return static_cast<int64_t>(strategy == "tp" ? 1 : gpus) * micro_batch * accumulation;
+  }
   auto operator<=>(const AdviceConfig&) const = default;
 };
 
@@ -42,13 +46,21 @@ struct Suggestion {
   std::vector<std::string> changes;  // the flags that differ from the configuration asked ("--offload")
   bool plan_form = false;            // the command is `emu --plan N ...`, not `mpirun -np N emu ...`
   std::string command;               // as the user would type it
+  // The step-time model's prediction on the advice's hardware (step_time.h); 0 when no hardware is known.
+  double step_seconds = 0;
+  double tokens_per_second_per_gpu = 0;
+  // Seconds per sequence of the global batch: what ranks configurations whose global batches differ.
+  double seconds_per_sequence() const {
+    return step_seconds / static_cast<double>(std::max<int64_t>(1, config.global_batch()));
+  }
 };
 
-// The order suggestions are shown in, lowest first. Until emu predicts step times, a cost order of the knobs: the
-// asked sequence length before a shorter one, fewer GPUs, no offload before optimizer offload before parameter
-// offload, no checkpointing before checkpointing, a larger micro-batch, the asked precision before another, then
-// the most headroom. The one place to rank by predicted step time instead.
-using AdviceRankKey = std::tuple<int, int, int, int, int64_t, int, int64_t>;
+// The order suggestions are shown in, lowest first: the asked sequence length before a shorter one, fewer GPUs (the
+// GPUs asked for first), then the predicted time per sequence of the global batch on the advice's hardware (when
+// one is known: --hardware, or the cap's named GPU as its SXM description), then a cost order of the knobs (no
+// offload before optimizer offload before parameter offload, no checkpointing before checkpointing, a larger
+// micro-batch, the asked precision before another) and the most headroom.
+using AdviceRankKey = std::tuple<int, int, double, int, int, int64_t, int, int64_t>;
 AdviceRankKey advice_rank_key(const Suggestion& suggestion, const AdviceConfig& asked);
 
 struct Advice {
@@ -63,6 +75,7 @@ struct Advice {
   int fits = 0;                         // of those planned
   std::vector<int> gpu_counts;
   bool seq_len_searched = false;  // --advise-seq-len
+  std::string hardware;           // the step-time model's hardware ranking the suggestions; empty: none known
   double seconds = 0;
 };
 

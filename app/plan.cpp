@@ -289,7 +289,8 @@ RunReport plan_strategies(const RunOptions& options, int world, int ranks_per_no
 }
 
 std::optional<uint64_t> planned_fit(const RunOptions& options, const strategy::StrategyOptions& strategy_options,
-                                    const model::ModelConfig& config, int ranks, int ranks_per_node) {
+                                    const model::ModelConfig& config, int ranks, int ranks_per_node,
+                                    StrategyOutcome* first) {
   const int per_node = group_size(options, ranks, ranks_per_node);
   uint64_t highest = 0;
   for (const RankRole& span : role_spans(strategy_options, config, ranks)) {
@@ -297,6 +298,7 @@ std::optional<uint64_t> planned_fit(const RunOptions& options, const strategy::S
       const StrategyOutcome outcome =
           account_shapes(options, strategy_options, config, ranks, per_node, span.accounted, false, true);
       highest = std::max(highest, outcome.reserved_peak.front());
+      if (first != nullptr && span.first == 0) *first = outcome;
     } catch (const OutOfMemoryError&) {
       return std::nullopt;
     }

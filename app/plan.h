@@ -32,8 +32,10 @@ StrategyOutcome account_shapes(const RunOptions& options, const strategy::Strate
 // find it; a shrunk config: as a shrunk run would): the highest reserved peak of its roles, or nothing when a role
 // runs out of memory. Stops at the first allocation past the cap (OomMode::kStrict), so a configuration that does
 // not fit costs only the step up to there (the advisor).
+// `first`, when given, receives rank 0's outcome (its traffic by phase: what a step-time prediction reads).
 std::optional<uint64_t> planned_fit(const RunOptions& options, const strategy::StrategyOptions& strategy_options,
-                                    const model::ModelConfig& config, int ranks, int ranks_per_node);
+                                    const model::ModelConfig& config, int ranks, int ranks_per_node,
+                                    StrategyOutcome* first = nullptr);
 
 // Rank 0 only: plans every strategy of `options` for options.plan_ranks (or `world`) ranks.
 // Prints on stderr each strategy's time when the plan is a long one.
