@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "emu/units.h"
+#include "emu/xml.h"
 
 namespace emu::app {
 namespace {
@@ -46,20 +47,6 @@ const char* color_of(Category category) {
     case Category::kBuckets: return "#9c755f";
   }
   return "#000000";
-}
-
-std::string escape(std::string_view text) {
-  std::string out;
-  for (const char c : text) {
-    switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      default: out += c;
-    }
-  }
-  return out;
 }
 
 // A round tick step (1, 2 or 5 × 10^n) giving about `ticks` ticks over [0, range].
@@ -250,7 +237,7 @@ void draw_axes(std::string& svg, const Frame& f, const AxisUnit& unit, const std
     row = x - last_label < 60 ? 1 - row : 0;
     last_label = x;
     svg += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"start\" font-size=\"10\">{}</text>\n", x + 1,
-                       bottom + 13 + 11 * row, escape(tick.label));
+                       bottom + 13 + 11 * row, xml_escape(tick.label));
   }
   svg += fmt::format(
       "<text x=\"{}\" y=\"{:.1f}\" text-anchor=\"middle\">the step's phases: set-up, forward and backward of each "
@@ -268,7 +255,7 @@ void draw_cap(std::string& svg, const Frame& f, double cap) {
       "stroke-dasharray=\"6,4\" class=\"cap\"/>\n",
       kLeft, y, kLeft + kPlotWidth, y, kCapColor);
   svg += fmt::format("<text x=\"{}\" y=\"{:.1f}\" text-anchor=\"end\" fill=\"{}\" class=\"halo\">cap {}</text>\n",
-                     kLeft + kPlotWidth - 4, y - 4, kCapColor, escape(format_bytes(static_cast<uint64_t>(cap))));
+                     kLeft + kPlotWidth - 4, y - 4, kCapColor, xml_escape(format_bytes(static_cast<uint64_t>(cap))));
 }
 
 // A red dot where each rank that ran out first asked for more than fit, at what it would then have held.
@@ -284,15 +271,15 @@ void draw_oom(std::string& svg, const Frame& f, const RunReport& report, const S
     svg += fmt::format(
         "<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"4.5\" fill=\"{}\" stroke=\"white\" class=\"oom\"><title>{} out "
         "of memory in {}</title></circle>\n",
-        x, y, kOomColor, escape(who), escape(m.phase));
+        x, y, kOomColor, xml_escape(who), xml_escape(m.phase));
     if (labelled) continue;
     labelled = true;
     const bool left = x > kLeft + kPlotWidth * 0.6;
     svg += fmt::format(
         "<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"{}\" fill=\"{}\" class=\"halo\">out of memory: {}, "
         "{}</text>\n",
-        left ? x - 8 : x + 8, std::max(y - 8, f.top + 12), left ? "end" : "start", kOomColor, escape(who),
-        escape(m.phase));
+        left ? x - 8 : x + 8, std::max(y - 8, f.top + 12), left ? "end" : "start", kOomColor, xml_escape(who),
+        xml_escape(m.phase));
   }
 }
 
@@ -351,9 +338,9 @@ void draw_panel(std::string& svg, const RunReport& r, const StrategyOutcome& o, 
   const AxisUnit unit = unit_for(bytes_max);
   const Frame f{top + kPlotTop, std::max(phases_max, 1.0), bytes_max, static_cast<double>(r.scale())};
   const std::vector<PhaseAxis> axes = axes_of(o);
-  svg += fmt::format("<g class=\"panel\" data-strategy=\"{}\">\n", escape(o.name));
+  svg += fmt::format("<g class=\"panel\" data-strategy=\"{}\">\n", xml_escape(o.name));
   svg += fmt::format("<text x=\"{}\" y=\"{:.1f}\" class=\"title\">{}</text>\n", kLeft, top + 18,
-                     escape(panel_title(r, o)));
+                     xml_escape(panel_title(r, o)));
   draw_axes(svg, f, unit, ticks);
   if (o.memory.empty()) {
     svg += fmt::format("<text x=\"{}\" y=\"{:.1f}\" text-anchor=\"middle\" fill=\"#555\">no timeline recorded</text>\n",
@@ -434,11 +421,11 @@ std::string format_memory_svg(const RunReport& r) {
   svg += "<style>.title{font-weight:bold} .halo{paint-order:stroke;stroke:white;stroke-width:3px}</style>\n";
   svg += fmt::format("<rect width=\"{}\" height=\"{}\" fill=\"white\"/>\n", kWidth, height);
   svg += fmt::format("<text x=\"{}\" y=\"28\" font-size=\"16\" class=\"title\">{}</text>\n", kLeft,
-                     escape(header_text(r)));
+                     xml_escape(header_text(r)));
   const auto subtitle = subtitle_lines(r);
   for (size_t line = 0; line < subtitle.size(); ++line) {
-    svg +=
-        fmt::format("<text x=\"{}\" y=\"{}\" fill=\"#555\">{}</text>\n", kLeft, 48 + 16 * line, escape(subtitle[line]));
+    svg += fmt::format("<text x=\"{}\" y=\"{}\" fill=\"#555\">{}</text>\n", kLeft, 48 + 16 * line,
+                       xml_escape(subtitle[line]));
   }
   // One x axis for every panel: as long as the longest strategy's phases, labelled from that strategy's spans.
   double phases_max = 0;

@@ -1,4 +1,5 @@
 #include "collectives/tools/teach_picture.h"
+#include "emu/xml.h"
 
 #include <fmt/format.h>
 
@@ -7,20 +8,6 @@
 
 namespace emu::coll::teach {
 namespace {
-
-std::string escape(std::string_view text) {
-  std::string out;
-  for (const char c : text) {
-    switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      default: out += c;
-    }
-  }
-  return out;
-}
 
 // Characters as a monospace font shows them ("·" is two bytes of UTF-8 and one character).
 size_t shown_length(std::string_view text) {
@@ -71,9 +58,9 @@ Geometry geometry(const Replay& replay) {
 std::string panel(const Frame& frame, const Geometry& g, const std::string& attributes) {
   const std::string title =
       frame.round == 0 ? std::string("inputs") : fmt::format("after round {}: {}", frame.round, frame.stages);
-  std::string out =
-      fmt::format("<g class=\"step\" data-round=\"{}\" data-title=\"{}\"{}>\n", frame.round, escape(title), attributes);
-  out += fmt::format("<text class=\"panel-title\" x=\"{}\" y=\"20\">{}</text>\n", Geometry::kMargin, escape(title));
+  std::string out = fmt::format("<g class=\"step\" data-round=\"{}\" data-title=\"{}\"{}>\n", frame.round,
+                                xml_escape(title), attributes);
+  out += fmt::format("<text class=\"panel-title\" x=\"{}\" y=\"20\">{}</text>\n", Geometry::kMargin, xml_escape(title));
   const double y = g.box_top();
   for (const Message& message : frame.messages) {
     const double h = rise(message);
@@ -88,7 +75,7 @@ std::string panel(const Frame& frame, const Geometry& g, const std::string& attr
         message.reduced ? "added" : "copied", x1, y, middle, y - 2 * h, x2, y,
         message.reduced ? "head-added" : "head-copied");
     out += fmt::format("<text class=\"label\" x=\"{:.1f}\" y=\"{:.1f}\">{}</text>\n", middle, y - h - 4,
-                       escape(message.chunk));
+                       xml_escape(message.chunk));
   }
   for (int r = 0; r < static_cast<int>(frame.blocks.size()); ++r) {
     const double left = g.centre(r) - g.column / 2;
@@ -98,7 +85,7 @@ std::string panel(const Frame& frame, const Geometry& g, const std::string& attr
     const auto& blocks = frame.blocks[static_cast<size_t>(r)];
     for (size_t b = 0; b < blocks.size(); ++b) {
       out += fmt::format("<text class=\"block\" x=\"{:.1f}\" y=\"{:.1f}\">{}</text>\n", g.centre(r),
-                         y + Geometry::kBox + 16 + static_cast<double>(b) * Geometry::kLine, escape(blocks[b]));
+                         y + Geometry::kBox + 16 + static_cast<double>(b) * Geometry::kLine, xml_escape(blocks[b]));
     }
   }
   return out + "</g>\n";
@@ -143,7 +130,7 @@ std::string format_svg(const Replay& replay, const PictureText& text) {
       "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
       "<text class=\"panel-title\" x=\"{4}\" y=\"18\">{5}</text>\n"
       "<text class=\"legend\" x=\"{4}\" y=\"36\">{6}</text>\n",
-      width, height, kStyle, defs(), Geometry::kMargin, escape(text.title), escape(kLegend));
+      width, height, kStyle, defs(), Geometry::kMargin, xml_escape(text.title), xml_escape(kLegend));
   for (size_t i = 0; i < replay.frames.size(); ++i) {
     out += panel(replay.frames[i], g,
                  fmt::format(" transform=\"translate(0,{:.1f})\"", header + static_cast<double>(i) * g.height()));
@@ -198,8 +185,8 @@ std::string format_html(const Replay& replay, const PictureText& text) {
 </script>
 </body></html>
 )",
-      escape(text.title), kStyle, escape(text.summary), escape(kLegend), last, std::max(g.width(), 640.0), g.height(),
-      defs(), panels);
+      xml_escape(text.title), kStyle, xml_escape(text.summary), xml_escape(kLegend), last, std::max(g.width(), 640.0),
+      g.height(), defs(), panels);
 }
 
 }  // namespace emu::coll::teach
