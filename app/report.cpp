@@ -45,6 +45,12 @@ std::string recipe_words(const optim::PrecisionRecipe& recipe) {
         return "mixed precision by autocast (16 bytes per parameter: fp32 weights, gradients and Adam moments, "
                "bf16 compute)";
       }
+      if (recipe.grads == DType::kF32) {  // Megatron-LM's (tp): fp32 main gradients beside the 2-byte weights
+        return fmt::format(
+            "mixed-precision AdamW (18 bytes per parameter: {} weights, fp32 main gradients, fp32 master weights and "
+            "Adam moments)",
+            recipe.half_name());
+      }
       return fmt::format(
           "mixed-precision AdamW (16 bytes per parameter: {} weights and gradients, fp32 master weights and "
           "Adam moments)",

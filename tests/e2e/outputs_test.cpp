@@ -246,6 +246,13 @@ TEST(Report, TheConclusionSaysWhatEachStrategysRecipeKeeps) {
   ASSERT_EQ(pure.exit_code, 0) << pure.err;
   EXPECT_NE(pure.out.find("full fine-tune with pure-bf16 AdamW (8 bytes per parameter)"), std::string::npos)
       << pure.out;
+  // Megatron-LM (tp) keeps fp32 main gradients beside the bf16 weights: 2 + 4 + 4 + 8 = 18 bytes (it said 16).
+  const auto tp = run_process(mpiexec(1) + kEmu + model + " --strategies tp", 120);
+  ASSERT_EQ(tp.exit_code, 0) << tp.err;
+  EXPECT_NE(tp.out.find("mixed-precision AdamW (18 bytes per parameter: bf16 weights, fp32 main gradients, fp32 "
+                        "master weights and Adam moments)"),
+            std::string::npos)
+      << tp.out;
 }
 
 // The model by the name its user knows: the config's `_name_or_path`, else the snapshot folder's name; the path
