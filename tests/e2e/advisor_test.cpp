@@ -71,7 +71,9 @@ void check_suggestion(const json& s, const std::string& stdout_text) {
   }
   for (const json& change : s["changes"]) {
     const std::string flag = change;
-    if (flag.rfind("--", 0) == 0) EXPECT_NE(command.find(" " + flag), std::string::npos) << flag << ": " << command;
+    if (flag.rfind("--", 0) == 0) {
+      EXPECT_NE(command.find(" " + flag), std::string::npos) << flag << ": " << command;
+    }
   }
 }
 
