@@ -181,11 +181,6 @@ uint64_t zero2_transient_gradients(const Shapes& s) {
   return std::max({table, waiting + late_root_gradients(s), waiting + largest_block_tensor});
 }
 
-uint64_t transient_unit_gradients(const std::vector<uint64_t>& counts, uint64_t multiple) {
-  const uint64_t largest_block = counts.size() > 1 ? *std::max_element(counts.begin() + 1, counts.end()) : uint64_t{0};
-  return round_up(counts[0], multiple) + round_up(largest_block, multiple);
-}
-
 Estimate zero12(const Shapes& s, const Knobs& k, int stage) {
   const uint64_t psi = parameter_count(s);
   const auto n = static_cast<uint64_t>(k.world);
