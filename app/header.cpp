@@ -156,6 +156,11 @@ void print_run_header(const MpiSession& mpi, const RunOptions& options) {
                         options.cap.unlimited ? "none" : format_bytes(options.cap.bytes));
   } else {
     text += fmt::format("  cap       {}\n", options.cap.describe(k));
+    // A named GPU unscaled on a shrunk model stands for k^2 such GPUs: almost always a missing "-scaled".
+    if (!options.cap.gpu.empty() && !options.cap.scaled && k > 1) {
+      text += fmt::format("            note: one {} per shrunk rank; --cap {}-scaled stands for the GPU itself\n",
+                          options.cap.gpu, options.cap.text);
+    }
   }
   text += options.plan ? fmt::format("  reserve   {} per GPU (CUDA context, NCCL buffers)\n",
                                      format_bytes(options.reserve_full_scale))

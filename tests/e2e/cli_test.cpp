@@ -48,6 +48,18 @@ TEST(Cli, NamedGpuCap) {
   EXPECT_NE(run.out.find("a100-40gb (39.59 GiB, 42509438812 bytes) / 8^2 = 633.44 MiB (664209981 bytes)"),
             std::string::npos)
       << run.out;
+  EXPECT_EQ(run.out.find("note: one a100-40gb per shrunk rank"), std::string::npos) << run.out;
+}
+
+// A named GPU without "-scaled" on a shrunk run stands for 8^2 = 64 such GPUs per rank: the header says so and
+// names the cap that means the GPU itself.
+TEST(Cli, NamedGpuCapWithoutScaledIsPointedOut) {
+  const auto run = run_process(mpiexec(1) + kEmu + " --cap a100-40gb" + kQuick);
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_NE(run.out.find("stands for 2.47 TiB at full scale (x 8^2)"), std::string::npos) << run.out;
+  EXPECT_NE(run.out.find("note: one a100-40gb per shrunk rank; --cap a100-40gb-scaled stands for the GPU itself"),
+            std::string::npos)
+      << run.out;
 }
 
 // A DeepSpeed config as DeepSpeedExamples write them (train_batch_size, no micro-batch): DeepSpeed's arithmetic over
