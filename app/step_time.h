@@ -29,6 +29,7 @@
 #include "app/run.h"
 #include "collectives/cost.h"
 #include "emu/hardware.h"
+#include "strategies/pipeline.h"
 #include "workloads/model/op_costs.h"
 
 namespace emu::coll {
@@ -124,6 +125,9 @@ struct StepTime {
   double mfu = 0;          // model FLOPs (model::step_flops: 6 per parameter per token + attention) / (s × peak)
   double model_flops = 0;  // per GPU per step
   std::vector<PredictedSpan> spans;  // the step as predicted (pp: its slots), for the trace
+  // pp: every stage's forwards and backwards as its schedule places them, each lasting the slowest stage's share of
+  // a slot (its p2p included), from the step's start; the trace's pipeline view. [stage][op]
+  std::vector<std::vector<strategy::TimedOp>> pipeline;
 };
 
 // The predicted step of one strategy of a finished run or plan (rank 0's outcome, with phase_traffic). Figures are

@@ -4,6 +4,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+
 #include "app/report.h"
 #include "app/step_time.h"
 #include "emu/units.h"
@@ -132,6 +134,41 @@ void add_oom(json& events, const RunReport& report, const StrategyOutcome& outco
   }
 }
 
+// pp with --hardware: a track per stage from `first_track`, each micro-batch's forward ("F3") and backward ("B3")
+// where the stage's schedule places them and the stage's idle time marked as bubble, so that GPipe and 1F1B can be
+// compared side by side.
+void add_pipeline_view(json& events, const StepTime& step, const StepTimeSetting& setting, int pid, int first_track) {
+  double end = 0;
+  for (const std::vector<strategy::TimedOp>& stage : step.pipeline) end = std::max(end, stage.back().end);
+  for (size_t s = 0; s < step.pipeline.size(); ++s) {
+    const int tid = first_track + static_cast<int>(s);
+    events.push_back(
+        {{"ph", "M"},
+         {"name", "thread_name"},
+         {"pid", pid},
+         {"tid", tid},
+         {"args", {{"name", fmt::format("predicted on {}: pipeline stage {}", setting.hardware.name, s)}}}});
+    events.push_back(
+        {{"ph", "M"}, {"name", "thread_sort_index"}, {"pid", pid}, {"tid", tid}, {"args", {{"sort_index", tid}}}});
+    const auto span = [&](const std::string& name, const char* category, double start, double stop) {
+      events.push_back({{"ph", "X"},
+                        {"name", name},
+                        {"cat", category},
+                        {"pid", pid},
+                        {"tid", tid},
+                        {"ts", start * kMicroseconds},
+                        {"dur", (stop - start) * kMicroseconds}});
+    };
+    double at = 0;
+    for (const strategy::TimedOp& op : step.pipeline[s]) {
+      if (op.start > at) span("bubble", "predicted bubble", at, op.start);
+      span(fmt::format("{}{}", op.op.forward ? 'F' : 'B', op.op.micro_batch), "predicted pipeline", op.start, op.end);
+      at = op.end;
+    }
+    if (end > at) span("bubble", "predicted bubble", at, end);
+  }
+}
+
 // --hardware: the step as the step-time model predicts it (app/step_time.h), on two tracks of its own beside the
 // ranks' measured ones: the GPU's compute stream and its communication stream, from 0.
 void add_predicted(json& events, const RunReport& report, const StrategyOutcome& outcome, int pid) {
@@ -150,6 +187,7 @@ void add_predicted(json& events, const RunReport& report, const StrategyOutcome&
                       {"tid", kTrack + stream},
                       {"args", {{"sort_index", kTrack + stream}}}});
   }
+  add_pipeline_view(events, step, setting, pid, kTrack + 2);
   for (const PredictedSpan& span : step.spans) {
     events.push_back({{"ph", "X"},
                       {"name", span.name},

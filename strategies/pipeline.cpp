@@ -169,21 +169,25 @@ class Pipeline final : public Strategy {
       }
       held_[static_cast<size_t>(m)] = model_.take_in_flight();
     };
-    if (options_.pipeline.schedule == Schedule::kGpipe) {
-      for (int m = 0; m < count; ++m) receive_input(m), forward(m);
-      for (int m = 0; m < count; ++m) send_gradient(backward(m, hooks), m);
-    } else {
-      const int warmup = std::min(stages_ - stage_ - 1, count);
-      const int steady = count - warmup;
-      for (int m = 0; m < warmup; ++m) receive_input(m), forward(m);
-      if (steady > 0) receive_input(warmup);
-      for (int i = 0; i < steady; ++i) {
-        forward(warmup + i);  // its send before the backward's receive: this stage is the lower end of that link
-        Buffer gradient = backward(i, hooks);
-        if (i + 1 < steady) receive_input(warmup + i + 1);  // the upper end of the link below receives first
-        send_gradient(std::move(gradient), i);
+    const std::vector<PipelineOp> order = stage_order(options_.pipeline.schedule, stages_, stage_, count);
+    std::vector<bool> received(static_cast<size_t>(count), false);
+    const auto receive = [&](int m) {
+      if (received[static_cast<size_t>(m)]) return;
+      receive_input(m);
+      received[static_cast<size_t>(m)] = true;
+    };
+    for (size_t i = 0; i < order.size(); ++i) {
+      const PipelineOp op = order[i];
+      if (op.forward) {
+        receive(op.micro_batch);
+        forward(op.micro_batch);  // its send before a backward's receive: this stage is the lower end of that link
+        continue;
       }
-      for (int m = steady; m < count; ++m) send_gradient(backward(m, hooks), m);
+      Buffer gradient = backward(op.micro_batch, hooks);
+      // A forward next (1F1B's steady state): its input is received before this gradient is sent, as the upper end
+      // of the link below receives first.
+      if (i + 1 < order.size() && order[i + 1].forward) receive(order[i + 1].micro_batch);
+      send_gradient(std::move(gradient), op.micro_batch);
     }
     reduce_embedding();
     // The loss exists on the last stage; every stage reports it.

@@ -285,5 +285,58 @@ TEST(Trace, SplitGroupsOverTwoSteps) {
   check_svg(run.svg, run.root);
 }
 
+// pp with --hardware: a predicted track per stage showing its schedule, so GPipe and 1F1B can be compared. P = 4,
+// M = 4, drawn by hand: GPipe runs F0..F3 then B0..B3 on every stage; 1F1B's first stage warms up with 3 forwards
+// (F0 F1 F2, then F3 B0, then B1 B2 B3) and its last alternates from the start. Both fill M + P − 1 = 7 slots, so
+// every stage idles 3/7 of the step (the bubble) and both end together.
+TEST(Trace, PipelineViewShowsEachStagesSchedule) {
+  const std::map<std::string, std::vector<std::string>> first_and_last{
+      {"gpipe", {"F0 F1 F2 F3 B0 B1 B2 B3", "F0 F1 F2 F3 B0 B1 B2 B3"}},
+      {"1f1b", {"F0 F1 F2 F3 B0 B1 B2 B3", "F0 B0 F1 B1 F2 B2 F3 B3"}}};
+  std::map<std::string, double> ends;
+  for (const auto& [schedule, orders] : first_and_last) {
+    const Outputs run = run_emu(4,
+                                " --model gpt2 --shrink 8 --strategies pp --micro-batches 4 --steps 1 "
+                                "--hardware a100-40gb-sxm --schedule " +
+                                    schedule);
+    ASSERT_FALSE(run.trace.is_null());
+    std::map<int, int> stage_of;  // tid -> stage
+    for (const json& e : run.trace["traceEvents"]) {
+      if (e["ph"] != "M" || e["name"] != "thread_name") continue;
+      const std::string name = e["args"]["name"];
+      const size_t at = name.find(": pipeline stage ");
+      if (at != std::string::npos) stage_of[e["tid"].get<int>()] = std::stoi(name.substr(at + 17));
+    }
+    ASSERT_EQ(stage_of.size(), 4u) << schedule;
+    std::map<int, std::vector<json>> spans;  // stage -> spans in time order
+    for (const json& e : run.trace["traceEvents"]) {
+      if (e["ph"] == "X" && stage_of.contains(e["tid"].get<int>())) spans[stage_of[e["tid"].get<int>()]].push_back(e);
+    }
+    for (auto& [stage, list] : spans) {
+      std::ranges::sort(list, {}, [](const json& e) { return e["ts"].get<double>(); });
+      std::string order;
+      double bubble = 0, end = 0;
+      for (const json& e : list) {
+        end = std::max(end, e["ts"].get<double>() + e["dur"].get<double>());
+        if (e["name"] == "bubble") {
+          bubble += e["dur"].get<double>();
+        } else {
+          if (!order.empty()) order += ' ';
+          order += e["name"].get<std::string>();
+        }
+      }
+      if (stage == 0) {
+        EXPECT_EQ(order, orders[0]) << schedule;
+      }
+      if (stage == 3) {
+        EXPECT_EQ(order, orders[1]) << schedule;
+      }
+      EXPECT_NEAR(bubble / end, 3.0 / 7.0, 1e-6) << schedule << " stage " << stage;
+      ends[schedule] = std::max(ends[schedule], end);
+    }
+  }
+  EXPECT_NEAR(ends["gpipe"], ends["1f1b"], 1e-6 * ends["gpipe"]);
+}
+
 }  // namespace
 }  // namespace emu

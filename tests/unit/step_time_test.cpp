@@ -97,22 +97,22 @@ TEST(StepTime, RingAllReduceOnEightGpusOverNvlink) {
 TEST(StepTime, OneBucketIsExposedTwoBucketsHideTheFirst) {
   // Backward of 1 s in one piece, its gradients in one bucket of 0.3 s: the all-reduce can only start when backward
   // ends, so the step is 1.3 s with 0.3 s exposed.
-  const std::vector<Chunk> one = {{1.0, 0, 0.3}};
+  const std::vector<Chunk> one = {{1.0, 0, 0.3, ""}};
   EXPECT_DOUBLE_EQ(overlap(one).seconds, 1.3);
   EXPECT_DOUBLE_EQ(overlap(one).exposed(), 0.3);
   // Two halves, a 0.3 s bucket after each: the first is reduced while the second half computes (0.5-0.8 s), the
   // second after 1.0 s: 1.3 s. A 0.6 s first bucket overlaps 0.5 s and delays the second: 0.5 + 0.6 + 0.3 = 1.4 s.
-  EXPECT_DOUBLE_EQ(overlap(std::vector<Chunk>{{0.5, 0, 0.3}, {0.5, 0, 0.3}}).seconds, 1.3);
-  EXPECT_DOUBLE_EQ(overlap(std::vector<Chunk>{{0.5, 0, 0.6}, {0.5, 0, 0.3}}).seconds, 1.4);
-  EXPECT_DOUBLE_EQ(overlap(std::vector<Chunk>{{0.5, 0, 0.1}, {0.5, 0, 0}}).exposed(), 0.0);
+  EXPECT_DOUBLE_EQ(overlap(std::vector<Chunk>{{0.5, 0, 0.3, ""}, {0.5, 0, 0.3, ""}}).seconds, 1.3);
+  EXPECT_DOUBLE_EQ(overlap(std::vector<Chunk>{{0.5, 0, 0.6, ""}, {0.5, 0, 0.3, ""}}).seconds, 1.4);
+  EXPECT_DOUBLE_EQ(overlap(std::vector<Chunk>{{0.5, 0, 0.1, ""}, {0.5, 0, 0, ""}}).exposed(), 0.0);
 }
 
 TEST(StepTime, PrefetchedAllGathersHideBehindThePreviousUnit) {
   // Three units of 1 s, each needing a 0.4 s all-gather first: the first is waited for (0.4 s), the next ones are
   // fetched while the unit before computes: 0.4 + 3 = 3.4 s. With 1.5 s gathers the stream of gathers sets the
   // pace: starts at 1.5, 3.0, 4.5 s, the last unit ends at 5.5 s.
-  EXPECT_DOUBLE_EQ(overlap(std::vector<Chunk>{{1, 0.4, 0}, {1, 0.4, 0}, {1, 0.4, 0}}).seconds, 3.4);
-  EXPECT_DOUBLE_EQ(overlap(std::vector<Chunk>{{1, 1.5, 0}, {1, 1.5, 0}, {1, 1.5, 0}}).seconds, 5.5);
+  EXPECT_DOUBLE_EQ(overlap(std::vector<Chunk>{{1, 0.4, 0, ""}, {1, 0.4, 0, ""}, {1, 0.4, 0, ""}}).seconds, 3.4);
+  EXPECT_DOUBLE_EQ(overlap(std::vector<Chunk>{{1, 1.5, 0, ""}, {1, 1.5, 0, ""}, {1, 1.5, 0, ""}}).seconds, 5.5);
 }
 
 // A plan-shaped report of llama2-7b on 8 GPUs whose one strategy issued `phases`.
