@@ -51,9 +51,7 @@ function(emu_add_unit_test name)
   endif()
   add_executable(${name} ${ARG_SOURCES})
   target_link_libraries(${name} PRIVATE ${ARG_LIBS} emu_unit_test_main)
-  target_compile_definitions(${name} PRIVATE EMU_BINARY_DIR="${PROJECT_BINARY_DIR}"
-                                             EMU_SOURCE_DIR="${PROJECT_SOURCE_DIR}"
-                                             EMU_MPIEXEC="${MPIEXEC_EXECUTABLE}")
+  target_compile_definitions(${name} PRIVATE EMU_MPIEXEC="${MPIEXEC_EXECUTABLE}")
   emu_configure_target(${name})
   _emu_add_cases(${name} "" "$<TARGET_FILE:${name}>" "${ARG_SEPARATE}" tests)
   set_tests_properties(${tests} PROPERTIES LABELS "unit;${ARG_LABELS}" TIMEOUT ${ARG_TIMEOUT}
@@ -70,8 +68,6 @@ function(emu_add_mpi_test name)
   endif()
   add_executable(${name} ${ARG_SOURCES})
   target_link_libraries(${name} PRIVATE ${ARG_LIBS} emu_mpi_test_main)
-  target_compile_definitions(${name} PRIVATE EMU_BINARY_DIR="${PROJECT_BINARY_DIR}"
-                                             EMU_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
   emu_configure_target(${name})
   foreach(ranks IN LISTS ARG_RANKS)
     set(command ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${ranks} ${MPIEXEC_PREFLAGS} $<TARGET_FILE:${name}>

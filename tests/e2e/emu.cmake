@@ -1,8 +1,8 @@
 # End to end: the emu executable under mpiexec — exit codes, messages, the run header.
 add_library(emu_test_process STATIC support/process.cpp support/json_schema.cpp)
 target_include_directories(emu_test_process PUBLIC ${PROJECT_SOURCE_DIR})
-target_compile_definitions(emu_test_process PRIVATE EMU_MPIEXEC="${MPIEXEC_EXECUTABLE}"
-                                                    EMU_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
+target_compile_definitions(emu_test_process PRIVATE EMU_MPIEXEC="${MPIEXEC_EXECUTABLE}")
+target_include_directories(emu_test_process PUBLIC ${CMAKE_CURRENT_BINARY_DIR}/generated)
 target_link_libraries(emu_test_process PUBLIC nlohmann_json::nlohmann_json fmt::fmt)
 emu_configure_target(emu_test_process)
 

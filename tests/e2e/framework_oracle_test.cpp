@@ -35,6 +35,7 @@
 
 #include "tests/oracle/memory_oracle.h"
 #include "tests/support/emu_process.h"
+#include "tests/support/paths.h"
 
 namespace emu {
 namespace {

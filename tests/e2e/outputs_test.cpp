@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "tests/support/emu_process.h"
+#include "tests/support/paths.h"
 
 namespace emu {
 namespace {

@@ -1,5 +1,5 @@
 // What the end-to-end tests of the emu executable share: its path in this build, a quick model to run, and reading
-// the JSON it writes. Header-only: EMU_BINARY_DIR comes from the test target (cmake/EmuTesting.cmake).
+// the JSON it writes. Header-only: EMU_BINARY_DIR comes from tests/support/paths.h (generated).
 #pragma once
 
 #include <fstream>
@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "tests/support/json_schema.h"
+#include "tests/support/paths.h"
 #include "tests/support/process.h"
 
 namespace emu::testing {

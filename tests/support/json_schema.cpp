@@ -1,4 +1,5 @@
 #include "tests/support/json_schema.h"
+#include "tests/support/paths.h"
 
 #include <fmt/format.h>
 

@@ -11,6 +11,7 @@
 #include "app/deepspeed.h"
 #include "app/options.h"
 #include "emu/check.h"
+#include "tests/support/paths.h"
 
 namespace emu::app {
 namespace {

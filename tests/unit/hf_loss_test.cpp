@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "emu/device.h"
+#include "tests/support/paths.h"
 #include "workloads/model/config.h"
 #include "workloads/model/layout.h"
 #include "workloads/model/local_params.h"

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "emu/device.h"
+#include "tests/support/paths.h"
 #include "workloads/model/local_params.h"
 #include "workloads/model/memory_terms.h"
 #include "workloads/model/model.h"

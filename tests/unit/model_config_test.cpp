@@ -9,6 +9,7 @@
 
 #include "emu/check.h"
 #include "emu/device.h"
+#include "tests/support/paths.h"
 #include "workloads/model/config.h"
 #include "workloads/model/layout.h"
 #include "workloads/model/local_params.h"

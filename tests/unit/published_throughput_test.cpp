@@ -15,6 +15,7 @@
 #include "app/options.h"
 #include "app/plan.h"
 #include "app/step_time.h"
+#include "tests/support/paths.h"
 
 namespace emu::app {
 namespace {

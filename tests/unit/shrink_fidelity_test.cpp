@@ -28,6 +28,7 @@
 #include "app/plan.h"
 #include "emu/check.h"
 #include "emu/units.h"
+#include "tests/support/paths.h"
 #include "workloads/model/shrink.h"
 #include "workloads/model/tensor_parallel.h"
 

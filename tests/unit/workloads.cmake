@@ -10,9 +10,7 @@ emu_add_unit_test(model_ops_test SOURCES unit/model_ops_test.cpp LIBS emu_worklo
 # (scripts/oracle/saved_activations.py, fixture in tests/data/oracle/).
 emu_add_unit_test(hf_oracle_test SOURCES unit/hf_oracle_test.cpp LIBS emu_workloads nlohmann_json::nlohmann_json
                   LABELS model)
-target_compile_definitions(hf_oracle_test PRIVATE EMU_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
 # Against transformers' loss on tiny models of every accepted family (scripts/oracle/hf_loss.py, fixture in
 # tests/data/oracle/hf_loss.json).
 emu_add_unit_test(hf_loss_test SOURCES unit/hf_loss_test.cpp LIBS emu_workloads nlohmann_json::nlohmann_json
                   LABELS model)
-target_compile_definitions(hf_loss_test PRIVATE EMU_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
