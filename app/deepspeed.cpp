@@ -382,7 +382,7 @@ DeepSpeedConfig parse_deepspeed_config(std::string_view text, std::string_view s
   read_batch_and_clipping(top, config);
   read_precision(top, source, config);
   const int stage = read_zero(top, source, config);
-  config.strategy = stage == 0 ? "ddp" : fmt::format("zero{}", stage);
+  config.strategy = fmt::format("zero{}", stage);
   read_optimizer(top, source, config);
   read_scheduler(top, source, config);
   for (const char* key : {"steps_per_print", "wall_clock_breakdown", "zero_allow_untested_optimizer",
