@@ -286,6 +286,20 @@ int read_zero(Fields& top, std::string_view source, DeepSpeedConfig& config) {
   read_offload_param(z, source, config);
   read_legacy_offload(z, source, config);
   z.finish();
+  if (stage == 0) {
+    // Without ZeRO the engine all-reduces in its own fixed buckets (engine.py allreduce_gradients:
+    // MEMORY_OPT_ALLREDUCE_SIZE, 500,000,000 elements) and offloads nothing (offload is ZeRO's).
+    for (const char* key : {"reduce_bucket_size", "allgather_bucket_size", "overlap_comm"}) {
+      if (z.has(key)) {
+        config.ignored.push_back(fmt::format(
+            "zero_optimization.{} (no effect at stage 0: DeepSpeed all-reduces in 500,000,000-element buckets)", key));
+      }
+    }
+    if (config.offload_optimizer) {
+      config.ignored.emplace_back("zero_optimization.offload_optimizer (DeepSpeed offloads with ZeRO only)");
+      config.offload_optimizer = false;
+    }
+  }
   if (stage != 3 && config.knobs.zero.offload_param) {
     config.ignored.emplace_back("zero_optimization.offload_param (DeepSpeed offloads parameters at stage 3 only)");
     config.knobs.zero.offload_param = false;
