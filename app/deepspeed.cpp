@@ -398,6 +398,19 @@ DeepSpeedConfig parse_deepspeed_config(std::string_view text, std::string_view s
   const int stage = read_zero(top, source, config);
   config.strategy = fmt::format("zero{}", stage);
   read_optimizer(top, source, config);
+  // Stage 0 in bf16/fp16 with the config's own optimizer: DeepSpeed builds its FusedAdam (unless torch_adam) and
+  // wraps it in FP16_Optimizer's flat buffers (engine.py _configure_fp16_optimizer), not the per-tensor
+  // FP16_UnfusedOptimizer that zero0 runs, as DeepSpeed does for a client optimizer (the Trainer's) or torch_adam.
+  const bool low_precision = config.precision_auto || config.knobs.recipe.recipe != optim::Recipe::kFp32;
+  if (stage == 0 && low_precision && root.contains("optimizer") && root["optimizer"].is_object()) {
+    const json& params = root["optimizer"].value("params", json::object());
+    const bool torch_adam = params.is_object() && params.value("torch_adam", false) == true;
+    if (!torch_adam) {
+      config.ignored.emplace_back(
+          "optimizer at stage 0 (DeepSpeed's FusedAdam in FP16_Optimizer's flat buffers; emu runs "
+          "FP16_UnfusedOptimizer's per-tensor recipe)");
+    }
+  }
   read_scheduler(top, source, config);
   for (const char* key : {"steps_per_print", "wall_clock_breakdown", "zero_allow_untested_optimizer",
                           "prescale_gradients", "gradient_predivide_factor"}) {

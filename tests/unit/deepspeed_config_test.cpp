@@ -336,6 +336,17 @@ TEST(DeepSpeedConfig, StageZeroIsDeepSpeedWithoutZero) {
   EXPECT_FALSE(offload.offload_optimizer);
   ASSERT_EQ(offload.ignored.size(), 1U);
   EXPECT_NE(offload.ignored[0].find("offload_optimizer"), std::string::npos) << offload.ignored[0];
+  // The config's own AdamW at stage 0 in bf16 is DeepSpeed's FusedAdam under FP16_Optimizer, which zero0 does not
+  // model: said. With torch_adam it is torch's AdamW under FP16_UnfusedOptimizer, as zero0 runs.
+  const DeepSpeedConfig fused = parse_deepspeed_config(
+      R"({"bf16": {"enabled": true}, "optimizer": {"type": "AdamW", "params": {"lr": 1e-4}}})", "t", {});
+  ASSERT_EQ(fused.ignored.size(), 1U);
+  EXPECT_NE(fused.ignored[0].find("FP16_Optimizer"), std::string::npos) << fused.ignored[0];
+  const DeepSpeedConfig torch_adam = parse_deepspeed_config(
+      R"({"bf16": {"enabled": true}, "optimizer": {"type": "AdamW", "params": {"torch_adam": true}}})", "t", {});
+  for (const std::string& ignored : torch_adam.ignored) {
+    EXPECT_EQ(ignored.find("FP16_Optimizer"), std::string::npos) << ignored;
+  }
 }
 
 // Every real config in tests/data/deepspeed is read as its README row says: accepted with its stage, or refused
