@@ -65,6 +65,7 @@ struct BucketRange {
   size_t begin = 0;  // flat elements [begin, end)
   size_t end = 0;
   int first_unit = 0;  // the lowest unit it touches: the last to finish backward
+  uint64_t charged = 0;  // zero0: its tensors' elements as a shrunk run charges them (model::tensor_charge)
 };
 
 // One parameter tensor, as the optimizer sees it.
@@ -298,14 +299,16 @@ class Ddp final : public Strategy {
   // reverse order each bucket is a contiguous range of the flat buffer. DeepSpeed's are in registration order and
   // contiguous too.
   void plan_buckets() {
-    if (deepspeed_) {
-      std::vector<uint64_t> counts;
-      for (const Tensor& t : tensors_) counts.push_back(t.count);
+    if (deepspeed_) {  // filled by the charged sizes, so that a shrunk run closes them where the full-scale one does
+      std::vector<uint64_t> charged;
+      for (const Tensor& t : tensors_) charged.push_back(t.charged);
       for (const std::vector<size_t>& bucket :
-           deepspeed_allreduce_buckets(counts, options_.scaled(kDeepSpeedAllreduceElements))) {
+           deepspeed_allreduce_buckets(charged, options_.scaled(kDeepSpeedAllreduceElements))) {
         const Tensor& first = tensors_[bucket.front()];
         const Tensor& last = tensors_[bucket.back()];
-        buckets_.push_back({first.flat, last.flat + last.count, first.unit});
+        uint64_t elements = 0;
+        for (const size_t i : bucket) elements += charged[i];
+        buckets_.push_back({first.flat, last.flat + last.count, first.unit, elements});
       }
       return;
     }
@@ -375,8 +378,8 @@ class Ddp final : public Strategy {
       return;
     }
     if (deepspeed_) {  // engine.py allreduce_bucket: a flat copy of the bucket's .grads, freed once copied back
-      const Buffer flat = model::allocate_parameter_space(device_, flat_.charge, count, dtype, Category::kBuckets,
-                                                          "DeepSpeed's flattened all-reduce bucket");
+      const Buffer flat = device_.allocate(count, dtype, Category::kBuckets, "DeepSpeed's flattened all-reduce bucket",
+                                           bucket.charged * dtype_size(dtype));
       copy_bucket(bucket.begin, bucket.end, flat.data(), true);
       all_reduce(flat.data(), count, phase);
       copy_bucket(bucket.begin, bucket.end, flat.data(), false);

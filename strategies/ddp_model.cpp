@@ -24,7 +24,8 @@
 //   parameters  Ψ · 2
 //   gradients   Σ_u n_u · 2, plus Ψ · 4 of fp32 copies made at step() beside them
 //   buckets     the largest of DeepSpeed's all-reduce buckets (buckets.h deepspeed_allreduce_buckets: tensors in
-//               registration order, closed past 500,000,000 elements ÷ k²) at the gradients' dtype: its flat copy
+//               registration order, as a shrunk run charges each, closed past 500,000,000 elements ÷ k²) at the
+//               gradients' dtype: its flat copy
 //   master, m, v over every tensor; foreach AdamW's temporaries as under DDP
 // Traffic: one all-reduce per bucket, at the gradients' dtype.
 #include "strategies/analytic.h"
@@ -66,15 +67,18 @@ Updated predict_ddp(const StrategyOptions& options, const AnalyticInput& input, 
   // One all-reduce per gradient bucket, as DDP's reducer launches them (buckets.h: the tensors' gradient bytes
   // against the first-bucket and bucket caps ÷ k², as ddp.cpp assigns them).
   const bool compressed = options.ddp.comm_hook == CommHook::kBf16 && grads == DType::kF32 && !deepspeed;
-  if (deepspeed) {
+  if (deepspeed) {  // filled by the charged sizes, as ddp.cpp fills them; on the wire the tensors as held
     for (const std::vector<size_t>& bucket :
-         deepspeed_allreduce_buckets(tensors, options.scaled(kDeepSpeedAllreduceElements))) {
-      uint64_t elements = 0;
-      for (const size_t i : bucket) elements += tensors[i];
+         deepspeed_allreduce_buckets(charged, options.scaled(kDeepSpeedAllreduceElements))) {
+      uint64_t elements = 0, charged_elements = 0;
+      for (const size_t i : bucket) {
+        elements += tensors[i];
+        charged_elements += charged[i];
+      }
       add_ring_traffic(prediction, coll::CollectiveKind::kAllReduce, "world", elements * dtype_size(grads),
                        input.world);
-      prediction.peak[Category::kBuckets] =
-          std::max(prediction.peak[Category::kBuckets], input.bytes(all, elements, grads));
+      prediction.peak[Category::kBuckets] = std::max(prediction.peak[Category::kBuckets],
+                                                     input.bytes(AnalyticInput::kCharged, charged_elements, grads));
     }
   }
   std::vector<size_t> gradient_bytes;
