@@ -369,7 +369,8 @@ class Ddp final : public Strategy {
 
   void reduce_bucket(size_t index) {
     const BucketRange& bucket = buckets_[index];
-    const std::string phase = fmt::format("backward all-reduce, bucket {}", index);
+    // DeepSpeed's come after backward (not overlapped with it, as the step-time model reads from the phase's name).
+    const std::string phase = fmt::format("{} all-reduce, bucket {}", deepspeed_ ? "after-backward" : "backward", index);
     PhaseScope scope(device_.memory(), phase);
     const DType dtype = options_.recipe.grads;
     const size_t count = bucket.end - bucket.begin;
