@@ -64,7 +64,7 @@ namespace {
 struct BucketRange {
   size_t begin = 0;  // flat elements [begin, end)
   size_t end = 0;
-  int first_unit = 0;  // the lowest unit it touches: the last to finish backward
+  int first_unit = 0;    // the lowest unit it touches: the last to finish backward
   uint64_t charged = 0;  // zero0: its tensors' elements as a shrunk run charges them (model::tensor_charge)
 };
 
@@ -370,7 +370,8 @@ class Ddp final : public Strategy {
   void reduce_bucket(size_t index) {
     const BucketRange& bucket = buckets_[index];
     // DeepSpeed's come after backward (not overlapped with it, as the step-time model reads from the phase's name).
-    const std::string phase = fmt::format("{} all-reduce, bucket {}", deepspeed_ ? "after-backward" : "backward", index);
+    const std::string phase =
+        fmt::format("{} all-reduce, bucket {}", deepspeed_ ? "after-backward" : "backward", index);
     PhaseScope scope(device_.memory(), phase);
     const DType dtype = options_.recipe.grads;
     const size_t count = bucket.end - bucket.begin;

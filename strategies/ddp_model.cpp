@@ -77,8 +77,8 @@ Updated predict_ddp(const StrategyOptions& options, const AnalyticInput& input, 
       }
       add_ring_traffic(prediction, coll::CollectiveKind::kAllReduce, "world", elements * dtype_size(grads),
                        input.world);
-      prediction.peak[Category::kBuckets] = std::max(prediction.peak[Category::kBuckets],
-                                                     input.bytes(AnalyticInput::kCharged, charged_elements, grads));
+      prediction.peak[Category::kBuckets] =
+          std::max(prediction.peak[Category::kBuckets], input.bytes(AnalyticInput::kCharged, charged_elements, grads));
     }
   }
   std::vector<size_t> gradient_bytes;

@@ -1023,8 +1023,7 @@ std::vector<Line> compare_deepspeed_zero0(const json& fixture, const json& rank,
   }
   total.named.push_back(staging_at_peak(emu));
   if (moment == Moment::kBeforeGradients) {
-    const auto head =
-        static_cast<int64_t>(oracle::unit_counts(f.shapes).at(0) - oracle::late_root_gradients(f.shapes));
+    const auto head = static_cast<int64_t>(oracle::unit_counts(f.shapes).at(0) - oracle::late_root_gradients(f.shapes));
     total.named.push_back(
         {"the head's and final norm's bf16 gradients, which emu makes at the start of backward, before the loss's "
          "backward",

@@ -70,8 +70,8 @@ TEST_P(MemoryAndTraffic, MeasuredEqualsAnalytic) {
 std::vector<Case> cases() {
   std::vector<Case> all;
   using O = strategy::StrategyOptions;
-  for (const char* name :
-       {"ddp", "ddp-zero", "zero0", "zero1", "zero2", "zero3", "fsdp", "fsdp-grad-op", "fsdp-no-shard", "fsdp-hybrid"}) {
+  for (const char* name : {"ddp", "ddp-zero", "zero0", "zero1", "zero2", "zero3", "fsdp", "fsdp-grad-op",
+                           "fsdp-no-shard", "fsdp-hybrid"}) {
     all.push_back({name, optim::Recipe::kMixed, "", nullptr});
   }
   for (const char* name : {"ddp", "zero0", "zero2", "fsdp", "fsdp2"}) {

@@ -331,8 +331,8 @@ TEST(DeepSpeedConfig, StageZeroIsDeepSpeedWithoutZero) {
   }
   ASSERT_EQ(bucket_notes.size(), 3U);  // reduce_bucket_size, allgather_bucket_size, overlap_comm
   EXPECT_NE(bucket_notes[0].find("zero_optimization.reduce_bucket_size"), std::string::npos) << bucket_notes[0];
-  const DeepSpeedConfig offload = parse_deepspeed_config(
-      R"({"zero_optimization": {"stage": 0, "offload_optimizer": {"device": "cpu"}}})", "t", {});
+  const DeepSpeedConfig offload =
+      parse_deepspeed_config(R"({"zero_optimization": {"stage": 0, "offload_optimizer": {"device": "cpu"}}})", "t", {});
   EXPECT_FALSE(offload.offload_optimizer);
   ASSERT_EQ(offload.ignored.size(), 1U);
   EXPECT_NE(offload.ignored[0].find("offload_optimizer"), std::string::npos) << offload.ignored[0];
