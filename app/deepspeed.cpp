@@ -286,6 +286,20 @@ int read_zero(Fields& top, std::string_view source, DeepSpeedConfig& config) {
   read_offload_param(z, source, config);
   read_legacy_offload(z, source, config);
   z.finish();
+  if (stage == 0) {
+    // Without ZeRO the engine all-reduces in its own fixed buckets (engine.py allreduce_gradients:
+    // MEMORY_OPT_ALLREDUCE_SIZE, 500,000,000 elements) and offloads nothing (offload is ZeRO's).
+    for (const char* key : {"reduce_bucket_size", "allgather_bucket_size", "overlap_comm"}) {
+      if (z.has(key)) {
+        config.ignored.push_back(fmt::format(
+            "zero_optimization.{} (no effect at stage 0: DeepSpeed all-reduces in 500,000,000-element buckets)", key));
+      }
+    }
+    if (config.offload_optimizer) {
+      config.ignored.emplace_back("zero_optimization.offload_optimizer (DeepSpeed offloads with ZeRO only)");
+      config.offload_optimizer = false;
+    }
+  }
   if (stage != 3 && config.knobs.zero.offload_param) {
     config.ignored.emplace_back("zero_optimization.offload_param (DeepSpeed offloads parameters at stage 3 only)");
     config.knobs.zero.offload_param = false;
@@ -382,8 +396,21 @@ DeepSpeedConfig parse_deepspeed_config(std::string_view text, std::string_view s
   read_batch_and_clipping(top, config);
   read_precision(top, source, config);
   const int stage = read_zero(top, source, config);
-  config.strategy = stage == 0 ? "ddp" : fmt::format("zero{}", stage);
+  config.strategy = fmt::format("zero{}", stage);
   read_optimizer(top, source, config);
+  // Stage 0 in bf16/fp16 with the config's own optimizer: DeepSpeed builds its FusedAdam (unless torch_adam) and
+  // wraps it in FP16_Optimizer's flat buffers (engine.py _configure_fp16_optimizer), not the per-tensor
+  // FP16_UnfusedOptimizer that zero0 runs, as DeepSpeed does for a client optimizer (the Trainer's) or torch_adam.
+  const bool low_precision = config.precision_auto || config.knobs.recipe.recipe != optim::Recipe::kFp32;
+  if (stage == 0 && low_precision && root.contains("optimizer") && root["optimizer"].is_object()) {
+    const json& params = root["optimizer"].value("params", json::object());
+    const bool torch_adam = params.is_object() && params.value("torch_adam", false) == true;
+    if (!torch_adam) {
+      config.ignored.emplace_back(
+          "optimizer at stage 0 (DeepSpeed's FusedAdam in FP16_Optimizer's flat buffers; emu runs "
+          "FP16_UnfusedOptimizer's per-tensor recipe)");
+    }
+  }
   read_scheduler(top, source, config);
   for (const char* key : {"steps_per_print", "wall_clock_breakdown", "zero_allow_untested_optimizer",
                           "prescale_gradients", "gradient_predivide_factor"}) {

@@ -14,7 +14,7 @@
 namespace emu::app {
 
 struct DeepSpeedConfig {
-  std::string strategy;             // "ddp" (stage 0), "zero1", "zero2" or "zero3"
+  std::string strategy;             // "zero0" (stage 0: DeepSpeed without ZeRO), "zero1", "zero2" or "zero3"
   strategy::StrategyOptions knobs;  // recipe, bucket sizes, prefetch, persistence, clipping, AdamW, warm-up
   int micro_batch = 0;              // 0: not given
   int accumulation = 0;             // 0: not given

@@ -311,7 +311,7 @@ std::pair<double, double> optimizer_seconds(const RunOptions& run, int world, co
                            ? 0.0
                            : static_cast<double>(outcome.category_peaks[0][Category::kOptimizerState]) * scale;
   const bool replicated =
-      options.kind == strategy::StrategyKind::kDdp ||
+      options.kind == strategy::StrategyKind::kDdp || options.kind == strategy::StrategyKind::kZero0 ||
       (options.kind == strategy::StrategyKind::kFsdp && options.fsdp.sharding == strategy::Sharding::kNoShard);
   const double owned = state > 0 && moment_bytes > 0
                            ? state / moment_bytes

@@ -208,7 +208,8 @@ Prediction predict(const StrategyOptions& given, const AnalyticInput& input) {
   Updated updated;  // what this rank's optimizer updates
   switch (options.kind) {
     case StrategyKind::kDdp:
-    case StrategyKind::kDdpZero: updated = predict_ddp(options, input, prediction); break;
+    case StrategyKind::kDdpZero:
+    case StrategyKind::kZero0: updated = predict_ddp(options, input, prediction); break;
     case StrategyKind::kZero1: updated = predict_zero12(options, input, 1, prediction); break;
     case StrategyKind::kZero2: updated = predict_zero12(options, input, 2, prediction); break;
     case StrategyKind::kZero3: updated = predict_zero3(options, input, prediction); break;

@@ -24,6 +24,23 @@ std::vector<Bucket> assign_buckets(std::span<const size_t> param_bytes, size_t f
   return buckets;
 }
 
+std::vector<std::vector<size_t>> deepspeed_allreduce_buckets(std::span<const uint64_t> elements, uint64_t limit) {
+  std::vector<std::vector<size_t>> buckets;
+  std::vector<size_t> open;
+  uint64_t held = 0;
+  for (size_t i = 0; i < elements.size(); ++i) {
+    open.push_back(i);
+    held += elements[i];
+    if (held > limit) {
+      buckets.push_back(std::move(open));
+      open = {};
+      held = 0;
+    }
+  }
+  if (!open.empty()) buckets.push_back(std::move(open));
+  return buckets;
+}
+
 std::vector<int> zero_redundancy_owners(std::span<const uint64_t> elements, int ranks) {
   std::vector<size_t> order(elements.size());
   std::iota(order.begin(), order.end(), size_t{0});

@@ -21,6 +21,14 @@ struct Bucket {
 // `param_bytes` in registration order. Every parameter lands in exactly one bucket.
 std::vector<Bucket> assign_buckets(std::span<const size_t> param_bytes, size_t first_bucket_bytes, size_t bucket_bytes);
 
+// DeepSpeed's stage-0 gradient all-reduce (runtime/engine.py allreduce_gradients → buffered_allreduce_fallback →
+// allreduce_no_retain): the module's parameters in registration order, each added whole to the open bucket, which
+// is flattened and all-reduced once it holds more than `limit` elements (MEMORY_OPT_ALLREDUCE_SIZE, 500,000,000:
+// engine.py passes no config key), and the rest at the end. `elements` in registration order; returns each bucket's
+// tensor indices.
+inline constexpr uint64_t kDeepSpeedAllreduceElements = 500'000'000;
+std::vector<std::vector<size_t>> deepspeed_allreduce_buckets(std::span<const uint64_t> elements, uint64_t limit);
+
 // PyTorch ZeroRedundancyOptimizer's partition of whole parameter tensors over `ranks` ranks
 // (torch/distributed/optim/zero_redundancy_optimizer.py, _partition_parameters): the tensors sorted by element
 // count, largest first (a stable sort: equal sizes keep registration order), each given to the rank with the

@@ -27,6 +27,26 @@
 // temporary of the bucket). emu's collectives are blocking, so the all-reduce's time is not overlapped with the
 // remaining backward. ZeroRedundancyOptimizer then broadcasts every updated tensor from its owner
 // (_sync_params: rank by rank, tensor by tensor).
+//
+// `zero0` is DeepSpeed 0.19 without ZeRO (a config's zero_optimization.stage 0) as the Hugging Face Trainer runs it,
+// handing DeepSpeed its torch AdamW: runtime/engine.py _do_optimizer_sanity_check gives bf16 with bf16 gradient
+// accumulation DDP_BFLOAT16, and _configure_fp16_optimizer wraps a client optimizer that is not DeepSpeed's
+// FusedAdam in FP16_UnfusedOptimizer (runtime/fp16/unfused_optimizer.py). Per rank, at the recipe DeepSpeed keeps
+// (the module cast to bf16, no autocast):
+//   parameters  [Ψ]  bf16, kParameters, from set-up
+//   gradients   [n_u] bf16 per unit, kGradients: autograd's .grad, made as backward reaches each tensor (as under
+//                    DDP above) and freed by the wrapper's zero_grad(set_to_none=True) after the step
+//   master      per tensor fp32, kMasterWeights: the wrapper's fp32_groups, a clone of every tensor that the inner
+//                    AdamW steps over; m, v per tensor as under DDP
+//   fp32 gradients [Ψ] kGradients, at step() only: FP16_UnfusedOptimizer.step casts every bf16 .grad into the fp32
+//                    copy's .grad before the inner AdamW steps, and drops them all after it
+//   all-reduce bucket  kBuckets, after backward only: no Reducer and no hooks; once the last micro-batch's backward
+//                    is done, engine.py allreduce_gradients flattens the .grads in registration order into buckets
+//                    of just over 500,000,000 elements ÷ k² (buckets.h deepspeed_allreduce_buckets), one at a
+//                    time: a flat copy at the gradients' dtype, all-reduced (averaged) in it, copied back, freed.
+// The all-reduce is at the gradients' dtype (communication_data_type defaults to bf16 under bf16). The fp32 recipe
+// has no wrapper: torch AdamW steps the fp32 parameters, and the buckets are fp32. Clipping is the wrapper's, on
+// the norm of the bf16 gradients, as emu's step clips.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -44,7 +64,8 @@ namespace {
 struct BucketRange {
   size_t begin = 0;  // flat elements [begin, end)
   size_t end = 0;
-  int first_unit = 0;  // the lowest unit it touches: the last to finish backward
+  int first_unit = 0;    // the lowest unit it touches: the last to finish backward
+  uint64_t charged = 0;  // zero0: its tensors' elements as a shrunk run charges them (model::tensor_charge)
 };
 
 // One parameter tensor, as the optimizer sees it.
@@ -72,8 +93,9 @@ class Ddp final : public Strategy {
   void setup() override {
     const optim::PrecisionRecipe& recipe = options_.recipe;
     flat_ = flat_layout(model_);
+    deepspeed_ = options_.kind == StrategyKind::kZero0;
     autocast_ = model_.compute_dtype() != recipe.params;
-    bucket_view_ = options_.ddp.gradient_as_bucket_view;
+    bucket_view_ = options_.ddp.gradient_as_bucket_view && !deepspeed_;
     params_ = model::allocate_parameter_space(device_, flat_.charge, flat_.total, recipe.params, Category::kParameters,
                                               "DDP parameters");
     plan_tensors();
@@ -81,7 +103,7 @@ class Ddp final : public Strategy {
     if (bucket_view_) {
       flat_grads_ = model::allocate_parameter_space(device_, flat_.charge, flat_.total, recipe.grads,
                                                     Category::kGradients, "DDP gradients (views into its buckets)");
-    } else {
+    } else if (!deepspeed_) {
       buckets_buffer_ = model::allocate_parameter_space(device_, flat_.charge, flat_.total, recipe.grads,
                                                         Category::kBuckets, "DDP gradient buckets");
     }
@@ -174,13 +196,17 @@ class Ddp final : public Strategy {
   void after_backward(int unit) override {
     if (autocast_ && unit > 0) casts_[unit] = Buffer();
     if (!bucket_view_ && unit > 0) block_grads_[unit].check_complete();
-    if (!sync_) return;
+    if (!sync_ || deepspeed_) return;
     while (next_bucket_ < buckets_.size() && buckets_[next_bucket_].first_unit >= unit) {
       reduce_bucket(next_bucket_++);
     }
   }
 
   void finish_gradients() override {
+    if (deepspeed_) {
+      for (size_t b = 0; b < buckets_.size(); ++b) reduce_bucket(b);
+      next_bucket_ = buckets_.size();
+    }
     EMU_CHECK(next_bucket_ == buckets_.size(), "{} of {} DDP buckets were reduced in backward", next_bucket_,
               buckets_.size());
   }
@@ -205,16 +231,31 @@ class Ddp final : public Strategy {
 
   void update(double lr, float grad_scale) override {
     const optim::PrecisionRecipe& recipe = options_.recipe;
+    // FP16_UnfusedOptimizer.step: every tensor's fp32 .grad, cast from its bf16 one, before the inner AdamW steps.
+    const bool fp32_copies = deepspeed_ && recipe.grads != DType::kF32;
+    Buffer fp32_grads;
+    if (fp32_copies) {
+      fp32_grads = model::allocate_parameter_space(device_, flat_.charge, flat_.total, DType::kF32,
+                                                   Category::kGradients, "FP16_UnfusedOptimizer's fp32 gradients");
+      for (int u = 0; u < model_.num_units(); ++u) {
+        convert(unit_grads(u), recipe.grads, element(fp32_grads.data(), DType::kF32, flat_.offset[u]), DType::kF32,
+                flat_.count[u]);
+      }
+    }
     uint64_t updated = 0;
     for (size_t i = 0; i < tensors_.size(); ++i) {
       const Tensor& t = tensors_[i];
       if (!optimizers_[i]) continue;
-      optimizers_[i]->step(
-          options_.adamw, optim::ElementSpan(element(params_.data(), recipe.params, t.flat), t.count, recipe.params),
-          optim::ConstElementSpan(element(unit_grads(t.unit), recipe.grads, t.offset), t.count, recipe.grads), t.flat,
-          decay_, lr, grad_scale);
+      const optim::ConstElementSpan grads =
+          fp32_copies
+              ? optim::ConstElementSpan(element(fp32_grads.data(), DType::kF32, t.flat), t.count, DType::kF32)
+              : optim::ConstElementSpan(element(unit_grads(t.unit), recipe.grads, t.offset), t.count, recipe.grads);
+      optimizers_[i]->step(options_.adamw,
+                           optim::ElementSpan(element(params_.data(), recipe.params, t.flat), t.count, recipe.params),
+                           grads, t.flat, decay_, lr, grad_scale);
       updated += t.charged;
     }
+    fp32_grads = Buffer();  // the wrapper drops the fp32 .grads after the inner step
     count_offload(updated);
     if (options_.kind == StrategyKind::kDdpZero) broadcast_updated();
     // zero_grad(set_to_none=True): the gradients are freed; views into the buckets are zeroed in place.
@@ -255,8 +296,22 @@ class Ddp final : public Strategy {
   }
 
   // Buckets over the parameters in registration order (units in order, each unit's parameters in order); in
-  // reverse order each bucket is a contiguous range of the flat buffer.
+  // reverse order each bucket is a contiguous range of the flat buffer. DeepSpeed's are in registration order and
+  // contiguous too.
   void plan_buckets() {
+    if (deepspeed_) {  // filled by the charged sizes, so that a shrunk run closes them where the full-scale one does
+      std::vector<uint64_t> charged;
+      for (const Tensor& t : tensors_) charged.push_back(t.charged);
+      for (const std::vector<size_t>& bucket :
+           deepspeed_allreduce_buckets(charged, options_.scaled(kDeepSpeedAllreduceElements))) {
+        const Tensor& first = tensors_[bucket.front()];
+        const Tensor& last = tensors_[bucket.back()];
+        uint64_t elements = 0;
+        for (const size_t i : bucket) elements += charged[i];
+        buckets_.push_back({first.flat, last.flat + last.count, first.unit, elements});
+      }
+      return;
+    }
     const size_t grad_size = dtype_size(options_.recipe.grads);
     std::vector<size_t> bytes;
     for (const Tensor& t : tensors_) bytes.push_back(t.count * grad_size);
@@ -314,12 +369,22 @@ class Ddp final : public Strategy {
 
   void reduce_bucket(size_t index) {
     const BucketRange& bucket = buckets_[index];
-    const std::string phase = fmt::format("backward all-reduce, bucket {}", index);
+    // DeepSpeed's come after backward (not overlapped with it, as the step-time model reads from the phase's name).
+    const std::string phase =
+        fmt::format("{} all-reduce, bucket {}", deepspeed_ ? "after-backward" : "backward", index);
     PhaseScope scope(device_.memory(), phase);
     const DType dtype = options_.recipe.grads;
     const size_t count = bucket.end - bucket.begin;
     if (bucket_view_) {
       all_reduce(element(flat_grads_.data(), dtype, bucket.begin), count, phase);
+      return;
+    }
+    if (deepspeed_) {  // engine.py allreduce_bucket: a flat copy of the bucket's .grads, freed once copied back
+      const Buffer flat = device_.allocate(count, dtype, Category::kBuckets, "DeepSpeed's flattened all-reduce bucket",
+                                           bucket.charged * dtype_size(dtype));
+      copy_bucket(bucket.begin, bucket.end, flat.data(), true);
+      all_reduce(flat.data(), count, phase);
+      copy_bucket(bucket.begin, bucket.end, flat.data(), false);
       return;
     }
     void* copy = element(buckets_buffer_.data(), dtype, bucket.begin);
@@ -331,7 +396,7 @@ class Ddp final : public Strategy {
   // The bucket's all-reduce (average) at the gradients' dtype, or through bf16_compress_hook.
   void all_reduce(void* data, size_t count, const std::string& phase) {
     const DType dtype = options_.recipe.grads;
-    if (options_.ddp.comm_hook == CommHook::kNone || dtype == DType::kBF16) {
+    if (deepspeed_ || options_.ddp.comm_hook == CommHook::kNone || dtype == DType::kBF16) {
       world_.all_reduce(data, data, count, dtype, coll::ReduceOp::kAvg, phase);
       return;
     }
@@ -363,6 +428,7 @@ class Ddp final : public Strategy {
   }
 
   FlatLayout flat_;
+  bool deepspeed_ = false;          // zero0: DeepSpeed's engine and FP16_UnfusedOptimizer, not PyTorch DDP
   bool autocast_ = false;           // fp32 weights and gradients around bf16 math (the mixed recipe)
   bool bucket_view_ = false;        // gradient_as_bucket_view
   Buffer params_;                   // [Ψ] recipe.params

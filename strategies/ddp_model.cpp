@@ -18,6 +18,16 @@
 // gradients' dtype, or in bf16 under the bf16_compress_hook. ZeroRedundancyOptimizer then
 // broadcasts every tensor from its owner: (N−1)/N of its bytes per call, the average over the ranks (a binomial
 // tree's root sends more, its leaves nothing).
+//
+// zero0 (DeepSpeed without ZeRO, FP16_UnfusedOptimizer over torch AdamW; ddp.cpp) keeps DeepSpeed's recipe, bf16
+// parameters and gradients with fp32 master copies, so (2 + 2 + 4 + 12)Ψ at step():
+//   parameters  Ψ · 2
+//   gradients   Σ_u n_u · 2, plus Ψ · 4 of fp32 copies made at step() beside them
+//   buckets     the largest of DeepSpeed's all-reduce buckets (buckets.h deepspeed_allreduce_buckets: tensors in
+//               registration order, as a shrunk run charges each, closed past 500,000,000 elements ÷ k²) at the
+//               gradients' dtype: its flat copy
+//   master, m, v over every tensor; foreach AdamW's temporaries as under DDP
+// Traffic: one all-reduce per bucket, at the gradients' dtype.
 #include "strategies/analytic.h"
 #include "strategies/buckets.h"
 
@@ -30,17 +40,22 @@ Updated predict_ddp(const StrategyOptions& options, const AnalyticInput& input, 
   const DType grads = options.recipe.grads;
   const int all = AnalyticInput::kAllUnits;
   const bool zero = options.kind == StrategyKind::kDdpZero;
+  const bool deepspeed = options.kind == StrategyKind::kZero0;
   prediction.peak[Category::kParameters] = input.bytes(all, parameters, options.recipe.params);
-  if (options.ddp.gradient_as_bucket_view) {
+  if (options.ddp.gradient_as_bucket_view && !deepspeed) {
     prediction.peak[Category::kGradients] = input.bytes(all, parameters, grads);
   } else {
     for (size_t u = 0; u < input.unit_counts.size(); ++u) {
       prediction.peak[Category::kGradients] += input.bytes(static_cast<int>(u), input.unit_counts[u], grads);
     }
-    prediction.peak[Category::kBuckets] = input.bytes(all, parameters, grads);
+    if (!deepspeed) prediction.peak[Category::kBuckets] = input.bytes(all, parameters, grads);
   }
-  prediction.formula = zero ? "(4 + 4 + 4 + 8/N)Ψ: a replica, DDP's buckets, AdamW on whole owned tensors"
-                            : "(2 + 2 + K)Ψ: a full replica";
+  if (deepspeed && grads != DType::kF32) {  // FP16_UnfusedOptimizer's fp32 .grads at step()
+    prediction.peak[Category::kGradients] += input.bytes(all, parameters, DType::kF32);
+  }
+  prediction.formula = zero        ? "(4 + 4 + 4 + 8/N)Ψ: a replica, DDP's buckets, AdamW on whole owned tensors"
+                       : deepspeed ? "(2 + 2 + 4 + K)Ψ: a bf16 replica, fp32 gradient copies at step()"
+                                   : "(2 + 2 + K)Ψ: a full replica";
   std::vector<uint64_t> tensors, charged;  // every parameter tensor, registration order: held, as charged
   for (size_t u = 0; u < input.unit_counts.size(); ++u) {
     const std::vector<uint64_t> held = input.tensors_of(u);
@@ -51,12 +66,27 @@ Updated predict_ddp(const StrategyOptions& options, const AnalyticInput& input, 
   }
   // One all-reduce per gradient bucket, as DDP's reducer launches them (buckets.h: the tensors' gradient bytes
   // against the first-bucket and bucket caps ÷ k², as ddp.cpp assigns them).
-  const bool compressed = options.ddp.comm_hook == CommHook::kBf16 && grads == DType::kF32;
+  const bool compressed = options.ddp.comm_hook == CommHook::kBf16 && grads == DType::kF32 && !deepspeed;
+  if (deepspeed) {  // filled by the charged sizes, as ddp.cpp fills them; on the wire the tensors as held
+    for (const std::vector<size_t>& bucket :
+         deepspeed_allreduce_buckets(charged, options.scaled(kDeepSpeedAllreduceElements))) {
+      uint64_t elements = 0, charged_elements = 0;
+      for (const size_t i : bucket) {
+        elements += tensors[i];
+        charged_elements += charged[i];
+      }
+      add_ring_traffic(prediction, coll::CollectiveKind::kAllReduce, "world", elements * dtype_size(grads),
+                       input.world);
+      prediction.peak[Category::kBuckets] =
+          std::max(prediction.peak[Category::kBuckets], input.bytes(AnalyticInput::kCharged, charged_elements, grads));
+    }
+  }
   std::vector<size_t> gradient_bytes;
   gradient_bytes.reserve(tensors.size());
   for (const uint64_t n : tensors) gradient_bytes.push_back(n * dtype_size(grads));
-  for (const Bucket& bucket : assign_buckets(gradient_bytes, options.scaled(options.ddp.first_bucket_bytes),
-                                             options.scaled(options.ddp.bucket_bytes))) {
+  for (const Bucket& bucket : deepspeed ? std::vector<Bucket>()
+                                        : assign_buckets(gradient_bytes, options.scaled(options.ddp.first_bucket_bytes),
+                                                         options.scaled(options.ddp.bucket_bytes))) {
     uint64_t elements = 0;
     for (const size_t i : bucket.params) elements += tensors[i];
     add_ring_traffic(prediction, coll::CollectiveKind::kAllReduce, "world",

@@ -19,6 +19,7 @@ struct Named {
 constexpr Named kNames[] = {
     {"ddp", StrategyKind::kDdp, Sharding::kFullShard},
     {"ddp-zero", StrategyKind::kDdpZero, Sharding::kFullShard},
+    {"zero0", StrategyKind::kZero0, Sharding::kFullShard},
     {"zero1", StrategyKind::kZero1, Sharding::kFullShard},
     {"zero2", StrategyKind::kZero2, Sharding::kFullShard},
     {"zero3", StrategyKind::kZero3, Sharding::kFullShard},
@@ -204,7 +205,8 @@ std::unique_ptr<Strategy> make_tensor_parallel(StrategyContext context, const St
 std::unique_ptr<Strategy> make_strategy(StrategyContext context, const StrategyOptions& options) {
   switch (options.kind) {
     case StrategyKind::kDdp:
-    case StrategyKind::kDdpZero: return make_ddp(context, with_framework_recipe(options));
+    case StrategyKind::kDdpZero:
+    case StrategyKind::kZero0: return make_ddp(context, with_framework_recipe(options));
     case StrategyKind::kZero1: return make_zero12(context, options, 1);
     case StrategyKind::kZero2: return make_zero12(context, options, 2);
     case StrategyKind::kZero3: return make_zero3(context, options);

@@ -5,6 +5,8 @@
 //   ddp            full replica; gradient buckets all-reduced as they fill in backward (PyTorch DDP)
 //   ddp-zero       DDP with PyTorch's ZeroRedundancyOptimizer: AdamW state for the whole tensors a rank owns,
 //                  updated parameters broadcast from their owners
+//   zero0          DeepSpeed without ZeRO (a config's stage 0): a bf16 replica, DeepSpeed's bf16 all-reduce after
+//                  backward, FP16_UnfusedOptimizer's fp32 copies of every tensor over a client torch AdamW (ddp.cpp)
 //   zero1, zero2   optimizer state (and, for 2, gradients) partitioned; reduce-scatter + all-gather (DeepSpeed)
 //   zero3          parameters partitioned too, gathered per unit before use and released after (DeepSpeed)
 //   fsdp           one flat parameter per unit, FULL_SHARD / SHARD_GRAD_OP / NO_SHARD / HYBRID_SHARD (PyTorch FSDP)
@@ -41,7 +43,18 @@
 
 namespace emu::strategy {
 
-enum class StrategyKind : uint8_t { kDdp, kZero1, kZero2, kZero3, kFsdp, kFsdp2, kDdpZero, kPipeline, kTensor };
+enum class StrategyKind : uint8_t {
+  kDdp,
+  kZero1,
+  kZero2,
+  kZero3,
+  kFsdp,
+  kFsdp2,
+  kDdpZero,
+  kPipeline,
+  kTensor,
+  kZero0,
+};
 
 // FSDP's sharding strategies.
 enum class Sharding : uint8_t {
@@ -129,7 +142,7 @@ struct StrategyOptions {
   int shrink = 1;          // k: full-scale bucket and threshold sizes are divided by k²
   uint64_t seed = 1234;    // initial weights
 
-  // "ddp", "ddp-zero", "zero1", "zero2", "zero3", "fsdp" (FULL_SHARD), "fsdp-grad-op", "fsdp-no-shard",
+  // "ddp", "ddp-zero", "zero0", "zero1", "zero2", "zero3", "fsdp" (FULL_SHARD), "fsdp-grad-op", "fsdp-no-shard",
   // "fsdp-hybrid", "fsdp2", "pp", "tp"
   std::string name() const;
   // A full-scale byte or element count divided by k², at least 1.

@@ -16,7 +16,8 @@
 // DeepSpeed cases: its own model-state estimators (estimate_zero2/zero3_model_states_mem_needs) for emu's presets
 // at 1-64 GPUs against emu's --plan, with the estimator's assumptions and emu's extra buffers named; and DeepSpeed
 // ZeRO-3 itself (tests/data/oracle/deepspeed/, scripts/oracle/deepspeed_run.py: the tiny Llama on CPU, tracked by
-// MemTracker) against emu's zero3 run from the same zero_optimization keys as a DeepSpeed config.
+// MemTracker) against emu's zero3 run from the same zero_optimization keys as a DeepSpeed config, and DeepSpeed
+// without ZeRO (stage 0: FP16_UnfusedOptimizer over the torch AdamW) against emu's zero0.
 #include <gtest/gtest.h>
 
 #include <fmt/format.h>
@@ -883,31 +884,32 @@ void name_deepspeed_zero3(const std::string& category, const DeepSpeedFacts& f, 
   }
 }
 
-// emu's zero3 from the fixture's DeepSpeed config (stage 3, bf16, its zero_optimization keys, no clipping: the
-// script sets none, and DeepSpeed's default is 0).
-json run_emu_zero3(const json& fixture, const testing::TempDir& dir) {
+// emu's zero<stage> from the fixture's DeepSpeed config (the stage, bf16, its zero_optimization keys, no clipping:
+// the script sets none, and DeepSpeed's default is 0) for `steps` steps, with `flags` added to the command line.
+json run_emu_deepspeed(const json& fixture, const testing::TempDir& dir, int stage, int steps = 1,
+                       const std::string& flags = "") {
   json config = {{"train_micro_batch_size_per_gpu", fixture["micro_batch"]},
                  {"gradient_accumulation_steps", 1},
                  {"bf16", {{"enabled", fixture["precision"] == "bf16"}}},
                  {"zero_optimization", fixture.value("zero_optimization", json::object())}};
-  config["zero_optimization"]["stage"] = 3;
-  const std::string config_path = dir.file(fixture["file"].get<std::string>() + ".ds.json");
+  config["zero_optimization"]["stage"] = stage;
+  const std::string config_path = dir.file(fmt::format("{}.{}.ds.json", fixture["file"].get<std::string>(), stage));
   {
     std::ofstream out(config_path);
     out << config.dump();
   }
-  const std::string out = dir.file(fixture["file"].get<std::string>() + ".emu.json");
+  const std::string out = dir.file(fmt::format("{}.{}.emu.json", fixture["file"].get<std::string>(), stage));
   const std::string command =
       mpiexec(fixture["ranks"]) + kEmu +
       fmt::format(
-          " --model {}/{}-tiny.json --shrink 1 --seq-len {} --reserve 0 --steps 1 --clip 0 --deepspeed {}"
-          " --json {}",
-          kData, fixture["model"].get<std::string>(), fixture["seq_len"].get<int>(), config_path, out);
+          " --model {}/{}-tiny.json --shrink 1 --seq-len {} --reserve 0 --steps {} --clip 0 --deepspeed {}"
+          " --json {} {}",
+          kData, fixture["model"].get<std::string>(), fixture["seq_len"].get<int>(), steps, config_path, out, flags);
   const auto run = run_process(command, 120);
   EXPECT_EQ(run.exit_code, 0) << command << "\n" << run.err;
   if (run.exit_code != 0) return json();
   const json root = read_json(out);
-  const json* s = strategy_in(root, "zero3");
+  const json* s = strategy_in(root, fmt::format("zero{}", stage));
   return s != nullptr ? *s : json();
 }
 
@@ -947,20 +949,12 @@ TEST(DeepSpeedRun, Zero3AgainstEmu) {
       ASSERT_TRUE(fixture.contains(key)) << fixture["file"] << " lacks " << key;
     }
     const std::string stage = fmt::format("zero3-{}", fixture["precision"].get<std::string>());
-    const std::string stage0 = fmt::format("zero0-{}", fixture["precision"].get<std::string>());
-    if (fixture["stages"].contains(stage0)) {
-      // Recorded for the stage-0 recipe emu does not have yet (a stage-0 DeepSpeed config runs emu's ddp).
-      const json& top0 = highest_peak(fixture["stages"][stage0]);
-      rows.push_back(fmt::format("| {} (stage 0, {}) | {} | no emu recipe yet | | |",
-                                 fixture["file"].get<std::string>(), top0.value("optimizer_class", "?"),
-                                 top0["peak_bytes"].get<int64_t>()));
-    }
     if (!fixture["stages"].contains(stage)) continue;
     // Recorded before the script kept the breakdown at the peak: its categories are compared, not its total.
     const json& ranks = fixture["stages"][stage];
     for (const json& r : ranks) ASSERT_FALSE(r.contains("error")) << fixture["file"] << ": " << r["error"];
     const json* top = &highest_peak(ranks);
-    const json emu = run_emu_zero3(fixture, dir);
+    const json emu = run_emu_deepspeed(fixture, dir, 3);
     ASSERT_FALSE(emu.is_null()) << fixture["file"];
     std::vector<Line> lines = compare_deepspeed(fixture, *top, emu);
     if (!top->contains("at_peak")) lines.back().unchecked = true;
@@ -969,6 +963,98 @@ TEST(DeepSpeedRun, Zero3AgainstEmu) {
     ++compared;
   }
   EXPECT_GT(compared, 0) << "no ZeRO-3 run among the DeepSpeed fixtures";
+  fmt::print("\n| case | DeepSpeed peak | emu measured | emu predicted | difference |\n|---|---:|---:|---:|---:|\n");
+  for (const std::string& row : rows) fmt::print("{}\n", row);
+}
+
+// What MemTracker sees of DeepSpeed without ZeRO (stage 0, bf16, the script's torch AdamW, which
+// engine.py _configure_fp16_optimizer wraps in FP16_UnfusedOptimizer) against emu's zero0, per category, from the
+// shapes. MemTracker sees the module's bf16 parameters and .grad and the inner AdamW's states (and what its foreach
+// step makes, as optimizer state); anything else made while it tracks it files by where it is made: outside a
+// backward and outside the inner AdamW's step, as an activation.
+void name_deepspeed_zero0(const std::string& category, const CaseFacts& f, Line& line) {
+  if (category == "parameters") {
+    line.named.push_back(
+        {"FP16_UnfusedOptimizer's fp32 copy of every tensor (fp32_groups, the inner AdamW's parameters), made at "
+         "deepspeed.initialize(): unseen by MemTracker",
+         4 * f.psi});
+  }
+  if (category == "gradients") {
+    line.named.push_back(
+        {"the fp32 .grad of every fp32 copy, cast from the bf16 .grad by FP16_UnfusedOptimizer.step before the inner "
+         "AdamW's step: MemTracker's activations, emu's gradients",
+         4 * f.psi, false});
+  }
+  if (category == "optimizer_state") {
+    line.named.push_back({"AdamW's step counters: one fp32 tensor per parameter tensor", -4 * f.tensors});
+  }
+  if (category == "buckets") {
+    // One bucket here: Ψ is far below the 500,000,000 elements allreduce_no_retain fills before it reduces.
+    line.named.push_back(
+        {"engine.py allreduce_bucket's flat bf16 copy of the gradients, made after autograd's backward: MemTracker's "
+         "activations, emu's buckets",
+         2 * f.psi, false});
+  }
+  if (category == "buffers") line.named.push_back({"RoPE inv_freq buffers (emu keeps none)", -rope_buffers(f, 4)});
+}
+
+std::vector<Line> compare_deepspeed_zero0(const json& fixture, const json& rank, const json& emu) {
+  CaseFacts f;
+  f.shapes = shapes_of(fixture["model_config"]);
+  f.psi = static_cast<int64_t>(oracle::parameter_count(f.shapes));
+  f.tensors = static_cast<int64_t>(all_tensors(f.shapes).size());
+  f.n = fixture["ranks"];
+  f.mixed = true;
+  f.emu_bytes = 2;  // the module cast to bf16: its parameters, .grad and math
+  const auto peaks = rank["category_peaks"].get<RecordedCategories>();
+  const auto at_peak = rank["at_peak"].get<RecordedCategories>();
+  std::vector<Line> lines = category_lines(
+      {"parameters", "gradients", "optimizer_state", "buckets", "buffers"}, peaks, emu,
+      [&](const std::string& category, Line& line) { name_deepspeed_zero0(category, f, line); }, &at_peak);
+  const Moment moment = recorded_moment(at_peak);
+  name_work_at_peak(fixture, f, "zero0", moment, lines.back());
+  Line total;
+  total.category = "total";
+  total.framework = rank["peak_bytes"];
+  total.measured = emu["peak"]["bytes"];
+  for (const Line& line : lines) {
+    for (const Named& n : line.named) {
+      if (n.in_total) total.named.push_back({fmt::format("{} ({})", n.reason, line.category), n.bytes});
+    }
+  }
+  total.named.push_back(staging_at_peak(emu));
+  if (moment == Moment::kBeforeGradients) {
+    const auto head = static_cast<int64_t>(oracle::unit_counts(f.shapes).at(0) - oracle::late_root_gradients(f.shapes));
+    total.named.push_back(
+        {"the head's and final norm's bf16 gradients, which emu makes at the start of backward, before the loss's "
+         "backward",
+         2 * head});
+  }
+  lines.push_back(std::move(total));
+  return lines;
+}
+
+// DeepSpeed without ZeRO as it ran (stage 0, its own engine on CPU), by category and in total, against emu's zero0
+// measured and predicted, run as the recording ran: SDPA attention, no checkpointing, two steps (MemTracker tracked
+// the second, so what the first step leaves behind counts).
+TEST(DeepSpeedRun, Zero0AgainstEmu) {
+  testing::TempDir dir("ds-run0");
+  std::vector<std::string> rows;
+  for (const json& fixture : load_fixtures("deepspeed")) {
+    const std::string stage = fmt::format("zero0-{}", fixture["precision"].get<std::string>());
+    if (!fixture["stages"].contains(stage)) continue;
+    const json& ranks = fixture["stages"][stage];
+    for (const json& r : ranks) ASSERT_FALSE(r.contains("error")) << fixture["file"] << ": " << r["error"];
+    const json& top = highest_peak(ranks);
+    // The wrapper DeepSpeed chose is the recipe emu's zero0 follows.
+    ASSERT_EQ(top.value("optimizer_class", ""), "FP16_UnfusedOptimizer") << fixture["file"];
+    ASSERT_TRUE(top.contains("at_peak")) << fixture["file"];
+    const json emu = run_emu_deepspeed(fixture, dir, 0, 2, "--no-checkpoint --attention sdpa");
+    ASSERT_FALSE(emu.is_null()) << fixture["file"];
+    json named_case = {{"case", fixture["file"].get<std::string>()}};
+    rows.push_back(check_case(named_case, compare_deepspeed_zero0(fixture, top, emu), "zero0"));
+  }
+  ASSERT_FALSE(rows.empty()) << "no stage-0 run among the DeepSpeed fixtures";
   fmt::print("\n| case | DeepSpeed peak | emu measured | emu predicted | difference |\n|---|---:|---:|---:|---:|\n");
   for (const std::string& row : rows) fmt::print("{}\n", row);
 }

@@ -162,12 +162,12 @@ TEST_P(Equivalence, EveryStepMatchesSingleDevice) {
 std::vector<Case> cases() {
   std::vector<Case> all;
   for (const bool clip : {false, true}) {
-    for (const char* name : {"ddp", "ddp-zero", "zero1", "zero2", "zero3", "fsdp", "fsdp-grad-op", "fsdp-no-shard",
-                             "fsdp-hybrid", "fsdp2"}) {
+    for (const char* name : {"ddp", "ddp-zero", "zero0", "zero1", "zero2", "zero3", "fsdp", "fsdp-grad-op",
+                             "fsdp-no-shard", "fsdp-hybrid", "fsdp2"}) {
       all.push_back({name, model::Style::kLlama, optim::Recipe::kFp32, 2, clip});
       all.push_back({name, model::Style::kGpt2, optim::Recipe::kFp32, 1, clip});
     }
-    for (const char* name : {"ddp", "ddp-zero", "zero1", "zero2", "zero3", "fsdp", "fsdp2"}) {
+    for (const char* name : {"ddp", "ddp-zero", "zero0", "zero1", "zero2", "zero3", "fsdp", "fsdp2"}) {
       all.push_back({name, model::Style::kLlama, optim::Recipe::kMixed, 1, clip});
     }
     // DDP's mixed recipe is autocast: fp32 gradients, so micro-batches accumulate as in fp32.

@@ -215,8 +215,8 @@ TEST_P(Oracle, MeasuredPlannedAndPredictedAgreeWithTheOracle) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Strategies, Oracle,
-                         ::testing::Values("ddp", "ddp-zero", "zero1", "zero2", "zero3", "fsdp", "fsdp-grad-op",
-                                           "fsdp-no-shard", "fsdp-hybrid"),
+                         ::testing::Values("ddp", "ddp-zero", "zero0", "zero1", "zero2", "zero3", "fsdp",
+                                           "fsdp-grad-op", "fsdp-no-shard", "fsdp-hybrid"),
                          [](const ::testing::TestParamInfo<std::string>& param) {
                            std::string name = param.param;
                            for (char& ch : name) {

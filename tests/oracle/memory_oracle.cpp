@@ -409,9 +409,44 @@ Estimate fsdp(const Shapes& s, const Knobs& k) {
   return e;
 }
 
+// DeepSpeed without ZeRO (a config's stage 0; runtime/engine.py, runtime/fp16/unfused_optimizer.py) over a client
+// torch AdamW: the module in the recipe's bytes (no autocast), FP16_UnfusedOptimizer's fp32 copy of every tensor as
+// the master, and at step() an fp32 .grad for every copy beside the module's gradients (none when they are fp32
+// already). After backward the engine flattens the gradients, tensors in order, into one bucket at a time, closed
+// once it holds more than 500,000,000 elements / k²: the largest such flat copy.
+Estimate zero0(const Shapes& s, const Knobs& k) {
+  const uint64_t psi = parameter_count(s);
+  Estimate e;
+  add(e, &Estimate::parameters, "parameters", "parameters (Ψ)", psi * k.param_bytes);
+  add(e, &Estimate::gradients, "gradients", "gradients (Ψ), all alive at the step", psi * k.grad_bytes);
+  if (k.grad_bytes != 4) {
+    add(e, &Estimate::gradients, "gradients", "FP16_UnfusedOptimizer's fp32 .grad of every copy at step()", psi * 4);
+  }
+  std::vector<uint64_t> tensors = root_tensors(s);
+  for (int64_t l = 0; l < s.layers; ++l) {
+    const std::vector<uint64_t> block = block_tensors(s);
+    tensors.insert(tensors.end(), block.begin(), block.end());
+  }
+  const uint64_t limit = per_k2(500'000'000, k.shrink);
+  uint64_t open = 0, largest = 0;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    open += tensors[i];
+    if (open > limit || i + 1 == tensors.size()) {
+      largest = std::max(largest, open);
+      open = 0;
+    }
+  }
+  add(e, &Estimate::buckets, "buckets", "the largest flat copy of DeepSpeed's all-reduce buckets",
+      largest * k.grad_bytes);
+  add_optimizer(e, k, psi, "all Ψ");
+  add_step_temporaries(e, k, tensors);
+  return e;
+}
+
 }  // namespace
 
 Estimate estimate(const Shapes& shapes, const Knobs& knobs) {
+  if (knobs.strategy == "zero0") return zero0(shapes, knobs);
   if (knobs.strategy == "ddp") return ddp(shapes, knobs, false);
   if (knobs.strategy == "ddp-zero") return ddp(shapes, knobs, true);
   if (knobs.strategy == "zero1") return zero12(shapes, knobs, 1);

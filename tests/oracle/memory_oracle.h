@@ -15,6 +15,10 @@
 //            buckets hold every gradient once; 25 MiB and a 1 MiB first bucket change their number, not their
 //            sum), master and Adam over Ψ; mixed precision is autocast over fp32 (p = g = 4, no master). ddp-zero
 //            (ZeroRedundancyOptimizer): the same, with Adam over rank 0's whole tensors (greedy, largest first)
+//   zero0    DeepSpeed without ZeRO (stage 0, FP16_UnfusedOptimizer over torch AdamW): parameters Ψ·p, gradients
+//            Ψ·g plus Ψ·4 of fp32 .grads at step() (when g is not 4), master and Adam over Ψ, AdamW's step
+//            temporaries, and the largest flat copy of its all-reduce buckets (tensors in order, closed past
+//            500,000,000 / k² elements)
 //   ZeRO-1   DeepSpeed flattens the bit16 parameters into one group aligned to 2·N elements
 //            (nccl_start_alignment_factor = 2): P = Ψ rounded up to 2N, S = P/N. parameters P·p, gradients Ψ·g
 //            (autograd's .grad per tensor) plus, when the gradient partition S (made at the first
@@ -85,7 +89,7 @@ enum class Prefetch : uint8_t { kBackwardPre, kBackwardPost, kNone };
 
 // The strategy and its knobs, as the frameworks state them (full scale), and the precision's bytes.
 struct Knobs {
-  std::string strategy;  // ddp, ddp-zero, zero1, zero2, zero3, fsdp, fsdp-grad-op, fsdp-no-shard, fsdp-hybrid
+  std::string strategy;  // ddp, ddp-zero, zero0, zero1, zero2, zero3, fsdp, fsdp-grad-op, fsdp-no-shard, fsdp-hybrid
   int world = 1;
   int ranks_per_node = 1;  // HYBRID_SHARD's shard group
   int rank = 0;            // the rank estimated for (ddp-zero's ranks own different whole tensors)

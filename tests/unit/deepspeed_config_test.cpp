@@ -318,6 +318,38 @@ TEST(DeepSpeedConfig, WarmupDecayLrAsTheTrainerFillsIt) {
   }
 }
 
+// Stage 0 (and no zero_optimization section: DeepSpeed's default stage) is DeepSpeed without ZeRO, emu's zero0, not
+// PyTorch DDP. Its engine all-reduces in its own 500,000,000-element buckets and offloads nothing, so LLaMA-Factory's
+// stage-0 config, which writes ZeRO's bucket keys, has them listed as ignored; an optimizer offload is ignored too.
+TEST(DeepSpeedConfig, StageZeroIsDeepSpeedWithoutZero) {
+  EXPECT_EQ(parse_deepspeed_config(R"({"zero_optimization": {"stage": 0}})", "t", {}).strategy, "zero0");
+  EXPECT_EQ(parse_deepspeed_config(R"({"bf16": {"enabled": true}})", "t", {}).strategy, "zero0");
+  const DeepSpeedConfig factory = load_deepspeed_config(data_file("llamafactory_zero0.json"), {});
+  EXPECT_TRUE(factory.precision_auto);
+  std::vector<std::string> bucket_notes;
+  for (const std::string& ignored : factory.ignored) {
+    if (ignored.find("no effect at stage 0") != std::string::npos) bucket_notes.push_back(ignored);
+  }
+  ASSERT_EQ(bucket_notes.size(), 3U);  // reduce_bucket_size, allgather_bucket_size, overlap_comm
+  EXPECT_NE(bucket_notes[0].find("zero_optimization.reduce_bucket_size"), std::string::npos) << bucket_notes[0];
+  const DeepSpeedConfig offload =
+      parse_deepspeed_config(R"({"zero_optimization": {"stage": 0, "offload_optimizer": {"device": "cpu"}}})", "t", {});
+  EXPECT_FALSE(offload.offload_optimizer);
+  ASSERT_EQ(offload.ignored.size(), 1U);
+  EXPECT_NE(offload.ignored[0].find("offload_optimizer"), std::string::npos) << offload.ignored[0];
+  // The config's own AdamW at stage 0 in bf16 is DeepSpeed's FusedAdam under FP16_Optimizer, which zero0 does not
+  // model: said. With torch_adam it is torch's AdamW under FP16_UnfusedOptimizer, as zero0 runs.
+  const DeepSpeedConfig fused = parse_deepspeed_config(
+      R"({"bf16": {"enabled": true}, "optimizer": {"type": "AdamW", "params": {"lr": 1e-4}}})", "t", {});
+  ASSERT_EQ(fused.ignored.size(), 1U);
+  EXPECT_NE(fused.ignored[0].find("FP16_Optimizer"), std::string::npos) << fused.ignored[0];
+  const DeepSpeedConfig torch_adam = parse_deepspeed_config(
+      R"({"bf16": {"enabled": true}, "optimizer": {"type": "AdamW", "params": {"torch_adam": true}}})", "t", {});
+  for (const std::string& ignored : torch_adam.ignored) {
+    EXPECT_EQ(ignored.find("FP16_Optimizer"), std::string::npos) << ignored;
+  }
+}
+
 // Every real config in tests/data/deepspeed is read as its README row says: accepted with its stage, or refused
 // as DeepSpeed 0.19 refuses it (transformers' own test config still writes reduce_bucket_size 0).
 TEST(DeepSpeedConfig, EveryRealConfigIsReadAsStated) {
@@ -330,7 +362,8 @@ TEST(DeepSpeedConfig, EveryRealConfigIsReadAsStated) {
       {"axolotl_zero3_bf16_cpuoffload_all.json", "zero3"},
       {"accelerate_zero1_fp16.json", "zero1"},
       {"accelerate_zero2_offload_fp16.json", "zero2"},
-      {"accelerate_zero3_offload_fp16.json", "zero3"}};
+      {"accelerate_zero3_offload_fp16.json", "zero3"},
+      {"llamafactory_zero0.json", "zero0"}};
   for (const auto& [file, strategy] : accepted) {
     EXPECT_EQ(load_deepspeed_config(data_file(file), {}).strategy, strategy) << file;
   }

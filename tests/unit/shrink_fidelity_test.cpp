@@ -39,7 +39,7 @@ constexpr int kRanks = 4;
 constexpr int kRanksPerNode = 2;      // fsdp-hybrid: two nodes of two
 constexpr double kTolerance = 0.005;  // 0.5%
 
-const std::vector<std::string> kStrategies = {"ddp",  "ddp-zero",     "zero1",         "zero2",       "zero3",
+const std::vector<std::string> kStrategies = {"ddp",  "ddp-zero",     "zero0",         "zero1",       "zero2", "zero3",
                                               "fsdp", "fsdp-grad-op", "fsdp-no-shard", "fsdp-hybrid", "fsdp2"};
 
 // Every preset, every config.json of the fuzz corpus that emu accepts (valid_*.json), and every real model
