@@ -6,14 +6,15 @@
 
 namespace emu::coll {
 
-extern const Algorithm kRingAllReduce, kRhdAllReduce, kTreeAllReduce, kDbtreeAllReduce, kRingReduceScatter,
+extern const Algorithm kRingAllReduce, kRhdAllReduce, kTreeAllReduce, kDbtreeAllReduce, kHierAllReduce,
+    kRingReduceScatter,
     kRingAllGather, kTreeBroadcast, kTreeReduce, kPairwiseAllToAll, kDisseminationBarrier;
 extern const Algorithm kMpiAllReduce, kMpiReduceScatter, kMpiAllGather, kMpiBroadcast, kMpiReduce, kMpiAllToAll,
     kMpiBarrier;
 
 namespace {
-const std::array<const Algorithm*, 17> kTable = {
-    &kRingAllReduce,        &kRhdAllReduce,     &kTreeAllReduce, &kDbtreeAllReduce, &kMpiAllReduce,  //
+const std::array<const Algorithm*, 18> kTable = {
+    &kRingAllReduce,        &kRhdAllReduce,     &kTreeAllReduce, &kDbtreeAllReduce, &kHierAllReduce, &kMpiAllReduce,  //
     &kRingReduceScatter,    &kMpiReduceScatter,                                                      //
     &kRingAllGather,        &kMpiAllGather,                                                          //
     &kTreeBroadcast,        &kMpiBroadcast,                                                          //
