@@ -80,7 +80,8 @@ CommunicatorOptions CommunicatorOptions::from_environment() {
   if (const char* per_node = std::getenv("EMU_COLL_RANKS_PER_NODE")) {
     const long long ranks = std::atoll(per_node);
     if (ranks <= 0 || ranks > (1 << 20)) {
-      throw InputError(fmt::format("EMU_COLL_RANKS_PER_NODE={}: expected a number of ranks, 1 to {}", per_node, 1 << 20));
+      throw InputError(
+          fmt::format("EMU_COLL_RANKS_PER_NODE={}: expected a number of ranks, 1 to {}", per_node, 1 << 20));
     }
     options.ranks_per_node = static_cast<int>(ranks);
   }
@@ -319,8 +320,8 @@ void Communicator::run(const Call& call) {
   if (collective && options_.check_calls) check_agreement(call);
 
   const auto start = std::chrono::steady_clock::now();
-  AlgorithmContext context{*link_,  device_, options_.slice_bytes, options_.charged_slice_bytes(), Traffic{},
-                           record_, options_.ranks_per_node, Traffic{}};
+  AlgorithmContext context{*link_,    device_, options_.slice_bytes,    options_.charged_slice_bytes(),
+                           Traffic{}, record_, options_.ranks_per_node, Traffic{}};
   const Traffic expected = collective ? run_collective(context, call, *algorithm) : run_point_to_point(context, call);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (context.moved != expected) {

@@ -35,9 +35,10 @@ struct Nodes {
 Nodes nodes_of(int n, int ranks_per_node) {
   const int per_node = node_size(ranks_per_node, n);
   if (n % per_node != 0) {
-    throw InputError(fmt::format("all_reduce=hier: {} ranks per node do not divide the group's {} ranks; accepted: "
-                                 "a divisor of {} (or 0: one node)",
-                                 per_node, n, n));
+    throw InputError(
+        fmt::format("all_reduce=hier: {} ranks per node do not divide the group's {} ranks; accepted: "
+                    "a divisor of {} (or 0: one node)",
+                    per_node, n, n));
   }
   return {per_node, n / per_node};
 }
@@ -83,8 +84,9 @@ void run(AlgorithmContext& context, const Call& call) {
   for (int step = 0; step < per_node - 1; ++step) {
     const Transfer transfer =
         chunk_transfer(ring_rs_send_block(local, step, per_node), ring_rs_recv_block(local, step, per_node));
-    exchange_reduce(context, dtype, call.op, fmt::format("intra-node reduce-scatter step {}/{}", step + 1, per_node - 1),
-                    transfer, transfer.recv, scratch.data());
+    exchange_reduce(context, dtype, call.op,
+                    fmt::format("intra-node reduce-scatter step {}/{}", step + 1, per_node - 1), transfer,
+                    transfer.recv, scratch.data());
   }
 
   // Between nodes: a ring over the M ranks of local rank `local`, on the blocks of chunk `local`.
@@ -94,7 +96,7 @@ void run(AlgorithmContext& context, const Call& call) {
   const auto block_transfer = [&](int a, int b) {
     const int send_block = local * m + a;
     const int recv_block = local * m + b;
-    return Transfer{at(data, blocks.offset(send_block), dtype), blocks.count(send_block), up, send_block,
+    return Transfer{at(data, blocks.offset(send_block), dtype), blocks.count(send_block), up,   send_block,
                     at(data, blocks.offset(recv_block), dtype), blocks.count(recv_block), down, recv_block};
   };
   for (int step = 0; step < m - 1; ++step) {

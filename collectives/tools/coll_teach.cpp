@@ -110,9 +110,10 @@ NamedLink network_model(const Settings& settings, const NamedLink& node) {
     return link_model(across);
   }
   if (!(settings.net_bandwidth > 0) || !(settings.net_alpha_us > 0)) {
-    throw InputError(fmt::format("--ranks-per-node {} with --cost: the network between nodes is needed too; give "
-                                 "--hardware NAME, or --net-alpha-us and --net-bandwidth (above 0)",
-                                 settings.ranks_per_node));
+    throw InputError(
+        fmt::format("--ranks-per-node {} with --cost: the network between nodes is needed too; give "
+                    "--hardware NAME, or --net-alpha-us and --net-bandwidth (above 0)",
+                    settings.ranks_per_node));
   }
   return {{settings.net_alpha_us * 1e-6, 1e-9 / settings.net_bandwidth, node.model.gamma},
           "as given (--net-alpha-us, --net-bandwidth)"};
@@ -132,8 +133,8 @@ void print_cost_table(CollectiveKind kind, int n, const NamedLink& named, const 
     try {
       const Cost cost = algorithm->cost(1, n, per_node);
       if (cost.split && !nodes) {
-        left_out += fmt::format("  {:<13} left out: on one node it is the ring (give --ranks-per-node)\n",
-                                algorithm->name);
+        left_out +=
+            fmt::format("  {:<13} left out: on one node it is the ring (give --ranks-per-node)\n", algorithm->name);
         continue;
       }
     } catch (const InputError& error) {
@@ -143,11 +144,11 @@ void print_cost_table(CollectiveKind kind, int n, const NamedLink& named, const 
     chosen.push_back(algorithm);
   }
   if (nodes) {
-    std::printf("%s on %d ranks, %d nodes of %d, α-β-γ model\nwithin a node: %s\n  link: %s\nbetween nodes: %s\n"
-                "  link: %s\n",
-                std::string(kind_name(kind)).c_str(), n, n / node_size(per_node, n), node_size(per_node, n),
-                describe(fabric.node).c_str(), named.label.c_str(), describe(fabric.network).c_str(),
-                network.label.c_str());
+    std::printf(
+        "%s on %d ranks, %d nodes of %d, α-β-γ model\nwithin a node: %s\n  link: %s\nbetween nodes: %s\n"
+        "  link: %s\n",
+        std::string(kind_name(kind)).c_str(), n, n / node_size(per_node, n), node_size(per_node, n),
+        describe(fabric.node).c_str(), named.label.c_str(), describe(fabric.network).c_str(), network.label.c_str());
   } else {
     std::printf("%s on %d ranks, α-β-γ model: %s\nlink: %s\n", std::string(kind_name(kind)).c_str(), n,
                 describe(fabric.node).c_str(), named.label.c_str());
@@ -281,9 +282,9 @@ int report(const Settings& settings, CollectiveKind kind, DType dtype, const Alg
   }
   const int per_node = node_size(settings.ranks_per_node, world);
   const bool nodes = per_node < world;
-  std::printf("\nper rank: sent / received (declared by the algorithm)%s\n",
-              nodes ? fmt::format("; of which between nodes ({} nodes of {} ranks)", world / per_node, per_node).c_str()
-                    : "");
+  std::printf(
+      "\nper rank: sent / received (declared by the algorithm)%s\n",
+      nodes ? fmt::format("; of which between nodes ({} nodes of {} ranks)", world / per_node, per_node).c_str() : "");
   std::string between_disagrees;
   for (int r = 0; r < world; ++r) {
     const uint64_t* t = &totals[kTotals * static_cast<size_t>(r)];
@@ -382,8 +383,9 @@ int run(const MpiSession& mpi, int argc, char** argv) {
   if (settings.cost) {
     const int n = settings.ranks > 0 ? settings.ranks : mpi.world();
     if (settings.across_nodes && node_size(settings.ranks_per_node, n) < n) {
-      throw InputError("--across-nodes charges every rank at the network; --ranks-per-node keeps the two links apart: "
-                       "give one of them");
+      throw InputError(
+          "--across-nodes charges every rank at the network; --ranks-per-node keeps the two links apart: "
+          "give one of them");
     }
     const NamedLink link = link_model(settings);
     const NamedLink network = node_size(settings.ranks_per_node, n) < n ? network_model(settings, link) : link;
@@ -418,9 +420,9 @@ int run(const MpiSession& mpi, int argc, char** argv) {
       algorithm.expect(c.call(), mpi.rank(), mpi.world(), settings.slice_bytes, settings.ranks_per_node);
   const LedgerEntry entry = comm->ledger().total(*kind);
   const Traffic between = declared.between_nodes.value_or(Traffic{kNotStated, kNotStated});
-  std::vector<uint64_t> mine_totals{entry.moved.sent,          entry.moved.received, declared.traffic.sent,
-                                    declared.traffic.received, entry.between_nodes.sent,
-                                    entry.between_nodes.received, between.sent,    between.received};
+  std::vector<uint64_t> mine_totals{
+      entry.moved.sent,         entry.moved.received,         declared.traffic.sent, declared.traffic.received,
+      entry.between_nodes.sent, entry.between_nodes.received, between.sent,          between.received};
   std::vector<uint64_t> totals(kTotals * static_cast<size_t>(mpi.world()));
   MPI_Gather(mine_totals.data(), kTotals, MPI_UINT64_T, totals.data(), kTotals, MPI_UINT64_T, 0, MPI_COMM_WORLD);
   const teach::Logs logs = gather_logs(mine, mpi.rank(), mpi.world());

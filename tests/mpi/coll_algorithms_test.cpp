@@ -21,7 +21,7 @@ using testing::World;
 struct Shape {
   size_t count;
   size_t slice_bytes;
-  int64_t shrink = 1;  // k: scratch charged at slice_bytes / k² (a shrunk run), messages still in slice_bytes
+  int64_t shrink = 1;      // k: scratch charged at slice_bytes / k² (a shrunk run), messages still in slice_bytes
   int ranks_per_node = 0;  // nodes of this many consecutive ranks (0: one node)
 };
 
@@ -60,8 +60,8 @@ void run_case(World& world, const Algorithm& algorithm, const Shape& shape, DTyp
   const uint64_t buffer_peak = world.device->memory().peak(Category::kCommBuffers);
   const LedgerEntry entry = comm.ledger().total(algorithm.kind);
   // Declared at the charged slice: slice_bytes itself at k = 1, slice_bytes / k² in a shrunk run.
-  const Expectation declared = algorithm.expect(ours.call(), rank, size, shape.slice_bytes / (shape.shrink * shape.shrink),
-                                                shape.ranks_per_node);
+  const Expectation declared = algorithm.expect(
+      ours.call(), rank, size, shape.slice_bytes / (shape.shrink * shape.shrink), shape.ranks_per_node);
 
   comm.set_algorithm(algorithm.kind, "mpi");
   comm.run(reference.call());
