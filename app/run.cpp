@@ -69,6 +69,8 @@ Groups make_groups(Device& device, const RunOptions& options, int ranks_per_node
   collective_options.watchdog_seconds = options.watchdog_seconds;
   collective_options.shrink = options.shrink;
   collective_options.check_calls = collective_options.check_calls || options.check_collectives;
+  // The nodes the hierarchical all-reduce keeps apart, unless EMU_COLL_RANKS_PER_NODE gave them.
+  if (collective_options.ranks_per_node == 0) collective_options.ranks_per_node = ranks_per_node;
   groups.world = coll::make_communicator(MPI_COMM_WORLD, device, "world", collective_options, options.collectives);
   const int rank = groups.world->rank();
   groups.intra = groups.world->split(rank / ranks_per_node, rank, fmt::format("intra-node {}", rank / ranks_per_node));

@@ -222,7 +222,7 @@ double collective_seconds(coll::CollectiveKind kind, std::string_view algorithm,
     const double rounds = 2 * std::ceil(std::log2(double(ranks)));
     return call_latency + rounds * (link.alpha + payload * link.beta);
   }
-  return call_latency + coll::predicted_seconds(chosen->cost(payload, ranks), link);
+  return call_latency + coll::predicted_seconds(chosen->cost(payload, ranks, 0), link);
 }
 
 Timeline overlap(std::span<const Chunk> chunks, std::vector<PredictedSpan>* spans) {

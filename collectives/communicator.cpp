@@ -77,6 +77,14 @@ CommunicatorOptions CommunicatorOptions::from_environment() {
     if (bytes <= 0) throw InputError(fmt::format("EMU_COLL_SLICE={}: expected a positive number of bytes", slice));
     options.slice_bytes = static_cast<size_t>(bytes);
   }
+  if (const char* per_node = std::getenv("EMU_COLL_RANKS_PER_NODE")) {
+    const long long ranks = std::atoll(per_node);
+    if (ranks <= 0 || ranks > (1 << 20)) {
+      throw InputError(
+          fmt::format("EMU_COLL_RANKS_PER_NODE={}: expected a number of ranks, 1 to {}", per_node, 1 << 20));
+    }
+    options.ranks_per_node = static_cast<int>(ranks);
+  }
   return options;
 }
 
@@ -212,7 +220,9 @@ const Algorithm& Communicator::algorithm(CollectiveKind kind) const {
 }
 
 std::unique_ptr<Communicator> Communicator::split(int color, int key, std::string name) {
-  auto child = std::make_unique<Communicator>(link_->split(color, key), device_, std::move(name), options_);
+  CommunicatorOptions options = options_;
+  options.ranks_per_node = 0;  // which of the group's ranks share a node is not known here: one node
+  auto child = std::make_unique<Communicator>(link_->split(color, key), device_, std::move(name), options);
   child->chosen_ = chosen_;
   child->observer_ = observer_;
   return child;
@@ -274,7 +284,8 @@ Traffic Communicator::run_point_to_point(AlgorithmContext& context, const Call& 
 
 // A collective: the algorithm, then the division of an average. Returns the declared traffic.
 Traffic Communicator::run_collective(AlgorithmContext& context, const Call& call, const Algorithm& algorithm) {
-  const Expectation expectation = algorithm.expect(call, rank(), size(), options_.charged_slice_bytes());
+  const Expectation expectation =
+      algorithm.expect(call, rank(), size(), options_.charged_slice_bytes(), options_.ranks_per_node);
   if (device_.holds_data()) {
     algorithm.run(context, call);
     finish_average(call, rank(), size());
@@ -282,6 +293,7 @@ Traffic Communicator::run_collective(AlgorithmContext& context, const Call& call
     // Shapes-only: the buffers are charged for the length of the call, nothing moves.
     device_.memory().release(device_.memory().charge(expectation.buffer_bytes, Category::kCommBuffers, algorithm.name));
     context.moved = expectation.traffic;
+    if (expectation.between_nodes) context.moved_between_nodes = *expectation.between_nodes;
   }
   return expectation.traffic;
 }
@@ -308,14 +320,15 @@ void Communicator::run(const Call& call) {
   if (collective && options_.check_calls) check_agreement(call);
 
   const auto start = std::chrono::steady_clock::now();
-  AlgorithmContext context{*link_, device_, options_.slice_bytes, options_.charged_slice_bytes(), Traffic{}, record_};
+  AlgorithmContext context{*link_,    device_, options_.slice_bytes,    options_.charged_slice_bytes(),
+                           Traffic{}, record_, options_.ranks_per_node, Traffic{}};
   const Traffic expected = collective ? run_collective(context, call, *algorithm) : run_point_to_point(context, call);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (context.moved != expected) {
     log::warn("coll", "{} moved {} B sent / {} B received, declared {} / {}", describe(call), context.moved.sent,
               context.moved.received, expected.sent, expected.received);
   }
-  ledger_.charge(call.kind, call.phase, context.moved, expected, seconds);
+  ledger_.charge(call.kind, call.phase, context.moved, expected, seconds, context.moved_between_nodes);
   if (observer_) {
     const double started = std::chrono::duration<double>(start.time_since_epoch()).count();
     observer_(*this, call, algorithm, context.moved, started, started + seconds);

@@ -43,11 +43,17 @@ struct CommunicatorOptions {
   size_t charged_slice_bytes() const;
   // A collective that takes longer ends the job with exit code 3; 0 turns the watchdog off.
   double watchdog_seconds = 0;
+  // Ranks per node (algorithm.h, node_size: consecutive ranks fill a node), for the hierarchical all-reduce and the
+  // count of bytes between nodes; 0: the whole group is one node. The app sets it from --ranks-per-node or the
+  // ranks MPI finds on each host; EMU_COLL_RANKS_PER_NODE sets it for the tools and tests, which emulate nodes on
+  // one machine. A group split off (split()) is taken as one node.
+  int ranks_per_node = 0;
   // Before each collective, the ranks compare what they are calling (kind, count, type, op, root); ranks that
   // disagree are named and the job ends with exit code 3. Costs one small all-gather per call.
   bool check_calls = false;
 
-  // The defaults, changed by EMU_COLL_TIMEOUT=<seconds>, EMU_COLL_CHECK=1 and EMU_COLL_SLICE=<bytes>.
+  // The defaults, changed by EMU_COLL_TIMEOUT=<seconds>, EMU_COLL_CHECK=1, EMU_COLL_SLICE=<bytes> and
+  // EMU_COLL_RANKS_PER_NODE=<ranks>.
   static CommunicatorOptions from_environment();
 };
 

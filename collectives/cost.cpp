@@ -12,12 +12,27 @@ double predicted_seconds(const Cost& cost, const LinkModel& link) {
   return cost.rounds * link.alpha + cost.bytes * link.beta + cost.reduced * link.gamma;
 }
 
+double predicted_seconds(const Cost& cost, const Fabric& fabric, int n) {
+  if (node_size(fabric.ranks_per_node, n) >= n) return predicted_seconds(cost, fabric.node);
+  if (!cost.split)
+    return predicted_seconds(cost, LinkModel{fabric.network.alpha, fabric.network.beta, fabric.node.gamma});
+  return (cost.rounds - cost.inter_rounds) * fabric.node.alpha + (cost.bytes - cost.inter_bytes) * fabric.node.beta +
+         cost.inter_rounds * fabric.network.alpha + cost.inter_bytes * fabric.network.beta +
+         cost.reduced * fabric.node.gamma;
+}
+
 std::optional<Crossover> crossover(const Algorithm& a, const Algorithm& b, int n, const LinkModel& link) {
-  // Each cost is t(S) = rounds·α + S·(per-byte terms): the rounds do not depend on S, the bytes grow with it.
-  const auto fixed = [&](const Algorithm& x) { return x.cost(0, n).rounds * link.alpha; };
+  return crossover(a, b, n, Fabric{link, link, 0});
+}
+
+std::optional<Crossover> crossover(const Algorithm& a, const Algorithm& b, int n, const Fabric& fabric) {
+  // Each cost is t(S) = fixed + S·slope: the rounds do not depend on S, the bytes grow with it.
+  const int per_node = fabric.ranks_per_node;
+  const auto fixed = [&](const Algorithm& x) { return predicted_seconds(x.cost(0, n, per_node), fabric, n); };
+  // Taken over a large payload, so that the latency subtracted out leaves the per-byte terms to full precision.
+  constexpr double kLarge = 1 << 30;
   const auto slope = [&](const Algorithm& x) {
-    const Cost zero = x.cost(0, n), one = x.cost(1, n);
-    return (one.bytes - zero.bytes) * link.beta + (one.reduced - zero.reduced) * link.gamma;
+    return (predicted_seconds(x.cost(kLarge, n, per_node), fabric, n) - fixed(x)) / kLarge;
   };
   const double a_fixed = fixed(a), b_fixed = fixed(b);
   const double a_slope = slope(a), b_slope = slope(b);

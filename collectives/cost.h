@@ -22,7 +22,20 @@ struct LinkModel {
   double gamma = 0;  // s/B (1 / reduction rate)
 };
 
+// Every term at the one link.
 double predicted_seconds(const Cost& cost, const LinkModel& link);
+
+// Two kinds of link, as on a GPU cluster: within a node (NVLink) and between nodes (the NIC), with L ranks per node
+// (algorithm.h, node_size). On one node every term is charged at the node's link. Over several nodes, a split cost
+// (Cost::split: the hierarchical all-reduce) has its inter-node rounds and bytes charged at the network's α and β
+// and the rest at the node's; an unsplit one all at the network's (each step of a flat algorithm waits on some
+// message between nodes). Reductions run on the GPU: the node's γ.
+struct Fabric {
+  LinkModel node;
+  LinkModel network;
+  int ranks_per_node = 0;  // 0: one node
+};
+double predicted_seconds(const Cost& cost, const Fabric& fabric, int n);
 
 // The payload S (bytes) at which `a` and `b` take the same time over N ranks, with `a` the faster below it; empty
 // when neither overtakes the other at any positive size (the same rounds, or the one with fewer rounds also
@@ -33,6 +46,8 @@ struct Crossover {
   const Algorithm* above = nullptr;
 };
 std::optional<Crossover> crossover(const Algorithm& a, const Algorithm& b, int n, const LinkModel& link);
+// The same over a fabric, each algorithm's cost taken for its L ranks per node.
+std::optional<Crossover> crossover(const Algorithm& a, const Algorithm& b, int n, const Fabric& fabric);
 
 // One measured call: the algorithm's cost at its payload and rank count, and the time it took.
 struct Sample {

@@ -21,6 +21,7 @@ struct LedgerEntry {
   Traffic moved;     // counted at the point-to-point calls the algorithm made
   Traffic expected;  // what the algorithm declared for these calls
   double seconds = 0;
+  Traffic between_nodes;  // the part of `moved` exchanged with other nodes' ranks (CommunicatorOptions::ranks_per_node)
   LedgerEntry& operator+=(const LedgerEntry& other);
 };
 
@@ -41,7 +42,7 @@ class Ledger {
   explicit Ledger(std::string group) : group_(std::move(group)) {}
 
   void charge(CollectiveKind kind, std::string_view phase, const Traffic& moved, const Traffic& expected,
-              double seconds);
+              double seconds, const Traffic& between_nodes = {});
   void reset() { entries_.clear(); }
 
   const std::string& group() const { return group_; }

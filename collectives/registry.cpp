@@ -6,20 +6,20 @@
 
 namespace emu::coll {
 
-extern const Algorithm kRingAllReduce, kRhdAllReduce, kTreeAllReduce, kDbtreeAllReduce, kRingReduceScatter,
-    kRingAllGather, kTreeBroadcast, kTreeReduce, kPairwiseAllToAll, kDisseminationBarrier;
+extern const Algorithm kRingAllReduce, kRhdAllReduce, kTreeAllReduce, kDbtreeAllReduce, kHierAllReduce,
+    kRingReduceScatter, kRingAllGather, kTreeBroadcast, kTreeReduce, kPairwiseAllToAll, kDisseminationBarrier;
 extern const Algorithm kMpiAllReduce, kMpiReduceScatter, kMpiAllGather, kMpiBroadcast, kMpiReduce, kMpiAllToAll,
     kMpiBarrier;
 
 namespace {
-const std::array<const Algorithm*, 17> kTable = {
-    &kRingAllReduce,        &kRhdAllReduce,     &kTreeAllReduce, &kDbtreeAllReduce, &kMpiAllReduce,  //
-    &kRingReduceScatter,    &kMpiReduceScatter,                                                      //
-    &kRingAllGather,        &kMpiAllGather,                                                          //
-    &kTreeBroadcast,        &kMpiBroadcast,                                                          //
-    &kTreeReduce,           &kMpiReduce,                                                             //
-    &kPairwiseAllToAll,     &kMpiAllToAll,                                                           //
-    &kDisseminationBarrier, &kMpiBarrier,                                                            //
+const std::array<const Algorithm*, 18> kTable = {
+    &kRingAllReduce,        &kRhdAllReduce,     &kTreeAllReduce, &kDbtreeAllReduce, &kHierAllReduce, &kMpiAllReduce,  //
+    &kRingReduceScatter,    &kMpiReduceScatter,                                                                       //
+    &kRingAllGather,        &kMpiAllGather,                                                                           //
+    &kTreeBroadcast,        &kMpiBroadcast,                                                                           //
+    &kTreeReduce,           &kMpiReduce,                                                                              //
+    &kPairwiseAllToAll,     &kMpiAllToAll,                                                                            //
+    &kDisseminationBarrier, &kMpiBarrier,                                                                             //
 };
 }  // namespace
 

@@ -44,6 +44,9 @@ void sliced(AlgorithmContext& context, DType dtype, const Transfer& t, RecvSlice
   }
   context.moved.sent += send_count * element;
   context.moved.received += recv_count * element;
+  const int node = context.node_of(context.rank());
+  if (to != kNoPeer && context.node_of(to) != node) context.moved_between_nodes.sent += send_count * element;
+  if (from != kNoPeer && context.node_of(from) != node) context.moved_between_nodes.received += recv_count * element;
 }
 
 }  // namespace

@@ -165,7 +165,7 @@ constexpr std::string_view kFormula = "(4 floor(log2(N-1)) + 2) α + 4 S β + S 
 
 // In tree t a rank sends its half up once (unless it is the root) and down once per child, and receives it once
 // per child and once from its parent.
-Expectation expect(const Call& call, int rank, int n, size_t slice_bytes) {
+Expectation expect(const Call& call, int rank, int n, size_t slice_bytes, int /*ranks_per_node*/) {
   if (n == 1 || call.count == 0) return {};
   const uint64_t e = dtype_size(call.dtype);
   Expectation expectation;
@@ -190,7 +190,7 @@ Expectation expect(const Call& call, int rank, int n, size_t slice_bytes) {
 // once N >= 6 gives it children that are not leaves; below that some of its moves share an exchange with the
 // other tree's: N = 4, 5: 6 steps of S/2 (3 S); N = 3: 4 (2 S); N = 2: each rank sends and receives its half in
 // the same step, up then down (S). It adds two halves, S (one, S/2, at N = 2).
-Cost cost(double s, int n) {
+Cost cost(double s, int n, int /*ranks_per_node*/) {
   if (n <= 1) return {0, 0, 0, kFormula};
   const double steps = n == 2 ? 2 : n == 3 ? 4 : n <= 5 ? 6 : 8;
   return {2.0 * (2 * top_level(n) + 1), steps * s / 2, n == 2 ? s / 2 : s, kFormula};

@@ -21,9 +21,9 @@ void run(AlgorithmContext& context, const Call&) {
   }
 }
 
-Expectation expect(const Call&, int, int, size_t) { return {}; }
+Expectation expect(const Call&, int, int, size_t, int) { return {}; }
 
-Cost cost(double, int n) { return {static_cast<double>(ceil_log2(n)), 0, 0, "ceil(log2 N) α"}; }
+Cost cost(double, int n, int) { return {static_cast<double>(ceil_log2(n)), 0, 0, "ceil(log2 N) α"}; }
 
 }  // namespace
 

@@ -21,7 +21,7 @@ bool needs_temporary(const Call& call, int rank, int n) {
 
 Traffic nominal(const Call& call, int rank, int n, size_t slice_bytes) {
   const Algorithm* reference = algorithms_for(call.kind).front();
-  return reference->expect(call, rank, n, slice_bytes).traffic;
+  return reference->expect(call, rank, n, slice_bytes, 0).traffic;
 }
 
 void run(AlgorithmContext& context, const Call& call) {
@@ -40,7 +40,7 @@ void run(AlgorithmContext& context, const Call& call) {
   context.moved += nominal(call, context.rank(), context.size(), context.slice_bytes);
 }
 
-Expectation expect(const Call& call, int rank, int n, size_t slice_bytes) {
+Expectation expect(const Call& call, int rank, int n, size_t slice_bytes, int /*ranks_per_node*/) {
   Expectation expectation;
   expectation.traffic = nominal(call, rank, n, slice_bytes);
   if (needs_temporary(call, rank, n)) {

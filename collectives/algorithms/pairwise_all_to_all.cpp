@@ -34,7 +34,7 @@ void run(AlgorithmContext& context, const Call& call) {
   }
 }
 
-Expectation expect(const Call& call, int, int n, size_t) {
+Expectation expect(const Call& call, int, int n, size_t, int) {
   const uint64_t bytes = call.count * dtype_size(call.dtype) * static_cast<uint64_t>(n - 1);
   Expectation expectation;
   expectation.traffic = Traffic{bytes, bytes};
@@ -44,7 +44,7 @@ Expectation expect(const Call& call, int, int n, size_t) {
   return expectation;
 }
 
-Cost cost(double s, int n) {
+Cost cost(double s, int n, int /*ranks_per_node*/) {
   const double m = n - 1;
   return {m, m / n * s, 0, "(N-1) α + (N-1)/N S β"};
 }

@@ -117,7 +117,7 @@ void run(AlgorithmContext& context, const Call& call) {
   }
 }
 
-Expectation expect(const Call& call, int rank, int n, size_t slice_bytes) {
+Expectation expect(const Call& call, int rank, int n, size_t slice_bytes, int /*ranks_per_node*/) {
   const std::vector<Move> moves = plan(call.count, rank, n);
   const uint64_t e = dtype_size(call.dtype);
   Expectation expectation;
@@ -133,7 +133,7 @@ Expectation expect(const Call& call, int rank, int n, size_t slice_bytes) {
 // Over p = floor_pow2(N) ranks: log2 p halving and log2 p doubling rounds, each rank sending and adding half of
 // what it holds. When N is not a power of two the odd rank of each folded pair also receives and adds the whole
 // buffer first and hands the whole result back last: two rounds of S more.
-Cost cost(double s, int n) {
+Cost cost(double s, int n, int /*ranks_per_node*/) {
   const int p = floor_pow2(n);
   const double steps = 2.0 * ceil_log2(p);
   const double half = (p - 1.0) / p * s;

@@ -31,7 +31,7 @@ void run(AlgorithmContext& context, const Call& call) {
 }
 
 // Sends every block but r+1's, receives every block but its own.
-Expectation expect(const Call& call, int r, int n, size_t) {
+Expectation expect(const Call& call, int r, int n, size_t, int) {
   const BlockView blocks = call.counts.empty() ? BlockView::uniform(call.count, n) : BlockView::of(call.counts);
   if (n == 1) return {};
   const uint64_t e = dtype_size(call.dtype);
@@ -42,7 +42,7 @@ Expectation expect(const Call& call, int r, int n, size_t) {
   return expectation;
 }
 
-Cost cost(double s, int n) {
+Cost cost(double s, int n, int /*ranks_per_node*/) {
   const double m = n - 1;
   return {m, m / n * s, 0, "(N-1) α + (N-1)/N S β"};
 }

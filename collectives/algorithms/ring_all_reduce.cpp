@@ -41,7 +41,7 @@ void run(AlgorithmContext& context, const Call& call) {
 
 // Reduce-scatter: sends every block but r, receives every block but r-1. All-gather: sends every block but r+1,
 // receives every block but r.
-Expectation expect(const Call& call, int r, int n, size_t slice_bytes) {
+Expectation expect(const Call& call, int r, int n, size_t slice_bytes, int /*ranks_per_node*/) {
   if (n == 1 || call.count == 0) return {};
   const BlockView blocks = BlockView::even(call.count, n);
   const uint64_t e = dtype_size(call.dtype);
@@ -54,7 +54,7 @@ Expectation expect(const Call& call, int r, int n, size_t slice_bytes) {
   return expectation;
 }
 
-Cost cost(double s, int n) {
+Cost cost(double s, int n, int /*ranks_per_node*/) {
   const double m = n - 1;
   return {2 * m, 2 * m / n * s, m / n * s, "2(N-1) α + 2(N-1)/N S β + (N-1)/N S γ"};
 }

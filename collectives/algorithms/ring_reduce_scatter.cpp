@@ -55,7 +55,7 @@ void run(AlgorithmContext& context, const Call& call) {
   }
 }
 
-Expectation expect(const Call& call, int r, int n, size_t slice_bytes) {
+Expectation expect(const Call& call, int r, int n, size_t slice_bytes, int /*ranks_per_node*/) {
   const BlockView blocks = call.counts.empty() ? BlockView::uniform(call.count, n) : BlockView::of(call.counts);
   if (n == 1 || blocks.largest() == 0) return {};
   const uint64_t e = dtype_size(call.dtype);
@@ -67,7 +67,7 @@ Expectation expect(const Call& call, int r, int n, size_t slice_bytes) {
   return expectation;
 }
 
-Cost cost(double s, int n) {
+Cost cost(double s, int n, int /*ranks_per_node*/) {
   const double m = n - 1;
   return {m, m / n * s, m / n * s, "(N-1) α + (N-1)/N S β + (N-1)/N S γ"};
 }

@@ -35,9 +35,9 @@ void run(AlgorithmContext& context, const Call& call) {
 }
 
 // The reduce's buffers are freed before the broadcast, which has none.
-Expectation expect(const Call& call, int rank, int n, size_t slice_bytes) {
-  const Expectation reduce = kTreeReduce.expect(reduce_part(call), rank, n, slice_bytes);
-  const Expectation broadcast = kTreeBroadcast.expect(broadcast_part(call), rank, n, slice_bytes);
+Expectation expect(const Call& call, int rank, int n, size_t slice_bytes, int /*ranks_per_node*/) {
+  const Expectation reduce = kTreeReduce.expect(reduce_part(call), rank, n, slice_bytes, 0);
+  const Expectation broadcast = kTreeBroadcast.expect(broadcast_part(call), rank, n, slice_bytes, 0);
   Expectation expectation;
   expectation.traffic = reduce.traffic;
   expectation.traffic += broadcast.traffic;
@@ -47,7 +47,7 @@ Expectation expect(const Call& call, int rank, int n, size_t slice_bytes) {
 
 // Rank 0 receives and adds the buffer once per round of the reduce, then sends it once per round of the
 // broadcast.
-Cost cost(double s, int n) {
+Cost cost(double s, int n, int /*ranks_per_node*/) {
   const double rounds = ceil_log2(n);
   return {2 * rounds, 2 * rounds * s, rounds * s, "2 ceil(log2 N) (α + S β) + ceil(log2 N) S γ"};
 }

@@ -32,7 +32,7 @@ void run(AlgorithmContext& context, const Call& call) {
   }
 }
 
-Expectation expect(const Call& call, int rank, int n, size_t) {
+Expectation expect(const Call& call, int rank, int n, size_t, int) {
   if (n == 1 || call.count == 0) return {};
   const int v = wrap(rank - call.root, n);
   const uint64_t bytes = call.count * dtype_size(call.dtype);
@@ -43,7 +43,7 @@ Expectation expect(const Call& call, int rank, int n, size_t) {
 }
 
 // The root sends the whole buffer once per round.
-Cost cost(double s, int n) {
+Cost cost(double s, int n, int /*ranks_per_node*/) {
   const double rounds = ceil_log2(n);
   return {rounds, rounds * s, 0, "ceil(log2 N) (α + S β)"};
 }

@@ -56,7 +56,7 @@ void run(AlgorithmContext& context, const Call& call) {
   }
 }
 
-Expectation expect(const Call& call, int rank, int n, size_t slice_bytes) {
+Expectation expect(const Call& call, int rank, int n, size_t slice_bytes, int /*ranks_per_node*/) {
   if (n == 1 || call.count == 0) return {};
   const int v = wrap(rank - call.root, n);
   const uint64_t e = dtype_size(call.dtype);
@@ -73,7 +73,7 @@ Expectation expect(const Call& call, int rank, int n, size_t slice_bytes) {
 }
 
 // The root receives and adds the whole buffer once per round.
-Cost cost(double s, int n) {
+Cost cost(double s, int n, int /*ranks_per_node*/) {
   const double rounds = ceil_log2(n);
   return {rounds, rounds * s, rounds * s, "ceil(log2 N) (α + S β + S γ)"};
 }

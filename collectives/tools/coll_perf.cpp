@@ -202,7 +202,7 @@ nlohmann::json fit_rows(const std::vector<Row>& rows, int ranks) {
   for (const Row& row : rows) {
     const Algorithm* algorithm = find_algorithm(row.kind, row.algorithm);
     if (algorithm == nullptr || algorithm->cost == nullptr || row.seconds <= 0) continue;
-    samples.push_back({algorithm->cost(static_cast<double>(row.bytes), ranks), row.seconds});
+    samples.push_back({algorithm->cost(static_cast<double>(row.bytes), ranks, 0), row.seconds});
     of.push_back(algorithm);
   }
   nlohmann::json out;

@@ -34,6 +34,11 @@
 namespace emu::coll {
 namespace {
 
+// Per rank: sent, received, the declared two; between nodes: sent, received, the declared two (kNotStated where the
+// algorithm states none).
+constexpr int kTotals = 8;
+constexpr uint64_t kNotStated = ~uint64_t{0};
+
 struct Settings {
   std::string kind = "all_reduce";
   std::string algorithm = "ring";
@@ -53,6 +58,11 @@ struct Settings {
   std::string link;              // coll-perf's JSON with a "fit"
   std::string hardware;          // a description (emu/hardware.h): its intra-node link, or its network
   bool across_nodes = false;
+  // Nodes: L consecutive ranks each (0: one node), for the run (the hierarchical all-reduce, the bytes between nodes)
+  // and for --cost, whose network is --hardware's or --net-alpha-us/--net-bandwidth.
+  int ranks_per_node = 0;
+  double net_alpha_us = 0;
+  double net_bandwidth = 0;  // GB/s; 0: not given
 };
 
 // The link of --cost and what to call it.
@@ -92,20 +102,62 @@ NamedLink link_model(const Settings& settings) {
           "as given (--alpha-us, --bandwidth, --reduce-bandwidth)"};
 }
 
-// The cost model's table: each of the kind's algorithms (MPI's own has no stated cost) at payloads from 256 B to
-// 1 GiB, the fastest marked, then the crossovers.
-void print_cost_table(CollectiveKind kind, int n, const NamedLink& named) {
-  const LinkModel& link = named.model;
-  std::vector<const Algorithm*> chosen;
-  for (const Algorithm* algorithm : algorithms_for(kind)) {
-    if (algorithm->cost != nullptr) chosen.push_back(algorithm);
+// The network of --cost with --ranks-per-node: --hardware's, else --net-alpha-us and --net-bandwidth.
+NamedLink network_model(const Settings& settings, const NamedLink& node) {
+  if (!settings.hardware.empty()) {
+    Settings across = settings;
+    across.across_nodes = true;
+    return link_model(across);
   }
-  std::printf("%s on %d ranks, α-β-γ model: %s\nlink: %s\n", std::string(kind_name(kind)).c_str(), n,
-              describe(link).c_str(), named.label.c_str());
+  if (!(settings.net_bandwidth > 0) || !(settings.net_alpha_us > 0)) {
+    throw InputError(
+        fmt::format("--ranks-per-node {} with --cost: the network between nodes is needed too; give "
+                    "--hardware NAME, or --net-alpha-us and --net-bandwidth (above 0)",
+                    settings.ranks_per_node));
+  }
+  return {{settings.net_alpha_us * 1e-6, 1e-9 / settings.net_bandwidth, node.model.gamma},
+          "as given (--net-alpha-us, --net-bandwidth)"};
+}
+
+// The cost model's table: each of the kind's algorithms (MPI's own has no stated cost) at payloads from 256 B to
+// 1 GiB, the fastest marked, then the crossovers. Over several nodes (fabric.ranks_per_node below n) the
+// hierarchical algorithm's inter-node part is charged at the network and the flat ones wholly at it (cost.h).
+void print_cost_table(CollectiveKind kind, int n, const NamedLink& named, const Fabric& fabric,
+                      const NamedLink& network) {
+  const int per_node = fabric.ranks_per_node;
+  const bool nodes = node_size(per_node, n) < n;
+  std::vector<const Algorithm*> chosen;
+  std::string left_out;
+  for (const Algorithm* algorithm : algorithms_for(kind)) {
+    if (algorithm->cost == nullptr) continue;
+    try {
+      const Cost cost = algorithm->cost(1, n, per_node);
+      if (cost.split && !nodes) {
+        left_out +=
+            fmt::format("  {:<13} left out: on one node it is the ring (give --ranks-per-node)\n", algorithm->name);
+        continue;
+      }
+    } catch (const InputError& error) {
+      left_out += fmt::format("  {:<13} left out: {}\n", algorithm->name, error.what());
+      continue;
+    }
+    chosen.push_back(algorithm);
+  }
+  if (nodes) {
+    std::printf(
+        "%s on %d ranks, %d nodes of %d, α-β-γ model\nwithin a node: %s\n  link: %s\nbetween nodes: %s\n"
+        "  link: %s\n",
+        std::string(kind_name(kind)).c_str(), n, n / node_size(per_node, n), node_size(per_node, n),
+        describe(fabric.node).c_str(), named.label.c_str(), describe(fabric.network).c_str(), network.label.c_str());
+  } else {
+    std::printf("%s on %d ranks, α-β-γ model: %s\nlink: %s\n", std::string(kind_name(kind)).c_str(), n,
+                describe(fabric.node).c_str(), named.label.c_str());
+  }
   for (const Algorithm* algorithm : chosen) {
     std::printf("  %-13s %s\n", std::string(algorithm->name).c_str(),
-                std::string(algorithm->cost(1, n).formula).c_str());
+                std::string(algorithm->cost(1, n, per_node).formula).c_str());
   }
+  std::fputs(left_out.c_str(), stdout);
   std::printf("\n%12s", "S");
   for (const Algorithm* algorithm : chosen) std::printf(" %13s", (std::string(algorithm->name) + " (us)").c_str());
   std::printf("  fastest\n");
@@ -114,7 +166,7 @@ void print_cost_table(CollectiveKind kind, int n, const NamedLink& named) {
     const Algorithm* fastest = nullptr;
     double best = 0;
     for (const Algorithm* algorithm : chosen) {
-      const double t = predicted_seconds(algorithm->cost(s, n), link);
+      const double t = predicted_seconds(algorithm->cost(s, n, per_node), fabric, n);
       std::printf(" %13.1f", t * 1e6);
       if (fastest == nullptr || t < best) {
         fastest = algorithm;
@@ -126,23 +178,29 @@ void print_cost_table(CollectiveKind kind, int n, const NamedLink& named) {
   std::printf("\n");
   for (size_t a = 0; a < chosen.size(); ++a) {
     for (size_t b = a + 1; b < chosen.size(); ++b) {
-      const auto cross = crossover(*chosen[a], *chosen[b], n, link);
+      const auto cross = crossover(*chosen[a], *chosen[b], n, fabric);
       if (cross) {
         std::printf("%s is faster below %s, %s above\n", std::string(cross->below->name).c_str(),
                     format_bytes(static_cast<uint64_t>(cross->payload)).c_str(),
                     std::string(cross->above->name).c_str());
       } else {
-        const bool a_first =
-            predicted_seconds(chosen[a]->cost(1, n), link) <= predicted_seconds(chosen[b]->cost(1, n), link);
+        const bool a_first = predicted_seconds(chosen[a]->cost(1, n, per_node), fabric, n) <=
+                             predicted_seconds(chosen[b]->cost(1, n, per_node), fabric, n);
         std::printf("%s is never slower than %s: no more rounds and no more bytes\n",
                     std::string(chosen[a_first ? a : b]->name).c_str(),
                     std::string(chosen[a_first ? b : a]->name).c_str());
       }
     }
   }
-  std::printf(
-      "(the model sees one link per pair of ranks: neither the topology, where a ring's neighbours share the fastest "
-      "links, nor contention, nor the pipelining of NCCL's trees)\n");
+  if (nodes) {
+    std::printf(
+        "(a flat algorithm is charged wholly at the network: each of its steps waits on a message between nodes; "
+        "no contention, nor the pipelining of NCCL's trees)\n");
+  } else {
+    std::printf(
+        "(the model sees one link per pair of ranks: neither the topology, where a ring's neighbours share the "
+        "fastest links, nor contention, nor the pipelining of NCCL's trees)\n");
+  }
 }
 
 // Gathers every rank's log on rank 0 (as JSON text).
@@ -222,15 +280,30 @@ int report(const Settings& settings, CollectiveKind kind, DType dtype, const Alg
         contents.verdict.empty() ? ("as " + std::string(kind_name(kind)) + " defines").c_str()
                                  : ("DISAGREES: " + contents.verdict).c_str());
   }
-  std::printf("\nper rank: sent / received (declared by the algorithm)\n");
+  const int per_node = node_size(settings.ranks_per_node, world);
+  const bool nodes = per_node < world;
+  std::printf(
+      "\nper rank: sent / received (declared by the algorithm)%s\n",
+      nodes ? fmt::format("; of which between nodes ({} nodes of {} ranks)", world / per_node, per_node).c_str() : "");
+  std::string between_disagrees;
   for (int r = 0; r < world; ++r) {
-    const uint64_t* t = &totals[4 * static_cast<size_t>(r)];
-    std::printf("  r%-3d %s / %s (%s / %s)\n", r, format_bytes(t[0]).c_str(), format_bytes(t[1]).c_str(),
+    const uint64_t* t = &totals[kTotals * static_cast<size_t>(r)];
+    std::printf("  r%-3d %s / %s (%s / %s)", r, format_bytes(t[0]).c_str(), format_bytes(t[1]).c_str(),
                 format_bytes(t[2]).c_str(), format_bytes(t[3]).c_str());
+    if (nodes) {
+      const bool stated = t[6] != kNotStated;
+      std::printf("; %s / %s (%s)", format_bytes(t[4]).c_str(), format_bytes(t[5]).c_str(),
+                  stated ? fmt::format("{} / {}", format_bytes(t[6]), format_bytes(t[7])).c_str() : "not stated");
+      if (stated && (t[4] != t[6] || t[5] != t[7])) between_disagrees += fmt::format(" r{}", r);
+    }
+    std::printf("\n");
+  }
+  if (!between_disagrees.empty()) {
+    std::printf("bytes between nodes: DISAGREE with the declared on%s\n", between_disagrees.c_str());
   }
   std::string disagreement;
   if (algorithm.cost != nullptr) {
-    const Cost model = algorithm.cost(static_cast<double>(payload), world);
+    const Cost model = algorithm.cost(static_cast<double>(payload), world, settings.ranks_per_node);
     const teach::ExecutedCost executed = teach::executed_cost(logs, rounds);
     disagreement = teach::cost_disagreement(model, executed, dtype_size(dtype));
     std::printf(
@@ -250,7 +323,8 @@ int report(const Settings& settings, CollectiveKind kind, DType dtype, const Alg
                  {fmt::format("{} with {} on {} ranks: {} elements of {}, S = {}", kind_name(kind), algorithm.name,
                               world, settings.count, dtype_name(dtype), format_bytes(payload)),
                   std::string(algorithm.summary)});
-  return wrong == 0 && disagreement.empty() && contents.verdict.empty() && contents.error.empty()
+  return wrong == 0 && disagreement.empty() && contents.verdict.empty() && contents.error.empty() &&
+                 between_disagrees.empty()
              ? kExitOk
              : kExitExpectationFailed;
 }
@@ -281,6 +355,12 @@ int run(const MpiSession& mpi, int argc, char** argv) {
   app.add_option("--hardware", settings.hardware,
                  "--cost: a GPU and its links, " + hardware_names() + ", or a JSON file in their form");
   app.add_flag("--across-nodes", settings.across_nodes, "--cost with --hardware: the network between nodes");
+  app.add_option("--ranks-per-node", settings.ranks_per_node,
+                 "nodes of this many consecutive ranks (0: one node): the hierarchical all-reduce's nodes, the bytes "
+                 "between nodes; with --cost, the two links (--hardware's, or --net-alpha-us and --net-bandwidth)")
+      ->check(CLI::Range(0, 1 << 20));
+  app.add_option("--net-alpha-us", settings.net_alpha_us, "--cost --ranks-per-node: latency between nodes, us");
+  app.add_option("--net-bandwidth", settings.net_bandwidth, "--cost --ranks-per-node: bandwidth between nodes, GB/s");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {
@@ -301,8 +381,17 @@ int run(const MpiSession& mpi, int argc, char** argv) {
   if (!kind || !is_collective(*kind)) throw InputError(fmt::format("--kind {}: not a collective", settings.kind));
   if (!dtype) throw InputError(fmt::format("--dtype {}: expected float32 or bfloat16", settings.dtype));
   if (settings.cost) {
+    const int n = settings.ranks > 0 ? settings.ranks : mpi.world();
+    if (settings.across_nodes && node_size(settings.ranks_per_node, n) < n) {
+      throw InputError(
+          "--across-nodes charges every rank at the network; --ranks-per-node keeps the two links apart: "
+          "give one of them");
+    }
     const NamedLink link = link_model(settings);
-    if (mpi.rank() == 0) print_cost_table(*kind, settings.ranks > 0 ? settings.ranks : mpi.world(), link);
+    const NamedLink network = node_size(settings.ranks_per_node, n) < n ? network_model(settings, link) : link;
+    if (mpi.rank() == 0) {
+      print_cost_table(*kind, n, link, Fabric{link.model, network.model, settings.ranks_per_node}, network);
+    }
     return kExitOk;
   }
   if (settings.root < 0 || settings.root >= mpi.world()) {
@@ -314,6 +403,7 @@ int run(const MpiSession& mpi, int argc, char** argv) {
   auto device = make_cpu_device(memory);
   CommunicatorOptions options;
   options.slice_bytes = settings.slice_bytes;
+  options.ranks_per_node = settings.ranks_per_node;
   auto comm = make_mpi_communicator(MPI_COMM_WORLD, *device, "world", options);
   comm->set_algorithm(*kind, settings.algorithm);
   const Algorithm& algorithm = comm->algorithm(*kind);
@@ -326,12 +416,15 @@ int run(const MpiSession& mpi, int argc, char** argv) {
   comm->set_record(nullptr);
   uint64_t wrong = c.wrong();
   MPI_Allreduce(MPI_IN_PLACE, &wrong, 1, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);
-  const Expectation declared = algorithm.expect(c.call(), mpi.rank(), mpi.world(), settings.slice_bytes);
+  const Expectation declared =
+      algorithm.expect(c.call(), mpi.rank(), mpi.world(), settings.slice_bytes, settings.ranks_per_node);
   const LedgerEntry entry = comm->ledger().total(*kind);
-  std::vector<uint64_t> mine_totals{entry.moved.sent, entry.moved.received, declared.traffic.sent,
-                                    declared.traffic.received};
-  std::vector<uint64_t> totals(4 * static_cast<size_t>(mpi.world()));
-  MPI_Gather(mine_totals.data(), 4, MPI_UINT64_T, totals.data(), 4, MPI_UINT64_T, 0, MPI_COMM_WORLD);
+  const Traffic between = declared.between_nodes.value_or(Traffic{kNotStated, kNotStated});
+  std::vector<uint64_t> mine_totals{
+      entry.moved.sent,         entry.moved.received,         declared.traffic.sent, declared.traffic.received,
+      entry.between_nodes.sent, entry.between_nodes.received, between.sent,          between.received};
+  std::vector<uint64_t> totals(kTotals * static_cast<size_t>(mpi.world()));
+  MPI_Gather(mine_totals.data(), kTotals, MPI_UINT64_T, totals.data(), kTotals, MPI_UINT64_T, 0, MPI_COMM_WORLD);
   const teach::Logs logs = gather_logs(mine, mpi.rank(), mpi.world());
   // Rank 0 alone holds every rank's log and so the verdicts on the contents and the cost; every rank exits with
   // the worst of them and of the results (a file that cannot be written is bad input).

@@ -21,14 +21,15 @@ using testing::World;
 struct Shape {
   size_t count;
   size_t slice_bytes;
-  int64_t shrink = 1;  // k: scratch charged at slice_bytes / k² (a shrunk run), messages still in slice_bytes
+  int64_t shrink = 1;      // k: scratch charged at slice_bytes / k² (a shrunk run), messages still in slice_bytes
+  int ranks_per_node = 0;  // nodes of this many consecutive ranks (0: one node)
 };
 
 std::string describe(const Algorithm& algorithm, const Shape& shape, DType dtype, ReduceOp op, bool in_place,
                      int root) {
-  return fmt::format("{} {} count {} slice {} B k {} {} {} {} root {}", kind_name(algorithm.kind), algorithm.name,
-                     shape.count, shape.slice_bytes, shape.shrink, dtype_name(dtype), op_name(op),
-                     in_place ? "in place" : "out of place", root);
+  return fmt::format("{} {} count {} slice {} B k {} ranks per node {} {} {} {} root {}", kind_name(algorithm.kind),
+                     algorithm.name, shape.count, shape.slice_bytes, shape.shrink, shape.ranks_per_node,
+                     dtype_name(dtype), op_name(op), in_place ? "in place" : "out of place", root);
 }
 
 // Output bytes of a case (all this rank holds after the call), for the comparison with MPI.
@@ -59,8 +60,8 @@ void run_case(World& world, const Algorithm& algorithm, const Shape& shape, DTyp
   const uint64_t buffer_peak = world.device->memory().peak(Category::kCommBuffers);
   const LedgerEntry entry = comm.ledger().total(algorithm.kind);
   // Declared at the charged slice: slice_bytes itself at k = 1, slice_bytes / k² in a shrunk run.
-  const Expectation declared =
-      algorithm.expect(ours.call(), rank, size, shape.slice_bytes / (shape.shrink * shape.shrink));
+  const Expectation declared = algorithm.expect(
+      ours.call(), rank, size, shape.slice_bytes / (shape.shrink * shape.shrink), shape.ranks_per_node);
 
   comm.set_algorithm(algorithm.kind, "mpi");
   comm.run(reference.call());
@@ -72,17 +73,28 @@ void run_case(World& world, const Algorithm& algorithm, const Shape& shape, DTyp
   EXPECT_EQ(entry.moved.sent, declared.traffic.sent);
   EXPECT_EQ(entry.moved.received, declared.traffic.received);
   EXPECT_EQ(entry.expected, declared.traffic);
+  // Bytes exchanged with other nodes' ranks, where the algorithm states them (hier), are what it counted.
+  if (declared.between_nodes) {
+    EXPECT_EQ(entry.between_nodes, *declared.between_nodes) << "between nodes";
+  }
   EXPECT_EQ(buffer_peak, declared.buffer_bytes) << "communication buffers";
   EXPECT_EQ(world.device->memory().in_use(Category::kCommBuffers), 0u) << "buffers released";
 }
 
-std::vector<Shape> shapes(int size) {
+// node_aware: the algorithm states its bytes between nodes (hier), so it runs over nodes too.
+std::vector<Shape> shapes(int size, bool node_aware) {
   const size_t n = static_cast<size_t>(size);
   std::vector<Shape> list;
   for (size_t count : std::set<size_t>{0, 1, n > 1 ? n - 1 : 0, 1031}) list.push_back({count, 4 << 20});
   list.push_back({1031, 256});  // many slices per block
   // A shrunk run (k = 4): messages in 1024-byte slices, scratch charged for 1024 / 16 = 64-byte slices.
   list.push_back({1031, 1024, 4});
+  // Nodes: one rank per node, and every divisor of N between.
+  for (int per_node = 1; node_aware && per_node < size; ++per_node) {
+    if (size % per_node != 0) continue;
+    for (size_t count : std::set<size_t>{n > 1 ? n - 1 : 0, 1031}) list.push_back({count, 4 << 20, 1, per_node});
+    list.push_back({1031, 256, 1, per_node});
+  }
   return list;
 }
 
@@ -95,10 +107,13 @@ TEST_P(EveryAlgorithm, MatchesTheExactAnswerAndMpi) {
                        algorithm.kind == CollectiveKind::kReduceScatter || algorithm.kind == CollectiveKind::kReduce;
   const bool rooted = algorithm.kind == CollectiveKind::kBroadcast || algorithm.kind == CollectiveKind::kReduce;
   const std::set<int> roots = rooted ? std::set<int>{0, size - 1} : std::set<int>{0};
-  for (const Shape& shape : shapes(size)) {
+  const Call probe{algorithm.kind, nullptr, nullptr, 1, {}, DType::kF32, ReduceOp::kSum, 0, {}};
+  const bool node_aware = algorithm.expect(probe, 0, size, 4 << 20, 1).between_nodes.has_value();
+  for (const Shape& shape : shapes(size, node_aware)) {
     CommunicatorOptions options = CommunicatorOptions::from_environment();  // the watchdog, as World
     options.slice_bytes = shape.slice_bytes;
     options.shrink = shape.shrink;
+    options.ranks_per_node = shape.ranks_per_node;
     World world(options);
     for (DType dtype : {DType::kF32, DType::kBF16}) {
       for (bool in_place : {false, true}) {

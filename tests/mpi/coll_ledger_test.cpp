@@ -139,6 +139,40 @@ TEST(Ledger, SendAndRecvAreCountedOnTheirOwnSide) {
   EXPECT_EQ(comm.sequence(), 0u) << "point-to-point calls are not numbered";
 }
 
+// The hierarchical all-reduce on two nodes of L = N/2 ranks (even N of at least 4; other sizes have no two such
+// nodes and check nothing here), S = 60·N floats. By hand: within a node, the ring over L ranks sends and receives
+// 2(L-1)/L of S; between the two nodes each rank all-reduces its S/L shard with one peer, 2(2-1)/2 · S/L = S/L each
+// way. The flat ring over the same ranks sends 2(N-1)/N of S, and all of it crosses between the nodes on rank L-1
+// (whose next is rank L) and rank N-1 (whose next is rank 0): 1.75 S against hier's S/4 at N = 8.
+TEST(Ledger, HierarchicalAllReduceSendsOneShareBetweenNodes) {
+  int size = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  if (size < 4 || size % 2 != 0) return;
+  CommunicatorOptions options = CommunicatorOptions::from_environment();
+  options.ranks_per_node = size / 2;
+  World world(options);
+  Communicator& comm = *world.comm;
+  const uint64_t n = static_cast<uint64_t>(size);
+  const uint64_t l = n / 2;
+  const size_t count = 60 * n;
+  const uint64_t s = count * sizeof(float);
+  std::vector<float> a(count, 1.0f);
+  std::vector<float> b(count, 0.0f);
+  comm.set_algorithm(CollectiveKind::kAllReduce, "hier");
+  comm.all_reduce(a.data(), b.data(), count, DType::kF32, ReduceOp::kSum, "hier");
+  EXPECT_EQ(b, std::vector<float>(count, static_cast<float>(n)));
+  const LedgerEntry hier = comm.ledger().at(CollectiveKind::kAllReduce, "hier");
+  EXPECT_EQ(hier.moved.sent, 2 * (l - 1) * s / l + s / l);
+  EXPECT_EQ(hier.moved.received, 2 * (l - 1) * s / l + s / l);
+  EXPECT_EQ(hier.between_nodes.sent, s / l);
+  EXPECT_EQ(hier.between_nodes.received, s / l);
+  comm.set_algorithm(CollectiveKind::kAllReduce, "ring");
+  comm.all_reduce(a.data(), b.data(), count, DType::kF32, ReduceOp::kSum, "ring");
+  const LedgerEntry ring = comm.ledger().at(CollectiveKind::kAllReduce, "ring");
+  const bool crosses = comm.rank() == static_cast<int>(l) - 1 || comm.rank() == size - 1;
+  EXPECT_EQ(ring.between_nodes.sent, crosses ? 2 * (n - 1) * s / n : 0);
+}
+
 // A shapes-only device holds no data: nothing is sent, the ledger gets the declared volumes and the buffers are
 // charged against the cap.
 TEST(Ledger, ShapesDeviceAccountsWithoutMoving) {
@@ -155,7 +189,7 @@ TEST(Ledger, ShapesDeviceAccountsWithoutMoving) {
   const Expectation declared =
       comm->algorithm(CollectiveKind::kAllReduce)
           .expect(Call{CollectiveKind::kAllReduce, nullptr, nullptr, count, {}, DType::kBF16, ReduceOp::kSum, 0, {}},
-                  comm->rank(), comm->size(), comm->options().slice_bytes);
+                  comm->rank(), comm->size(), comm->options().slice_bytes, comm->options().ranks_per_node);
   EXPECT_EQ(comm->ledger().at(CollectiveKind::kAllReduce, "grads").moved, declared.traffic);
   EXPECT_EQ(device->memory().peak(Category::kCommBuffers), declared.buffer_bytes);
 }

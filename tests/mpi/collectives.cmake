@@ -30,6 +30,45 @@ endforeach()
 add_test(NAME coll_teach_cost.np1 COMMAND $<TARGET_FILE:coll-teach> --kind all_reduce --cost --ranks 8)
 set_tests_properties(coll_teach_cost.np1 PROPERTIES LABELS "mpi" TIMEOUT 60 ENVIRONMENT "${EMU_MPIEXEC_ENV}"
                      PASS_REGULAR_EXPRESSION "tree is faster below 147[.]06 KiB, ring above")
+# The hierarchical all-reduce on 2 nodes of 4: its contents end as all-reduce defines, its cost model agrees with its
+# rounds and bytes, and the bytes it counted between nodes are the ones it declared: by hand 2·(2-1)/2 of a rank's
+# shard, the shard itself, which for 11 floats in blocks of 2,2,2,1,1,1,1,1 (a shard: two blocks) is 16 B on r0 and
+# r4, 12 B on r1 and r5, 8 B on the others.
+add_test(NAME coll_teach_cli.all_reduce_hier.np8
+         COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 8 $<TARGET_FILE:coll-teach> --kind all_reduce
+                 --algorithm hier --ranks-per-node 4 --count 11)
+set_tests_properties(coll_teach_cli.all_reduce_hier.np8 PROPERTIES LABELS "mpi" TIMEOUT 60 PROCESSORS 8
+                     ENVIRONMENT "${EMU_MPIEXEC_ENV}"
+                     PASS_REGULAR_EXPRESSION
+                     "at the end: as all_reduce defines.*r0 +[0-9]+ B / [0-9]+ B [(][0-9]+ B / [0-9]+ B[)]; 16 B / 16 B [(]16 B / 16 B[)].*r7 +[0-9]+ B / [0-9]+ B [(][0-9]+ B / [0-9]+ B[)]; 8 B / 8 B [(]8 B / 8 B[)].*B: agrees\nresult: correct on every rank")
+# Nodes of unequal size are refused, with the value and what is accepted, on every rank (exit 2).
+add_test(NAME coll_teach_cli.all_reduce_hier_uneven.np6
+         COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 6 sh -c
+                 "$<TARGET_FILE:coll-teach> --algorithm hier --ranks-per-node 4 --count 8 >/dev/null 2>&1; echo \"exit $?\"")
+set_tests_properties(coll_teach_cli.all_reduce_hier_uneven.np6 PROPERTIES LABELS "mpi" TIMEOUT 60 PROCESSORS 6
+                     ENVIRONMENT "${EMU_MPIEXEC_ENV}" PASS_REGULAR_EXPRESSION
+                     "exit 2[^!]*exit 2[^!]*exit 2[^!]*exit 2[^!]*exit 2[^!]*exit 2"
+                     FAIL_REGULAR_EXPRESSION "exit [013]")
+add_test(NAME coll_teach_cli.all_reduce_hier_uneven_message.np1
+         COMMAND $<TARGET_FILE:coll-teach> --kind all_reduce --cost --ranks 6 --ranks-per-node 4 --hardware
+                 h100-80gb-sxm)
+set_tests_properties(coll_teach_cli.all_reduce_hier_uneven_message.np1 PROPERTIES LABELS "mpi" TIMEOUT 60
+                     ENVIRONMENT "${EMU_MPIEXEC_ENV}" PASS_REGULAR_EXPRESSION
+                     "hier +left out: all_reduce=hier: 4 ranks per node do not divide the group's 6 ranks; accepted: a divisor of 6")
+# Two links: NVLink-like within a node (α 2 µs, 300 GB/s), NIC-like between (α 10 µs, 25 GB/s), reduction 40 GB/s.
+# On 2 nodes of 4 the hierarchical all-reduce has fewer rounds and bytes at the network than any flat one; on 16
+# nodes of 8 its 30 network rounds lose to the binomial tree's 14 below 264.17 KiB, by hand: 188 µs =
+# S (14/25e9 + 7/40e9 - 1.75/300e9 - 0.234375/25e9 - (0.875 + 0.1171875)/40e9) s/B, S = 270,509 B.
+add_test(NAME coll_teach_cost_nodes.np1
+         COMMAND $<TARGET_FILE:coll-teach> --kind all_reduce --cost --ranks 8 --ranks-per-node 4 --alpha-us 2
+                 --bandwidth 300 --net-alpha-us 10 --net-bandwidth 25)
+set_tests_properties(coll_teach_cost_nodes.np1 PROPERTIES LABELS "mpi" TIMEOUT 60 ENVIRONMENT "${EMU_MPIEXEC_ENV}"
+                     PASS_REGULAR_EXPRESSION "2 nodes of 4.*hier is never slower than ring")
+add_test(NAME coll_teach_cost_many_nodes.np1
+         COMMAND $<TARGET_FILE:coll-teach> --kind all_reduce --cost --ranks 128 --ranks-per-node 8 --alpha-us 2
+                 --bandwidth 300 --net-alpha-us 10 --net-bandwidth 25)
+set_tests_properties(coll_teach_cost_many_nodes.np1 PROPERTIES LABELS "mpi" TIMEOUT 60 ENVIRONMENT "${EMU_MPIEXEC_ENV}"
+                     PASS_REGULAR_EXPRESSION "tree is faster below 264[.]17 KiB, hier above")
 # The pictures (--svg, --html) against the text view of the same run, the HTML page rendered by headless Chromium
 # with its slider driven to each step; a visible skip (77) where no Chromium is installed (scripts/setup.sh
 # installs chromium-headless-shell).
@@ -53,7 +92,7 @@ if(TARGET coll-perf)
                    --dtype bfloat16 --json coll_perf_smoke.json --fit)
   set_tests_properties(coll_perf_smoke.np4 PROPERTIES LABELS "mpi" TIMEOUT 120 PROCESSORS 4
                        ENVIRONMENT "${EMU_MPIEXEC_ENV}"
-                       PASS_REGULAR_EXPRESSION "fit over 27 rows of our algorithms.*all_reduce +tree.*all results correct")
+                       PASS_REGULAR_EXPRESSION "fit over 30 rows of our algorithms.*all_reduce +tree.*all results correct")
   # Sizes as emu reads them (one parser, emu/units.h): 1KiB to 4KB is 1024 and 2048 bytes; a bad size is named.
   add_test(NAME coll_perf_sizes.np2
            COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 2 $<TARGET_FILE:coll-perf> --kind all_reduce

@@ -212,7 +212,7 @@ TEST(Selection, RingIsTheDefaultAndUnknownNamesListTheValidOnes) {
     comm.set_algorithm(CollectiveKind::kAllReduce, "butterfly");
     FAIL() << "expected an InputError";
   } catch (const InputError& error) {
-    EXPECT_NE(std::string(error.what()).find("ring, rhd, tree, dbtree, mpi"), std::string::npos) << error.what();
+    EXPECT_NE(std::string(error.what()).find("ring, rhd, tree, dbtree, hier, mpi"), std::string::npos) << error.what();
   }
   comm.set_algorithms("all_reduce=rhd,broadcast=mpi");
   EXPECT_EQ(comm.algorithm(CollectiveKind::kAllReduce).name, "rhd");
