@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <ostream>
 #include <string_view>
 
 #include "strategies/analytic.h"
@@ -84,6 +85,8 @@ struct Variant {
   const char* name;
   bool tied = false, sequence_parallel = false, selective = false, checkpoint = false;
 };
+
+void PrintTo(const Variant& variant, std::ostream* out) { *out << variant.name; }
 
 class Equivalence : public ::testing::TestWithParam<Variant> {};
 
@@ -283,6 +286,11 @@ struct Saved {
   bool sequence_parallel, selective;
   model::Attention attention;
 };
+
+void PrintTo(const Saved& saved, std::ostream* out) {
+  *out << (saved.sequence_parallel ? "sp " : "") << (saved.selective ? "selective " : "")
+       << (saved.attention == model::Attention::kEager ? "eager" : "sdpa");
+}
 
 uint64_t per_block_by_hand(const Saved& saved, int t) {
   const uint64_t tt = static_cast<uint64_t>(t);
