@@ -599,9 +599,10 @@ void read_model(RunOptions& options, const Flags& flags, const strategy::Strateg
       parse_choice("--loss", flags.loss, model::loss_names(), {model::Loss::kTrainer, model::Loss::kFused});
   if (!flags.recompute.empty()) {
     if (flags.checkpoint_given) {
-      throw InputError(fmt::format("--recompute {} and --checkpoint/--no-checkpoint both say what backward "
-                                   "recomputes; accepted: one of them",
-                                   flags.recompute));
+      throw InputError(
+          fmt::format("--recompute {} and --checkpoint/--no-checkpoint both say what backward "
+                      "recomputes; accepted: one of them",
+                      flags.recompute));
     }
     const int granularity = parse_choice("--recompute", flags.recompute, {"full", "selective", "none"}, {0, 1, 2});
     options.model_options.checkpoint = granularity == 0;

@@ -42,7 +42,8 @@ std::string format_tensor(const RunReport& r) {
         "without --use-distributed-optimizer); norm weights replicated, {}\n",
         recipe.total_bytes_per_param(), dtype_name(recipe.params), dtype_name(recipe.grads),
         recipe.has_master ? ", fp32 master weights" : "",
-        sp ? "their gradients (each rank's rows) all-reduced once per step" : "their gradients identical on every rank");
+        sp ? "their gradients (each rank's rows) all-reduced once per step"
+           : "their gradients identical on every rank");
     const auto step_traffic = [&](coll::CollectiveKind kind) {
       double sent = 0;
       uint64_t calls = 0;
@@ -54,10 +55,11 @@ std::string format_tensor(const RunReport& r) {
       }
       return std::pair{sent, calls};
     };
-    const std::string_view recompute = r.options.model_options.checkpoint ? "full (every block's forward)"
-                                       : r.options.model_options.selective_recompute
-                                           ? "selective (the attention core; Megatron --recompute-granularity selective)"
-                                           : "none";
+    const std::string_view recompute =
+        r.options.model_options.checkpoint ? "full (every block's forward)"
+        : r.options.model_options.selective_recompute
+            ? "selective (the attention core; Megatron --recompute-granularity selective)"
+            : "none";
     if (sp) {
       const auto [scattered, scatters] = step_traffic(coll::CollectiveKind::kReduceScatter);
       const auto [gathered, gathers] = step_traffic(coll::CollectiveKind::kAllGather);
@@ -68,21 +70,17 @@ std::string format_tensor(const RunReport& r) {
           "all-gathers more: the saved 1/t inputs of q/k/v, gate/up and the head again for the weight gradients)\n",
           full.seq / t, full.seq, recompute, gigabytes(scattered * scale), scatters, gigabytes(gathered * scale),
           gathers);
-      const auto [sent, calls] = step_traffic(coll::CollectiveKind::kAllReduce);
-      out += fmt::format(
-          "  all-reduce: rank 0 sends {} GB per step in {} calls: 3 of b*s fp32 per micro-batch (parallel "
-          "cross-entropy) and the norm weights' gradients once\n",
-          gigabytes(sent * scale), calls);
-      continue;
+    } else if (r.options.model_options.selective_recompute) {
+      out += fmt::format("  recompute {}\n", recompute);
     }
-    if (r.options.model_options.selective_recompute) out += fmt::format("  recompute {}\n", recompute);
+    const std::string_view reduced =
+        sp ? "3 of b*s fp32 per micro-batch (parallel cross-entropy) and the norm weights' gradients once"
+           : "per micro-batch 4L+2 of b*s*h (after o_proj and down_proj in forward, the q/k/v and gate/up input "
+             "gradients in backward, the embedding output and the head's input gradient; again the 2 forward ones of "
+             "a checkpointed block) and 3 of b*s fp32 (parallel cross-entropy), ring 2(t-1)/t";
     const auto [sent, calls] = step_traffic(coll::CollectiveKind::kAllReduce);
-    out += fmt::format(
-        "  all-reduce: rank 0 sends {} GB per step in {} calls: per micro-batch 4L+2 of b*s*h (after o_proj and "
-        "down_proj in forward, the q/k/v and gate/up input gradients in backward, the embedding output and the head's "
-        "input gradient; again the 2 forward ones of a checkpointed block) and 3 of b*s fp32 (parallel "
-        "cross-entropy), ring 2(t-1)/t\n",
-        gigabytes(sent * scale), calls);
+    out += fmt::format("  all-reduce: rank 0 sends {} GB per step in {} calls: {}\n", gigabytes(sent * scale), calls,
+                       reduced);
   }
   return out;
 }

@@ -102,7 +102,8 @@ class TensorParallelStrategy final : public Strategy, private model::TensorParal
       }
     });
     world_.all_reduce(device_.holds_data() ? sums.data() : nullptr, device_.holds_data() ? sums.data() : nullptr,
-                      sums.size(), DType::kF32, coll::ReduceOp::kSum, "tp all-reduce, sequence-parallel norm gradients");
+                      sums.size(), DType::kF32, coll::ReduceOp::kSum,
+                      "tp all-reduce, sequence-parallel norm gradients");
     if (!device_.holds_data()) return;
     size_t at = 0;
     for_each_replicated([&](Held& held, const model::ParamInfo& param) {

@@ -15,8 +15,8 @@
 #include <string_view>
 
 #include "strategies/analytic.h"
-#include "workloads/model/memory_terms.h"
 #include "tests/mpi/strategy_harness.h"
+#include "workloads/model/memory_terms.h"
 
 namespace emu::testing {
 namespace {
@@ -209,8 +209,7 @@ TEST(TpTraffic, SequenceParallelReduceScattersAndAllGathersPerStep) {
   EXPECT_EQ(scatter_sent, uint64_t{kMicroBatches} * 10 * tm1 * 1024 / tt);
   EXPECT_EQ(gather_sent, uint64_t{kMicroBatches} * 15 * tm1 * 1024 / tt);
   // What the all-reduces sent without it, (4L + 2) × 2(t − 1)/t × 1,024 per micro-batch, plus the re-gathers.
-  EXPECT_EQ(scatter_sent + gather_sent,
-            uint64_t{kMicroBatches} * (10 * 2 * tm1 * 1024 / tt + 5 * tm1 * 1024 / tt));
+  EXPECT_EQ(scatter_sent + gather_sent, uint64_t{kMicroBatches} * (10 * 2 * tm1 * 1024 / tt + 5 * tm1 * 1024 / tt));
   EXPECT_EQ(norm_calls, t > 1 ? 1u : 0u);
   EXPECT_EQ(norm_sent, 2 * tm1 * 640 / tt);
   // The predictor (strategies/tp_model.cpp) says the same.
@@ -218,7 +217,8 @@ TEST(TpTraffic, SequenceParallelReduceScattersAndAllGathersPerStep) {
       strategy::predict(options, strategy::analytic_input(*run->model, t, 1, kMicroBatches));
   EXPECT_EQ(predicted.sent(coll::CollectiveKind::kReduceScatter), scatter_sent);
   EXPECT_EQ(predicted.sent(coll::CollectiveKind::kAllGather), gather_sent);
-  EXPECT_EQ(predicted.sent(coll::CollectiveKind::kAllReduce), norm_sent + uint64_t{kMicroBatches} * 3 * 2 * tm1 * 32 / tt);
+  EXPECT_EQ(predicted.sent(coll::CollectiveKind::kAllReduce),
+            norm_sent + uint64_t{kMicroBatches} * 3 * 2 * tm1 * 32 / tt);
 }
 
 // A rank's model states by hand, fp32 recipe (parameters 4, gradients 4, Adam m and v 8 bytes per parameter it
@@ -314,27 +314,25 @@ TEST_P(SavedPerBlock, ByHand) {
   model_options.attention = saved.attention;
   const auto two = run_tp(tp_config(2), options, 1, 1, false, model_options);
   const auto four = run_tp(tp_config(4), options, 1, 1, false, model_options);
-  const uint64_t measured = four->device->memory().peak(Category::kActivations) -
-                            two->device->memory().peak(Category::kActivations);
+  const uint64_t measured =
+      four->device->memory().peak(Category::kActivations) - two->device->memory().peak(Category::kActivations);
   EXPECT_EQ(measured, 2 * per_block_by_hand(saved, t)) << "t = " << t;
   // The model's closed form (memory_terms.h), what the report prints, agrees.
   model_options.compute = DType::kF32;
   EXPECT_EQ(measured / 2, model::saved_activation_bytes_per_block(two->model->config(), model_options,
-                                                                   saved.sequence_parallel ? t : 1));
+                                                                  saved.sequence_parallel ? t : 1));
 }
 
-INSTANTIATE_TEST_SUITE_P(Tp, SavedPerBlock,
-                         ::testing::Values(Saved{true, false, model::Attention::kSdpa},
-                                           Saved{false, true, model::Attention::kSdpa},
-                                           Saved{true, true, model::Attention::kSdpa},
-                                           Saved{false, true, model::Attention::kEager},
-                                           Saved{true, true, model::Attention::kEager},
-                                           Saved{false, false, model::Attention::kEager}),
-                         [](const ::testing::TestParamInfo<Saved>& param) {
-                           return fmt::format("{}{}{}", param.param.sequence_parallel ? "sp_" : "",
-                                              param.param.selective ? "selective_" : "",
-                                              param.param.attention == model::Attention::kEager ? "eager" : "sdpa");
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Tp, SavedPerBlock,
+    ::testing::Values(Saved{true, false, model::Attention::kSdpa}, Saved{false, true, model::Attention::kSdpa},
+                      Saved{true, true, model::Attention::kSdpa}, Saved{false, true, model::Attention::kEager},
+                      Saved{true, true, model::Attention::kEager}, Saved{false, false, model::Attention::kEager}),
+    [](const ::testing::TestParamInfo<Saved>& param) {
+      return fmt::format("{}{}{}", param.param.sequence_parallel ? "sp_" : "",
+                         param.param.selective ? "selective_" : "",
+                         param.param.attention == model::Attention::kEager ? "eager" : "sdpa");
+    });
 
 }  // namespace
 }  // namespace emu::testing

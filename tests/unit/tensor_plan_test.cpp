@@ -30,6 +30,16 @@ RunOptions parse(const std::vector<std::string>& args, int world = 1) {
   return parse_command_line(static_cast<int>(argv.size()), argv.data(), world).options;
 }
 
+// The InputError this command line is refused with, or "accepted".
+std::string message(const std::vector<std::string>& args) {
+  try {
+    parse(args);
+  } catch (const InputError& error) {
+    return std::string(error.what());
+  }
+  return std::string("accepted");
+}
+
 TEST(TensorPlan, Llama70BOnEightH100sNeeds18BytesPerLocalParameter) {
   const RunOptions options =
       parse({"--plan", "8", "--model", "llama2-70b", "--cap", "h100-80gb", "--strategies", "tp", "--no-checkpoint"});
@@ -64,14 +74,6 @@ TEST(TensorPlan, AllReducesPerStepAtRingVolume) {
 
 // Megatron's constraints, each with the bad value and the accepted ones (InputError: exit 2 on every rank).
 TEST(TensorPlan, SplitsThatDoNotDivideAreRefusedWithTheAcceptedSizes) {
-  const auto message = [](const std::vector<std::string>& args) {
-    try {
-      parse(args);
-    } catch (const InputError& error) {
-      return std::string(error.what());
-    }
-    return std::string("accepted");
-  };
   // llama2-7b: 32 heads, 32 kv heads, F 11008 = 2^8·43.
   EXPECT_NE(message({"--plan", "3", "--model", "llama2-7b", "--strategies", "tp"})
                 .find("attention heads a (32) is not divisible by 3; accepted tensor-parallel sizes for it: 1, 2, 4, "
@@ -117,7 +119,7 @@ TEST(TensorPlan, SequenceParallelReduceScattersAndAllGathers) {
 // recomputation 203,427,840.
 TEST(TensorPlan, SequenceParallelAndSelectiveActivationsPerBlock) {
   const auto per_block = [](std::vector<std::string> extra) {
-    std::vector<std::string> args = {"--plan",       "8", "--model", "llama2-70b", "--cap", "h100-80gb",
+    std::vector<std::string> args = {"--plan",       "8",  "--model",        "llama2-70b", "--cap", "h100-80gb",
                                      "--strategies", "tp", "--no-checkpoint"};
     bool recompute = false;
     for (const std::string& flag : extra) recompute = recompute || flag == "--recompute";
@@ -134,29 +136,21 @@ TEST(TensorPlan, SequenceParallelAndSelectiveActivationsPerBlock) {
 
 // The flags' errors: the bad value and what is accepted (InputError: exit 2 on every rank).
 TEST(TensorPlan, SequenceParallelAndRecomputeErrors) {
-  const auto message = [](const std::vector<std::string>& args) {
-    try {
-      parse(args);
-    } catch (const InputError& error) {
-      return std::string(error.what());
-    }
-    return std::string("accepted");
-  };
-  EXPECT_NE(message({"--plan", "8", "--model", "llama2-7b", "--strategies", "tp", "--sequence-parallel", "--seq-len",
-                     "100"})
-                .find("the sequence length s (100) is not divisible by 8; accepted: a sequence length that is a "
-                      "multiple of 8, or a tensor-parallel size dividing it: 1, 2, 4, 5, 10, 20, 25, 50, 100"),
-            std::string::npos);
+  EXPECT_NE(
+      message({"--plan", "8", "--model", "llama2-7b", "--strategies", "tp", "--sequence-parallel", "--seq-len", "100"})
+          .find("the sequence length s (100) is not divisible by 8; accepted: a sequence length that is a "
+                "multiple of 8, or a tensor-parallel size dividing it: 1, 2, 4, 5, 10, 20, 25, 50, 100"),
+      std::string::npos);
   EXPECT_NE(message({"--plan", "8", "--model", "llama2-7b", "--strategies", "ddp", "--sequence-parallel"})
                 .find("--sequence-parallel splits tp's sequence; accepted with tp among --strategies"),
             std::string::npos);
   EXPECT_NE(message({"--plan", "8", "--model", "llama2-7b", "--strategies", "tp", "--recompute", "partial"})
                 .find("--recompute 'partial' is not one of full, selective, none"),
             std::string::npos);
-  EXPECT_NE(message({"--plan", "8", "--model", "llama2-7b", "--strategies", "tp", "--recompute", "selective",
-                     "--checkpoint"})
-                .find("accepted: one of them"),
-            std::string::npos);
+  EXPECT_NE(
+      message({"--plan", "8", "--model", "llama2-7b", "--strategies", "tp", "--recompute", "selective", "--checkpoint"})
+          .find("accepted: one of them"),
+      std::string::npos);
   EXPECT_EQ(message({"--plan", "8", "--model", "llama2-7b", "--strategies", "tp", "--recompute", "selective"}),
             "accepted");
 }

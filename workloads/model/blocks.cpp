@@ -253,7 +253,8 @@ void rms_norm_forward(const BlockEnv& env, const float* w, const Buffer& in, Buf
   if (narrow) env.ops->bf16_to_f32(in.as<uint16_t>(), in32.as<float>(), n);
   Scratch factor;
   F32 x(env.ops, narrow ? in32 : in, Access::kRead), st(env.ops, rstd, Access::kWrite), y(env.ops, out, Access::kWrite);
-  env.ops->rmsnorm_forward(x, norm_weight(env.ops, c, w, factor), y, st, rows, c.hidden, static_cast<float>(c.norm_eps));
+  env.ops->rmsnorm_forward(x, norm_weight(env.ops, c, w, factor), y, st, rows, c.hidden,
+                           static_cast<float>(c.norm_eps));
 }
 
 // Backward of a Gemma 2 norm on a sublayer's output (y = norm(o), added to the residual): from dres, the gradient of
@@ -617,8 +618,7 @@ void llama_backward(const BlockEnv& env, const float* w, BlockSaved& s, float* d
   Buffer dxn = env.allocate(d.th(), env.options.residual(), Category::kTemporaries, "d input_layernorm output");
   if (env.math) {
     F32 xn(env.ops, xn1_full.allocated() ? xn1_full : s.xn1, Access::kRead), gq(env.ops, dq, Access::kRead),
-        gk(env.ops, dk, Access::kRead),
-        gv(env.ops, dv, Access::kRead);
+        gk(env.ops, dk, Access::kRead), gv(env.ops, dv, Access::kRead);
     F32 dx(env.ops, dxn, Access::kWrite);
     env.ops->linear_backward(xn, W(off.q), gq, dx, G(off.q), GB(off.q_bias), d.T, d.h, d.qd, WeightLayout::kOutIn,
                              false);

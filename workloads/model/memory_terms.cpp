@@ -37,7 +37,7 @@ uint64_t saved_activation_bytes_per_block(const ModelConfig& c, const ModelOptio
   // Gemma 2's eager attention also keeps tanh(scores / cap), tanh's output, at e.
   if (options.attention == Attention::kEager && c.attn_softcap != 0) attention += e * scores;
   if (options.selective_recompute) attention = 0;  // run again in backward, saved by none
-  const uint64_t qd = uint64_t(c.q_dim());  // q and the attention output: h but for Gemma 2
+  const uint64_t qd = uint64_t(c.q_dim());         // q and the attention output: h but for Gemma 2
   const uint64_t kvc = options.attention == Attention::kEager && c.kv_heads < c.heads ? qd : uint64_t(c.kv_dim());
   if (options.autocast) return autocast_block_bytes(c, T, h, F, kvc) + attention;
   if (llama) {

@@ -353,8 +353,8 @@ void Model::forward_root_start(const int32_t* tokens) {
     partial = device_.allocate(T * size_t(c.hidden), options_.residual(), Category::kTemporaries,
                                "embedding output, partial sum before the reduce-scatter");
   }
-  final_x_ = device_.allocate(rows() * size_t(c.hidden), options_.residual(), Category::kActivations,
-                              "embedding output");
+  final_x_ =
+      device_.allocate(rows() * size_t(c.hidden), options_.residual(), Category::kActivations, "embedding output");
   if (math_) {
     const float* table = root_weights_ + root.params[kEmbedTokens].offset;  // kWte for GPT-2: same position
     const float* positions = c.style == Style::kGpt2 ? root_weights_ + root.params[kWpe].offset : nullptr;
@@ -376,9 +376,7 @@ void Model::forward_root_start(const int32_t* tokens) {
 
 bool Model::sequence_parallel() const { return tp_ != nullptr && options_.sequence_parallel; }
 
-size_t Model::rows() const {
-  return size_t(sequence_parallel() ? config_.tokens() / tp_->size() : config_.tokens());
-}
+size_t Model::rows() const { return size_t(sequence_parallel() ? config_.tokens() / tp_->size() : config_.tokens()); }
 
 Buffer Model::gather_rows(const Buffer& slice, std::string_view what) {
   Buffer full = device_.allocate(size_t(config_.tokens() * config_.hidden), slice.dtype(), Category::kTemporaries,
@@ -427,8 +425,8 @@ float Model::forward_root_end(const int32_t* targets) {
       ops_->rmsnorm_forward(x, norm_weight(ops_, c, w + root.params[kFinalNorm].offset, factor), xn, st, int64_t(R),
                             c.hidden, eps);
     } else {
-      ops_->layernorm_forward(x, w + root.params[kLnFWeight].offset, w + root.params[kLnFBias].offset, xn, st,
-                              st + T, c.tokens(), c.hidden, eps);
+      ops_->layernorm_forward(x, w + root.params[kLnFWeight].offset, w + root.params[kLnFBias].offset, xn, st, st + T,
+                              c.tokens(), c.hidden, eps);
     }
   };
   // Sequence parallelism: the norm runs on the rank's rows; the head (column-parallel) reads its output
@@ -538,8 +536,8 @@ void Model::backward_root_start() {
   const size_t R = rows();
   Buffer dlogits = logits_gradient();
   // Sequence parallelism: the head's saved input slice gathered again for its weight gradient.
-  Buffer xn_full = sequence_parallel() ? gather_rows(final_xn_, "final norm output, for the head's weight gradient")
-                                       : Buffer();
+  Buffer xn_full =
+      sequence_parallel() ? gather_rows(final_xn_, "final norm output, for the head's weight gradient") : Buffer();
   Buffer dxn =
       device_.allocate(T * size_t(c.hidden), options_.residual(), Category::kTemporaries, "d final norm output");
   if (math_) {

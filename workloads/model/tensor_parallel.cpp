@@ -62,9 +62,10 @@ void check_sequence_parallel(const ModelConfig& config, const ModelOptions& opti
         fmt::join(accepted, ", ")));
   }
   if (config.sandwich_norms) {
-    throw InputError(fmt::format("--sequence-parallel: {}'s sandwich norms (Gemma 2) are not split along the sequence "
-                                 "yet; accepted: the other Llama-style families",
-                                 config.name));
+    throw InputError(
+        fmt::format("--sequence-parallel: {}'s sandwich norms (Gemma 2) are not split along the sequence "
+                    "yet; accepted: the other Llama-style families",
+                    config.name));
   }
   if (options.autocast) {
     throw InputError(
