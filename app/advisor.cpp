@@ -22,9 +22,9 @@ namespace {
 // The flags the advisor sets itself: taken out of the user's command line before each suggestion's own are added.
 // Those that take a value, and those that do not.
 // The run's output files (--json, --trace, --svg, --save-weights) are the asked run's, not the suggestion's.
-const std::set<std::string_view> kOwnedWithValue = {"--strategies", "--micro-batch", "--grad-accum",      "--precision",
-                                                    "--seq-len",    "--find-limit",  "--advise-max-gpus", "--json",
-                                                    "--trace",      "--svg",         "--save-weights"};
+const std::set<std::string_view> kOwnedWithValue = {
+    "--strategies",      "--micro-batch", "--grad-accum", "--precision", "--seq-len",      "--find-limit",
+    "--advise-max-gpus", "--json",        "--trace",      "--svg",       "--save-weights", "--recompute"};
 const std::set<std::string_view> kOwnedFlags = {"--checkpoint", "--no-checkpoint", "--offload",       "--offload-param",
                                                 "--advise",     "--no-advise",     "--advise-seq-len"};
 constexpr int kShown = 5;        // suggestions shown, before the best on each GPU count not among them

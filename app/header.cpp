@@ -40,10 +40,12 @@ std::string model_line(const RunOptions& options) {
       options.full.seq_default.empty() ? "" : fmt::format(" (default: {})", options.full.seq_default);
   const std::string source = options.full.name == options.model ? "" : fmt::format(", from {}", options.model);
   return fmt::format(
-      "  model     {} ({}{}), micro-batch {}, seq-len {}{}, {} attention, {} loss, activation checkpointing {}\n",
+      "  model     {} ({}{}), micro-batch {}, seq-len {}{}, {} attention, {} loss, activation checkpointing {}{}{}\n",
       options.full.name, model::family_name(options.full), source, options.full.batch, options.full.seq, seq_note,
       model::attention_name(options.model_options.attention), model::loss_name(options.model_options.loss),
-      options.model_options.checkpoint ? "on" : "off");
+      options.model_options.checkpoint ? "on" : "off",
+      options.model_options.selective_recompute ? " (selective recomputation of the attention core)" : "",
+      options.model_options.sequence_parallel ? ", tp sequence parallel" : "");
 }
 
 // " (DeepSpeed WarmupLR, log from 1e-08 over 1000 steps)", " (linear warm-up over 100 steps)" or nothing.

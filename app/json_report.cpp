@@ -209,6 +209,8 @@ std::string format_json(const RunReport& r, const Advice* advice) {
       {"steps", o.steps},
       {"gradient_accumulation", o.accumulation},
       {"activation_checkpointing", o.model_options.checkpoint},
+      {"selective_recompute", o.model_options.selective_recompute},
+      {"sequence_parallel", o.model_options.sequence_parallel},
       {"attention", std::string(model::attention_name(o.model_options.attention))},
       {"loss", std::string(model::loss_name(o.model_options.loss))},
       {"adamw", std::string(optim::adamw_impl_name(o.strategies.front().adamw_impl))},

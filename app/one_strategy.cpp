@@ -49,8 +49,11 @@ StrategyOutcome run_one_strategy(const Stage& stage, const strategy::StrategyOpt
   input.offload = stage.offload != nullptr;
   input.rank = stage.world.rank();
   outcome.prediction = strategy::predict(sized, input);
-  // model.config(): the rank's own shapes (tp's slice: a/t heads, F/t, V'/t; set in set-up).
-  outcome.predicted_activations = model::saved_activation_bytes(model.config(), model_options);
+  // model.config(): the rank's own shapes (tp's slice: a/t heads, F/t, V'/t; set in set-up); under sequence
+  // parallelism the residual stream's and the norms' rows are T/t.
+  const bool tensor_sequence = options.kind == strategy::StrategyKind::kTensor && model_options.sequence_parallel;
+  outcome.predicted_activations =
+      model::saved_activation_bytes(model.config(), model_options, tensor_sequence ? stage.ranks : 1);
 
   for (int step = 0; step < stage.steps; ++step) {
     // pp's stages and tp's ranks all run the same micro-batches: the global batch's first ones.

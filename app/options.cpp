@@ -127,7 +127,7 @@ T parse_choice(std::string_view flag, const std::string& text, const std::vector
 // The flags' values as typed, before they are checked and turned into RunOptions.
 struct Flags {
   std::string cap = "none", reserve = "1GiB", precision = "mixed", attention = "sdpa", loss = "trainer",
-              adamw = "foreach", comm_hook = "none", schedule = "1f1b";
+              adamw = "foreach", comm_hook = "none", schedule = "1f1b", recompute;
   std::string allocator = "caching", alloc_conf;
   std::string strategies, plan;
   std::vector<std::string> expect, faults;
@@ -142,7 +142,7 @@ struct Flags {
   // Given on the command line, so that an explicit 0 or '' is checked rather than taken for "not given".
   bool micro_batches_given = false;  // --micro-batches, whose 0 is not accepted (0 in RunOptions: the default)
   bool strategies_given = false, seq_len_given = false, micro_batch_given = false, accumulation_given = false,
-       precision_given = false, attention_given = false;
+       precision_given = false, attention_given = false, checkpoint_given = false;
 };
 
 // Flags are declared in the order --help lists them: group by group, as below.
@@ -183,6 +183,15 @@ void add_model_flags(CLI::App& app, RunOptions& options, Flags& flags) {
   options.model_options.checkpoint = true;
   app.add_flag("--checkpoint,!--no-checkpoint", options.model_options.checkpoint,
                "activation checkpointing per block, as gradient_checkpointing=True (default: on)")
+      ->group("Model");
+  app.add_option("--recompute", flags.recompute,
+                 "what backward recomputes, as Megatron-LM's --recompute-granularity: full (= --checkpoint, every "
+                 "block's forward), selective (only the attention core: q.k^T, softmax, attention over v; nothing of "
+                 "it saved) or none (= --no-checkpoint)")
+      ->group("Model");
+  app.add_flag("--sequence-parallel", options.model_options.sequence_parallel,
+               "tp: Megatron-LM's --sequence-parallel: norms and the residual stream on 1/t of the sequence, each "
+               "all-reduce a reduce-scatter and an all-gather")
       ->group("Model");
 }
 
@@ -589,6 +598,17 @@ void read_model(RunOptions& options, const Flags& flags, const strategy::Strateg
                    {model::Attention::kSdpa, model::Attention::kEager, model::Attention::kFlash});
   options.model_options.loss =
       parse_choice("--loss", flags.loss, model::loss_names(), {model::Loss::kTrainer, model::Loss::kFused});
+  if (!flags.recompute.empty()) {
+    if (flags.checkpoint_given) {
+      throw InputError(
+          fmt::format("--recompute {} and --checkpoint/--no-checkpoint both say what backward "
+                      "recomputes; accepted: one of them",
+                      flags.recompute));
+    }
+    const int granularity = parse_choice("--recompute", flags.recompute, {"full", "selective", "none"}, {0, 1, 2});
+    options.model_options.checkpoint = granularity == 0;
+    options.model_options.selective_recompute = granularity == 1;
+  }
   options.model_options.compute = base.recipe.params;
   options.full = load_model(options.model);
   // Gemma 2's soft-capped scores have no SDPA kernel: transformers loads it with eager attention by default
@@ -776,6 +796,17 @@ void check_tensor(const RunOptions& options, int world) {
     if (!options.plan && options.shrink > 1) {
       model::check_tensor_parallel(model::shrink(options.full, options.shrink), ranks);
     }
+    if (options.model_options.sequence_parallel) {
+      model::check_sequence_parallel(options.full, options.model_options, ranks);
+      if (!options.plan && options.shrink > 1) {
+        model::check_sequence_parallel(model::shrink(options.full, options.shrink), options.model_options, ranks);
+      }
+    }
+  }
+  if (options.model_options.sequence_parallel &&
+      std::none_of(options.strategies.begin(), options.strategies.end(),
+                   [](const auto& one) { return one.kind == strategy::StrategyKind::kTensor; })) {
+    throw InputError("--sequence-parallel splits tp's sequence; accepted with tp among --strategies");
   }
 }
 
@@ -809,6 +840,7 @@ ParsedCommandLine parse_command_line(int argc, const char* const* argv, int worl
   flags.micro_batches_given = app.count("--micro-batches") > 0;
   flags.precision_given = app.count("--precision") > 0;
   flags.attention_given = app.count("--attention") > 0;
+  flags.checkpoint_given = app.count("--checkpoint") + app.count("--no-checkpoint") > 0;
 
   if (!options.log_spec.empty()) log::configure(options.log_spec);
   read_emulated_gpu(options, flags);

@@ -260,7 +260,8 @@ Timeline overlap(std::span<const Chunk> chunks, std::vector<PredictedSpan>* span
 
 namespace {
 
-// Seconds of one block's and the root's forward and backward (the recomputed forward under checkpointing).
+// Seconds of one block's and the root's forward and backward (the recomputed forward under checkpointing, the
+// recomputed attention core under selective recomputation).
 struct UnitSeconds {
   double block_forward = 0, block_backward = 0, root_forward = 0, root_backward = 0;
 };
@@ -269,7 +270,15 @@ UnitSeconds unit_seconds(const model::ModelConfig& full, const model::ModelOptio
   UnitSeconds u;
   u.block_forward = seconds_of(model::block_forward_ops(full, o), setting, o.compute);
   u.block_backward = seconds_of(model::block_backward_ops(full, o), setting, o.compute);
-  if (o.checkpoint) u.block_backward += u.block_forward;
+  if (o.checkpoint) {
+    u.block_backward += u.block_forward;
+  } else if (o.selective_recompute) {  // the attention core's forward once more (blocks.h, selective recomputation)
+    std::vector<model::OpCost> core;
+    for (const model::OpCost& op : model::block_forward_ops(full, o)) {
+      if (op.op_class == model::OpClass::kAttention) core.push_back(op);
+    }
+    u.block_backward += seconds_of(core, setting, o.compute);
+  }
   u.root_forward = seconds_of(model::root_forward_ops(full, o), setting, o.compute);
   u.root_backward = seconds_of(model::root_backward_ops(full, o), setting, o.compute);
   return u;

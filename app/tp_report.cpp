@@ -1,6 +1,9 @@
 // tp's lines in the report (report.h, format_tensor): the split, Megatron's vocabulary padding and its bytes, the
-// precision recipe, and the all-reduces of a step.
+// precision recipe, and the collectives of a step (with sequence parallelism its reduce-scatters and all-gathers).
 #include <fmt/format.h>
+
+#include <string_view>
+#include <utility>
 
 #include "app/report.h"
 #include "workloads/model/tensor_parallel.h"
@@ -15,6 +18,7 @@ std::string format_tensor(const RunReport& r) {
   const double scale = static_cast<double>(r.scale());
   const int t = r.world;
   const model::ModelConfig& full = r.options.full;
+  const bool sp = r.options.model_options.sequence_parallel;
   for (const StrategyOutcome& o : r.outcomes) {
     if (o.options.kind != strategy::StrategyKind::kTensor || o.peak.empty()) continue;
     const optim::PrecisionRecipe recipe = strategy::with_framework_recipe(o.options).recipe;
@@ -35,24 +39,48 @@ std::string format_tensor(const RunReport& r) {
         recipe.total_bytes_per_param());
     out += fmt::format(
         "  recipe: {} B per local parameter ({} parameters, {} gradients{}, Adam m and v; Megatron's optimizer "
-        "without --use-distributed-optimizer); norm weights replicated, their gradients identical on every rank\n",
+        "without --use-distributed-optimizer); norm weights replicated, {}\n",
         recipe.total_bytes_per_param(), dtype_name(recipe.params), dtype_name(recipe.grads),
-        recipe.has_master ? ", fp32 master weights" : "");
-    double sent = 0;
-    uint64_t calls = 0;
-    for (const auto& [key, traffic] : o.traffic_per_step) {
-      if (key.kind != coll::CollectiveKind::kAllReduce) continue;
-      sent += static_cast<double>(traffic.sent);
+        recipe.has_master ? ", fp32 master weights" : "",
+        sp ? "their gradients (each rank's rows) all-reduced once per step"
+           : "their gradients identical on every rank");
+    const auto step_traffic = [&](coll::CollectiveKind kind) {
+      double sent = 0;
+      uint64_t calls = 0;
+      for (const auto& [key, traffic] : o.traffic_per_step) {
+        if (key.kind == kind) sent += static_cast<double>(traffic.sent);
+      }
+      for (const auto& [key, count] : o.calls_per_step) {
+        if (key.kind == kind) calls += count;
+      }
+      return std::pair{sent, calls};
+    };
+    const std::string_view recompute =
+        r.options.model_options.checkpoint ? "full (every block's forward)"
+        : r.options.model_options.selective_recompute
+            ? "selective (the attention core; Megatron --recompute-granularity selective)"
+            : "none";
+    if (sp) {
+      const auto [scattered, scatters] = step_traffic(coll::CollectiveKind::kReduceScatter);
+      const auto [gathered, gathers] = step_traffic(coll::CollectiveKind::kAllGather);
+      out += fmt::format(
+          "  sequence parallel (Megatron --sequence-parallel): norms and residual stream on {}/{} of the sequence; "
+          "recompute {}\n  reduce-scatter: rank 0 sends {} GB per step in {} calls, all-gather {} GB in {} calls "
+          "(per micro-batch 4L+2 of each in place of the all-reduces of b*s*h, ring (t-1)/t each, and 2L+1 "
+          "all-gathers more: the saved 1/t inputs of q/k/v, gate/up and the head again for the weight gradients)\n",
+          full.seq / t, full.seq, recompute, gigabytes(scattered * scale), scatters, gigabytes(gathered * scale),
+          gathers);
+    } else if (r.options.model_options.selective_recompute) {
+      out += fmt::format("  recompute {}\n", recompute);
     }
-    for (const auto& [key, count] : o.calls_per_step) {
-      if (key.kind == coll::CollectiveKind::kAllReduce) calls += count;
-    }
-    out += fmt::format(
-        "  all-reduce: rank 0 sends {} GB per step in {} calls: per micro-batch 4L+2 of b*s*h (after o_proj and "
-        "down_proj in forward, the q/k/v and gate/up input gradients in backward, the embedding output and the head's "
-        "input gradient; again the 2 forward ones of a checkpointed block) and 3 of b*s fp32 (parallel "
-        "cross-entropy), ring 2(t-1)/t\n",
-        gigabytes(sent * scale), calls);
+    const std::string_view reduced =
+        sp ? "3 of b*s fp32 per micro-batch (parallel cross-entropy) and the norm weights' gradients once"
+           : "per micro-batch 4L+2 of b*s*h (after o_proj and down_proj in forward, the q/k/v and gate/up input "
+             "gradients in backward, the embedding output and the head's input gradient; again the 2 forward ones of "
+             "a checkpointed block) and 3 of b*s fp32 (parallel cross-entropy), ring 2(t-1)/t";
+    const auto [sent, calls] = step_traffic(coll::CollectiveKind::kAllReduce);
+    out += fmt::format("  all-reduce: rank 0 sends {} GB per step in {} calls: {}\n", gigabytes(sent * scale), calls,
+                       reduced);
   }
   return out;
 }

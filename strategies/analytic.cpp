@@ -140,6 +140,13 @@ AnalyticInput analytic_input(const model::Model& model, int world, int ranks_per
       static_cast<uint64_t>(config.tokens()) * static_cast<uint64_t>(config.hidden) * dtype_size(model.compute_dtype());
   input.tokens = static_cast<uint64_t>(config.tokens());
   input.checkpoint = model.options().checkpoint;
+  input.sequence_parallel = model.options().sequence_parallel;
+  for (int u = 0; u < model.num_units(); ++u) {
+    for (size_t p = 0; p < model.layout(u).params.size(); ++p) {
+      const uint64_t count = model.layout(u).params[p].count;
+      if (count == model.full_layout(u).params[p].count) input.replicated_elements += count;
+    }
+  }
   input.world = world;
   input.ranks_per_node = ranks_per_node;
   input.accumulation = accumulation;

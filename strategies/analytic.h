@@ -48,6 +48,10 @@ struct AnalyticInput {
   // whether blocks are checkpointed (their forward all-reduces run again in backward).
   uint64_t tokens = 0;
   bool checkpoint = false;
+  // tp with sequence parallelism (ModelOptions::sequence_parallel), and the elements the split leaves whole on every
+  // rank (the norm weights, whose gradients it all-reduces once per step).
+  bool sequence_parallel = false;
+  uint64_t replicated_elements = 0;
   bool offload = false;  // --offload: the optimizer state (and ZeRO/FSDP gradient shards) on the host
   // How a shrunk run charges each unit's elements and those of all units back to back (norm weights and biases
   // ÷ k, workloads/model/shrink.h). Empty: every element as held (full scale, or an input made by hand).

@@ -22,8 +22,13 @@
 // 4 + 4 + 8 = 16. Activations are the slice's: the model runs with a/t heads, F/t and V'/t (memory_terms.h), while
 // the norms' inputs and outputs and the residual stream stay whole [b·s, h] on every rank (no sequence parallelism).
 //
-// Sequence parallelism (--sequence-parallel: reduce-scatter + all-gather instead of each all-reduce, norms sharded
-// along the sequence) is not built: the model has no sequence-sharded norms.
+// Sequence parallelism (--sequence-parallel, ModelOptions::sequence_parallel; the model's side in
+// workloads/model/tensor_parallel.h): each of the all-reduces above becomes a reduce-scatter and an all-gather of
+// the same [b·s, h] (the same (t − 1)/t + (t − 1)/t of the payload on a ring), and the saved sequence-parallel inputs
+// of q/k/v, gate/up and the head are all-gathered once more in backward for their weight gradients (2L + 1 more
+// all-gathers per micro-batch, as Megatron's LinearWithGradAccumulationAndAsyncCommunication does). The norm weights'
+// gradients then cover each rank's rows only: after the last micro-batch they are all-reduced over the group in
+// one call, in fp32 (Megatron's main_grad; finalize_model_grads all-reduces the sequence_parallel parameters).
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -76,8 +81,38 @@ class TensorParallelStrategy final : public Strategy, private model::TensorParal
   void all_reduce_rows(float* values, size_t count, bool max, std::string_view what) override {
     world_.all_reduce(values, values, count, DType::kF32, max ? coll::ReduceOp::kMax : coll::ReduceOp::kSum, what);
   }
+  void reduce_scatter(const Buffer& full, Buffer& slice, std::string_view what) override {
+    world_.reduce_scatter(full.data(), slice.data(), slice.count(), slice.dtype(), coll::ReduceOp::kSum, what);
+  }
+  void all_gather(const Buffer& slice, Buffer& full, std::string_view what) override {
+    world_.all_gather(slice.data(), full.data(), slice.count(), slice.dtype(), what);
+  }
 
  protected:
+  // Sequence parallelism: the replicated norm weights' gradients, each rank's over its own rows, summed.
+  void finish_gradients() override {
+    if (!model_.options().sequence_parallel || world_.size() == 1) return;
+    std::vector<float> sums;
+    for_each_replicated([&](const Held& held, const model::ParamInfo& param) {
+      const size_t at = sums.size();
+      sums.resize(at + param.count);
+      if (device_.holds_data()) {
+        convert(element(held.grads.data(), held.grads.dtype(), param.offset), held.grads.dtype(), sums.data() + at,
+                DType::kF32, param.count);
+      }
+    });
+    world_.all_reduce(device_.holds_data() ? sums.data() : nullptr, device_.holds_data() ? sums.data() : nullptr,
+                      sums.size(), DType::kF32, coll::ReduceOp::kSum,
+                      "tp all-reduce, sequence-parallel norm gradients");
+    if (!device_.holds_data()) return;
+    size_t at = 0;
+    for_each_replicated([&](Held& held, const model::ParamInfo& param) {
+      convert(sums.data() + at, DType::kF32, element(held.grads.data(), held.grads.dtype(), param.offset),
+              held.grads.dtype(), param.count);
+      at += param.count;
+    });
+  }
+
   double gradient_sum_of_squares() override {
     double sum = 0;
     for (int u = 0; u < model_.num_units(); ++u) {
@@ -107,6 +142,16 @@ class TensorParallelStrategy final : public Strategy, private model::TensorParal
     std::unique_ptr<optim::AdamWState> optimizer;
     std::vector<optim::DecayRange> decay;
   };
+
+  // Calls f(held, param) for every replicated tensor of every unit, in order.
+  template <typename F>
+  void for_each_replicated(F&& f) {
+    for (int u = 0; u < model_.num_units(); ++u) {
+      for (size_t p = 0; p < model_.layout(u).params.size(); ++p) {
+        if (replicated(u, p)) f(units_[static_cast<size_t>(u)], model_.layout(u).params[p]);
+      }
+    }
+  }
 
   // A tensor every rank holds whole (the norm weights): its slice is the full tensor.
   bool replicated(int unit, size_t param) const {

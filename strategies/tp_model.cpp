@@ -11,6 +11,11 @@
 //                           [+ 2 per block again when blocks are checkpointed: the recomputed forward's g]
 //               each of b·s·h at the compute dtype, and 3 of b·s fp32 (parallel cross-entropy: max, target logit,
 //               Σexp). So (4L + 2)·M all-reduces of b·s·h·e per step without checkpointing.
+//   sequence parallelism: each of those all-reduces becomes a reduce-scatter and an all-gather of the same b·s·h·e
+//               payload, each sending (t − 1)/t of it (so (4L + 2)·M of each, the same bytes), plus (2L + 1)·M
+//               all-gathers in backward (the saved 1/t inputs of q/k/v, gate/up and the head gathered again for the
+//               weight gradients; Korthikanti et al. 2022 §4.2.2) and one all-reduce per step of the norm weights'
+//               gradients (2L + 1)·h fp32 (the replicated elements).
 #include <fmt/format.h>
 
 #include "strategies/analytic.h"
@@ -29,8 +34,16 @@ Updated predict_tensor_parallel(const StrategyOptions& options, const AnalyticIn
   const uint64_t blocks = input.unit_counts.empty() ? 0 : input.unit_counts.size() - 1;
   const uint64_t micro_batches = static_cast<uint64_t>(input.accumulation);
   const uint64_t per_block = input.checkpoint ? 6 : 4;
-  add_ring_traffic(prediction, coll::CollectiveKind::kAllReduce, "world", input.boundary_bytes, tp,
-                   (per_block * blocks + 2) * micro_batches);
+  const uint64_t replaced = (per_block * blocks + 2) * micro_batches;
+  if (input.sequence_parallel) {
+    add_ring_traffic(prediction, coll::CollectiveKind::kReduceScatter, "world", input.boundary_bytes, tp, replaced);
+    add_ring_traffic(prediction, coll::CollectiveKind::kAllGather, "world", input.boundary_bytes, tp,
+                     replaced + (2 * blocks + 1) * micro_batches);
+    add_ring_traffic(prediction, coll::CollectiveKind::kAllReduce, "world", input.replicated_elements * sizeof(float),
+                     tp, 1);
+  } else {
+    add_ring_traffic(prediction, coll::CollectiveKind::kAllReduce, "world", input.boundary_bytes, tp, replaced);
+  }
   add_ring_traffic(prediction, coll::CollectiveKind::kAllReduce, "world", input.tokens * sizeof(float), tp,
                    3 * micro_batches);
   prediction.formula =

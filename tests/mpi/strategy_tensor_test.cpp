@@ -3,16 +3,20 @@
 // Megatron's 128·t for every t ≤ 8, so the vocabulary needs no padding and the model is the single device's), s = 8,
 // b = 1, in the fp32 recipe. Checked: the same losses, gradient norms and weights as single-device training on the
 // same global batch; the all-reduces of a step against Megatron's count and the ring's 2(t − 1)/t; the model states
-// and the per-block activations of a rank by hand.
+// and the per-block activations of a rank by hand. The same with Megatron's sequence parallelism (s = 8 divides by
+// every t ≤ 8) and selective recomputation.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <mpi.h>
 
 #include <algorithm>
 #include <cmath>
+#include <ostream>
 #include <string_view>
 
 #include "strategies/analytic.h"
 #include "tests/mpi/strategy_harness.h"
+#include "workloads/model/memory_terms.h"
 
 namespace emu::testing {
 namespace {
@@ -42,13 +46,13 @@ struct TpRun {
 // Every rank runs the same `accumulation` micro-batches of one sequence each per step: the global batch of the
 // single-device reference with N = 1 (run_reference_config).
 std::unique_ptr<TpRun> run_tp(const model::ModelConfig& config, const strategy::StrategyOptions& options,
-                              int accumulation, int steps, bool weights_every_step) {
+                              int accumulation, int steps, bool weights_every_step,
+                              model::ModelOptions model_options = {}) {
   auto run = std::make_unique<TpRun>();
   MemoryPool::Options memory;
   memory.rank = world_rank();
   run->device = make_cpu_device(memory);
   run->world = coll::make_mpi_communicator(MPI_COMM_WORLD, *run->device);
-  model::ModelOptions model_options;
   model_options.compute = options.recipe.params;
   run->model = std::make_unique<model::Model>(*run->device, config, model_options);
   run->strategy = strategy::make_strategy({*run->device, *run->world, *run->model}, options);
@@ -77,13 +81,29 @@ std::unique_ptr<TpRun> run_tp(const model::ModelConfig& config, const strategy::
 // in the norm) moves the gradient norm by far more than 1e-5 and the weights by up to lr = 1e-2 at once.
 constexpr double kLossTolerance = 1e-5, kNormTolerance = 1e-5, kWeightTolerance = 1e-5;
 
-class Equivalence : public ::testing::TestWithParam<bool> {};  // tied embeddings
+struct Variant {
+  const char* name;
+  bool tied = false, sequence_parallel = false, selective = false, checkpoint = false;
+};
 
+void PrintTo(const Variant& variant, std::ostream* out) { *out << variant.name; }
+
+class Equivalence : public ::testing::TestWithParam<Variant> {};
+
+// Sequence parallelism changes where the norms run and which collectives carry the sums, not the numbers: the same
+// tolerances. A norm weight's gradient not all-reduced under it (each rank's rows only) moves the gradient norm and
+// the norm weights at the first step; an all-gather skipped in backward leaves t − 1 of the t row blocks of a
+// gradient unset.
 TEST_P(Equivalence, SameAsSingleDevice) {
-  const model::ModelConfig config = tp_config(2, GetParam());
+  const Variant variant = GetParam();
+  const model::ModelConfig config = tp_config(2, variant.tied);
   strategy::StrategyOptions options = test_options("tp", optim::Recipe::kFp32);
   const Trace reference = run_reference_config(config, options, 1, kAccumulation, kSteps);
-  const auto run = run_tp(config, options, kAccumulation, kSteps, true);
+  model::ModelOptions model_options;
+  model_options.sequence_parallel = variant.sequence_parallel;
+  model_options.selective_recompute = variant.selective;
+  model_options.checkpoint = variant.checkpoint;
+  const auto run = run_tp(config, options, kAccumulation, kSteps, true, model_options);
   for (int step = 0; step < kSteps; ++step) {
     const size_t i = static_cast<size_t>(step);
     EXPECT_NEAR(run->trace.losses[i], reference.losses[i], kLossTolerance * std::abs(reference.losses[i]))
@@ -108,8 +128,14 @@ TEST_P(Equivalence, SameAsSingleDevice) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Tp, Equivalence, ::testing::Values(false, true),
-                         [](const ::testing::TestParamInfo<bool>& param) { return param.param ? "tied" : "untied"; });
+INSTANTIATE_TEST_SUITE_P(Tp, Equivalence,
+                         ::testing::Values(Variant{"untied"}, Variant{"tied", true},
+                                           Variant{"sequence_parallel", false, true},
+                                           Variant{"sequence_parallel_tied", true, true},
+                                           Variant{"sequence_parallel_selective", false, true, true},
+                                           Variant{"sequence_parallel_checkpointed", false, true, false, true},
+                                           Variant{"selective", false, false, true}),
+                         [](const ::testing::TestParamInfo<Variant>& param) { return param.param.name; });
 
 // Megatron's all-reduces for one step of M = 2 micro-batches over L = 2 blocks, written out: per micro-batch, in
 // forward one after each block's o_proj and one after its down_proj plus one of the embedding output; in backward
@@ -138,6 +164,61 @@ TEST(TpTraffic, AllReducesPerStep) {
   const strategy::Prediction predicted =
       strategy::predict(options, strategy::analytic_input(*run->model, t, 1, kMicroBatches));
   EXPECT_EQ(predicted.sent(coll::CollectiveKind::kAllReduce), hidden_sent + row_sent);
+}
+
+// Sequence parallelism (Korthikanti et al. 2022 §4.2.2; Megatron mappings.py, layers.py), the same step of M = 2
+// micro-batches over L = 2 blocks, written out per micro-batch:
+//   forward   reduce-scatters: the embedding output, each block's o_proj and down_proj outputs          2L + 1 = 5
+//             all-gathers: each block's two norm outputs (q/k/v, gate/up inputs), the final norm output  2L + 1 = 5
+//   backward  all-gathers: each block's output gradient before down_proj and its residual-after-attention
+//             gradient before o_proj, the embedding output's gradient (the reduce-scatters' backward)    2L + 1 = 5
+//             and the saved norm-output slices again for the weight gradients (2 per block, the head)    2L + 1 = 5
+//             reduce-scatters: the q/k/v and gate/up input gradients, the head's input gradient          2L + 1 = 5
+// each of b·s·h·4 = 1,024 bytes, a ring sending (t − 1)/t of it. So every all-reduce of the run without it became
+// one reduce-scatter and one all-gather of the same payload, moving the same 2(t − 1)/t, and 2L + 1 all-gathers
+// come on top. Per step, the norm weights' gradients ((2L + 1)·h = 160 fp32, 640 bytes) are all-reduced once.
+TEST(TpTraffic, SequenceParallelReduceScattersAndAllGathersPerStep) {
+  const int t = world_size();
+  constexpr int kMicroBatches = 2;
+  const model::ModelConfig config = tp_config();
+  const strategy::StrategyOptions options = test_options("tp", optim::Recipe::kFp32);
+  model::ModelOptions model_options;
+  model_options.sequence_parallel = true;
+  const auto run = run_tp(config, options, kMicroBatches, 1, false, model_options);
+  uint64_t scatter_calls = 0, scatter_sent = 0, gather_calls = 0, gather_sent = 0, hidden_calls = 0, norm_calls = 0,
+           norm_sent = 0;
+  for (const auto& [key, entry] : run->world->ledger().entries()) {
+    const std::string_view phase(key.second);
+    if (key.first == coll::CollectiveKind::kReduceScatter && phase.starts_with("tp reduce-scatter")) {
+      scatter_calls += entry.calls, scatter_sent += entry.moved.sent;
+    }
+    if (key.first == coll::CollectiveKind::kAllGather && phase.starts_with("tp all-gather")) {
+      gather_calls += entry.calls, gather_sent += entry.moved.sent;
+    }
+    if (key.first != coll::CollectiveKind::kAllReduce) continue;
+    if (phase.starts_with("tp all-reduce, sequence-parallel norm gradients")) {
+      norm_calls += entry.calls, norm_sent += entry.moved.sent;
+    } else if (phase.starts_with("tp all-reduce")) {
+      hidden_calls += entry.calls;
+    }
+  }
+  const uint64_t tm1 = static_cast<uint64_t>(t - 1), tt = static_cast<uint64_t>(t);
+  EXPECT_EQ(hidden_calls, 0u) << "no [b·s, h] all-reduce is left";
+  EXPECT_EQ(scatter_calls, uint64_t{kMicroBatches} * 10);
+  EXPECT_EQ(gather_calls, uint64_t{kMicroBatches} * 15);
+  EXPECT_EQ(scatter_sent, uint64_t{kMicroBatches} * 10 * tm1 * 1024 / tt);
+  EXPECT_EQ(gather_sent, uint64_t{kMicroBatches} * 15 * tm1 * 1024 / tt);
+  // What the all-reduces sent without it, (4L + 2) × 2(t − 1)/t × 1,024 per micro-batch, plus the re-gathers.
+  EXPECT_EQ(scatter_sent + gather_sent, uint64_t{kMicroBatches} * (10 * 2 * tm1 * 1024 / tt + 5 * tm1 * 1024 / tt));
+  EXPECT_EQ(norm_calls, t > 1 ? 1u : 0u);
+  EXPECT_EQ(norm_sent, 2 * tm1 * 640 / tt);
+  // The predictor (strategies/tp_model.cpp) says the same.
+  const strategy::Prediction predicted =
+      strategy::predict(options, strategy::analytic_input(*run->model, t, 1, kMicroBatches));
+  EXPECT_EQ(predicted.sent(coll::CollectiveKind::kReduceScatter), scatter_sent);
+  EXPECT_EQ(predicted.sent(coll::CollectiveKind::kAllGather), gather_sent);
+  EXPECT_EQ(predicted.sent(coll::CollectiveKind::kAllReduce),
+            norm_sent + uint64_t{kMicroBatches} * 3 * 2 * tm1 * 32 / tt);
 }
 
 // A rank's model states by hand, fp32 recipe (parameters 4, gradients 4, Adam m and v 8 bytes per parameter it
@@ -182,6 +263,76 @@ TEST(TpMemory, ActivationsPerBlockByHand) {
   const uint64_t per_block = 6208 + (2048 + 64 * kvd + 8192 + 1024) / static_cast<uint64_t>(t);
   EXPECT_EQ(four - two, 2 * per_block) << "t = " << t;
 }
+
+}  // namespace
+}  // namespace emu::testing
+
+namespace emu::testing {
+namespace {
+
+// The activations one block saves on a rank with sequence parallelism and selective recomputation, from the same
+// two runs of 2 and 4 blocks as above. emu's block (Hugging Face's Llama in fp32, SDPA or eager), bytes, T = 8, h = 32:
+//   the norm region, T/t rows under sequence parallelism: the block input and the residual after attention
+//     (2·4·T·h = 2,048: each norm's saved fp32 input), each norm's normalised tensor and output (4·4·T·h = 4,096),
+//     each norm's rstd (2·4·T = 64)                                                          = 6,208 / t
+//   between the column- and row-parallel layers, 1/t by the heads and the FFN split: q and the attention output
+//     (2·4·T·32 = 2,048), k and v (2·4·T·kvd; eager under grouped-query attention repeat_kv's copies, kvd → 32),
+//     gate, silu(gate), up and their product (4·4·T·64 = 8,192)
+//   the attention scores' terms: SDPA's logsumexp 4·b·(a/t)·32 = 1,024/t (rows padded to 32 in fp32), eager's fp32
+//     softmax 4·b·(a/t)·s² = 2,048/t; 0 under selective recomputation
+// So sequence parallelism divides exactly the norm-region terms by t, selective recomputation removes exactly the
+// score terms, and with both every saved byte is 1/t of the single device's (Korthikanti's sbh·34/t for GPT).
+struct Saved {
+  bool sequence_parallel, selective;
+  model::Attention attention;
+};
+
+void PrintTo(const Saved& saved, std::ostream* out) {
+  *out << (saved.sequence_parallel ? "sp " : "") << (saved.selective ? "selective " : "")
+       << (saved.attention == model::Attention::kEager ? "eager" : "sdpa");
+}
+
+uint64_t per_block_by_hand(const Saved& saved, int t) {
+  const uint64_t tt = static_cast<uint64_t>(t);
+  const bool eager = saved.attention == model::Attention::kEager;
+  const uint64_t kv = static_cast<uint64_t>(tp_config().kv_heads) * 4;
+  const uint64_t kvd = eager && kv < 32 ? 32 : kv;
+  const uint64_t norms = saved.sequence_parallel ? 6208 / tt : 6208;
+  const uint64_t scores = saved.selective ? 0 : (eager ? 2048 : 1024) / tt;
+  return norms + (2048 + 64 * kvd + 8192) / tt + scores;
+}
+
+class SavedPerBlock : public ::testing::TestWithParam<Saved> {};
+
+TEST_P(SavedPerBlock, ByHand) {
+  const int t = world_size();
+  const Saved saved = GetParam();
+  const strategy::StrategyOptions options = test_options("tp", optim::Recipe::kFp32);
+  model::ModelOptions model_options;
+  model_options.sequence_parallel = saved.sequence_parallel;
+  model_options.selective_recompute = saved.selective;
+  model_options.attention = saved.attention;
+  const auto two = run_tp(tp_config(2), options, 1, 1, false, model_options);
+  const auto four = run_tp(tp_config(4), options, 1, 1, false, model_options);
+  const uint64_t measured =
+      four->device->memory().peak(Category::kActivations) - two->device->memory().peak(Category::kActivations);
+  EXPECT_EQ(measured, 2 * per_block_by_hand(saved, t)) << "t = " << t;
+  // The model's closed form (memory_terms.h), what the report prints, agrees.
+  model_options.compute = DType::kF32;
+  EXPECT_EQ(measured / 2, model::saved_activation_bytes_per_block(two->model->config(), model_options,
+                                                                  saved.sequence_parallel ? t : 1));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Tp, SavedPerBlock,
+    ::testing::Values(Saved{true, false, model::Attention::kSdpa}, Saved{false, true, model::Attention::kSdpa},
+                      Saved{true, true, model::Attention::kSdpa}, Saved{false, true, model::Attention::kEager},
+                      Saved{true, true, model::Attention::kEager}, Saved{false, false, model::Attention::kEager}),
+    [](const ::testing::TestParamInfo<Saved>& param) {
+      return fmt::format("{}{}{}", param.param.sequence_parallel ? "sp_" : "",
+                         param.param.selective ? "selective_" : "",
+                         param.param.attention == model::Attention::kEager ? "eager" : "sdpa");
+    });
 
 }  // namespace
 }  // namespace emu::testing

@@ -196,12 +196,20 @@ TEST(ShrinkFidelity, PipelineStagesShrunkTimesKSquaredEqualThePlan) {
 // Tensor parallelism over the 4 ranks holds a quarter of every matrix, the norms whole and the padded vocabulary's
 // rows (Megatron's multiple 128·t at full scale, t·⌈128/k⌉ shrunk): ranks 0 and 3 (the last vocabulary slice) are
 // checked for every Llama-style model whose heads, kv heads and FFN divide by 4, at every k that keeps F/k
-// divisible by 4, with and without checkpointing.
+// divisible by 4, with and without checkpointing, and with Megatron's sequence parallelism (s/k divisible by 4 too)
+// under full and under selective recomputation.
 TEST(ShrinkFidelity, TensorParallelShrunkTimesKSquaredEqualsThePlan) {
   int cases = 0;
   double worst = 0;
+  const std::vector<Variant> variants = {
+      kVariants.front(),
+      kVariants.back(),
+      {"sequence parallel", {"--sequence-parallel"}},
+      {"sequence parallel, selective recomputation, eager attention",
+       {"--sequence-parallel", "--recompute", "selective", "--attention", "eager"}},
+  };
   for (const std::string& name : models()) {
-    for (const Variant& variant : {kVariants.front(), kVariants.back()}) {
+    for (const Variant& variant : variants) {
       std::vector<std::string> args = {"--model", name, "--strategies", "tp"};
       args.insert(args.end(), variant.flags.begin(), variant.flags.end());
       RunOptions parsed;
@@ -214,6 +222,9 @@ TEST(ShrinkFidelity, TensorParallelShrunkTimesKSquaredEqualsThePlan) {
       for (auto k = factors.begin() + 1; k != factors.end(); ++k) {
         try {
           model::check_tensor_parallel(model::shrink(parsed.full, *k), kRanks);
+          if (parsed.model_options.sequence_parallel) {
+            model::check_sequence_parallel(model::shrink(parsed.full, *k), parsed.model_options, kRanks);
+          }
         } catch (const InputError&) {
           continue;  // F/k does not split over 4: refused at start-up
         }

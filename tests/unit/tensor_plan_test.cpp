@@ -30,6 +30,16 @@ RunOptions parse(const std::vector<std::string>& args, int world = 1) {
   return parse_command_line(static_cast<int>(argv.size()), argv.data(), world).options;
 }
 
+// The InputError this command line is refused with, or "accepted".
+std::string message(const std::vector<std::string>& args) {
+  try {
+    parse(args);
+  } catch (const InputError& error) {
+    return std::string(error.what());
+  }
+  return std::string("accepted");
+}
+
 TEST(TensorPlan, Llama70BOnEightH100sNeeds18BytesPerLocalParameter) {
   const RunOptions options =
       parse({"--plan", "8", "--model", "llama2-70b", "--cap", "h100-80gb", "--strategies", "tp", "--no-checkpoint"});
@@ -64,14 +74,6 @@ TEST(TensorPlan, AllReducesPerStepAtRingVolume) {
 
 // Megatron's constraints, each with the bad value and the accepted ones (InputError: exit 2 on every rank).
 TEST(TensorPlan, SplitsThatDoNotDivideAreRefusedWithTheAcceptedSizes) {
-  const auto message = [](const std::vector<std::string>& args) {
-    try {
-      parse(args);
-    } catch (const InputError& error) {
-      return std::string(error.what());
-    }
-    return std::string("accepted");
-  };
   // llama2-7b: 32 heads, 32 kv heads, F 11008 = 2^8·43.
   EXPECT_NE(message({"--plan", "3", "--model", "llama2-7b", "--strategies", "tp"})
                 .find("attention heads a (32) is not divisible by 3; accepted tensor-parallel sizes for it: 1, 2, 4, "
@@ -83,6 +85,74 @@ TEST(TensorPlan, SplitsThatDoNotDivideAreRefusedWithTheAcceptedSizes) {
             std::string::npos);
   EXPECT_NE(message({"--plan", "2", "--model", "gpt2", "--strategies", "tp"}).find("tp splits Llama-style models"),
             std::string::npos);
+}
+
+// Sequence parallelism at full scale, the same llama2-70b over 8 (L = 80, b·s·h·2 = 4096·8192·2 bytes, M = 1): per
+// step 4L + 2 = 322 reduce-scatters and 322 + 2L + 1 = 483 all-gathers of it, each rank sending 7/8 of each, in
+// place of the 322 all-reduces at 2·7/8; and one all-reduce of the norm weights' gradients ((2·80 + 1)·8192 fp32).
+TEST(TensorPlan, SequenceParallelReduceScattersAndAllGathers) {
+  const RunOptions options = parse({"--plan", "8", "--model", "llama2-70b", "--cap", "h100-80gb", "--strategies", "tp",
+                                    "--no-checkpoint", "--sequence-parallel"});
+  const StrategyOutcome outcome = account_shapes(options, options.strategies.front(), options.full, 8, 1, 0);
+  constexpr uint64_t kHidden = uint64_t{4096} * 8192 * 2;
+  const TrafficKey scatter{coll::CollectiveKind::kReduceScatter, "world"};
+  const TrafficKey gather{coll::CollectiveKind::kAllGather, "world"};
+  const TrafficKey reduce{coll::CollectiveKind::kAllReduce, "world"};
+  EXPECT_EQ(outcome.calls_per_step.at(scatter), uint64_t{4 * 80 + 2});
+  EXPECT_EQ(outcome.traffic_per_step.at(scatter).sent, (4 * 80 + 2) * kHidden * 7 / 8);
+  EXPECT_EQ(outcome.calls_per_step.at(gather), uint64_t{4 * 80 + 2 + 2 * 80 + 1});
+  EXPECT_EQ(outcome.traffic_per_step.at(gather).sent, (6 * 80 + 3) * kHidden * 7 / 8);
+  // 3 of the parallel cross-entropy, the norm gradients' one, the gradient norm's one.
+  EXPECT_EQ(outcome.calls_per_step.at(reduce), uint64_t{3 + 1 + 1});
+}
+
+// Sequence parallelism and selective recomputation at full scale: llama2-70b, bf16 (e = 2), SDPA, T = 4096 tokens,
+// h = 8192, over t = 8 (a/t = 8 heads, kv/t = 1 kv head of 128, F/t = 3584), no checkpointing. Per block, bytes
+// (memory_terms.h, blocks.h), by hand:
+//   norm region: the fp32 copies of the block input and of the residual after attention 2·4·T·h, each norm's
+//     normalised tensor and output 4·2·T·h, rstd 2·4·T: 16·T·h + 8·T = 536,903,680; under sequence parallelism
+//     the rank's T/8 rows: 67,112,960
+//   split: q and the attention output 2·2·T·1024, k and v 2·2·T·128, gate, silu, up, product 4·2·T·3584:
+//     16,777,216 + 2,097,152 + 117,440,512 = 136,314,880
+//   scores: the logsumexp 4·b·(a/t)·s = 4·8·4096 = 131,072, 0 under selective recomputation
+// So per block: without either 673,349,632; with sequence parallelism 203,558,912; with it and selective
+// recomputation 203,427,840.
+TEST(TensorPlan, SequenceParallelAndSelectiveActivationsPerBlock) {
+  const auto per_block = [](std::vector<std::string> extra) {
+    std::vector<std::string> args = {"--plan",       "8",  "--model",        "llama2-70b", "--cap", "h100-80gb",
+                                     "--strategies", "tp", "--no-checkpoint"};
+    bool recompute = false;
+    for (const std::string& flag : extra) recompute = recompute || flag == "--recompute";
+    if (recompute) args.pop_back();  // --recompute says what --no-checkpoint did
+    args.insert(args.end(), extra.begin(), extra.end());
+    const RunOptions options = parse(args);
+    const StrategyOutcome outcome = account_shapes(options, options.strategies.front(), options.full, 8, 1, 0);
+    return (outcome.predicted_activations - 4 * uint64_t{4096} * 4096) / 80;  // less the fp32 log-softmax [T, V/t]
+  };
+  EXPECT_EQ(per_block({}), uint64_t{673'349'632});
+  EXPECT_EQ(per_block({"--sequence-parallel"}), uint64_t{203'558'912});
+  EXPECT_EQ(per_block({"--sequence-parallel", "--recompute", "selective"}), uint64_t{203'427'840});
+}
+
+// The flags' errors: the bad value and what is accepted (InputError: exit 2 on every rank).
+TEST(TensorPlan, SequenceParallelAndRecomputeErrors) {
+  EXPECT_NE(
+      message({"--plan", "8", "--model", "llama2-7b", "--strategies", "tp", "--sequence-parallel", "--seq-len", "100"})
+          .find("the sequence length s (100) is not divisible by 8; accepted: a sequence length that is a "
+                "multiple of 8, or a tensor-parallel size dividing it: 1, 2, 4, 5, 10, 20, 25, 50, 100"),
+      std::string::npos);
+  EXPECT_NE(message({"--plan", "8", "--model", "llama2-7b", "--strategies", "ddp", "--sequence-parallel"})
+                .find("--sequence-parallel splits tp's sequence; accepted with tp among --strategies"),
+            std::string::npos);
+  EXPECT_NE(message({"--plan", "8", "--model", "llama2-7b", "--strategies", "tp", "--recompute", "partial"})
+                .find("--recompute 'partial' is not one of full, selective, none"),
+            std::string::npos);
+  EXPECT_NE(
+      message({"--plan", "8", "--model", "llama2-7b", "--strategies", "tp", "--recompute", "selective", "--checkpoint"})
+          .find("accepted: one of them"),
+      std::string::npos);
+  EXPECT_EQ(message({"--plan", "8", "--model", "llama2-7b", "--strategies", "tp", "--recompute", "selective"}),
+            "accepted");
 }
 
 }  // namespace

@@ -33,6 +33,10 @@ void BlockEnv::tp_all_reduce(Buffer& partial, std::string_view what) const {
   tp->all_reduce(partial, fmt::format("{} (block {})", what, unit));
 }
 
+bool BlockEnv::sequence_parallel() const { return tp != nullptr && options.sequence_parallel; }
+
+int64_t BlockEnv::rows() const { return sequence_parallel() ? config.tokens() / tp->size() : config.tokens(); }
+
 void BlockSaved::release_all_but_input() {
   const auto reset = [](std::initializer_list<Buffer*> buffers) {
     for (Buffer* b : buffers) b->reset();
@@ -108,13 +112,21 @@ int64_t saved_kv_columns(const BlockEnv& env) {
   return eager(env) && c.kv_heads < c.heads ? c.q_dim() : c.kv_dim();
 }
 
+// Selective recomputation (ModelOptions::selective_recompute; Megatron-LM --recompute-granularity selective,
+// transformer/attention.py _checkpointed_attention_forward): the attention core saves nothing for backward, which
+// runs it again. Under full checkpointing the whole block is recomputed anyway.
+bool selective(const BlockEnv& env) { return env.options.selective_recompute && !env.options.checkpoint; }
+
 // The attention core on q, k, v, shared by both styles: saves the softmax or the logsumexp, writes attn.
 // Eager holds, while its softmax runs, the scores at the compute dtype (q·kᵀ, then scaled and masked, each
-// replacing the last) and, for Llama at e = 2, their fp32 conversion.
+// replacing the last) and, for Llama at e = 2, their fp32 conversion. Under selective recomputation (and not
+// `recomputing`, the run in backward that makes them for the core's backward) what it saves is released at once.
 void attention_forward(const BlockEnv& env, const AttentionShape& shape, BlockSaved& s, const float* q, const float* k,
-                       const float* v, Category category) {
+                       const float* v, Category output_category, bool recomputing = false) {
   const ModelConfig& c = env.config;
   const DType dt = env.options.compute;
+  const bool drop = selective(env) && !recomputing;
+  const Category category = drop || recomputing ? Category::kTemporaries : output_category;
   Buffer scores, converted;
   if (eager(env)) {
     scores = env.allocate(score_count(c), dt, Category::kTemporaries, "attention scores");
@@ -129,7 +141,8 @@ void attention_forward(const BlockEnv& env, const AttentionShape& shape, BlockSa
     s.lse = env.allocate_per_row(size_t(c.batch * c.heads) * size_t(logsumexp_rows(env)), DType::kF32, category,
                                  "attention logsumexp");
   }
-  s.attn = env.allocate(size_t(c.tokens() * c.q_dim()), dt, category, "attention output");
+  s.attn = env.allocate(size_t(c.tokens() * c.q_dim()), dt, recomputing ? Category::kTemporaries : output_category,
+                        recomputing ? "attention output (recomputed)" : "attention output");
   if (env.math) {
     F32 attn(env.ops, s.attn, Access::kWrite);
     if (eager(env)) {
@@ -144,6 +157,9 @@ void attention_forward(const BlockEnv& env, const AttentionShape& shape, BlockSa
   if (eager(env) && fp32_softmax_copy(env)) {
     s.probs_copy = env.allocate(score_count(c), dt, category, "attention softmax at the compute dtype");
   }
+  if (drop) {
+    for (Buffer* b : {&s.probs, &s.probs_copy, &s.lse, &s.softcap_tanh}) b->reset();
+  }
 }
 
 // Fills dq, dk, dv (strided as `shape` says) from dattn; releases the softmax or lse and attn. Eager backward
@@ -153,6 +169,13 @@ void attention_backward(const BlockEnv& env, const AttentionShape& shape, BlockS
                         const float* v, const float* dattn, float* dq, float* dk, float* dv) {
   const ModelConfig& c = env.config;
   const DType dt = env.options.compute;
+  // Selective recomputation: the core runs again from the saved q, k, v; its output (a new tensor: o_proj's saved
+  // input stays as it was until this backward ends) and what it saves are held for the core's backward only.
+  Buffer output_saved;
+  if (selective(env)) {
+    output_saved = std::move(s.attn);
+    attention_forward(env, shape, s, q, k, v, Category::kTemporaries, true);
+  }
   if (eager(env)) {
     Buffer dprobs = env.allocate(score_count(c), dt, Category::kTemporaries, "attention softmax gradient");
     s.probs_copy.reset();
@@ -186,6 +209,7 @@ void attention_backward(const BlockEnv& env, const AttentionShape& shape, BlockS
   }
   s.lse.reset();
   s.attn.reset();
+  output_saved.reset();
 }
 
 // Under autocast a norm's output is fp32 (`wide`, held by the layer until its sublayer returns, saved by none) and
@@ -216,9 +240,10 @@ void rms_norm_forward(const BlockEnv& env, const float* w, const Buffer& in, Buf
                       Buffer& plus_one, Buffer& out, Buffer& wide, Category cat, std::string_view name) {
   const ModelConfig& c = env.config;
   const bool narrow = in.dtype() != DType::kF32;
-  const size_t n = size_t(c.tokens() * c.hidden);
+  const int64_t rows = env.rows();  // T, or T/t under sequence parallelism
+  const size_t n = size_t(rows * c.hidden);
   if (narrow) in32 = env.allocate(n, DType::kF32, cat, fmt::format("{} input in fp32", name));
-  rstd = env.allocate_per_row(size_t(c.tokens()), DType::kF32, cat, fmt::format("{} rstd", name));
+  rstd = env.allocate_per_row(size_t(rows), DType::kF32, cat, fmt::format("{} rstd", name));
   hat = env.allocate(n, c.gemma ? DType::kF32 : in.dtype(), cat, fmt::format("{} normalised input", name));
   if (c.gemma) {
     plus_one = env.allocate_per_row(size_t(c.hidden), DType::kF32, cat, fmt::format("{} (1 + weight)", name));
@@ -228,7 +253,7 @@ void rms_norm_forward(const BlockEnv& env, const float* w, const Buffer& in, Buf
   if (narrow) env.ops->bf16_to_f32(in.as<uint16_t>(), in32.as<float>(), n);
   Scratch factor;
   F32 x(env.ops, narrow ? in32 : in, Access::kRead), st(env.ops, rstd, Access::kWrite), y(env.ops, out, Access::kWrite);
-  env.ops->rmsnorm_forward(x, norm_weight(env.ops, c, w, factor), y, st, c.tokens(), c.hidden,
+  env.ops->rmsnorm_forward(x, norm_weight(env.ops, c, w, factor), y, st, rows, c.hidden,
                            static_cast<float>(c.norm_eps));
 }
 
@@ -252,23 +277,97 @@ Buffer sandwich_norm_backward(const BlockEnv& env, const float* w, float* dw, co
   return grad;
 }
 
+// Sequence parallelism (tensor_parallel.h): `slice` [T/t, h] all-gathered into a new [T, h] temporary at its dtype,
+// what a column-parallel layer reads (Megatron's gather_from_sequence_parallel_region); empty without it.
+Buffer gather_rows(const BlockEnv& env, const Buffer& slice, std::string_view what) {
+  if (!env.sequence_parallel()) return {};
+  Buffer full = env.allocate(size_t(env.config.tokens() * env.config.hidden), slice.dtype(), Category::kTemporaries,
+                             fmt::format("{} all-gathered", what));
+  if (env.math) env.ops->synchronize();
+  env.tp->all_gather(slice, full, fmt::format("tp all-gather, {} (block {})", what, env.unit));
+  return full;
+}
+
+// Sequence parallelism: the partial sums `full` [T, h] reduce-scattered into this rank's rows `slice` [T/t, h].
+void scatter_rows(const BlockEnv& env, const Buffer& full, Buffer& slice, std::string_view what) {
+  if (env.math) env.ops->synchronize();
+  env.tp->reduce_scatter(full, slice, fmt::format("tp reduce-scatter, {} (block {})", what, env.unit));
+}
+
+// Sequence parallelism: the gradient of the rank's rows of the residual stream, `dres` [T/t, h] (emu's fp32 math),
+// all-gathered for a row-parallel layer's backward (the reduce-scatter's backward): `charged` [T, h] at the residual
+// dtype is what autograd holds, `math` its values in fp32, returned (null on a shapes-only device).
+const float* gather_gradient(const BlockEnv& env, const float* dres, Buffer& charged, Scratch& math,
+                             std::string_view what) {
+  const DType dtype = env.options.residual();
+  const size_t local = size_t(env.rows() * env.config.hidden), n = size_t(env.config.tokens() * env.config.hidden);
+  // The rank's rows at the residual dtype, the tensor the charged gradient already is (charged nothing here).
+  Buffer mine = env.device.allocate(local, dtype, Category::kTemporaries, "d residual rows (emu's math)", 0);
+  if (env.math) {
+    if (dtype == DType::kF32) {
+      env.ops->fill_zero(mine.data(), local * sizeof(float));
+      env.ops->accumulate(mine.as<float>(), dres, local);
+    } else {
+      env.ops->f32_to_bf16(dres, mine.as<uint16_t>(), local);
+    }
+  }
+  charged = gather_rows(env, mine, what);
+  if (!env.math) return nullptr;
+  float* out = math.reserve_as<float>(*env.ops, n, dtype == DType::kF32);
+  if (dtype == DType::kF32) {
+    env.ops->accumulate(out, charged.as<float>(), n);
+  } else {
+    env.ops->bf16_to_f32(charged.as<uint16_t>(), out, n);
+  }
+  return out;
+}
+
 // out = in·Wᵀ + residual for a projection [T, k] → [T, h] written straight into the residual stream. Under TP it
 // is row-parallel: the product is a partial sum, all-reduced at out's dtype before the residual is added.
+// Under sequence parallelism the partial sum [T, h] is a temporary, reduce-scattered into out [T/t, h] (Megatron's
+// reduce_scatter_to_sequence_parallel_region), and the residual is the rank's rows.
 void row_parallel_add(const BlockEnv& env, const Buffer& in, const float* w, const Buffer& residual, Buffer& out,
                       int64_t k, std::string_view what) {
   const int64_t T = env.config.tokens(), h = env.config.hidden;
   const size_t n = size_t(T * h);
+  if (env.sequence_parallel()) {
+    Buffer partial = env.allocate(n, out.dtype(), Category::kTemporaries, fmt::format("{} partial sum", what));
+    if (env.math) {
+      F32 a(env.ops, in, Access::kRead), p(env.ops, partial, Access::kWrite);
+      env.ops->linear_forward(a, w, nullptr, p, T, k, h, WeightLayout::kOutIn);
+    }
+    scatter_rows(env, partial, out, what);
+    partial.reset();
+    if (env.math) {
+      F32 r(env.ops, residual, Access::kRead), o(env.ops, out, Access::kReadWrite);
+      env.ops->accumulate(o, r, size_t(env.rows() * h));
+    }
+    return;
+  }
   if (env.math) {
     F32 a(env.ops, in, Access::kRead), r(env.ops, residual, Access::kRead), o(env.ops, out, Access::kWrite);
     env.ops->linear_forward(a, w, nullptr, o, T, k, h, WeightLayout::kOutIn);
     if (env.tp == nullptr) env.ops->accumulate(o, r, n);
   }
   if (env.tp == nullptr) return;
-  env.tp_all_reduce(out, what);
+  env.tp_all_reduce(out, fmt::format("tp all-reduce, {}", what));
   if (env.math) {
     F32 r(env.ops, residual, Access::kRead), o(env.ops, out, Access::kReadWrite);
     env.ops->accumulate(o, r, n);
   }
+}
+
+// The gradient of a column-parallel layer's input, `dx` [T, h], a partial sum over the TP group (Megatron's f):
+// all-reduced in place, or under sequence parallelism reduce-scattered into a new [T/t, h] that replaces it.
+void column_input_gradient(const BlockEnv& env, Buffer& dx, std::string_view what) {
+  if (!env.sequence_parallel()) {
+    env.tp_all_reduce(dx, fmt::format("tp all-reduce, {}", what));
+    return;
+  }
+  Buffer rows = env.allocate(size_t(env.rows() * env.config.hidden), dx.dtype(), Category::kTemporaries,
+                             fmt::format("{}, the rank's rows", what));
+  scatter_rows(env, dx, rows, what);
+  dx = std::move(rows);
 }
 
 Buffer llama_forward(const BlockEnv& env, const float* w, BlockSaved& s, Category cat, Category out_cat,
@@ -287,11 +386,13 @@ Buffer llama_forward(const BlockEnv& env, const float* w, BlockSaved& s, Categor
   rms_norm_forward(env, W(off.input_norm), s.x, s.x32, s.norm1_stats, s.norm1_hat, s.norm1_plus_one, s.xn1, wide, cat,
                    "input_layernorm");
   s.xn1_casts = norm_output_casts(env, attention_linears, cat, "k_proj and v_proj inputs cast by autocast");
+  // Sequence parallelism: q, k and v read the norm's output all-gathered; its slice is what stays saved.
+  Buffer xn1_full = gather_rows(env, s.xn1, "input_layernorm output");
   s.q = env.allocate(d.tq(), dt, cat, "q");
   s.k = env.allocate(size_t(d.T * kv_cols), dt, cat, kv_cols == d.kvd ? "k" : "k (repeat_kv copy)");
   s.v = env.allocate(size_t(d.T * kv_cols), dt, cat, kv_cols == d.kvd ? "v" : "v (repeat_kv copy)");
   if (env.math) {
-    F32 xn(env.ops, s.xn1, Access::kRead);
+    F32 xn(env.ops, xn1_full.allocated() ? xn1_full : s.xn1, Access::kRead);
     F32 q(env.ops, s.q, Access::kWrite), k(env.ops, s.k, Access::kWrite), v(env.ops, s.v, Access::kWrite);
     env.ops->linear_forward(xn, W(off.q), B(off.q_bias), q, d.T, d.h, d.qd, WeightLayout::kOutIn);
     env.ops->linear_forward(xn, W(off.k), B(off.k_bias), k, d.T, d.h, d.kvd, WeightLayout::kOutIn);
@@ -299,6 +400,7 @@ Buffer llama_forward(const BlockEnv& env, const float* w, BlockSaved& s, Categor
     env.ops->rope_apply(q, env.rope_cos, env.rope_sin, d.T, d.s, c.heads, c.head_dim(), c.rotary_dim(), false);
     env.ops->rope_apply(k, env.rope_cos, env.rope_sin, d.T, d.s, c.kv_heads, c.head_dim(), c.rotary_dim(), false);
   }
+  xn1_full.reset();
   {
     F32 q(env.ops, s.q, Access::kRead), k(env.ops, s.k, Access::kRead), v(env.ops, s.v, Access::kRead);
     attention_forward(env, attention_shape(c), s, q, k, v, cat);
@@ -323,20 +425,21 @@ Buffer llama_forward(const BlockEnv& env, const float* w, BlockSaved& s, Categor
     }
   } else {
     // x2 = x + attn·Woᵀ: the projection is written straight into the residual stream.
-    s.x2 = env.allocate(d.th(), env.options.residual(), cat, "residual after attention");
-    row_parallel_add(env, s.attn, W(off.o), s.x, s.x2, d.qd, "tp all-reduce, o_proj output");
+    s.x2 = env.allocate(size_t(env.rows() * d.h), env.options.residual(), cat, "residual after attention");
+    row_parallel_add(env, s.attn, W(off.o), s.x, s.x2, d.qd, "o_proj output");
   }
   wide.reset();
   rms_norm_forward(env, W(off.post_norm), s.x2, s.x2_32, s.norm2_stats, s.norm2_hat, s.norm2_plus_one, s.xn2, wide, cat,
                    off.sandwich ? "pre_feedforward_layernorm" : "post_attention_layernorm");
   s.xn2_casts = norm_output_casts(env, mlp_linears, cat, "up_proj input cast by autocast");
+  Buffer xn2_full = gather_rows(env, s.xn2, "post_attention_layernorm output");
   s.gate = env.allocate(d.tf(), dt, cat, "gate_proj output");
   s.silu = env.allocate(d.tf(), dt, cat, c.gemma ? "gelu(gate)" : "silu(gate)");
   s.up = env.allocate(d.tf(), dt, cat, "up_proj output");
   s.act = env.allocate(d.tf(), dt, cat, "silu(gate)·up");
   if (env.math) {
-    F32 xn(env.ops, s.xn2, Access::kRead), g(env.ops, s.gate, Access::kWrite), u(env.ops, s.up, Access::kWrite),
-        a(env.ops, s.act, Access::kWrite);
+    F32 xn(env.ops, xn2_full.allocated() ? xn2_full : s.xn2, Access::kRead), g(env.ops, s.gate, Access::kWrite),
+        u(env.ops, s.up, Access::kWrite), a(env.ops, s.act, Access::kWrite);
     env.ops->linear_forward(xn, W(off.gate), nullptr, g, d.T, d.h, d.F, WeightLayout::kOutIn);
     env.ops->linear_forward(xn, W(off.up), nullptr, u, d.T, d.h, d.F, WeightLayout::kOutIn);
     if (c.gemma) {
@@ -345,6 +448,7 @@ Buffer llama_forward(const BlockEnv& env, const float* w, BlockSaved& s, Categor
       env.ops->swiglu_forward(g, u, a, d.tf());
     }
   }
+  xn2_full.reset();
   Buffer out;
   if (off.sandwich) {  // Gemma 2: out = x2 + post_feedforward_layernorm(down(...)), saved as after attention
     s.mlp_o = env.allocate(d.th(), dt, cat, "down_proj output");
@@ -363,8 +467,8 @@ Buffer llama_forward(const BlockEnv& env, const float* w, BlockSaved& s, Categor
       env.ops->add(n, x2, o, d.th());
     }
   } else {
-    out = env.allocate(d.th(), env.options.residual(), out_cat, "output");
-    row_parallel_add(env, s.act, W(off.down), s.x2, out, d.F, "tp all-reduce, down_proj output");
+    out = env.allocate(size_t(env.rows() * d.h), env.options.residual(), out_cat, "output");
+    row_parallel_add(env, s.act, W(off.down), s.x2, out, d.F, "down_proj output");
   }
   // At e = 2 nothing saved the residual stream itself, only its fp32 copies: it goes when the layer returns. In fp32
   // and under autocast the norms saved the stream itself.
@@ -386,7 +490,9 @@ void llama_backward(const BlockEnv& env, const float* w, BlockSaved& s, float* d
 
   // MLP: out = x2 + down(silu(gate)·up) (Gemma 2: x2 + post_feedforward_layernorm(down(...)))
   {
-    Scratch dm_math;  // Gemma 2: the gradient of the down_proj output in fp32, what emu's math reads
+    // Gemma 2: the gradient of the down_proj output in fp32, what emu's math reads; under sequence parallelism the
+    // gradient of the block output all-gathered.
+    Scratch dm_math;
     Buffer dm;
     const float* dmlp = dres;
     if (off.sandwich) {
@@ -394,6 +500,8 @@ void llama_backward(const BlockEnv& env, const float* w, BlockSaved& s, float* d
                                   s.norm4_stats, dm_math, dmlp, "d down_proj output");
       env.made({off.mlp_out_norm});
       for (Buffer* b : {&s.mlp_o, &s.mlp_o32, &s.norm4_stats, &s.norm4_hat, &s.norm4_plus_one}) b->reset();
+    } else if (env.sequence_parallel()) {
+      dmlp = gather_gradient(env, dres, dm, dm_math, "d block output");
     }
     Buffer dact = env.allocate(d.tf(), dt, Category::kTemporaries, "d(silu(gate)·up)");
     if (env.math) {
@@ -427,10 +535,13 @@ void llama_backward(const BlockEnv& env, const float* w, BlockSaved& s, float* d
     dact.reset();
     s.silu.reset();
     s.up.reset();
+    // Sequence parallelism: the saved slice of the norm output gathered again for the weight gradients.
+    Buffer xn2_full = gather_rows(env, s.xn2, "post_attention_layernorm output, for the weight gradients");
+    const Buffer& xn2 = xn2_full.allocated() ? xn2_full : s.xn2;
     Buffer dxn =
         env.allocate(d.th(), env.options.residual(), Category::kTemporaries, "d post_attention_layernorm output");
     if (env.math) {
-      F32 xn(env.ops, s.xn2, Access::kRead), du(env.ops, dup, Access::kRead), dx(env.ops, dxn, Access::kWrite);
+      F32 xn(env.ops, xn2, Access::kRead), du(env.ops, dup, Access::kRead), dx(env.ops, dxn, Access::kWrite);
       env.ops->linear_backward(xn, W(off.up), du, dx, G(off.up), nullptr, d.T, d.h, d.F, WeightLayout::kOutIn, false);
     }
     env.made({off.up});
@@ -441,22 +552,23 @@ void llama_backward(const BlockEnv& env, const float* w, BlockSaved& s, float* d
     dact_fn.reset();
     s.gate.reset();
     if (env.math) {
-      F32 xn(env.ops, s.xn2, Access::kRead), dg(env.ops, dgate, Access::kRead), dx(env.ops, dxn, Access::kReadWrite);
+      F32 xn(env.ops, xn2, Access::kRead), dg(env.ops, dgate, Access::kRead), dx(env.ops, dxn, Access::kReadWrite);
       env.ops->linear_backward(xn, W(off.gate), dg, dx, G(off.gate), nullptr, d.T, d.h, d.F, WeightLayout::kOutIn,
                                true);
     }
     env.made({off.gate});
     dgate.reset();
     dgate_held.reset();
+    xn2_full.reset();
     s.xn2.reset();
     s.norm2_hat.reset();
-    env.tp_all_reduce(dxn, "tp all-reduce, gate_proj and up_proj input gradient");
+    column_input_gradient(env, dxn, "gate_proj and up_proj input gradient");
     if (env.math) {
       F32 dx(env.ops, dxn, Access::kRead), x2(env.ops, s.x2_32.count() > 0 ? s.x2_32 : s.x2, Access::kRead),
           st(env.ops, s.norm2_stats, Access::kRead);
       Scratch factor;
       env.ops->rmsnorm_backward(dx, x2, norm_weight(env.ops, c, W(off.post_norm), factor), st, dres, G(off.post_norm),
-                                d.T, d.h);
+                                env.rows(), d.h);
     }
     env.made({off.post_norm});
     s.x2.reset();
@@ -474,6 +586,8 @@ void llama_backward(const BlockEnv& env, const float* w, BlockSaved& s, float* d
                                   s.norm3_stats, do_math, dattn_out, "d o_proj output");
     env.made({off.attn_out_norm});
     for (Buffer* b : {&s.attn_o, &s.attn_o32, &s.norm3_stats, &s.norm3_hat, &s.norm3_plus_one}) b->reset();
+  } else if (env.sequence_parallel()) {
+    dattn_out = gather_gradient(env, dres, dout, do_math, "d residual after attention");
   }
   Buffer dattn = env.allocate(d.tq(), dt, Category::kTemporaries, "d attention output");
   if (env.math) {
@@ -500,10 +614,11 @@ void llama_backward(const BlockEnv& env, const float* w, BlockSaved& s, float* d
   s.q.reset();
   s.k.reset();
   s.v.reset();
+  Buffer xn1_full = gather_rows(env, s.xn1, "input_layernorm output, for the weight gradients");
   Buffer dxn = env.allocate(d.th(), env.options.residual(), Category::kTemporaries, "d input_layernorm output");
   if (env.math) {
-    F32 xn(env.ops, s.xn1, Access::kRead), gq(env.ops, dq, Access::kRead), gk(env.ops, dk, Access::kRead),
-        gv(env.ops, dv, Access::kRead);
+    F32 xn(env.ops, xn1_full.allocated() ? xn1_full : s.xn1, Access::kRead), gq(env.ops, dq, Access::kRead),
+        gk(env.ops, dk, Access::kRead), gv(env.ops, dv, Access::kRead);
     F32 dx(env.ops, dxn, Access::kWrite);
     env.ops->linear_backward(xn, W(off.q), gq, dx, G(off.q), GB(off.q_bias), d.T, d.h, d.qd, WeightLayout::kOutIn,
                              false);
@@ -521,16 +636,17 @@ void llama_backward(const BlockEnv& env, const float* w, BlockSaved& s, float* d
   dq.reset();
   dk.reset();
   dv.reset();
+  xn1_full.reset();
   s.xn1.reset();
   s.xn1_casts.reset();
   s.norm1_hat.reset();
-  env.tp_all_reduce(dxn, "tp all-reduce, q_proj, k_proj and v_proj input gradient");
+  column_input_gradient(env, dxn, "q_proj, k_proj and v_proj input gradient");
   if (env.math) {
     F32 dx(env.ops, dxn, Access::kRead), x(env.ops, s.x32.count() > 0 ? s.x32 : s.x, Access::kRead),
         st(env.ops, s.norm1_stats, Access::kRead);
     Scratch factor;
     env.ops->rmsnorm_backward(dx, x, norm_weight(env.ops, c, W(off.input_norm), factor), st, dres, G(off.input_norm),
-                              d.T, d.h);
+                              env.rows(), d.h);
   }
   env.made({off.input_norm});
   s.x.reset();

@@ -19,7 +19,11 @@
 //   attention  eager: Llama the fp32 softmax [b, a, s, s] (softmax(dtype=float32)) plus its copy at the compute
 //              dtype when e = 2; GPT-2 the softmax at the compute dtype (fp32 plus its copy under autocast). sdpa and
 //              flash: the logsumexp [b, a, s] fp32 (sdpa in fp32 runs the memory-efficient kernel, whose rows are
-//              padded to a multiple of 32).
+//              padded to a multiple of 32). Under selective recomputation (ModelOptions::selective_recompute) none
+//              of these is saved: backward runs the attention core again and holds them only while its backward runs.
+//   sequence parallelism (ModelOptions::sequence_parallel, tensor_parallel.h): the block input, the residual after
+//              attention and everything the norms save are the rank's T/t rows; q/k/v and gate/up read the norm
+//              output all-gathered ([T, h], held while they run; all-gathered again in their backward).
 //   autocast   (ModelOptions::autocast: torch.autocast(bf16) over fp32 parameters, PyTorch DDP's mixed recipe, as
 //              CUDA's autocast lists in ATen autocast_mode.h run it) the residual stream is fp32: the embedding
 //              output, each block's input and output, x + attention. Norms run in fp32 and save the stream itself,
@@ -72,6 +76,10 @@ struct BlockEnv {
   void made(std::initializer_list<size_t> offsets) const;
   // Σ of `partial` over the TP group, in place (Megatron's g in forward, f in backward); nothing without TP.
   void tp_all_reduce(Buffer& partial, std::string_view what) const;
+  // Sequence parallelism (tensor_parallel.h): on, and the rows of the residual stream and of the norms this rank
+  // holds, T/t (T without it).
+  bool sequence_parallel() const;
+  int64_t rows() const;
 };
 
 // The tensors a block saves for backward; unused ones stay unallocated. Buffers marked (held) are charged as the

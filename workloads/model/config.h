@@ -156,6 +156,13 @@ struct ModelOptions {
   // DeepSpeed): the residual stream, the norms and what they save stay fp32, each linear saves its own cast of
   // its input at the compute dtype (blocks.h lists the tensors). Only with compute below fp32.
   bool autocast = false;
+  // Megatron-LM's --recompute-granularity selective (Korthikanti et al. 2022, §5): the core attention (q·kᵀ, softmax,
+  // attention over v) is not saved but run again in backward; what it saves (the softmax, or the logsumexp) exists
+  // only while its backward runs. Its inputs q, k, v and its output (o_proj's input) stay saved. Without checkpoint.
+  bool selective_recompute = false;
+  // Megatron-LM's --sequence-parallel, under tensor parallelism only (tensor_parallel.h): the norms and the
+  // residual stream run on the rank's 1/t of the rows, each all-reduce becomes a reduce-scatter and an all-gather.
+  bool sequence_parallel = false;
 
   // Bytes per element of the residual stream (the embedding output, each block's input and output): fp32 under
   // autocast, else the compute dtype.

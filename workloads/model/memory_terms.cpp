@@ -1,5 +1,7 @@
 #include "workloads/model/memory_terms.h"
 
+#include <algorithm>
+
 #include "workloads/model/layout.h"
 #include "workloads/model/shrink.h"
 
@@ -18,10 +20,11 @@ uint64_t autocast_block_bytes(const ModelConfig& c, uint64_t T, uint64_t h, uint
 
 }  // namespace
 
-uint64_t saved_activation_bytes_per_block(const ModelConfig& c, const ModelOptions& options) {
+uint64_t saved_activation_bytes_per_block(const ModelConfig& c, const ModelOptions& options, int sequence_ranks) {
   const uint64_t e = dtype_size(options.compute);
   const uint64_t T = uint64_t(c.tokens()), h = uint64_t(c.hidden), F = uint64_t(c.ffn);
-  if (options.checkpoint) return dtype_size(options.residual()) * T * h;
+  const uint64_t R = T / uint64_t(std::max(sequence_ranks, 1));  // the rows of the residual stream and the norms
+  if (options.checkpoint) return dtype_size(options.residual()) * R * h;
   const uint64_t scores = uint64_t(c.batch * c.heads) * uint64_t(c.seq * c.seq);
   const uint64_t rows =
       options.attention == Attention::kSdpa && e == 4 ? (uint64_t(c.seq) + 31) / 32 * 32 : uint64_t(c.seq);
@@ -33,18 +36,19 @@ uint64_t saved_activation_bytes_per_block(const ModelConfig& c, const ModelOptio
   }
   // Gemma 2's eager attention also keeps tanh(scores / cap), tanh's output, at e.
   if (options.attention == Attention::kEager && c.attn_softcap != 0) attention += e * scores;
-  const uint64_t qd = uint64_t(c.q_dim());  // q and the attention output: h but for Gemma 2
+  if (options.selective_recompute) attention = 0;  // run again in backward, saved by none
+  const uint64_t qd = uint64_t(c.q_dim());         // q and the attention output: h but for Gemma 2
   const uint64_t kvc = options.attention == Attention::kEager && c.kv_heads < c.heads ? qd : uint64_t(c.kv_dim());
   if (options.autocast) return autocast_block_bytes(c, T, h, F, kvc) + attention;
   if (llama) {
     // Gemma's norms keep the normalised tensor in fp32 (not at e) and (1 + weight) [h] fp32, a per-row-like term.
-    const uint64_t gemma = c.gemma ? 2 * (4 - e) * T * h + 2 * per_row_charge(c, 4 * h) : 0;
+    const uint64_t gemma = c.gemma ? 2 * (4 - e) * R * h + 2 * per_row_charge(c, 4 * h) : 0;
     // Gemma 2's norms on the attention and MLP outputs: each keeps its input in fp32 (the sublayer's output, or its
     // fp32 copy at e = 2), rstd, the fp32 normalised tensor and (1 + weight); their outputs are only added.
     const uint64_t sandwich =
         c.sandwich_norms ? 2 * (8 * T * h + per_row_charge(c, 4 * T) + per_row_charge(c, 4 * h)) : 0;
-    return 8 * T * h + e * T * (4 * h + 2 * qd + 2 * kvc + 4 * F) + 2 * per_row_charge(c, 4 * T) + attention + gemma +
-           sandwich;
+    return 8 * R * h + e * R * 4 * h + 2 * per_row_charge(c, 4 * R) + e * T * (2 * qd + 2 * kvc + 4 * F) + attention +
+           gemma + sandwich;
   }
   return e * T * (8 * h + 5 * F) + 2 * per_row_charge(c, 8 * T) + attention;
 }
@@ -92,8 +96,8 @@ ParameterTerms parameter_terms(const ModelConfig& config) {
   return terms;
 }
 
-uint64_t saved_activation_bytes(const ModelConfig& config, const ModelOptions& options) {
-  return saved_activation_bytes_per_block(config, options) * static_cast<uint64_t>(config.layers) +
+uint64_t saved_activation_bytes(const ModelConfig& config, const ModelOptions& options, int sequence_ranks) {
+  return saved_activation_bytes_per_block(config, options, sequence_ranks) * static_cast<uint64_t>(config.layers) +
          logits_bytes(config, options);
 }
 

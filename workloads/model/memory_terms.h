@@ -19,6 +19,11 @@
 //   attention: eager, Llama (4 + e)·b·a·s² at e = 2 (fp32 softmax and its bf16 copy), 4·b·a·s² at e = 4; GPT-2
 //           e·b·a·s². sdpa and flash 4·b·a·s (one fp32 logsumexp per row; sdpa at e = 4 pads s to a multiple of 32)
 //   with checkpointing: e·T·h (the block input only); the rest exists only while the block is (re)computed.
+//   with selective recomputation (ModelOptions::selective_recompute): the attention term is 0 (run again in
+//           backward); everything else as without it.
+//   under tp's sequence parallelism over t ranks (Llama): the norm-region terms 8·T·h + 4·e·T·h + 8T (the fp32
+//           norm inputs, the normalised tensors and outputs, rstd) are the rank's T/t rows; with checkpointing
+//           e·T·h/t. The terms between the column- and row-parallel layers are those of the rank's heads and F/t.
 //   under autocast (fp32 parameters, bf16 math; blocks.h), attention as at e = 2, GPT-2's eager softmax too:
 //     Llama   (20 + 2·casts)·T·h + 4·T·kvc + 8·T·F + 8T + attention, casts = 5 (q, k, v, gate and up projections
 //             each save a bf16 cast of an fp32 norm output; Phi-3's fused projections 2): the fp32 block input and
@@ -53,8 +58,10 @@
 
 namespace emu::model {
 
-// Bytes one block keeps from its forward to its backward.
-uint64_t saved_activation_bytes_per_block(const ModelConfig& config, const ModelOptions& options);
+// Bytes one block keeps from its forward to its backward. `sequence_ranks`: t under tp's sequence parallelism, whose
+// residual stream and norms keep T/t rows (`config` is then a TP rank's slice, tensor_parallel_config).
+uint64_t saved_activation_bytes_per_block(const ModelConfig& config, const ModelOptions& options,
+                                          int sequence_ranks = 1);
 // The fp32 [T, V] buffer the loss keeps from forward to backward (the log-softmax, or the fused loss's logits), and
 // under the Trainer's loss Gemma 2's tanh(logits / final_logit_softcapping) [T, V] at the compute dtype.
 uint64_t logits_bytes(const ModelConfig& config, const ModelOptions& options);
@@ -62,7 +69,7 @@ uint64_t logits_bytes(const ModelConfig& config, const ModelOptions& options);
 uint64_t loss_forward_peak_bytes(const ModelConfig& config, const ModelOptions& options);
 uint64_t loss_backward_peak_bytes(const ModelConfig& config, const ModelOptions& options);
 // What the model holds at the end of forward: every block's saved activations plus the logits.
-uint64_t saved_activation_bytes(const ModelConfig& config, const ModelOptions& options);
+uint64_t saved_activation_bytes(const ModelConfig& config, const ModelOptions& options, int sequence_ranks = 1);
 
 // Parameter elements split by how they scale under shrinking.
 struct ParameterTerms {

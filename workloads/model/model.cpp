@@ -41,6 +41,7 @@ void Model::set_tensor_parallel(TensorParallel* tp) {
   EMU_CHECK(tp != nullptr && tp_ == nullptr, "tensor parallelism is set once");
   EMU_CHECK(device_.backend() != "cuda", "tp's parallel cross-entropy runs on the host: cpu and shapes devices only");
   config_ = tensor_parallel_config(full_config_, tp->size());
+  if (options_.sequence_parallel) check_sequence_parallel(config_, options_, tp->size());
   layouts_ = build_layouts(config_);
   units_.assign(layouts_.size(), {});
   tp_ = tp;
@@ -345,21 +346,44 @@ void Model::forward_root_start(const int32_t* tokens) {
     unscaled = device_.allocate(T * size_t(c.hidden), options_.residual(), Category::kTemporaries,
                                 "embedding output before the √h scale");
   }
-  final_x_ = device_.allocate(T * size_t(c.hidden), options_.residual(), Category::kActivations, "embedding output");
+  // Sequence parallelism: the looked-up rows are a [T, h] partial sum, reduce-scattered into the rank's rows.
+  const bool sp = sequence_parallel();
+  Buffer partial;
+  if (sp) {
+    partial = device_.allocate(T * size_t(c.hidden), options_.residual(), Category::kTemporaries,
+                               "embedding output, partial sum before the reduce-scatter");
+  }
+  final_x_ =
+      device_.allocate(rows() * size_t(c.hidden), options_.residual(), Category::kActivations, "embedding output");
   if (math_) {
     const float* table = root_weights_ + root.params[kEmbedTokens].offset;  // kWte for GPT-2: same position
     const float* positions = c.style == Style::kGpt2 ? root_weights_ + root.params[kWpe].offset : nullptr;
-    F32 x(ops_, final_x_, Access::kWrite);
+    F32 x(ops_, sp ? partial : final_x_, Access::kWrite);
     ops_->embedding_forward(tokens_.as<int32_t>(), table, positions, x, c.tokens(), c.seq, c.hidden);
     for (size_t t = 0; t < tp_outside_.size(); ++t) {  // TP: rows of other ranks' tokens are zeros here
       if (tp_outside_[t] != 0) ops_->fill_zero(x + t * size_t(c.hidden), size_t(c.hidden) * sizeof(float));
     }
     if (c.gemma) ops_->scale(x, embedding_scale(), T * size_t(c.hidden));
   }
-  if (tp_ != nullptr) {  // VocabParallelEmbedding: the ranks' rows summed
+  if (sp) {  // VocabParallelEmbedding with reduce_scatter_embeddings: summed and scattered along the rows
+    sync();
+    tp_->reduce_scatter(partial, final_x_, "tp reduce-scatter, embedding output");
+  } else if (tp_ != nullptr) {  // VocabParallelEmbedding: the ranks' rows summed
     sync();
     tp_->all_reduce(final_x_, "tp all-reduce, embedding output");
   }
+}
+
+bool Model::sequence_parallel() const { return tp_ != nullptr && options_.sequence_parallel; }
+
+size_t Model::rows() const { return size_t(sequence_parallel() ? config_.tokens() / tp_->size() : config_.tokens()); }
+
+Buffer Model::gather_rows(const Buffer& slice, std::string_view what) {
+  Buffer full = device_.allocate(size_t(config_.tokens() * config_.hidden), slice.dtype(), Category::kTemporaries,
+                                 fmt::format("{} all-gathered", what));
+  sync();
+  tp_->all_gather(slice, full, fmt::format("tp all-gather, {}", what));
+  return full;
 }
 
 int64_t Model::vocab_begin() const { return tp_ != nullptr ? int64_t{tp_->rank()} * config_.vocab : 0; }
@@ -381,17 +405,37 @@ float Model::forward_root_end(const int32_t* targets) {
   const ModelConfig& c = config_;
   const UnitLayout& root = layouts_[0];
   const bool llama = c.style == Style::kLlama;
-  const size_t T = size_t(c.tokens());
+  const size_t T = size_t(c.tokens()), R = rows();  // R: the final norm's rows, T/t under sequence parallelism
   final_stats_ =
-      allocate_per_row(device_, c, llama ? T : 2 * T, DType::kF32, Category::kActivations, "final norm statistics");
+      allocate_per_row(device_, c, llama ? R : 2 * T, DType::kF32, Category::kActivations, "final norm statistics");
   // Under autocast the final norm's output is fp32, held until the model's forward returns (its
   // last_hidden_state), and the head saves its bf16 cast.
   Buffer wide;
   if (options_.autocast) {
     wide = device_.allocate(T * size_t(c.hidden), DType::kF32, Category::kTemporaries, "final norm output in fp32");
   }
-  final_xn_ = device_.allocate(T * size_t(c.hidden), options_.compute, Category::kActivations,
+  final_xn_ = device_.allocate(R * size_t(c.hidden), options_.compute, Category::kActivations,
                                options_.autocast ? "final norm output cast by autocast" : "final norm output");
+  const float* w = root_weights_;
+  const float eps = static_cast<float>(c.norm_eps);
+  const auto final_norm = [&] {
+    F32 x(ops_, final_x_, Access::kRead), st(ops_, final_stats_, Access::kWrite), xn(ops_, final_xn_, Access::kWrite);
+    if (llama) {
+      Scratch factor;
+      ops_->rmsnorm_forward(x, norm_weight(ops_, c, w + root.params[kFinalNorm].offset, factor), xn, st, int64_t(R),
+                            c.hidden, eps);
+    } else {
+      ops_->layernorm_forward(x, w + root.params[kLnFWeight].offset, w + root.params[kLnFBias].offset, xn, st, st + T,
+                              c.tokens(), c.hidden, eps);
+    }
+  };
+  // Sequence parallelism: the norm runs on the rank's rows; the head (column-parallel) reads its output
+  // all-gathered, held until the logits are made, and saves the slice.
+  Buffer xn_full;
+  if (sequence_parallel()) {
+    if (math_) final_norm();
+    xn_full = gather_rows(final_xn_, "final norm output");
+  }
   // The Trainer's loss (ForCausalLMLoss) holds, besides the fp32 log-softmax that cross_entropy saves, the head's
   // logits at the compute dtype and their fp32 upcast until compute_loss returns; fp32 logits are upcast to
   // themselves. emu's math needs one fp32 [T, V] buffer: the logits, turned into their gradient by the loss.
@@ -416,17 +460,8 @@ float Model::forward_root_end(const int32_t* targets) {
     if (tp_ != nullptr) vocab_parallel_cross_entropy(*tp_, nullptr, nullptr, c.tokens(), c.vocab, 0, 1.0f);
     return 0;
   }
-  const float* w = root_weights_;
-  const float eps = static_cast<float>(c.norm_eps);
-  F32 x(ops_, final_x_, Access::kRead), st(ops_, final_stats_, Access::kWrite), xn(ops_, final_xn_, Access::kWrite);
-  if (llama) {
-    Scratch factor;
-    ops_->rmsnorm_forward(x, norm_weight(ops_, c, w + root.params[kFinalNorm].offset, factor), xn, st, c.tokens(),
-                          c.hidden, eps);
-  } else {
-    ops_->layernorm_forward(x, w + root.params[kLnFWeight].offset, w + root.params[kLnFBias].offset, xn, st, st + T,
-                            c.tokens(), c.hidden, eps);
-  }
+  if (!xn_full.allocated()) final_norm();
+  F32 xn(ops_, xn_full.allocated() ? xn_full : final_xn_, Access::kRead);
   float* logits = logits_.as<float>();
   ops_->linear_forward(xn, w + root.params[head_param(c)].offset, nullptr, logits, c.tokens(), c.hidden, c.vocab,
                        WeightLayout::kOutIn);
@@ -498,11 +533,15 @@ void Model::backward_root_start() {
   const size_t T = size_t(c.tokens());
   const float* w = root_weights_;
   float* g = root_grads_;
+  const size_t R = rows();
   Buffer dlogits = logits_gradient();
+  // Sequence parallelism: the head's saved input slice gathered again for its weight gradient.
+  Buffer xn_full =
+      sequence_parallel() ? gather_rows(final_xn_, "final norm output, for the head's weight gradient") : Buffer();
   Buffer dxn =
       device_.allocate(T * size_t(c.hidden), options_.residual(), Category::kTemporaries, "d final norm output");
   if (math_) {
-    F32 xn(ops_, final_xn_, Access::kRead), dx(ops_, dxn, Access::kWrite);
+    F32 xn(ops_, xn_full.allocated() ? xn_full : final_xn_, Access::kRead), dx(ops_, dxn, Access::kWrite);
     const float* dl = dlogits.dtype() == DType::kF32 ? dlogits.as<float>()
                                                      : logits_grad_.reserve_as<float>(*ops_, dlogits.count(), false);
     const size_t head = root.params[head_param(c)].offset;
@@ -510,19 +549,26 @@ void Model::backward_root_start() {
                           false);
   }
   dlogits.reset();
+  xn_full.reset();
   final_xn_.reset();
-  if (tp_ != nullptr) {  // the vocabulary-parallel head's input gradient: a partial sum over the slices (f)
+  if (sequence_parallel()) {  // the head's input gradient, a partial sum, reduce-scattered to the rank's rows
+    Buffer mine = device_.allocate(R * size_t(c.hidden), options_.residual(), Category::kTemporaries,
+                                   "d final norm output, the rank's rows");
+    sync();
+    tp_->reduce_scatter(dxn, mine, "tp reduce-scatter, lm_head input gradient");
+    dxn = std::move(mine);
+  } else if (tp_ != nullptr) {  // the vocabulary-parallel head's input gradient: a partial sum over the slices (f)
     sync();
     tp_->all_reduce(dxn, "tp all-reduce, lm_head input gradient");
   }
-  dres_ = device_.allocate(T * size_t(c.hidden), options_.residual(), Category::kTemporaries, "d residual stream");
+  dres_ = device_.allocate(R * size_t(c.hidden), options_.residual(), Category::kTemporaries, "d residual stream");
   if (math_) {
     F32 dx(ops_, dxn, Access::kRead), x(ops_, final_x_, Access::kRead), st(ops_, final_stats_, Access::kRead);
     F32 dres(ops_, dres_, Access::kReadWrite);
     if (llama) {
       const size_t n = root.params[kFinalNorm].offset;
       Scratch factor;
-      ops_->rmsnorm_backward(dx, x, norm_weight(ops_, c, w + n, factor), st, dres, g + n, c.tokens(), c.hidden);
+      ops_->rmsnorm_backward(dx, x, norm_weight(ops_, c, w + n, factor), st, dres, g + n, int64_t(R), c.hidden);
     } else {
       const size_t nw = root.params[kLnFWeight].offset, nb = root.params[kLnFBias].offset;
       ops_->layernorm_backward(dx, x, w + nw, st, st + T, dres, g + nw, g + nb, c.tokens(), c.hidden);
@@ -558,6 +604,8 @@ void Model::backward_block(int unit, Hooks& hooks) {
 void Model::backward_root_end() {
   const ModelConfig& c = config_;
   const UnitLayout& root = layouts_[0];
+  // Sequence parallelism: the embedding's backward reads the gradient of every row (the reduce-scatter's backward).
+  if (sequence_parallel()) dres_ = gather_rows(dres_, "d embedding output");
   if (math_) {
     F32 dres(ops_, dres_, Access::kReadWrite);
     if (c.gemma) ops_->scale(dres, embedding_scale(), size_t(c.tokens() * c.hidden));  // × √h's backward

@@ -177,6 +177,11 @@ class Model {
   void backward_root_start();
   void backward_root_end();
   void backward_block(int unit, Hooks& hooks);
+  // Sequence parallelism (tensor_parallel.h): on, the rows of the residual stream this rank holds (T/t; T without
+  // it), and `slice` [T/t, h] all-gathered into a new [T, h] temporary.
+  bool sequence_parallel() const;
+  size_t rows() const;
+  Buffer gather_rows(const Buffer& slice, std::string_view what);
   bool holds_root() const { return first_block_ == 1 || last_block_ == config_.layers; }
   void allocate_rope_tables();
 

@@ -49,6 +49,31 @@ void check_tensor_parallel(const ModelConfig& config, int tp) {
   divisible("FFN size F", config.ffn);
 }
 
+void check_sequence_parallel(const ModelConfig& config, const ModelOptions& options, int tp) {
+  if (config.seq % tp != 0) {
+    std::vector<int> accepted;
+    for (int t = 1; t <= config.seq; ++t) {
+      if (config.seq % t == 0) accepted.push_back(t);
+    }
+    throw InputError(fmt::format(
+        "--sequence-parallel over {} ranks: the sequence length s ({}{}) is not divisible by {}; accepted: a "
+        "sequence length that is a multiple of {}, or a tensor-parallel size dividing it: {}",
+        tp, config.seq, config.shrink > 1 ? fmt::format(", shrunk by {}", config.shrink) : "", tp, tp,
+        fmt::join(accepted, ", ")));
+  }
+  if (config.sandwich_norms) {
+    throw InputError(
+        fmt::format("--sequence-parallel: {}'s sandwich norms (Gemma 2) are not split along the sequence "
+                    "yet; accepted: the other Llama-style families",
+                    config.name));
+  }
+  if (options.autocast) {
+    throw InputError(
+        "--sequence-parallel runs Megatron's recipes (--precision bf16, mixed or fp32 with bf16 or fp32 parameters), "
+        "not torch.autocast over fp32 parameters");
+  }
+}
+
 ModelConfig tensor_parallel_config(const ModelConfig& config, int tp) {
   check_tensor_parallel(config, tp);
   ModelConfig local = config;

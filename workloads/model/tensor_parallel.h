@@ -17,6 +17,24 @@
 //   norms               replicated: every rank normalises the same full hidden state, so their gradients come out
 //                       identical on every rank (nothing to reduce; counted once in the gradient norm)
 //
+// Sequence parallelism (ModelOptions::sequence_parallel, Megatron's --sequence-parallel; Korthikanti et al. 2022 §4.2;
+// core/tensor_parallel/mappings.py, layers.py): the residual stream and the norms run on this rank's rows
+// [r·T/t, (r+1)·T/t) of the T = b·s, so everything the norms save and the block inputs are 1/t:
+//   row-parallel outputs   reduce-scattered along the rows instead of all-reduced (reduce_scatter_to_sequence_
+//                          parallel_region); in backward the gradient is all-gathered (its backward)
+//   column-parallel inputs the norm output all-gathered before q/k/v and gate/up and saved as the rank's slice: in
+//                          backward it is all-gathered again for the weight gradients, and the input gradient's
+//                          partial sums are reduce-scattered (LinearWithGradAccumulationAndAsyncCommunication)
+//   embedding              its output reduce-scattered (VocabParallelEmbedding with reduce_scatter_embeddings); the
+//                          gradient all-gathered in backward
+//   final norm and head    the norm on the slice; the head's input all-gathered, again in backward, and its input
+//                          gradient reduce-scattered
+//   norm weights           each rank's gradient covers its rows only: the strategy all-reduces them over the group
+//                          once per step (Megatron marks them sequence_parallel; finalize_model_grads)
+// Megatron's activations are [s, b, h], so its rows are a sequence slice; emu's are [b, s] (batch-major), so the
+// contiguous 1/t of them is a sequence slice at b = 1 and b·s/t whole tokens in general: the norms and the residual
+// adds work token by token, so the numbers and the bytes are the same. s must be divisible by t, as in Megatron.
+//
 // The model runs this split by taking the rank's local shapes as its config (tensor_parallel_config: a/t heads,
 // kv/t kv heads of the same head dimension, F/t, V'/t) and calling the TensorParallel interface at the reduction
 // points above. The vocabulary is padded as Megatron pads it (--make-vocab-size-divisible-by 128, times t:
@@ -45,6 +63,10 @@ class TensorParallel {
   // Σ (or max) over the group of `count` fp32 values (the parallel cross-entropy's per-row statistics); `values`
   // is host memory, null on a shapes-only device.
   virtual void all_reduce_rows(float* values, size_t count, bool max, std::string_view what) = 0;
+  // Sequence parallelism: Σ over the group of `full` [T, h], this rank receiving its rows into `slice` [T/t, h].
+  virtual void reduce_scatter(const Buffer& full, Buffer& slice, std::string_view what) = 0;
+  // Sequence parallelism: every rank's `slice` [T/t, h] gathered into `full` [T, h], in rank order.
+  virtual void all_gather(const Buffer& slice, Buffer& full, std::string_view what) = 0;
 };
 
 // The multiple Megatron pads the vocabulary to at TP t and shrink k: 128·t at full scale, t·⌈128/k⌉ shrunk.
@@ -56,6 +78,11 @@ int64_t tp_padded_vocab(const ModelConfig& config, int tp);
 // kv heads divisible by t, the FFN divisible by t, a Llama-style family (GPT-2's row-parallel biases and fused
 // c_attn are not split).
 void check_tensor_parallel(const ModelConfig& config, int tp);
+
+// InputError unless sequence parallelism can run over t ranks: the sequence length divisible by t (Megatron splits
+// [s, b, h] along s), a model without Gemma 2's sandwich norms and a recipe without autocast (their norms and casts
+// are not split yet).
+void check_sequence_parallel(const ModelConfig& config, const ModelOptions& options, int tp);
 
 // One rank's shapes under TP t: a/t heads, kv/t kv heads with the head dimension kept, F/t, V'/t (checked first).
 ModelConfig tensor_parallel_config(const ModelConfig& config, int tp);
