@@ -13,10 +13,12 @@ std::string gigabytes(double bytes) { return fmt::format("{:.2f}", bytes / 1e9);
 std::string format_tensor(const RunReport& r) {
   std::string out;
   const double scale = static_cast<double>(r.scale());
-  const int t = r.world;
   const model::ModelConfig& full = r.options.full;
   for (const StrategyOutcome& o : r.outcomes) {
     if (o.options.kind != strategy::StrategyKind::kTensor || o.peak.empty()) continue;
+    const strategy::Mesh mesh = strategy::mesh_of(o.options, r.world, 0);
+    const int t = mesh.tensor;
+    const bool distributed = mesh.data > 1 && o.options.parallel.distributed_optimizer;
     const optim::PrecisionRecipe recipe = strategy::with_framework_recipe(o.options).recipe;
     const int64_t padded = model::tp_padded_vocab(full, t);
     const int64_t padding_rows = padded - full.vocab;
@@ -24,9 +26,12 @@ std::string format_tensor(const RunReport& r) {
         static_cast<uint64_t>(padding_rows) * static_cast<uint64_t>(full.hidden) * (full.tie_embeddings ? 1 : 2);
     const uint64_t padding_per_rank = padding_params / static_cast<uint64_t>(t);
     out += fmt::format(
-        "\n{}: one tensor-parallel group of t = {} (Megatron-LM --tensor-model-parallel-size {}): each rank holds "
+        "\n{}: {} of t = {} (Megatron-LM --tensor-model-parallel-size {}){}: each rank holds "
         "heads {}/{}, kv heads {}/{}, FFN {}/{} and {} of the padded vocabulary's rows\n",
-        o.name, t, t, full.heads, t, full.kv_heads, t, full.ffn, t, padded / t);
+        o.name,
+        mesh.data > 1 ? fmt::format("{} tensor-parallel groups", mesh.data) : std::string("one tensor-parallel group"),
+        t, t, mesh.data > 1 ? fmt::format(", data-parallel across the {} groups", mesh.data) : std::string(),
+        full.heads, t, full.kv_heads, t, full.ffn, t, padded / t);
     out += fmt::format(
         "  vocabulary padded as Megatron pads it (--make-vocab-size-divisible-by 128, x t): V {} -> {} (+{} rows of "
         "the embedding{}): {} parameters, {} GB per rank at {} B/param\n",
@@ -35,17 +40,30 @@ std::string format_tensor(const RunReport& r) {
         recipe.total_bytes_per_param());
     out += fmt::format(
         "  recipe: {} B per local parameter ({} parameters, {} gradients{}, Adam m and v; Megatron's optimizer "
-        "without --use-distributed-optimizer); norm weights replicated, their gradients identical on every rank\n",
+        "{}); norm weights replicated, their gradients identical on every rank\n",
         recipe.total_bytes_per_param(), dtype_name(recipe.params), dtype_name(recipe.grads),
-        recipe.has_master ? ", fp32 master weights" : "");
-    double sent = 0;
-    uint64_t calls = 0;
+        recipe.has_master ? ", fp32 master weights" : "",
+        distributed ? fmt::format("with --use-distributed-optimizer: master weights and Adam m, v sharded over the D = "
+                                  "{} replicas, {} + {}/{} B",
+                                  mesh.data, dtype_size(recipe.params) + dtype_size(recipe.grads),
+                                  recipe.total_bytes_per_param() - dtype_size(recipe.params) - dtype_size(recipe.grads),
+                                  mesh.data)
+                    : std::string("without --use-distributed-optimizer"));
+    double sent = 0, data_sent = 0;
+    uint64_t calls = 0, data_calls = 0;
     for (const auto& [key, traffic] : o.traffic_per_step) {
-      if (key.kind != coll::CollectiveKind::kAllReduce) continue;
-      sent += static_cast<double>(traffic.sent);
+      if (key.group == "data-parallel") {
+        data_sent += static_cast<double>(traffic.sent);
+      } else if (key.kind == coll::CollectiveKind::kAllReduce) {
+        sent += static_cast<double>(traffic.sent);
+      }
     }
     for (const auto& [key, count] : o.calls_per_step) {
-      if (key.kind == coll::CollectiveKind::kAllReduce) calls += count;
+      if (key.group == "data-parallel") {
+        data_calls += count;
+      } else if (key.kind == coll::CollectiveKind::kAllReduce) {
+        calls += count;
+      }
     }
     out += fmt::format(
         "  all-reduce: rank 0 sends {} GB per step in {} calls: per micro-batch 4L+2 of b*s*h (after o_proj and "
@@ -53,6 +71,14 @@ std::string format_tensor(const RunReport& r) {
         "input gradient; again the 2 forward ones of a checkpointed block) and 3 of b*s fp32 (parallel "
         "cross-entropy), ring 2(t-1)/t\n",
         gigabytes(sent * scale), calls);
+    if (mesh.data > 1) {
+      out += fmt::format(
+          "  data-parallel group (D = {}): rank 0 sends {} GB per step in {} calls: {} (Megatron-LM's "
+          "DistributedDataParallel grad buffer, one bucket per unit)\n",
+          mesh.data, gigabytes(data_sent * scale), data_calls,
+          distributed ? "each unit's gradients reduce-scattered and its parameters all-gathered, ring (D-1)/D each"
+                      : "all-reduces of its local gradients, ring 2(D-1)/D");
+    }
   }
   return out;
 }

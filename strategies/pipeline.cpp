@@ -1,6 +1,14 @@
 // Pipeline parallelism (`pp`) as Megatron-LM's and DeepSpeed's pipeline engines run it: the blocks split into P
-// stages, one per rank (P = the world; data-parallel replicas of the pipeline are not built yet), micro-batches
-// flowing through them, activations and their gradients passed from stage to stage as point-to-point messages.
+// stages, one per rank, micro-batches flowing through them, activations and their gradients passed from stage to
+// stage as point-to-point messages.
+//
+// P is the world by default; with --pp P < N the world is D = N/P pipelines of P consecutive ranks (Megatron's
+// layout with T = 1, strategy.h ParallelOptions), each a data-parallel replica training on its own slice of the
+// global batch (replica d's micro-batch m holds samples (m·D + d)·b …). The stages talk within their "pipeline d"
+// group; after backward (and the tied embedding's reduction) each unit's gradients the stage owns are all-reduced
+// and averaged over the "data-parallel p" group of the D ranks running stage p, as Megatron-LM's
+// DistributedDataParallel reduces its grad buffer (core/distributed/distributed_data_parallel.py). The gradient
+// norm is summed over the pipeline's stages only, not over the replicas, whose gradients are then equal.
 //
 // Stages (pipeline.h, balance_stages): contiguous blocks balanced by parameter count; the first stage also holds
 // the embeddings (Llama's embed_tokens; GPT-2's wte and wpe), the last the final norm and the LM head. A tied head
@@ -103,15 +111,24 @@ class Pipeline final : public Strategy {
 
   void setup() override {
     const model::ModelConfig& config = model_.config();
-    EMU_CHECK(world_.size() <= config.layers, "pp: {} stages for {} blocks", world_.size(), config.layers);
-    stage_ = world_.rank();
-    stages_ = world_.size();
+    const Mesh mesh = mesh_of(options_, world_.size(), world_.rank());
+    EMU_CHECK(mesh.tensor == 1, "pp with tensor-parallel stages: {} (TP x PP is not built)", mesh.tensor);
+    EMU_CHECK(!options_.parallel.distributed_optimizer, "pp with the distributed optimizer is not built");
+    if (mesh.data > 1) {
+      pipe_group_ = split_group(mesh.data_rank(), mesh.pipeline_rank(), mesh.pipeline,
+                                fmt::format("pipeline {}", mesh.data_rank()));
+      dp_group_ = split_group(mesh.pipeline_rank(), mesh.data_rank(), mesh.data,
+                              fmt::format("data-parallel {}", mesh.pipeline_rank()));
+    }
+    EMU_CHECK(mesh.pipeline <= config.layers, "pp: {} stages for {} blocks", mesh.pipeline, config.layers);
+    stage_ = mesh.pipeline_rank();
+    stages_ = mesh.pipeline;
     split_stages();
     model_.set_stage(blocks_[stage_].first, blocks_[stage_].last);
     if (stages_ > 1 && config.tie_embeddings) {
       const bool end = stage_ == 0 || stage_ == stages_ - 1;
       if (device_.holds_data()) {
-        embedding_group_ = world_.split(end ? 0 : 1, stage_, "embedding group");
+        embedding_group_ = pipe().split(end ? 0 : 1, stage_, "embedding group");
         if (!end) embedding_group_.reset();  // the middle stages' group of their own carries nothing
       } else if (end) {  // a plan's world is virtual (collectives/virtual): so is its embedding group
         embedding_group_ =
@@ -129,7 +146,7 @@ class Pipeline final : public Strategy {
     if (unit > 0) {
       const int owner = owner_of(unit);
       if (owner == stage_) fp32_values(unit, out.data());
-      world_.broadcast(out.data(), out.data(), count, DType::kF32, owner, "full weights");
+      pipe().broadcast(out.data(), out.data(), count, DType::kF32, owner, "full weights");
       return out;
     }
     // The root: each tensor from one stage, the embeddings (tied or not) from the first, the rest from the last.
@@ -144,12 +161,14 @@ class Pipeline final : public Strategy {
                     out.begin() + static_cast<std::ptrdiff_t>(layout.params[p].offset));
       }
     }
-    world_.all_reduce(out.data(), out.data(), count, DType::kF32, coll::ReduceOp::kSum, "full weights");
+    pipe().all_reduce(out.data(), out.data(), count, DType::kF32, coll::ReduceOp::kSum, "full weights");
     return out;
   }
 
   std::vector<coll::Communicator*> groups() override {
     std::vector<coll::Communicator*> out{&world_};
+    if (pipe_group_) out.push_back(pipe_group_.get());
+    if (dp_group_) out.push_back(dp_group_.get());
     if (embedding_group_) out.push_back(embedding_group_.get());
     return out;
   }
@@ -165,7 +184,7 @@ class Pipeline final : public Strategy {
       loss += model_.forward(batch.tokens.data(), batch.targets.data(), hooks);
       if (stage_ < stages_ - 1) {
         const Buffer output = model_.take_stage_output();
-        world_.send(output.data(), activation_count(), model_.compute_dtype(), stage_ + 1, "pipeline activations");
+        pipe().send(output.data(), activation_count(), model_.compute_dtype(), stage_ + 1, "pipeline activations");
       }
       held_[static_cast<size_t>(m)] = model_.take_in_flight();
     };
@@ -187,7 +206,7 @@ class Pipeline final : public Strategy {
     }
     reduce_embedding();
     // The loss exists on the last stage; every stage reports it.
-    return sum_over_world(stage_ == stages_ - 1 ? loss : 0.0, "pipeline loss (reporting)");
+    return sum_over(pipe(), stage_ == stages_ - 1 ? loss : 0.0, "pipeline loss (reporting)");
   }
 
   double gradient_sum_of_squares() override {
@@ -208,7 +227,30 @@ class Pipeline final : public Strategy {
             element(held.grads.data(), dtype, layout.params[p].offset), layout.params[p].count, dtype));
       }
     }
-    return sum_over_world(sum, "gradient norm");
+    return sum_over(pipe(), sum, "gradient norm");
+  }
+
+  // Data parallelism: the gradients this stage owns averaged over the replicas of the stage (the root's tensors
+  // one by one, those of the stage's side only).
+  void finish_gradients() override {
+    if (!dp_group_) return;
+    constexpr std::string_view kPhase = "data-parallel gradient all-reduce";
+    for (int u = 0; u < model_.num_units(); ++u) {
+      Held& held = units_[static_cast<size_t>(u)];
+      if (!held.params.allocated()) continue;
+      const DType dtype = held.grads.dtype();
+      if (u > 0) {
+        dp_group_->all_reduce(held.grads.data(), held.grads.data(), held.grads.count(), dtype, coll::ReduceOp::kAvg,
+                              kPhase);
+        continue;
+      }
+      const model::UnitLayout& layout = model_.layout(0);
+      for (size_t p = 0; p < layout.params.size(); ++p) {
+        if (!owns(p)) continue;
+        void* grads = element(held.grads.data(), dtype, layout.params[p].offset);
+        dp_group_->all_reduce(grads, grads, layout.params[p].count, dtype, coll::ReduceOp::kAvg, kPhase);
+      }
+    }
   }
 
   void update(double lr, float grad_scale) override {
@@ -227,6 +269,9 @@ class Pipeline final : public Strategy {
     std::unique_ptr<optim::AdamWState> optimizer;
     std::vector<optim::DecayRange> decay;
   };
+
+  // The pipeline's group: the world when every rank is a stage of one pipeline.
+  coll::Communicator& pipe() const { return pipe_group_ ? *pipe_group_ : world_; }
 
   bool holds_root() const { return stage_ == 0 || stage_ == stages_ - 1; }
   bool owns(size_t root_param) const {
@@ -311,7 +356,7 @@ class Pipeline final : public Strategy {
     if (stage_ == 0) return;
     Buffer input = device_.allocate(activation_count(), model_.compute_dtype(), Category::kActivations,
                                     fmt::format("pipeline input, micro-batch {} (received)", m));
-    world_.recv(input.data(), activation_count(), model_.compute_dtype(), stage_ - 1, "pipeline activations");
+    pipe().recv(input.data(), activation_count(), model_.compute_dtype(), stage_ - 1, "pipeline activations");
     model_.set_stage_input(std::move(input));
   }
 
@@ -322,7 +367,7 @@ class Pipeline final : public Strategy {
     if (stage_ < stages_ - 1) {
       Buffer gradient = device_.allocate(activation_count(), model_.compute_dtype(), Category::kTemporaries,
                                          fmt::format("pipeline output gradient, micro-batch {} (received)", m));
-      world_.recv(gradient.data(), activation_count(), model_.compute_dtype(), stage_ + 1, "pipeline gradients");
+      pipe().recv(gradient.data(), activation_count(), model_.compute_dtype(), stage_ + 1, "pipeline gradients");
       model_.set_output_gradient(std::move(gradient));
     }
     model_.backward(hooks);
@@ -331,7 +376,7 @@ class Pipeline final : public Strategy {
 
   void send_gradient(Buffer gradient, int m) {
     if (!gradient.allocated()) return;  // the first stage's backward ends at the embedding
-    world_.send(gradient.data(), activation_count(), model_.compute_dtype(), stage_ - 1, "pipeline gradients");
+    pipe().send(gradient.data(), activation_count(), model_.compute_dtype(), stage_ - 1, "pipeline gradients");
   }
 
   // Tied embeddings: the first and the last stage sum their gradients of the shared table.
@@ -345,6 +390,7 @@ class Pipeline final : public Strategy {
                                  "embedding gradient all-reduce");
   }
 
+  std::unique_ptr<coll::Communicator> pipe_group_, dp_group_;  // with D > 1 replicas (setup)
   int stage_ = 0, stages_ = 1;
   std::vector<StageBlocks> blocks_;                      // [P]
   std::vector<Held> units_;                              // [units] allocated where this stage holds the unit

@@ -8,6 +8,8 @@
 //   traffic     per step, M micro-batches (input.accumulation): M sends of b·s·h elements to the next stage (all
 //               but the last) and M to the previous one (all but the first), at the compute dtype; with tied
 //               embeddings the first and the last stage all-reduce the table's gradient (2 ranks: once its size)
+//   data        with D = N/P > 1 replicas (--pp P < N): the sends in the "pipeline" group, and per step one
+//               all-reduce of each unit's gradients the stage owns in the "data-parallel" group, 2(D − 1)/D of them
 #include <fmt/format.h>
 
 #include "strategies/analytic.h"
@@ -17,8 +19,9 @@ namespace emu::strategy {
 
 Updated predict_pipeline(const StrategyOptions& options, const AnalyticInput& input, Prediction& prediction) {
   const optim::PrecisionRecipe& recipe = options.recipe;
-  const int stages = input.world;
-  const int stage = input.rank;
+  const Mesh mesh = mesh_of(options, input.world, input.rank);
+  const int stages = mesh.pipeline;
+  const int stage = mesh.pipeline_rank();
   std::vector<uint64_t> blocks;
   for (size_t u = 1; u < input.unit_counts.size(); ++u) {
     uint64_t charged = 0;
@@ -40,11 +43,14 @@ Updated predict_pipeline(const StrategyOptions& options, const AnalyticInput& in
   for (const auto& [unit, elements] : updated) {
     prediction.peak[Category::kParameters] += input.bytes(unit, elements, recipe.params);
     prediction.peak[Category::kGradients] += input.bytes(unit, elements, recipe.grads);
+    add_ring_traffic(prediction, coll::CollectiveKind::kAllReduce, "data-parallel",
+                     input.bytes(unit, elements, recipe.grads), mesh.data);
   }
   const uint64_t micro_batches = static_cast<uint64_t>(input.accumulation);
   const uint64_t sends = micro_batches * ((stage < stages - 1 ? 1 : 0) + (stage > 0 ? 1 : 0));
   if (sends > 0) {
-    prediction.traffic.push_back({coll::CollectiveKind::kSend, "world", sends, sends * input.boundary_bytes});
+    prediction.traffic.push_back(
+        {coll::CollectiveKind::kSend, mesh.data > 1 ? "pipeline" : "world", sends, sends * input.boundary_bytes});
   }
   if (stages > 1 && input.tied_embedding > 0 && (stage == 0 || stage == stages - 1)) {
     add_ring_traffic(prediction, coll::CollectiveKind::kAllReduce, "embedding group",

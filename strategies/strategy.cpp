@@ -6,6 +6,7 @@
 #include <cmath>
 #include <optional>
 
+#include "collectives/virtual/virtual_link.h"
 #include "emu/check.h"
 
 namespace emu::strategy {
@@ -36,10 +37,36 @@ constexpr Named kNames[] = {
 std::string StrategyOptions::name() const {
   for (const Named& named : kNames) {
     if (named.kind == kind && (kind != StrategyKind::kFsdp || named.sharding == fsdp.sharding)) {
-      return std::string(named.name);
+      if (named_data < 1) return std::string(named.name);
+      const bool tensor = kind == StrategyKind::kTensor;
+      std::string out = fmt::format("{}{}", named.name, tensor ? parallel.tensor : parallel.pipeline);
+      if (named_data > 1) out += fmt::format("·dp{}", named_data);
+      if (parallel.distributed_optimizer) out += "·do";
+      return out;
     }
   }
   return "unknown";
+}
+
+Mesh mesh_of(const StrategyOptions& options, int world, int rank) {
+  Mesh mesh;
+  mesh.rank = rank;
+  if (options.kind != StrategyKind::kTensor && options.kind != StrategyKind::kPipeline) {
+    mesh.data = world;
+    return mesh;
+  }
+  const bool tensor = options.kind == StrategyKind::kTensor;
+  mesh.tensor = options.parallel.tensor > 0 ? options.parallel.tensor : (tensor ? world : 1);
+  mesh.pipeline = options.parallel.pipeline > 0 ? options.parallel.pipeline : (tensor ? 1 : world);
+  const int model_parallel = mesh.tensor * mesh.pipeline;
+  if (model_parallel > world || world % model_parallel != 0) {
+    throw InputError(fmt::format(
+        "{}: {} ranks are not divisible by tensor-parallel {} x pipeline-parallel {} = {}; accepted: a number of "
+        "ranks that is a multiple of {} (the data-parallel degree is ranks / {})",
+        options.name(), world, mesh.tensor, mesh.pipeline, model_parallel, model_parallel, model_parallel));
+  }
+  mesh.data = world / model_parallel;
+  return mesh;
 }
 
 uint64_t StrategyOptions::scaled(uint64_t full_scale) const {
@@ -224,11 +251,18 @@ void Strategy::count_offload(size_t elements, size_t gradient_bytes) {
   host_traffic_.host_to_device += elements * dtype_size(options_.recipe.params);
 }
 
-double Strategy::sum_over_world(double local, std::string_view phase) {
+double Strategy::sum_over_world(double local, std::string_view phase) { return sum_over(world_, local, phase); }
+
+double Strategy::sum_over(coll::Communicator& group, double local, std::string_view phase) {
   // Collectives carry fp32 and bf16, as NCCL's would for this: the partial sums travel as fp32.
   float total = static_cast<float>(local);
-  world_.all_reduce(&total, &total, 1, DType::kF32, coll::ReduceOp::kSum, phase);
+  group.all_reduce(&total, &total, 1, DType::kF32, coll::ReduceOp::kSum, phase);
   return total;
+}
+
+std::unique_ptr<coll::Communicator> Strategy::split_group(int color, int rank, int size, const std::string& name) {
+  if (device_.holds_data()) return world_.split(color, world_.rank(), name);
+  return coll::make_virtual_communicator(device_, rank, size, name, model_.config().shrink);
 }
 
 }  // namespace emu::strategy
