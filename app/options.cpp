@@ -236,7 +236,8 @@ void add_training_flags(CLI::App& app, RunOptions& options, Flags& flags) {
       ->group("Training");
   app.add_option("--tp", flags.tp,
                  "tp: tensor-parallel size T (Megatron-LM's --tensor-model-parallel-size): groups of T consecutive "
-                 "ranks, data-parallel across the N/T groups (default: all ranks, T = N)")
+                 "ranks, data-parallel across the N/T groups (default: all ranks, T = N); with --pp, pp's stages are "
+                 "tensor-parallel too (TP x PP x DP, D = N/(T x P))")
       ->group("Training");
   app.add_option("--pp", flags.pp,
                  "pp: pipeline-parallel size P (Megatron-LM's --pipeline-model-parallel-size): pipelines of P "
@@ -587,11 +588,6 @@ void read_parallel_layout(RunOptions& options, const Flags& flags, int ranks) {
   };
   check("--tp", flags.tp);
   check("--pp", flags.pp);
-  if (flags.tp > 0 && flags.pp > 0) {
-    throw InputError(fmt::format(
-        "--tp {} with --pp {}: tensor-parallel pipeline stages (TP x PP) are not built yet; accepted: one of them",
-        flags.tp, flags.pp));
-  }
   bool used = false;
   for (strategy::StrategyOptions& one : options.strategies) {
     const bool tensor = one.kind == strategy::StrategyKind::kTensor;
@@ -599,12 +595,8 @@ void read_parallel_layout(RunOptions& options, const Flags& flags, int ranks) {
     if ((!tensor || flags.tp == 0) && (!pipeline || flags.pp == 0)) continue;
     used = true;
     if (tensor) one.parallel.tensor = flags.tp;
-    if (pipeline) one.parallel.pipeline = flags.pp;
-    if (pipeline && flags.distributed_optimizer) {
-      throw InputError(
-          "--distributed-optimizer with pp: the pipeline's sharded optimizer is not built yet; accepted: with tp "
-          "and --tp T < the ranks");
-    }
+    if (pipeline) one.parallel.pipeline = flags.pp, one.parallel.tensor = flags.tp;  // --tp too: TP x PP
+    one = strategy::with_framework_recipe(one);
     one.parallel.distributed_optimizer = flags.distributed_optimizer;
     one.named_data = strategy::mesh_of(one, ranks, 0).data;  // InputError unless T·P divides N
   }
@@ -833,7 +825,8 @@ void read_advice(RunOptions& options, const Flags& flags, bool max_gpus_given, i
 void check_tensor(const RunOptions& options, int world) {
   const int ranks = options.plan && options.plan_ranks > 0 ? options.plan_ranks : world;
   for (const strategy::StrategyOptions& one : options.strategies) {
-    if (one.kind != strategy::StrategyKind::kTensor) continue;
+    const bool pipeline_tp = one.kind == strategy::StrategyKind::kPipeline && one.parallel.tensor > 1;
+    if (one.kind != strategy::StrategyKind::kTensor && !pipeline_tp) continue;
     if (options.device == "cuda" && !options.plan) {
       throw InputError(
           "tp runs its parallel cross-entropy on the host: --device cpu (or --plan); accepted for tp: cpu");

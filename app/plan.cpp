@@ -203,10 +203,13 @@ std::vector<RankRole> role_spans(const strategy::StrategyOptions& strategy_optio
                                  int ranks) {
   std::vector<RankRole> spans = {{0, 0, 0}};
   if (strategy_options.kind == strategy::StrategyKind::kPipeline) {
-    // Every stage holds its own layers and activations; with data-parallel pipelines, the first pipeline's stages
-    // stand for those of the others (ranks p, P + p, …).
-    const int stages = strategy::mesh_of(strategy_options, ranks, 0).pipeline;
-    for (int r = 1; r < stages; ++r) spans.push_back({r, r, r});
+    // Every stage holds its own layers and activations: stage p is ranks p·T … p·T + T − 1 (its TP ranks hold the
+    // same bytes); with data-parallel pipelines, the first pipeline's stages stand for those of the others.
+    const strategy::Mesh mesh = strategy::mesh_of(strategy_options, ranks, 0);
+    spans.front().last = mesh.tensor - 1;
+    for (int p = 1; p < mesh.pipeline; ++p) {
+      spans.push_back({p * mesh.tensor, p * mesh.tensor + mesh.tensor - 1, p * mesh.tensor});
+    }
   } else {
     if (ranks > 2) {
       const strategy::Representative middle =

@@ -40,6 +40,7 @@ std::string StrategyOptions::name() const {
       if (named_data < 1) return std::string(named.name);
       const bool tensor = kind == StrategyKind::kTensor;
       std::string out = fmt::format("{}{}", named.name, tensor ? parallel.tensor : parallel.pipeline);
+      if (!tensor && parallel.tensor > 1) out += fmt::format("·tp{}", parallel.tensor);
       if (named_data > 1) out += fmt::format("·dp{}", named_data);
       if (parallel.distributed_optimizer) out += "·do";
       return out;
@@ -102,8 +103,10 @@ StrategyOptions with_framework_recipe(StrategyOptions options) {
     recipe.moments = DType::kF32;
   }
   // Megatron-LM's mixed recipe (tensor_parallel.cpp): bf16 parameters, fp32 main gradients, fp32 master and moments.
-  if (options.kind == StrategyKind::kTensor && recipe.recipe == optim::Recipe::kMixed &&
-      recipe.params == DType::kBF16) {
+  // pp's stages tensor-parallel too (--tp with --pp) are Megatron-LM's alone: its recipe.
+  const bool megatron =
+      options.kind == StrategyKind::kTensor || (options.kind == StrategyKind::kPipeline && options.parallel.tensor > 1);
+  if (megatron && recipe.recipe == optim::Recipe::kMixed && recipe.params == DType::kBF16) {
     recipe.grads = DType::kF32;
   }
   return options;
@@ -237,7 +240,7 @@ std::unique_ptr<Strategy> make_strategy(StrategyContext context, const StrategyO
     case StrategyKind::kZero3: return make_zero3(context, options);
     case StrategyKind::kFsdp: return make_fsdp(context, options);
     case StrategyKind::kFsdp2: return make_fsdp2(context, options);
-    case StrategyKind::kPipeline: return make_pipeline(context, options);
+    case StrategyKind::kPipeline: return make_pipeline(context, with_framework_recipe(options));
     case StrategyKind::kTensor: return make_tensor_parallel(context, with_framework_recipe(options));
   }
   EMU_CHECK(false, "unknown strategy kind {}", static_cast<int>(options.kind));

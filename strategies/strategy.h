@@ -157,7 +157,7 @@ struct StrategyOptions {
 
   // "ddp", "ddp-zero", "zero1", "zero2", "zero3", "fsdp" (FULL_SHARD), "fsdp-grad-op", "fsdp-no-shard",
   // "fsdp-hybrid", "fsdp2", "pp", "tp"; tp and pp with a degree given name their layout, e.g. "tp2·dp2",
-  // "pp2·dp4·do" (do: the distributed optimizer) once `data` is known (layout_named).
+  // "pp2·tp2·dp2", "tp8·dp8·do" (do: the distributed optimizer) once named_data is set.
   std::string name() const;
   // D of a tp or pp run whose degrees were given (set by the app and tests once the world is known): names the
   // layout; 0 leaves the plain name.

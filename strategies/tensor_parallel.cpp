@@ -78,19 +78,10 @@ class TensorParallelStrategy final : public Strategy, private model::TensorParal
 
   // The whole unit in its full layout: each rank places its slice; replicated tensors come from rank 0.
   std::vector<float> full_weights(int unit) override {
-    const model::UnitLayout& full = model_.full_layout(unit);
-    const model::UnitLayout& local = model_.layout(unit);
-    std::vector<float> out(full.count, 0.0f);
-    std::vector<float> mine(local.count);
+    std::vector<float> out(model_.full_layout(unit).count, 0.0f);
+    std::vector<float> mine(model_.layout(unit).count);
     fp32_values(unit, mine.data());
-    for (size_t p = 0; p < local.params.size(); ++p) {
-      if (replicated(unit, p) && tp().rank() != 0) continue;
-      const std::vector<int64_t>& index = index_[static_cast<size_t>(unit)][p];
-      for (size_t i = 0; i < index.size(); ++i) {
-        if (index[i] >= 0)
-          out[full.params[p].offset + static_cast<size_t>(index[i])] = mine[local.params[p].offset + i];
-      }
-    }
+    place_tp_slice(model_, unit, index_[static_cast<size_t>(unit)], mine.data(), tp().rank() == 0, out.data());
     tp().all_reduce(out.data(), out.data(), out.size(), DType::kF32, coll::ReduceOp::kSum, "full weights");
     return out;
   }
@@ -196,13 +187,9 @@ class TensorParallelStrategy final : public Strategy, private model::TensorParal
   void hold(int unit) {
     const optim::PrecisionRecipe& recipe = options_.recipe;
     const model::UnitLayout& layout = model_.layout(unit);
-    const model::UnitLayout& full = model_.full_layout(unit);
     // Where each element of the slice lies in the full tensor; not kept by a plan (shapes only, no values).
     std::vector<std::vector<int64_t>>& index = index_[static_cast<size_t>(unit)];
-    for (size_t p = 0; p < layout.params.size() && device_.holds_data(); ++p) {
-      index.push_back(model::tensor_parallel_index(model_.full_config(), full.params[p], layout.params[p],
-                                                   tp().rank(), tp().size()));
-    }
+    if (device_.holds_data()) index = tp_slice_index(model_, unit, tp().rank(), tp().size());
     const model::ParameterCharge charge = unit_charge(model_, unit);
     Held& held = units_[static_cast<size_t>(unit)];
     const std::string name = fmt::format("tp rank {}, {}", world_.rank(), layout.name);
@@ -218,15 +205,8 @@ class TensorParallelStrategy final : public Strategy, private model::TensorParal
                                                          distributed() ? shard_charge : charge);
     held.decay = decay_ranges(layout, 0);
     if (device_.holds_data()) {
-      std::vector<float> values(full.count), initial(layout.count, 0.0f);
-      model_.init_unit(unit, options_.seed, values.data());
-      for (size_t p = 0; p < layout.params.size(); ++p) {
-        for (size_t i = 0; i < index[p].size(); ++i) {
-          if (index[p][i] >= 0) {
-            initial[layout.params[p].offset + i] = values[full.params[p].offset + static_cast<size_t>(index[p][i])];
-          }
-        }
-      }
+      std::vector<float> initial(layout.count);
+      init_tp_slice(model_, unit, options_.seed, index, initial.data());
       convert(initial.data(), DType::kF32, held.params.data(), recipe.params, layout.count);
       held.optimizer->load_master(
           optim::ConstElementSpan(initial.data() + held.shard.offset, held.shard.valid, DType::kF32));

@@ -33,12 +33,14 @@ model::ModelConfig parallel_config() {
   return config;
 }
 
-// "tp", "pp", or "tp-do" (tp with the distributed optimizer), of degree `degree`.
+// "tp", "pp", "pp-tp" (pp whose stages are TP `degree` too), each with "-do" for the distributed optimizer, of
+// degree `degree`.
 strategy::StrategyOptions parallel_options(std::string_view name, int degree) {
-  const bool pipeline = name == "pp";
+  const bool pipeline = name.starts_with("pp");
   strategy::StrategyOptions options = test_options(pipeline ? "pp" : "tp", optim::Recipe::kFp32);
   (pipeline ? options.parallel.pipeline : options.parallel.tensor) = degree;
-  options.parallel.distributed_optimizer = name == "tp-do";
+  if (name.starts_with("pp-tp")) options.parallel.tensor = degree;
+  options.parallel.distributed_optimizer = name.ends_with("-do");
   return options;
 }
 
@@ -98,18 +100,24 @@ std::unique_ptr<ParallelRun> run_parallel(const strategy::StrategyOptions& optio
 
 bool four_ranks() { return world_size() == 4; }
 
+// The global batch's D replicas at this world for `options` (1 at 4 ranks for TP 2 × PP 2, 2 at 8).
+int replicas(const strategy::StrategyOptions& options) { return strategy::mesh_of(options, world_size(), 0).data; }
+
 // fp32: only the order of the sums differs from the reference (TP's partial products, the replicas' average): a
 // few ulps. A missing data-parallel all-reduce leaves each replica with its own half of the batch (the weights
 // part at the first step by up to lr = 1e-2, the norm by far more than 1e-5); a norm summed over the replicas too
 // is √D = 1.41 times the reference's.
 constexpr double kLossTolerance = 1e-5, kNormTolerance = 1e-5, kWeightTolerance = 1e-5;
 
-class Equivalence : public ::testing::TestWithParam<std::string> {};  // parallel_options' names, degree 2, D = 2
+class Equivalence : public ::testing::TestWithParam<std::string> {};  // parallel_options' names, degree 2
 
+// TP 2 × DP 2 and PP 2 × DP 2 (each with and without the distributed optimizer) at 4 ranks; TP 2 × PP 2 at 4
+// ranks (D = 1) and TP 2 × PP 2 × DP 2 at 8 (with and without).
 TEST_P(Equivalence, SameAsSingleDevice) {
-  if (!four_ranks()) GTEST_SKIP() << "TP 2 x DP 2 and PP 2 x DP 2 need 4 ranks";
+  const bool three_d = GetParam().starts_with("pp-tp");
+  if (!four_ranks() && !(three_d && world_size() == 8)) GTEST_SKIP() << "4 ranks (TP 2 x PP 2: 4 or 8)";
   const strategy::StrategyOptions options = parallel_options(GetParam(), 2);
-  const Trace reference = run_reference_config(parallel_config(), options, 2, kMicroBatches, kSteps);
+  const Trace reference = run_reference_config(parallel_config(), options, replicas(options), kMicroBatches, kSteps);
   const auto run = run_parallel(options, kMicroBatches, kSteps, true);
   for (int step = 0; step < kSteps; ++step) {
     const size_t i = static_cast<size_t>(step);
@@ -118,22 +126,25 @@ TEST_P(Equivalence, SameAsSingleDevice) {
     EXPECT_NEAR(run->trace.grad_norms[i], reference.grad_norms[i], kNormTolerance * reference.grad_norms[i])
         << "step " << step + 1;
     double worst = 0;
+    size_t worst_unit = 0, worst_element = 0;
     for (size_t u = 0; u < reference.weights[i].size(); ++u) {
       const std::vector<float>& want = reference.weights[i][u];
       const std::vector<float>& got = run->trace.weights[i][u];
       ASSERT_EQ(got.size(), want.size()) << "unit " << u;
       for (size_t e = 0; e < want.size(); ++e) {
-        worst = std::max(worst, std::abs(double(got[e]) - want[e]) / std::max(1.0, std::abs(double(want[e]))));
+        const double error = std::abs(double(got[e]) - want[e]) / std::max(1.0, std::abs(double(want[e])));
+        if (error > worst) worst = error, worst_unit = u, worst_element = e;
       }
     }
-    EXPECT_LE(worst, kWeightTolerance) << "step " << step + 1;
+    EXPECT_LE(worst, kWeightTolerance) << "step " << step + 1 << ", unit " << worst_unit << ", element "
+                                       << worst_element;
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Dp2, Equivalence, ::testing::Values("tp", "pp", "tp-do"),
+INSTANTIATE_TEST_SUITE_P(Parallel, Equivalence, ::testing::Values("tp", "pp", "tp-do", "pp-do", "pp-tp", "pp-tp-do"),
                          [](const ::testing::TestParamInfo<std::string>& param) {
-                           return param.param == "tp-do" ? std::string("tp2_dp2_distributed_optimizer")
-                                                         : param.param + "2_dp2";
+                           std::string name = param.param.starts_with("pp-tp") ? "pp2_tp2_dp" : param.param.substr(0, 2) + "2_dp";
+                           return param.param.ends_with("-do") ? name + "_distributed_optimizer" : name;
                          });
 
 // Local parameters of a rank, by hand. A block's matrices at full shape: q and o 32·32, k and v 16·32 (kv = 4 heads
@@ -239,6 +250,49 @@ TEST(ParallelTraffic, PipelineGroupAndDataGroup) {
   }
   EXPECT_EQ(predicted_data, data_sent);
   EXPECT_EQ(predicted_sends, sent);
+}
+
+// TP 2 × PP 2 (× DP 2 at 8 ranks): every stage's TP group all-reduces b·s·h·4 = 1,024 bytes 4 times per block
+// (2 blocks per stage), plus once on the first stage (the embedding output) and on the last (the head's input
+// gradient), per micro-batch, at 2(T − 1)/T = 1; the last stage also the cross-entropy's 3 of b·s·4 = 32 bytes.
+// The pipeline between TP rank t of each stage carries the whole b·s·h activation (no scatter-gather: 1,024
+// bytes per micro-batch); the data-parallel group (8 ranks) all-reduces the stage's local gradients once.
+TEST(ParallelTraffic, TensorParallelStages) {
+  const strategy::StrategyOptions options = parallel_options("pp-tp", 2);
+  if (world_size() != 4 && world_size() != 8) GTEST_SKIP() << "TP 2 x PP 2 needs 4 or 8 ranks";
+  const auto run = run_parallel(options, kMicroBatches, 1, false);
+  const strategy::Mesh mesh = strategy::mesh_of(options, world_size(), world_rank());
+  const bool first = mesh.pipeline_rank() == 0;
+  uint64_t hidden = 0, rows = 0;
+  for (const auto& [key, entry] : run->ledger("tensor-parallel").entries()) {
+    if (key.first != coll::CollectiveKind::kAllReduce) continue;
+    const std::string_view phase(key.second);
+    if (phase.starts_with("tp all-reduce")) hidden += entry.moved.sent;
+    if (phase.starts_with("tp cross-entropy")) rows += entry.moved.sent;
+  }
+  EXPECT_EQ(hidden, uint64_t{kMicroBatches} * (4 * 2 + 1) * 1024);
+  EXPECT_EQ(rows, first ? 0u : uint64_t{kMicroBatches} * 3 * 32);
+  uint64_t sent = 0;
+  for (const auto& [key, entry] : run->ledger("pipeline").entries()) {
+    if (key.first == coll::CollectiveKind::kSend) sent += entry.moved.sent;
+  }
+  EXPECT_EQ(sent, uint64_t{kMicroBatches} * 1024);
+  strategy::AnalyticInput input = strategy::analytic_input(*run->model, world_size(), 1, kMicroBatches);
+  input.rank = world_rank();
+  const strategy::Prediction predicted = strategy::predict(options, input);
+  uint64_t predicted_tp = 0;
+  for (const strategy::PredictedTraffic& t : predicted.traffic) {
+    if (t.group == "tensor-parallel") predicted_tp += t.sent;
+  }
+  EXPECT_EQ(predicted_tp, hidden + rows);
+  if (mesh.data > 1) {  // the stage's slice: 2 blocks' matrices / 2 and their norms, its root tensors / 2
+    const uint64_t owned = 2 * (kBlockMatrices / 2 + kBlockNorms) + (first ? kTable / 2 : kTable / 2 + 32);
+    uint64_t data_sent = 0;
+    for (const auto& [key, entry] : run->ledger("data-parallel").entries()) {
+      if (key.first == coll::CollectiveKind::kAllReduce) data_sent += entry.moved.sent;
+    }
+    EXPECT_EQ(data_sent, 4 * owned);
+  }
 }
 
 // N not divisible by T·P: a clear error naming the values, the same on every rank.
