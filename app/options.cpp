@@ -582,7 +582,7 @@ strategy::StrategyOptions read_strategies(RunOptions& options, Flags& flags, int
 // the rest; the strategies named after their layout ("tp2·dp4").
 void read_parallel_layout(RunOptions& options, const Flags& flags, int ranks) {
   const auto check = [&](std::string_view flag, int value) {
-    if (value < 0 || value > ranks) {
+    if (value < 0 || value > kMaxRanks) {  // beyond the ranks: mesh_of's error names the ranks
       throw InputError(fmt::format("{} {} is out of range; accepted: 1 to {} (the ranks)", flag, value, ranks));
     }
   };

@@ -42,7 +42,7 @@ std::string StrategyOptions::name() const {
       std::string out = fmt::format("{}{}", named.name, tensor ? parallel.tensor : parallel.pipeline);
       if (!tensor && parallel.tensor > 1) out += fmt::format("·tp{}", parallel.tensor);
       if (named_data > 1) out += fmt::format("·dp{}", named_data);
-      if (parallel.distributed_optimizer) out += "·do";
+      if (named_data > 1 && parallel.distributed_optimizer) out += "·do";
       return out;
     }
   }
