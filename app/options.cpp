@@ -230,9 +230,10 @@ void add_training_flags(CLI::App& app, RunOptions& options, Flags& flags) {
                  "micro-batches' activations) or gpipe (all forwards, then all backwards: every stage holds all M)")
       ->capture_default_str()
       ->group("Training");
-  app.add_option("--micro-batches", options.micro_batches,
-                 "pp: micro-batches per step through the pipeline, M (global batch M x --micro-batch; default ranks "
-                 "x --grad-accum, the data-parallel strategies' global batch)")
+  app.add_option(
+         "--micro-batches", options.micro_batches,
+         "pp: micro-batches per step through the pipeline, M (global batch M x --micro-batch per pipeline; default "
+         "ranks x --grad-accum, the data-parallel strategies' global batch, or P x --grad-accum with --pp P)")
       ->group("Training");
   app.add_option("--tp", flags.tp,
                  "tp: tensor-parallel size T (Megatron-LM's --tensor-model-parallel-size): groups of T consecutive "
@@ -606,8 +607,9 @@ void read_parallel_layout(RunOptions& options, const Flags& flags, int ranks) {
                                  flags.tp > 0 ? "tp" : "pp", flags.tp > 0 ? "tp" : "pp"));
   }
   if (flags.distributed_optimizer && !used) {
-    throw InputError("--distributed-optimizer shards Megatron-LM's optimizer over tp's or pp's data-parallel "
-                     "replicas; accepted with --tp (tp) or --pp (pp)");
+    throw InputError(
+        "--distributed-optimizer shards Megatron-LM's optimizer over tp's or pp's data-parallel "
+        "replicas; accepted with --tp (tp) or --pp (pp)");
   }
 }
 

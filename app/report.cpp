@@ -242,8 +242,7 @@ std::string format_pipeline(const RunReport& r) {
     std::string layout;
     if (mesh.tensor > 1) layout += fmt::format(" / {} (its TP ranks)", mesh.tensor);
     if (mesh.data > 1) layout += fmt::format(" mod {}, {} data-parallel pipelines", stages, mesh.data);
-    out += fmt::format("  peak GiB per stage (stage = rank{}): {}; highest: {}\n", layout,
-                       fmt::join(peaks, ", "),
+    out += fmt::format("  peak GiB per stage (stage = rank{}): {}; highest: {}\n", layout, fmt::join(peaks, ", "),
                        o.roles.empty() ? fmt::format("rank {}", o.peak_rank) : r.rank_words(o, o.peak_rank));
     double sent = 0, data_sent = 0, tensor_sent = 0;
     for (const auto& [key, t] : o.traffic_per_step) {

@@ -128,15 +128,14 @@ class Pipeline final : public Strategy {
 
   void setup() override {
     const Mesh mesh = mesh_of(options_, world_.size(), world_.rank());
-    const int stage_group = world_.rank() / mesh.tensor;                   // d·P + p
+    const int stage_group = world_.rank() / mesh.tensor;                     // d·P + p
     const int across = mesh.data_rank() * mesh.tensor + mesh.tensor_rank();  // d·T + t
     if (mesh.data > 1 || mesh.tensor > 1) {
-      pipe_group_ =
-          split_group(across, mesh.pipeline_rank(), mesh.pipeline, fmt::format("pipeline {}", across));
+      pipe_group_ = split_group(across, mesh.pipeline_rank(), mesh.pipeline, fmt::format("pipeline {}", across));
     }
     if (mesh.tensor > 1) {
-      tp_group_ = split_group(stage_group, mesh.tensor_rank(), mesh.tensor,
-                              fmt::format("tensor-parallel {}", stage_group));
+      tp_group_ =
+          split_group(stage_group, mesh.tensor_rank(), mesh.tensor, fmt::format("tensor-parallel {}", stage_group));
       tensor_ = std::make_unique<GroupTensorParallel>(*tp_group_);
       model_.set_tensor_parallel(tensor_.get());
     }
@@ -254,7 +253,8 @@ class Pipeline final : public Strategy {
         for (const Segment& segment : held.segments) {
           size_t lo = 0, hi = 0;
           segment.owned(layout.params[p].offset, layout.params[p].offset + layout.params[p].count, lo, hi);
-          sum += optim::grad_sum_of_squares(optim::ConstElementSpan(element(held.grads.data(), dtype, lo), hi - lo, dtype));
+          sum += optim::grad_sum_of_squares(
+              optim::ConstElementSpan(element(held.grads.data(), dtype, lo), hi - lo, dtype));
         }
       }
     }
@@ -293,8 +293,8 @@ class Pipeline final : public Strategy {
             held.decay, lr, grad_scale);
         if (distributed()) {
           void* mine = element(held.params.data(), params, segment.offset);
-          dp_group_->all_gather_v(element(mine, params, segment.shard.offset), mine, shard_counts(segment.count), params,
-                                  "data-parallel parameter all-gather");
+          dp_group_->all_gather_v(element(mine, params, segment.shard.offset), mine, shard_counts(segment.count),
+                                  params, "data-parallel parameter all-gather");
         }
       }
       zero(held.grads.data(), held.grads.dtype(), held.grads.count());
@@ -322,12 +322,8 @@ class Pipeline final : public Strategy {
   };
 
   bool distributed() const { return dp_group_ != nullptr && options_.parallel.distributed_optimizer; }
-  // Each data-parallel rank's real elements of a segment of `count` (shard.h).
-  std::vector<size_t> shard_counts(size_t count) const {
-    std::vector<size_t> counts;
-    for (int r = 0; r < dp_group_->size(); ++r) counts.push_back(shard_of(count, r, dp_group_->size()).valid);
-    return counts;
-  }
+  // Each data-parallel rank's real elements of `count` (shard.h): the blocks of the reduce-scatter and all-gather.
+  std::vector<size_t> shard_counts(size_t count) const { return strategy::shard_counts(count, dp_group_->size()); }
 
   // The pipeline's group: the world when every rank is a stage of one pipeline.
   coll::Communicator& pipe() const { return pipe_group_ ? *pipe_group_ : world_; }
@@ -392,10 +388,10 @@ class Pipeline final : public Strategy {
       Segment segment;
       segment.offset = unit == 0 ? layout.params[p].offset : 0;
       segment.count = unit == 0 ? layout.params[p].count : layout.count;
-      segment.shard = distributed() ? shard_of(segment.count, dp_group_->rank(), dp_group_->size())
-                                    : shard_of(segment.count, 0, 1);
-      const double charged = unit == 0 ? static_cast<double>(model::tensor_charge(model_.config(), layout.params[p]))
-                                       : charge.charged;
+      segment.shard =
+          distributed() ? shard_of(segment.count, dp_group_->rank(), dp_group_->size()) : shard_of(segment.count, 0, 1);
+      const double charged =
+          unit == 0 ? static_cast<double>(model::tensor_charge(model_.config(), layout.params[p])) : charge.charged;
       const model::ParameterCharge shard_charge{
           segment.shard.valid, charged * static_cast<double>(segment.shard.valid) / static_cast<double>(segment.count)};
       segment.optimizer =

@@ -114,11 +114,13 @@ struct PipelineOptions {
   Schedule schedule = Schedule::k1F1B;
 };
 
-// Megatron-LM's parallel layout for tp and pp (megatron/core/parallel_state.py initialize_model_parallel): the
-// world of N ranks as DP × PP × TP, TP innermost (T consecutive ranks, inside a node), then PP, then DP, so that
-// rank = d·P·T + p·T + t. 0 takes the default: all ranks for the strategy's own dimension (tp: T = N; pp: P = N),
-// 1 for the other. D = N/(T·P) data-parallel replicas, each training on its own slice of the global batch
-// (Megatron's --tensor-model-parallel-size, --pipeline-model-parallel-size; D is what remains).
+// The parallel layout of tp and pp: the world of N ranks as DP × PP × TP, TP innermost (T consecutive ranks,
+// inside a node), then PP, then DP, so that rank = d·P·T + p·T + t: Megatron-LM's initialize_model_parallel with
+// order="tp-cp-pp-ep-dp" (megatron/core/parallel_state.py; its default "tp-cp-ep-dp-pp", like torchtitan's mesh
+// ["pp", "dp_replicate", "dp_shard", "cp", "tp"], puts DP inside PP: the same groups' sizes and bytes, other links). 0
+// takes the default: all ranks for the strategy's own dimension (tp: T = N; pp: P = N), 1 for the other. D = N/(T·P)
+// data-parallel replicas, each training on its own slice of the global batch (Megatron's --tensor-model-parallel-size,
+// --pipeline-model-parallel-size; D is what remains).
 struct ParallelOptions {
   int tensor = 0;    // T (--tp)
   int pipeline = 0;  // P (--pp)

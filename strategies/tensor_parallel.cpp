@@ -113,8 +113,8 @@ class TensorParallelStrategy final : public Strategy, private model::TensorParal
         if (replicated(u, p) && tp().rank() != 0) continue;  // counted once
         size_t lo = layout.params[p].offset, hi = lo + layout.params[p].count;
         if (distributed()) held.shard.intersect(lo, hi, lo, hi);  // the shard this rank holds reduced
-        sum += optim::grad_sum_of_squares(
-            optim::ConstElementSpan(element(held.grads.data(), dtype, lo), hi - lo, dtype));
+        sum +=
+            optim::grad_sum_of_squares(optim::ConstElementSpan(element(held.grads.data(), dtype, lo), hi - lo, dtype));
       }
     }
     return distributed() ? sum_over_world(sum, "gradient norm") : sum_over(tp(), sum, "gradient norm");
@@ -147,8 +147,8 @@ class TensorParallelStrategy final : public Strategy, private model::TensorParal
         const DType params = held.params.dtype(), grads = held.grads.dtype();
         held.optimizer->step(
             options_.adamw, optim::ElementSpan(element(held.params.data(), params, shard.offset), shard.valid, params),
-            optim::ConstElementSpan(element(held.grads.data(), grads, shard.offset), shard.valid, grads),
-            shard.offset, held.decay, lr, grad_scale);
+            optim::ConstElementSpan(element(held.grads.data(), grads, shard.offset), shard.valid, grads), shard.offset,
+            held.decay, lr, grad_scale);
         const std::vector<size_t> counts = shard_counts(held.params.count());
         dp_group_->all_gather_v(element(held.params.data(), params, shard.offset), held.params.data(), counts, params,
                                 "data-parallel parameter all-gather");
@@ -160,19 +160,15 @@ class TensorParallelStrategy final : public Strategy, private model::TensorParal
  private:
   struct Held {  // one unit's slice of model states on this rank
     Buffer params, grads;
-    ShardInfo shard;  // the elements whose optimizer state this rank holds: all of them but under --distributed-optimizer
+    ShardInfo
+        shard;  // the elements whose optimizer state this rank holds: all of them but under --distributed-optimizer
     std::unique_ptr<optim::AdamWState> optimizer;
     std::vector<optim::DecayRange> decay;
   };
 
   bool distributed() const { return dp_group_ != nullptr && options_.parallel.distributed_optimizer; }
-  // Each data-parallel rank's real elements of a unit of `count` (shard.h): the blocks of the reduce-scatter and
-  // all-gather.
-  std::vector<size_t> shard_counts(size_t count) const {
-    std::vector<size_t> counts;
-    for (int r = 0; r < dp_group_->size(); ++r) counts.push_back(shard_of(count, r, dp_group_->size()).valid);
-    return counts;
-  }
+  // Each data-parallel rank's real elements of `count` (shard.h): the blocks of the reduce-scatter and all-gather.
+  std::vector<size_t> shard_counts(size_t count) const { return strategy::shard_counts(count, dp_group_->size()); }
 
   // The TP group: the world when every rank is one (no data parallelism).
   coll::Communicator& tp() const { return tp_group_ ? *tp_group_ : world_; }
@@ -198,7 +194,8 @@ class TensorParallelStrategy final : public Strategy, private model::TensorParal
     held.grads = model::allocate_parameter_space(device_, charge, layout.count, recipe.grads, Category::kGradients,
                                                  name + " gradients");
     zero(held.grads.data(), recipe.grads, layout.count);
-    held.shard = distributed() ? shard_of(layout.count, dp_group_->rank(), dp_group_->size()) : shard_of(layout.count, 0, 1);
+    held.shard =
+        distributed() ? shard_of(layout.count, dp_group_->rank(), dp_group_->size()) : shard_of(layout.count, 0, 1);
     const model::ParameterCharge shard_charge{
         held.shard.valid, charge.charged * static_cast<double>(held.shard.valid) / static_cast<double>(layout.count)};
     held.optimizer = std::make_unique<optim::AdamWState>(optimizer_device(), recipe, held.shard.valid, name,
@@ -232,7 +229,7 @@ class TensorParallelStrategy final : public Strategy, private model::TensorParal
   }
 
   std::unique_ptr<coll::Communicator> tp_group_, dp_group_;  // with D > 1 replicas (setup)
-  std::vector<Held> units_;                               // [units]
+  std::vector<Held> units_;                                  // [units]
   std::vector<std::vector<std::vector<int64_t>>> index_;  // [units][params][local elements]: the full element or −1
 };
 

@@ -56,11 +56,11 @@ Updated predict_tensor_parallel(const StrategyOptions& options, const AnalyticIn
                    3 * micro_batches);
   prediction.formula =
       distributed
-          ? fmt::format("({} + {}/D)Ψ/t, t = {}, D = {}: the slice of every matrix, the optimizer sharded over the "
-                        "replicas (Megatron-LM's distributed optimizer)",
-                        recipe.total_bytes_per_param() - 2 * dtype_size(recipe.moments) -
-                            (recipe.has_master ? 4 : 0),
-                        2 * dtype_size(recipe.moments) + (recipe.has_master ? 4 : 0), tp, mesh.data)
+          ? fmt::format(
+                "({} + {}/D)Ψ/t, t = {}, D = {}: the slice of every matrix, the optimizer sharded over the "
+                "replicas (Megatron-LM's distributed optimizer)",
+                recipe.total_bytes_per_param() - 2 * dtype_size(recipe.moments) - (recipe.has_master ? 4 : 0),
+                2 * dtype_size(recipe.moments) + (recipe.has_master ? 4 : 0), tp, mesh.data)
           : fmt::format("{}Ψ/t, t = {}: the slice of every matrix (Megatron-LM)", recipe.total_bytes_per_param(), tp);
   return updated;
 }

@@ -113,7 +113,8 @@ TEST_P(Ranks, BadInputsExitTwoWithOneMessage) {
       {"--model gpt2 --reshard-after-forward 3", "an int must divide the ranks and lie between 1 and"},
       {"--model gpt2 --expect zero3=fits", "--expect 'zero3=fits'"},
       {"--model gpt2 --json /no/such/folder/out.json", "the folder '/no/such/folder' does not exist"},
-      {"--model llama2-7b --strategies tp --tp 3", "ranks are not divisible by tensor-parallel 3 x pipeline-parallel 1"},
+      {"--model llama2-7b --strategies tp --tp 3",
+       "ranks are not divisible by tensor-parallel 3 x pipeline-parallel 1"},
       {"--model gpt2 --strategies ddp --pp 2", "--pp 2 sets pp's degree; accepted with pp among --strategies"},
   };
   for (const auto& [args, message] : table) {

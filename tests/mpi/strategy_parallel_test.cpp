@@ -81,6 +81,7 @@ std::unique_ptr<ParallelRun> run_parallel(const strategy::StrategyOptions& optio
   const auto data = tiny_data(config);
   for (int step = 0; step < steps; ++step) {
     std::vector<data::Batch> batches;
+    batches.reserve(static_cast<size_t>(count));
     for (int m = 0; m < count; ++m) {
       batches.push_back(data.batch(step, data::sample_offset(mesh.data_rank(), mesh.data, m, 1), 1));
     }
@@ -143,7 +144,8 @@ TEST_P(Equivalence, SameAsSingleDevice) {
 
 INSTANTIATE_TEST_SUITE_P(Parallel, Equivalence, ::testing::Values("tp", "pp", "tp-do", "pp-do", "pp-tp", "pp-tp-do"),
                          [](const ::testing::TestParamInfo<std::string>& param) {
-                           std::string name = param.param.starts_with("pp-tp") ? "pp2_tp2_dp" : param.param.substr(0, 2) + "2_dp";
+                           std::string name =
+                               param.param.starts_with("pp-tp") ? "pp2_tp2_dp" : param.param.substr(0, 2) + "2_dp";
                            return param.param.ends_with("-do") ? name + "_distributed_optimizer" : name;
                          });
 
