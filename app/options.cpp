@@ -799,8 +799,8 @@ void check_pipeline(const RunOptions& options, int world) {
     const int stages = strategy::mesh_of(one, ranks, 0).pipeline;
     if (stages <= options.full.layers) continue;
     throw InputError(
-        fmt::format("pp runs one pipeline stage per rank: {} stages for {}'s {} blocks; accepted: 1 to {} "
-                    "stages (--pp P for pipelines of P ranks, data-parallel across them)",
+        fmt::format("pp runs one pipeline stage per rank: {} ranks for {}'s {} blocks; accepted: 1 to {} "
+                    "ranks per pipeline (--pp P for pipelines of P ranks, data-parallel across them)",
                     stages, options.full.name, options.full.layers, options.full.layers));
   }
 }

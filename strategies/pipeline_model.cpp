@@ -72,8 +72,9 @@ Updated predict_pipeline(const StrategyOptions& options, const AnalyticInput& in
                                   sends, sends * input.boundary_bytes});
   }
   if (mesh.tensor > 1) {
-    const uint64_t blocks = static_cast<uint64_t>(mine.last) - static_cast<uint64_t>(mine.first) + 1;
-    const uint64_t hidden = blocks * (input.checkpoint ? 6 : 4) + (stage == 0 ? 1 : 0) + (stage == stages - 1 ? 1 : 0);
+    const uint64_t own_blocks = static_cast<uint64_t>(mine.last) - static_cast<uint64_t>(mine.first) + 1;
+    const uint64_t hidden =
+        own_blocks * (input.checkpoint ? 6 : 4) + (stage == 0 ? 1 : 0) + (stage == stages - 1 ? 1 : 0);
     add_ring_traffic(prediction, coll::CollectiveKind::kAllReduce, "tensor-parallel", input.boundary_bytes, mesh.tensor,
                      hidden * micro_batches);
     if (stage == stages - 1) {
