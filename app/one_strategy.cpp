@@ -52,15 +52,18 @@ StrategyOutcome run_one_strategy(const Stage& stage, const strategy::StrategyOpt
   // model.config(): the rank's own shapes (tp's slice: a/t heads, F/t, V'/t; set in set-up); under sequence
   // parallelism the residual stream's and the norms' rows are T/t.
   const bool tensor_sequence = options.kind == strategy::StrategyKind::kTensor && model_options.sequence_parallel;
-  outcome.predicted_activations =
-      model::saved_activation_bytes(model.config(), model_options, tensor_sequence ? stage.ranks : 1);
+  outcome.predicted_activations = model::saved_activation_bytes(
+      model.config(), model_options, tensor_sequence ? strategy::mesh_of(options, stage.ranks, 0).tensor : 1);
 
   for (int step = 0; step < stage.steps; ++step) {
-    // pp's stages and tp's ranks all run the same micro-batches: the global batch's first ones.
+    // pp's stages and tp's ranks run their replica's micro-batches (all of the global batch's without --tp, --pp).
     const bool tensor = options.kind == strategy::StrategyKind::kTensor;
+    const strategy::Mesh mesh = strategy::mesh_of(options, stage.ranks, stage.world.rank());
     const std::vector<data::Batch> micro_batches =
-        pipeline ? driver.pipeline_micro_batches(step, stage.pipeline_micro_batches)
-                 : (tensor ? driver.pipeline_micro_batches(step, stage.accumulation) : driver.micro_batches(step));
+        pipeline || tensor
+            ? driver.replica_micro_batches(step, pipeline ? stage.pipeline_micro_batches : stage.accumulation,
+                                           mesh.data_rank(), mesh.data)
+            : driver.micro_batches(step);
     driver.before_step(step);
     PhaseScope phase(stage.device.memory(), fmt::format("step {}", step + 1));
     const double start = steady_seconds();

@@ -46,8 +46,9 @@ class StepDriver {
   virtual ~StepDriver() = default;
   // The micro-batches optimizer step `step` (from 0) trains on.
   virtual std::vector<data::Batch> micro_batches(int step) = 0;
-  // pp: the `count` micro-batches of the whole step's global batch, the same on every rank.
-  virtual std::vector<data::Batch> pipeline_micro_batches(int step, int count) = 0;
+  // tp and pp: the `count` micro-batches of data-parallel replica `replica` of `replicas` (its slice of the step's
+  // global batch, data::sample_offset over the replicas), the same on every rank of the replica.
+  virtual std::vector<data::Batch> replica_micro_batches(int step, int count, int replica, int replicas) = 0;
   // Just before step `step`, after its micro-batches are made.
   virtual void before_step(int step) {}
   // After step `step`, still inside its memory phase: records what the step measured; false stops the steps.

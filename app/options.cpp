@@ -138,12 +138,16 @@ struct Flags {
   double lr = 0, clip = -1;
   bool bucket_view = false;
   bool offload_param = false;
+  int tp = 0, pp = 0;  // --tp, --pp; 0: not given
+  bool distributed_optimizer = false;
   std::string reshard_after_forward = "true";
   // Given on the command line, so that an explicit 0 or '' is checked rather than taken for "not given".
   bool micro_batches_given = false;  // --micro-batches, whose 0 is not accepted (0 in RunOptions: the default)
   bool strategies_given = false, seq_len_given = false, micro_batch_given = false, accumulation_given = false,
        precision_given = false, attention_given = false, checkpoint_given = false;
 };
+
+void read_parallel_layout(RunOptions& options, const Flags& flags, int ranks);  // --tp, --pp
 
 // Flags are declared in the order --help lists them: group by group, as below.
 void add_model_flags(CLI::App& app, RunOptions& options, Flags& flags) {
@@ -236,9 +240,23 @@ void add_training_flags(CLI::App& app, RunOptions& options, Flags& flags) {
                  "micro-batches' activations) or gpipe (all forwards, then all backwards: every stage holds all M)")
       ->capture_default_str()
       ->group("Training");
-  app.add_option("--micro-batches", options.micro_batches,
-                 "pp: micro-batches per step through the pipeline, M (global batch M x --micro-batch; default ranks "
-                 "x --grad-accum, the data-parallel strategies' global batch)")
+  app.add_option(
+         "--micro-batches", options.micro_batches,
+         "pp: micro-batches per step through the pipeline, M (global batch M x --micro-batch per pipeline; default "
+         "ranks x --grad-accum, the data-parallel strategies' global batch, or P x --grad-accum with --pp P)")
+      ->group("Training");
+  app.add_option("--tp", flags.tp,
+                 "tp: tensor-parallel size T (Megatron-LM's --tensor-model-parallel-size): groups of T consecutive "
+                 "ranks, data-parallel across the N/T groups (default: all ranks, T = N); with --pp, pp's stages are "
+                 "tensor-parallel too (TP x PP x DP, D = N/(T x P))")
+      ->group("Training");
+  app.add_option("--pp", flags.pp,
+                 "pp: pipeline-parallel size P (Megatron-LM's --pipeline-model-parallel-size): pipelines of P "
+                 "consecutive ranks, data-parallel across the N/P pipelines (default: all ranks, P = N)")
+      ->group("Training");
+  app.add_flag("--distributed-optimizer", flags.distributed_optimizer,
+               "tp, pp with data parallelism: Megatron-LM's --use-distributed-optimizer (fp32 master weights and Adam "
+               "state sharded over the data-parallel group, gradients reduce-scattered, parameters all-gathered)")
       ->group("Training");
   app.add_option("--comm-hook", flags.comm_hook,
                  "ddp, ddp-zero: DDP's communication hook: none (all-reduce the buckets at the gradients' dtype, fp32 "
@@ -567,7 +585,42 @@ strategy::StrategyOptions read_strategies(RunOptions& options, Flags& flags, int
     strategy::set_kind(one, name);
     options.strategies.push_back(one);
   }
+  read_parallel_layout(options, flags, options.plan && options.plan_ranks > 0 ? options.plan_ranks : world);
   return base;
+}
+
+// --tp and --pp: the degrees of tp and pp over `ranks` ranks (strategy.h ParallelOptions), the data-parallel degree
+// the rest; the strategies named after their layout ("tp2·dp4").
+void read_parallel_layout(RunOptions& options, const Flags& flags, int ranks) {
+  const auto check = [&](std::string_view flag, int value) {
+    if (value < 0 || value > kMaxRanks) {  // beyond the ranks: mesh_of's error names the ranks
+      throw InputError(fmt::format("{} {} is out of range; accepted: 1 to {} (the ranks)", flag, value, ranks));
+    }
+  };
+  check("--tp", flags.tp);
+  check("--pp", flags.pp);
+  bool used = false;
+  for (strategy::StrategyOptions& one : options.strategies) {
+    const bool tensor = one.kind == strategy::StrategyKind::kTensor;
+    const bool pipeline = one.kind == strategy::StrategyKind::kPipeline;
+    if ((!tensor || flags.tp == 0) && (!pipeline || flags.pp == 0)) continue;
+    used = true;
+    if (tensor) one.parallel.tensor = flags.tp;
+    if (pipeline) one.parallel.pipeline = flags.pp, one.parallel.tensor = flags.tp;  // --tp too: TP x PP
+    one = strategy::with_framework_recipe(one);
+    one.parallel.distributed_optimizer = flags.distributed_optimizer;
+    one.named_data = strategy::mesh_of(one, ranks, 0).data;  // InputError unless T·P divides N
+  }
+  if ((flags.tp > 0 || flags.pp > 0) && !used) {
+    throw InputError(fmt::format("{} {} sets {}'s degree; accepted with {} among --strategies",
+                                 flags.tp > 0 ? "--tp" : "--pp", flags.tp > 0 ? flags.tp : flags.pp,
+                                 flags.tp > 0 ? "tp" : "pp", flags.tp > 0 ? "tp" : "pp"));
+  }
+  if (flags.distributed_optimizer && !used) {
+    throw InputError(
+        "--distributed-optimizer shards Megatron-LM's optimizer over tp's or pp's data-parallel "
+        "replicas; accepted with --tp (tp) or --pp (pp)");
+  }
 }
 
 void read_training_loop(RunOptions& options, const Flags& flags, int world) {
@@ -748,7 +801,13 @@ void read_faults(RunOptions& options, const Flags& flags, int world) {
 // Declares the flags group by group, parses, then reads and checks each group; the steps run in this order so that
 // a command line with several errors reports the same first one every time.
 int pipeline_micro_batches(const RunOptions& options, int ranks) {
-  return options.micro_batches > 0 ? options.micro_batches : ranks * options.accumulation;
+  if (options.micro_batches > 0) return options.micro_batches;
+  for (const strategy::StrategyOptions& one : options.strategies) {  // --pp P: P × accumulation per pipeline
+    if (one.kind == strategy::StrategyKind::kPipeline && one.parallel.pipeline > 0) {
+      return one.parallel.pipeline * options.accumulation;
+    }
+  }
+  return ranks * options.accumulation;
 }
 
 namespace {
@@ -757,11 +816,13 @@ namespace {
 void check_pipeline(const RunOptions& options, int world) {
   const int ranks = options.plan && options.plan_ranks > 0 ? options.plan_ranks : world;
   for (const strategy::StrategyOptions& one : options.strategies) {
-    if (one.kind != strategy::StrategyKind::kPipeline || ranks <= options.full.layers) continue;
+    if (one.kind != strategy::StrategyKind::kPipeline) continue;
+    const int stages = strategy::mesh_of(one, ranks, 0).pipeline;
+    if (stages <= options.full.layers) continue;
     throw InputError(
         fmt::format("pp runs one pipeline stage per rank: {} ranks for {}'s {} blocks; accepted: 1 to {} "
-                    "ranks (data-parallel replicas of a pipeline are not supported yet)",
-                    ranks, options.full.name, options.full.layers, options.full.layers));
+                    "ranks per pipeline (--pp P for pipelines of P ranks, data-parallel across them)",
+                    stages, options.full.name, options.full.layers, options.full.layers));
   }
 }
 
@@ -787,19 +848,28 @@ void read_advice(RunOptions& options, const Flags& flags, bool max_gpus_given, i
 void check_tensor(const RunOptions& options, int world) {
   const int ranks = options.plan && options.plan_ranks > 0 ? options.plan_ranks : world;
   for (const strategy::StrategyOptions& one : options.strategies) {
-    if (one.kind != strategy::StrategyKind::kTensor) continue;
+    const bool pipeline_tp = one.kind == strategy::StrategyKind::kPipeline && one.parallel.tensor > 1;
+    if (one.kind != strategy::StrategyKind::kTensor && !pipeline_tp) continue;
     if (options.device == "cuda" && !options.plan) {
       throw InputError(
           "tp runs its parallel cross-entropy on the host: --device cpu (or --plan); accepted for tp: cpu");
     }
-    model::check_tensor_parallel(options.full, ranks);
+    const int tp = strategy::mesh_of(one, ranks, 0).tensor;
+    model::check_tensor_parallel(options.full, tp);
     if (!options.plan && options.shrink > 1) {
-      model::check_tensor_parallel(model::shrink(options.full, options.shrink), ranks);
+      model::check_tensor_parallel(model::shrink(options.full, options.shrink), tp);
     }
     if (options.model_options.sequence_parallel) {
-      model::check_sequence_parallel(options.full, options.model_options, ranks);
+      // pp's tensor-parallel stages do not all-reduce the norm gradients that sequence parallelism leaves partial.
+      if (pipeline_tp) {
+        throw InputError(fmt::format(
+            "--sequence-parallel is built for tp's layers; pp with --tp {} runs without it: accepted with tp (and "
+            "--tp T) among --strategies, pp's stages then without --sequence-parallel",
+            tp));
+      }
+      model::check_sequence_parallel(options.full, options.model_options, tp);
       if (!options.plan && options.shrink > 1) {
-        model::check_sequence_parallel(model::shrink(options.full, options.shrink), options.model_options, ranks);
+        model::check_sequence_parallel(model::shrink(options.full, options.shrink), options.model_options, tp);
       }
     }
   }

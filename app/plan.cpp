@@ -34,9 +34,9 @@ class PlanDriver final : public StepDriver {
       : config_(config), accumulation_(accumulation), pool_(pool), rank_(rank), spans_(spans) {}
 
   // Token ids are read by nothing on a shapes-only device; they only give the micro-batches their shape.
-  std::vector<data::Batch> micro_batches(int step) override { return pipeline_micro_batches(step, accumulation_); }
+  std::vector<data::Batch> micro_batches(int step) override { return replica_micro_batches(step, accumulation_, 0, 1); }
 
-  std::vector<data::Batch> pipeline_micro_batches(int step, int count) override {
+  std::vector<data::Batch> replica_micro_batches(int step, int count, int /*replica*/, int /*replicas*/) override {
     data::Batch batch;
     batch.batch = config_.batch;
     batch.seq_len = config_.seq;
@@ -203,7 +203,13 @@ std::vector<RankRole> role_spans(const strategy::StrategyOptions& strategy_optio
                                  int ranks) {
   std::vector<RankRole> spans = {{0, 0, 0}};
   if (strategy_options.kind == strategy::StrategyKind::kPipeline) {
-    for (int r = 1; r < ranks; ++r) spans.push_back({r, r, r});  // every stage holds its own layers and activations
+    // Every stage holds its own layers and activations: stage p is ranks p·T … p·T + T − 1 (its TP ranks hold the
+    // same bytes); with data-parallel pipelines, the first pipeline's stages stand for those of the others.
+    const strategy::Mesh mesh = strategy::mesh_of(strategy_options, ranks, 0);
+    spans.front().last = mesh.tensor - 1;
+    for (int p = 1; p < mesh.pipeline; ++p) {
+      spans.push_back({p * mesh.tensor, p * mesh.tensor + mesh.tensor - 1, p * mesh.tensor});
+    }
   } else {
     if (ranks > 2) {
       const strategy::Representative middle =

@@ -223,10 +223,11 @@ std::string format_report(const RunReport& r) {
 std::string format_pipeline(const RunReport& r) {
   std::string out;
   const double scale = static_cast<double>(r.scale());
-  const int stages = r.world;
   const int micro_batches = pipeline_micro_batches(r.options, r.world);
   for (const StrategyOutcome& o : r.outcomes) {
     if (o.options.kind != strategy::StrategyKind::kPipeline || o.peak.empty()) continue;
+    const strategy::Mesh mesh = strategy::mesh_of(o.options, r.world, 0);
+    const int stages = mesh.pipeline;
     const bool gpipe = o.options.pipeline.schedule == strategy::Schedule::kGpipe;
     out += fmt::format(
         "\n{}: {} over {} stages, M = {} micro-batches of {}: bubble (P-1)/(M+P-1) = {}/{} = {:.1f}% of a step idle\n",
@@ -238,16 +239,37 @@ std::string format_pipeline(const RunReport& r) {
       peaks.push_back(fmt::format("{} {}", o.roles.empty() ? fmt::format("{}", i) : r.rank_words(o, i),
                                   gib(static_cast<double>(o.peak[i]) * scale)));
     }
-    out += fmt::format("  peak GiB per stage (stage = rank): {}; highest: {}\n", fmt::join(peaks, ", "),
+    std::string layout;
+    if (mesh.tensor > 1) layout += fmt::format(" / {} (its TP ranks)", mesh.tensor);
+    if (mesh.data > 1) layout += fmt::format(" mod {}, {} data-parallel pipelines", stages, mesh.data);
+    out += fmt::format("  peak GiB per stage (stage = rank{}): {}; highest: {}\n", layout, fmt::join(peaks, ", "),
                        o.roles.empty() ? fmt::format("rank {}", o.peak_rank) : r.rank_words(o, o.peak_rank));
-    double sent = 0;
+    double sent = 0, data_sent = 0, tensor_sent = 0;
     for (const auto& [key, t] : o.traffic_per_step) {
       sent += key.kind == coll::CollectiveKind::kSend ? static_cast<double>(t.sent) : 0.0;
+      if (key.group == "data-parallel") data_sent += static_cast<double>(t.sent);
+      if (key.group == "tensor-parallel") tensor_sent += static_cast<double>(t.sent);
     }
     out += fmt::format(
         "  send/recv: rank 0 sends {} GB per step; the pipeline moves b*s*h*bytes per micro-batch per boundary each "
         "way, 2(P-1)M = {} messages\n",
         gb(sent * scale), 2 * (stages - 1) * micro_batches);
+    if (mesh.tensor > 1) {
+      out += fmt::format(
+          "  tensor-parallel group (T = {}, each stage's blocks split as tp splits them): rank 0 sends {} GB per step, "
+          "4 all-reduces of b*s*h per block per micro-batch, ring 2(T-1)/T; each TP rank sends the whole b*s*h to the "
+          "next stage (Megatron-core's p2p, no scatter-gather)\n",
+          mesh.tensor, gb(tensor_sent * scale));
+    }
+    if (mesh.data > 1) {
+      out += fmt::format(
+          "  data-parallel group (D = {}): rank 0 sends {} GB per step {} (Megatron-LM's DistributedDataParallel)\n",
+          mesh.data, gb(data_sent * scale),
+          o.options.parallel.distributed_optimizer
+              ? "reduce-scattering its stage's gradients and all-gathering its parameters (distributed optimizer: "
+                "optimizer state 1/D), ring (D-1)/D each"
+              : "all-reducing its stage's gradients, ring 2(D-1)/D");
+    }
   }
   return out;
 }

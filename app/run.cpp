@@ -115,13 +115,15 @@ class RunDriver final : public StepDriver {
     return micro_batches;
   }
 
-  // Micro-batch m holds samples m·b … m·b + b − 1: with M = N × accumulation, the samples the N data-parallel
-  // ranks hold between them (data::sample_offset).
-  std::vector<data::Batch> pipeline_micro_batches(int step, int count) override {
+  // Micro-batch m of replica d of D holds samples (m·D + d)·b …: with one replica, m·b … m·b + b − 1, so that with
+  // M = N × accumulation they are the samples the N data-parallel ranks hold between them (data::sample_offset).
+  std::vector<data::Batch> replica_micro_batches(int step, int count, int replica, int replicas) override {
     const int64_t batch = report_.model.batch;
     std::vector<data::Batch> micro_batches;
     micro_batches.reserve(static_cast<size_t>(count));
-    for (int m = 0; m < count; ++m) micro_batches.push_back(tokens_.batch(step, m * batch, batch));
+    for (int m = 0; m < count; ++m) {
+      micro_batches.push_back(tokens_.batch(step, data::sample_offset(replica, replicas, m, batch), batch));
+    }
     return micro_batches;
   }
 

@@ -184,6 +184,8 @@ double op_seconds(const model::OpCost& op, const StepTimeSetting& setting, DType
 
 Reach reach_of(std::string_view group, int group_size, int world, int gpus_per_node) {
   if (world <= gpus_per_node || group == "intra-node") return Reach::kInsideNode;
+  // tp's and pp's groups are consecutive ranks (strategy.h ParallelOptions): inside a node when they fit in one.
+  if ((group == "tensor-parallel" || group == "pipeline") && group_size <= gpus_per_node) return Reach::kInsideNode;
   if (group == "inter-node") return Reach::kOneGpuPerNode;
   const int nodes = (world + gpus_per_node - 1) / gpus_per_node;
   return group_size > nodes ? Reach::kWholeNodes : Reach::kOneGpuPerNode;
@@ -401,7 +403,7 @@ StepTime predict_step_time(const RunOptions& run, int world, const StrategyOutco
   double tokens = 0;
   if (options.kind == strategy::StrategyKind::kPipeline) {
     // Each stage runs its share of the blocks (the last also the head and loss: the slowest), in M + P − 1 slots.
-    const int stages = world;
+    const int stages = strategy::mesh_of(options, world, 0).pipeline;
     const int micro_batches = pipeline_micro_batches(run, world);
     const double blocks = std::ceil(double(layers) / stages);
     const double slot_compute = blocks * (u.block_forward + u.block_backward) + u.root_forward + u.root_backward;

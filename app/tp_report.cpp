@@ -16,11 +16,13 @@ std::string gigabytes(double bytes) { return fmt::format("{:.2f}", bytes / 1e9);
 std::string format_tensor(const RunReport& r) {
   std::string out;
   const double scale = static_cast<double>(r.scale());
-  const int t = r.world;
   const model::ModelConfig& full = r.options.full;
   const bool sp = r.options.model_options.sequence_parallel;
   for (const StrategyOutcome& o : r.outcomes) {
     if (o.options.kind != strategy::StrategyKind::kTensor || o.peak.empty()) continue;
+    const strategy::Mesh mesh = strategy::mesh_of(o.options, r.world, 0);
+    const int t = mesh.tensor;
+    const bool distributed = mesh.data > 1 && o.options.parallel.distributed_optimizer;
     const optim::PrecisionRecipe recipe = strategy::with_framework_recipe(o.options).recipe;
     const int64_t padded = model::tp_padded_vocab(full, t);
     const int64_t padding_rows = padded - full.vocab;
@@ -28,9 +30,12 @@ std::string format_tensor(const RunReport& r) {
         static_cast<uint64_t>(padding_rows) * static_cast<uint64_t>(full.hidden) * (full.tie_embeddings ? 1 : 2);
     const uint64_t padding_per_rank = padding_params / static_cast<uint64_t>(t);
     out += fmt::format(
-        "\n{}: one tensor-parallel group of t = {} (Megatron-LM --tensor-model-parallel-size {}): each rank holds "
+        "\n{}: {} of t = {} (Megatron-LM --tensor-model-parallel-size {}){}: each rank holds "
         "heads {}/{}, kv heads {}/{}, FFN {}/{} and {} of the padded vocabulary's rows\n",
-        o.name, t, t, full.heads, t, full.kv_heads, t, full.ffn, t, padded / t);
+        o.name,
+        mesh.data > 1 ? fmt::format("{} tensor-parallel groups", mesh.data) : std::string("one tensor-parallel group"),
+        t, t, mesh.data > 1 ? fmt::format(", data-parallel across the {} groups", mesh.data) : std::string(),
+        full.heads, t, full.kv_heads, t, full.ffn, t, padded / t);
     out += fmt::format(
         "  vocabulary padded as Megatron pads it (--make-vocab-size-divisible-by 128, x t): V {} -> {} (+{} rows of "
         "the embedding{}): {} parameters, {} GB per rank at {} B/param\n",
@@ -39,19 +44,29 @@ std::string format_tensor(const RunReport& r) {
         recipe.total_bytes_per_param());
     out += fmt::format(
         "  recipe: {} B per local parameter ({} parameters, {} gradients{}, Adam m and v; Megatron's optimizer "
-        "without --use-distributed-optimizer); norm weights replicated, {}\n",
+        "{}); norm weights replicated, {}\n",
         recipe.total_bytes_per_param(), dtype_name(recipe.params), dtype_name(recipe.grads),
         recipe.has_master ? ", fp32 master weights" : "",
+        distributed ? fmt::format("with --use-distributed-optimizer: master weights and Adam m, v sharded over the D = "
+                                  "{} replicas, {} + {}/{} B",
+                                  mesh.data, dtype_size(recipe.params) + dtype_size(recipe.grads),
+                                  recipe.total_bytes_per_param() - dtype_size(recipe.params) - dtype_size(recipe.grads),
+                                  mesh.data)
+                    : std::string("without --use-distributed-optimizer"),
         sp ? "their gradients (each rank's rows) all-reduced once per step"
            : "their gradients identical on every rank");
-    const auto step_traffic = [&](coll::CollectiveKind kind) {
+    // Rank 0's bytes and calls per step of one kind inside the tensor-parallel group, or (data) in the data-parallel
+    // group whatever the kind.
+    const auto step_traffic = [&](coll::CollectiveKind kind, bool data = false) {
       double sent = 0;
       uint64_t calls = 0;
       for (const auto& [key, traffic] : o.traffic_per_step) {
-        if (key.kind == kind) sent += static_cast<double>(traffic.sent);
+        if ((key.group == "data-parallel") == data && (data || key.kind == kind)) {
+          sent += static_cast<double>(traffic.sent);
+        }
       }
       for (const auto& [key, count] : o.calls_per_step) {
-        if (key.kind == kind) calls += count;
+        if ((key.group == "data-parallel") == data && (data || key.kind == kind)) calls += count;
       }
       return std::pair{sent, calls};
     };
@@ -81,6 +96,15 @@ std::string format_tensor(const RunReport& r) {
     const auto [sent, calls] = step_traffic(coll::CollectiveKind::kAllReduce);
     out += fmt::format("  all-reduce: rank 0 sends {} GB per step in {} calls: {}\n", gigabytes(sent * scale), calls,
                        reduced);
+    if (mesh.data > 1) {
+      const auto [data_sent, data_calls] = step_traffic(coll::CollectiveKind::kAllReduce, true);
+      out += fmt::format(
+          "  data-parallel group (D = {}): rank 0 sends {} GB per step in {} calls: {} (Megatron-LM's "
+          "DistributedDataParallel grad buffer, one bucket per unit)\n",
+          mesh.data, gigabytes(data_sent * scale), data_calls,
+          distributed ? "each unit's gradients reduce-scattered and its parameters all-gathered, ring (D-1)/D each"
+                      : "all-reduces of its local gradients, ring 2(D-1)/D");
+    }
   }
   return out;
 }

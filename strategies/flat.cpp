@@ -8,6 +8,7 @@
 #include "emu/check.h"
 #include "workloads/model/layout.h"
 #include "workloads/model/tensor.h"
+#include "workloads/model/tensor_parallel.h"
 
 namespace emu::strategy {
 
@@ -96,6 +97,43 @@ std::vector<optim::DecayRange> decay_ranges(const model::UnitLayout& layout, siz
     }
   }
   return ranges;
+}
+
+std::vector<std::vector<int64_t>> tp_slice_index(const model::Model& model, int unit, int rank, int size) {
+  const model::UnitLayout& local = model.layout(unit);
+  const model::UnitLayout& full = model.full_layout(unit);
+  std::vector<std::vector<int64_t>> index;
+  for (size_t p = 0; p < local.params.size(); ++p) {
+    index.push_back(model::tensor_parallel_index(model.full_config(), full.params[p], local.params[p], rank, size));
+  }
+  return index;
+}
+
+void init_tp_slice(const model::Model& model, int unit, uint64_t seed, const std::vector<std::vector<int64_t>>& index,
+                   float* out) {
+  const model::UnitLayout& local = model.layout(unit);
+  const model::UnitLayout& full = model.full_layout(unit);
+  std::vector<float> values(full.count);
+  model.init_unit(unit, seed, values.data());
+  std::fill_n(out, local.count, 0.0f);
+  for (size_t p = 0; p < local.params.size(); ++p) {
+    for (size_t i = 0; i < index[p].size(); ++i) {
+      if (index[p][i] >= 0) out[local.params[p].offset + i] = values[full.params[p].offset + size_t(index[p][i])];
+    }
+  }
+}
+
+void place_tp_slice(const model::Model& model, int unit, const std::vector<std::vector<int64_t>>& index,
+                    const float* local, bool replicated_too, float* full) {
+  const model::UnitLayout& mine = model.layout(unit);
+  const model::UnitLayout& whole = model.full_layout(unit);
+  for (size_t p = 0; p < mine.params.size(); ++p) {
+    const bool replicated = mine.params[p].count == whole.params[p].count;
+    if (replicated && !replicated_too) continue;
+    for (size_t i = 0; i < index[p].size(); ++i) {
+      if (index[p][i] >= 0) full[whole.params[p].offset + size_t(index[p][i])] += local[mine.params[p].offset + i];
+    }
+  }
 }
 
 void init_into(const model::Model& model, int unit, uint64_t seed, size_t begin, size_t count, void* out, DType dtype) {

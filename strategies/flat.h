@@ -78,6 +78,18 @@ std::vector<optim::DecayRange> decay_ranges(const model::UnitLayout& layout, siz
 // stored into `out` at `dtype`. Nothing when out is null (shapes-only device).
 void init_into(const model::Model& model, int unit, uint64_t seed, size_t begin, size_t count, void* out, DType dtype);
 
+// Tensor parallelism's slice of a unit (tp, and pp's tensor-parallel stages), on a model run under
+// Model::set_tensor_parallel: for each of the unit's local tensors, the element of the full tensor each of its
+// elements holds, or −1 for vocabulary padding (model::tensor_parallel_index) for TP rank `rank` of `size`.
+std::vector<std::vector<int64_t>> tp_slice_index(const model::Model& model, int unit, int rank, int size);
+// The slice's initial fp32 values (padding rows 0) from the full unit's seeded initialisation.
+void init_tp_slice(const model::Model& model, int unit, uint64_t seed, const std::vector<std::vector<int64_t>>& index,
+                   float* out);
+// Adds the slice `local` (fp32, the unit's local layout) into `full` (the full layout) at its elements; tensors held
+// whole by every TP rank (norm weights) only where `replicated_too`, so that a sum over the group counts them once.
+void place_tp_slice(const model::Model& model, int unit, const std::vector<std::vector<int64_t>>& index,
+                    const float* local, bool replicated_too, float* full);
+
 // Element `index` of a buffer of `dtype`, as an address.
 inline void* element(void* base, DType dtype, size_t index) {
   return base == nullptr ? nullptr : static_cast<char*>(base) + index * dtype_size(dtype);

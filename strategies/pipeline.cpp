@@ -1,6 +1,29 @@
 // Pipeline parallelism (`pp`) as Megatron-LM's and DeepSpeed's pipeline engines run it: the blocks split into P
-// stages, one per rank (P = the world; data-parallel replicas of the pipeline are not built yet), micro-batches
-// flowing through them, activations and their gradients passed from stage to stage as point-to-point messages.
+// stages, one per rank, micro-batches flowing through them, activations and their gradients passed from stage to
+// stage as point-to-point messages.
+//
+// P is the world by default; with --pp P < N the world is D = N/P pipelines of P consecutive ranks (Megatron's
+// layout with T = 1, strategy.h ParallelOptions), each a data-parallel replica training on its own slice of the
+// global batch (replica d's micro-batch m holds samples (m·D + d)·b …). The stages talk within their "pipeline d"
+// group; after backward (and the tied embedding's reduction) each unit's gradients the stage owns are all-reduced
+// and averaged over the "data-parallel p" group of the D ranks running stage p, as Megatron-LM's
+// DistributedDataParallel reduces its grad buffer (core/distributed/distributed_data_parallel.py). The gradient
+// norm is summed over the pipeline's stages only, not over the replicas, whose gradients are then equal.
+//
+// With --tp T as well (TP × PP, Megatron's --tensor-model-parallel-size with --pipeline-model-parallel-size) every
+// stage is T consecutive ranks whose blocks, embedding and head are tensor-parallel as tp splits them
+// (tensor_parallel.cpp, workloads/model/tensor_parallel.h), their all-reduces in the stage's "tensor-parallel"
+// group; TP rank t of a stage talks to TP rank t of the next (the "pipeline" group of the ranks with the same d and
+// t). Each rank sends the whole [b·s, h] activation: without sequence parallelism the hidden state after a
+// row-parallel all-reduce is whole on every TP rank, and Megatron-core's p2p_communication sends it as it is (the
+// old --scatter-gather-tensors-in-pipeline, which sent 1/T and all-gathered it on arrival, is gone from core), so
+// b·s·h per micro-batch per boundary per TP rank. The norm weights are whole on every TP rank and counted once in
+// the gradient norm, which sums over the stage's TP group and the pipeline (the model-parallel group).
+//
+// With --distributed-optimizer (Megatron's --use-distributed-optimizer, ZeRO-1 over the data-parallel group) the
+// master weights and Adam moments of each block, and of each root tensor the stage owns, are sharded over the D
+// replicas of the stage (strategies/shard.h), the gradients reduce-scattered, the parameters all-gathered after the
+// step; the gradient norm then sums over the world, each element once.
 //
 // Stages (pipeline.h, balance_stages): contiguous blocks balanced by parameter count; the first stage also holds
 // the embeddings (Llama's embed_tokens; GPT-2's wte and wpe), the last the final norm and the LM head. A tied head
@@ -43,7 +66,9 @@
 #include "emu/check.h"
 #include "strategies/flat.h"
 #include "strategies/pipeline.h"
+#include "strategies/shard.h"
 #include "strategies/strategy.h"
+#include "workloads/model/tensor_parallel.h"
 #include "workloads/optim/adamw_state.h"
 
 namespace emu::strategy {
@@ -102,16 +127,32 @@ class Pipeline final : public Strategy {
   using Strategy::Strategy;
 
   void setup() override {
+    const Mesh mesh = mesh_of(options_, world_.size(), world_.rank());
+    const int stage_group = world_.rank() / mesh.tensor;                     // d·P + p
+    const int across = mesh.data_rank() * mesh.tensor + mesh.tensor_rank();  // d·T + t
+    if (mesh.data > 1 || mesh.tensor > 1) {
+      pipe_group_ = split_group(across, mesh.pipeline_rank(), mesh.pipeline, fmt::format("pipeline {}", across));
+    }
+    if (mesh.tensor > 1) {
+      tp_group_ =
+          split_group(stage_group, mesh.tensor_rank(), mesh.tensor, fmt::format("tensor-parallel {}", stage_group));
+      tensor_ = std::make_unique<GroupTensorParallel>(*tp_group_);
+      model_.set_tensor_parallel(tensor_.get());
+    }
+    if (mesh.data > 1) {
+      const int slice = mesh.pipeline_rank() * mesh.tensor + mesh.tensor_rank();  // p·T + t
+      dp_group_ = split_group(slice, mesh.data_rank(), mesh.data, fmt::format("data-parallel {}", slice));
+    }
     const model::ModelConfig& config = model_.config();
-    EMU_CHECK(world_.size() <= config.layers, "pp: {} stages for {} blocks", world_.size(), config.layers);
-    stage_ = world_.rank();
-    stages_ = world_.size();
+    EMU_CHECK(mesh.pipeline <= config.layers, "pp: {} stages for {} blocks", mesh.pipeline, config.layers);
+    stage_ = mesh.pipeline_rank();
+    stages_ = mesh.pipeline;
     split_stages();
     model_.set_stage(blocks_[stage_].first, blocks_[stage_].last);
     if (stages_ > 1 && config.tie_embeddings) {
       const bool end = stage_ == 0 || stage_ == stages_ - 1;
       if (device_.holds_data()) {
-        embedding_group_ = world_.split(end ? 0 : 1, stage_, "embedding group");
+        embedding_group_ = pipe().split(end ? 0 : 1, stage_, "embedding group");
         if (!end) embedding_group_.reset();  // the middle stages' group of their own carries nothing
       } else if (end) {  // a plan's world is virtual (collectives/virtual): so is its embedding group
         embedding_group_ =
@@ -119,24 +160,25 @@ class Pipeline final : public Strategy {
       }
     }
     units_.resize(static_cast<size_t>(model_.num_units()));
+    index_.resize(units_.size());
     if (holds_root()) hold(0);
     for (int u = blocks_[stage_].first; u <= blocks_[stage_].last; ++u) hold(u);
   }
 
   std::vector<float> full_weights(int unit) override {
-    const size_t count = model_.layout(unit).count;
+    const size_t count = model_.full_layout(unit).count;
     std::vector<float> out(count, 0.0f);
     if (unit > 0) {
       const int owner = owner_of(unit);
-      if (owner == stage_) fp32_values(unit, out.data());
-      world_.broadcast(out.data(), out.data(), count, DType::kF32, owner, "full weights");
+      if (owner == stage_) whole_values(unit, out.data());
+      pipe().broadcast(out.data(), out.data(), count, DType::kF32, owner, "full weights");
       return out;
     }
     // The root: each tensor from one stage, the embeddings (tied or not) from the first, the rest from the last.
     if (holds_root()) {
       std::vector<float> all(count);
-      fp32_values(0, all.data());
-      const model::UnitLayout& layout = model_.layout(0);
+      whole_values(0, all.data());
+      const model::UnitLayout& layout = model_.full_layout(0);
       for (size_t p = 0; p < layout.params.size(); ++p) {
         const int from = embedding_side(model_.config(), p) ? 0 : stages_ - 1;
         if (from != stage_) continue;
@@ -144,12 +186,15 @@ class Pipeline final : public Strategy {
                     out.begin() + static_cast<std::ptrdiff_t>(layout.params[p].offset));
       }
     }
-    world_.all_reduce(out.data(), out.data(), count, DType::kF32, coll::ReduceOp::kSum, "full weights");
+    pipe().all_reduce(out.data(), out.data(), count, DType::kF32, coll::ReduceOp::kSum, "full weights");
     return out;
   }
 
   std::vector<coll::Communicator*> groups() override {
     std::vector<coll::Communicator*> out{&world_};
+    if (pipe_group_) out.push_back(pipe_group_.get());
+    if (tp_group_) out.push_back(tp_group_.get());
+    if (dp_group_) out.push_back(dp_group_.get());
     if (embedding_group_) out.push_back(embedding_group_.get());
     return out;
   }
@@ -165,7 +210,7 @@ class Pipeline final : public Strategy {
       loss += model_.forward(batch.tokens.data(), batch.targets.data(), hooks);
       if (stage_ < stages_ - 1) {
         const Buffer output = model_.take_stage_output();
-        world_.send(output.data(), activation_count(), model_.compute_dtype(), stage_ + 1, "pipeline activations");
+        pipe().send(output.data(), activation_count(), model_.compute_dtype(), stage_ + 1, "pipeline activations");
       }
       held_[static_cast<size_t>(m)] = model_.take_in_flight();
     };
@@ -191,7 +236,7 @@ class Pipeline final : public Strategy {
     }
     reduce_embedding();
     // The loss exists on the last stage; every stage reports it.
-    return sum_over_world(stage_ == stages_ - 1 ? loss : 0.0, "pipeline loss (reporting)");
+    return sum_over(pipe(), stage_ == stages_ - 1 ? loss : 0.0, "pipeline loss (reporting)");
   }
 
   double gradient_sum_of_squares() override {
@@ -200,37 +245,92 @@ class Pipeline final : public Strategy {
       const Held& held = units_[static_cast<size_t>(u)];
       if (!held.params.allocated()) continue;
       const DType dtype = held.grads.dtype();
-      if (u > 0) {
-        sum += optim::grad_sum_of_squares(optim::ConstElementSpan::of(held.grads));
-        continue;
-      }
-      // The root's tensors this stage owns; the tied embedding counted once, on the first stage.
-      const model::UnitLayout& layout = model_.layout(0);
+      // The tensors this stage owns (of the root: the tied embedding counted once, on the first stage); those whole
+      // on every TP rank (norm weights) counted on TP rank 0 only; under the distributed optimizer the elements of
+      // this rank's shards.
+      const model::UnitLayout& layout = model_.layout(u);
       for (size_t p = 0; p < layout.params.size(); ++p) {
-        if (!owns(p) || (stage_ != 0 && embedding_side(model_.config(), p))) continue;
-        sum += optim::grad_sum_of_squares(optim::ConstElementSpan(
-            element(held.grads.data(), dtype, layout.params[p].offset), layout.params[p].count, dtype));
+        if (u == 0 && (!owns(p) || (stage_ != 0 && embedding_side(model_.config(), p)))) continue;
+        if (tp_group_ && tp_group_->rank() != 0 && layout.params[p].count == model_.full_layout(u).params[p].count) {
+          continue;
+        }
+        for (const Segment& segment : held.segments) {
+          size_t lo = 0, hi = 0;
+          segment.owned(layout.params[p].offset, layout.params[p].offset + layout.params[p].count, lo, hi);
+          sum += optim::grad_sum_of_squares(
+              optim::ConstElementSpan(element(held.grads.data(), dtype, lo), hi - lo, dtype));
+        }
       }
     }
-    return sum_over_world(sum, "gradient norm");
+    if (distributed()) return sum_over_world(sum, "gradient norm");
+    sum = sum_over(pipe(), sum, "gradient norm");
+    return tp_group_ ? sum_over(*tp_group_, sum, "gradient norm") : sum;
+  }
+
+  // Data parallelism: the gradients this stage owns averaged over the replicas of the stage (each block whole, the
+  // root's tensors of the stage's side one by one), reduce-scattered to their shards under the distributed optimizer.
+  void finish_gradients() override {
+    if (!dp_group_) return;
+    for (Held& held : units_) {
+      const DType dtype = held.grads.dtype();
+      for (const Segment& segment : held.segments) {
+        void* grads = element(held.grads.data(), dtype, segment.offset);
+        if (!distributed()) {
+          dp_group_->all_reduce(grads, grads, segment.count, dtype, coll::ReduceOp::kAvg,
+                                "data-parallel gradient all-reduce");
+          continue;
+        }
+        dp_group_->reduce_scatter_v(grads, element(grads, dtype, segment.shard.offset), shard_counts(segment.count),
+                                    dtype, coll::ReduceOp::kAvg, "data-parallel gradient reduce-scatter");
+      }
+    }
   }
 
   void update(double lr, float grad_scale) override {
-    for (int u = 0; u < model_.num_units(); ++u) {
-      Held& held = units_[static_cast<size_t>(u)];
-      if (!held.params.allocated()) continue;
-      held.optimizer->step(options_.adamw, optim::ElementSpan::of(held.params), optim::ConstElementSpan::of(held.grads),
-                           0, held.decay, lr, grad_scale);
+    for (Held& held : units_) {
+      const DType params = held.params.dtype(), grads = held.grads.dtype();
+      for (Segment& segment : held.segments) {
+        const size_t begin = segment.offset + segment.shard.offset;
+        segment.optimizer->step(
+            options_.adamw, optim::ElementSpan(element(held.params.data(), params, begin), segment.shard.valid, params),
+            optim::ConstElementSpan(element(held.grads.data(), grads, begin), segment.shard.valid, grads), begin,
+            held.decay, lr, grad_scale);
+        if (distributed()) {
+          void* mine = element(held.params.data(), params, segment.offset);
+          dp_group_->all_gather_v(element(mine, params, segment.shard.offset), mine, shard_counts(segment.count),
+                                  params, "data-parallel parameter all-gather");
+        }
+      }
       zero(held.grads.data(), held.grads.dtype(), held.grads.count());
     }
   }
 
  private:
+  // A range of a unit's elements the stage updates (a block whole, or one root tensor it owns), and the shard of it
+  // this rank's optimizer holds: all of it, or 1/D under the distributed optimizer.
+  struct Segment {
+    size_t offset = 0, count = 0;
+    ShardInfo shard;
+    std::unique_ptr<optim::AdamWState> optimizer;
+    // The elements of [begin, end) (unit coordinates) in this rank's shard, as [lo, hi); lo == hi when none.
+    void owned(size_t begin, size_t end, size_t& lo, size_t& hi) const {
+      lo = std::max(begin, offset + shard.offset);
+      hi = std::min(end, offset + shard.end());
+      if (hi < lo) hi = lo;
+    }
+  };
   struct Held {  // one unit's model states on this stage
     Buffer params, grads;
-    std::unique_ptr<optim::AdamWState> optimizer;
+    std::vector<Segment> segments;
     std::vector<optim::DecayRange> decay;
   };
+
+  bool distributed() const { return dp_group_ != nullptr && options_.parallel.distributed_optimizer; }
+  // Each data-parallel rank's real elements of `count` (shard.h): the blocks of the reduce-scatter and all-gather.
+  std::vector<size_t> shard_counts(size_t count) const { return strategy::shard_counts(count, dp_group_->size()); }
+
+  // The pipeline's group: the world when every rank is a stage of one pipeline.
+  coll::Communicator& pipe() const { return pipe_group_ ? *pipe_group_ : world_; }
 
   bool holds_root() const { return stage_ == 0 || stage_ == stages_ - 1; }
   bool owns(size_t root_param) const {
@@ -287,26 +387,69 @@ class Pipeline final : public Strategy {
     held.grads = model::allocate_parameter_space(device_, charge, layout.count, recipe.grads, Category::kGradients,
                                                  name + " gradients");
     zero(held.grads.data(), recipe.grads, layout.count);
-    held.optimizer = std::make_unique<optim::AdamWState>(optimizer_device(), recipe, layout.count, name, charge);
+    for (size_t p = 0; p < (unit == 0 ? layout.params.size() : 1); ++p) {
+      if (unit == 0 && !owns(p)) continue;
+      Segment segment;
+      segment.offset = unit == 0 ? layout.params[p].offset : 0;
+      segment.count = unit == 0 ? layout.params[p].count : layout.count;
+      segment.shard =
+          distributed() ? shard_of(segment.count, dp_group_->rank(), dp_group_->size()) : shard_of(segment.count, 0, 1);
+      const double charged =
+          unit == 0 ? static_cast<double>(model::tensor_charge(model_.config(), layout.params[p])) : charge.charged;
+      const model::ParameterCharge shard_charge{
+          segment.shard.valid, charged * static_cast<double>(segment.shard.valid) / static_cast<double>(segment.count)};
+      segment.optimizer =
+          std::make_unique<optim::AdamWState>(optimizer_device(), recipe, segment.shard.valid, name, shard_charge);
+      held.segments.push_back(std::move(segment));
+    }
     held.decay = decay_ranges(layout, 0);
     std::vector<float> initial(device_.holds_data() ? layout.count : 0);
-    init_into(model_, unit, options_.seed, 0, layout.count, initial.empty() ? nullptr : initial.data(), DType::kF32);
+    if (tp_group_ && device_.holds_data()) {  // this TP rank's slice (tensor_parallel.cpp)
+      index_[static_cast<size_t>(unit)] = tp_slice_index(model_, unit, tp_group_->rank(), tp_group_->size());
+      init_tp_slice(model_, unit, options_.seed, index_[static_cast<size_t>(unit)], initial.data());
+    } else {
+      init_into(model_, unit, options_.seed, 0, layout.count, initial.empty() ? nullptr : initial.data(), DType::kF32);
+    }
     convert(initial.empty() ? nullptr : initial.data(), DType::kF32, held.params.data(), recipe.params, layout.count);
-    if (device_.holds_data()) {
-      held.optimizer->load_master(optim::ConstElementSpan(initial.data(), layout.count, DType::kF32));
+    for (Segment& segment : held.segments) {
+      if (!device_.holds_data()) break;
+      segment.optimizer->load_master(optim::ConstElementSpan(initial.data() + segment.offset + segment.shard.offset,
+                                                             segment.shard.valid, DType::kF32));
     }
     model_.bind_weights(unit, held.params.data(), recipe.params);
     model_.bind_grads(unit, held.grads.data(), recipe.grads);
   }
 
-  // The unit's fp32 values on this stage: its master weights when the recipe keeps them, else its parameters.
+  // The unit's fp32 values in its full layout: the TP ranks' slices placed and summed over the stage's TP group.
+  void whole_values(int unit, float* out) {
+    if (!tp_group_) {
+      fp32_values(unit, out);
+      return;
+    }
+    std::vector<float> mine(model_.layout(unit).count);
+    fp32_values(unit, mine.data());
+    const size_t count = model_.full_layout(unit).count;
+    std::fill_n(out, count, 0.0f);
+    place_tp_slice(model_, unit, index_[static_cast<size_t>(unit)], mine.data(), tp_group_->rank() == 0, out);
+    tp_group_->all_reduce(out, out, count, DType::kF32, coll::ReduceOp::kSum, "full weights");
+  }
+
+  // The unit's fp32 values on this stage: its master weights when the recipe keeps them (gathered from the
+  // data-parallel shards under the distributed optimizer), else its parameters.
   void fp32_values(int unit, float* out) {
     const Held& held = units_[static_cast<size_t>(unit)];
-    const optim::ElementSpan master = held.optimizer->master();
-    if (!master.empty()) {
-      convert(master.data(), master.dtype(), out, DType::kF32, master.size());
-    } else {
-      convert(held.params.data(), held.params.dtype(), out, DType::kF32, held.params.count());
+    convert(held.params.data(), held.params.dtype(), out, DType::kF32, held.params.count());
+    for (const Segment& segment : held.segments) {
+      const optim::ElementSpan master = segment.optimizer->master();
+      if (master.empty()) continue;
+      std::vector<float> mine(master.size());
+      convert(master.data(), master.dtype(), mine.data(), DType::kF32, master.size());
+      if (distributed()) {
+        dp_group_->all_gather_v(mine.data(), out + segment.offset, shard_counts(segment.count), DType::kF32,
+                                "full weights");
+      } else {
+        std::copy(mine.begin(), mine.end(), out + segment.offset);
+      }
     }
   }
 
@@ -315,7 +458,7 @@ class Pipeline final : public Strategy {
     if (stage_ == 0) return;
     Buffer input = device_.allocate(activation_count(), model_.compute_dtype(), Category::kActivations,
                                     fmt::format("pipeline input, micro-batch {} (received)", m));
-    world_.recv(input.data(), activation_count(), model_.compute_dtype(), stage_ - 1, "pipeline activations");
+    pipe().recv(input.data(), activation_count(), model_.compute_dtype(), stage_ - 1, "pipeline activations");
     model_.set_stage_input(std::move(input));
   }
 
@@ -326,7 +469,7 @@ class Pipeline final : public Strategy {
     if (stage_ < stages_ - 1) {
       Buffer gradient = device_.allocate(activation_count(), model_.compute_dtype(), Category::kTemporaries,
                                          fmt::format("pipeline output gradient, micro-batch {} (received)", m));
-      world_.recv(gradient.data(), activation_count(), model_.compute_dtype(), stage_ + 1, "pipeline gradients");
+      pipe().recv(gradient.data(), activation_count(), model_.compute_dtype(), stage_ + 1, "pipeline gradients");
       model_.set_output_gradient(std::move(gradient));
     }
     model_.backward(hooks);
@@ -335,7 +478,7 @@ class Pipeline final : public Strategy {
 
   void send_gradient(Buffer gradient, int m) {
     if (!gradient.allocated()) return;  // the first stage's backward ends at the embedding
-    world_.send(gradient.data(), activation_count(), model_.compute_dtype(), stage_ - 1, "pipeline gradients");
+    pipe().send(gradient.data(), activation_count(), model_.compute_dtype(), stage_ - 1, "pipeline gradients");
   }
 
   // Tied embeddings: the first and the last stage sum their gradients of the shared table.
@@ -349,6 +492,34 @@ class Pipeline final : public Strategy {
                                  "embedding gradient all-reduce");
   }
 
+  // The model's view of the stage's TP group (workloads/model/tensor_parallel.h).
+  class GroupTensorParallel final : public model::TensorParallel {
+   public:
+    explicit GroupTensorParallel(coll::Communicator& group) : group_(group) {}
+    int rank() const override { return group_.rank(); }
+    int size() const override { return group_.size(); }
+    void all_reduce(Buffer& buffer, std::string_view what) override {
+      group_.all_reduce(buffer.data(), buffer.data(), buffer.count(), buffer.dtype(), coll::ReduceOp::kSum, what);
+    }
+    void all_reduce_rows(float* values, size_t count, bool max, std::string_view what) override {
+      group_.all_reduce(values, values, count, DType::kF32, max ? coll::ReduceOp::kMax : coll::ReduceOp::kSum, what);
+    }
+    // Sequence parallelism's (refused with pp by the app: the stages do not reduce the norm gradients it leaves).
+    void reduce_scatter(const Buffer& full, Buffer& slice, std::string_view what) override {
+      group_.reduce_scatter(full.data(), slice.data(), slice.count(), slice.dtype(), coll::ReduceOp::kSum, what);
+    }
+    void all_gather(const Buffer& slice, Buffer& full, std::string_view what) override {
+      group_.all_gather(slice.data(), full.data(), slice.count(), slice.dtype(), what);
+    }
+
+   private:
+    coll::Communicator& group_;
+  };
+
+  // With D > 1 replicas or T > 1 (setup): the pipeline's group, the stage's TP group, the stage's replicas.
+  std::unique_ptr<coll::Communicator> pipe_group_, tp_group_, dp_group_;
+  std::unique_ptr<GroupTensorParallel> tensor_;
+  std::vector<std::vector<std::vector<int64_t>>> index_;  // [units][params][local elements] under TP (tp_slice_index)
   int stage_ = 0, stages_ = 1;
   std::vector<StageBlocks> blocks_;                      // [P]
   std::vector<Held> units_;                              // [units] allocated where this stage holds the unit

@@ -8,17 +8,27 @@
 //   traffic     per step, M micro-batches (input.accumulation): M sends of b·s·h elements to the next stage (all
 //               but the last) and M to the previous one (all but the first), at the compute dtype; with tied
 //               embeddings the first and the last stage all-reduce the table's gradient (2 ranks: once its size)
+//   data        with D = N/P > 1 replicas (--pp P < N): the sends in the "pipeline" group, and per step one
+//               all-reduce of each unit's gradients the stage owns in the "data-parallel" group, 2(D − 1)/D of them
+//   optimizer   with the distributed optimizer the stage's optimizer state of 1/D of its elements, and a
+//               reduce-scatter of its gradients and an all-gather of its parameters instead, (D − 1)/D each
+//   tensor      with T > 1 (--tp with --pp) the stage's units are their TP slices (input.unit_counts are the
+//               model's local ones), and per micro-batch the stage's TP group all-reduces b·s·h 4 times per block
+//               (6 checkpointed), once more on the first stage (the embedding output) and on the last (the head's
+//               input gradient), and 3 times b·s fp32 on the last (the parallel cross-entropy), ring 2(T − 1)/T
 #include <fmt/format.h>
 
 #include "strategies/analytic.h"
 #include "strategies/pipeline.h"
+#include "strategies/shard.h"
 
 namespace emu::strategy {
 
 Updated predict_pipeline(const StrategyOptions& options, const AnalyticInput& input, Prediction& prediction) {
   const optim::PrecisionRecipe& recipe = options.recipe;
-  const int stages = input.world;
-  const int stage = input.rank;
+  const Mesh mesh = mesh_of(options, input.world, input.rank);
+  const int stages = mesh.pipeline;
+  const int stage = mesh.pipeline_rank();
   std::vector<uint64_t> blocks;
   for (size_t u = 1; u < input.unit_counts.size(); ++u) {
     uint64_t charged = 0;
@@ -30,21 +40,47 @@ Updated predict_pipeline(const StrategyOptions& options, const AnalyticInput& in
     blocks.push_back(charged);
   }
   const StageBlocks mine = balance_stages(blocks, input.root_first_stage, input.root_last_stage, stages)[stage];
-  Updated updated;
-  for (int u = mine.first; u <= mine.last; ++u) updated.emplace_back(u, input.unit_counts[static_cast<size_t>(u)]);
+  Updated held;
+  for (int u = mine.first; u <= mine.last; ++u) held.emplace_back(u, input.unit_counts[static_cast<size_t>(u)]);
   uint64_t root = 0;
   if (stage == 0) root += input.root_first_stage;
   if (stage == stages - 1) root += input.root_last_stage;
   if (stage == 0 && stage == stages - 1) root -= input.tied_embedding;  // one stage: the table once
-  if (root > 0) updated.emplace_back(AnalyticInput::kCharged, root);
-  for (const auto& [unit, elements] : updated) {
+  if (root > 0) held.emplace_back(AnalyticInput::kCharged, root);
+  const bool distributed = options.parallel.distributed_optimizer && mesh.data > 1;
+  Updated updated;
+  for (const auto& [unit, elements] : held) {
     prediction.peak[Category::kParameters] += input.bytes(unit, elements, recipe.params);
     prediction.peak[Category::kGradients] += input.bytes(unit, elements, recipe.grads);
+    if (!distributed) {
+      updated.emplace_back(unit, elements);
+      add_ring_traffic(prediction, coll::CollectiveKind::kAllReduce, "data-parallel",
+                       input.bytes(unit, elements, recipe.grads), mesh.data);
+      continue;
+    }
+    // The distributed optimizer: 1/D of the stage's elements (exact where D divides each block and root tensor).
+    updated.emplace_back(unit, shard_of(elements, mesh.data_rank(), mesh.data).valid);
+    add_ring_traffic(prediction, coll::CollectiveKind::kReduceScatter, "data-parallel",
+                     input.bytes(unit, elements, recipe.grads), mesh.data);
+    add_ring_traffic(prediction, coll::CollectiveKind::kAllGather, "data-parallel",
+                     input.bytes(unit, elements, recipe.params), mesh.data);
   }
   const uint64_t micro_batches = static_cast<uint64_t>(input.accumulation);
   const uint64_t sends = micro_batches * ((stage < stages - 1 ? 1 : 0) + (stage > 0 ? 1 : 0));
   if (sends > 0) {
-    prediction.traffic.push_back({coll::CollectiveKind::kSend, "world", sends, sends * input.boundary_bytes});
+    prediction.traffic.push_back({coll::CollectiveKind::kSend, mesh.data > 1 || mesh.tensor > 1 ? "pipeline" : "world",
+                                  sends, sends * input.boundary_bytes});
+  }
+  if (mesh.tensor > 1) {
+    const uint64_t own_blocks = static_cast<uint64_t>(mine.last) - static_cast<uint64_t>(mine.first) + 1;
+    const uint64_t hidden =
+        own_blocks * (input.checkpoint ? 6 : 4) + (stage == 0 ? 1 : 0) + (stage == stages - 1 ? 1 : 0);
+    add_ring_traffic(prediction, coll::CollectiveKind::kAllReduce, "tensor-parallel", input.boundary_bytes, mesh.tensor,
+                     hidden * micro_batches);
+    if (stage == stages - 1) {
+      add_ring_traffic(prediction, coll::CollectiveKind::kAllReduce, "tensor-parallel", input.tokens * sizeof(float),
+                       mesh.tensor, 3 * micro_batches);
+    }
   }
   if (stages > 1 && input.tied_embedding > 0 && (stage == 0 || stage == stages - 1)) {
     add_ring_traffic(prediction, coll::CollectiveKind::kAllReduce, "embedding group",

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 namespace emu::strategy {
 
@@ -48,6 +49,15 @@ inline ShardInfo shard_of(size_t numel, int rank, int ranks, size_t alignment = 
   info.offset = info.shard * static_cast<size_t>(rank);
   info.valid = info.offset >= numel ? 0 : std::min(info.shard, numel - info.offset);
   return info;
+}
+
+// Every rank's real elements of a buffer of `numel` over `ranks` (shard_of(...).valid): the blocks of an uneven
+// reduce-scatter or all-gather over the shards.
+inline std::vector<size_t> shard_counts(size_t numel, int ranks) {
+  std::vector<size_t> counts;
+  counts.reserve(static_cast<size_t>(ranks));
+  for (int r = 0; r < ranks; ++r) counts.push_back(shard_of(numel, r, ranks).valid);
+  return counts;
 }
 
 }  // namespace emu::strategy

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <optional>
 
+#include "collectives/virtual/virtual_link.h"
 #include "emu/check.h"
 
 namespace emu::strategy {
@@ -37,10 +38,37 @@ constexpr Named kNames[] = {
 std::string StrategyOptions::name() const {
   for (const Named& named : kNames) {
     if (named.kind == kind && (kind != StrategyKind::kFsdp || named.sharding == fsdp.sharding)) {
-      return std::string(named.name);
+      if (named_data < 1) return std::string(named.name);
+      const bool tensor = kind == StrategyKind::kTensor;
+      std::string out = fmt::format("{}{}", named.name, tensor ? parallel.tensor : parallel.pipeline);
+      if (!tensor && parallel.tensor > 1) out += fmt::format("·tp{}", parallel.tensor);
+      if (named_data > 1) out += fmt::format("·dp{}", named_data);
+      if (named_data > 1 && parallel.distributed_optimizer) out += "·do";
+      return out;
     }
   }
   return "unknown";
+}
+
+Mesh mesh_of(const StrategyOptions& options, int world, int rank) {
+  Mesh mesh;
+  mesh.rank = rank;
+  if (options.kind != StrategyKind::kTensor && options.kind != StrategyKind::kPipeline) {
+    mesh.data = world;
+    return mesh;
+  }
+  const bool tensor = options.kind == StrategyKind::kTensor;
+  mesh.tensor = options.parallel.tensor > 0 ? options.parallel.tensor : (tensor ? world : 1);
+  mesh.pipeline = options.parallel.pipeline > 0 ? options.parallel.pipeline : (tensor ? 1 : world);
+  const int model_parallel = mesh.tensor * mesh.pipeline;
+  if (model_parallel > world || world % model_parallel != 0) {
+    throw InputError(fmt::format(
+        "{}: {} ranks are not divisible by tensor-parallel {} x pipeline-parallel {} = {}; accepted: a number of "
+        "ranks that is a multiple of {} (the data-parallel degree is ranks / {})",
+        options.name(), world, mesh.tensor, mesh.pipeline, model_parallel, model_parallel, model_parallel));
+  }
+  mesh.data = world / model_parallel;
+  return mesh;
 }
 
 uint64_t StrategyOptions::scaled(uint64_t full_scale) const {
@@ -76,8 +104,10 @@ StrategyOptions with_framework_recipe(StrategyOptions options) {
     recipe.moments = DType::kF32;
   }
   // Megatron-LM's mixed recipe (tensor_parallel.cpp): bf16 parameters, fp32 main gradients, fp32 master and moments.
-  if (options.kind == StrategyKind::kTensor && recipe.recipe == optim::Recipe::kMixed &&
-      recipe.params == DType::kBF16) {
+  // pp's stages tensor-parallel too (--tp with --pp) are Megatron-LM's alone: its recipe.
+  const bool megatron =
+      options.kind == StrategyKind::kTensor || (options.kind == StrategyKind::kPipeline && options.parallel.tensor > 1);
+  if (megatron && recipe.recipe == optim::Recipe::kMixed && recipe.params == DType::kBF16) {
     recipe.grads = DType::kF32;
   }
   return options;
@@ -212,7 +242,7 @@ std::unique_ptr<Strategy> make_strategy(StrategyContext context, const StrategyO
     case StrategyKind::kZero3: return make_zero3(context, options);
     case StrategyKind::kFsdp: return make_fsdp(context, options);
     case StrategyKind::kFsdp2: return make_fsdp2(context, options);
-    case StrategyKind::kPipeline: return make_pipeline(context, options);
+    case StrategyKind::kPipeline: return make_pipeline(context, with_framework_recipe(options));
     case StrategyKind::kTensor: return make_tensor_parallel(context, with_framework_recipe(options));
   }
   EMU_CHECK(false, "unknown strategy kind {}", static_cast<int>(options.kind));
@@ -226,11 +256,18 @@ void Strategy::count_offload(size_t elements, size_t gradient_bytes) {
   host_traffic_.host_to_device += elements * dtype_size(options_.recipe.params);
 }
 
-double Strategy::sum_over_world(double local, std::string_view phase) {
+double Strategy::sum_over_world(double local, std::string_view phase) { return sum_over(world_, local, phase); }
+
+double Strategy::sum_over(coll::Communicator& group, double local, std::string_view phase) {
   // Collectives carry fp32 and bf16, as NCCL's would for this: the partial sums travel as fp32.
   float total = static_cast<float>(local);
-  world_.all_reduce(&total, &total, 1, DType::kF32, coll::ReduceOp::kSum, phase);
+  group.all_reduce(&total, &total, 1, DType::kF32, coll::ReduceOp::kSum, phase);
   return total;
+}
+
+std::unique_ptr<coll::Communicator> Strategy::split_group(int color, int rank, int size, const std::string& name) {
+  if (device_.holds_data()) return world_.split(color, world_.rank(), name);
+  return coll::make_virtual_communicator(device_, rank, size, name, model_.config().shrink);
 }
 
 }  // namespace emu::strategy

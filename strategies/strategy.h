@@ -127,6 +127,33 @@ struct PipelineOptions {
   Schedule schedule = Schedule::k1F1B;
 };
 
+// The parallel layout of tp and pp: the world of N ranks as DP × PP × TP, TP innermost (T consecutive ranks,
+// inside a node), then PP, then DP, so that rank = d·P·T + p·T + t: Megatron-LM's initialize_model_parallel with
+// order="tp-cp-pp-ep-dp" (megatron/core/parallel_state.py; its default "tp-cp-ep-dp-pp", like torchtitan's mesh
+// ["pp", "dp_replicate", "dp_shard", "cp", "tp"], puts DP inside PP: the same groups' sizes and bytes, other links). 0
+// takes the default: all ranks for the strategy's own dimension (tp: T = N; pp: P = N), 1 for the other. D = N/(T·P)
+// data-parallel replicas, each training on its own slice of the global batch (Megatron's --tensor-model-parallel-size,
+// --pipeline-model-parallel-size; D is what remains).
+struct ParallelOptions {
+  int tensor = 0;    // T (--tp)
+  int pipeline = 0;  // P (--pp)
+  // Megatron's --use-distributed-optimizer (ZeRO-1 over the data-parallel group): the fp32 master weights and Adam
+  // moments sharded over the D replicas, the gradients reduce-scattered, the updated parameters all-gathered.
+  bool distributed_optimizer = false;
+};
+
+// One rank's place in the DP × PP × TP layout (ParallelOptions).
+struct Mesh {
+  int tensor = 1, pipeline = 1, data = 1;  // T, P, D
+  int rank = 0;                            // in the world
+  int tensor_rank() const { return rank % tensor; }
+  int pipeline_rank() const { return rank / tensor % pipeline; }
+  int data_rank() const { return rank / (tensor * pipeline); }
+};
+// The layout of `options` over `world` ranks, for rank `rank`: every other strategy is data-parallel over the whole
+// world (T = P = 1, D = N). InputError naming the values where N is not divisible by T·P.
+Mesh mesh_of(const struct StrategyOptions& options, int world, int rank);
+
 struct StrategyOptions {
   StrategyKind kind = StrategyKind::kDdp;
   DdpOptions ddp;
@@ -134,6 +161,7 @@ struct StrategyOptions {
   FsdpOptions fsdp;
   Fsdp2Options fsdp2;
   PipelineOptions pipeline;
+  ParallelOptions parallel;  // tp and pp: T, P and the distributed optimizer
   optim::PrecisionRecipe recipe = optim::precision_recipe(optim::Recipe::kMixed);
   optim::AdamWConfig adamw;
   optim::AdamWImpl adamw_impl = optim::AdamWImpl::kForeach;  // torch.optim.AdamW's (ddp, fsdp*): its step temporaries
@@ -143,8 +171,12 @@ struct StrategyOptions {
   uint64_t seed = 1234;    // initial weights
 
   // "ddp", "ddp-zero", "zero0", "zero1", "zero2", "zero3", "fsdp" (FULL_SHARD), "fsdp-grad-op", "fsdp-no-shard",
-  // "fsdp-hybrid", "fsdp2", "pp", "tp"
+  // "fsdp-hybrid", "fsdp2", "pp", "tp"; tp and pp with a degree given name their layout, e.g. "tp2·dp2",
+  // "pp2·tp2·dp2", "tp8·dp8·do" (do: the distributed optimizer) once named_data is set.
   std::string name() const;
+  // D of a tp or pp run whose degrees were given (set by the app and tests once the world is known): names the
+  // layout; 0 leaves the plain name.
+  int named_data = 0;
   // A full-scale byte or element count divided by k², at least 1.
   uint64_t scaled(uint64_t full_scale) const;
 };
@@ -249,6 +281,12 @@ class Strategy : protected model::Hooks {
 
   // Σ over the world of a local double (the gradient norm's partial sums), on every rank.
   double sum_over_world(double local, std::string_view phase);
+  // Σ over `group` alike.
+  double sum_over(coll::Communicator& group, double local, std::string_view phase);
+  // A sub-group of the world: this rank is `rank` of `size` in the group of colour `color` (ranks ordered by
+  // world rank), named `name` in its ledger. Collective over the world on a device that holds data; a plan's world
+  // is virtual (collectives/virtual), and so is the group.
+  std::unique_ptr<coll::Communicator> split_group(int color, int rank, int size, const std::string& name);
   // The device the optimizer state lives on: the host under offload, else this rank's device.
   Device& optimizer_device() { return context_.offload != nullptr ? *context_.offload : device_; }
   // Counts an offloaded optimizer step over `elements` (as a shrunk run charges them, model/shrink.h): their

@@ -16,38 +16,65 @@
 //               all-gathers in backward (the saved 1/t inputs of q/k/v, gate/up and the head gathered again for the
 //               weight gradients; Korthikanti et al. 2022 §4.2.2) and one all-reduce per step of the norm weights'
 //               gradients (2L + 1)·h fp32 (the replicated elements).
+//   data        with D = N/t > 1 replicas (--tp t < N): the TP traffic in the "tensor-parallel" group, and per step
+//               one all-reduce of each unit's local gradients in the "data-parallel" group, 2(D − 1)/D of them;
+//               with the distributed optimizer the optimizer state of 1/D of each unit (12/D bytes per local
+//               parameter: 6 + 12/D in all), a reduce-scatter of the gradients and an all-gather of the parameters
+//               instead, (D − 1)/D each (exact where D divides the unit)
 #include <fmt/format.h>
 
 #include "strategies/analytic.h"
+#include "strategies/shard.h"
 
 namespace emu::strategy {
 
 Updated predict_tensor_parallel(const StrategyOptions& options, const AnalyticInput& input, Prediction& prediction) {
   const optim::PrecisionRecipe& recipe = options.recipe;
-  const int tp = input.world;
+  const Mesh mesh = mesh_of(options, input.world, input.rank);
+  const int tp = mesh.tensor;
+  const std::string group = mesh.data > 1 ? "tensor-parallel" : "world";
+  const bool distributed = options.parallel.distributed_optimizer && mesh.data > 1;
   Updated updated;
   for (size_t u = 0; u < input.unit_counts.size(); ++u) {
-    updated.emplace_back(static_cast<int>(u), input.unit_counts[u]);
-    prediction.peak[Category::kParameters] += input.bytes(static_cast<int>(u), input.unit_counts[u], recipe.params);
-    prediction.peak[Category::kGradients] += input.bytes(static_cast<int>(u), input.unit_counts[u], recipe.grads);
+    const int unit = static_cast<int>(u);
+    const uint64_t count = input.unit_counts[u];
+    prediction.peak[Category::kParameters] += input.bytes(unit, count, recipe.params);
+    prediction.peak[Category::kGradients] += input.bytes(unit, count, recipe.grads);
+    if (!distributed) {
+      updated.emplace_back(unit, count);
+      add_ring_traffic(prediction, coll::CollectiveKind::kAllReduce, "data-parallel",
+                       input.bytes(unit, count, recipe.grads), mesh.data);
+      continue;
+    }
+    updated.emplace_back(unit, shard_of(count, mesh.data_rank(), mesh.data).valid);
+    add_ring_traffic(prediction, coll::CollectiveKind::kReduceScatter, "data-parallel",
+                     input.bytes(unit, count, recipe.grads), mesh.data);
+    add_ring_traffic(prediction, coll::CollectiveKind::kAllGather, "data-parallel",
+                     input.bytes(unit, count, recipe.params), mesh.data);
   }
   const uint64_t blocks = input.unit_counts.empty() ? 0 : input.unit_counts.size() - 1;
   const uint64_t micro_batches = static_cast<uint64_t>(input.accumulation);
   const uint64_t per_block = input.checkpoint ? 6 : 4;
   const uint64_t replaced = (per_block * blocks + 2) * micro_batches;
   if (input.sequence_parallel) {
-    add_ring_traffic(prediction, coll::CollectiveKind::kReduceScatter, "world", input.boundary_bytes, tp, replaced);
-    add_ring_traffic(prediction, coll::CollectiveKind::kAllGather, "world", input.boundary_bytes, tp,
+    add_ring_traffic(prediction, coll::CollectiveKind::kReduceScatter, group, input.boundary_bytes, tp, replaced);
+    add_ring_traffic(prediction, coll::CollectiveKind::kAllGather, group, input.boundary_bytes, tp,
                      replaced + (2 * blocks + 1) * micro_batches);
-    add_ring_traffic(prediction, coll::CollectiveKind::kAllReduce, "world", input.replicated_elements * sizeof(float),
-                     tp, 1);
+    add_ring_traffic(prediction, coll::CollectiveKind::kAllReduce, group, input.replicated_elements * sizeof(float), tp,
+                     1);
   } else {
-    add_ring_traffic(prediction, coll::CollectiveKind::kAllReduce, "world", input.boundary_bytes, tp, replaced);
+    add_ring_traffic(prediction, coll::CollectiveKind::kAllReduce, group, input.boundary_bytes, tp, replaced);
   }
-  add_ring_traffic(prediction, coll::CollectiveKind::kAllReduce, "world", input.tokens * sizeof(float), tp,
+  add_ring_traffic(prediction, coll::CollectiveKind::kAllReduce, group, input.tokens * sizeof(float), tp,
                    3 * micro_batches);
   prediction.formula =
-      fmt::format("{}Ψ/t, t = {}: the slice of every matrix (Megatron-LM)", recipe.total_bytes_per_param(), tp);
+      distributed
+          ? fmt::format(
+                "({} + {}/D)Ψ/t, t = {}, D = {}: the slice of every matrix, the optimizer sharded over the "
+                "replicas (Megatron-LM's distributed optimizer)",
+                recipe.total_bytes_per_param() - 2 * dtype_size(recipe.moments) - (recipe.has_master ? 4 : 0),
+                2 * dtype_size(recipe.moments) + (recipe.has_master ? 4 : 0), tp, mesh.data)
+          : fmt::format("{}Ψ/t, t = {}: the slice of every matrix (Megatron-LM)", recipe.total_bytes_per_param(), tp);
   return updated;
 }
 

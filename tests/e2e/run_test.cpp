@@ -114,6 +114,9 @@ TEST_P(Ranks, BadInputsExitTwoWithOneMessage) {
       {"--model gpt2 --reshard-after-forward 3", "an int must divide the ranks and lie between 1 and"},
       {"--model gpt2 --expect zero3=fits", "--expect 'zero3=fits'"},
       {"--model gpt2 --json /no/such/folder/out.json", "the folder '/no/such/folder' does not exist"},
+      {"--model llama2-7b --strategies tp --tp 3",
+       "ranks are not divisible by tensor-parallel 3 x pipeline-parallel 1"},
+      {"--model gpt2 --strategies ddp --pp 2", "--pp 2 sets pp's degree; accepted with pp among --strategies"},
   };
   for (const auto& [args, message] : table) {
     const auto run = run_process(mpiexec(ranks) + kEmu + " " + args);
@@ -329,6 +332,43 @@ TEST(Plan, AgreesWithTheShrunkRunWithinHalfAPercent) {
       {"ddp", "ddp-zero", "zero1", "zero2", "zero3", "fsdp", "fsdp2"}, 0.005);
   expect_run_matches_plan(" --model gpt2-xl --steps 1 --strategies zero1,zero2,fsdp-grad-op",
                           {"zero1", "zero2", "fsdp-grad-op"}, 0.025);
+}
+
+// tp and pp composed (--tp 2 --pp 2 on 4 ranks: tp as TP 2 × DP 2, pp as PP 2 × TP 2), with Megatron's distributed
+// optimizer: the shrunk run × k² against the plan, as for the data-parallel strategies (seen within 0.002%).
+TEST(Plan, ComposedParallelismAgreesWithTheShrunkRun) {
+  expect_run_matches_plan(
+      " --model llama2-13b --shrink 64 --steps 1 --strategies tp,pp --tp 2 --pp 2 --distributed-optimizer",
+      {"tp2·dp2·do", "pp2·tp2"}, 0.005);
+}
+
+// Each data-parallel replica trains on its own slice of the global batch (app/run.cpp replica_micro_batches):
+// tp2·dp2 on 4 ranks with 2 accumulated micro-batches per replica takes the same 4 sequences per step as tp on 2
+// ranks with 4, and pp2·dp2 with M = 2 per pipeline the same as pp on 2 ranks with M = 4: the same losses, step
+// after step (fp32; only the order of the sums differs). Two replicas given the same micro-batches would see 2
+// sequences twice, and another loss from the first step.
+TEST(Run, DataParallelReplicasSplitTheGlobalBatch) {
+  const std::string common = " --model llama2-7b --shrink 64 --steps 2 --precision fp32";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"--strategies tp --tp 2 --grad-accum 2", "--strategies tp --grad-accum 4"},
+      {"--strategies pp --pp 2 --micro-batches 2", "--strategies pp --micro-batches 4"}};
+  for (const auto& [replicated, single] : cases) {
+    testing::TempDir dir("run");
+    const std::string a = dir.file("replicas.json"), b = dir.file("single.json");
+    const auto four = run_process(mpiexec(4) + kEmu + common + " " + replicated + " --json " + a, 240);
+    ASSERT_EQ(four.exit_code, 0) << four.err;
+    const auto two = run_process(mpiexec(2) + kEmu + common + " " + single + " --json " + b, 240);
+    ASSERT_EQ(two.exit_code, 0) << two.err;
+    const json replicas = read_json(a), one = read_json(b);
+    const json& got = replicas["strategies"][0]["losses"];
+    const json& want = one["strategies"][0]["losses"];
+    ASSERT_EQ(got.size(), 2u);
+    ASSERT_EQ(want.size(), 2u);
+    for (size_t step = 0; step < 2; ++step) {
+      EXPECT_NEAR(got[step].get<double>(), want[step].get<double>(), 1e-5 * want[step].get<double>())
+          << replicated << ", step " << step + 1;
+    }
+  }
 }
 
 TEST(Plan, AThousandRanksOfSeventyBillionInSeconds) {

@@ -287,6 +287,8 @@ Model::InFlight Model::take_in_flight() {
   state.final_stats = std::move(final_stats_);
   state.final_xn = std::move(final_xn_);
   state.logits = std::move(logits_);
+  state.tp_outside = std::move(tp_outside_);
+  tp_outside_.clear();
   state.has_forward = has_forward_;
   has_forward_ = false;
   return state;
@@ -303,6 +305,7 @@ void Model::restore_in_flight(InFlight state) {
   final_stats_ = std::move(state.final_stats);
   final_xn_ = std::move(state.final_xn);
   logits_ = std::move(state.logits);
+  tp_outside_ = std::move(state.tp_outside);
   has_forward_ = state.has_forward;
 }
 

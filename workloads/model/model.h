@@ -134,6 +134,7 @@ class Model {
     Buffer tokens, rope_cos, rope_sin;
     std::vector<BlockSaved> saved;
     Buffer final_x, final_stats, final_xn, logits;
+    std::vector<uint8_t> tp_outside;  // TP: the micro-batch's tokens outside this rank's vocabulary slice
     bool has_forward = false;
   };
   InFlight take_in_flight();

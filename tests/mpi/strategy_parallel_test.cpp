@@ -1,0 +1,313 @@
+// tp and pp composed with data parallelism (strategies/tensor_parallel.cpp, pipeline.cpp; strategy.h ParallelOptions):
+// the world as D = N/(T·P) replicas, TP or PP inside each: TP 2 × DP D and PP 2 × DP D (D = 2 at 4 ranks, 4 at 8),
+// TP 2 × PP 2 (× DP 2 at 8 ranks), with and without Megatron's distributed optimizer. A Llama of 4
+// blocks made to split (h = 32, a = 8 heads of d = 4, kv = 4, F = 64, V = 1024: no vocabulary padding at t = 2,
+// s = 8, b = 1) in the fp32 recipe. Checked against single-device training on the same global batch (replica d's
+// micro-batch m is sample m·D + d: the reference's micro-batch m of D samples), and the traffic of each group
+// against closed forms written here: the TP group's 4L + 2 all-reduces of b·s·h per micro-batch at 2(T − 1)/T, the
+// pipeline's b·s·h per micro-batch per boundary, and the data-parallel group's one all-reduce of the local gradients
+// at 2(D − 1)/D per step.
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string_view>
+
+#include "strategies/analytic.h"
+#include "tests/mpi/strategy_harness.h"
+
+namespace emu::testing {
+namespace {
+
+constexpr int kSteps = 3;
+constexpr int kMicroBatches = 2;  // per replica and step (tp: accumulation; pp: M)
+constexpr int64_t kLayers = 4;
+
+model::ModelConfig parallel_config() {
+  model::ModelConfig config = tiny_config(model::Style::kLlama, 1, kLayers);
+  config.hidden = 32;
+  config.heads = 8;
+  config.kv_heads = 4;
+  config.ffn = 64;
+  config.vocab = 1024;
+  return config;
+}
+
+// "tp", "pp", "pp-tp" (pp whose stages are TP `degree` too), each with "-do" for the distributed optimizer, of
+// degree `degree`.
+strategy::StrategyOptions parallel_options(std::string_view name, int degree) {
+  const bool pipeline = name.starts_with("pp");
+  strategy::StrategyOptions options = test_options(pipeline ? "pp" : "tp", optim::Recipe::kFp32);
+  (pipeline ? options.parallel.pipeline : options.parallel.tensor) = degree;
+  if (name.starts_with("pp-tp")) options.parallel.tensor = degree;
+  options.parallel.distributed_optimizer = name.ends_with("-do");
+  return options;
+}
+
+struct ParallelRun {
+  std::unique_ptr<Device> device;
+  std::unique_ptr<coll::Communicator> world;
+  std::unique_ptr<model::Model> model;
+  std::unique_ptr<strategy::Strategy> strategy;
+  Trace trace;
+
+  // The ledger of this rank's group whose name starts with `kind` ("tensor-parallel", "pipeline",
+  // "data-parallel").
+  const coll::Ledger& ledger(std::string_view kind) const {
+    for (coll::Communicator* group : strategy->groups()) {
+      if (group->name().starts_with(kind)) return group->ledger();
+    }
+    EMU_CHECK(false, "no {} group", kind);
+    return world->ledger();
+  }
+};
+
+// Every rank of replica d runs micro-batches m = 0 … count − 1 of samples m·D + d, as the app gives them
+// (app/run.cpp replica_micro_batches).
+std::unique_ptr<ParallelRun> run_parallel(const strategy::StrategyOptions& options, int count, int steps,
+                                          bool weights_every_step) {
+  auto run = std::make_unique<ParallelRun>();
+  MemoryPool::Options memory;
+  memory.rank = world_rank();
+  run->device = make_cpu_device(memory);
+  run->world = coll::make_mpi_communicator(MPI_COMM_WORLD, *run->device);
+  const model::ModelConfig config = parallel_config();
+  model::ModelOptions model_options;
+  model_options.compute = options.recipe.params;
+  run->model = std::make_unique<model::Model>(*run->device, config, model_options);
+  run->strategy = strategy::make_strategy({*run->device, *run->world, *run->model}, options);
+  run->strategy->setup();
+  const strategy::Mesh mesh = strategy::mesh_of(options, world_size(), world_rank());
+  const auto data = tiny_data(config);
+  for (int step = 0; step < steps; ++step) {
+    std::vector<data::Batch> batches;
+    batches.reserve(static_cast<size_t>(count));
+    for (int m = 0; m < count; ++m) {
+      batches.push_back(data.batch(step, data::sample_offset(mesh.data_rank(), mesh.data, m, 1), 1));
+    }
+    const strategy::StepResult result = run->strategy->step(batches);
+    float loss = result.loss;  // the replica's mean: the mean over the ranks is the global batch's
+    MPI_Allreduce(MPI_IN_PLACE, &loss, 1, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    run->trace.losses.push_back(loss / static_cast<float>(world_size()));
+    run->trace.grad_norms.push_back(result.grad_norm);
+    if (weights_every_step) {
+      std::vector<std::vector<float>> units(static_cast<size_t>(run->model->num_units()));
+      for (size_t u = 0; u < units.size(); ++u) units[u] = run->strategy->full_weights(static_cast<int>(u));
+      run->trace.weights.push_back(std::move(units));
+    }
+  }
+  return run;
+}
+
+// The data-parallel degree of a degree-2 layout at this world: 2 at 4 ranks, 4 at 8.
+uint64_t data_degree() { return static_cast<uint64_t>(world_size() / 2); }
+
+// The global batch's D replicas at this world for `options` (1 at 4 ranks for TP 2 × PP 2, 2 at 8).
+int replicas(const strategy::StrategyOptions& options) { return strategy::mesh_of(options, world_size(), 0).data; }
+
+// fp32: only the order of the sums differs from the reference (TP's partial products, the replicas' average): a
+// few ulps. A missing data-parallel all-reduce leaves each replica with its own half of the batch (the weights
+// part at the first step by up to lr = 1e-2, the norm by far more than 1e-5); a norm summed over the replicas too
+// is √D = 1.41 times the reference's.
+constexpr double kLossTolerance = 1e-5, kNormTolerance = 1e-5, kWeightTolerance = 1e-5;
+
+class Equivalence : public ::testing::TestWithParam<std::string> {};  // parallel_options' names, degree 2
+
+// TP 2 × DP D and PP 2 × DP D (D = 2 at 4 ranks, 4 at 8), TP 2 × PP 2 (× DP 2 at 8), each with and without the
+// distributed optimizer.
+TEST_P(Equivalence, SameAsSingleDevice) {
+  const strategy::StrategyOptions options = parallel_options(GetParam(), 2);
+  const Trace reference = run_reference_config(parallel_config(), options, replicas(options), kMicroBatches, kSteps);
+  const auto run = run_parallel(options, kMicroBatches, kSteps, true);
+  for (int step = 0; step < kSteps; ++step) {
+    const size_t i = static_cast<size_t>(step);
+    EXPECT_NEAR(run->trace.losses[i], reference.losses[i], kLossTolerance * std::abs(reference.losses[i]))
+        << "step " << step + 1;
+    EXPECT_NEAR(run->trace.grad_norms[i], reference.grad_norms[i], kNormTolerance * reference.grad_norms[i])
+        << "step " << step + 1;
+    double worst = 0;
+    size_t worst_unit = 0, worst_element = 0;
+    for (size_t u = 0; u < reference.weights[i].size(); ++u) {
+      const std::vector<float>& want = reference.weights[i][u];
+      const std::vector<float>& got = run->trace.weights[i][u];
+      ASSERT_EQ(got.size(), want.size()) << "unit " << u;
+      for (size_t e = 0; e < want.size(); ++e) {
+        const double error = std::abs(double(got[e]) - want[e]) / std::max(1.0, std::abs(double(want[e])));
+        if (error > worst) worst = error, worst_unit = u, worst_element = e;
+      }
+    }
+    EXPECT_LE(worst, kWeightTolerance) << "step " << step + 1 << ", unit " << worst_unit << ", element "
+                                       << worst_element;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Parallel, Equivalence, ::testing::Values("tp", "pp", "tp-do", "pp-do", "pp-tp", "pp-tp-do"),
+                         [](const ::testing::TestParamInfo<std::string>& param) {
+                           std::string name =
+                               param.param.starts_with("pp-tp") ? "pp2_tp2_dp" : param.param.substr(0, 2) + "2_dp";
+                           return param.param.ends_with("-do") ? name + "_distributed_optimizer" : name;
+                         });
+
+// Local parameters of a rank, by hand. A block's matrices at full shape: q and o 32·32, k and v 16·32 (kv = 4 heads
+// of 4), gate, up and down 64·32: 9,216; its two norms 32 each. The root: embedding and head 1,024·32 each, the
+// final norm 32.
+constexpr uint64_t kBlockMatrices = 32 * 32 + 2 * 16 * 32 + 32 * 32 + 3 * 64 * 32;
+constexpr uint64_t kBlockNorms = 2 * 32;
+constexpr uint64_t kTable = 1024 * 32;
+
+// The groups' traffic for one step of 2 micro-batches per replica, fp32 (4 bytes), against the closed forms, and the
+// predictor (strategies/tp_model.cpp, pipeline_model.cpp) against the run.
+TEST(ParallelTraffic, TensorGroupAndDataGroup) {
+  const strategy::StrategyOptions options = parallel_options("tp", 2);
+  const auto run = run_parallel(options, kMicroBatches, 1, false);
+  constexpr uint64_t kT = 2;
+  const uint64_t kD = data_degree();
+  // TP: per micro-batch 4L + 2 = 18 all-reduces of b·s·h·4 = 1,024 bytes, at 2(T − 1)/T of the payload.
+  uint64_t hidden_calls = 0, hidden_sent = 0;
+  for (const auto& [key, entry] : run->ledger("tensor-parallel").entries()) {
+    if (key.first == coll::CollectiveKind::kAllReduce && std::string_view(key.second).starts_with("tp all-reduce")) {
+      hidden_calls += entry.calls, hidden_sent += entry.moved.sent;
+    }
+  }
+  EXPECT_EQ(hidden_calls, kMicroBatches * (4 * kLayers + 2));
+  EXPECT_EQ(hidden_sent, kMicroBatches * (4 * kLayers + 2) * 2 * (kT - 1) * 1024 / kT);
+  // DP: every unit's local gradients once per step: the blocks' matrices / T with their whole norms, the root's
+  // tables / T and its final norm, each all-reduced at 2(D − 1)/D.
+  const uint64_t local = kLayers * (kBlockMatrices / kT + kBlockNorms) + 2 * kTable / kT + 32;
+  const coll::Ledger& data = run->ledger("data-parallel");
+  uint64_t data_calls = 0, data_sent = 0;
+  for (const auto& [key, entry] : data.entries()) {
+    if (key.first == coll::CollectiveKind::kAllReduce) data_calls += entry.calls, data_sent += entry.moved.sent;
+  }
+  EXPECT_EQ(data_calls, uint64_t{kLayers} + 1);  // one per unit
+  EXPECT_EQ(data_sent, 4 * local * 2 * (kD - 1) / kD);
+  strategy::AnalyticInput input = strategy::analytic_input(*run->model, world_size(), 1, kMicroBatches);
+  input.rank = world_rank();
+  const strategy::Prediction predicted = strategy::predict(options, input);
+  uint64_t predicted_data = 0;
+  for (const strategy::PredictedTraffic& t : predicted.traffic) {
+    if (t.group == "data-parallel") predicted_data += t.sent;
+  }
+  EXPECT_EQ(predicted_data, data_sent);
+}
+
+// Megatron's distributed optimizer (ZeRO-1 over the data-parallel group): each unit's gradients reduce-scattered
+// and its parameters all-gathered, (D − 1)/D of each (every unit's local count divides by D = 2 and 4); the Adam
+// moments (fp32 m and v, 8 bytes) of 1/D of each unit on each rank, the parameters and gradients whole.
+TEST(ParallelTraffic, DistributedOptimizer) {
+  const strategy::StrategyOptions options = parallel_options("tp-do", 2);
+  const auto run = run_parallel(options, kMicroBatches, 1, false);
+  constexpr uint64_t kT = 2;
+  const uint64_t local = kLayers * (kBlockMatrices / kT + kBlockNorms) + 2 * kTable / kT + 32;
+  uint64_t scattered = 0, gathered = 0, reduced = 0;
+  for (const auto& [key, entry] : run->ledger("data-parallel").entries()) {
+    if (key.first == coll::CollectiveKind::kReduceScatter) scattered += entry.moved.sent;
+    if (key.first == coll::CollectiveKind::kAllGather) gathered += entry.moved.sent;
+    if (key.first == coll::CollectiveKind::kAllReduce) reduced += entry.moved.sent;
+  }
+  const uint64_t kD = data_degree();
+  EXPECT_EQ(scattered, 4 * local * (kD - 1) / kD);
+  EXPECT_EQ(gathered, 4 * local * (kD - 1) / kD);
+  EXPECT_EQ(reduced, 0u);
+  MemoryPool& memory = run->device->memory();
+  EXPECT_EQ(memory.peak(Category::kParameters), 4 * local);
+  EXPECT_EQ(memory.peak(Category::kGradients), 4 * local);
+  EXPECT_EQ(memory.peak(Category::kOptimizerState), 8 * local / kD);
+  strategy::AnalyticInput input = strategy::analytic_input(*run->model, world_size(), 1, kMicroBatches);
+  input.rank = world_rank();
+  const strategy::Prediction predicted = strategy::predict(options, input);
+  EXPECT_EQ(predicted.sent(coll::CollectiveKind::kReduceScatter), scattered);
+  EXPECT_EQ(predicted.sent(coll::CollectiveKind::kAllGather), gathered);
+  EXPECT_EQ(predicted.peak[Category::kOptimizerState], memory.peak(Category::kOptimizerState));
+}
+
+TEST(ParallelTraffic, PipelineGroupAndDataGroup) {
+  const strategy::StrategyOptions options = parallel_options("pp", 2);
+  const auto run = run_parallel(options, kMicroBatches, 1, false);
+  const int stage = world_rank() % 2;
+  // One boundary: stage 0 sends each micro-batch's activation, stage 1 each one's gradient, b·s·h·4 = 1,024 bytes.
+  uint64_t sends = 0, sent = 0;
+  for (const auto& [key, entry] : run->ledger("pipeline").entries()) {
+    if (key.first == coll::CollectiveKind::kSend) sends += entry.calls, sent += entry.moved.sent;
+  }
+  EXPECT_EQ(sends, uint64_t{kMicroBatches});
+  EXPECT_EQ(sent, uint64_t{kMicroBatches} * 1024);
+  // DP: the stage's own units' gradients at 2(D − 1)/D: two blocks each (4 equal blocks over 2 stages), and the
+  // embedding on stage 0, the final norm and head on stage 1.
+  const uint64_t owned = 2 * (kBlockMatrices + kBlockNorms) + (stage == 0 ? kTable : kTable + 32);
+  uint64_t data_sent = 0;
+  for (const auto& [key, entry] : run->ledger("data-parallel").entries()) {
+    if (key.first == coll::CollectiveKind::kAllReduce) data_sent += entry.moved.sent;
+  }
+  EXPECT_EQ(data_sent, 4 * owned * 2 * (data_degree() - 1) / data_degree());
+  strategy::AnalyticInput input = strategy::analytic_input(*run->model, world_size(), 1, kMicroBatches);
+  input.rank = world_rank();
+  const strategy::Prediction predicted = strategy::predict(options, input);
+  uint64_t predicted_data = 0, predicted_sends = 0;
+  for (const strategy::PredictedTraffic& t : predicted.traffic) {
+    if (t.group == "data-parallel") predicted_data += t.sent;
+    if (t.group == "pipeline" && t.kind == coll::CollectiveKind::kSend) predicted_sends += t.sent;
+  }
+  EXPECT_EQ(predicted_data, data_sent);
+  EXPECT_EQ(predicted_sends, sent);
+}
+
+// TP 2 × PP 2 (× DP 2 at 8 ranks): every stage's TP group all-reduces b·s·h·4 = 1,024 bytes 4 times per block
+// (2 blocks per stage), plus once on the first stage (the embedding output) and on the last (the head's input
+// gradient), per micro-batch, at 2(T − 1)/T = 1; the last stage also the cross-entropy's 3 of b·s·4 = 32 bytes.
+// The pipeline between TP rank t of each stage carries the whole b·s·h activation (no scatter-gather: 1,024
+// bytes per micro-batch); the data-parallel group (8 ranks) all-reduces the stage's local gradients once.
+TEST(ParallelTraffic, TensorParallelStages) {
+  const strategy::StrategyOptions options = parallel_options("pp-tp", 2);
+  const auto run = run_parallel(options, kMicroBatches, 1, false);
+  const strategy::Mesh mesh = strategy::mesh_of(options, world_size(), world_rank());
+  const bool first = mesh.pipeline_rank() == 0;
+  uint64_t hidden = 0, rows = 0;
+  for (const auto& [key, entry] : run->ledger("tensor-parallel").entries()) {
+    if (key.first != coll::CollectiveKind::kAllReduce) continue;
+    const std::string_view phase(key.second);
+    if (phase.starts_with("tp all-reduce")) hidden += entry.moved.sent;
+    if (phase.starts_with("tp cross-entropy")) rows += entry.moved.sent;
+  }
+  EXPECT_EQ(hidden, uint64_t{kMicroBatches} * (4 * 2 + 1) * 1024);
+  EXPECT_EQ(rows, first ? 0u : uint64_t{kMicroBatches} * 3 * 32);
+  uint64_t sent = 0;
+  for (const auto& [key, entry] : run->ledger("pipeline").entries()) {
+    if (key.first == coll::CollectiveKind::kSend) sent += entry.moved.sent;
+  }
+  EXPECT_EQ(sent, uint64_t{kMicroBatches} * 1024);
+  strategy::AnalyticInput input = strategy::analytic_input(*run->model, world_size(), 1, kMicroBatches);
+  input.rank = world_rank();
+  const strategy::Prediction predicted = strategy::predict(options, input);
+  uint64_t predicted_tp = 0;
+  for (const strategy::PredictedTraffic& t : predicted.traffic) {
+    if (t.group == "tensor-parallel") predicted_tp += t.sent;
+  }
+  EXPECT_EQ(predicted_tp, hidden + rows);
+  if (mesh.data > 1) {  // the stage's slice: 2 blocks' matrices / 2 and their norms, its root tensors / 2
+    const uint64_t owned = 2 * (kBlockMatrices / 2 + kBlockNorms) + (first ? kTable / 2 : kTable / 2 + 32);
+    uint64_t data_sent = 0;
+    for (const auto& [key, entry] : run->ledger("data-parallel").entries()) {
+      if (key.first == coll::CollectiveKind::kAllReduce) data_sent += entry.moved.sent;
+    }
+    EXPECT_EQ(data_sent, 4 * owned);
+  }
+}
+
+// N not divisible by T·P: a clear error naming the values, the same on every rank.
+TEST(ParallelLayout, IndivisibleWorldRefused) {
+  strategy::StrategyOptions options = parallel_options("tp", 3);
+  try {
+    strategy::mesh_of(options, 4, 0);
+    FAIL() << "4 ranks over tp 3 accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("4 ranks are not divisible by tensor-parallel 3"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(strategy::mesh_of(parallel_options("pp", 2), 8, 5).data_rank(), 2);
+  EXPECT_EQ(strategy::mesh_of(parallel_options("pp", 2), 8, 5).pipeline_rank(), 1);
+}
+
+}  // namespace
+}  // namespace emu::testing
