@@ -295,8 +295,7 @@ StrategyOutcome run_one(const MpiSession& mpi, const RunOptions& options, const 
 // strategy then copies its elements from here (Model::initial_values) instead of drawing them again, the same
 // values (init_unit_range draws element i of a unit from (seed, unit, i) alone). Null for a model too large to hold
 // a copy of on the host, whose strategies draw as before.
-std::shared_ptr<const std::vector<std::vector<float>>> seeded_weights(const model::ModelConfig& config,
-                                                                      uint64_t seed) {
+std::shared_ptr<const std::vector<std::vector<float>>> seeded_weights(const model::ModelConfig& config, uint64_t seed) {
   constexpr uint64_t kMostElements = uint64_t{16} << 20;  // 64 MiB of fp32 per rank
   const std::vector<model::UnitLayout> layouts = model::build_layouts(config);
   uint64_t elements = 0;
