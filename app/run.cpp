@@ -295,6 +295,24 @@ StrategyOutcome run_one(const MpiSession& mpi, const RunOptions& options, const 
   return run_one_strategy(stage, strategy_options, driver);
 }
 
+// The seeded initial weights of every unit, drawn once for a run of several strategies that share the seed: each
+// strategy then copies its elements from here (Model::initial_values) instead of drawing them again, the same
+// values (init_unit_range draws element i of a unit from (seed, unit, i) alone). Null for a model too large to hold
+// a copy of on the host, whose strategies draw as before.
+std::shared_ptr<const std::vector<std::vector<float>>> seeded_weights(const model::ModelConfig& config, uint64_t seed) {
+  constexpr uint64_t kMostElements = uint64_t{16} << 20;  // 64 MiB of fp32 per rank
+  const std::vector<model::UnitLayout> layouts = model::build_layouts(config);
+  uint64_t elements = 0;
+  for (const model::UnitLayout& unit : layouts) elements += unit.count;
+  if (elements > kMostElements) return nullptr;
+  auto weights = std::make_shared<std::vector<std::vector<float>>>(layouts.size());
+  for (size_t u = 0; u < layouts.size(); ++u) {
+    (*weights)[u].resize(layouts[u].count);
+    model::init_unit_range(layouts[u], static_cast<int>(u), seed, 0, layouts[u].count, (*weights)[u].data());
+  }
+  return weights;
+}
+
 }  // namespace
 
 std::string group_kind(const std::string& communicator_name) {
@@ -367,8 +385,14 @@ RunReport run_strategies(const MpiSession& mpi, const RunOptions& options, const
                       error.what(), options.full.name, report.shrink));
     }
   }
+  std::shared_ptr<const std::vector<std::vector<float>>> seeded;
+  if (weights == nullptr && options.strategies.size() > 1) {
+    seeded = seeded_weights(report.model, options.strategies.front().seed);
+  }
   for (const strategy::StrategyOptions& strategy_options : options.strategies) {
-    report.outcomes.push_back(run_one(mpi, options, report, tokens.get(), weights, strategy_options));
+    const bool same_seed = seeded != nullptr && strategy_options.seed == options.strategies.front().seed;
+    report.outcomes.push_back(
+        run_one(mpi, options, report, tokens.get(), same_seed ? seeded : weights, strategy_options));
     mark_progress(report, report.outcomes.size(),
                   std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     if (after_each) after_each(report);

@@ -18,22 +18,53 @@ inline float load(const uint16_t* data, size_t i) { return bf16_to_float(data[i]
 inline void store(float* data, size_t i, float value) { data[i] = value; }
 inline void store(uint16_t* data, size_t i, float value) { data[i] = float_to_bf16(value); }
 
-// One run of k.n elements, all inside a decay range (k.decay) or all outside.
-template <typename W, typename M, typename G>
-void update_run(W* w, M* m, M* v, const G* g, const AdamWOp& k) {
-  uint16_t* copy = k.copy;
-  for (size_t i = 0; i < k.n; ++i) {
-    const float grad = load(g, i) * k.grad_scale;
+// a·b + c, fused (one rounding) where the CPU has FMA, as the compiler contracted these two sums before this file
+// was compiled with -ffp-contract=off (emu/CMakeLists.txt); the decay's product stays rounded on its own.
+inline float multiply_add(float a, float b, float c) {
+#ifdef __FP_FAST_FMAF
+  return std::fma(a, b, c);
+#else
+  return a * b + c;
+#endif
+}
+
+// One run of k.n elements, all inside a decay range (k.decay) or all outside. The constants are read into locals and
+// the arrays are distinct (__restrict), so that the loop compiles to vector code: each element's arithmetic is the
+// same, in the same order, as element by element.
+template <bool kDecay, bool kCopy, typename W, typename M, typename G>
+void update_elements(W* __restrict w, M* __restrict m, M* __restrict v, const G* __restrict g,
+                     uint16_t* __restrict copy, const AdamWOp& k) {
+  const size_t n = k.n;
+  const float grad_scale = k.grad_scale, decay_factor = k.decay_factor, beta1 = k.beta1, beta2 = k.beta2;
+  const float one_minus_beta1 = k.one_minus_beta1, one_minus_beta2 = k.one_minus_beta2;
+  const float bias_correction2_sqrt = k.bias_correction2_sqrt, eps = k.eps, step_size = k.step_size;
+  for (size_t i = 0; i < n; ++i) {
+    const float grad = load(g, i) * grad_scale;
     float weight = load(w, i);
-    if (k.decay) weight *= k.decay_factor;
-    const float m_new = k.beta1 * load(m, i) + k.one_minus_beta1 * grad;
-    const float v_new = k.beta2 * load(v, i) + k.one_minus_beta2 * grad * grad;
-    const float denom = std::sqrt(v_new) / k.bias_correction2_sqrt + k.eps;
-    weight -= k.step_size * m_new / denom;
+    if constexpr (kDecay) weight *= decay_factor;
+    const float m_new = multiply_add(beta1, load(m, i), one_minus_beta1 * grad);
+    const float v_new = multiply_add(beta2, load(v, i), one_minus_beta2 * grad * grad);
+    const float denom = std::sqrt(v_new) / bias_correction2_sqrt + eps;
+    weight -= step_size * m_new / denom;
     store(m, i, m_new);
     store(v, i, v_new);
     store(w, i, weight);
-    if (copy != nullptr) copy[i] = float_to_bf16(weight);
+    if constexpr (kCopy) copy[i] = float_to_bf16(weight);
+  }
+}
+
+template <typename W, typename M, typename G>
+void update_run(W* w, M* m, M* v, const G* g, const AdamWOp& k) {
+  if (k.decay) {
+    if (k.copy != nullptr) {
+      update_elements<true, true>(w, m, v, g, k.copy, k);
+    } else {
+      update_elements<true, false>(w, m, v, g, k.copy, k);
+    }
+  } else if (k.copy != nullptr) {
+    update_elements<false, true>(w, m, v, g, k.copy, k);
+  } else {
+    update_elements<false, false>(w, m, v, g, k.copy, k);
   }
 }
 

@@ -5,7 +5,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <new>
-#include <vector>
 
 #include "emu/bf16.h"
 #include "emu/cpu/adamw.h"
@@ -29,10 +28,13 @@ class CpuOps final : public Ops {
   }
   void linear_forward_bf16(const uint16_t* x, const uint16_t* w, const float* bias, float* y, int64_t rows, int64_t in,
                            int64_t out, WeightLayout layout) override {
-    std::vector<float> xf(size_t(rows * in)), wf(size_t(in * out));  // the host has no bf16 matrix product
-    widen_bf16(x, xf.data(), xf.size());
-    widen_bf16(w, wf.data(), wf.size());
-    cpu::linear_forward(xf.data(), wf.data(), bias, y, rows, in, out, layout);
+    // The host has no bf16 matrix product: fp32 copies in scratch kept from call to call (not zeroed first; the
+    // widening writes every element).
+    float* xf = widened_x_.reserve_as<float>(*this, size_t(rows * in), false);
+    float* wf = widened_w_.reserve_as<float>(*this, size_t(in * out), false);
+    widen_bf16(x, xf, size_t(rows * in));
+    widen_bf16(w, wf, size_t(in * out));
+    cpu::linear_forward(xf, wf, bias, y, rows, in, out, layout);
   }
   void linear_backward(const float* x, const float* w, const float* dy, float* dx, float* dw, float* dbias,
                        int64_t rows, int64_t in, int64_t out, WeightLayout layout, bool accumulate_dx) override {
@@ -139,6 +141,9 @@ class CpuOps final : public Ops {
   void fill_zero(void* dst, size_t bytes) override {
     if (bytes > 0) std::memset(dst, 0, bytes);
   }
+
+ private:
+  Scratch widened_x_, widened_w_;  // linear_forward_bf16's fp32 copies
 };
 
 }  // namespace

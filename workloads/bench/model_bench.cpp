@@ -63,8 +63,13 @@ struct Case {
 }  // namespace
 
 // Usage: emu_model_bench [filter]: only the cases whose "preset dtype attention" line contains `filter`.
+//        emu_model_bench --sgemm: the sgemm GFLOP/s alone, one number (scripts/bench-speed.py's machine bound).
 int main(int argc, char** argv) {
   const std::string filter = argc > 1 ? argv[1] : "";
+  if (filter == "--sgemm") {
+    fmt::print("{:.1f}\n", sgemm_gflops(1024));
+    return 0;
+  }
   mallopt(M_MMAP_THRESHOLD, 1 << 30);
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
   const ModelOptions fp32_classic{emu::DType::kF32, Attention::kEager, false};

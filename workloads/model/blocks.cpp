@@ -18,6 +18,10 @@ Buffer BlockEnv::allocate(size_t count, DType dtype, Category category, std::str
   return device.allocate(count, dtype, category, fmt::format("block {} {}", unit, what));
 }
 
+Buffer BlockEnv::hold(size_t count, DType dtype, Category category, std::string_view what) const {
+  return device.allocate(0, dtype, category, fmt::format("block {} {}", unit, what), count * dtype_size(dtype));
+}
+
 Buffer BlockEnv::allocate_per_row(size_t count, DType dtype, Category category, std::string_view what) const {
   return model::allocate_per_row(device, config, count, dtype, category, fmt::format("block {} {}", unit, what));
 }
@@ -699,17 +703,22 @@ Buffer gpt2_forward(const BlockEnv& env, const float* w, BlockSaved& s, Category
   const bool ac = env.options.autocast;
   const DType branch = ac ? DType::kF32 : dt;
   Buffer fc_out, product;  // under autocast: c_fc's bf16 output and the fp32 product, until the next layer returns
-  (ac ? fc_out : s.fc) = env.allocate(d.tf(), dt, ac ? Category::kTemporaries : cat, "c_fc output");
-  s.gelu_half = env.allocate(d.tf(), dt, cat, "gelu_new 0.5·x");
+  // emu's math computes gelu from c_fc's output in one kernel: the intermediates are held (charged), not made.
+  if (ac) {
+    fc_out = env.hold(d.tf(), dt, Category::kTemporaries, "c_fc output");
+  } else {
+    s.fc = env.allocate(d.tf(), dt, cat, "c_fc output");
+  }
+  s.gelu_half = env.hold(d.tf(), dt, cat, "gelu_new 0.5·x");
   if (ac) s.fc = env.allocate(d.tf(), DType::kF32, cat, "c_fc output cast to fp32 for pow");
   {
-    Buffer cube = env.allocate(d.tf(), branch, Category::kTemporaries, "gelu_new x³");
-    Buffer inner = env.allocate(d.tf(), branch, Category::kTemporaries, "gelu_new tanh argument");
+    Buffer cube = env.hold(d.tf(), branch, Category::kTemporaries, "gelu_new x³");
+    Buffer inner = env.hold(d.tf(), branch, Category::kTemporaries, "gelu_new tanh argument");
     cube.reset();
-    s.gelu_tanh = env.allocate(d.tf(), branch, cat, "gelu_new tanh");
+    s.gelu_tanh = env.hold(d.tf(), branch, cat, "gelu_new tanh");
   }
-  s.gelu_sum = env.allocate(d.tf(), branch, cat, "gelu_new 1 + tanh");
-  if (ac) product = env.allocate(d.tf(), DType::kF32, Category::kTemporaries, "gelu output in fp32");
+  s.gelu_sum = env.hold(d.tf(), branch, cat, "gelu_new 1 + tanh");
+  if (ac) product = env.hold(d.tf(), DType::kF32, Category::kTemporaries, "gelu output in fp32");
   fc_out.reset();
   s.act = env.allocate(d.tf(), dt, cat, ac ? "gelu output cast by autocast" : "gelu output");
   Buffer out = env.allocate(d.th(), env.options.residual(), out_cat, "output");

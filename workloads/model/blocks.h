@@ -70,6 +70,9 @@ struct BlockEnv {
   TensorParallel* tp = nullptr;
 
   Buffer allocate(size_t count, DType dtype, Category category, std::string_view what) const;
+  // Charged exactly as allocate() charges it, with no memory behind it: a tensor the framework holds that emu's math
+  // never reads or writes (gelu_new's intermediates), so no time goes to zero-filling it.
+  Buffer hold(size_t count, DType dtype, Category category, std::string_view what) const;
   // A per-row statistic (∝ T or b·a·s, scaling by k): charged at full scale ÷ k² (shrink.h, allocate_per_row).
   Buffer allocate_per_row(size_t count, DType dtype, Category category, std::string_view what) const;
   // Tells gradient_made that the gradients of the parameters at these offsets are made.
