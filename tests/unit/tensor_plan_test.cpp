@@ -153,6 +153,14 @@ TEST(TensorPlan, SequenceParallelAndRecomputeErrors) {
       std::string::npos);
   EXPECT_EQ(message({"--plan", "8", "--model", "llama2-7b", "--strategies", "tp", "--recompute", "selective"}),
             "accepted");
+  // Composed: the sequence is split over the TP group (4), not the 8 ranks; pp's tensor-parallel stages refuse it.
+  EXPECT_EQ(message({"--plan", "8", "--model", "llama2-7b", "--strategies", "tp", "--tp", "4", "--sequence-parallel",
+                     "--seq-len", "100"}),
+            "accepted");
+  EXPECT_NE(message({"--plan", "8", "--model", "llama2-7b", "--strategies", "pp", "--tp", "2", "--pp", "2",
+                     "--sequence-parallel"})
+                .find("--sequence-parallel is built for tp's layers; pp with --tp 2 runs without it"),
+            std::string::npos);
 }
 
 }  // namespace
