@@ -11,6 +11,23 @@
 namespace emu::app {
 namespace {
 std::string gigabytes(double bytes) { return fmt::format("{:.2f}", bytes / 1e9); }
+
+// Rank 0's bytes and calls per step of one kind inside the tensor-parallel group, or (data) in the data-parallel
+// group whatever the kind.
+std::pair<double, uint64_t> step_traffic(const StrategyOutcome& o, coll::CollectiveKind kind, bool data = false) {
+  const auto counted = [&](const auto& key) {
+    return (key.group == "data-parallel") == data && (data || key.kind == kind);
+  };
+  double sent = 0;
+  uint64_t calls = 0;
+  for (const auto& [key, traffic] : o.traffic_per_step) {
+    if (counted(key)) sent += static_cast<double>(traffic.sent);
+  }
+  for (const auto& [key, count] : o.calls_per_step) {
+    if (counted(key)) calls += count;
+  }
+  return {sent, calls};
+}
 }  // namespace
 
 std::string format_tensor(const RunReport& r) {
@@ -55,29 +72,14 @@ std::string format_tensor(const RunReport& r) {
                     : std::string("without --use-distributed-optimizer"),
         sp ? "their gradients (each rank's rows) all-reduced once per step"
            : "their gradients identical on every rank");
-    // Rank 0's bytes and calls per step of one kind inside the tensor-parallel group, or (data) in the data-parallel
-    // group whatever the kind.
-    const auto step_traffic = [&](coll::CollectiveKind kind, bool data = false) {
-      double sent = 0;
-      uint64_t calls = 0;
-      for (const auto& [key, traffic] : o.traffic_per_step) {
-        if ((key.group == "data-parallel") == data && (data || key.kind == kind)) {
-          sent += static_cast<double>(traffic.sent);
-        }
-      }
-      for (const auto& [key, count] : o.calls_per_step) {
-        if ((key.group == "data-parallel") == data && (data || key.kind == kind)) calls += count;
-      }
-      return std::pair{sent, calls};
-    };
     const std::string_view recompute =
         r.options.model_options.checkpoint ? "full (every block's forward)"
         : r.options.model_options.selective_recompute
             ? "selective (the attention core; Megatron --recompute-granularity selective)"
             : "none";
     if (sp) {
-      const auto [scattered, scatters] = step_traffic(coll::CollectiveKind::kReduceScatter);
-      const auto [gathered, gathers] = step_traffic(coll::CollectiveKind::kAllGather);
+      const auto [scattered, scatters] = step_traffic(o, coll::CollectiveKind::kReduceScatter);
+      const auto [gathered, gathers] = step_traffic(o, coll::CollectiveKind::kAllGather);
       out += fmt::format(
           "  sequence parallel (Megatron --sequence-parallel): norms and residual stream on {}/{} of the sequence; "
           "recompute {}\n  reduce-scatter: rank 0 sends {} GB per step in {} calls, all-gather {} GB in {} calls "
@@ -93,11 +95,11 @@ std::string format_tensor(const RunReport& r) {
            : "per micro-batch 4L+2 of b*s*h (after o_proj and down_proj in forward, the q/k/v and gate/up input "
              "gradients in backward, the embedding output and the head's input gradient; again the 2 forward ones of "
              "a checkpointed block) and 3 of b*s fp32 (parallel cross-entropy), ring 2(t-1)/t";
-    const auto [sent, calls] = step_traffic(coll::CollectiveKind::kAllReduce);
+    const auto [sent, calls] = step_traffic(o, coll::CollectiveKind::kAllReduce);
     out += fmt::format("  all-reduce: rank 0 sends {} GB per step in {} calls: {}\n", gigabytes(sent * scale), calls,
                        reduced);
     if (mesh.data > 1) {
-      const auto [data_sent, data_calls] = step_traffic(coll::CollectiveKind::kAllReduce, true);
+      const auto [data_sent, data_calls] = step_traffic(o, coll::CollectiveKind::kAllReduce, true);
       out += fmt::format(
           "  data-parallel group (D = {}): rank 0 sends {} GB per step in {} calls: {} (Megatron-LM's "
           "DistributedDataParallel grad buffer, one bucket per unit)\n",

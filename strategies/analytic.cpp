@@ -166,6 +166,25 @@ uint64_t Prediction::sent(coll::CollectiveKind kind) const {
   return total;
 }
 
+void add_megatron_unit(Prediction& prediction, Updated& updated, const AnalyticInput& input,
+                       const optim::PrecisionRecipe& recipe, const Mesh& mesh, bool distributed, int unit,
+                       uint64_t elements) {
+  prediction.peak[Category::kParameters] += input.bytes(unit, elements, recipe.params);
+  prediction.peak[Category::kGradients] += input.bytes(unit, elements, recipe.grads);
+  if (!distributed) {
+    updated.emplace_back(unit, elements);
+    add_ring_traffic(prediction, coll::CollectiveKind::kAllReduce, "data-parallel",
+                     input.bytes(unit, elements, recipe.grads), mesh.data);
+    return;
+  }
+  // 1/D of the elements (exact where D divides each unit and root tensor).
+  updated.emplace_back(unit, shard_of(elements, mesh.data_rank(), mesh.data).valid);
+  add_ring_traffic(prediction, coll::CollectiveKind::kReduceScatter, "data-parallel",
+                   input.bytes(unit, elements, recipe.grads), mesh.data);
+  add_ring_traffic(prediction, coll::CollectiveKind::kAllGather, "data-parallel",
+                   input.bytes(unit, elements, recipe.params), mesh.data);
+}
+
 void add_ring_traffic(Prediction& prediction, coll::CollectiveKind kind, const std::string& group,
                       uint64_t payload_bytes, int group_size, uint64_t calls) {
   if (group_size <= 1 || calls == 0) return;

@@ -159,6 +159,13 @@ Updated predict_tensor_parallel(const StrategyOptions& options, const AnalyticIn
 // at ring volume; nothing for a group of one rank or no calls.
 void add_ring_traffic(Prediction& prediction, coll::CollectiveKind kind, const std::string& group,
                       uint64_t payload_bytes, int group_size, uint64_t calls = 1);
+// One unit's (or a stage's root tensors') model states under Megatron-LM's data parallelism, for tp and pp with
+// degrees: its parameters and gradients charged whole; without the distributed optimizer its gradients all-reduced
+// over the "data-parallel" group and the optimizer updating all `elements`, with it (Megatron's
+// --use-distributed-optimizer) reduce-scattered, the parameters all-gathered, the optimizer updating 1/D.
+void add_megatron_unit(Prediction& prediction, Updated& updated, const AnalyticInput& input,
+                       const optim::PrecisionRecipe& recipe, const Mesh& mesh, bool distributed, int unit,
+                       uint64_t elements);
 // `count` elements padded to a multiple of `ranks`, as a sharded flat buffer is.
 uint64_t padded_elements(uint64_t count, int ranks);
 

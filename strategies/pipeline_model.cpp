@@ -50,20 +50,7 @@ Updated predict_pipeline(const StrategyOptions& options, const AnalyticInput& in
   const bool distributed = options.parallel.distributed_optimizer && mesh.data > 1;
   Updated updated;
   for (const auto& [unit, elements] : held) {
-    prediction.peak[Category::kParameters] += input.bytes(unit, elements, recipe.params);
-    prediction.peak[Category::kGradients] += input.bytes(unit, elements, recipe.grads);
-    if (!distributed) {
-      updated.emplace_back(unit, elements);
-      add_ring_traffic(prediction, coll::CollectiveKind::kAllReduce, "data-parallel",
-                       input.bytes(unit, elements, recipe.grads), mesh.data);
-      continue;
-    }
-    // The distributed optimizer: 1/D of the stage's elements (exact where D divides each block and root tensor).
-    updated.emplace_back(unit, shard_of(elements, mesh.data_rank(), mesh.data).valid);
-    add_ring_traffic(prediction, coll::CollectiveKind::kReduceScatter, "data-parallel",
-                     input.bytes(unit, elements, recipe.grads), mesh.data);
-    add_ring_traffic(prediction, coll::CollectiveKind::kAllGather, "data-parallel",
-                     input.bytes(unit, elements, recipe.params), mesh.data);
+    add_megatron_unit(prediction, updated, input, recipe, mesh, distributed, unit, elements);
   }
   const uint64_t micro_batches = static_cast<uint64_t>(input.accumulation);
   const uint64_t sends = micro_batches * ((stage < stages - 1 ? 1 : 0) + (stage > 0 ? 1 : 0));

@@ -36,21 +36,7 @@ Updated predict_tensor_parallel(const StrategyOptions& options, const AnalyticIn
   const bool distributed = options.parallel.distributed_optimizer && mesh.data > 1;
   Updated updated;
   for (size_t u = 0; u < input.unit_counts.size(); ++u) {
-    const int unit = static_cast<int>(u);
-    const uint64_t count = input.unit_counts[u];
-    prediction.peak[Category::kParameters] += input.bytes(unit, count, recipe.params);
-    prediction.peak[Category::kGradients] += input.bytes(unit, count, recipe.grads);
-    if (!distributed) {
-      updated.emplace_back(unit, count);
-      add_ring_traffic(prediction, coll::CollectiveKind::kAllReduce, "data-parallel",
-                       input.bytes(unit, count, recipe.grads), mesh.data);
-      continue;
-    }
-    updated.emplace_back(unit, shard_of(count, mesh.data_rank(), mesh.data).valid);
-    add_ring_traffic(prediction, coll::CollectiveKind::kReduceScatter, "data-parallel",
-                     input.bytes(unit, count, recipe.grads), mesh.data);
-    add_ring_traffic(prediction, coll::CollectiveKind::kAllGather, "data-parallel",
-                     input.bytes(unit, count, recipe.params), mesh.data);
+    add_megatron_unit(prediction, updated, input, recipe, mesh, distributed, static_cast<int>(u), input.unit_counts[u]);
   }
   const uint64_t blocks = input.unit_counts.empty() ? 0 : input.unit_counts.size() - 1;
   const uint64_t micro_batches = static_cast<uint64_t>(input.accumulation);
