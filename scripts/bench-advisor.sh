@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The advisor's search time (issue 17) and the time of one full-scale plan it is made of (issue 18), from a release
+# The advisor's search time and the time of one full-scale plan it is made of, from a release
 # build: each case run REPEAT times, the median of the seconds emu itself reports in its JSON (the plan's
 # `seconds`, the search's `advice.seconds`; process start-up not counted), as a Markdown table for the README.
 #

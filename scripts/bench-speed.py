@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""emu's training speed against PyTorch DDP on the same CPU (issue 18), as a Markdown table for the README.
+"""emu's training speed against PyTorch DDP on the same CPU, as a Markdown table for the README.
 
 The model: GPT-2 style, 4 layers, hidden 256, 8 heads, sequence 128, vocabulary 1024, tied head, micro-batch 4 per
 rank, AdamW (lr 1e-3, clip 1.0), DDP, no activation checkpointing, SDPA attention. emu runs it at k = 1 (no
