@@ -8,9 +8,11 @@
 #include <string_view>
 #include <vector>
 
+#include "collectives/communicator.h"
 #include "emu/device.h"
 #include "workloads/model/model.h"
 #include "workloads/model/shrink.h"
+#include "workloads/model/tensor_parallel.h"
 #include "workloads/optim/adamw.h"
 
 namespace emu::strategy {
@@ -89,6 +91,30 @@ void init_tp_slice(const model::Model& model, int unit, uint64_t seed, const std
 // whole by every TP rank (norm weights) only where `replicated_too`, so that a sum over the group counts them once.
 void place_tp_slice(const model::Model& model, int unit, const std::vector<std::vector<int64_t>>& index,
                     const float* local, bool replicated_too, float* full);
+
+// The model's view of a TP group (workloads/model/tensor_parallel.h): its rank and size, and its collectives over
+// that group — the `tp` strategy's group and each of pp's tensor-parallel stages.
+class GroupTensorParallel final : public model::TensorParallel {
+ public:
+  explicit GroupTensorParallel(coll::Communicator& group) : group_(group) {}
+  int rank() const override { return group_.rank(); }
+  int size() const override { return group_.size(); }
+  void all_reduce(Buffer& buffer, std::string_view what) override {
+    group_.all_reduce(buffer.data(), buffer.data(), buffer.count(), buffer.dtype(), coll::ReduceOp::kSum, what);
+  }
+  void all_reduce_rows(float* values, size_t count, bool max, std::string_view what) override {
+    group_.all_reduce(values, values, count, DType::kF32, max ? coll::ReduceOp::kMax : coll::ReduceOp::kSum, what);
+  }
+  void reduce_scatter(const Buffer& full, Buffer& slice, std::string_view what) override {
+    group_.reduce_scatter(full.data(), slice.data(), slice.count(), slice.dtype(), coll::ReduceOp::kSum, what);
+  }
+  void all_gather(const Buffer& slice, Buffer& full, std::string_view what) override {
+    group_.all_gather(slice.data(), full.data(), slice.count(), slice.dtype(), what);
+  }
+
+ private:
+  coll::Communicator& group_;
+};
 
 // Element `index` of a buffer of `dtype`, as an address.
 inline void* element(void* base, DType dtype, size_t index) {

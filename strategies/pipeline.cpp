@@ -136,7 +136,7 @@ class Pipeline final : public Strategy {
     if (mesh.tensor > 1) {
       tp_group_ =
           split_group(stage_group, mesh.tensor_rank(), mesh.tensor, fmt::format("tensor-parallel {}", stage_group));
-      tensor_ = std::make_unique<GroupTensorParallel>(*tp_group_);
+      tensor_ = std::make_unique<GroupTensorParallel>(*tp_group_);  // pp refuses sequence parallelism (app)
       model_.set_tensor_parallel(tensor_.get());
     }
     if (mesh.data > 1) {
@@ -491,30 +491,6 @@ class Pipeline final : public Strategy {
     embedding_group_->all_reduce(grads, grads, table.count, root.grads.dtype(), coll::ReduceOp::kSum,
                                  "embedding gradient all-reduce");
   }
-
-  // The model's view of the stage's TP group (workloads/model/tensor_parallel.h).
-  class GroupTensorParallel final : public model::TensorParallel {
-   public:
-    explicit GroupTensorParallel(coll::Communicator& group) : group_(group) {}
-    int rank() const override { return group_.rank(); }
-    int size() const override { return group_.size(); }
-    void all_reduce(Buffer& buffer, std::string_view what) override {
-      group_.all_reduce(buffer.data(), buffer.data(), buffer.count(), buffer.dtype(), coll::ReduceOp::kSum, what);
-    }
-    void all_reduce_rows(float* values, size_t count, bool max, std::string_view what) override {
-      group_.all_reduce(values, values, count, DType::kF32, max ? coll::ReduceOp::kMax : coll::ReduceOp::kSum, what);
-    }
-    // Sequence parallelism's (refused with pp by the app: the stages do not reduce the norm gradients it leaves).
-    void reduce_scatter(const Buffer& full, Buffer& slice, std::string_view what) override {
-      group_.reduce_scatter(full.data(), slice.data(), slice.count(), slice.dtype(), coll::ReduceOp::kSum, what);
-    }
-    void all_gather(const Buffer& slice, Buffer& full, std::string_view what) override {
-      group_.all_gather(slice.data(), full.data(), slice.count(), slice.dtype(), what);
-    }
-
-   private:
-    coll::Communicator& group_;
-  };
 
   // With D > 1 replicas or T > 1 (setup): the pipeline's group, the stage's TP group, the stage's replicas.
   std::unique_ptr<coll::Communicator> pipe_group_, tp_group_, dp_group_;

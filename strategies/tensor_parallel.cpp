@@ -62,7 +62,7 @@
 namespace emu::strategy {
 namespace {
 
-class TensorParallelStrategy final : public Strategy, private model::TensorParallel {
+class TensorParallelStrategy final : public Strategy {
  public:
   using Strategy::Strategy;
 
@@ -75,7 +75,8 @@ class TensorParallelStrategy final : public Strategy, private model::TensorParal
       dp_group_ = split_group(mesh.tensor_rank(), mesh.data_rank(), mesh.data,
                               fmt::format("data-parallel {}", mesh.tensor_rank()));
     }
-    model_.set_tensor_parallel(this);
+    tensor_ = std::make_unique<GroupTensorParallel>(tp());
+    model_.set_tensor_parallel(tensor_.get());
     units_.resize(static_cast<size_t>(model_.num_units()));
     index_.resize(units_.size());
     for (int u = 0; u < model_.num_units(); ++u) hold(u);
@@ -96,21 +97,6 @@ class TensorParallelStrategy final : public Strategy, private model::TensorParal
     if (tp_group_) out.push_back(tp_group_.get());
     if (dp_group_) out.push_back(dp_group_.get());
     return out;
-  }
-
-  int rank() const override { return tp().rank(); }
-  int size() const override { return tp().size(); }
-  void all_reduce(Buffer& buffer, std::string_view what) override {
-    tp().all_reduce(buffer.data(), buffer.data(), buffer.count(), buffer.dtype(), coll::ReduceOp::kSum, what);
-  }
-  void all_reduce_rows(float* values, size_t count, bool max, std::string_view what) override {
-    tp().all_reduce(values, values, count, DType::kF32, max ? coll::ReduceOp::kMax : coll::ReduceOp::kSum, what);
-  }
-  void reduce_scatter(const Buffer& full, Buffer& slice, std::string_view what) override {
-    tp().reduce_scatter(full.data(), slice.data(), slice.count(), slice.dtype(), coll::ReduceOp::kSum, what);
-  }
-  void all_gather(const Buffer& slice, Buffer& full, std::string_view what) override {
-    tp().all_gather(slice.data(), full.data(), slice.count(), slice.dtype(), what);
   }
 
  protected:
@@ -276,6 +262,7 @@ class TensorParallelStrategy final : public Strategy, private model::TensorParal
   }
 
   std::unique_ptr<coll::Communicator> tp_group_, dp_group_;  // with D > 1 replicas (setup)
+  std::unique_ptr<GroupTensorParallel> tensor_;              // the model's view of the TP group (setup)
   std::vector<Held> units_;                                  // [units]
   std::vector<std::vector<std::vector<int64_t>>> index_;  // [units][params][local elements]: the full element or −1
 };
