@@ -128,8 +128,8 @@ TEST_P(GradientTiming, MadeWhenBackwardReachesThemAndFreedAfterTheStep) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Strategies, GradientTiming,
-                         ::testing::Values("ddp", "ddp-zero", "zero1", "zero2", "fsdp", "fsdp2"), [](const auto& info) {
-                           std::string name = info.param;
+                         ::testing::Values("ddp", "ddp-zero", "zero1", "zero2", "fsdp", "fsdp2"), [](const auto& test) {
+                           std::string name = test.param;
                            for (char& c : name) c = c == '-' ? '_' : c;
                            return name;
                          });

@@ -81,6 +81,24 @@ struct Trace {
   std::vector<std::vector<std::vector<float>>> weights;  // [steps][units][elements] fp32 (master) after each step
 };
 
+// Appends one step to `trace`: `loss` (the global batch's mean, as the caller computed it), the step's gradient norm
+// and, with `weights`, every unit's full weights (a collective: every rank calls it).
+inline void record_step(Trace& trace, float loss, const strategy::StepResult& result, strategy::Strategy& strategy,
+                        int units, bool weights) {
+  trace.losses.push_back(loss);
+  trace.grad_norms.push_back(result.grad_norm);
+  if (!weights) return;
+  std::vector<std::vector<float>> full(static_cast<size_t>(units));
+  for (size_t u = 0; u < full.size(); ++u) full[u] = strategy.full_weights(static_cast<int>(u));
+  trace.weights.push_back(std::move(full));
+}
+
+// The mean over the world's ranks of each rank's `value` (each rank's loss over its own micro-batches).
+inline float mean_over_world(float value) {
+  MPI_Allreduce(MPI_IN_PLACE, &value, 1, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+  return value / static_cast<float>(world_size());
+}
+
 namespace detail {
 
 // The clip coefficient Strategy::step applies: clip_norm 0 turns clipping off.
@@ -270,15 +288,8 @@ inline std::unique_ptr<StrategyRun> run_strategy(model::Style style, const strat
       }
     }
     const strategy::StepResult result = run->strategy->step(batches);
-    float loss = result.loss;
-    MPI_Allreduce(MPI_IN_PLACE, &loss, 1, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-    run->trace.losses.push_back(loss / static_cast<float>(ranks));
-    run->trace.grad_norms.push_back(result.grad_norm);
-    if (weights_every_step) {
-      std::vector<std::vector<float>> units(static_cast<size_t>(run->model->num_units()));
-      for (size_t u = 0; u < units.size(); ++u) units[u] = run->strategy->full_weights(static_cast<int>(u));
-      run->trace.weights.push_back(std::move(units));
-    }
+    record_step(run->trace, mean_over_world(result.loss), result, *run->strategy, run->model->num_units(),
+                weights_every_step);
   }
   return run;
 }

@@ -87,15 +87,9 @@ std::unique_ptr<ParallelRun> run_parallel(const strategy::StrategyOptions& optio
       batches.push_back(data.batch(step, data::sample_offset(mesh.data_rank(), mesh.data, m, 1), 1));
     }
     const strategy::StepResult result = run->strategy->step(batches);
-    float loss = result.loss;  // the replica's mean: the mean over the ranks is the global batch's
-    MPI_Allreduce(MPI_IN_PLACE, &loss, 1, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-    run->trace.losses.push_back(loss / static_cast<float>(world_size()));
-    run->trace.grad_norms.push_back(result.grad_norm);
-    if (weights_every_step) {
-      std::vector<std::vector<float>> units(static_cast<size_t>(run->model->num_units()));
-      for (size_t u = 0; u < units.size(); ++u) units[u] = run->strategy->full_weights(static_cast<int>(u));
-      run->trace.weights.push_back(std::move(units));
-    }
+    // The replica's mean: the mean over the ranks is the global batch's.
+    record_step(run->trace, mean_over_world(result.loss), result, *run->strategy, run->model->num_units(),
+                weights_every_step);
   }
   return run;
 }

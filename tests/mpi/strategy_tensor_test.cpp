@@ -63,13 +63,7 @@ std::unique_ptr<TpRun> run_tp(const model::ModelConfig& config, const strategy::
     batches.reserve(static_cast<size_t>(accumulation));
     for (int m = 0; m < accumulation; ++m) batches.push_back(data.batch(step, m, 1));
     const strategy::StepResult result = run->strategy->step(batches);
-    run->trace.losses.push_back(result.loss);
-    run->trace.grad_norms.push_back(result.grad_norm);
-    if (weights_every_step) {
-      std::vector<std::vector<float>> units(static_cast<size_t>(run->model->num_units()));
-      for (size_t u = 0; u < units.size(); ++u) units[u] = run->strategy->full_weights(static_cast<int>(u));
-      run->trace.weights.push_back(std::move(units));
-    }
+    record_step(run->trace, result.loss, result, *run->strategy, run->model->num_units(), weights_every_step);
   }
   return run;
 }
