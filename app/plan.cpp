@@ -105,6 +105,7 @@ StrategyOutcome account_shapes(const RunOptions& options, const strategy::Strate
   MemoryPool::Options memory;
   memory.cap = options.cap.unlimited ? kNoCap : options.cap.per_rank_bytes(shrink);
   memory.reserve = options.reserve_full_scale / k2;
+  memory.scale = k2;  // the caching allocator sees full-scale sizes, as in the run (run.cpp)
   memory.mode = stop_at_oom ? OomMode::kStrict : OomMode::kRecord;
   memory.timeline = record;
   memory.allocator = options.allocator;

@@ -14,6 +14,7 @@
 #include "strategies/strategy.h"
 #include "workloads/model/layout.h"
 #include "workloads/model/shrink.h"
+#include "workloads/model/tensor_parallel.h"
 
 namespace emu::app {
 namespace {
@@ -389,7 +390,11 @@ StepTime predict_step_time(const RunOptions& run, int world, const StrategyOutco
   const model::ModelConfig& full = run.full;
   const strategy::StrategyOptions options = strategy::with_framework_recipe(outcome.options);
   const model::ModelOptions model_options = strategy::framework_model_options(options, run.model_options, full);
-  const UnitSeconds u = unit_seconds(full, model_options, setting);
+  // Tensor parallelism: each GPU of a TP group of T runs its slice of every layer (a/T heads, F/T, V'/T), the
+  // norms and the residual stream whole, on the group's micro-batch; per GPU its tokens and FLOPs are 1/T of them.
+  const int tensor = strategy::mesh_of(options, world, 0).tensor;
+  const UnitSeconds u =
+      unit_seconds(tensor > 1 ? model::tensor_parallel_config(full, tensor) : full, model_options, setting);
   const double scale = static_cast<double>(scale_factor);
   const std::vector<PlacedPhase> phases = timed_phases(outcome, world, scale, setting);
   const double exposed_phases = total_seconds(phases, Place::kExposed);
@@ -421,8 +426,8 @@ StepTime predict_step_time(const RunOptions& run, int world, const StrategyOutco
         strategy::pipeline_timeline(options.pipeline.schedule, stages, micro_batches,
                                     blocks * u.block_forward + u.root_forward + pipeline_p2p / micro_batches / 2,
                                     blocks * u.block_backward + u.root_backward + pipeline_p2p / micro_batches / 2);
-    tokens = micro_batches * static_cast<double>(full.tokens()) / stages;
-    st.model_flops = model::step_flops(full) * micro_batches / stages;
+    tokens = micro_batches * static_cast<double>(full.tokens()) / stages / tensor;
+    st.model_flops = model::step_flops(full) * micro_batches / stages / tensor;
   } else {
     const int m = std::max(1, run.accumulation);
     std::vector<Chunk> chunks;
@@ -439,8 +444,8 @@ StepTime predict_step_time(const RunOptions& run, int world, const StrategyOutco
     st.compute = t.compute + optimizer;
     st.exposed_communication = t.exposed() + exposed_phases;
     st.seconds = t.seconds + exposed_phases + optimizer + st.offload;
-    tokens = m * static_cast<double>(full.tokens());
-    st.model_flops = model::step_flops(full) * m;
+    tokens = m * static_cast<double>(full.tokens()) / tensor;
+    st.model_flops = model::step_flops(full) * m / tensor;
   }
   const double peak =
       (model_options.compute == DType::kF32 ? setting.hardware.fp32_tflops : setting.hardware.bf16_dense_tflops) * 1e12;

@@ -200,6 +200,22 @@ TEST(StepTime, PipelineBubbleIsPMinusOneSlots) {
   EXPECT_NEAR(st.compute + st.exposed_communication + st.bubble + st.offload, st.seconds, 1e-9);
 }
 
+TEST(StepTime, TensorParallelGpusEachRunTheirSliceOfTheLinears) {
+  // tp over the 8 GPUs (one TP group, Megatron's --tensor-model-parallel-size 8): each GPU multiplies by 1/8 of
+  // every matrix (q, k, v, gate, up by rows, o and down by columns, the head by vocabulary rows), all eight on the same
+  // micro-batch; norms and residual adds run whole on every GPU. Per GPU: 1/8 of the model's FLOPs and of the
+  // micro-batch's 4096 tokens; its compute below a quarter of one GPU running the whole model (the linears, 1/8,
+  // are the bulk) and above an eighth (the norms are not split).
+  const RunReport whole = report_with(strategy::StrategyKind::kDdp, {});
+  const RunReport tp = report_with(strategy::StrategyKind::kTensor, {});
+  const StepTime one = predict_step_time(whole, whole.outcomes[0], a100());
+  const StepTime eighth = predict_step_time(tp, tp.outcomes[0], a100());
+  EXPECT_NEAR(eighth.model_flops, one.model_flops / 8, 1e-6 * one.model_flops);
+  EXPECT_NEAR(eighth.tokens_per_second_per_gpu, 4096.0 / 8 / eighth.seconds, 1e-6);
+  EXPECT_LT(eighth.compute, one.compute / 4);
+  EXPECT_GT(eighth.compute, one.compute / 8);
+}
+
 TEST(StepTime, AchievableFlagIsCheckedByKeyAndRange) {
   const Achievable base = achievable_for(find_hardware("h100-80gb-sxm"));
   const Achievable set = parse_achievable("matmul=0.5,cpu_adam=2e9", base);
