@@ -611,6 +611,17 @@ void read_parallel_layout(RunOptions& options, const Flags& flags, int ranks) {
     one.parallel.distributed_optimizer = flags.distributed_optimizer;
     one.named_data = strategy::mesh_of(one, ranks, 0).data;  // InputError unless T·P divides N
   }
+  if (flags.pp > 0 && !used) {
+    for (const strategy::StrategyOptions& one : options.strategies) {
+      if (one.kind == strategy::StrategyKind::kZero2 || one.kind == strategy::StrategyKind::kZero3) {
+        throw InputError(fmt::format(
+            "--pp {} with {}: DeepSpeed's pipeline engine refuses ZeRO stages 2 and 3 (\"ZeRO-2 and ZeRO-3 are "
+            "incompatible with pipeline parallelism\", runtime/pipe/engine.py); accepted: --strategies pp --pp {} "
+            "(its replicas as Megatron-LM's DDP), with --distributed-optimizer for ZeRO-1 over them",
+            flags.pp, one.name(), flags.pp));
+      }
+    }
+  }
   if ((flags.tp > 0 || flags.pp > 0) && !used) {
     throw InputError(fmt::format("{} {} sets {}'s degree; accepted with {} among --strategies",
                                  flags.tp > 0 ? "--tp" : "--pp", flags.tp > 0 ? flags.tp : flags.pp,

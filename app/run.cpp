@@ -181,8 +181,9 @@ class RunDriver final : public StepDriver {
   void progress(const StrategyOutcome& outcome, int step) const {
     if (mpi_.rank() != 0) return;
     const char* state = outcome.verdict.any() ? "out of memory" : "ok";
-    std::fprintf(stderr, "emu: %-13s step %d/%d  loss %.4f  %.2f s  %s\n", outcome.name.c_str(), step + 1,
-                 options_.steps, outcome.losses.back(), outcome.step_seconds.back(), state);
+    // fmt pads by characters, not bytes: layout names hold "·" (two bytes in UTF-8).
+    fmt::print(stderr, "emu: {:<13} step {}/{}  loss {:.4f}  {:.2f} s  {}\n", outcome.name, step + 1, options_.steps,
+               outcome.losses.back(), outcome.step_seconds.back(), state);
     std::fflush(stderr);
   }
 

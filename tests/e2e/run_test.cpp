@@ -117,6 +117,7 @@ TEST_P(Ranks, BadInputsExitTwoWithOneMessage) {
       {"--model llama2-7b --strategies tp --tp 3",
        "ranks are not divisible by tensor-parallel 3 x pipeline-parallel 1"},
       {"--model gpt2 --strategies ddp --pp 2", "--pp 2 sets pp's degree; accepted with pp among --strategies"},
+      {"--model gpt2 --strategies zero3 --pp 2", "DeepSpeed's pipeline engine refuses ZeRO stages 2 and 3"},
   };
   for (const auto& [args, message] : table) {
     const auto run = run_process(mpiexec(ranks) + kEmu + " " + args);

@@ -252,15 +252,15 @@ TEST(ShrinkFidelity, TensorParallelShrunkTimesKSquaredEqualsThePlan) {
 // reserved peak; shrunk × k² within 0.5% (llama2-13b divides exactly by k = 64).
 TEST(ShrinkFidelity, ShrunkPlansReserveAsTheFullScaleCachingAllocatorDoes) {
   constexpr int64_t k = 64;
-  for (const std::vector<std::string>& flags : std::vector<std::vector<std::string>>{
-           {"--strategies", "ddp,zero1,zero2,zero3,fsdp,fsdp2"},
-           {"--strategies", "tp", "--micro-batch", "4", "--precision", "bf16"}}) {
+  for (const std::vector<std::string>& flags :
+       std::vector<std::vector<std::string>>{{"--strategies", "ddp,zero1,zero2,zero3,fsdp,fsdp2"},
+                                             {"--strategies", "tp", "--micro-batch", "4", "--precision", "bf16"}}) {
     std::vector<std::string> args = {"--model", "llama2-13b", "--cap", "a100-40gb-scaled"};
     args.insert(args.end(), flags.begin(), flags.end());
     const RunOptions options = with_shrink(parse(args), k);
     for (const strategy::StrategyOptions& strategy_options : options.strategies) {
-      const StrategyOutcome small = account_shapes(options, strategy_options, model::shrink(options.full, k), kRanks,
-                                                   kRanksPerNode, 0);
+      const StrategyOutcome small =
+          account_shapes(options, strategy_options, model::shrink(options.full, k), kRanks, kRanksPerNode, 0);
       const StrategyOutcome full = account_shapes(options, strategy_options, options.full, kRanks, kRanksPerNode, 0);
       EXPECT_EQ(compare("reserved peak", small.reserved_peak.front(), full.reserved_peak.front(), k, 0), "")
           << strategy_options.name();
