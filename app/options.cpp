@@ -615,8 +615,8 @@ void read_parallel_layout(RunOptions& options, const Flags& flags, int ranks) {
     for (const strategy::StrategyOptions& one : options.strategies) {
       if (one.kind == strategy::StrategyKind::kZero2 || one.kind == strategy::StrategyKind::kZero3) {
         throw InputError(fmt::format(
-            "--pp {} with {}: DeepSpeed's pipeline engine refuses ZeRO stages 2 and 3 (\"ZeRO-2 and ZeRO-3 are "
-            "incompatible with pipeline parallelism\", runtime/pipe/engine.py); accepted: --strategies pp --pp {} "
+            "--pp {} with {}: DeepSpeed's pipeline engine refuses ZeRO stages 2 and 3 (runtime/pipe/engine.py "
+            "asserts a stage below 2); accepted: --strategies pp --pp {} "
             "(its replicas as Megatron-LM's DDP), with --distributed-optimizer for ZeRO-1 over them",
             flags.pp, one.name(), flags.pp));
       }
