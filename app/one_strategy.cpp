@@ -56,9 +56,10 @@ StrategyOutcome run_one_strategy(const Stage& stage, const strategy::StrategyOpt
       model.config(), model_options, tensor_sequence ? strategy::mesh_of(options, stage.ranks, 0).tensor : 1);
 
   for (int step = 0; step < stage.steps; ++step) {
-    // pp's stages and tp's ranks run their replica's micro-batches (all of the global batch's without --tp, --pp).
-    const bool tensor = options.kind == strategy::StrategyKind::kTensor;
+    // pp's stages and the TP ranks of tp and fsdp2 --tp run their replica's micro-batches (all of the global
+    // batch's without --tp, --pp).
     const strategy::Mesh mesh = strategy::mesh_of(options, stage.ranks, stage.world.rank());
+    const bool tensor = options.kind == strategy::StrategyKind::kTensor || mesh.tensor > 1;
     const std::vector<data::Batch> micro_batches =
         pipeline || tensor
             ? driver.replica_micro_batches(step, pipeline ? stage.pipeline_micro_batches : stage.accumulation,

@@ -245,10 +245,12 @@ void add_training_flags(CLI::App& app, RunOptions& options, Flags& flags) {
          "pp: micro-batches per step through the pipeline, M (global batch M x --micro-batch per pipeline; default "
          "ranks x --grad-accum, the data-parallel strategies' global batch, or P x --grad-accum with --pp P)")
       ->group("Training");
-  app.add_option("--tp", flags.tp,
-                 "tp: tensor-parallel size T (Megatron-LM's --tensor-model-parallel-size): groups of T consecutive "
-                 "ranks, data-parallel across the N/T groups (default: all ranks, T = N); with --pp, pp's stages are "
-                 "tensor-parallel too (TP x PP x DP, D = N/(T x P))")
+  app.add_option(
+         "--tp", flags.tp,
+         "tp: tensor-parallel size T (Megatron-LM's --tensor-model-parallel-size): groups of T consecutive "
+         "ranks, data-parallel across the N/T groups (default: all ranks, T = N); with --pp, pp's stages are "
+         "tensor-parallel too (TP x PP x DP, D = N/(T x P)); with fsdp2 (T of 2 or more), fully_shard over the N/T "
+         "replicas of tensor-parallel layers (torchtitan's 2-D mesh)")
       ->group("Training");
   app.add_option("--pp", flags.pp,
                  "pp: pipeline-parallel size P (Megatron-LM's --pipeline-model-parallel-size): pipelines of P "
@@ -589,6 +591,48 @@ strategy::StrategyOptions read_strategies(RunOptions& options, Flags& flags, int
   return base;
 }
 
+// FSDP2 over tensor-parallel layers (fsdp2 with --tp): what it does not combine with.
+void check_sharded_tensor(const strategy::StrategyOptions& one, const Flags& flags) {
+  if (one.fsdp2.post_forward_ranks > 0) {
+    throw InputError(fmt::format(
+        "--reshard-after-forward {} with --tp {}: fsdp2 over tensor-parallel layers reshards to its data-parallel "
+        "group only; accepted: --reshard-after-forward true or false",
+        one.fsdp2.post_forward_ranks, flags.tp));
+  }
+  if (flags.distributed_optimizer) {
+    throw InputError(
+        "--distributed-optimizer is Megatron-LM's; fsdp2 with --tp already shards the optimizer over the "
+        "replicas: accepted with tp or pp among --strategies");
+  }
+}
+
+// --tp or --pp given with no strategy that takes them: InputError saying which do (and why ZeRO-2/3 do not take
+// --pp).
+void refuse_unused_degrees(const RunOptions& options, const Flags& flags) {
+  if (flags.pp > 0) {
+    for (const strategy::StrategyOptions& one : options.strategies) {
+      if (one.kind == strategy::StrategyKind::kZero2 || one.kind == strategy::StrategyKind::kZero3) {
+        throw InputError(fmt::format(
+            "--pp {} with {}: DeepSpeed's pipeline engine refuses ZeRO stages 2 and 3 (runtime/pipe/engine.py "
+            "asserts a stage below 2); accepted: --strategies pp --pp {} "
+            "(its replicas as Megatron-LM's DDP), with --distributed-optimizer for ZeRO-1 over them",
+            flags.pp, one.name(), flags.pp));
+      }
+    }
+  }
+  if (flags.tp > 0 || flags.pp > 0) {
+    throw InputError(fmt::format("{} {} sets {}'s degree; accepted with {} among --strategies{}",
+                                 flags.tp > 0 ? "--tp" : "--pp", flags.tp > 0 ? flags.tp : flags.pp,
+                                 flags.tp > 0 ? "tp" : "pp", flags.tp > 0 ? "tp" : "pp",
+                                 flags.tp > 0 && flags.pp == 0 ? " (or fsdp2, with --tp 2 or more)" : ""));
+  }
+  if (flags.distributed_optimizer) {
+    throw InputError(
+        "--distributed-optimizer shards Megatron-LM's optimizer over tp's or pp's data-parallel "
+        "replicas; accepted with --tp (tp) or --pp (pp)");
+  }
+}
+
 // --tp and --pp: the degrees of tp and pp over `ranks` ranks (strategy.h ParallelOptions), the data-parallel degree
 // the rest; the strategies named after their layout ("tp2·dp4").
 void read_parallel_layout(RunOptions& options, const Flags& flags, int ranks) {
@@ -603,35 +647,18 @@ void read_parallel_layout(RunOptions& options, const Flags& flags, int ranks) {
   for (strategy::StrategyOptions& one : options.strategies) {
     const bool tensor = one.kind == strategy::StrategyKind::kTensor;
     const bool pipeline = one.kind == strategy::StrategyKind::kPipeline;
-    if ((!tensor || flags.tp == 0) && (!pipeline || flags.pp == 0)) continue;
+    // FSDP2 over tensor-parallel layers: torchtitan's 2-D mesh, fully_shard over the data-parallel replicas.
+    const bool sharded = one.kind == strategy::StrategyKind::kFsdp2 && flags.tp > 1 && flags.pp == 0;
+    if ((!tensor || flags.tp == 0) && (!pipeline || flags.pp == 0) && !sharded) continue;
     used = true;
-    if (tensor) one.parallel.tensor = flags.tp;
+    if (tensor || sharded) one.parallel.tensor = flags.tp;
     if (pipeline) one.parallel.pipeline = flags.pp, one.parallel.tensor = flags.tp;  // --tp too: TP x PP
     one = strategy::with_framework_recipe(one);
+    if (sharded) check_sharded_tensor(one, flags);
     one.parallel.distributed_optimizer = flags.distributed_optimizer;
     one.named_data = strategy::mesh_of(one, ranks, 0).data;  // InputError unless T·P divides N
   }
-  if (flags.pp > 0 && !used) {
-    for (const strategy::StrategyOptions& one : options.strategies) {
-      if (one.kind == strategy::StrategyKind::kZero2 || one.kind == strategy::StrategyKind::kZero3) {
-        throw InputError(fmt::format(
-            "--pp {} with {}: DeepSpeed's pipeline engine refuses ZeRO stages 2 and 3 (runtime/pipe/engine.py "
-            "asserts a stage below 2); accepted: --strategies pp --pp {} "
-            "(its replicas as Megatron-LM's DDP), with --distributed-optimizer for ZeRO-1 over them",
-            flags.pp, one.name(), flags.pp));
-      }
-    }
-  }
-  if ((flags.tp > 0 || flags.pp > 0) && !used) {
-    throw InputError(fmt::format("{} {} sets {}'s degree; accepted with {} among --strategies",
-                                 flags.tp > 0 ? "--tp" : "--pp", flags.tp > 0 ? flags.tp : flags.pp,
-                                 flags.tp > 0 ? "tp" : "pp", flags.tp > 0 ? "tp" : "pp"));
-  }
-  if (flags.distributed_optimizer && !used) {
-    throw InputError(
-        "--distributed-optimizer shards Megatron-LM's optimizer over tp's or pp's data-parallel "
-        "replicas; accepted with --tp (tp) or --pp (pp)");
-  }
+  if (!used) refuse_unused_degrees(options, flags);
 }
 
 void read_training_loop(RunOptions& options, const Flags& flags, int world) {
@@ -860,7 +887,8 @@ void check_tensor(const RunOptions& options, int world) {
   const int ranks = options.plan && options.plan_ranks > 0 ? options.plan_ranks : world;
   for (const strategy::StrategyOptions& one : options.strategies) {
     const bool pipeline_tp = one.kind == strategy::StrategyKind::kPipeline && one.parallel.tensor > 1;
-    if (one.kind != strategy::StrategyKind::kTensor && !pipeline_tp) continue;
+    const bool sharded_tp = one.kind == strategy::StrategyKind::kFsdp2 && one.parallel.tensor > 1;
+    if (one.kind != strategy::StrategyKind::kTensor && !pipeline_tp && !sharded_tp) continue;
     if (options.device == "cuda" && !options.plan) {
       throw InputError(
           "tp runs its parallel cross-entropy on the host: --device cpu (or --plan); accepted for tp: cpu");
@@ -871,12 +899,13 @@ void check_tensor(const RunOptions& options, int world) {
       model::check_tensor_parallel(model::shrink(options.full, options.shrink), tp);
     }
     if (options.model_options.sequence_parallel) {
-      // pp's tensor-parallel stages do not all-reduce the norm gradients that sequence parallelism leaves partial.
-      if (pipeline_tp) {
+      // pp's tensor-parallel stages and fsdp2's do not all-reduce the norm gradients that sequence parallelism
+      // leaves partial.
+      if (pipeline_tp || sharded_tp) {
         throw InputError(fmt::format(
-            "--sequence-parallel is built for tp's layers; pp with --tp {} runs without it: accepted with tp (and "
-            "--tp T) among --strategies, pp's stages then without --sequence-parallel",
-            tp));
+            "--sequence-parallel is built for tp's layers; {} with --tp {} runs without it: accepted with tp (and "
+            "--tp T) among --strategies, {} then without --sequence-parallel",
+            pipeline_tp ? "pp" : "fsdp2", tp, pipeline_tp ? "pp's stages" : "fsdp2"));
       }
       model::check_sequence_parallel(options.full, options.model_options, tp);
       if (!options.plan && options.shrink > 1) {

@@ -166,6 +166,10 @@ void add_ring_traffic(Prediction& prediction, coll::CollectiveKind kind, const s
 void add_megatron_unit(Prediction& prediction, Updated& updated, const AnalyticInput& input,
                        const optim::PrecisionRecipe& recipe, const Mesh& mesh, bool distributed, int unit,
                        uint64_t elements);
+// Tensor parallelism's activation traffic per step within a TP group of `tp` named `group` (tp_model.cpp's
+// formulas): the block and root all-reduces of b·s·h (or, under sequence parallelism, reduce-scatters and
+// all-gathers, the re-gathers and the norm gradients' all-reduce) and the parallel cross-entropy's three of b·s fp32.
+void add_tensor_parallel_traffic(Prediction& prediction, const AnalyticInput& input, const std::string& group, int tp);
 // `count` elements padded to a multiple of `ranks`, as a sharded flat buffer is.
 uint64_t padded_elements(uint64_t count, int ranks);
 

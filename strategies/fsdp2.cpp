@@ -42,6 +42,14 @@
 //             backward ends it is resharded, the previous reduce-scatter input freed, its gradients reduced.
 // Traffic: all-gathers of N·S_u at the param dtype (bf16 in mixed), reduce-scatters of N·S_u at the reduce dtype
 // (fp32 in mixed, twice FSDP1's bf16 bytes). emu's collectives are blocking: prefetch shows in memory, not overlap.
+//
+// Over tensor-parallel layers (--tp T, torchtitan's 2-D mesh: parallelize_module with Megatron's column- and
+// row-parallel plan, then fully_shard over the "dp_shard" mesh dimension; torchtitan/models/llama3/infra/
+// parallelize.py): the world is D = N/T replicas of T consecutive ranks (strategy.h Mesh), the model runs the
+// rank's TP slice with its activation all-reduces in the "tensor-parallel d" group (workloads/model/
+// tensor_parallel.h, as `tp` runs it), and everything above is that slice sharded over the "data-parallel t"
+// group of D: N reads D, n_u is the slice's. The norm weights, whole on every TP rank, are sharded like the rest
+// and count once in the gradient norm (TP rank 0's), which sums over the world. Without sequence parallelism.
 #include <fmt/format.h>
 
 #include <memory>
@@ -63,6 +71,15 @@ class Fsdp2 final : public Strategy {
   using Strategy::Strategy;
 
   void setup() override {
+    const Mesh mesh = mesh_of(options_, world_.size(), world_.rank());
+    if (mesh.tensor > 1) {
+      tp_group_ = split_group(mesh.data_rank(), mesh.tensor_rank(), mesh.tensor,
+                              fmt::format("tensor-parallel {}", mesh.data_rank()));
+      dp_group_ = split_group(mesh.tensor_rank(), mesh.data_rank(), mesh.data,
+                              fmt::format("data-parallel {}", mesh.tensor_rank()));
+      tensor_ = std::make_unique<GroupTensorParallel>(*tp_group_);
+      model_.set_tensor_parallel(tensor_.get());
+    }
     const int m = options_.fsdp2.post_forward_ranks;
     if (m > 0 && (context_.post_forward == nullptr || context_.post_forward->size() != m)) {
       throw InputError(fmt::format("fsdp2 reshard_after_forward={} needs a group of {} consecutive ranks", m, m));
@@ -74,12 +91,20 @@ class Fsdp2 final : public Strategy {
     optimizer_recipe.has_master = false;
     optimizer_recipe.params = sharded_dtype_;
     optimizer_recipe.grads = sharded_dtype_;
-    const int rank = world_.rank();
+    const int rank = shards().rank();
     units_.resize(static_cast<size_t>(model_.num_units()));
+    index_.resize(units_.size());
     for (int u = 0; u < model_.num_units(); ++u) {
       UnitState& unit = units_[static_cast<size_t>(u)];
       const std::vector<TensorRows> rows = tensor_rows(model_.config(), model_.layout(u));
-      unit.shards = dim0_shards(rows, world_.size());
+      unit.shards = dim0_shards(rows, shards().size());
+      // The TP slice's initial values (from the full unit's seeded initialisation; padding rows 0).
+      std::vector<float> slice;
+      if (tensor_ && device_.holds_data()) {
+        index_[static_cast<size_t>(u)] = tp_slice_index(model_, u, tp_group_->rank(), tp_group_->size());
+        slice.resize(model_.layout(u).count);
+        init_tp_slice(model_, u, options_.seed, index_[static_cast<size_t>(u)], slice.data());
+      }
       if (post_forward_ranks() > 0) unit.post_shards = coarser(unit.shards, post_forward_ranks());
       const uint64_t shard = unit.shards.shard;
       unit.sharded = optimizer_device().allocate(shard, sharded_dtype_, Category::kParameters,
@@ -94,8 +119,12 @@ class Fsdp2 final : public Strategy {
       for (const Dim0Tensor& t : unit.shards.tensors) {
         const uint64_t valid = t.valid_rows(rank) * t.tensor.row_elements();
         const uint64_t first = t.tensor.offset + t.chunk_elements() * static_cast<uint64_t>(rank);
-        init_into(model_, u, options_.seed, first, valid, element(unit.sharded.data(), sharded_dtype_, t.shard_offset),
-                  sharded_dtype_);
+        void* into = element(unit.sharded.data(), sharded_dtype_, t.shard_offset);
+        if (tensor_) {
+          if (!slice.empty()) convert(slice.data() + first, DType::kF32, into, sharded_dtype_, valid);
+        } else {
+          init_into(model_, u, options_.seed, first, valid, into, sharded_dtype_);
+        }
         const model::ParamInfo* info = param_at(u, t.tensor.offset);
         if (info->decay && valid > 0) unit.decay.push_back({base + t.shard_offset, base + t.shard_offset + valid});
       }
@@ -103,6 +132,7 @@ class Fsdp2 final : public Strategy {
   }
 
   std::vector<coll::Communicator*> groups() override {
+    if (tensor_) return {&world_, tp_group_.get(), dp_group_.get()};
     if (post_forward_ranks() == 0) return {&world_};
     return {&world_, context_.post_forward};
   }
@@ -112,14 +142,20 @@ class Fsdp2 final : public Strategy {
     std::vector<float> mine(unit.shards.shard);
     convert(unit.sharded.data(), sharded_dtype_, mine.data(), DType::kF32, mine.size());
     std::vector<float> gathered(unit.shards.padded());
-    if (world_.size() > 1) {
-      world_.all_gather(mine.data(), gathered.data(), mine.size(), DType::kF32, "report: gather weights");
+    if (shards().size() > 1) {
+      shards().all_gather(mine.data(), gathered.data(), mine.size(), DType::kF32, "report: gather weights");
     } else {
       gathered = mine;
     }
     std::vector<float> whole(model_.layout(u).count);
     copy_out(unit.shards, gathered.data(), whole.data(), DType::kF32);
-    return whole;
+    if (!tensor_) return whole;
+    // The TP slices placed in the full layout; the replicated norm weights from TP rank 0.
+    std::vector<float> full(model_.full_layout(u).count, 0.0f);
+    place_tp_slice(model_, u, index_[static_cast<size_t>(u)], whole.data(), tp_group_->rank() == 0, full.data());
+    tp_group_->all_reduce(full.data(), full.data(), full.size(), DType::kF32, coll::ReduceOp::kSum,
+                          "report: gather weights");
+    return full;
   }
 
  protected:
@@ -134,14 +170,26 @@ class Fsdp2 final : public Strategy {
 
   double gradient_sum_of_squares() override {
     double local = 0;
-    for (const UnitState& unit : units_) {
-      local += optim::grad_sum_of_squares(optim::ConstElementSpan::of(unit.sharded_grad));
+    for (size_t u = 0; u < units_.size(); ++u) {
+      const UnitState& unit = units_[u];
+      if (!tensor_) {
+        local += optim::grad_sum_of_squares(optim::ConstElementSpan::of(unit.sharded_grad));
+        continue;
+      }
+      // Over TP the replicated norm weights' gradients are equal on every TP rank: TP rank 0's count.
+      const DType dtype = unit.sharded_grad.dtype();
+      for (const Dim0Tensor& t : unit.shards.tensors) {
+        if (tp_group_->rank() != 0 && replicated(static_cast<int>(u), t.tensor.offset)) continue;
+        const uint64_t valid = t.valid_rows(shards().rank()) * t.tensor.row_elements();
+        local += optim::grad_sum_of_squares(
+            optim::ConstElementSpan(element(unit.sharded_grad.data(), dtype, t.shard_offset), valid, dtype));
+      }
     }
     return world_.size() > 1 ? sum_over_world(local, "clip: gradient norm") : local;
   }
 
   void update(double lr, float grad_scale) override {
-    const uint64_t base = static_cast<uint64_t>(world_.rank());
+    const uint64_t base = static_cast<uint64_t>(shards().rank());
     for (UnitState& unit : units_) {
       if (!unit.sharded_grad.allocated()) continue;  // no backward reached the unit this step
       unit.optimizer->step(options_.adamw, optim::ElementSpan::of(unit.sharded),
@@ -261,10 +309,10 @@ class Fsdp2 final : public Strategy {
     }
     unit.all_gather = device_.allocate(unit.shards.padded(), dtype, Category::kBuckets,
                                        fmt::format("unit {} all-gather output", u), padded_bytes(unit, dtype));
-    void* mine = element(unit.all_gather.data(), dtype, shard * static_cast<uint64_t>(world_.rank()));
+    void* mine = element(unit.all_gather.data(), dtype, shard * static_cast<uint64_t>(shards().rank()));
     convert(source, sharded_dtype_, mine, dtype, shard);
     on_device.reset();
-    if (world_.size() > 1) world_.all_gather(mine, unit.all_gather.data(), shard, dtype, phase);
+    if (shards().size() > 1) shards().all_gather(mine, unit.all_gather.data(), shard, dtype, phase);
   }
 
   // foreach_all_gather_copy_out: the unsharded parameters from the all-gather output.
@@ -279,7 +327,7 @@ class Fsdp2 final : public Strategy {
     copy_out(from_post_forward ? unit.post_shards : unit.shards, unit.all_gather.data(), unit.unsharded.data(), dtype);
     unit.post_forward.reset();
     model_.bind_weights(u, unit.unsharded.data());
-    if (forward && world_.size() > 1) {
+    if (forward && shards().size() > 1) {
       kept_all_gather_ = std::move(unit.all_gather);
     } else {
       unit.all_gather.reset();
@@ -300,6 +348,16 @@ class Fsdp2 final : public Strategy {
   }
 
   int post_forward_ranks() const { return options_.fsdp2.post_forward_ranks; }
+
+  // The ranks a unit is sharded over: the data-parallel group over TP, else the world.
+  coll::Communicator& shards() const { return dp_group_ ? *dp_group_ : world_; }
+
+  // Over TP, whether the unit's tensor at `offset` is held whole by every TP rank (a norm weight).
+  bool replicated(int u, uint64_t offset) const {
+    const model::ParamInfo* info = param_at(u, offset);
+    const auto p = static_cast<size_t>(info - model_.layout(u).params.data());
+    return info->count == model_.full_layout(u).params[p].count;
+  }
 
   void reshard(int u) {
     UnitState& unit = units_[static_cast<size_t>(u)];
@@ -328,9 +386,9 @@ class Fsdp2 final : public Strategy {
     const size_t shard_bytes = unit.shards.charged_shard() * dtype_size(dtype);
     Buffer output = device_.allocate(shard, dtype, Category::kGradients,
                                      fmt::format("unit {} reduce-scatter output", u), shard_bytes);
-    void* mine = element(reduce_scatter_input_.data(), dtype, shard * static_cast<uint64_t>(world_.rank()));
-    if (world_.size() > 1) {
-      world_.reduce_scatter(reduce_scatter_input_.data(), output.data(), shard, dtype, coll::ReduceOp::kAvg, phase);
+    void* mine = element(reduce_scatter_input_.data(), dtype, shard * static_cast<uint64_t>(shards().rank()));
+    if (shards().size() > 1) {
+      shards().reduce_scatter(reduce_scatter_input_.data(), output.data(), shard, dtype, coll::ReduceOp::kAvg, phase);
     } else {
       convert(mine, dtype, output.data(), dtype, shard);
     }
@@ -382,6 +440,11 @@ class Fsdp2 final : public Strategy {
   Buffer kept_all_gather_;             // forward: the last all-gather output, until the next copy-out
   Buffer reduce_scatter_input_;        // backward: the last unit's, until the next reduce-scatter
   Buffer embedding_grads_;             // charged only: the embeddings' part of the root's unsharded gradients
+  // Over TP (--tp): the groups (setup), the model's view of the TP group, and where each element of the slice lies
+  // in the full tensor ([units][params][local elements]; not kept by a plan).
+  std::unique_ptr<coll::Communicator> tp_group_, dp_group_;
+  std::unique_ptr<GroupTensorParallel> tensor_;
+  std::vector<std::vector<std::vector<int64_t>>> index_;
 };
 
 }  // namespace

@@ -207,11 +207,25 @@ class Walk {
 
 }  // namespace
 
-Updated predict_fsdp2(const StrategyOptions& options, const AnalyticInput& input, Prediction& prediction) {
+Updated predict_fsdp2(const StrategyOptions& options, const AnalyticInput& given, Prediction& prediction) {
+  // Over tensor-parallel layers (--tp T): the rank's TP slice (the input's units) sharded over the D = N/T replicas
+  // of the "data-parallel" group, and tp's activation traffic in the "tensor-parallel" group.
+  const Mesh mesh = mesh_of(options, given.world, given.rank);
+  AnalyticInput input = given;
+  input.world = mesh.data;
+  input.rank = mesh.data_rank();
+  const std::string group = mesh.tensor > 1 ? "data-parallel" : "world";
+  if (mesh.tensor > 1) add_tensor_parallel_traffic(prediction, given, "tensor-parallel", mesh.tensor);
   Walk walk(options, input, prediction);
   for (int m = 0; m < input.accumulation; ++m) walk.micro_batch();
   walk.finish();
-  prediction.formula = fmt::format("(2 + 2 + K)Ψ/N: every parameter sharded on dim 0 over {} ranks", input.world);
+  prediction.formula =
+      mesh.tensor > 1
+          ? fmt::format(
+                "(2 + 2 + K)Ψ/(t·D), t = {}, D = {}: the TP slice of every matrix sharded on dim 0 over the "
+                "replicas",
+                mesh.tensor, mesh.data)
+          : fmt::format("(2 + 2 + K)Ψ/N: every parameter sharded on dim 0 over {} ranks", input.world);
 
   const uint64_t micro_batches = static_cast<uint64_t>(input.accumulation);
   const uint64_t param_bytes = dtype_size(options.recipe.params);
@@ -221,20 +235,20 @@ Updated predict_fsdp2(const StrategyOptions& options, const AnalyticInput& input
     const Dim0Shards& shards = walk.units()[u].shards;
     const int post_forward = options.fsdp2.post_forward_ranks;
     const uint64_t gathers = u != 0 && options.fsdp2.reshard_after_forward && post_forward == 0 ? 2 : 1;
-    add_ring_traffic(prediction, coll::CollectiveKind::kAllGather, "world", shards.padded() * param_bytes, input.world,
+    add_ring_traffic(prediction, coll::CollectiveKind::kAllGather, group, shards.padded() * param_bytes, input.world,
                      micro_batches * gathers);
     if (u != 0 && post_forward > 0) {  // backward's all-gather within the post-forward group
       add_ring_traffic(prediction, coll::CollectiveKind::kAllGather, "post-forward", shards.padded() * param_bytes,
                        post_forward, micro_batches);
     }
-    add_ring_traffic(prediction, coll::CollectiveKind::kReduceScatter, "world", shards.padded() * reduce_bytes,
+    add_ring_traffic(prediction, coll::CollectiveKind::kReduceScatter, group, shards.padded() * reduce_bytes,
                      input.world, micro_batches);
     for (const Dim0Tensor& t : shards.tensors) {
       all_tensors += t.charged_chunk();
       largest_tensor = std::max(largest_tensor, t.charged_chunk());
     }
   }
-  add_ring_traffic(prediction, coll::CollectiveKind::kAllReduce, "world", 4, input.world);  // the gradient norm
+  add_ring_traffic(prediction, coll::CollectiveKind::kAllReduce, "world", 4, given.world);  // the gradient norm
   switch (options.adamw_impl) {
     case optim::AdamWImpl::kForeach: prediction.step_temporary_elements = all_tensors; break;
     case optim::AdamWImpl::kSingle: prediction.step_temporary_elements = 2 * largest_tensor; break;

@@ -39,6 +39,7 @@ std::string StrategyOptions::name() const {
   for (const Named& named : kNames) {
     if (named.kind == kind && (kind != StrategyKind::kFsdp || named.sharding == fsdp.sharding)) {
       if (named_data < 1) return std::string(named.name);
+      if (kind == StrategyKind::kFsdp2) return fmt::format("{}·tp{}", named.name, parallel.tensor);  // D = N/T
       const bool tensor = kind == StrategyKind::kTensor;
       std::string out = fmt::format("{}{}", named.name, tensor ? parallel.tensor : parallel.pipeline);
       if (!tensor && parallel.tensor > 1) out += fmt::format("·tp{}", parallel.tensor);
@@ -53,11 +54,12 @@ std::string StrategyOptions::name() const {
 Mesh mesh_of(const StrategyOptions& options, int world, int rank) {
   Mesh mesh;
   mesh.rank = rank;
-  if (options.kind != StrategyKind::kTensor && options.kind != StrategyKind::kPipeline) {
+  const bool sharded_tensor = options.kind == StrategyKind::kFsdp2 && options.parallel.tensor > 1;
+  if (options.kind != StrategyKind::kTensor && options.kind != StrategyKind::kPipeline && !sharded_tensor) {
     mesh.data = world;
     return mesh;
   }
-  const bool tensor = options.kind == StrategyKind::kTensor;
+  const bool tensor = options.kind == StrategyKind::kTensor || sharded_tensor;
   mesh.tensor = options.parallel.tensor > 0 ? options.parallel.tensor : (tensor ? world : 1);
   mesh.pipeline = options.parallel.pipeline > 0 ? options.parallel.pipeline : (tensor ? 1 : world);
   const int model_parallel = mesh.tensor * mesh.pipeline;

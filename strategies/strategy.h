@@ -10,7 +10,8 @@
 //   zero1, zero2   optimizer state (and, for 2, gradients) partitioned; reduce-scatter + all-gather (DeepSpeed)
 //   zero3          parameters partitioned too, gathered per unit before use and released after (DeepSpeed)
 //   fsdp           one flat parameter per unit, FULL_SHARD / SHARD_GRAD_OP / NO_SHARD / HYBRID_SHARD (PyTorch FSDP)
-//   fsdp2          every parameter sharded on dim 0, fully_shard per block and the root (PyTorch FSDP2, fsdp2.cpp)
+//   fsdp2          every parameter sharded on dim 0, fully_shard per block and the root (PyTorch FSDP2, fsdp2.cpp);
+//                  with --tp T over tensor-parallel layers, sharded over the N/T replicas (torchtitan's 2-D mesh)
 //   pp             pipeline parallelism: the blocks in one stage per rank, GPipe or 1F1B micro-batch schedules,
 //                  activations passed stage to stage by send/recv (Megatron-LM / DeepSpeed pipeline, pipeline.cpp)
 //   tp             tensor parallelism: every matrix split over the ranks, column- then row-parallel, vocabulary-
@@ -172,7 +173,8 @@ struct StrategyOptions {
 
   // "ddp", "ddp-zero", "zero0", "zero1", "zero2", "zero3", "fsdp" (FULL_SHARD), "fsdp-grad-op", "fsdp-no-shard",
   // "fsdp-hybrid", "fsdp2", "pp", "tp"; tp and pp with a degree given name their layout, e.g. "tp2·dp2",
-  // "pp2·tp2·dp2", "tp8·dp8·do" (do: the distributed optimizer) once named_data is set.
+  // "pp2·tp2·dp2", "tp8·dp8·do" (do: the distributed optimizer), and fsdp2 over TP T "fsdp2·tp2", once named_data
+  // is set.
   std::string name() const;
   // D of a tp or pp run whose degrees were given (set by the app and tests once the world is known): names the
   // layout; 0 leaves the plain name.

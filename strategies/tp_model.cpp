@@ -38,6 +38,19 @@ Updated predict_tensor_parallel(const StrategyOptions& options, const AnalyticIn
   for (size_t u = 0; u < input.unit_counts.size(); ++u) {
     add_megatron_unit(prediction, updated, input, recipe, mesh, distributed, static_cast<int>(u), input.unit_counts[u]);
   }
+  add_tensor_parallel_traffic(prediction, input, group, tp);
+  prediction.formula =
+      distributed
+          ? fmt::format(
+                "({} + {}/D)Ψ/t, t = {}, D = {}: the slice of every matrix, the optimizer sharded over the "
+                "replicas (Megatron-LM's distributed optimizer)",
+                recipe.total_bytes_per_param() - 2 * dtype_size(recipe.moments) - (recipe.has_master ? 4 : 0),
+                2 * dtype_size(recipe.moments) + (recipe.has_master ? 4 : 0), tp, mesh.data)
+          : fmt::format("{}Ψ/t, t = {}: the slice of every matrix (Megatron-LM)", recipe.total_bytes_per_param(), tp);
+  return updated;
+}
+
+void add_tensor_parallel_traffic(Prediction& prediction, const AnalyticInput& input, const std::string& group, int tp) {
   const uint64_t blocks = input.unit_counts.empty() ? 0 : input.unit_counts.size() - 1;
   const uint64_t micro_batches = static_cast<uint64_t>(input.accumulation);
   const uint64_t per_block = input.checkpoint ? 6 : 4;
@@ -53,15 +66,6 @@ Updated predict_tensor_parallel(const StrategyOptions& options, const AnalyticIn
   }
   add_ring_traffic(prediction, coll::CollectiveKind::kAllReduce, group, input.tokens * sizeof(float), tp,
                    3 * micro_batches);
-  prediction.formula =
-      distributed
-          ? fmt::format(
-                "({} + {}/D)Ψ/t, t = {}, D = {}: the slice of every matrix, the optimizer sharded over the "
-                "replicas (Megatron-LM's distributed optimizer)",
-                recipe.total_bytes_per_param() - 2 * dtype_size(recipe.moments) - (recipe.has_master ? 4 : 0),
-                2 * dtype_size(recipe.moments) + (recipe.has_master ? 4 : 0), tp, mesh.data)
-          : fmt::format("{}Ψ/t, t = {}: the slice of every matrix (Megatron-LM)", recipe.total_bytes_per_param(), tp);
-  return updated;
 }
 
 }  // namespace emu::strategy

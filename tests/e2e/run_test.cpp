@@ -118,6 +118,10 @@ TEST_P(Ranks, BadInputsExitTwoWithOneMessage) {
        "ranks are not divisible by tensor-parallel 3 x pipeline-parallel 1"},
       {"--model gpt2 --strategies ddp --pp 2", "--pp 2 sets pp's degree; accepted with pp among --strategies"},
       {"--model gpt2 --strategies zero3 --pp 2", "DeepSpeed's pipeline engine refuses ZeRO stages 2 and 3"},
+      {"--model llama2-7b --strategies fsdp2 --tp 2 --sequence-parallel",
+       "--sequence-parallel is built for tp's layers; fsdp2 with --tp 2 runs without it"},
+      {"--model llama2-7b --strategies fsdp2 --tp 2 --distributed-optimizer",
+       "fsdp2 with --tp already shards the optimizer over the replicas"},
   };
   for (const auto& [args, message] : table) {
     const auto run = run_process(mpiexec(ranks) + kEmu + " " + args);
@@ -336,23 +340,28 @@ TEST(Plan, AgreesWithTheShrunkRunWithinHalfAPercent) {
 }
 
 // tp and pp composed (--tp 2 --pp 2 on 4 ranks: tp as TP 2 × DP 2, pp as PP 2 × TP 2), with Megatron's distributed
-// optimizer: the shrunk run × k² against the plan, as for the data-parallel strategies (seen within 0.002%).
+// optimizer, and fsdp2 over TP 2: the shrunk run × k² against the plan, as for the data-parallel strategies (seen
+// within 0.002%).
 TEST(Plan, ComposedParallelismAgreesWithTheShrunkRun) {
   expect_run_matches_plan(
       " --model llama2-13b --shrink 64 --steps 1 --strategies tp,pp --tp 2 --pp 2 --distributed-optimizer",
       {"tp2·dp2·do", "pp2·tp2"}, 0.005);
+  // FSDP2 over TP 2 (its 2 replicas the data-parallel group).
+  expect_run_matches_plan(" --model llama2-13b --shrink 64 --steps 1 --strategies fsdp2 --tp 2", {"fsdp2·tp2"}, 0.005);
 }
 
 // Each data-parallel replica trains on its own slice of the global batch (app/run.cpp replica_micro_batches):
 // tp2·dp2 on 4 ranks with 2 accumulated micro-batches per replica takes the same 4 sequences per step as tp on 2
-// ranks with 4, and pp2·dp2 with M = 2 per pipeline the same as pp on 2 ranks with M = 4: the same losses, step
+// ranks with 4, fsdp2·tp2 (FSDP2 over the 2 replicas) the same, and pp2·dp2 with M = 2 per pipeline the same as
+// pp on 2 ranks with M = 4: the same losses, step
 // after step (fp32; only the order of the sums differs). Two replicas given the same micro-batches would see 2
 // sequences twice, and another loss from the first step.
 TEST(Run, DataParallelReplicasSplitTheGlobalBatch) {
   const std::string common = " --model llama2-7b --shrink 64 --steps 2 --precision fp32";
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"--strategies tp --tp 2 --grad-accum 2", "--strategies tp --grad-accum 4"},
-      {"--strategies pp --pp 2 --micro-batches 2", "--strategies pp --micro-batches 4"}};
+      {"--strategies pp --pp 2 --micro-batches 2", "--strategies pp --micro-batches 4"},
+      {"--strategies fsdp2 --tp 2 --grad-accum 2", "--strategies tp --grad-accum 4"}};
   for (const auto& [replicated, single] : cases) {
     testing::TempDir dir("run");
     const std::string a = dir.file("replicas.json"), b = dir.file("single.json");

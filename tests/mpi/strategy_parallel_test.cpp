@@ -34,9 +34,14 @@ model::ModelConfig parallel_config() {
   return config;
 }
 
-// "tp", "pp", "pp-tp" (pp whose stages are TP `degree` too), each with "-do" for the distributed optimizer, of
-// degree `degree`.
+// "tp", "pp", "pp-tp" (pp whose stages are TP `degree` too), each with "-do" for the distributed optimizer, and
+// "fsdp2-tp" (FSDP2 over the replicas of TP `degree` layers), of degree `degree`.
 strategy::StrategyOptions parallel_options(std::string_view name, int degree) {
+  if (name == "fsdp2-tp") {
+    strategy::StrategyOptions options = test_options("fsdp2", optim::Recipe::kFp32);
+    options.parallel.tensor = degree;
+    return options;
+  }
   const bool pipeline = name.starts_with("pp");
   strategy::StrategyOptions options = test_options(pipeline ? "pp" : "tp", optim::Recipe::kFp32);
   (pipeline ? options.parallel.pipeline : options.parallel.tensor) = degree;
@@ -136,8 +141,10 @@ TEST_P(Equivalence, SameAsSingleDevice) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Parallel, Equivalence, ::testing::Values("tp", "pp", "tp-do", "pp-do", "pp-tp", "pp-tp-do"),
+INSTANTIATE_TEST_SUITE_P(Parallel, Equivalence,
+                         ::testing::Values("tp", "pp", "tp-do", "pp-do", "pp-tp", "pp-tp-do", "fsdp2-tp"),
                          [](const ::testing::TestParamInfo<std::string>& param) {
+                           if (param.param == "fsdp2-tp") return std::string("fsdp2_tp2");
                            std::string name =
                                param.param.starts_with("pp-tp") ? "pp2_tp2_dp" : param.param.substr(0, 2) + "2_dp";
                            return param.param.ends_with("-do") ? name + "_distributed_optimizer" : name;
@@ -214,6 +221,45 @@ TEST(ParallelTraffic, DistributedOptimizer) {
   EXPECT_EQ(predicted.sent(coll::CollectiveKind::kReduceScatter), scattered);
   EXPECT_EQ(predicted.sent(coll::CollectiveKind::kAllGather), gathered);
   EXPECT_EQ(predicted.peak[Category::kOptimizerState], memory.peak(Category::kOptimizerState));
+}
+
+// FSDP2 over TP 2 (torchtitan's 2-D mesh): the TP group's all-reduces as tp's, and over the data-parallel group
+// of D every unit's local slice sharded on dim 0 (every local tensor's rows divide by D = 2 and 4: no padding):
+// per step an all-gather of each unit's local elements in forward, again for each block in backward (reshard after
+// forward), and a reduce-scatter of each unit's gradients, (D − 1)/D of each at fp32. Per rank: the fp32 sharded
+// parameters (the optimizer's own, no master copy), the sharded gradients and Adam's m and v over local/D
+// elements, plus the unsharded units while in use.
+TEST(ParallelTraffic, Fsdp2OverTensorParallelLayers) {
+  const strategy::StrategyOptions options = parallel_options("fsdp2-tp", 2);
+  const auto run = run_parallel(options, kMicroBatches, 1, false);
+  constexpr uint64_t kT = 2;
+  const uint64_t kD = data_degree();
+  uint64_t hidden_calls = 0;
+  for (const auto& [key, entry] : run->ledger("tensor-parallel").entries()) {
+    if (key.first == coll::CollectiveKind::kAllReduce && std::string_view(key.second).starts_with("tp all-reduce")) {
+      hidden_calls += entry.calls;
+    }
+  }
+  EXPECT_EQ(hidden_calls, kMicroBatches * (4 * kLayers + 2));
+  const uint64_t block = kBlockMatrices / kT + kBlockNorms, root = 2 * kTable / kT + 32;
+  uint64_t gathered = 0, scattered = 0;
+  for (const auto& [key, entry] : run->ledger("data-parallel").entries()) {
+    if (key.first == coll::CollectiveKind::kAllGather) gathered += entry.moved.sent;
+    if (key.first == coll::CollectiveKind::kReduceScatter) scattered += entry.moved.sent;
+  }
+  EXPECT_EQ(gathered, kMicroBatches * 4 * (root + 2 * kLayers * block) * (kD - 1) / kD);
+  EXPECT_EQ(scattered, kMicroBatches * 4 * (root + kLayers * block) * (kD - 1) / kD);
+  MemoryPool& memory = run->device->memory();
+  const uint64_t local = kLayers * block + root;
+  EXPECT_EQ(memory.peak(Category::kOptimizerState), 12 * local / kD);  // m and v, and foreach AdamW's 4 B copy
+  EXPECT_EQ(memory.peak(Category::kMasterWeights), 0u);
+  strategy::AnalyticInput input = strategy::analytic_input(*run->model, world_size(), 1, kMicroBatches);
+  input.rank = world_rank();
+  const strategy::Prediction predicted = strategy::predict(options, input);
+  EXPECT_EQ(predicted.sent(coll::CollectiveKind::kAllGather), gathered);
+  EXPECT_EQ(predicted.sent(coll::CollectiveKind::kReduceScatter), scattered);
+  EXPECT_EQ(predicted.peak[Category::kOptimizerState], memory.peak(Category::kOptimizerState));
+  EXPECT_EQ(predicted.peak[Category::kParameters], memory.peak(Category::kParameters));
 }
 
 TEST(ParallelTraffic, PipelineGroupAndDataGroup) {

@@ -243,6 +243,40 @@ TEST(ShrinkFidelity, TensorParallelShrunkTimesKSquaredEqualsThePlan) {
   EXPECT_GT(cases, 0);
 }
 
+// FSDP2 over TP 2 (D = 2 replicas at 4 ranks): the TP slice of every preset that splits, sharded over its replicas;
+// ranks 0 and 3 (the last vocabulary slice and the last shard), with and without checkpointing.
+TEST(ShrinkFidelity, Fsdp2OverTensorParallelShrunkTimesKSquaredEqualsThePlan) {
+  int cases = 0;
+  for (const std::string& name : model::preset_names()) {
+    for (const Variant& variant : {kVariants.front(), kVariants.back()}) {
+      std::vector<std::string> args = {"--model", name, "--strategies", "fsdp2", "--tp", "2"};
+      args.insert(args.end(), variant.flags.begin(), variant.flags.end());
+      RunOptions parsed;
+      try {
+        parsed = parse(args);
+      } catch (const InputError&) {
+        continue;  // GPT-2, or heads that do not split over 2
+      }
+      const std::vector<int64_t> factors = model::valid_shrink_factors(parsed.full);
+      for (auto k = factors.begin() + 1; k != factors.end(); ++k) {
+        try {
+          model::check_tensor_parallel(model::shrink(parsed.full, *k), 2);
+        } catch (const InputError&) {
+          continue;
+        }
+        const RunOptions options = with_shrink(parsed, *k);
+        for (const int rank : {0, kRanks - 1}) {
+          double deviation = 0;
+          EXPECT_EQ(check(options, options.strategies.front(), *k, deviation, rank), "")
+              << name << " k=" << *k << " fsdp2 --tp 2 " << variant.name << " rank " << rank;
+          ++cases;
+        }
+      }
+    }
+  }
+  EXPECT_GT(cases, 0);
+}
+
 // The caching allocator of a shrunk run sees every request × k² (full-scale sizes: 2 MiB and 20 MiB segments, 512 B
 // rounding, as on the GPU) and counts its segments ÷ k² against the cap. A shapes-only plan of the shrunk config
 // (what the advisor plans before it offers a shrunk run's command line) must do the same: before it did, its

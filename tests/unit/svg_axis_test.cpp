@@ -4,6 +4,7 @@
 
 #include <regex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "app/svg.h"
@@ -22,11 +23,19 @@ StrategyOutcome strategy_with_times(const std::string& name, double setup, doubl
   o.reserved_peak = o.peak;
   o.allocated_at_reserved_peak = o.peak;
   o.oom_seconds = {-1};
+  const auto span = [](std::string label, std::string category, double start, double end) {
+    Span s;
+    s.name = std::move(label);
+    s.category = std::move(category);
+    s.start = start;
+    s.end = end;
+    return s;
+  };
   o.spans = {{
-      {.name = "set-up", .category = "setup", .start = 0, .end = setup},
-      {.name = "forward, block 1", .category = "compute", .start = setup, .end = forward},
-      {.name = "backward, block 1", .category = "compute", .start = forward, .end = backward},
-      {.name = "optimizer step", .category = "optimizer", .start = backward, .end = optimizer},
+      span("set-up", "setup", 0, setup),
+      span("forward, block 1", "compute", setup, forward),
+      span("backward, block 1", "compute", forward, backward),
+      span("optimizer step", "optimizer", backward, optimizer),
   }};
   CategoryBytes before, after;
   before[Category::kParameters] = 1ull << 30;
