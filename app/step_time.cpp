@@ -103,6 +103,12 @@ double positive_fraction(std::string_view key, std::string_view text, bool fract
   return value;
 }
 
+// What a message with no split stated goes over: the node's link on one node, else the flat link (cost.h, Fabric).
+const coll::LinkModel& unsplit_link(const coll::Fabric& fabric, int ranks) {
+  if (coll::node_size(fabric.ranks_per_node, ranks) >= ranks) return fabric.node;
+  return fabric.flat ? *fabric.flat : fabric.network;
+}
+
 }  // namespace
 
 Achievable achievable_for(const Hardware& hardware) {
@@ -221,10 +227,7 @@ coll::Fabric fabric_for(const StepTimeSetting& setting, Reach span, int ranks) {
 double collective_seconds(coll::CollectiveKind kind, std::string_view algorithm, double payload, int ranks,
                           const coll::Fabric& fabric, double call_latency) {
   if (ranks <= 1) return 0;
-  // What a message with no split stated goes over: the node's link on one node, else the flat link.
-  const coll::LinkModel& link = coll::node_size(fabric.ranks_per_node, ranks) >= ranks ? fabric.node
-                                : fabric.flat                                         ? *fabric.flat
-                                                                                      : fabric.network;
+  const coll::LinkModel& link = unsplit_link(fabric, ranks);
   if (kind == coll::CollectiveKind::kSend || kind == coll::CollectiveKind::kRecv) {
     return call_latency + link.alpha + payload * link.beta;
   }
@@ -235,14 +238,12 @@ double collective_seconds(coll::CollectiveKind kind, std::string_view algorithm,
     const double rounds = 2 * std::ceil(std::log2(double(ranks)));
     return call_latency + rounds * (link.alpha + payload * link.beta);
   }
-  return call_latency +
-         coll::predicted_seconds(chosen->cost(payload, ranks, fabric.ranks_per_node), fabric, ranks);
+  return call_latency + coll::predicted_seconds(chosen->cost(payload, ranks, fabric.ranks_per_node), fabric, ranks);
 }
 
 double collective_seconds(coll::CollectiveKind kind, std::string_view algorithm, double payload, int ranks,
                           const coll::LinkModel& link, double call_latency) {
-  return collective_seconds(kind, algorithm, payload, ranks, coll::Fabric{link, link, 0, std::nullopt},
-                            call_latency);
+  return collective_seconds(kind, algorithm, payload, ranks, coll::Fabric{link, link, 0, std::nullopt}, call_latency);
 }
 
 Timeline overlap(std::span<const Chunk> chunks, std::vector<PredictedSpan>* spans) {

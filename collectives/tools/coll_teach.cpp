@@ -390,7 +390,8 @@ int run(const MpiSession& mpi, int argc, char** argv) {
     const NamedLink link = link_model(settings);
     const NamedLink network = node_size(settings.ranks_per_node, n) < n ? network_model(settings, link) : link;
     if (mpi.rank() == 0) {
-      print_cost_table(*kind, n, link, Fabric{link.model, network.model, settings.ranks_per_node, std::nullopt}, network);
+      print_cost_table(*kind, n, link, Fabric{link.model, network.model, settings.ranks_per_node, std::nullopt},
+                       network);
     }
     return kExitOk;
   }

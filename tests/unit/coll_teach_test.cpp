@@ -102,12 +102,14 @@ TEST(TeachContents, EightRanksWriteRunsOfRanksByTheirEnds) {
   // their ends, and every line of this view fits in 110 columns.
   const Logs logs = real_ring_logs(8, false);
   const Contents contents = format_contents({CollectiveKind::kAllReduce, 16, 4, 0}, logs, logical_rounds(logs));
-  EXPECT_NE(contents.text.find(
-                "after round 7:\n  r0 [a0..a7 | b0+b2..b7 | c0+c3..c7 | d0+d4..d7 | e0+e5..e7 | f0+f6+f7 | g0+g7 | h0]"),
-            std::string::npos)
+  EXPECT_NE(
+      contents.text.find(
+          "after round 7:\n  r0 [a0..a7 | b0+b2..b7 | c0+c3..c7 | d0+d4..d7 | e0+e5..e7 | f0+f6+f7 | g0+g7 | h0]"),
+      std::string::npos)
       << contents.text;
   // Two consecutive ranks stay a sum; the rounds' last line: every block summed over all 8.
-  EXPECT_NE(contents.text.find("after round 14:\n  r0 [a0..a7 | b0..b7 | c0..c7 | d0..d7 | e0..e7 | f0..f7 | g0..g7 | h0..h7]"),
+  EXPECT_NE(contents.text.find(
+                "after round 14:\n  r0 [a0..a7 | b0..b7 | c0..c7 | d0..d7 | e0..e7 | f0..f7 | g0..g7 | h0..h7]"),
             std::string::npos)
       << contents.text;
   size_t start = 0;

@@ -197,9 +197,8 @@ TEST(StepTime, HierarchicalAllReduceOverTwoNodesOfFourUsesBothLinks) {
   // The step: the one bucket is ready when backward ends and nothing hides it, so the exposed communication is the
   // call, and the two steps differ by ring - hier = 2.119 ms.
   const auto step = [&](const char* algorithm, int gpus_per_node) {
-    RunReport r = report_with(strategy::StrategyKind::kDdp,
-                              {{coll::CollectiveKind::kAllReduce, "world", 8, algorithm,
-                                "backward all-reduce, bucket 0", 1, 1'750'000'000}});
+    RunReport r = report_with(strategy::StrategyKind::kDdp, {{coll::CollectiveKind::kAllReduce, "world", 8, algorithm,
+                                                              "backward all-reduce, bucket 0", 1, 1'750'000'000}});
     StepTimeSetting setting = a100();
     setting.gpus_per_node = gpus_per_node;
     return predict_step_time(r, r.outcomes[0], setting);
