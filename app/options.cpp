@@ -676,9 +676,11 @@ void read_training_loop(RunOptions& options, const Flags& flags, int world) {
     throw InputError(
         fmt::format("--ranks-per-node {} is out of range; accepted: 1 to the number of ranks", options.ranks_per_node));
   }
-  if (options.ranks_per_node > 0 && world % options.ranks_per_node != 0) {
+  // A plan's nodes divide the ranks it plans for, not the ones it runs on.
+  const int ranks = options.plan && options.plan_ranks > 0 ? options.plan_ranks : world;
+  if (options.ranks_per_node > 0 && ranks % options.ranks_per_node != 0) {
     throw InputError(fmt::format("--ranks-per-node {} does not divide the {} ranks; accepted: a divisor of {}",
-                                 options.ranks_per_node, world, world));
+                                 options.ranks_per_node, ranks, ranks));
   }
 }
 

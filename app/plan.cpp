@@ -116,7 +116,11 @@ StrategyOutcome account_shapes(const RunOptions& options, const strategy::Strate
   std::optional<SpanRecorder> spans;
   if (record) spans.emplace(steady_seconds());
   const int node = rank / ranks_per_node, local = rank % ranks_per_node;
-  auto world = coll::make_virtual_communicator(*device, rank, ranks, "world", shrink);
+  // The world runs the algorithms --collectives names, over nodes of ranks_per_node as a run's world does
+  // (run.cpp, make_groups), so that the predicted step times them as the run would.
+  auto world = coll::make_virtual_communicator(*device, rank, ranks, "world", shrink,
+                                               ranks % ranks_per_node == 0 ? ranks_per_node : 0);
+  world->set_algorithms(options.collectives);
   auto intra =
       coll::make_virtual_communicator(*device, local, ranks_per_node, fmt::format("intra-node {}", node), shrink);
   auto inter = coll::make_virtual_communicator(*device, node, ranks / ranks_per_node,

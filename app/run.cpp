@@ -18,6 +18,7 @@
 #include "emu/check.h"
 #include "emu/device.h"
 #include "emu/log.h"
+#include "emu/topology.h"
 #include "emu/units.h"
 #include "strategies/strategy.h"
 #include "workloads/data/synthetic.h"
@@ -58,6 +59,52 @@ std::vector<std::vector<T>> gather_vectors(const std::vector<T>& mine, int rank,
   return out;
 }
 
+// What in this run groups ranks by node: HYBRID_SHARD's shard and replica groups, the hierarchical all-reduce.
+std::vector<std::string> node_users(const RunOptions& options) {
+  std::vector<std::string> users;
+  for (const strategy::StrategyOptions& one : options.strategies) {
+    if (one.kind == strategy::StrategyKind::kFsdp && one.fsdp.sharding == strategy::Sharding::kHybridShard)
+      users.push_back(one.name());
+  }
+  std::string_view rest = options.collectives;
+  while (!rest.empty()) {
+    const size_t comma = rest.find(',');
+    if (rest.substr(0, comma) == "all_reduce=hier") users.emplace_back("all_reduce=hier");
+    rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+  }
+  return users;
+}
+
+// The ranks per node the run groups by: --ranks-per-node, else EMU_COLL_RANKS_PER_NODE, else the ranks MPI finds
+// sharing a host (MPI_COMM_TYPE_SHARED). emu's node is L consecutive ranks (collectives/algorithm.h, node_size), so
+// the hosts count only when they hold equal blocks of consecutive ranks (mpirun's default --map-by slot, torchrun).
+// When they do not (mpirun --map-by node, hosts of different sizes), what needs nodes (node_users) is refused, on
+// every rank alike, naming the placement and the fixes: NCCL would find the nodes whatever the ranks' order, but
+// PyTorch's HSDP mesh (init_device_mesh) takes consecutive ranks as a node without checking, and would silently
+// shard across hosts. Nothing needing nodes, the run goes on with each rank its own node (1), as before.
+int ranks_per_node_of(const MpiSession& mpi, const RunOptions& options) {
+  if (options.ranks_per_node > 0) return options.ranks_per_node;  // checked to divide the ranks (options.cpp)
+  const int declared = coll::CommunicatorOptions::from_environment().ranks_per_node;
+  if (declared > 0) {
+    if (mpi.world() % declared != 0) {
+      throw InputError(fmt::format("EMU_COLL_RANKS_PER_NODE={} does not divide the {} ranks; accepted: a divisor of {}",
+                                   declared, mpi.world(), mpi.world()));
+    }
+    return declared;
+  }
+  const Placement placement = placement_of(mpi.host_of_ranks());
+  if (placement.consecutive) return placement.ranks_per_host;
+  const std::vector<std::string> users = node_users(options);
+  if (!users.empty()) {
+    throw InputError(fmt::format(
+        "{} group ranks by node, a node being L consecutive ranks, but MPI placed the ranks otherwise ({}); "
+        "launch with consecutive ranks on each host (mpirun --map-by slot, or --map-by ppr:L:node), or declare "
+        "the node size with --ranks-per-node L (ranks r·L .. r·L + L - 1 are then a node, whatever the hosts)",
+        fmt::join(users, " and "), placement.detail));
+  }
+  return 1;
+}
+
 struct Groups {
   std::unique_ptr<coll::Communicator> world, intra, inter, control;
   std::unique_ptr<coll::Communicator> post_forward;  // fsdp2's reshard_after_forward=M: M consecutive ranks
@@ -69,8 +116,8 @@ Groups make_groups(Device& device, const RunOptions& options, int ranks_per_node
   collective_options.watchdog_seconds = options.watchdog_seconds;
   collective_options.shrink = options.shrink;
   collective_options.check_calls = collective_options.check_calls || options.check_collectives;
-  // The nodes the hierarchical all-reduce keeps apart, unless EMU_COLL_RANKS_PER_NODE gave them.
-  if (collective_options.ranks_per_node == 0) collective_options.ranks_per_node = ranks_per_node;
+  // The nodes the hierarchical all-reduce keeps apart (ranks_per_node_of).
+  collective_options.ranks_per_node = ranks_per_node;
   groups.world = coll::make_communicator(MPI_COMM_WORLD, device, "world", collective_options, options.collectives);
   const int rank = groups.world->rank();
   groups.intra = groups.world->split(rank / ranks_per_node, rank, fmt::format("intra-node {}", rank / ranks_per_node));
@@ -350,8 +397,7 @@ RunReport run_strategies(const MpiSession& mpi, const RunOptions& options, const
   report.options = options;
   report.world = mpi.world();
   report.hosts = mpi.hosts();
-  report.ranks_per_node = options.ranks_per_node > 0 ? options.ranks_per_node : mpi.local_size();
-  if (mpi.world() % report.ranks_per_node != 0) report.ranks_per_node = 1;  // uneven hosts: no hybrid groups
+  report.ranks_per_node = ranks_per_node_of(mpi, options);
   report.shrink = options.shrink;
   report.model = model::shrink(options.full, options.shrink);
   const uint64_t k2 = static_cast<uint64_t>(options.shrink) * static_cast<uint64_t>(options.shrink);

@@ -104,6 +104,12 @@ double positive_fraction(std::string_view key, std::string_view text, bool fract
   return value;
 }
 
+// What a message with no split stated goes over: the node's link on one node, else the flat link (cost.h, Fabric).
+const coll::LinkModel& unsplit_link(const coll::Fabric& fabric, int ranks) {
+  if (coll::node_size(fabric.ranks_per_node, ranks) >= ranks) return fabric.node;
+  return fabric.flat ? *fabric.flat : fabric.network;
+}
+
 }  // namespace
 
 Achievable achievable_for(const Hardware& hardware) {
@@ -212,9 +218,17 @@ coll::LinkModel link_for(const StepTimeSetting& setting, Reach span, int ranks) 
   return {};
 }
 
+coll::Fabric fabric_for(const StepTimeSetting& setting, Reach span, int ranks) {
+  const coll::LinkModel link = link_for(setting, span, ranks);
+  const int per_node = std::max(1, setting.gpus_per_node);
+  if (span != Reach::kWholeNodes || ranks % per_node != 0) return {link, link, 0, std::nullopt};
+  return {link_for(setting, Reach::kInsideNode), link_for(setting, Reach::kOneGpuPerNode), per_node, link};
+}
+
 double collective_seconds(coll::CollectiveKind kind, std::string_view algorithm, double payload, int ranks,
-                          const coll::LinkModel& link, double call_latency) {
+                          const coll::Fabric& fabric, double call_latency) {
   if (ranks <= 1) return 0;
+  const coll::LinkModel& link = unsplit_link(fabric, ranks);
   if (kind == coll::CollectiveKind::kSend || kind == coll::CollectiveKind::kRecv) {
     return call_latency + link.alpha + payload * link.beta;
   }
@@ -225,7 +239,12 @@ double collective_seconds(coll::CollectiveKind kind, std::string_view algorithm,
     const double rounds = 2 * std::ceil(std::log2(double(ranks)));
     return call_latency + rounds * (link.alpha + payload * link.beta);
   }
-  return call_latency + coll::predicted_seconds(chosen->cost(payload, ranks, 0), link);
+  return call_latency + coll::predicted_seconds(chosen->cost(payload, ranks, fabric.ranks_per_node), fabric, ranks);
+}
+
+double collective_seconds(coll::CollectiveKind kind, std::string_view algorithm, double payload, int ranks,
+                          const coll::LinkModel& link, double call_latency) {
+  return collective_seconds(kind, algorithm, payload, ranks, coll::Fabric{link, link, 0, std::nullopt}, call_latency);
 }
 
 Timeline overlap(std::span<const Chunk> chunks, std::vector<PredictedSpan>* spans) {
@@ -298,8 +317,12 @@ std::vector<PlacedPhase> timed_phases(const StrategyOutcome& outcome, int world,
     const Reach reach = reach_of(p.group, p.group_size, world, node);
     const double payload = payload_of(p.kind, static_cast<double>(p.sent) * scale / p.calls, p.group_size);
     PlacedPhase placed = place(p);
-    placed.per_call = collective_seconds(p.kind, p.algorithm, payload, p.group_size,
-                                         link_for(setting, reach, p.group_size), call_latency);
+    // Only the world's communicator knows its nodes (collectives/communicator.h, split: a group split off is one
+    // node), so only there does the hierarchical all-reduce keep them apart; elsewhere it runs as the ring.
+    const coll::LinkModel link = link_for(setting, reach, p.group_size);
+    const coll::Fabric fabric =
+        p.group == "world" ? fabric_for(setting, reach, p.group_size) : coll::Fabric{link, link, 0, std::nullopt};
+    placed.per_call = collective_seconds(p.kind, p.algorithm, payload, p.group_size, fabric, call_latency);
     phases.push_back(placed);
   }
   return phases;

@@ -6,7 +6,8 @@
 //     max(FLOPs / (achievable fraction × peak), bytes / (achievable fraction × HBM bandwidth));
 //   - every collective of the step from the ledger (StrategyOutcome::phase_traffic): kind, group and its size,
 //     algorithm, calls and bytes per phase; each call timed by its algorithm's α-β cost (collectives/cost.h) over
-//     NVLink inside a node or the network across nodes;
+//     NVLink inside a node or the two-link fabric across nodes (fabric_for: the hierarchical all-reduce's
+//     inter-node part over the NICs, its intra-node part over NVLink);
 //   - the order of the step (forward units, backward units in reverse, then the optimizer) and the strategy's
 //     overlap rules, read from the phase each collective was issued in: "forward …, unit u" is an all-gather
 //     prefetched while the unit before computes (ZeRO-3, FSDP); "backward …" runs on the communication stream as
@@ -84,8 +85,19 @@ Reach reach_of(std::string_view group, int group_size, int world, int gpus_per_n
 // per node: one NIC. γ = 0: NCCL reduces inside its copy kernels at HBM speed, far above either link.
 coll::LinkModel link_for(const StepTimeSetting& setting, Reach span, int ranks = 1);
 
+// The two-link fabric (collectives/cost.h) a group of `ranks` in `span` runs over. Inside a node or one GPU per node:
+// the one link above. Over whole nodes, L = gpus_per_node ranks per node: NVLink within the node, one NIC per rank
+// for what an algorithm states goes between nodes (the hierarchical all-reduce's L rings between nodes, one per
+// local rank, each on its rank's NIC), and the whole-node link above for a flat algorithm (NCCL's channels spread
+// it over every NIC of the node). Nodes of unequal size (L does not divide the group): the whole-node link for all.
+coll::Fabric fabric_for(const StepTimeSetting& setting, Reach span, int ranks = 1);
+
 // Seconds of one call of `kind` with a payload of `payload` bytes over `ranks` ranks: the algorithm's α-β cost
-// (the ring's where `algorithm` states none, as MPI's own) plus the call's fixed latency.
+// (the ring's where `algorithm` states none, as MPI's own) over the fabric, taken for its L ranks per node, plus the
+// call's fixed latency.
+double collective_seconds(coll::CollectiveKind kind, std::string_view algorithm, double payload, int ranks,
+                          const coll::Fabric& fabric, double call_latency);
+// The same over one link.
 double collective_seconds(coll::CollectiveKind kind, std::string_view algorithm, double payload, int ranks,
                           const coll::LinkModel& link, double call_latency);
 

@@ -14,15 +14,17 @@ double predicted_seconds(const Cost& cost, const LinkModel& link) {
 
 double predicted_seconds(const Cost& cost, const Fabric& fabric, int n) {
   if (node_size(fabric.ranks_per_node, n) >= n) return predicted_seconds(cost, fabric.node);
-  if (!cost.split)
-    return predicted_seconds(cost, LinkModel{fabric.network.alpha, fabric.network.beta, fabric.node.gamma});
+  if (!cost.split) {
+    const LinkModel& across = fabric.flat ? *fabric.flat : fabric.network;
+    return predicted_seconds(cost, LinkModel{across.alpha, across.beta, fabric.node.gamma});
+  }
   return (cost.rounds - cost.inter_rounds) * fabric.node.alpha + (cost.bytes - cost.inter_bytes) * fabric.node.beta +
          cost.inter_rounds * fabric.network.alpha + cost.inter_bytes * fabric.network.beta +
          cost.reduced * fabric.node.gamma;
 }
 
 std::optional<Crossover> crossover(const Algorithm& a, const Algorithm& b, int n, const LinkModel& link) {
-  return crossover(a, b, n, Fabric{link, link, 0});
+  return crossover(a, b, n, Fabric{link, link, 0, std::nullopt});
 }
 
 std::optional<Crossover> crossover(const Algorithm& a, const Algorithm& b, int n, const Fabric& fabric) {

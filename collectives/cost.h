@@ -30,10 +30,17 @@ double predicted_seconds(const Cost& cost, const LinkModel& link);
 // (Cost::split: the hierarchical all-reduce) has its inter-node rounds and bytes charged at the network's α and β
 // and the rest at the node's; an unsplit one all at the network's (each step of a flat algorithm waits on some
 // message between nodes). Reductions run on the GPU: the node's γ.
+//
+// `flat`, where given, replaces the network's link for the unsplit costs only: what a flat algorithm spread over
+// whole nodes really gets when the library runs it over many channels at once. NCCL cuts a ring into channels and
+// gives each node boundary of each channel its own NIC, so a node with one NIC per GPU offers the flat ring all of
+// them together (app/step_time.cpp, link_for), while each inter-node ring of the hierarchical all-reduce runs over
+// its rank's one NIC (`network`). Absent, as in coll-teach's one-link-per-pair view: the network's.
 struct Fabric {
   LinkModel node;
   LinkModel network;
   int ranks_per_node = 0;  // 0: one node
+  std::optional<LinkModel> flat;
 };
 double predicted_seconds(const Cost& cost, const Fabric& fabric, int n);
 

@@ -20,6 +20,10 @@ MpiSession::MpiSession(int& argc, char**& argv) {
   EMU_MPI_CHECK(MPI_Comm_size(local_comm_, &local_size_));
   const int leader = local_rank_ == 0 ? 1 : 0;
   EMU_MPI_CHECK(MPI_Allreduce(&leader, &hosts_, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD));
+  int host = rank_;
+  EMU_MPI_CHECK(MPI_Allreduce(&rank_, &host, 1, MPI_INT, MPI_MIN, local_comm_));
+  host_of_ranks_.resize(static_cast<size_t>(world_));
+  EMU_MPI_CHECK(MPI_Allgather(&host, 1, MPI_INT, host_of_ranks_.data(), 1, MPI_INT, MPI_COMM_WORLD));
 }
 
 MpiSession::~MpiSession() {

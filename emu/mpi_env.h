@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace emu {
 
@@ -26,9 +27,12 @@ class MpiSession {
   // How many distinct hosts the job spans.
   int hosts() const { return hosts_; }
   MPI_Comm local_comm() const { return local_comm_; }
+  // Every rank's host, as the lowest world rank sharing it (the same on every rank; topology.h placement_of).
+  const std::vector<int>& host_of_ranks() const { return host_of_ranks_; }
 
  private:
   int rank_ = 0, world_ = 1, local_rank_ = 0, local_size_ = 1, hosts_ = 1;
+  std::vector<int> host_of_ranks_;
   MPI_Comm local_comm_ = MPI_COMM_NULL;
 };
 

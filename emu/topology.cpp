@@ -5,6 +5,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <map>
+#include <vector>
 
 #include "emu/units.h"
 
@@ -83,6 +85,38 @@ Binding bind_to_core(int local_rank, int local_size) {
   binding.core = local_rank;
   binding.detail = fmt::format("core {}", local_rank);
   return binding;
+}
+
+Placement placement_of(std::span<const int> host_of_rank) {
+  // Each host's ranks, hosts in the order of their lowest rank.
+  std::vector<std::vector<int>> hosts;
+  std::map<int, size_t> index;
+  for (size_t r = 0; r < host_of_rank.size(); ++r) {
+    const auto [at, added] = index.try_emplace(host_of_rank[r], hosts.size());
+    if (added) hosts.emplace_back();
+    hosts[at->second].push_back(static_cast<int>(r));
+  }
+  Placement placement;
+  if (hosts.empty()) return placement;
+  const size_t per_host = hosts.front().size();
+  const bool even = std::all_of(hosts.begin(), hosts.end(), [&](const auto& h) { return h.size() == per_host; });
+  placement.ranks_per_host = even ? static_cast<int>(per_host) : 0;
+  // Equal hosts whose ranks are each one block of consecutive ranks: host h holds h·L .. h·L + L − 1.
+  placement.consecutive = even && std::all_of(hosts.begin(), hosts.end(), [](const std::vector<int>& h) {
+                            return h.back() - h.front() + 1 == static_cast<int>(h.size());
+                          });
+  if (placement.consecutive) return placement;
+  const auto ranks = [](const std::vector<int>& h) {
+    constexpr size_t kShown = 6;
+    const std::vector<int> shown(h.begin(), h.begin() + static_cast<std::ptrdiff_t>(std::min(h.size(), kShown)));
+    return fmt::format("{}{}", fmt::join(shown, ", "), h.size() > kShown ? ", ..." : "");
+  };
+  std::vector<std::string> held;
+  for (size_t h = 0; h < hosts.size() && h < 2; ++h)
+    held.push_back(fmt::format("ranks {} on {}", ranks(hosts[h]), h == 0 ? "one host" : "another"));
+  if (hosts.size() > 2) held.emplace_back("...");
+  placement.detail = fmt::format("{} hosts: {}", hosts.size(), fmt::join(held, ", "));
+  return placement;
 }
 
 }  // namespace emu

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 
 namespace emu {
@@ -28,5 +29,17 @@ struct Binding {
 // Pins rank `local_rank` of `local_size` ranks on this host to core local_rank when there are enough cores;
 // otherwise leaves it unbound and says it is oversubscribed.
 Binding bind_to_core(int local_rank, int local_size);
+
+// How a job's ranks sit on its hosts, from each rank's host (host_of_rank[r]: any id the ranks of one host share;
+// MpiSession gathers MPI_COMM_TYPE_SHARED's). What emu's nodes need: every host holding L ranks, and host h holding
+// ranks h·L .. h·L + L − 1 (collectives/algorithm.h, node_size), as mpirun's default --map-by slot and torchrun's
+// global ranks place them; mpirun --map-by node deals ranks round-robin and does not.
+struct Placement {
+  int ranks_per_host = 0;    // the ranks on each host; 0 when hosts hold different numbers
+  bool consecutive = false;  // and each host's ranks are one block of consecutive ranks
+  // When not consecutive: what the hosts hold, e.g. "4 hosts: ranks 0, 4 on one host, ranks 1, 5 on another, ...".
+  std::string detail;
+};
+Placement placement_of(std::span<const int> host_of_rank);
 
 }  // namespace emu

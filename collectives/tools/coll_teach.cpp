@@ -274,9 +274,9 @@ int report(const Settings& settings, CollectiveKind kind, DType dtype, const Alg
   if (!contents.error.empty()) std::printf("\nbuffer contents: cannot be shown: %s\n", contents.error.c_str());
   if (!contents.text.empty()) {
     std::printf(
-        "\nbuffer contents (blocks a, b, ...; a0+a3: block a summed over the inputs of r0 and r3; ·: not "
+        "\nbuffer contents (blocks a, b, ...; a0+a3: block a summed over the inputs of r0 and r3;%s ·: not "
         "yet received)\n%sat the end: %s\n",
-        contents.text.c_str(),
+        world > 4 ? " a2..a5: over r2 to r5;" : "", contents.text.c_str(),
         contents.verdict.empty() ? ("as " + std::string(kind_name(kind)) + " defines").c_str()
                                  : ("DISAGREES: " + contents.verdict).c_str());
   }
@@ -390,7 +390,8 @@ int run(const MpiSession& mpi, int argc, char** argv) {
     const NamedLink link = link_model(settings);
     const NamedLink network = node_size(settings.ranks_per_node, n) < n ? network_model(settings, link) : link;
     if (mpi.rank() == 0) {
-      print_cost_table(*kind, n, link, Fabric{link.model, network.model, settings.ranks_per_node}, network);
+      print_cost_table(*kind, n, link, Fabric{link.model, network.model, settings.ranks_per_node, std::nullopt},
+                       network);
     }
     return kExitOk;
   }

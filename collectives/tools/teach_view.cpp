@@ -238,15 +238,30 @@ std::vector<std::vector<Contributors>> initial_contents(const Layout& layout, co
   return state;
 }
 
-std::string block_contents(const std::vector<Contributors>& elements, size_t begin, size_t count, int block) {
-  const auto text = [&](Contributors set) {
-    if (set == 0) return std::string("·");
-    std::string out;
-    for (int r = 0; r < 64; ++r) {
-      if ((set >> r) & 1) out += fmt::format("{}{}{}", out.empty() ? "" : "+", static_cast<char>('a' + block), r);
+// "a0+a3": block a summed over ranks 0 and 3. Above 4 ranks, where a full sum would fill a line ("a0+a1+...+a7"
+// eight times over), a run of three or more consecutive ranks is written as its ends: "b0+b2..b7".
+std::string contributors_text(Contributors set, int block, int ranks) {
+  if (set == 0) return "·";
+  const auto has = [&](int r) { return r < 64 && ((set >> r) & 1) != 0; };
+  const char name = static_cast<char>('a' + block);
+  std::string out;
+  for (int r = 0; r < 64; ++r) {
+    if (!has(r)) continue;
+    int last = r;
+    while (has(last + 1)) ++last;
+    const bool run = ranks > 4 && last - r >= 2;
+    out += fmt::format("{}{}{}", out.empty() ? "" : "+", name, r);
+    if (run) {
+      out += fmt::format("..{}{}", name, last);
+      r = last;
     }
-    return out;
-  };
+  }
+  return out;
+}
+
+std::string block_contents(const std::vector<Contributors>& elements, size_t begin, size_t count, int block,
+                           int ranks) {
+  const auto text = [&](Contributors set) { return contributors_text(set, block, ranks); };
   std::vector<Contributors> distinct;
   for (size_t e = begin; e < begin + count; ++e) {
     if (distinct.empty() || distinct.back() != elements[e]) distinct.push_back(elements[e]);
@@ -285,8 +300,8 @@ std::string definition_disagreement(const Layout& layout, const Blocks& blocks,
       for (size_t e = blocks.offset[b]; e < blocks.offset[b] + blocks.count[b]; ++e) {
         if (state[static_cast<size_t>(r)][e] != want) {
           return fmt::format("r{} block {} holds {}, the collective leaves {}", r, static_cast<char>('a' + b),
-                             block_contents(state[static_cast<size_t>(r)], e, 1, static_cast<int>(b)),
-                             block_contents(std::vector<Contributors>{want}, 0, 1, static_cast<int>(b)));
+                             block_contents(state[static_cast<size_t>(r)], e, 1, static_cast<int>(b), n),
+                             block_contents(std::vector<Contributors>{want}, 0, 1, static_cast<int>(b), n));
         }
       }
     }
@@ -328,7 +343,8 @@ class ContentsReplay {
     std::vector<std::vector<std::string>> out(state_.size());
     for (size_t r = 0; r < state_.size(); ++r) {
       for (size_t b = 0; b < blocks_.count.size(); ++b) {
-        out[r].push_back(block_contents(state_[r], blocks_.offset[b], blocks_.count[b], static_cast<int>(b)));
+        out[r].push_back(block_contents(state_[r], blocks_.offset[b], blocks_.count[b], static_cast<int>(b),
+                                        static_cast<int>(state_.size())));
       }
     }
     return out;

@@ -39,10 +39,11 @@ class VirtualLink final : public Link {
 std::unique_ptr<Link> make_virtual_link(int rank, int size) { return std::make_unique<VirtualLink>(rank, size); }
 
 std::unique_ptr<Communicator> make_virtual_communicator(Device& device, int rank, int size, std::string name,
-                                                        int64_t shrink) {
+                                                        int64_t shrink, int ranks_per_node) {
   EMU_CHECK(!device.holds_data(), "a virtual communicator needs a shapes-only device");
   CommunicatorOptions options;  // no watchdog, no call checks: nothing waits
   options.shrink = shrink;
+  options.ranks_per_node = ranks_per_node;
   return std::make_unique<Communicator>(make_virtual_link(rank, size), device, std::move(name), options);
 }
 

@@ -15,8 +15,9 @@ namespace emu::coll {
 std::unique_ptr<Link> make_virtual_link(int rank, int size);
 
 // A communicator over a virtual group, its buffers charged to `device` (which must hold no data); `shrink`: the k
-// of a shrunk model accounted on shapes (its scratch slices charged ÷ k², CommunicatorOptions::shrink).
+// of a shrunk model accounted on shapes (its scratch slices charged ÷ k², CommunicatorOptions::shrink);
+// `ranks_per_node`: its nodes (CommunicatorOptions::ranks_per_node, 0: one node).
 std::unique_ptr<Communicator> make_virtual_communicator(Device& device, int rank, int size, std::string name,
-                                                        int64_t shrink = 1);
+                                                        int64_t shrink = 1, int ranks_per_node = 0);
 
 }  // namespace emu::coll

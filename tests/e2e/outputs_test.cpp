@@ -103,6 +103,38 @@ TEST(Json, EveryStrategyMeasuredAndPlannedConformsToTheSchema) {
   EXPECT_FALSE(testing::schema_violations(testing::emu_output_schema(), broken).empty());
 }
 
+// A plan runs the algorithms --collectives names over the nodes --ranks-per-node gives, and predicts their time on
+// both links. llama2-13b under DDP planned on 8 A100s as 2 nodes of 4: every call of every bucket is an all-reduce
+// of the world, so its predicted communication is, by hand from the JSON's calls C and bytes sent B = 1.75 S
+// (hardware/a100-40gb-sxm.json: 8.4 µs a call; NVLink 3.4 µs a step, 0.8 · 300 GB/s; one NIC 14 µs, 0.9 · 25 GB/s;
+// the node's 4 NICs together 90 GB/s, 2 of the ring's 8 steps a lap crossing a node):
+//   ring: C · (8.4 + 14 · (2/8 · 14 + 6/8 · 3.4)) µs + B / 90 GB/s
+//   hier: C · (8.4 + 6 · 3.4 + 2 · 14) µs + (1.5 S) / 240 GB/s + (0.25 S) / 22.5 GB/s
+TEST(Plan, HierarchicalAllReduceIsPlannedOverTwoLinks) {
+  testing::TempDir dir("outputs");
+  const auto plan = [&](const std::string& algorithm) {
+    const std::string out = dir.file(algorithm + ".json");
+    const auto run =
+        run_process(mpiexec(1) + kEmu + " --model llama2-13b --plan 8 --ranks-per-node 4 --strategies " +
+                        "ddp --hardware a100-40gb-sxm --collectives all_reduce=" + algorithm + " --json " + out,
+                    120);
+    EXPECT_EQ(run.exit_code, 0) << run.err;
+    return read_json(out)["strategies"][0];
+  };
+  for (const std::string algorithm : {"ring", "hier"}) {
+    const json ddp = plan(algorithm);
+    ASSERT_EQ(ddp["traffic_per_step"].size(), 1u) << ddp["traffic_per_step"].dump();
+    const json& traffic = ddp["traffic_per_step"][0];
+    EXPECT_EQ(traffic["collective"], "all_reduce");
+    const double calls = traffic["calls"].get<double>(), sent = traffic["sent_bytes"].get<double>();
+    const double s = sent / 1.75;
+    const double expected = algorithm == "ring"
+                                ? calls * (8.4 + 14 * (2.0 / 8 * 14 + 6.0 / 8 * 3.4)) * 1e-6 + sent / 90e9
+                                : calls * (8.4 + 6 * 3.4 + 2 * 14) * 1e-6 + 1.5 * s / 240e9 + 0.25 * s / 22.5e9;
+    EXPECT_NEAR(ddp["predicted_step"]["communication_seconds"].get<double>(), expected, 1e-6 * expected) << algorithm;
+  }
+}
+
 // 64 planned ranks: the plan says so everywhere, in words, in the JSON, the picture and the trace (it was "rank 0
 // of 1", "hosts: 0", one peak for 64 ranks, empty panels and a trace of metadata only).
 TEST(Plan, SpeaksForEveryRankItPlans) {

@@ -134,6 +134,39 @@ TEST_P(Ranks, BadInputsExitTwoWithOneMessage) {
 
 INSTANTIATE_TEST_SUITE_P(Run, Ranks, ::testing::Values(2, 4, 8));
 
+// The node size a run groups by (HYBRID_SHARD's groups, all_reduce=hier): --ranks-per-node, else
+// EMU_COLL_RANKS_PER_NODE, else the ranks on each host. On this one host the environment stands in for a second
+// host: 4 ranks as 2 nodes of 2.
+TEST(Run, NodeSizeFromTheEnvironmentUnlessTheFlagGivesIt) {
+  testing::TempDir dir("run");
+  const std::string out = dir.file("nodes.json");
+  const std::string args = kSmall + " --strategies fsdp-hybrid --collectives all_reduce=hier --json " + out;
+  auto run = run_process("env EMU_COLL_RANKS_PER_NODE=2 " + mpiexec(4) + kEmu + args, 240);
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  const json root = read_json(out);
+  EXPECT_EQ(root["config"]["ranks_per_node"], 2);
+  // HYBRID_SHARD all-reduces the gradient shards between the replicas, one per node: bytes only with 2 nodes.
+  const auto between_replicas = [](const json& document) {
+    double sent = 0;
+    for (const json& t : strategy(document, "fsdp-hybrid")["traffic_per_step"]) {
+      if (t["collective"] == "all_reduce" && t["group"] == "inter-node") sent += t["sent_bytes"].get<double>();
+    }
+    return sent;
+  };
+  EXPECT_GT(between_replicas(root), 0);
+  run = run_process("env EMU_COLL_RANKS_PER_NODE=2 " + mpiexec(4) + kEmu + args + " --ranks-per-node 4", 240);
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_EQ(read_json(out)["config"]["ranks_per_node"], 4);
+  EXPECT_EQ(between_replicas(read_json(out)), 0);
+  // A size that does not divide the ranks is refused on every rank, once.
+  run = run_process("env EMU_COLL_RANKS_PER_NODE=3 " + mpiexec(4) + kEmu + kSmall, 240);
+  EXPECT_EQ(run.exit_code, 2) << run.err;
+  EXPECT_EQ(count_of(run.err, "emu: error: "), 1) << run.err;
+  EXPECT_NE(run.err.find("EMU_COLL_RANKS_PER_NODE=3 does not divide the 4 ranks; accepted: a divisor of 4"),
+            std::string::npos)
+      << run.err;
+}
+
 // DDP's bf16_compress_hook halves the all-reduce (2(N-1)/N · 2Ψ); ZeroRedundancyOptimizer keeps DDP's buckets and
 // gradients, holds Adam's moments for its own whole tensors only, and broadcasts every updated tensor from its
 // owner: per step the broadcasts carry each fp32 parameter once from its owner, which sends it to N − 1 ranks

@@ -95,6 +95,31 @@ TEST(TeachContents, RingAllReduceBuildsThePartialSums) {
   EXPECT_EQ(contents.verdict, "");
 }
 
+TEST(TeachContents, EightRanksWriteRunsOfRanksByTheirEnds) {
+  // Ring all-reduce on 8 ranks, 16 floats (blocks of 2): after the 7 reduce-scatter rounds r0's block a holds every
+  // rank's input and its block b all but r1's (r1 sends b first, to r2, and the sum comes round to r0 without it).
+  // Written out, the longest line would be 212 characters; runs of three or more consecutive ranks are written by
+  // their ends, and every line of this view fits in 110 columns.
+  const Logs logs = real_ring_logs(8, false);
+  const Contents contents = format_contents({CollectiveKind::kAllReduce, 16, 4, 0}, logs, logical_rounds(logs));
+  EXPECT_NE(
+      contents.text.find(
+          "after round 7:\n  r0 [a0..a7 | b0+b2..b7 | c0+c3..c7 | d0+d4..d7 | e0+e5..e7 | f0+f6+f7 | g0+g7 | h0]"),
+      std::string::npos)
+      << contents.text;
+  // Two consecutive ranks stay a sum; the rounds' last line: every block summed over all 8.
+  EXPECT_NE(contents.text.find(
+                "after round 14:\n  r0 [a0..a7 | b0..b7 | c0..c7 | d0..d7 | e0..e7 | f0..f7 | g0..g7 | h0..h7]"),
+            std::string::npos)
+      << contents.text;
+  size_t start = 0;
+  for (size_t end = contents.text.find('\n'); end != std::string::npos; end = contents.text.find('\n', start)) {
+    EXPECT_LE(end - start, 110u) << contents.text.substr(start, end - start);
+    start = end + 1;
+  }
+  EXPECT_EQ(contents.verdict, "");
+}
+
 TEST(TeachContents, AnAllReduceThatCopiesInsteadOfAddingIsCaught) {
   const Logs logs = real_ring_logs(3, true);
   const Contents contents = format_contents({CollectiveKind::kAllReduce, 6, 4, 0}, logs, logical_rounds(logs));

@@ -5,3 +5,5 @@ emu_add_unit_test(emu_cap_spec_test SOURCES unit/cap_spec_test.cpp LIBS emu_devi
 emu_add_unit_test(emu_hardware_test SOURCES unit/hardware_test.cpp LIBS emu_device)
 emu_add_unit_test(emu_dtype_test SOURCES unit/dtype_test.cpp LIBS emu_device)
 emu_add_unit_test(emu_caching_allocator_test SOURCES unit/caching_allocator_test.cpp LIBS emu_device)
+# Where MPI placed the ranks: hosts as nodes of consecutive ranks, or not.
+emu_add_unit_test(emu_placement_test SOURCES unit/placement_test.cpp LIBS emu_device)

@@ -178,6 +178,41 @@ TEST(StepTime, DdpBucketReadyAtTheEndOfBackwardIsExposedWhole) {
   EXPECT_NEAR(z.exposed_communication, 7 * 3.4e-6 + 0.875e9 / 240e9 + 8.4e-6, 1e-9);
 }
 
+TEST(StepTime, HierarchicalAllReduceOverTwoNodesOfFourUsesBothLinks) {
+  // 8 A100s as 2 nodes of 4 (L = 4, M = 2), one DDP bucket of S = 1 GB: each rank sends 2(N-1)/N · S = 1.75 GB
+  // with either algorithm. Links (a100() above): NVLink 3.4 µs, 0.8 · 300 = 240 GB/s; one NIC 14 µs,
+  // 0.9 · 25 = 22.5 GB/s; the flat ring over whole nodes spreads over the node's 4 NICs, 4 · 22.5 = 90 GB/s (below
+  // NVLink), 2 of its 8 steps per lap crossing a node: α = (2/8 · 14 + 6/8 · 3.4) µs = 6.05 µs.
+  //   ring: 14 · 6.05 µs + 1.75 GB / 90 GB/s + 8.4 µs                                   = 19.5372 ms
+  //   hier: 2(L-1) = 6 · 3.4 µs + 2(L-1)/L S = 1.5 GB / 240 GB/s          (within the node)
+  //       + 2(M-1) = 2 · 14 µs + 2(M-1)/M · S/L = 0.25 GB / 22.5 GB/s     (between nodes, one NIC per rank)
+  //       + 8.4 µs                                                                         = 17.4179 ms
+  StepTimeSetting s = a100();
+  s.gpus_per_node = 4;
+  const double ring = 14 * (2.0 / 8 * 14e-6 + 6.0 / 8 * 3.4e-6) + 1.75e9 / 90e9 + 8.4e-6;
+  const double hier = 6 * 3.4e-6 + 1.5e9 / 240e9 + 2 * 14e-6 + 0.25e9 / 22.5e9 + 8.4e-6;
+  const coll::Fabric fabric = fabric_for(s, Reach::kWholeNodes, 8);
+  EXPECT_NEAR(collective_seconds(coll::CollectiveKind::kAllReduce, "ring", 1e9, 8, fabric, 8.4e-6), ring, 1e-9);
+  EXPECT_NEAR(collective_seconds(coll::CollectiveKind::kAllReduce, "hier", 1e9, 8, fabric, 8.4e-6), hier, 1e-9);
+  // The step: the one bucket is ready when backward ends and nothing hides it, so the exposed communication is the
+  // call, and the two steps differ by ring - hier = 2.119 ms.
+  const auto step = [&](const char* algorithm, int gpus_per_node) {
+    RunReport r = report_with(strategy::StrategyKind::kDdp, {{coll::CollectiveKind::kAllReduce, "world", 8, algorithm,
+                                                              "backward all-reduce, bucket 0", 1, 1'750'000'000}});
+    StepTimeSetting setting = a100();
+    setting.gpus_per_node = gpus_per_node;
+    return predict_step_time(r, r.outcomes[0], setting);
+  };
+  const StepTime ring_step = step("ring", 4), hier_step = step("hier", 4);
+  EXPECT_NEAR(ring_step.exposed_communication, ring, 1e-9);
+  EXPECT_NEAR(hier_step.exposed_communication, hier, 1e-9);
+  EXPECT_NEAR(ring_step.seconds - hier_step.seconds, ring - hier, 1e-9);
+  // On one node of 8 the hierarchical all-reduce is the ring (L = N): 14 · 3.4 µs + 1.75 GB / 240 GB/s + 8.4 µs.
+  const double one_node = 14 * 3.4e-6 + 1.75e9 / 240e9 + 8.4e-6;
+  EXPECT_NEAR(step("hier", 8).exposed_communication, one_node, 1e-9);
+  EXPECT_NEAR(step("ring", 8).exposed_communication, one_node, 1e-9);
+}
+
 TEST(StepTime, MfuAndTokensFollowTheStep) {
   const RunReport r = report_with(strategy::StrategyKind::kZero3, {});
   const StepTime st = predict_step_time(r, r.outcomes[0], a100());
