@@ -109,7 +109,7 @@ TEST(CollCost, HalvingDoublingNeverLosesToTheRingOnAPowerOfTwo) {
 
 // Two nodes of 4 ranks, NVLink-like within a node (α 2 µs, 300 GB/s) and a NIC-like network between them (α 10 µs,
 // 25 GB/s), reduction free.
-const Fabric kTwoLinks{{2e-6, 1 / 300e9, 0}, {10e-6, 1 / 25e9, 0}, 4};
+const Fabric kTwoLinks{{2e-6, 1 / 300e9, 0}, {10e-6, 1 / 25e9, 0}, 4, std::nullopt};
 
 TEST(CollCost, HierarchicalAllReduceByHandOnTwoNodesOfFour) {
   // 1 GiB. Within the node, a ring reduce-scatter and all-gather over 4 ranks: 2·3 = 6 rounds and
@@ -130,7 +130,7 @@ TEST(CollCost, HierarchicalAllReduceByHandOnTwoNodesOfFour) {
   // Fewer rounds at the network and fewer bytes there: the ring is never faster on two nodes.
   EXPECT_FALSE(crossover(kRingAllReduce, kHierAllReduce, 8, kTwoLinks));
   // On one node (L = N) it is the ring, at the node's link.
-  const Fabric one_node{kTwoLinks.node, kTwoLinks.network, 8};
+  const Fabric one_node{kTwoLinks.node, kTwoLinks.network, 8, std::nullopt};
   EXPECT_DOUBLE_EQ(predicted_seconds(kHierAllReduce.cost(kGiBytes, 8, 8), one_node, 8),
                    predicted_seconds(kRingAllReduce.cost(kGiBytes, 8, 0), kTwoLinks.node));
 }
@@ -139,7 +139,7 @@ TEST(CollCost, HierarchicalAllReduceLosesToATreeForSmallPayloadsOnManyNodes) {
   // 16 nodes of 8 (N = 128), the links above. hier: 2·7 = 14 rounds at 2 µs and 2·15 = 30 at 10 µs (328 µs), per
   // byte 2·7/8 / 300 GB/s + 2·15/16 · 1/8 / 25 GB/s. The binomial tree across nodes: 2·7 = 14 rounds at 10 µs (140 µs)
   // and 14 S at 25 GB/s. Equal where 188 µs = S (14/25e9 - 1.75/300e9 - 0.234375/25e9): S = 345,086 B.
-  const Fabric many{kTwoLinks.node, kTwoLinks.network, 8};
+  const Fabric many{kTwoLinks.node, kTwoLinks.network, 8, std::nullopt};
   const auto cross = crossover(kTreeAllReduce, kHierAllReduce, 128, many);
   ASSERT_TRUE(cross);
   EXPECT_EQ(cross->below, &kTreeAllReduce);
