@@ -303,8 +303,11 @@ int read_zero(Fields& top, std::string_view source, DeepSpeedConfig& config) {
   return stage;
 }
 
-// optimizer: AdamW or Adam, with lr, eps, weight_decay, betas and torch_adam (torch.optim.AdamW instead of
-// DeepSpeed's FusedAdam, engine.py get_optimizer_configuration).
+// optimizer: AdamW or Adam, with lr, eps, weight_decay, betas, adam_w_mode and torch_adam. As DeepSpeed 0.19's
+// engine.py _configure_basic_optimizer builds it: type "AdamW" is always decoupled weight decay; type "Adam" is too
+// unless adam_w_mode is false, which is Adam with L2 weight decay (weight_decay·w added to the gradient; FusedAdam's
+// ADAM_MODE_0, torch.optim.Adam). torch_adam true builds torch.optim.AdamW / Adam instead of DeepSpeed's FusedAdam
+// (get_optimizer_configuration): its step temporaries are --adamw's (ZeroOptions::torch_adam).
 void read_optimizer(Fields& top, std::string_view source, DeepSpeedConfig& config) {
   const json* section = top.child("optimizer");
   if (section == nullptr) return;
@@ -319,6 +322,16 @@ void read_optimizer(Fields& top, std::string_view source, DeepSpeedConfig& confi
     if (p.get("lr", value, 0, 10)) adamw.lr = value;
     if (p.get("eps", value, 1e-30, 1)) adamw.eps = value;
     if (p.get("weight_decay", value, 0, 10)) adamw.weight_decay = value;
+    bool adam_w_mode = true;
+    if (p.get("adam_w_mode", adam_w_mode, 0, 1) && !adam_w_mode) {
+      if (type == "Adam") {
+        adamw.decoupled = false;
+      } else {
+        config.ignored.emplace_back(
+            "optimizer.params.adam_w_mode = false with type AdamW (DeepSpeed 0.19 runs AdamW for type AdamW; "
+            "type Adam with adam_w_mode false is Adam with L2 weight decay)");
+      }
+    }
     p.get("torch_adam", config.knobs.zero.torch_adam, 0, 1);
     p.use("betas");
     p.note("betas");

@@ -383,6 +383,32 @@ TEST(DeepSpeedConfig, StageZeroOffloadIsRefusedWhereDeepSpeedFails) {
           .offload_optimizer);
 }
 
+// The optimizer as DeepSpeed 0.19's engine.py _configure_basic_optimizer builds it: type Adam with adam_w_mode false
+// is Adam with L2 weight decay; type AdamW stays AdamW whatever adam_w_mode says (listed); torch_adam makes ZeRO step
+// torch.optim.AdamW (its step temporaries) instead of FusedAdam.
+TEST(DeepSpeedConfig, AdamWModeAndTorchAdam) {
+  const auto read = [](const std::string& type, const std::string& params) {
+    return parse_deepspeed_config(
+        R"({"zero_optimization": {"stage": 2}, "optimizer": {"type": ")" + type + R"(", "params": )" + params + "}}",
+        "t", {});
+  };
+  EXPECT_TRUE(read("Adam", "{}").knobs.adamw.decoupled);  // ADAM_W_MODE_DEFAULT: true
+  EXPECT_TRUE(read("Adam", R"({"adam_w_mode": true})").knobs.adamw.decoupled);
+  const DeepSpeedConfig l2 = read("Adam", R"({"adam_w_mode": false, "weight_decay": 0.1})");
+  EXPECT_FALSE(l2.knobs.adamw.decoupled);
+  EXPECT_DOUBLE_EQ(l2.knobs.adamw.weight_decay, 0.1);
+  EXPECT_TRUE(l2.ignored.empty());
+  const DeepSpeedConfig adamw = read("AdamW", R"({"adam_w_mode": false})");
+  EXPECT_TRUE(adamw.knobs.adamw.decoupled);
+  ASSERT_EQ(adamw.ignored.size(), 1U);
+  EXPECT_NE(adamw.ignored[0].find("adam_w_mode = false with type AdamW"), std::string::npos) << adamw.ignored[0];
+  EXPECT_FALSE(read("AdamW", "{}").knobs.zero.torch_adam);
+  const DeepSpeedConfig torch_adam = read("AdamW", R"({"torch_adam": true})");
+  EXPECT_TRUE(torch_adam.knobs.zero.torch_adam);
+  EXPECT_TRUE(torch_adam.ignored.empty());
+  EXPECT_THROW(read("AdamW", R"({"torch_adam": "yes"})"), InputError);
+}
+
 // zero0 is DeepSpeed's engine, not PyTorch DDP: DDP's --bucket-view and --comm-hook and an optimizer offload (which
 // DeepSpeed does only with ZeRO) are refused with zero0 among the strategies, naming what is accepted.
 TEST(DeepSpeedConfig, ZeroZeroRefusesDdpAndOffloadFlags) {
