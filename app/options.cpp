@@ -211,9 +211,9 @@ void add_training_flags(CLI::App& app, RunOptions& options, Flags& flags) {
       ->group("Training");
   app.add_option("--adamw", flags.adamw,
                  "torch.optim.AdamW's implementation for ddp, zero0 (the torch AdamW DeepSpeed wraps) and fsdp*: "
-                 "foreach (PyTorch's default; a temporary of "
-                 "the local optimizer state's size at step()), single (for-loop; two of the largest tensor's) or "
-                 "fused (none). zero1/2/3 use DeepSpeed's FusedAdam (none), or torch's with a DeepSpeed config's torch_adam")
+                 "foreach (PyTorch's default; a temporary of the local optimizer state's size at step()), single "
+                 "(for-loop; two of the largest tensor's) or fused (none). zero1/2/3 use DeepSpeed's FusedAdam "
+                 "(none), or torch's with a DeepSpeed config's torch_adam")
       ->capture_default_str()
       ->group("Training");
   app.add_option("--steps", options.steps,

@@ -881,9 +881,8 @@ void name_deepspeed_zero3(const std::string& category, const DeepSpeedFacts& f, 
          4 * (f.unit_sub_group - f.largest_sub_group), false});
   }
   if (category == "buckets") {
-    line.named.push_back(
-        {"the ipg bucket (reduce_bucket_size elements, bf16), filed by MemTracker under gradients", 2 * f.bucket,
-         false});
+    line.named.push_back({"the ipg bucket (reduce_bucket_size elements, bf16), filed by MemTracker under gradients",
+                          2 * f.bucket, false});
   }
 }
 
@@ -938,7 +937,8 @@ std::vector<Line> compare_deepspeed(const json& fixture, const json& rank, const
       rank["category_peaks"].get<RecordedCategories>(), emu,
       [&](const std::string& category, Line& line) {
         name_deepspeed_zero3(category, f, line);
-        if (category == "buffers") line.named.push_back({"RoPE inv_freq buffers (emu keeps none)", -rope_buffers(c, 4)});
+        if (category == "buffers")
+          line.named.push_back({"RoPE inv_freq buffers (emu keeps none)", -rope_buffers(c, 4)});
       },
       breakdown ? &at_peak : nullptr);
   const Moment moment = breakdown ? recorded_moment(at_peak) : Moment::kBeforeGradients;
@@ -960,9 +960,8 @@ std::vector<Line> compare_deepspeed(const json& fixture, const json& rank, const
       if (n.in_total) total.named.push_back({fmt::format("{} ({})", n.reason, line.category), n.bytes});
     }
   }
-  total.named.push_back(
-      {"the ipg bucket, seen by MemTracker only while a .grad points into it",
-       2 * f.bucket - (breakdown ? at_peak.at("Gradient") : 0)});
+  total.named.push_back({"the ipg bucket, seen by MemTracker only while a .grad points into it",
+                         2 * f.bucket - (breakdown ? at_peak.at("Gradient") : 0)});
   total.named.push_back(staging_at_peak(emu));
   if (breakdown && moment == Moment::kBeforeGradients) {
     const auto head = static_cast<int64_t>(oracle::unit_counts(shapes).at(0) - oracle::late_root_gradients(shapes));

@@ -120,8 +120,8 @@ TEST_P(Ranks, BadInputsExitTwoWithOneMessage) {
        "ranks are not divisible by tensor-parallel 3 x pipeline-parallel 1"},
       {"--model gpt2 --strategies ddp --pp 2", "--pp 2 sets pp's degree; accepted with pp among --strategies"},
       {"--model gpt2 --strategies ddp,zero0 --comm-hook bf16", "--comm-hook bf16 with zero0"},
-      {"--model gpt2 --deepspeed " + stage0_offload, "\"zero_optimization.offload_optimizer\" (or \"cpu_offload\") "
-                                                     "is \"cpu\" at stage 0"},
+      {"--model gpt2 --deepspeed " + stage0_offload,
+       "\"zero_optimization.offload_optimizer\" (or \"cpu_offload\") is \"cpu\" at stage 0"},
   };
   for (const auto& [args, message] : table) {
     const auto run = run_process(mpiexec(ranks) + kEmu + " " + args);

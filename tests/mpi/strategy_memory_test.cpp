@@ -142,8 +142,8 @@ class TorchAdam : public ::testing::TestWithParam<std::string> {};
 TEST_P(TorchAdam, ForeachAddsOneMomentOfThePartition) {
   strategy::StrategyOptions options = test_options(GetParam(), optim::Recipe::kMixed);
   options.shrink = 32;
-  const uint64_t fused = run_strategy(model::Style::kLlama, options, 1, 1)->device->memory().peak(
-      Category::kOptimizerState);
+  const uint64_t fused =
+      run_strategy(model::Style::kLlama, options, 1, 1)->device->memory().peak(Category::kOptimizerState);
   options.zero.torch_adam = true;
   auto run = run_strategy(model::Style::kLlama, options, 1, 1);
   ASSERT_GT(fused, 0U);
