@@ -305,7 +305,8 @@ class Search {
 // largest micro-batch, no checkpointing, no offload.
 std::vector<Knobs> knobs_of(const std::string& strategy, int gpus, const std::vector<int64_t>& seqs,
                             const std::vector<std::string>& precisions, const AdviceConfig& asked) {
-  const int most_offload = strategy == "zero3" ? 2 : 1;
+  // DeepSpeed offloads only with ZeRO: zero0 has no offload (options.cpp refuses it).
+  const int most_offload = strategy == "zero3" ? 2 : strategy == "zero0" ? 0 : 1;
   std::vector<Knobs> out;
   for (const int64_t seq : seqs) {
     for (const std::string& precision : precisions) {

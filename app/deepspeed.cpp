@@ -295,10 +295,6 @@ int read_zero(Fields& top, std::string_view source, DeepSpeedConfig& config) {
             "zero_optimization.{} (no effect at stage 0: DeepSpeed all-reduces in 500,000,000-element buckets)", key));
       }
     }
-    if (config.offload_optimizer) {
-      config.ignored.emplace_back("zero_optimization.offload_optimizer (DeepSpeed offloads with ZeRO only)");
-      config.offload_optimizer = false;
-    }
   }
   if (stage != 3 && config.knobs.zero.offload_param) {
     config.ignored.emplace_back("zero_optimization.offload_param (DeepSpeed offloads parameters at stage 3 only)");
@@ -307,10 +303,15 @@ int read_zero(Fields& top, std::string_view source, DeepSpeedConfig& config) {
   return stage;
 }
 
-// optimizer: AdamW or Adam, with lr, eps, weight_decay and betas.
+// optimizer: AdamW or Adam, with lr, eps, weight_decay, betas, adam_w_mode and torch_adam. As DeepSpeed 0.19's
+// engine.py _configure_basic_optimizer builds it: type "AdamW" is always decoupled weight decay; type "Adam" is too
+// unless adam_w_mode is false, which is Adam with L2 weight decay (weight_decay·w added to the gradient; FusedAdam's
+// ADAM_MODE_0, torch.optim.Adam). torch_adam true builds torch.optim.AdamW / Adam instead of DeepSpeed's FusedAdam
+// (get_optimizer_configuration): its step temporaries are --adamw's (ZeroOptions::torch_adam).
 void read_optimizer(Fields& top, std::string_view source, DeepSpeedConfig& config) {
   const json* section = top.child("optimizer");
   if (section == nullptr) return;
+  config.has_optimizer = true;
   optim::AdamWConfig& adamw = config.knobs.adamw;
   Fields f(*section, "optimizer", source, config);
   std::string type;
@@ -321,6 +322,17 @@ void read_optimizer(Fields& top, std::string_view source, DeepSpeedConfig& confi
     if (p.get("lr", value, 0, 10)) adamw.lr = value;
     if (p.get("eps", value, 1e-30, 1)) adamw.eps = value;
     if (p.get("weight_decay", value, 0, 10)) adamw.weight_decay = value;
+    bool adam_w_mode = true;
+    if (p.get("adam_w_mode", adam_w_mode, 0, 1) && !adam_w_mode) {
+      if (type == "Adam") {
+        adamw.decoupled = false;
+      } else {
+        config.ignored.emplace_back(
+            "optimizer.params.adam_w_mode = false with type AdamW (DeepSpeed 0.19 runs AdamW for type AdamW; "
+            "type Adam with adam_w_mode false is Adam with L2 weight decay)");
+      }
+    }
+    p.get("torch_adam", config.knobs.zero.torch_adam, 0, 1);
     p.use("betas");
     p.note("betas");
     if (p.has("betas")) {
@@ -336,6 +348,30 @@ void read_optimizer(Fields& top, std::string_view source, DeepSpeedConfig& confi
     p.finish();
   }
   f.finish();
+}
+
+// An optimizer offload at stage 0, as DeepSpeed 0.19 treats it: never offloaded, since engine.py
+// zero_use_cpu_optimizer reads offload_optimizer whatever the stage. The config's own Adam becomes DeepSpeedCPUAdam
+// over parameters left on the GPU, whose step() asserts that they are on the CPU (ops/adam/cpu_adam.py); a client
+// optimizer (the Trainer's, no "optimizer" section) is refused in _configure_optimizer (ZeRORuntimeException) unless
+// zero_force_ds_cpu_optimizer is false. Those two fail in DeepSpeed and are refused here; torch_adam and a client
+// optimizer with zero_force_ds_cpu_optimizer false train on the GPU with nothing offloaded, and the key is listed
+// as ignored.
+void check_stage0_offload(DeepSpeedConfig& config, bool force_cpu_optimizer, std::string_view source) {
+  if (!config.offload_optimizer) return;
+  config.offload_optimizer = false;
+  if (config.knobs.zero.torch_adam || (!config.has_optimizer && !force_cpu_optimizer)) {
+    config.ignored.emplace_back(
+        "zero_optimization.offload_optimizer (at stage 0 DeepSpeed offloads nothing: the optimizer runs on the GPU)");
+    return;
+  }
+  throw InputError(fmt::format(
+      "{}: \"zero_optimization.offload_optimizer\" (or \"cpu_offload\") is \"cpu\" at stage 0; DeepSpeed offloads "
+      "the optimizer only with ZeRO, and at stage 0 {}; accepted: \"stage\" 1, 2 or 3 with the offload, or "
+      "stage 0 with \"device\": \"none\"",
+      source,
+      config.has_optimizer ? "its CPUAdam fails on the parameters left on the GPU"
+                           : "it refuses the Trainer's optimizer (ZeRORuntimeException)"));
 }
 
 // scheduler: WarmupLR's warm-up steps and peak learning rate; WarmupDecayLR's the same, then a linear decay to
@@ -398,18 +434,17 @@ DeepSpeedConfig parse_deepspeed_config(std::string_view text, std::string_view s
   const int stage = read_zero(top, source, config);
   config.strategy = fmt::format("zero{}", stage);
   read_optimizer(top, source, config);
+  bool force_cpu_optimizer = true;
+  top.get("zero_force_ds_cpu_optimizer", force_cpu_optimizer, 0, 1);
+  if (stage == 0) check_stage0_offload(config, force_cpu_optimizer, source);
   // Stage 0 in bf16/fp16 with the config's own optimizer: DeepSpeed builds its FusedAdam (unless torch_adam) and
   // wraps it in FP16_Optimizer's flat buffers (engine.py _configure_fp16_optimizer), not the per-tensor
   // FP16_UnfusedOptimizer that zero0 runs, as DeepSpeed does for a client optimizer (the Trainer's) or torch_adam.
   const bool low_precision = config.precision_auto || config.knobs.recipe.recipe != optim::Recipe::kFp32;
-  if (stage == 0 && low_precision && root.contains("optimizer") && root["optimizer"].is_object()) {
-    const json& params = root["optimizer"].value("params", json::object());
-    const bool torch_adam = params.is_object() && params.value("torch_adam", false) == true;
-    if (!torch_adam) {
-      config.ignored.emplace_back(
-          "optimizer at stage 0 (DeepSpeed's FusedAdam in FP16_Optimizer's flat buffers; emu runs "
-          "FP16_UnfusedOptimizer's per-tensor recipe)");
-    }
+  if (stage == 0 && low_precision && config.has_optimizer && !config.knobs.zero.torch_adam) {
+    config.ignored.emplace_back(
+        "optimizer at stage 0 (DeepSpeed's FusedAdam in FP16_Optimizer's flat buffers; emu runs "
+        "FP16_UnfusedOptimizer's per-tensor recipe)");
   }
   read_scheduler(top, source, config);
   for (const char* key : {"steps_per_print", "wall_clock_breakdown", "zero_allow_untested_optimizer",

@@ -21,6 +21,7 @@ struct DeepSpeedConfig {
   int train_batch_size = 0;         // 0: not given; must equal micro_batch · accumulation · ranks
   bool precision_auto = false;      // bf16/fp16 "enabled": "auto" and neither true: the recipe stays emu's
   bool offload_optimizer = false;
+  bool has_optimizer = false;          // an "optimizer" section: DeepSpeed builds it (no client optimizer)
   std::vector<std::string> ignored;    // keys present that emu does not model
   std::vector<std::string> applied;    // "zero_optimization.stage 2": every key that set a setting, as written
   std::vector<std::string> left_auto;  // keys written "auto": emu's default or the command line's value stands

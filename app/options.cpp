@@ -211,9 +211,9 @@ void add_training_flags(CLI::App& app, RunOptions& options, Flags& flags) {
       ->group("Training");
   app.add_option("--adamw", flags.adamw,
                  "torch.optim.AdamW's implementation for ddp, zero0 (the torch AdamW DeepSpeed wraps) and fsdp*: "
-                 "foreach (PyTorch's default; a temporary of "
-                 "the local optimizer state's size at step()), single (for-loop; two of the largest tensor's) or "
-                 "fused (none). zero1/2/3 use DeepSpeed's optimizer")
+                 "foreach (PyTorch's default; a temporary of the local optimizer state's size at step()), single "
+                 "(for-loop; two of the largest tensor's) or fused (none). zero1/2/3 use DeepSpeed's FusedAdam "
+                 "(none), or torch's with a DeepSpeed config's torch_adam")
       ->capture_default_str()
       ->group("Training");
   app.add_option("--steps", options.steps,
@@ -543,6 +543,34 @@ void read_reshard_after_forward(const std::string& text, int ranks, strategy::Fs
   fsdp2.post_forward_ranks = m;
 }
 
+// zero0 is DeepSpeed's engine without ZeRO, not PyTorch DDP: it offloads nothing (DeepSpeed offloads only with
+// ZeRO stages 1-3; deepspeed.cpp check_stage0_offload), and gradient_as_bucket_view and communication hooks are
+// DDP's Reducer's, which DeepSpeed does not use (it all-reduces its own flat buckets at the gradients' dtype).
+// Refused rather than run as something neither framework does.
+void check_zero0_flags(const RunOptions& options, const Flags& flags) {
+  if (std::none_of(options.strategies.begin(), options.strategies.end(),
+                   [](const auto& one) { return one.kind == strategy::StrategyKind::kZero0; })) {
+    return;
+  }
+  if (options.offload) {
+    throw InputError(
+        "--offload with zero0: DeepSpeed offloads the optimizer only with ZeRO; accepted: --offload with zero1, "
+        "zero2, zero3, ddp, ddp-zero or fsdp*, and zero0 in a run without it");
+  }
+  if (flags.bucket_view) {
+    throw InputError(
+        "--bucket-view with zero0: gradient_as_bucket_view is PyTorch DDP's, and DeepSpeed's engine has none; "
+        "accepted: --bucket-view with ddp or ddp-zero, and zero0 in a run without it");
+  }
+  if (flags.comm_hook != "none") {
+    throw InputError(fmt::format(
+        "--comm-hook {} with zero0: communication hooks are PyTorch DDP's, and DeepSpeed all-reduces at the "
+        "gradients' dtype (bf16 in the mixed recipe); accepted: --comm-hook {} with ddp or ddp-zero, and zero0 with "
+        "--comm-hook none",
+        flags.comm_hook, flags.comm_hook));
+  }
+}
+
 // Strategy knobs: defaults, then a DeepSpeed config, then flags. Returns the knobs every strategy shares.
 strategy::StrategyOptions read_strategies(RunOptions& options, Flags& flags, int world) {
   strategy::StrategyOptions base;
@@ -587,6 +615,7 @@ strategy::StrategyOptions read_strategies(RunOptions& options, Flags& flags, int
     strategy::set_kind(one, name);
     options.strategies.push_back(one);
   }
+  check_zero0_flags(options, flags);
   read_parallel_layout(options, flags, options.plan && options.plan_ranks > 0 ? options.plan_ranks : world);
   return base;
 }

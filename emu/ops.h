@@ -61,7 +61,8 @@ struct AdamWOp {
   float one_minus_beta1 = 0.1f, one_minus_beta2 = 0.001f;
   float step_size = 0;              // lr / (1 − β1^t)
   float bias_correction2_sqrt = 1;  // sqrt(1 − β2^t)
-  float decay_factor = 1;           // 1 − lr · weight_decay
+  float decay_factor = 1;           // 1 − lr · weight_decay (AdamW); 1 under L2 decay
+  float l2 = 0;                     // Adam's L2 decay: weight_decay, the gradient plus l2 · w where `decay`
   float grad_scale = 1;
 };
 

@@ -101,6 +101,9 @@ struct ZeroOptions {
   // stage 3: step() updates the partition sub_group_size elements at a time, each sub-group's gradients flattened
   // and cast to fp32 for its step.
   uint64_t sub_group_size = 1'000'000'000;
+  // A DeepSpeed config's optimizer.params.torch_adam: stages 1-3 step torch.optim.AdamW (with the step temporaries
+  // of adamw_impl, optim/step_temporaries.h) over the rank's fp32 partition instead of DeepSpeed's FusedAdam (none).
+  bool torch_adam = false;
 };
 
 // PyTorch FullyShardedDataParallel's knobs.

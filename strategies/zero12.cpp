@@ -198,7 +198,16 @@ class PartitionedOptimizer final : public Strategy {
       }
     }
     const Buffer& read = step_grads.allocated() ? step_grads : grads_;
-    optimizer_->step(options_.adamw, params, optim::ConstElementSpan::of(read), shard_.offset, decay_, lr, grad_scale);
+    {
+      // DeepSpeed's FusedAdam makes no temporaries; with torch_adam torch.optim.AdamW steps the fp32 partition, one
+      // flat tensor, and makes --adamw's.
+      const std::vector<uint64_t> partition = {flat_.charge.elements(shard_.shard)};
+      const optim::StepTemporaries temporaries(
+          optimizer_device(), options_.zero.torch_adam ? options_.adamw_impl : optim::AdamWImpl::kFused, partition,
+          recipe.moments);
+      optimizer_->step(options_.adamw, params, optim::ConstElementSpan::of(read), shard_.offset, decay_, lr,
+                       grad_scale);
+    }
     step_grads.reset();
     count_offload(flat_.charge.elements(shard_.shard), dtype_size(grads_.dtype()));
     if (stage_ == 1 && !offloaded()) {

@@ -107,6 +107,11 @@ Updated predict_zero12(const StrategyOptions& options, const AnalyticInput& inpu
     prediction.host_peak[Category::kGradients] = input.bytes(all, shard_elements, DType::kF32);
     prediction.pcie.device_to_host = prediction.host_peak[Category::kGradients];
   }
+  if (options.zero.torch_adam) {  // torch.optim.AdamW over the one flat fp32 partition (FusedAdam: none)
+    const uint64_t partition = input.elements(all, shard_elements);
+    if (options.adamw_impl == optim::AdamWImpl::kForeach) prediction.step_temporary_elements = partition;
+    if (options.adamw_impl == optim::AdamWImpl::kSingle) prediction.step_temporary_elements = 2 * partition;
+  }
   add_ring_traffic(prediction, coll::CollectiveKind::kAllGather, "world",
                    padded_parameters * dtype_size(options.recipe.params), world);
   add_ring_traffic(prediction, coll::CollectiveKind::kAllReduce, "world", 4,

@@ -111,6 +111,12 @@ class Zero3 final : public ShardedUnits {
           flat.reset();
         }
       }
+      // DeepSpeed's FusedAdam makes no temporaries; with torch_adam torch.optim.AdamW steps the sub-group's fp32
+      // partition, one flat tensor, and makes --adamw's for as long as the sub-group's step.
+      const std::vector<uint64_t> sub_group = {held};
+      const optim::StepTemporaries temporaries(
+          optimizer_device(), options_.zero.torch_adam ? options_.adamw_impl : optim::AdamWImpl::kFused, sub_group,
+          options_.recipe.moments);
       for (int u = first; u < end; ++u) update_unit(u, lr, grad_scale);
       first = end;
     }

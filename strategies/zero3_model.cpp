@@ -168,6 +168,11 @@ Updated predict_zero3(const StrategyOptions& options, const AnalyticInput& input
       input.offload ? 0
                     : largest_sub_group(options, input, shards) * (grads == DType::kF32 ? 4 : dtype_size(grads) + 4);
   prediction.peak[Category::kGradients] = (input.offload ? 0 : gradient_shards) + std::max(in_backward, at_step);
+  if (options.zero.torch_adam) {  // torch.optim.AdamW over one sub-group's flat fp32 partition at a time
+    const uint64_t sub_group = largest_sub_group(options, input, shards);
+    if (options.adamw_impl == optim::AdamWImpl::kForeach) prediction.step_temporary_elements = sub_group;
+    if (options.adamw_impl == optim::AdamWImpl::kSingle) prediction.step_temporary_elements = 2 * sub_group;
+  }
   if (input.offload) {  // the gradient partitions in host memory, sent down every step
     prediction.host_peak[Category::kGradients] = gradient_shards;
     prediction.pcie.device_to_host = gradient_shards;

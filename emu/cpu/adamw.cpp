@@ -37,11 +37,14 @@ void update_elements(W* __restrict w, M* __restrict m, M* __restrict v, const G*
   const size_t n = k.n;
   const float grad_scale = k.grad_scale, decay_factor = k.decay_factor, beta1 = k.beta1, beta2 = k.beta2;
   const float one_minus_beta1 = k.one_minus_beta1, one_minus_beta2 = k.one_minus_beta2;
-  const float bias_correction2_sqrt = k.bias_correction2_sqrt, eps = k.eps, step_size = k.step_size;
+  const float bias_correction2_sqrt = k.bias_correction2_sqrt, eps = k.eps, step_size = k.step_size, l2 = k.l2;
   for (size_t i = 0; i < n; ++i) {
-    const float grad = load(g, i) * grad_scale;
+    float grad = load(g, i) * grad_scale;
     float weight = load(w, i);
-    if constexpr (kDecay) weight *= decay_factor;
+    if constexpr (kDecay) {
+      grad += l2 * weight;  // Adam's L2 decay (0 under AdamW)
+      weight *= decay_factor;
+    }
     const float m_new = multiply_add(beta1, load(m, i), one_minus_beta1 * grad);
     const float v_new = multiply_add(beta2, load(v, i), one_minus_beta2 * grad * grad);
     const float denom = std::sqrt(v_new) / bias_correction2_sqrt + eps;

@@ -257,9 +257,12 @@ __global__ void k_cross_entropy(float* logits, const int32_t* targets, double* l
 template <typename W, typename M, typename G>
 __global__ void k_adamw(W* w, M* m, M* v, const G* g, uint16_t* copy, size_t n, bool decayed, AdamWOp k) {
   EMU_FOR_EACH(i, n) {
-    const float grad = load(g, i) * k.grad_scale;
+    float grad = load(g, i) * k.grad_scale;
     float weight = load(w, i);
-    if (decayed) weight *= k.decay_factor;
+    if (decayed) {
+      grad += k.l2 * weight;  // Adam's L2 decay (0 under AdamW)
+      weight *= k.decay_factor;
+    }
     const float m_new = k.beta1 * load(m, i) + k.one_minus_beta1 * grad;
     const float v_new = k.beta2 * load(v, i) + k.one_minus_beta2 * grad * grad;
     const float denom = sqrtf(v_new) / k.bias_correction2_sqrt + k.eps;

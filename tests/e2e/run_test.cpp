@@ -102,6 +102,8 @@ TEST_P(Ranks, BadInputsExitTwoWithOneMessage) {
   testing::TempDir dir("run");
   const std::string bad_json = dir.file("bad.json");
   std::ofstream(bad_json) << "{\"zero_optimization\": {\"stage\": 2,}";
+  const std::string stage0_offload = dir.file("stage0_offload.json");
+  std::ofstream(stage0_offload) << R"({"zero_optimization": {"stage": 0, "offload_optimizer": {"device": "cpu"}}})";
   const std::vector<std::pair<std::string, std::string>> table = {
       {"--model llama9-1b", "'llama9-1b'"},
       {"--cap 40XB", "--cap '40XB' is not a cap specification"},
@@ -122,6 +124,9 @@ TEST_P(Ranks, BadInputsExitTwoWithOneMessage) {
        "--sequence-parallel is built for tp's layers; fsdp2 with --tp 2 runs without it"},
       {"--model llama2-7b --strategies fsdp2 --tp 2 --distributed-optimizer",
        "fsdp2 with --tp already shards the optimizer over the replicas"},
+      {"--model gpt2 --strategies ddp,zero0 --comm-hook bf16", "--comm-hook bf16 with zero0"},
+      {"--model gpt2 --deepspeed " + stage0_offload,
+       "\"zero_optimization.offload_optimizer\" (or \"cpu_offload\") is \"cpu\" at stage 0"},
   };
   for (const auto& [args, message] : table) {
     const auto run = run_process(mpiexec(ranks) + kEmu + " " + args);

@@ -111,6 +111,14 @@ std::vector<Case> cases() {
         {name, optim::Recipe::kMixed, "adamw_single", [](O& o) { o.adamw_impl = optim::AdamWImpl::kSingle; }});
     all.push_back({name, optim::Recipe::kMixed, "adamw_fused", [](O& o) { o.adamw_impl = optim::AdamWImpl::kFused; }});
   }
+  // A DeepSpeed config's torch_adam: ZeRO steps torch.optim.AdamW, with its temporaries, instead of FusedAdam.
+  for (const char* name : {"zero1", "zero2", "zero3"}) {
+    all.push_back({name, optim::Recipe::kMixed, "torch_adam", [](O& o) { o.zero.torch_adam = true; }});
+  }
+  all.push_back({"zero2", optim::Recipe::kMixed, "torch_adam_single", [](O& o) {
+                   o.zero.torch_adam = true;
+                   o.adamw_impl = optim::AdamWImpl::kSingle;
+                 }});
   return all;
 }
 
@@ -124,6 +132,26 @@ INSTANTIATE_TEST_SUITE_P(Strategies, MemoryAndTraffic, ::testing::ValuesIn(cases
                            }
                            return name;
                          });
+
+// torch_adam (DeepSpeed's optimizer.params.torch_adam): torch.optim.AdamW, foreach as PyTorch defaults on a GPU, steps
+// ZeRO's one flat fp32 partition and makes exp_avg_sq.sqrt(), a tensor the size of exp_avg_sq: the optimizer-state
+// peak grows by exactly one of the two moments, half of what FusedAdam's run peaks at (ZeRO-3: its one sub-group,
+// sub_group_size ÷ 32² being larger than the tiny model's partition). Nothing else changes.
+class TorchAdam : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(TorchAdam, ForeachAddsOneMomentOfThePartition) {
+  strategy::StrategyOptions options = test_options(GetParam(), optim::Recipe::kMixed);
+  options.shrink = 32;
+  const uint64_t fused =
+      run_strategy(model::Style::kLlama, options, 1, 1)->device->memory().peak(Category::kOptimizerState);
+  options.zero.torch_adam = true;
+  auto run = run_strategy(model::Style::kLlama, options, 1, 1);
+  ASSERT_GT(fused, 0U);
+  EXPECT_EQ(run->device->memory().peak(Category::kOptimizerState), fused + fused / 2);
+}
+
+INSTANTIATE_TEST_SUITE_P(Strategies, TorchAdam, ::testing::Values("zero1", "zero2", "zero3"),
+                         [](const ::testing::TestParamInfo<std::string>& param) { return param.param; });
 
 // ZeRO-3's gathered parameters as DeepSpeed's coordinator fetches and releases them, by hand from the tiny Llama's
 // shapes (h 16, F 44, V 37, 2 heads of 8, 1 KV head, 2 layers, untied): a block is n_b = q 256 + k 128 + v 128 +

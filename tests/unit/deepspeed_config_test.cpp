@@ -319,8 +319,8 @@ TEST(DeepSpeedConfig, WarmupDecayLrAsTheTrainerFillsIt) {
 }
 
 // Stage 0 (and no zero_optimization section: DeepSpeed's default stage) is DeepSpeed without ZeRO, emu's zero0, not
-// PyTorch DDP. Its engine all-reduces in its own 500,000,000-element buckets and offloads nothing, so LLaMA-Factory's
-// stage-0 config, which writes ZeRO's bucket keys, has them listed as ignored; an optimizer offload is ignored too.
+// PyTorch DDP. Its engine all-reduces in its own 500,000,000-element buckets, so LLaMA-Factory's stage-0 config,
+// which writes ZeRO's bucket keys, has them listed as ignored.
 TEST(DeepSpeedConfig, StageZeroIsDeepSpeedWithoutZero) {
   EXPECT_EQ(parse_deepspeed_config(R"({"zero_optimization": {"stage": 0}})", "t", {}).strategy, "zero0");
   EXPECT_EQ(parse_deepspeed_config(R"({"bf16": {"enabled": true}})", "t", {}).strategy, "zero0");
@@ -332,11 +332,6 @@ TEST(DeepSpeedConfig, StageZeroIsDeepSpeedWithoutZero) {
   }
   ASSERT_EQ(bucket_notes.size(), 3U);  // reduce_bucket_size, allgather_bucket_size, overlap_comm
   EXPECT_NE(bucket_notes[0].find("zero_optimization.reduce_bucket_size"), std::string::npos) << bucket_notes[0];
-  const DeepSpeedConfig offload =
-      parse_deepspeed_config(R"({"zero_optimization": {"stage": 0, "offload_optimizer": {"device": "cpu"}}})", "t", {});
-  EXPECT_FALSE(offload.offload_optimizer);
-  ASSERT_EQ(offload.ignored.size(), 1U);
-  EXPECT_NE(offload.ignored[0].find("offload_optimizer"), std::string::npos) << offload.ignored[0];
   // The config's own AdamW at stage 0 in bf16 is DeepSpeed's FusedAdam under FP16_Optimizer, which zero0 does not
   // model: said. With torch_adam it is torch's AdamW under FP16_UnfusedOptimizer, as zero0 runs.
   const DeepSpeedConfig fused = parse_deepspeed_config(
@@ -348,6 +343,94 @@ TEST(DeepSpeedConfig, StageZeroIsDeepSpeedWithoutZero) {
   for (const std::string& ignored : torch_adam.ignored) {
     EXPECT_EQ(ignored.find("FP16_Optimizer"), std::string::npos) << ignored;
   }
+}
+
+// An optimizer offload at stage 0, as DeepSpeed 0.19 treats it (engine.py zero_use_cpu_optimizer reads
+// offload_optimizer at any stage): the Trainer's optimizer is refused (ZeRORuntimeException) and the config's own Adam
+// becomes a CPUAdam that fails on GPU parameters, so emu refuses both, naming the key and what is accepted; torch_adam
+// or zero_force_ds_cpu_optimizer false train on the GPU with nothing offloaded, which emu runs, saying so.
+TEST(DeepSpeedConfig, StageZeroOffloadIsRefusedWhereDeepSpeedFails) {
+  const std::vector<std::pair<std::string, std::string>> refused = {
+      {R"({"zero_optimization": {"stage": 0, "offload_optimizer": {"device": "cpu"}}})", "ZeRORuntimeException"},
+      {R"({"zero_optimization": {"stage": 0, "cpu_offload": true}})", "ZeRORuntimeException"},
+      {R"({"zero_optimization": {"stage": 0, "offload_optimizer": {"device": "cpu"}},
+           "optimizer": {"type": "AdamW", "params": {"lr": 1e-4}}})",
+       "CPUAdam"}};
+  for (const auto& [text, why] : refused) {
+    try {
+      parse_deepspeed_config(text, "ds.json", {});
+      ADD_FAILURE() << "accepted: " << text;
+    } catch (const InputError& error) {
+      const std::string message = error.what();
+      EXPECT_NE(message.find("ds.json: \"zero_optimization.offload_optimizer\""), std::string::npos) << message;
+      EXPECT_NE(message.find("at stage 0"), std::string::npos) << message;
+      EXPECT_NE(message.find(why), std::string::npos) << message;
+      EXPECT_NE(message.find("accepted: \"stage\" 1, 2 or 3"), std::string::npos) << message;
+    }
+  }
+  for (const char* text : {R"({"zero_optimization": {"stage": 0, "offload_optimizer": {"device": "cpu"}},
+                                "optimizer": {"type": "AdamW", "params": {"torch_adam": true}}})",
+                           R"({"zero_optimization": {"stage": 0, "offload_optimizer": {"device": "cpu"}},
+                                "zero_force_ds_cpu_optimizer": false})"}) {
+    const DeepSpeedConfig config = parse_deepspeed_config(text, "t", {});
+    EXPECT_FALSE(config.offload_optimizer) << text;
+    ASSERT_EQ(config.ignored.size(), 1U) << text;
+    EXPECT_NE(config.ignored[0].find("offload_optimizer (at stage 0 DeepSpeed offloads nothing"), std::string::npos)
+        << config.ignored[0];
+  }
+  EXPECT_FALSE(
+      parse_deepspeed_config(R"({"zero_optimization": {"stage": 0, "offload_optimizer": {"device": "none"}}})", "t", {})
+          .offload_optimizer);
+}
+
+// The optimizer as DeepSpeed 0.19's engine.py _configure_basic_optimizer builds it: type Adam with adam_w_mode false
+// is Adam with L2 weight decay; type AdamW stays AdamW whatever adam_w_mode says (listed); torch_adam makes ZeRO step
+// torch.optim.AdamW (its step temporaries) instead of FusedAdam.
+TEST(DeepSpeedConfig, AdamWModeAndTorchAdam) {
+  const auto read = [](const std::string& type, const std::string& params) {
+    return parse_deepspeed_config(
+        R"({"zero_optimization": {"stage": 2}, "optimizer": {"type": ")" + type + R"(", "params": )" + params + "}}",
+        "t", {});
+  };
+  EXPECT_TRUE(read("Adam", "{}").knobs.adamw.decoupled);  // ADAM_W_MODE_DEFAULT: true
+  EXPECT_TRUE(read("Adam", R"({"adam_w_mode": true})").knobs.adamw.decoupled);
+  const DeepSpeedConfig l2 = read("Adam", R"({"adam_w_mode": false, "weight_decay": 0.1})");
+  EXPECT_FALSE(l2.knobs.adamw.decoupled);
+  EXPECT_DOUBLE_EQ(l2.knobs.adamw.weight_decay, 0.1);
+  EXPECT_TRUE(l2.ignored.empty());
+  const DeepSpeedConfig adamw = read("AdamW", R"({"adam_w_mode": false})");
+  EXPECT_TRUE(adamw.knobs.adamw.decoupled);
+  ASSERT_EQ(adamw.ignored.size(), 1U);
+  EXPECT_NE(adamw.ignored[0].find("adam_w_mode = false with type AdamW"), std::string::npos) << adamw.ignored[0];
+  EXPECT_FALSE(read("AdamW", "{}").knobs.zero.torch_adam);
+  const DeepSpeedConfig torch_adam = read("AdamW", R"({"torch_adam": true})");
+  EXPECT_TRUE(torch_adam.knobs.zero.torch_adam);
+  EXPECT_TRUE(torch_adam.ignored.empty());
+  EXPECT_THROW(read("AdamW", R"({"torch_adam": "yes"})"), InputError);
+}
+
+// zero0 is DeepSpeed's engine, not PyTorch DDP: DDP's --bucket-view and --comm-hook and an optimizer offload (which
+// DeepSpeed does only with ZeRO) are refused with zero0 among the strategies, naming what is accepted.
+TEST(DeepSpeedConfig, ZeroZeroRefusesDdpAndOffloadFlags) {
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"--strategies", "zero0", "--offload"}, "--offload with zero0: DeepSpeed offloads the optimizer only with ZeRO"},
+      {{"--strategies", "ddp,zero0", "--bucket-view"},
+       "--bucket-view with zero0: gradient_as_bucket_view is PyTorch DDP's"},
+      {{"--strategies", "zero0", "--comm-hook", "bf16"},
+       "--comm-hook bf16 with zero0: communication hooks are PyTorch DDP's"},
+      {{"--deepspeed", data_file("llamafactory_zero0.json").string(), "--offload"}, "--offload with zero0"}};
+  for (const auto& [args, message] : cases) {
+    try {
+      parse(args);
+      ADD_FAILURE() << "accepted: " << args.back();
+    } catch (const InputError& error) {
+      EXPECT_NE(std::string(error.what()).find(message), std::string::npos) << error.what();
+      EXPECT_NE(std::string(error.what()).find("accepted: "), std::string::npos) << error.what();
+    }
+  }
+  // Each flag still runs with the strategies it belongs to, and zero0 with the defaults.
+  EXPECT_TRUE(parse({"--strategies", "ddp,zero1", "--offload", "--bucket-view", "--comm-hook", "bf16"}).offload);
+  EXPECT_EQ(parse({"--strategies", "zero0", "--comm-hook", "none"}).strategies.size(), 1U);
 }
 
 // Every real config in tests/data/deepspeed is read as its README row says: accepted with its stage, or refused

@@ -77,6 +77,41 @@ TEST(AdamW, ConstantGradientMovesByLrPerStepAsComputedByHand) {
   EXPECT_NEAR(state.w[1], 1.2f, 1e-6f);
 }
 
+// Adam with L2 weight decay (decoupled = false: DeepSpeed's adam_w_mode false, FusedAdam's ADAM_MODE_0,
+// torch.optim.Adam's weight_decay): g' = g + wd·w inside a decay range, then Adam on g', no decay of w. By hand,
+// lr = 0.1, wd = 0.01, β = 0.9/0.999:
+//   decayed  w = 1, g = 0.5:  step 1 g' = 0.51, m̂ = g', v̂ = g'² so w = 1 − 0.1 = 0.9, m = 0.051, v = 0.0002601;
+//            step 2 g' = 0.5 + 0.01·0.9 = 0.509, m = 0.9·0.051 + 0.1·0.509 = 0.0968,
+//            v = 0.999·0.0002601 + 0.001·0.509² = 0.0005189209, m̂ = 0.0968/0.19 = 0.509474,
+//            v̂ = 0.0005189209/0.001999 = 0.259590, √v̂ = 0.509500: w = 0.9 − 0.1·0.509474/0.509500 = 0.800005
+//            (AdamW: 0.798101)
+//   plain    w = 1, g = −0.25: no decay, as AdamW: 1.1, then 1.2
+//   decayed  w = 2, g = 0: g' = 0.02, so Adam moves it by lr: 1.9 (AdamW only decays it: 2·0.999 = 1.998)
+TEST(AdamW, L2ModeFoldsWeightDecayIntoTheGradientAsComputedByHand) {
+  AdamWConfig config;
+  config.weight_decay = 0.01;
+  config.decoupled = false;
+  Fp32State state({1.0f, 1.0f, 2.0f});
+  const std::vector<float> grads = {0.5f, -0.25f, 0.0f};
+  const std::vector<DecayRange> decay = {{0, 1}, {2, 3}};
+  for (int64_t t = 1; t <= 2; ++t) {
+    AdamWStep step = state.step(grads, t, 0.1f);
+    step.decay = decay;
+    adamw_update(config, step);
+    if (t == 1) {
+      EXPECT_NEAR(state.w[0], 0.9f, 1e-6f);
+      EXPECT_NEAR(state.m[0], 0.051f, 1e-7f);
+      EXPECT_NEAR(state.v[0], 0.0002601f, 1e-9f);
+      EXPECT_NEAR(state.w[1], 1.1f, 1e-6f);
+      EXPECT_NEAR(state.w[2], 1.9f, 1e-6f);
+      EXPECT_NEAR(state.m[2], 0.002f, 1e-8f);
+    }
+  }
+  EXPECT_NEAR(state.w[0], 0.800005f, 1e-6f);
+  EXPECT_NEAR(state.m[0], 0.0968f, 1e-7f);
+  EXPECT_NEAR(state.w[1], 1.2f, 1e-6f);
+}
+
 TEST(AdamW, MatchesDoublePrecisionReferenceOverSeveralSteps) {
   AdamWConfig config;
   config.beta2 = 0.95;

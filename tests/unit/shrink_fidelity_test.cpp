@@ -147,7 +147,11 @@ TEST(ShrinkFidelity, ShrunkTimesKSquaredEqualsThePlanForEveryModelStrategyAndVar
   int cases = 0;
   for (const std::string& name : models()) {
     for (const Variant& variant : kVariants) {
-      std::vector<std::string> args = {"--model", name, "--strategies", fmt::format("{}", fmt::join(kStrategies, ","))};
+      std::vector<std::string> strategies = kStrategies;
+      if (variant.flags == std::vector<std::string>{"--offload"}) {  // DeepSpeed offloads only with ZeRO: refused
+        std::erase(strategies, "zero0");
+      }
+      std::vector<std::string> args = {"--model", name, "--strategies", fmt::format("{}", fmt::join(strategies, ","))};
       args.insert(args.end(), variant.flags.begin(), variant.flags.end());
       const RunOptions parsed = parse(args);
       const std::vector<int64_t> factors = model::valid_shrink_factors(parsed.full);

@@ -130,7 +130,8 @@ void adamw_update(const AdamWConfig& config, const AdamWStep& step) {
   k.one_minus_beta2 = static_cast<float>(1.0 - config.beta2);
   k.step_size = static_cast<float>(step.lr / (1.0 - std::pow(config.beta1, t)));
   k.bias_correction2_sqrt = static_cast<float>(std::sqrt(1.0 - std::pow(config.beta2, t)));
-  k.decay_factor = static_cast<float>(1.0 - step.lr * config.weight_decay);
+  k.decay_factor = config.decoupled ? static_cast<float>(1.0 - step.lr * config.weight_decay) : 1.0f;
+  k.l2 = config.decoupled ? 0.0f : static_cast<float>(config.weight_decay);
   k.grad_scale = step.grad_scale;
   update_runs(step, k, step.ops != nullptr ? *step.ops : cpu::cpu_ops());
 }

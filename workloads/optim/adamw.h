@@ -13,6 +13,9 @@
 //   m  = β1 · m + (1 − β1) · g
 //   v  = β2 · v + (1 − β2) · g²
 //   w  = w − lr / (1 − β1^t) · m / (sqrt(v / (1 − β2^t)) + ε)
+// With decoupled = false it is Adam with L2 weight decay instead (torch.optim.Adam's weight_decay, DeepSpeed's
+// FusedAdam with adam_w_mode false): no decay of w; inside a decay range the gradient becomes g + weight_decay · w
+// before the moments are updated.
 // The arithmetic is fp32 per element whatever the storage; bf16 weights and moments (pure bf16 recipe) are rounded
 // to nearest even when stored, as a bf16 PyTorch optimizer does without stochastic rounding.
 #pragma once
@@ -36,6 +39,7 @@ struct AdamWConfig {
   double beta2 = 0.999;
   double eps = 1e-8;
   double weight_decay = 0.01;
+  bool decoupled = true;  // AdamW; false: Adam with L2 weight decay folded into the gradient
 
   // InputError naming the bad value unless lr ≥ 0, 0 ≤ β < 1, ε > 0 and weight_decay ≥ 0.
   void validate() const;
