@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <memory>
 #include <optional>
+#include <vector>
 
 #include "app/one_strategy.h"
 #include "app/step_time.h"
@@ -273,6 +274,7 @@ StrategyOutcome run_one(const MpiSession& mpi, const RunOptions& options, const 
   device->memory().set_strategy(strategy_options.name());
   auto host = make_cpu_device({});  // optimizer offload's host memory, off the cap
   Groups groups = make_groups(*device, options, report.ranks_per_node);
+  log::phase_end(fmt::format("{}: device and communicators", strategy_options.name()));
   const Stage stage{.device = *device,
                     .offload = options.offload ? host.get() : nullptr,
                     .parameter_host = strategy_options.zero.offload_param ? host.get() : nullptr,
@@ -297,18 +299,45 @@ StrategyOutcome run_one(const MpiSession& mpi, const RunOptions& options, const 
 
 // The seeded initial weights of every unit, drawn once for a run of several strategies that share the seed: each
 // strategy then copies its elements from here (Model::initial_values) instead of drawing them again, the same
-// values (init_unit_range draws element i of a unit from (seed, unit, i) alone). Null for a model too large to hold
-// a copy of on the host, whose strategies draw as before.
-std::shared_ptr<const std::vector<std::vector<float>>> seeded_weights(const model::ModelConfig& config, uint64_t seed) {
+// values (init_unit_range draws element i of a unit from (seed, unit, i) alone). The ranks draw a slice each of the
+// units laid end to end and all-gather the slices (a copy, no arithmetic): a world of N draws each element once
+// instead of N times. Null for a model too large to hold a copy of on the host, whose strategies draw as before.
+std::shared_ptr<const std::vector<std::vector<float>>> seeded_weights(const model::ModelConfig& config, uint64_t seed,
+                                                                      int rank, int world) {
   constexpr uint64_t kMostElements = uint64_t{16} << 20;  // 64 MiB of fp32 per rank
   const std::vector<model::UnitLayout> layouts = model::build_layouts(config);
   uint64_t elements = 0;
   for (const model::UnitLayout& unit : layouts) elements += unit.count;
   if (elements > kMostElements) return nullptr;
-  auto weights = std::make_shared<std::vector<std::vector<float>>>(layouts.size());
+  // Rank r draws elements [r·E/N, (r+1)·E/N) of the concatenation, unit by unit.
+  const auto slice_begin = [&](int r) { return elements * static_cast<uint64_t>(r) / static_cast<uint64_t>(world); };
+  const uint64_t begin = slice_begin(rank);
+  const uint64_t end = slice_begin(rank + 1);
+  std::vector<float> all(elements);
+  uint64_t unit_begin = 0;
   for (size_t u = 0; u < layouts.size(); ++u) {
-    (*weights)[u].resize(layouts[u].count);
-    model::init_unit_range(layouts[u], static_cast<int>(u), seed, 0, layouts[u].count, (*weights)[u].data());
+    const uint64_t unit_end = unit_begin + layouts[u].count;
+    const uint64_t from = std::max(begin, unit_begin);
+    const uint64_t to = std::min(end, unit_end);
+    if (from < to) {
+      model::init_unit_range(layouts[u], static_cast<int>(u), seed, from - unit_begin, to - from, all.data() + from);
+    }
+    unit_begin = unit_end;
+  }
+  std::vector<int> counts(static_cast<size_t>(world));
+  std::vector<int> offsets(static_cast<size_t>(world));
+  for (int r = 0; r < world; ++r) {
+    offsets[r] = static_cast<int>(slice_begin(r));  // kMostElements keeps these within an int
+    counts[r] = static_cast<int>(slice_begin(r + 1) - slice_begin(r));
+  }
+  EMU_MPI_CHECK(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, all.data(), counts.data(), offsets.data(), MPI_FLOAT,
+                               MPI_COMM_WORLD));
+  auto weights = std::make_shared<std::vector<std::vector<float>>>(layouts.size());
+  unit_begin = 0;
+  for (size_t u = 0; u < layouts.size(); ++u) {
+    const auto first = all.begin() + static_cast<std::ptrdiff_t>(unit_begin);
+    (*weights)[u].assign(first, first + static_cast<std::ptrdiff_t>(layouts[u].count));
+    unit_begin += layouts[u].count;
   }
   return weights;
 }
@@ -387,8 +416,9 @@ RunReport run_strategies(const MpiSession& mpi, const RunOptions& options, const
   }
   std::shared_ptr<const std::vector<std::vector<float>>> seeded;
   if (weights == nullptr && options.strategies.size() > 1) {
-    seeded = seeded_weights(report.model, options.strategies.front().seed);
+    seeded = seeded_weights(report.model, options.strategies.front().seed, mpi.rank(), mpi.world());
   }
+  log::phase_end("initial weights");
   for (const strategy::StrategyOptions& strategy_options : options.strategies) {
     const bool same_seed = seeded != nullptr && strategy_options.seed == options.strategies.front().seed;
     report.outcomes.push_back(

@@ -1,5 +1,7 @@
 // MPI implementation of Link: MPI_Sendrecv for our algorithms' exchanges, MPI's collectives for the pass-through.
+#include <algorithm>
 #include <climits>
+#include <ctime>
 #include <cstring>
 #include <vector>
 
@@ -12,6 +14,21 @@ namespace emu::coll {
 namespace {
 
 constexpr int kTag = 0x3e17;
+
+// Waits for `count` requests without holding a core: a few polls, then sleeps of 8, 16, ... up to 128 µs between
+// polls.
+void wait_politely(MPI_Request* requests, int count) {
+  constexpr int kSpins = 8;
+  int done = 0;
+  for (int polls = 0;; ++polls) {
+    EMU_MPI_CHECK(MPI_Testall(count, requests, &done, MPI_STATUSES_IGNORE));
+    if (done != 0) return;
+    if (polls < kSpins) continue;
+    const long micros = 8L << std::min(polls - kSpins, 4);
+    timespec pause{0, micros * 1000};
+    nanosleep(&pause, nullptr);
+  }
+}
 
 // bf16 has no MPI datatype: it travels as MPI_UINT16_T with these operators, which widen to fp32, combine and
 // round back (nearest even), like our kernels.
@@ -70,9 +87,12 @@ class MpiLink final : public Link {
 
   void exchange(const void* send, size_t send_bytes, int to, void* recv, size_t recv_bytes, int from) override {
     if (to == kNoPeer && from == kNoPeer) return;
-    EMU_MPI_CHECK(MPI_Sendrecv(send, as_int(send_bytes, "message bytes"), MPI_BYTE, to == kNoPeer ? MPI_PROC_NULL : to,
-                               kTag, recv, as_int(recv_bytes, "message bytes"), MPI_BYTE,
-                               from == kNoPeer ? MPI_PROC_NULL : from, kTag, comm_, MPI_STATUS_IGNORE));
+    MPI_Request requests[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+    EMU_MPI_CHECK(MPI_Irecv(recv, as_int(recv_bytes, "message bytes"), MPI_BYTE, from == kNoPeer ? MPI_PROC_NULL : from,
+                            kTag, comm_, &requests[0]));
+    EMU_MPI_CHECK(MPI_Isend(send, as_int(send_bytes, "message bytes"), MPI_BYTE, to == kNoPeer ? MPI_PROC_NULL : to,
+                            kTag, comm_, &requests[1]));
+    wait_politely(requests, 2);
   }
 
   void native(const Call& call) override {
