@@ -1,7 +1,7 @@
 // The CPU backend: buffers in host memory, 64-byte aligned for the vector units, zero-filled; its ops are the CPU
 // kernels (cpu_ops.h).
+#include <cstdint>
 #include <cstdlib>
-#include <cstring>
 
 #include "emu/cpu/cpu_ops.h"
 #include "emu/device.h"
@@ -17,13 +17,21 @@ class CpuDevice final : public Device {
   Ops* ops() override { return &cpu::cpu_ops(); }
 
  protected:
+  // calloc, not malloc and memset: glibc hands out fresh pages from the kernel (every large buffer the first time,
+  // set-up's parameters and optimizer state) without writing them again, and clears only recycled memory. calloc
+  // has no alignment argument: the buffer starts at the first 64-byte boundary past calloc's block, with the
+  // block's address in the word before it, for raw_free.
   void* raw_allocate(size_t bytes) override {
-    constexpr size_t kAlignment = 64;
-    void* data = std::aligned_alloc(kAlignment, (bytes + kAlignment - 1) / kAlignment * kAlignment);
-    if (data != nullptr) std::memset(data, 0, bytes);
-    return data;
+    void* block = std::calloc(bytes + kAlignment, 1);
+    if (block == nullptr) return nullptr;
+    const uintptr_t data = (reinterpret_cast<uintptr_t>(block) + kAlignment) & ~uintptr_t{kAlignment - 1};
+    reinterpret_cast<void**>(data)[-1] = block;  // at least 16 bytes past block: malloc aligns to 16
+    return reinterpret_cast<void*>(data);
   }
-  void raw_free(void* data, size_t) override { std::free(data); }
+  void raw_free(void* data, size_t) override { std::free(static_cast<void**>(data)[-1]); }
+
+ private:
+  static constexpr size_t kAlignment = 64;
 };
 
 }  // namespace
