@@ -299,45 +299,31 @@ StrategyOutcome run_one(const MpiSession& mpi, const RunOptions& options, const 
 
 // The seeded initial weights of every unit, drawn once for a run of several strategies that share the seed: each
 // strategy then copies its elements from here (Model::initial_values) instead of drawing them again, the same
-// values (init_unit_range draws element i of a unit from (seed, unit, i) alone). The ranks draw a slice each of the
-// units laid end to end and all-gather the slices (a copy, no arithmetic): a world of N draws each element once
-// instead of N times. Null for a model too large to hold a copy of on the host, whose strategies draw as before.
+// values (init_unit_range draws element i of a unit from (seed, unit, i) alone). Each rank draws 1/N of every unit
+// and an all-gather (a copy, no arithmetic) gives every rank the rest: a world of N draws each element once instead
+// of N times. Null for a model too large to hold a copy of on the host, whose strategies draw as before.
 std::shared_ptr<const std::vector<std::vector<float>>> seeded_weights(const model::ModelConfig& config, uint64_t seed,
                                                                       int rank, int world) {
-  constexpr uint64_t kMostElements = uint64_t{16} << 20;  // 64 MiB of fp32 per rank
+  constexpr uint64_t kMostElements = uint64_t{16} << 20;  // 64 MiB of fp32 per rank; keeps MPI's counts in an int
   const std::vector<model::UnitLayout> layouts = model::build_layouts(config);
   uint64_t elements = 0;
   for (const model::UnitLayout& unit : layouts) elements += unit.count;
   if (elements > kMostElements) return nullptr;
-  // Rank r draws elements [r·E/N, (r+1)·E/N) of the concatenation, unit by unit.
-  const auto slice_begin = [&](int r) { return elements * static_cast<uint64_t>(r) / static_cast<uint64_t>(world); };
-  const uint64_t begin = slice_begin(rank);
-  const uint64_t end = slice_begin(rank + 1);
-  std::vector<float> all(elements);
-  uint64_t unit_begin = 0;
-  for (size_t u = 0; u < layouts.size(); ++u) {
-    const uint64_t unit_end = unit_begin + layouts[u].count;
-    const uint64_t from = std::max(begin, unit_begin);
-    const uint64_t to = std::min(end, unit_end);
-    if (from < to) {
-      model::init_unit_range(layouts[u], static_cast<int>(u), seed, from - unit_begin, to - from, all.data() + from);
-    }
-    unit_begin = unit_end;
-  }
+  auto weights = std::make_shared<std::vector<std::vector<float>>>(layouts.size());
   std::vector<int> counts(static_cast<size_t>(world));
   std::vector<int> offsets(static_cast<size_t>(world));
-  for (int r = 0; r < world; ++r) {
-    offsets[r] = static_cast<int>(slice_begin(r));  // kMostElements keeps these within an int
-    counts[r] = static_cast<int>(slice_begin(r + 1) - slice_begin(r));
-  }
-  EMU_MPI_CHECK(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, all.data(), counts.data(), offsets.data(), MPI_FLOAT,
-                               MPI_COMM_WORLD));
-  auto weights = std::make_shared<std::vector<std::vector<float>>>(layouts.size());
-  unit_begin = 0;
   for (size_t u = 0; u < layouts.size(); ++u) {
-    const auto first = all.begin() + static_cast<std::ptrdiff_t>(unit_begin);
-    (*weights)[u].assign(first, first + static_cast<std::ptrdiff_t>(layouts[u].count));
-    unit_begin += layouts[u].count;
+    const size_t n = layouts[u].count;
+    for (int r = 0; r < world; ++r) {  // rank r draws elements [r·n/N, (r+1)·n/N)
+      offsets[r] = static_cast<int>(n * static_cast<size_t>(r) / static_cast<size_t>(world));
+      counts[r] = static_cast<int>(n * static_cast<size_t>(r + 1) / static_cast<size_t>(world)) - offsets[r];
+    }
+    std::vector<float>& values = (*weights)[u];
+    values.resize(n);
+    model::init_unit_range(layouts[u], static_cast<int>(u), seed, static_cast<size_t>(offsets[rank]),
+                           static_cast<size_t>(counts[rank]), values.data() + offsets[rank]);
+    EMU_MPI_CHECK(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, values.data(), counts.data(), offsets.data(),
+                                 MPI_FLOAT, MPI_COMM_WORLD));
   }
   return weights;
 }
