@@ -2,8 +2,8 @@
 #include <algorithm>
 #include <chrono>
 #include <climits>
-#include <ctime>
 #include <cstring>
+#include <ctime>
 #include <vector>
 
 #include "collectives/mpi/mpi_communicator.h"

@@ -2,6 +2,7 @@
 // kernels (cpu_ops.h).
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 
 #include "emu/cpu/cpu_ops.h"
 #include "emu/device.h"
@@ -24,11 +25,16 @@ class CpuDevice final : public Device {
   void* raw_allocate(size_t bytes) override {
     void* block = std::calloc(bytes + kAlignment, 1);
     if (block == nullptr) return nullptr;
-    const uintptr_t data = (reinterpret_cast<uintptr_t>(block) + kAlignment) & ~uintptr_t{kAlignment - 1};
-    reinterpret_cast<void**>(data)[-1] = block;  // at least 16 bytes past block: malloc aligns to 16
-    return reinterpret_cast<void*>(data);
+    // 16 to 64 bytes past the block's start (malloc aligns to 16): room for the block's address.
+    char* data = static_cast<char*>(block) + (kAlignment - reinterpret_cast<uintptr_t>(block) % kAlignment);
+    std::memcpy(data - sizeof(void*), &block, sizeof(void*));
+    return data;
   }
-  void raw_free(void* data, size_t) override { std::free(static_cast<void**>(data)[-1]); }
+  void raw_free(void* data, size_t) override {
+    void* block = nullptr;
+    std::memcpy(&block, static_cast<char*>(data) - sizeof(void*), sizeof(void*));
+    std::free(block);
+  }
 
  private:
   static constexpr size_t kAlignment = 64;
