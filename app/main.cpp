@@ -147,6 +147,7 @@ int run(const emu::MpiSession& mpi, int argc, char** argv) {
   } catch (const emu::InputError& error) {
     input_error = error.what();
   }
+  emu::log::phase_end("MPI_Init and the command line");
   if (const auto agreed = emu::agree_on_error(input_error)) return bad_input(mpi, *agreed);
   if (parsed.action == emu::app::ParsedCommandLine::Action::kPrintAndExit) {
     if (mpi.rank() == 0) std::fputs(parsed.text_to_print.c_str(), stdout);
@@ -157,6 +158,7 @@ int run(const emu::MpiSession& mpi, int argc, char** argv) {
     for (const std::string& warning : options.warnings) emu::log::warn("app", "{}", warning);  // once per job
   }
   emu::app::print_run_header(mpi, options);
+  emu::log::phase_end("header");
 
   // Ctrl-C or SIGTERM: rank 0 says which strategies finished; the JSON, rewritten after each one, holds them.
   emu::app::install_interrupt_handlers();
@@ -198,6 +200,7 @@ int run(const emu::MpiSession& mpi, int argc, char** argv) {
     }
   }
   const std::string write_error = mpi.rank() == 0 ? print_and_write(mpi, options, report) : "";
+  emu::log::phase_end("report and files");
   if (const auto agreed = emu::agree_on_error(write_error)) return bad_input(mpi, *agreed);
   // Rank 0 holds every outcome (a plan's only there); its verdict is everyone's.
   int code = mpi.rank() == 0 ? check_expectations(report, 0) : emu::kExitOk;
@@ -217,6 +220,11 @@ int run(const emu::MpiSession& mpi, int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  emu::MpiSession mpi(argc, argv);
-  return emu::run_guarded(mpi, "emu", [&] { return run(mpi, argc, argv); });
+  int code = emu::kExitOk;
+  {
+    emu::MpiSession mpi(argc, argv);
+    code = emu::run_guarded(mpi, "emu", [&] { return run(mpi, argc, argv); });
+  }
+  emu::log::phase_end("MPI_Finalize");
+  return code;
 }

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "emu/log.h"
 #include "emu/memory.h"
 #include "workloads/model/memory_terms.h"
 
@@ -43,6 +44,7 @@ StrategyOutcome run_one_strategy(const Stage& stage, const strategy::StrategyOpt
     strategy->setup();
     if (stage.spans != nullptr) stage.spans->add("set-up", "setup", start, steady_seconds());
   }
+  log::phase_end(fmt::format("{}: set-up", outcome.name));
   const bool pipeline = options.kind == strategy::StrategyKind::kPipeline;
   strategy::AnalyticInput input = strategy::analytic_input(
       model, stage.ranks, stage.ranks_per_node, pipeline ? stage.pipeline_micro_batches : stage.accumulation);
@@ -54,6 +56,7 @@ StrategyOutcome run_one_strategy(const Stage& stage, const strategy::StrategyOpt
   const bool tensor_sequence = options.kind == strategy::StrategyKind::kTensor && model_options.sequence_parallel;
   outcome.predicted_activations = model::saved_activation_bytes(
       model.config(), model_options, tensor_sequence ? strategy::mesh_of(options, stage.ranks, 0).tensor : 1);
+  log::phase_end(fmt::format("{}: predictions", outcome.name));
 
   for (int step = 0; step < stage.steps; ++step) {
     // pp's stages and the TP ranks of tp and fsdp2 --tp run their replica's micro-batches (all of the global
@@ -70,9 +73,12 @@ StrategyOutcome run_one_strategy(const Stage& stage, const strategy::StrategyOpt
     const double start = steady_seconds();
     const strategy::StepResult result = strategy->step(micro_batches);
     if (stage.spans != nullptr) stage.spans->add(fmt::format("step {}", step + 1), "step", start, steady_seconds());
-    if (!driver.after_step(step, result, outcome)) break;
+    const bool go_on = driver.after_step(step, result, outcome);
+    log::phase_end(fmt::format("{}: step {}", outcome.name, step + 1));
+    if (!go_on) break;
   }
   driver.finish(outcome, model, *strategy);
+  log::phase_end(fmt::format("{}: results gathered", outcome.name));
   return outcome;
 }
 

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <memory>
 #include <optional>
+#include <vector>
 
 #include "app/one_strategy.h"
 #include "app/step_time.h"
@@ -321,6 +322,7 @@ StrategyOutcome run_one(const MpiSession& mpi, const RunOptions& options, const 
   device->memory().set_strategy(strategy_options.name());
   auto host = make_cpu_device({});  // optimizer offload's host memory, off the cap
   Groups groups = make_groups(*device, options, report.ranks_per_node);
+  log::phase_end(fmt::format("{}: device and communicators", strategy_options.name()));
   const Stage stage{.device = *device,
                     .offload = options.offload ? host.get() : nullptr,
                     .parameter_host = strategy_options.zero.offload_param ? host.get() : nullptr,
@@ -345,18 +347,31 @@ StrategyOutcome run_one(const MpiSession& mpi, const RunOptions& options, const 
 
 // The seeded initial weights of every unit, drawn once for a run of several strategies that share the seed: each
 // strategy then copies its elements from here (Model::initial_values) instead of drawing them again, the same
-// values (init_unit_range draws element i of a unit from (seed, unit, i) alone). Null for a model too large to hold
-// a copy of on the host, whose strategies draw as before.
-std::shared_ptr<const std::vector<std::vector<float>>> seeded_weights(const model::ModelConfig& config, uint64_t seed) {
-  constexpr uint64_t kMostElements = uint64_t{16} << 20;  // 64 MiB of fp32 per rank
+// values (init_unit_range draws element i of a unit from (seed, unit, i) alone). Each rank draws 1/N of every unit
+// and an all-gather (a copy, no arithmetic) gives every rank the rest: a world of N draws each element once instead
+// of N times. Null for a model too large to hold a copy of on the host, whose strategies draw as before.
+std::shared_ptr<const std::vector<std::vector<float>>> seeded_weights(const model::ModelConfig& config, uint64_t seed,
+                                                                      int rank, int world) {
+  constexpr uint64_t kMostElements = uint64_t{16} << 20;  // 64 MiB of fp32 per rank; keeps MPI's counts in an int
   const std::vector<model::UnitLayout> layouts = model::build_layouts(config);
   uint64_t elements = 0;
   for (const model::UnitLayout& unit : layouts) elements += unit.count;
   if (elements > kMostElements) return nullptr;
   auto weights = std::make_shared<std::vector<std::vector<float>>>(layouts.size());
+  std::vector<int> counts(static_cast<size_t>(world));
+  std::vector<int> offsets(static_cast<size_t>(world));
   for (size_t u = 0; u < layouts.size(); ++u) {
-    (*weights)[u].resize(layouts[u].count);
-    model::init_unit_range(layouts[u], static_cast<int>(u), seed, 0, layouts[u].count, (*weights)[u].data());
+    const size_t n = layouts[u].count;
+    for (int r = 0; r < world; ++r) {  // rank r draws elements [r·n/N, (r+1)·n/N)
+      offsets[r] = static_cast<int>(n * static_cast<size_t>(r) / static_cast<size_t>(world));
+      counts[r] = static_cast<int>(n * static_cast<size_t>(r + 1) / static_cast<size_t>(world)) - offsets[r];
+    }
+    std::vector<float>& values = (*weights)[u];
+    values.resize(n);
+    model::init_unit_range(layouts[u], static_cast<int>(u), seed, static_cast<size_t>(offsets[rank]),
+                           static_cast<size_t>(counts[rank]), values.data() + offsets[rank]);
+    EMU_MPI_CHECK(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, values.data(), counts.data(), offsets.data(),
+                                 MPI_FLOAT, MPI_COMM_WORLD));
   }
   return weights;
 }
@@ -434,8 +449,9 @@ RunReport run_strategies(const MpiSession& mpi, const RunOptions& options, const
   }
   std::shared_ptr<const std::vector<std::vector<float>>> seeded;
   if (weights == nullptr && options.strategies.size() > 1) {
-    seeded = seeded_weights(report.model, options.strategies.front().seed);
+    seeded = seeded_weights(report.model, options.strategies.front().seed, mpi.rank(), mpi.world());
   }
+  log::phase_end("initial weights");
   for (const strategy::StrategyOptions& strategy_options : options.strategies) {
     const bool same_seed = seeded != nullptr && strategy_options.seed == options.strategies.front().seed;
     report.outcomes.push_back(

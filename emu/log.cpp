@@ -1,6 +1,8 @@
 #include "emu/log.h"
 
+#include <chrono>
 #include <cstdio>
+#include <ctime>
 #include <map>
 #include <mutex>
 #include <string>
@@ -42,6 +44,15 @@ const char* level_name(Level level) {
   return "";
 }
 
+// The process's start, near enough: static initialisation, before main and MPI_Init.
+const std::chrono::steady_clock::time_point g_process_start = std::chrono::steady_clock::now();
+
+double cpu_seconds() {
+  timespec now{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &now);
+  return static_cast<double>(now.tv_sec) + 1e-9 * static_cast<double>(now.tv_nsec);
+}
+
 }  // namespace
 
 void configure(std::string_view spec) {
@@ -75,6 +86,19 @@ void write(std::string_view module, Level level, std::string_view message) {
                                : fmt::format("{} {}: {}\n", rank_tag(), module, message);
   std::lock_guard lock(mutex);
   std::fputs(line.c_str(), stderr);
+}
+
+void phase_end(std::string_view phase) {
+  if (!enabled("time", Level::kInfo)) return;
+  static double last_wall = 0.0;
+  static double last_cpu = 0.0;
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - g_process_start).count();
+  const double cpu = cpu_seconds();
+  write("time", Level::kInfo,
+        fmt::format("{}: wall {:.3f} s (+{:.3f}), CPU {:.3f} s (+{:.3f})", phase, wall, wall - last_wall, cpu,
+                    cpu - last_cpu));
+  last_wall = wall;
+  last_cpu = cpu;
 }
 
 }  // namespace emu::log

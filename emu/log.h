@@ -19,6 +19,11 @@ void configure(std::string_view spec);
 bool enabled(std::string_view module, Level level);
 void write(std::string_view module, Level level, std::string_view message);
 
+// EMU_LOG=time=info: one line per phase of a run as it ends, "[r0/8] time: <phase>: wall 1.234 s (+0.056),
+// CPU 0.987 s (+0.043)": wall seconds since the process started and this rank's CPU seconds (user + system), each
+// with the phase's own share. Where a run spends its time (README, Speed); off by default, and costs nothing then.
+void phase_end(std::string_view phase);
+
 template <typename... Args>
 void at(Level level, std::string_view module, fmt::format_string<Args...> format, Args&&... args) {
   if (enabled(module, level)) write(module, level, fmt::format(format, std::forward<Args>(args)...));

@@ -1,8 +1,10 @@
 // The emu executable end to end: what a user and a CI job see — exit codes, one clear message, the run header.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include "tests/support/emu_process.h"
 
@@ -60,6 +62,47 @@ TEST(Cli, NamedGpuCapWithoutScaledIsPointedOut) {
   EXPECT_NE(run.out.find("note: one a100-40gb per shrunk rank; --cap a100-40gb-scaled stands for the GPU itself"),
             std::string::npos)
       << run.out;
+}
+
+// EMU_LOG=time=info, what README's Speed profile is read from: every rank says when each phase ended, in order, the
+// wall and CPU seconds so far each with the phase's own share; without it, not a line.
+TEST(Cli, TimeLogNamesEveryPhaseOnEveryRankWithItsShare) {
+  const std::string args = kEmu + " --model gpt2 --strategies ddp,zero2 --steps 2";
+  const auto quiet = run_process(mpiexec(2) + args);
+  ASSERT_EQ(quiet.exit_code, 0) << quiet.err;
+  EXPECT_EQ(count_of(quiet.err, "time: "), 0) << quiet.err;
+  const auto run = run_process("env EMU_LOG=time=info " + mpiexec(2) + args);
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  std::vector<std::string> phases = {"MPI_Init and the command line", "header", "initial weights"};
+  for (const std::string strategy : {"ddp", "zero2"}) {
+    for (const char* phase :
+         {"device and communicators", "set-up", "predictions", "step 1", "step 2", "results gathered"}) {
+      phases.push_back(strategy + ": " + phase);
+    }
+  }
+  phases.insert(phases.end(), {"report and files", "MPI_Finalize"});
+  for (int r = 0; r < 2; ++r) {
+    const std::string tag = "[r" + std::to_string(r) + "/2] time: ";
+    size_t at = 0;
+    double wall = 0, cpu = 0;
+    for (const std::string& phase : phases) {
+      at = run.err.find(tag + phase + ": wall ", at);
+      ASSERT_NE(at, std::string::npos) << tag << phase << " missing or out of order:\n" << run.err;
+      double now_wall = 0, share_wall = 0, now_cpu = 0, share_cpu = 0;
+      ASSERT_EQ(std::sscanf(run.err.c_str() + at + tag.size() + phase.size(), ": wall %lf s (+%lf), CPU %lf s (+%lf)",
+                            &now_wall, &share_wall, &now_cpu, &share_cpu),
+                4)
+          << run.err.substr(at, 120);
+      // Each share is the difference from the rank's previous line (printed to the millisecond).
+      EXPECT_NEAR(now_wall, wall + share_wall, 0.0015) << tag << phase;
+      EXPECT_NEAR(now_cpu, cpu + share_cpu, 0.0015) << tag << phase;
+      EXPECT_GE(share_wall, 0) << tag << phase;
+      EXPECT_GE(share_cpu, 0) << tag << phase;
+      wall = now_wall;
+      cpu = now_cpu;
+    }
+    EXPECT_GT(cpu, 0) << tag << "the rank trained two strategies";
+  }
 }
 
 // A DeepSpeed config as DeepSpeedExamples write them (train_batch_size, no micro-batch): DeepSpeed's arithmetic over
