@@ -546,8 +546,21 @@ void read_reshard_after_forward(const std::string& text, int ranks, strategy::Fs
 // zero0 is DeepSpeed's engine without ZeRO, not PyTorch DDP: it offloads nothing (DeepSpeed offloads only with
 // ZeRO stages 1-3; deepspeed.cpp check_stage0_offload), and gradient_as_bucket_view and communication hooks are
 // DDP's Reducer's, which DeepSpeed does not use (it all-reduces its own flat buckets at the gradients' dtype).
-// Refused rather than run as something neither framework does.
-void check_zero0_flags(const RunOptions& options, const Flags& flags) {
+// Refused rather than run as something neither framework does; so are DDP's knobs with no ddp or ddp-zero asked.
+void check_ddp_flags(const RunOptions& options, const Flags& flags) {
+  // PyTorch DDP's own knobs, with no DDP to take them (zero0's reasons below).
+  const bool ddp = std::any_of(options.strategies.begin(), options.strategies.end(), [](const auto& one) {
+    return one.kind == strategy::StrategyKind::kDdp || one.kind == strategy::StrategyKind::kDdpZero;
+  });
+  const bool zero0 = std::any_of(options.strategies.begin(), options.strategies.end(),
+                                 [](const auto& one) { return one.kind == strategy::StrategyKind::kZero0; });
+  if (!ddp && !zero0 && (flags.bucket_view || flags.comm_hook != "none")) {
+    throw InputError(fmt::format(
+        "{} is PyTorch DDP's (DistributedDataParallel's {}) and no strategy asked takes it; accepted with ddp or "
+        "ddp-zero among --strategies",
+        flags.bucket_view ? "--bucket-view" : "--comm-hook " + flags.comm_hook,
+        flags.bucket_view ? "gradient_as_bucket_view" : "register_comm_hook"));
+  }
   if (std::none_of(options.strategies.begin(), options.strategies.end(),
                    [](const auto& one) { return one.kind == strategy::StrategyKind::kZero0; })) {
     return;
@@ -615,7 +628,7 @@ strategy::StrategyOptions read_strategies(RunOptions& options, Flags& flags, int
     strategy::set_kind(one, name);
     options.strategies.push_back(one);
   }
-  check_zero0_flags(options, flags);
+  check_ddp_flags(options, flags);
   read_parallel_layout(options, flags, options.plan && options.plan_ranks > 0 ? options.plan_ranks : world);
   return base;
 }

@@ -2,8 +2,10 @@
 #include <algorithm>
 #include <chrono>
 #include <climits>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <thread>
 #include <vector>
 
 #include "collectives/mpi/mpi_communicator.h"
@@ -16,13 +18,29 @@ namespace {
 
 constexpr int kTag = 0x3e17;
 
-// Waits for `count` requests without holding a core. MPI_Sendrecv would poll until they complete, and Open MPI's
-// poll only yields the core (mpi_yield_when_idle, on when oversubscribed), which Linux's fair scheduler still
-// counts as a runnable task: with 8 ranks on 2 cores the waiting ranks took their share of the cores from the ranks
-// that had work (17% of the default run's CPU in sched_yield). Polls for 20 us, enough for a peer on another core to
-// answer, then sleeps 8, 16, ... up to 128 us between polls. Only waiting changes: the bytes, their order and the
-// arithmetic are MPI's as before.
+// Whether this host runs more ranks than it has hardware threads: Open MPI's launcher tells each process how many
+// ranks share its host (OMPI_COMM_WORLD_LOCAL_SIZE); another launcher that does not is taken as oversubscribed.
+bool host_oversubscribed() {
+  static const bool oversubscribed = [] {
+    const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+    const unsigned threads = std::max(1u, std::thread::hardware_concurrency());
+    return local == nullptr || std::strtoul(local, nullptr, 10) > threads;
+  }();
+  return oversubscribed;
+}
+
+// Waits for `count` requests without holding a core when the host is oversubscribed. MPI_Sendrecv would poll until
+// they complete, and Open MPI's poll only yields the core (mpi_yield_when_idle, on when oversubscribed), which
+// Linux's fair scheduler still counts as a runnable task: with 8 ranks on 2 cores the waiting ranks took their share
+// of the cores from the ranks that had work (17% of the default run's CPU in sched_yield). Polls for 20 us, enough
+// for a peer on another core to answer, then sleeps 8, 16, ... up to 128 us between polls. With a core per rank it
+// waits as MPI does (a sleep would only add latency to what coll-perf measures). Only waiting changes: the bytes,
+// their order and the arithmetic are MPI's as before.
 void wait_politely(MPI_Request* requests, int count) {
+  if (!host_oversubscribed()) {
+    EMU_MPI_CHECK(MPI_Waitall(count, requests, MPI_STATUSES_IGNORE));
+    return;
+  }
   using Clock = std::chrono::steady_clock;
   constexpr auto kSpin = std::chrono::microseconds(20);
   const Clock::time_point start = Clock::now();

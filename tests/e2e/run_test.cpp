@@ -125,6 +125,7 @@ TEST_P(Ranks, BadInputsExitTwoWithOneMessage) {
       {"--model llama2-7b --strategies fsdp2 --tp 2 --distributed-optimizer",
        "fsdp2 with --tp already shards the optimizer over the replicas"},
       {"--model gpt2 --strategies ddp,zero0 --comm-hook bf16", "--comm-hook bf16 with zero0"},
+      {"--model gpt2 --strategies zero3,fsdp2 --bucket-view", "--bucket-view is PyTorch DDP's"},
       {"--model gpt2 --deepspeed " + stage0_offload,
        "\"zero_optimization.offload_optimizer\" (or \"cpu_offload\") is \"cpu\" at stage 0"},
   };

@@ -41,6 +41,20 @@ set_tests_properties(coll_teach_cli.all_reduce_hier.np8 PROPERTIES LABELS "mpi" 
                      ENVIRONMENT "${EMU_MPIEXEC_ENV}"
                      PASS_REGULAR_EXPRESSION
                      "at the end: as all_reduce defines.*r0 +[0-9]+ B / [0-9]+ B [(][0-9]+ B / [0-9]+ B[)]; 16 B / 16 B [(]16 B / 16 B[)].*r7 +[0-9]+ B / [0-9]+ B [(][0-9]+ B / [0-9]+ B[)]; 8 B / 8 B [(]8 B / 8 B[)].*B: agrees\nresult: correct on every rank")
+# A --slice below the payload cuts the ring's blocks into pieces: the run is still checked (correct on every rank, exit
+# 0), the contents view and the one-piece cost model are shown with a note instead of failing the run (exit 1 before).
+add_test(NAME coll_teach_cli.reduce_scatter_sliced.np4
+         COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 4 $<TARGET_FILE:coll-teach> --kind reduce_scatter
+                 --algorithm ring --count 64 --slice 16)
+set_tests_properties(coll_teach_cli.reduce_scatter_sliced.np4 PROPERTIES LABELS "mpi" TIMEOUT 60 PROCESSORS 4
+                     ENVIRONMENT "${EMU_MPIEXEC_ENV}" PASS_REGULAR_EXPRESSION
+                     "note: --slice 16 B cuts the 1.00 KiB payload into pieces.*result: correct on every rank")
+add_test(NAME coll_teach_cli.reduce_scatter_sliced_exit.np4
+         COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 4 sh -c
+                 "$<TARGET_FILE:coll-teach> --kind reduce_scatter --algorithm ring --count 64 --slice 16 >/dev/null 2>&1; echo \"exit $?\"")
+set_tests_properties(coll_teach_cli.reduce_scatter_sliced_exit.np4 PROPERTIES LABELS "mpi" TIMEOUT 60 PROCESSORS 4
+                     ENVIRONMENT "${EMU_MPIEXEC_ENV}" PASS_REGULAR_EXPRESSION
+                     "exit 0[^!]*exit 0[^!]*exit 0[^!]*exit 0")
 # Nodes of unequal size are refused, with the value and what is accepted, on every rank (exit 2).
 add_test(NAME coll_teach_cli.all_reduce_hier_uneven.np6
          COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 6 sh -c
