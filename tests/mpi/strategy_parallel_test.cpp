@@ -35,13 +35,14 @@ model::ModelConfig parallel_config() {
 }
 
 // "tp", "pp", "pp-tp" (pp whose stages are TP `degree` too), each with "-do" for the distributed optimizer, of
-// degree `degree`.
+// degree `degree`; pp's with "-v2" interleaved, 2 chunks of one block per stage.
 strategy::StrategyOptions parallel_options(std::string_view name, int degree) {
   const bool pipeline = name.starts_with("pp");
   strategy::StrategyOptions options = test_options(pipeline ? "pp" : "tp", optim::Recipe::kFp32);
   (pipeline ? options.parallel.pipeline : options.parallel.tensor) = degree;
   if (name.starts_with("pp-tp")) options.parallel.tensor = degree;
   options.parallel.distributed_optimizer = name.ends_with("-do");
+  if (name.find("-v2") != std::string_view::npos) options.pipeline.virtual_stages = 2;
   return options;
 }
 
@@ -136,10 +137,12 @@ TEST_P(Equivalence, SameAsSingleDevice) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Parallel, Equivalence, ::testing::Values("tp", "pp", "tp-do", "pp-do", "pp-tp", "pp-tp-do"),
+INSTANTIATE_TEST_SUITE_P(Parallel, Equivalence,
+                         ::testing::Values("tp", "pp", "tp-do", "pp-do", "pp-tp", "pp-tp-do", "pp-v2-do", "pp-tp-v2"),
                          [](const ::testing::TestParamInfo<std::string>& param) {
                            std::string name =
                                param.param.starts_with("pp-tp") ? "pp2_tp2_dp" : param.param.substr(0, 2) + "2_dp";
+                           if (param.param.find("-v2") != std::string::npos) name += "_interleaved";
                            return param.param.ends_with("-do") ? name + "_distributed_optimizer" : name;
                          });
 
