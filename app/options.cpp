@@ -138,7 +138,7 @@ struct Flags {
   double lr = 0, clip = -1;
   bool bucket_view = false;
   bool offload_param = false;
-  int tp = 0, pp = 0;  // --tp, --pp; 0: not given
+  int tp = 0, pp = 0;      // --tp, --pp; 0: not given
   int virtual_stages = 1;  // --virtual-stages
   bool distributed_optimizer = false;
   std::string reshard_after_forward = "true";
@@ -828,17 +828,18 @@ void check_interleaving(const RunOptions& options, int stages, const strategy::S
   const int chunks = one.pipeline.virtual_stages;
   const auto layers = static_cast<int>(options.full.layers);
   if (chunks < 1 || chunks > layers) {
-    throw InputError(fmt::format("--virtual-stages {} is out of range; accepted: 1 to {} ({}'s blocks)", chunks,
-                                 layers, options.full.name));
+    throw InputError(fmt::format("--virtual-stages {} is out of range; accepted: 1 to {} ({}'s blocks)", chunks, layers,
+                                 options.full.name));
   }
   if (chunks == 1) return;
   if (one.pipeline.schedule != strategy::Schedule::k1F1B) {
     throw InputError(fmt::format("--virtual-stages {} interleaves 1F1B; accepted with --schedule 1f1b only", chunks));
   }
   if (stages < 2) {
-    throw InputError(fmt::format("--virtual-stages {} interleaves a pipeline of {} stage; accepted: 2 stages or more "
-                                 "(--pp P, P >= 2)",
-                                 chunks, stages));
+    throw InputError(
+        fmt::format("--virtual-stages {} interleaves a pipeline of {} stage; accepted: 2 stages or more "
+                    "(--pp P, P >= 2)",
+                    chunks, stages));
   }
   if (layers % (stages * chunks) != 0) {
     std::vector<int> accepted;
@@ -849,7 +850,8 @@ void check_interleaving(const RunOptions& options, int stages, const strategy::S
         "--virtual-stages {}: {}'s {} blocks are not divisible into P x V = {} x {} = {} equal chunks; accepted with "
         "P = {}: {}",
         chunks, options.full.name, layers, stages, chunks, stages * chunks, stages,
-        accepted.empty() ? std::string("none (L is not divisible by P)") : fmt::format("{}", fmt::join(accepted, ", "))));
+        accepted.empty() ? std::string("none (L is not divisible by P)")
+                         : fmt::format("{}", fmt::join(accepted, ", "))));
   }
   const int micro_batches = pipeline_micro_batches(options, ranks);
   if (micro_batches % stages != 0) {

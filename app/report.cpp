@@ -223,9 +223,9 @@ std::string format_report(const RunReport& r) {
 namespace {
 
 // Interleaved 1F1B's schedule line: Megatron's warm-up of 2(P - s - 1) + (V - 1)P forwards, so stage s holds
-// min(2(P-s-1) + (V-1)P + 1, VM) chunk micro-batches, each 1/V of its blocks: the first stage P + (P-1)/V micro-batches'
-// activations of its blocks (Korthikanti et al. 2022, §4.2.3: 1 + (P-1)/(PV) times 1F1B's P), and the bubble
-// (P-1)/(VM) of the ideal step (Narayanan et al. 2021, §2.2.2).
+// min(2(P-s-1) + (V-1)P + 1, VM) chunk micro-batches, each 1/V of its blocks: the first stage P + (P-1)/V
+// micro-batches' activations of its blocks (Korthikanti et al. 2022, §4.2.3: 1 + (P-1)/(PV) times 1F1B's P), and the
+// bubble (P-1)/(VM) of the ideal step (Narayanan et al. 2021, §2.2.2).
 std::string interleaved_words(const std::string& name, int stages, int chunks, int micro_batches, int64_t batch,
                               int64_t layers) {
   const int first = std::min(2 * (stages - 1) + (chunks - 1) * stages + 1, chunks * micro_batches);

@@ -419,11 +419,10 @@ StepTime predict_step_time(const RunOptions& run, int world, const StrategyOutco
                 {"pipeline bubble (fill and drain)", false, busy, filled},
                 {"collectives after backward", true, filled, filled + exposed_phases},
                 {"optimizer step and offload", false, filled + exposed_phases, st.seconds}};
-    st.pipeline =
-        strategy::pipeline_timeline(
-            options.pipeline.schedule, stages, micro_batches,
-            (blocks * u.block_forward + u.root_forward + pipeline_p2p / micro_batches / 2) / chunks,
-            (blocks * u.block_backward + u.root_backward + pipeline_p2p / micro_batches / 2) / chunks, chunks);
+    st.pipeline = strategy::pipeline_timeline(
+        options.pipeline.schedule, stages, micro_batches,
+        (blocks * u.block_forward + u.root_forward + pipeline_p2p / micro_batches / 2) / chunks,
+        (blocks * u.block_backward + u.root_backward + pipeline_p2p / micro_batches / 2) / chunks, chunks);
     st.pipeline_chunks = chunks;
     tokens = micro_batches * static_cast<double>(full.tokens()) / stages;
     st.model_flops = model::step_flops(full) * micro_batches / stages;

@@ -212,7 +212,8 @@ class Pipeline final : public Strategy {
     const int chunks = virtual_stages();
     held_.clear();
     held_.resize(static_cast<size_t>(count * chunks));
-    std::vector<Buffer> inputs(held_.size()), output_grads(held_.size()), outputs(held_.size()), input_grads(held_.size());
+    std::vector<Buffer> inputs(held_.size()), output_grads(held_.size()), outputs(held_.size()),
+        input_grads(held_.size());
     const auto at = [&](const PipelineOp& op) { return static_cast<size_t>(op.chunk * count + op.micro_batch); };
     double loss = 0;
     for (const StageEvent& event : stage_program(options_.pipeline.schedule, stages_, stage_, count, chunks)) {
@@ -479,9 +480,10 @@ class Pipeline final : public Strategy {
   // The message `op` reads, from stage `peer`: its input activation (kept by its first block) or the gradient of
   // its output.
   Buffer receive(const PipelineOp& op, int peer) {
-    Buffer buffer = device_.allocate(
-        activation_count(), model_.compute_dtype(), op.forward ? Category::kActivations : Category::kTemporaries,
-        fmt::format("pipeline {}, micro-batch {} (received)", op.forward ? "input" : "output gradient", op.micro_batch));
+    Buffer buffer = device_.allocate(activation_count(), model_.compute_dtype(),
+                                     op.forward ? Category::kActivations : Category::kTemporaries,
+                                     fmt::format("pipeline {}, micro-batch {} (received)",
+                                                 op.forward ? "input" : "output gradient", op.micro_batch));
     pipe().recv(buffer.data(), activation_count(), model_.compute_dtype(), peer,
                 op.forward ? "pipeline activations" : "pipeline gradients");
     return buffer;

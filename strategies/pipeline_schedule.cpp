@@ -86,7 +86,9 @@ namespace {
 class OpTimes {
  public:
   OpTimes(int stages, int chunks, int micro_batches)
-      : chunks_(chunks), micro_batches_(micro_batches), at_(static_cast<size_t>(stages * 2 * chunks * micro_batches), -1) {}
+      : chunks_(chunks),
+        micro_batches_(micro_batches),
+        at_(static_cast<size_t>(stages * 2 * chunks * micro_batches), -1) {}
   double& operator()(int stage, const PipelineOp& op) {
     return at_[static_cast<size_t>(((stage * 2 + (op.forward ? 1 : 0)) * chunks_ + op.chunk) * micro_batches_ +
                                    op.micro_batch)];

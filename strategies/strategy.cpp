@@ -39,8 +39,9 @@ std::string StrategyOptions::name() const {
   for (const Named& named : kNames) {
     if (named.kind == kind && (kind != StrategyKind::kFsdp || named.sharding == fsdp.sharding)) {
       // Interleaved pp: its chunks per stage ("pp·v2", "pp4·v2·dp2").
-      const std::string chunks =
-          kind == StrategyKind::kPipeline && pipeline.virtual_stages > 1 ? fmt::format("·v{}", pipeline.virtual_stages) : "";
+      const std::string chunks = kind == StrategyKind::kPipeline && pipeline.virtual_stages > 1
+                                     ? fmt::format("·v{}", pipeline.virtual_stages)
+                                     : "";
       if (named_data < 1) return std::string(named.name) + chunks;
       const bool tensor = kind == StrategyKind::kTensor;
       std::string out = fmt::format("{}{}{}", named.name, tensor ? parallel.tensor : parallel.pipeline, chunks);

@@ -155,8 +155,7 @@ TEST_P(Equivalence, EveryStepMatchesSingleDevice) {
   if (c.virtual_stages > 1 && world_size() < 2) GTEST_SKIP() << "interleaving needs 2 stages or more";
   const strategy::StrategyOptions options = case_options(c);
   const Trace reference = run_reference(c.style, options, world_size(), c.accumulation, kSteps, c.blocks());
-  const auto run =
-      run_strategy(c.style, options, c.accumulation, kSteps, {}, /*weights_every_step=*/true, c.blocks());
+  const auto run = run_strategy(c.style, options, c.accumulation, kSteps, {}, /*weights_every_step=*/true, c.blocks());
   expect_same_steps(run->trace, reference, tolerance_for(c.recipe, c.blocks()), "single device");
   if (c.clip) {
     for (int step = 0; step < kSteps; ++step) {

@@ -163,8 +163,8 @@ TEST(PipelineSchedule, InterleavedBubbleIsPMinusOneOverVM) {
   EXPECT_DOUBLE_EQ(end_of(pipeline_timeline(Schedule::k1F1B, 4, 8, 1.0, 2.0, 2)), 57.0);
   EXPECT_DOUBLE_EQ(bubble_fraction(2, 4, 2), 1.0 / 9.0);
   EXPECT_DOUBLE_EQ(bubble_fraction(4, 8, 2), 3.0 / 19.0);
-  for (const auto& [p, v, m] : std::vector<std::tuple<int, int, int>>{{2, 2, 4}, {4, 2, 8}, {4, 3, 8}, {8, 2, 16},
-                                                                       {3, 4, 6}, {4, 2, 4}, {2, 4, 2}}) {
+  for (const auto& [p, v, m] : std::vector<std::tuple<int, int, int>>{
+           {2, 2, 4}, {4, 2, 8}, {4, 3, 8}, {8, 2, 16}, {3, 4, 6}, {4, 2, 4}, {2, 4, 2}}) {
     const double end = end_of(pipeline_timeline(Schedule::k1F1B, p, m, 1.0, 2.0, v));
     EXPECT_DOUBLE_EQ(end, 3.0 * (v * m + p - 1)) << "P " << p << " V " << v << " M " << m;
     EXPECT_NEAR(1 - 3.0 * v * m / end, bubble_fraction(p, m, v), 1e-12);
@@ -175,11 +175,17 @@ TEST(PipelineSchedule, InterleavedBubbleIsPMinusOneOverVM) {
 // messages): a send and a receive complete only when both stages have reached them, ops never wait. Each message
 // is received before the op that reads it and sent after the op that made it, to the stage that reads it.
 TEST(PipelineSchedule, ProgramsNeverDeadlockOnBlockingSends) {
-  for (const auto& [p, v, m, schedule] : std::vector<std::tuple<int, int, int, Schedule>>{
-           {2, 1, 3, Schedule::kGpipe}, {4, 1, 6, Schedule::kGpipe}, {2, 1, 1, Schedule::k1F1B},
-           {4, 1, 6, Schedule::k1F1B},  {8, 1, 3, Schedule::k1F1B},  {2, 2, 4, Schedule::k1F1B},
-           {3, 2, 6, Schedule::k1F1B},  {4, 2, 8, Schedule::k1F1B},  {4, 3, 4, Schedule::k1F1B},
-           {8, 2, 8, Schedule::k1F1B},  {2, 4, 6, Schedule::k1F1B}}) {
+  for (const auto& [p, v, m, schedule] : std::vector<std::tuple<int, int, int, Schedule>>{{2, 1, 3, Schedule::kGpipe},
+                                                                                          {4, 1, 6, Schedule::kGpipe},
+                                                                                          {2, 1, 1, Schedule::k1F1B},
+                                                                                          {4, 1, 6, Schedule::k1F1B},
+                                                                                          {8, 1, 3, Schedule::k1F1B},
+                                                                                          {2, 2, 4, Schedule::k1F1B},
+                                                                                          {3, 2, 6, Schedule::k1F1B},
+                                                                                          {4, 2, 8, Schedule::k1F1B},
+                                                                                          {4, 3, 4, Schedule::k1F1B},
+                                                                                          {8, 2, 8, Schedule::k1F1B},
+                                                                                          {2, 4, 6, Schedule::k1F1B}}) {
     const std::string name = "P " + std::to_string(p) + " V " + std::to_string(v) + " M " + std::to_string(m);
     std::vector<std::vector<StageEvent>> programs;
     for (int s = 0; s < p; ++s) programs.push_back(stage_program(schedule, p, s, m, v));
@@ -221,7 +227,8 @@ TEST(PipelineSchedule, ProgramsNeverDeadlockOnBlockingSends) {
       }
     }
     for (int s = 0; s < p; ++s) {
-      EXPECT_EQ(at[static_cast<size_t>(s)], programs[static_cast<size_t>(s)].size()) << name << ": stage " << s << " stuck";
+      EXPECT_EQ(at[static_cast<size_t>(s)], programs[static_cast<size_t>(s)].size())
+          << name << ": stage " << s << " stuck";
       EXPECT_EQ(ran[static_cast<size_t>(s)], stage_order(schedule, p, s, m, v)) << name << ": stage " << s;
     }
   }
