@@ -171,9 +171,75 @@ TEST(PipelineSchedule, InterleavedBubbleIsPMinusOneOverVM) {
   }
 }
 
-// Every stage's program runs to the end when sends block until the peer receives (rendezvous, as MPI's large
-// messages): a send and a receive complete only when both stages have reached them, ops never wait. Each message
-// is received before the op that reads it and sent after the op that made it, to the stage that reads it.
+// Every stage's program run with sends that block until the peer receives (rendezvous, as MPI's large messages): a
+// send and a receive complete only when both stages have reached them; ops never wait.
+class Rendezvous {
+ public:
+  Rendezvous(Schedule schedule, int stages, int chunks, int micro_batches)
+      : stages_(stages), chunks_(chunks), at_(static_cast<size_t>(stages), 0), ran_(at_.size()), received_(at_.size()) {
+    programs_.reserve(at_.size());
+    for (int s = 0; s < stages; ++s) programs_.push_back(stage_program(schedule, stages, s, micro_batches, chunks));
+  }
+  // Runs until no stage moves; `name` labels failures.
+  void run(const std::string& name) {
+    for (bool moved = true; moved;) {
+      moved = false;
+      for (int s = 0; s < stages_; ++s) {
+        const bool computed = run_ops(s, name);
+        const bool delivered = deliver(s, name);
+        moved = moved || computed || delivered;
+      }
+    }
+  }
+  bool finished(int stage) const { return at_[idx(stage)] == programs_[idx(stage)].size(); }
+  const std::vector<PipelineOp>& ran(int stage) const { return ran_[idx(stage)]; }
+
+ private:
+  static size_t idx(int stage) { return static_cast<size_t>(stage); }
+  // The stage's ops up to its next message. Only the first stage's chunk-0 forwards (the embedding) and the last
+  // stage's chunk-(V − 1) backwards (the loss) read no message; every other op's must have been received.
+  bool run_ops(int s, const std::string& name) {
+    size_t& i = at_[idx(s)];
+    const std::vector<StageEvent>& program = programs_[idx(s)];
+    const size_t before = i;
+    for (; i < program.size() && program[i].kind == StageEvent::Kind::kCompute; ++i) {
+      const PipelineOp& op = program[i].op;
+      const bool reads = op.forward ? !(s == 0 && op.chunk == 0) : !(s == stages_ - 1 && op.chunk == chunks_ - 1);
+      const auto& got = received_[idx(s)];
+      EXPECT_EQ(reads, std::find(got.begin(), got.end(), op) != got.end()) << name << ": stage " << s;
+      ran_[idx(s)].push_back(op);
+    }
+    return i != before;
+  }
+  // The stage's next send, if its peer's next event is the matching receive: made here before it is sent, to the
+  // stage that reads it (activations to the next stage, the last stage's chunk v to the first's chunk v + 1;
+  // gradients back).
+  bool deliver(int s, const std::string& name) {
+    size_t& i = at_[idx(s)];
+    if (i == programs_[idx(s)].size() || programs_[idx(s)][i].kind != StageEvent::Kind::kSend) return false;
+    const StageEvent& send = programs_[idx(s)][i];
+    size_t& j = at_[idx(send.peer)];
+    const std::vector<StageEvent>& peer = programs_[idx(send.peer)];
+    if (j == peer.size() || peer[j].kind != StageEvent::Kind::kReceive || peer[j].peer != s) return false;
+    const auto& mine = ran_[idx(s)];
+    EXPECT_NE(std::find(mine.begin(), mine.end(), send.op), mine.end()) << name << ": sent before it was made";
+    const bool wraps = send.op.forward ? s == stages_ - 1 : s == 0;
+    const int chunk = send.op.chunk + (wraps ? (send.op.forward ? 1 : -1) : 0);
+    EXPECT_EQ(send.peer, (s + (send.op.forward ? 1 : stages_ - 1)) % stages_) << name;
+    EXPECT_EQ(peer[j].op, (PipelineOp{send.op.forward, send.op.micro_batch, chunk})) << name;
+    received_[idx(send.peer)].push_back(peer[j].op);
+    ++i, ++j;
+    return true;
+  }
+
+  int stages_, chunks_;
+  std::vector<std::vector<StageEvent>> programs_;
+  std::vector<size_t> at_;
+  std::vector<std::vector<PipelineOp>> ran_, received_;  // per stage: the ops run; the messages in, by their reader
+};
+
+// Every stage's program runs to the end over blocking sends, each message received before the op that reads it and
+// sent after the op that made it, and the ops in the schedule's order.
 TEST(PipelineSchedule, ProgramsNeverDeadlockOnBlockingSends) {
   for (const auto& [p, v, m, schedule] : std::vector<std::tuple<int, int, int, Schedule>>{{2, 1, 3, Schedule::kGpipe},
                                                                                           {4, 1, 6, Schedule::kGpipe},
@@ -187,49 +253,11 @@ TEST(PipelineSchedule, ProgramsNeverDeadlockOnBlockingSends) {
                                                                                           {8, 2, 8, Schedule::k1F1B},
                                                                                           {2, 4, 6, Schedule::k1F1B}}) {
     const std::string name = "P " + std::to_string(p) + " V " + std::to_string(v) + " M " + std::to_string(m);
-    std::vector<std::vector<StageEvent>> programs;
-    for (int s = 0; s < p; ++s) programs.push_back(stage_program(schedule, p, s, m, v));
-    std::vector<size_t> at(static_cast<size_t>(p), 0);
-    // What each stage has done: the ops it ran and the messages it received, by the op that reads them.
-    std::vector<std::vector<PipelineOp>> ran(static_cast<size_t>(p)), received(static_cast<size_t>(p));
-    bool moved = true;
-    while (moved) {
-      moved = false;
-      for (int s = 0; s < p; ++s) {
-        auto& i = at[static_cast<size_t>(s)];
-        const auto& program = programs[static_cast<size_t>(s)];
-        while (i < program.size() && program[i].kind == StageEvent::Kind::kCompute) {
-          const PipelineOp& op = program[i++].op;
-          // Only the first stage's chunk-0 forwards (the embedding) and the last stage's chunk-(V − 1) backwards
-          // (the loss) read no message.
-          const bool reads = op.forward ? !(s == 0 && op.chunk == 0) : !(s == p - 1 && op.chunk == v - 1);
-          const auto& got = received[static_cast<size_t>(s)];
-          EXPECT_EQ(reads, std::find(got.begin(), got.end(), op) != got.end()) << name << ": stage " << s;
-          ran[static_cast<size_t>(s)].push_back(op);
-          moved = true;
-        }
-        if (i == program.size() || program[i].kind != StageEvent::Kind::kSend) continue;
-        const StageEvent& send = program[i];
-        auto& j = at[static_cast<size_t>(send.peer)];
-        const auto& peer = programs[static_cast<size_t>(send.peer)];
-        if (j == peer.size() || peer[j].kind != StageEvent::Kind::kReceive || peer[j].peer != s) continue;
-        // The message made by `send.op` here is the input of `peer[j].op` there.
-        const auto& mine = ran[static_cast<size_t>(s)];
-        EXPECT_NE(std::find(mine.begin(), mine.end(), send.op), mine.end()) << name << ": sent before it was made";
-        // Activations to the next stage (the last stage's chunk v to the first's chunk v + 1), gradients back.
-        const int next = send.op.forward ? (s + 1) % p : (s + p - 1) % p;
-        const int chunk = send.op.chunk + (send.op.forward ? (s == p - 1 ? 1 : 0) : (s == 0 ? -1 : 0));
-        EXPECT_EQ(send.peer, next) << name;
-        EXPECT_EQ(peer[j].op, (PipelineOp{send.op.forward, send.op.micro_batch, chunk})) << name;
-        received[static_cast<size_t>(send.peer)].push_back(peer[j].op);
-        ++i, ++j;
-        moved = true;
-      }
-    }
+    Rendezvous rendezvous(schedule, p, v, m);
+    rendezvous.run(name);
     for (int s = 0; s < p; ++s) {
-      EXPECT_EQ(at[static_cast<size_t>(s)], programs[static_cast<size_t>(s)].size())
-          << name << ": stage " << s << " stuck";
-      EXPECT_EQ(ran[static_cast<size_t>(s)], stage_order(schedule, p, s, m, v)) << name << ": stage " << s;
+      EXPECT_TRUE(rendezvous.finished(s)) << name << ": stage " << s << " stuck";
+      EXPECT_EQ(rendezvous.ran(s), stage_order(schedule, p, s, m, v)) << name << ": stage " << s;
     }
   }
 }
