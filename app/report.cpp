@@ -240,6 +240,20 @@ std::string interleaved_words(const std::string& name, int stages, int chunks, i
       std::min(stages, micro_batches));
 }
 
+// The schedule line of a pipeline: its bubble and, interleaved, what each stage holds.
+std::string schedule_words(const std::string& name, const strategy::PipelineOptions& pipeline, int stages,
+                           int micro_batches, int64_t batch, int64_t layers) {
+  if (pipeline.virtual_stages > 1) {
+    return interleaved_words(name, stages, pipeline.virtual_stages, micro_batches, batch, layers);
+  }
+  const bool gpipe = pipeline.schedule == strategy::Schedule::kGpipe;
+  return fmt::format(
+      "\n{}: {} over {} stages, M = {} micro-batches of {}: bubble (P-1)/(M+P-1) = {}/{} = {:.1f}% of a step idle\n",
+      name, gpipe ? "GPipe (all forwards, then all backwards)" : "1F1B (stage s holds at most P-s micro-batches)",
+      stages, micro_batches, batch, stages - 1, micro_batches + stages - 1,
+      100.0 * strategy::bubble_fraction(stages, micro_batches));
+}
+
 }  // namespace
 
 std::string format_pipeline(const RunReport& r) {
@@ -250,18 +264,8 @@ std::string format_pipeline(const RunReport& r) {
     if (o.options.kind != strategy::StrategyKind::kPipeline || o.peak.empty()) continue;
     const strategy::Mesh mesh = strategy::mesh_of(o.options, r.world, 0);
     const int stages = mesh.pipeline;
-    const bool gpipe = o.options.pipeline.schedule == strategy::Schedule::kGpipe;
     const int chunks = o.options.pipeline.virtual_stages;
-    if (chunks > 1) {
-      out += interleaved_words(o.name, stages, chunks, micro_batches, r.model.batch, r.model.layers);
-    } else {
-      out += fmt::format(
-          "\n{}: {} over {} stages, M = {} micro-batches of {}: bubble (P-1)/(M+P-1) = {}/{} = {:.1f}% of a step "
-          "idle\n",
-          o.name, gpipe ? "GPipe (all forwards, then all backwards)" : "1F1B (stage s holds at most P-s micro-batches)",
-          stages, micro_batches, r.model.batch, stages - 1, micro_batches + stages - 1,
-          100.0 * strategy::bubble_fraction(stages, micro_batches));
-    }
+    out += schedule_words(o.name, o.options.pipeline, stages, micro_batches, r.model.batch, r.model.layers);
     std::vector<std::string> peaks;
     for (size_t i = 0; i < o.peak.size(); ++i) {
       peaks.push_back(fmt::format("{} {}", o.roles.empty() ? fmt::format("{}", i) : r.rank_words(o, i),

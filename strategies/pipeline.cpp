@@ -211,10 +211,12 @@ class Pipeline final : public Strategy {
     const int count = static_cast<int>(micro_batches.size());
     const int chunks = virtual_stages();
     held_.clear();
-    held_.resize(static_cast<size_t>(count * chunks));
+    held_.resize(static_cast<size_t>(count) * static_cast<size_t>(chunks));
     std::vector<Buffer> inputs(held_.size()), output_grads(held_.size()), outputs(held_.size()),
         input_grads(held_.size());
-    const auto at = [&](const PipelineOp& op) { return static_cast<size_t>(op.chunk * count + op.micro_batch); };
+    const auto at = [&](const PipelineOp& op) {
+      return static_cast<size_t>(op.chunk) * static_cast<size_t>(count) + static_cast<size_t>(op.micro_batch);
+    };
     double loss = 0;
     for (const StageEvent& event : stage_program(options_.pipeline.schedule, stages_, stage_, count, chunks)) {
       const PipelineOp& op = event.op;

@@ -88,6 +88,7 @@ Updated predict_pipeline(const StrategyOptions& options, const AnalyticInput& in
                      input.bytes(AnalyticInput::kCharged, input.tied_embedding, recipe.grads), 2);
   }
   std::vector<std::string> ranges;
+  ranges.reserve(mine.size());
   for (const StageBlocks& chunk : mine) ranges.push_back(fmt::format("{}..{}", chunk.first, chunk.last));
   prediction.formula = fmt::format("16Ψ_s: stage {} of {}, blocks {}", stage, stages, fmt::join(ranges, ", "));
   return updated;

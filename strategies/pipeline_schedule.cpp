@@ -88,10 +88,11 @@ class OpTimes {
   OpTimes(int stages, int chunks, int micro_batches)
       : chunks_(chunks),
         micro_batches_(micro_batches),
-        at_(static_cast<size_t>(stages * 2 * chunks * micro_batches), -1) {}
+        at_(static_cast<size_t>(stages) * 2 * static_cast<size_t>(chunks) * static_cast<size_t>(micro_batches), -1) {}
   double& operator()(int stage, const PipelineOp& op) {
-    return at_[static_cast<size_t>(((stage * 2 + (op.forward ? 1 : 0)) * chunks_ + op.chunk) * micro_batches_ +
-                                   op.micro_batch)];
+    const int slot_index = (stage * 2 + (op.forward ? 1 : 0)) * chunks_ + op.chunk;
+    const auto slot = static_cast<size_t>(slot_index);
+    return at_[slot * static_cast<size_t>(micro_batches_) + static_cast<size_t>(op.micro_batch)];
   }
 
  private:
