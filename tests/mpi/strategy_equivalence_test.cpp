@@ -54,14 +54,10 @@ struct Case {
   // pp: its schedule, and 8 blocks so that every rank count up to 8 has a block per stage.
   strategy::Schedule schedule = strategy::Schedule::k1F1B;
   int64_t layers = 2;
-  // pp interleaved: V chunks per stage of one block each (the model then has P·V blocks, P = the ranks).
-  int virtual_stages = 1;
   std::string schedule_suffix() const {
     if (strategy != "pp") return "";
-    if (virtual_stages > 1) return "_interleaved" + std::to_string(virtual_stages);
     return schedule == strategy::Schedule::kGpipe ? "_gpipe" : "_1f1b";
   }
-  int64_t blocks() const { return virtual_stages > 1 ? world_size() * virtual_stages : layers; }
   friend void PrintTo(const Case& c, std::ostream* os) {
     *os << c.strategy << c.schedule_suffix() << (c.style == model::Style::kLlama ? "/llama" : "/gpt2")
         << (c.recipe == optim::Recipe::kFp32 ? "/fp32" : "/mixed") << "/accum" << c.accumulation
@@ -144,7 +140,6 @@ strategy::StrategyOptions case_options(const Case& c) {
   strategy::StrategyOptions options = test_options(c.strategy, c.recipe);
   if (!c.clip) options.clip_norm = 0;
   options.pipeline.schedule = c.schedule;
-  options.pipeline.virtual_stages = c.virtual_stages;
   return options;
 }
 
@@ -152,11 +147,10 @@ class Equivalence : public ::testing::TestWithParam<Case> {};
 
 TEST_P(Equivalence, EveryStepMatchesSingleDevice) {
   const Case& c = GetParam();
-  if (c.virtual_stages > 1 && world_size() < 2) GTEST_SKIP() << "interleaving needs 2 stages or more";
   const strategy::StrategyOptions options = case_options(c);
-  const Trace reference = run_reference(c.style, options, world_size(), c.accumulation, kSteps, c.blocks());
-  const auto run = run_strategy(c.style, options, c.accumulation, kSteps, {}, /*weights_every_step=*/true, c.blocks());
-  expect_same_steps(run->trace, reference, tolerance_for(c.recipe, c.blocks()), "single device");
+  const Trace reference = run_reference(c.style, options, world_size(), c.accumulation, kSteps, c.layers);
+  const auto run = run_strategy(c.style, options, c.accumulation, kSteps, {}, /*weights_every_step=*/true, c.layers);
+  expect_same_steps(run->trace, reference, tolerance_for(c.recipe, c.layers), "single device");
   if (c.clip) {
     for (int step = 0; step < kSteps; ++step) {
       EXPECT_GT(reference.grad_norms[static_cast<size_t>(step)], options.clip_norm)
@@ -184,10 +178,6 @@ std::vector<Case> cases() {
       all.push_back({"pp", model::Style::kLlama, optim::Recipe::kFp32, 2, clip, schedule, 8});
       all.push_back({"pp", model::Style::kGpt2, optim::Recipe::kFp32, 1, clip, schedule, 8});
     }
-    // Interleaved 1F1B (V = 2): each micro-batch round the ring of stages twice, M = 2N (Llama) and N (GPT-2, its
-    // tied embedding on chunk 0 of the first stage and chunk 1 of the last).
-    all.push_back({"pp", model::Style::kLlama, optim::Recipe::kFp32, 2, clip, strategy::Schedule::k1F1B, 0, 2});
-    all.push_back({"pp", model::Style::kGpt2, optim::Recipe::kFp32, 1, clip, strategy::Schedule::k1F1B, 0, 2});
   }
   return all;
 }
