@@ -274,7 +274,10 @@ class Search {
   std::string command(const std::vector<std::string>& arguments, int gpus, bool plan_form) const {
     std::string out = plan_form ? shell_quote(options_.program)
                                 : fmt::format("mpirun -np {} {}", gpus, shell_quote(options_.program));
-    for (const std::string& arg : arguments) out += " " + shell_quote(arg);
+    for (const std::string& arg : arguments) {
+      out += ' ';  // appended apart: GCC 12 warns (-Wrestrict, a false positive) on " " + a temporary
+      out += shell_quote(arg);
+    }
     if (plan_form) out += fmt::format(" --plan {}", gpus);
     return out;
   }

@@ -138,7 +138,8 @@ struct Flags {
   double lr = 0, clip = -1;
   bool bucket_view = false;
   bool offload_param = false;
-  int tp = 0, pp = 0;  // --tp, --pp; 0: not given
+  int tp = 0, pp = 0;      // --tp, --pp; 0: not given
+  int virtual_stages = 1;  // --virtual-stages
   bool distributed_optimizer = false;
   std::string reshard_after_forward = "true";
   // Given on the command line, so that an explicit 0 or '' is checked rather than taken for "not given".
@@ -244,6 +245,13 @@ void add_training_flags(CLI::App& app, RunOptions& options, Flags& flags) {
          "--micro-batches", options.micro_batches,
          "pp: micro-batches per step through the pipeline, M (global batch M x --micro-batch per pipeline; default "
          "ranks x --grad-accum, the data-parallel strategies' global batch, or P x --grad-accum with --pp P)")
+      ->group("Training");
+  app.add_option("--virtual-stages,--num-virtual-stages-per-pipeline-rank", flags.virtual_stages,
+                 "pp: interleaved 1F1B with V model chunks per stage (Megatron-LM's "
+                 "--num-virtual-stages-per-pipeline-rank; --num-layers-per-virtual-pipeline-stage L/(P x V)): chunk v "
+                 "of stage p holds layer group v x P + p of P x V, the bubble shrinks to (P-1)/(V x M) of the ideal "
+                 "step and the point-to-point traffic grows V times; needs P >= 2, L divisible by P x V and M a "
+                 "multiple of P (default 1: not interleaved)")
       ->group("Training");
   app.add_option(
          "--tp", flags.tp,
@@ -615,6 +623,7 @@ strategy::StrategyOptions read_strategies(RunOptions& options, Flags& flags, int
                                     {strategy::CommHook::kNone, strategy::CommHook::kBf16});
   base.pipeline.schedule = parse_choice("--schedule", flags.schedule, strategy::schedule_names(),
                                         {strategy::Schedule::kGpipe, strategy::Schedule::k1F1B});
+  base.pipeline.virtual_stages = flags.virtual_stages;
   base.adamw_impl = parse_choice("--adamw", flags.adamw, optim::adamw_impl_names(),
                                  {optim::AdamWImpl::kForeach, optim::AdamWImpl::kFused, optim::AdamWImpl::kSingle});
   if (flags.strategies_given) names = split_list(flags.strategies);
@@ -894,17 +903,66 @@ int pipeline_micro_batches(const RunOptions& options, int ranks) {
 
 namespace {
 
-// pp puts one stage on each rank: it needs a block per stage.
+// Interleaved 1F1B as Megatron-LM accepts it (training/arguments.py validate_args; core/pipeline_parallel/schedules.py
+// forward_backward_pipelining_with_interleaving): at least 2 stages (Megatron's overlapped p2p default), the blocks
+// in P·V equal chunks, and M a multiple of P (its default group of P micro-batches per virtual stage).
+void check_interleaving(const RunOptions& options, int stages, const strategy::StrategyOptions& one, int ranks) {
+  const int chunks = one.pipeline.virtual_stages;
+  const auto layers = static_cast<int>(options.full.layers);
+  if (chunks < 1 || chunks > layers) {
+    throw InputError(fmt::format("--virtual-stages {} is out of range; accepted: 1 to {} ({}'s blocks)", chunks, layers,
+                                 options.full.name));
+  }
+  if (chunks == 1) return;
+  if (one.pipeline.schedule != strategy::Schedule::k1F1B) {
+    throw InputError(fmt::format("--virtual-stages {} interleaves 1F1B; accepted with --schedule 1f1b only", chunks));
+  }
+  if (stages < 2) {
+    throw InputError(
+        fmt::format("--virtual-stages {} interleaves a pipeline of {} stage; accepted: 2 stages or more "
+                    "(--pp P, P >= 2)",
+                    chunks, stages));
+  }
+  if (layers % (stages * chunks) != 0) {
+    std::vector<int> accepted;
+    for (int v = 1; v <= layers / stages; ++v) {
+      if (layers % (stages * v) == 0) accepted.push_back(v);
+    }
+    throw InputError(fmt::format(
+        "--virtual-stages {}: {}'s {} blocks are not divisible into P x V = {} x {} = {} equal chunks; accepted with "
+        "P = {}: {}",
+        chunks, options.full.name, layers, stages, chunks, stages * chunks, stages,
+        accepted.empty() ? std::string("none (L is not divisible by P)")
+                         : fmt::format("{}", fmt::join(accepted, ", "))));
+  }
+  const int micro_batches = pipeline_micro_batches(options, ranks);
+  if (micro_batches % stages != 0) {
+    throw InputError(fmt::format(
+        "--virtual-stages {}: M = {} micro-batches is not a multiple of the {} stages, as Megatron-LM's interleaved "
+        "schedule needs; accepted: --micro-batches {}, {}, {}, ...",
+        chunks, micro_batches, stages, stages, 2 * stages, 3 * stages));
+  }
+}
+
+// pp puts one stage on each rank: it needs a block per stage (per chunk, interleaved).
 void check_pipeline(const RunOptions& options, int world) {
   const int ranks = options.plan && options.plan_ranks > 0 ? options.plan_ranks : world;
+  bool pipeline = false;
   for (const strategy::StrategyOptions& one : options.strategies) {
     if (one.kind != strategy::StrategyKind::kPipeline) continue;
+    pipeline = true;
     const int stages = strategy::mesh_of(one, ranks, 0).pipeline;
-    if (stages <= options.full.layers) continue;
-    throw InputError(
-        fmt::format("pp runs one pipeline stage per rank: {} ranks for {}'s {} blocks; accepted: 1 to {} "
-                    "ranks per pipeline (--pp P for pipelines of P ranks, data-parallel across them)",
-                    stages, options.full.name, options.full.layers, options.full.layers));
+    if (stages > options.full.layers) {
+      throw InputError(
+          fmt::format("pp runs one pipeline stage per rank: {} ranks for {}'s {} blocks; accepted: 1 to {} "
+                      "ranks per pipeline (--pp P for pipelines of P ranks, data-parallel across them)",
+                      stages, options.full.name, options.full.layers, options.full.layers));
+    }
+    check_interleaving(options, stages, one, ranks);
+  }
+  if (!pipeline && !options.strategies.empty() && options.strategies.front().pipeline.virtual_stages != 1) {
+    throw InputError(fmt::format("--virtual-stages {} interleaves pp's schedule; accepted with pp among --strategies",
+                                 options.strategies.front().pipeline.virtual_stages));
   }
 }
 

@@ -220,6 +220,42 @@ std::string format_report(const RunReport& r) {
   return out;
 }
 
+namespace {
+
+// Interleaved 1F1B's schedule line: Megatron's warm-up of 2(P - s - 1) + (V - 1)P forwards, so stage s holds
+// min(2(P-s-1) + (V-1)P + 1, VM) chunk micro-batches, each 1/V of its blocks: the first stage P + (P-1)/V
+// micro-batches' activations of its blocks (Korthikanti et al. 2022, §4.2.3: 1 + (P-1)/(PV) times 1F1B's P), and the
+// bubble (P-1)/(VM) of the ideal step (Narayanan et al. 2021, §2.2.2).
+std::string interleaved_words(const std::string& name, int stages, int chunks, int micro_batches, int64_t batch,
+                              int64_t layers) {
+  const int first = std::min(2 * (stages - 1) + (chunks - 1) * stages + 1, chunks * micro_batches);
+  return fmt::format(
+      "\n{}: interleaved 1F1B, V = {} chunks of L/(PV) = {} blocks per stage (chunk v of stage p: layer group v*P+p) "
+      "over {} stages, M = {} micro-batches of {}: bubble (P-1)/(VM+P-1) = {}/{} = {:.1f}% of a step idle, (P-1)/(VM) "
+      "= {:.1f}% of the ideal step\n  in flight: stage s holds min(2(P-s-1)+(V-1)P+1, VM) chunk micro-batches, stage 0 "
+      "{} = {:.2f} micro-batches' activations of its blocks (1F1B: {})\n",
+      name, chunks, layers / (stages * chunks), stages, micro_batches, batch, stages - 1,
+      chunks * micro_batches + stages - 1, 100.0 * strategy::bubble_fraction(stages, micro_batches, chunks),
+      100.0 * (stages - 1) / (chunks * micro_batches), first, static_cast<double>(first) / chunks,
+      std::min(stages, micro_batches));
+}
+
+// The schedule line of a pipeline: its bubble and, interleaved, what each stage holds.
+std::string schedule_words(const std::string& name, const strategy::PipelineOptions& pipeline, int stages,
+                           int micro_batches, int64_t batch, int64_t layers) {
+  if (pipeline.virtual_stages > 1) {
+    return interleaved_words(name, stages, pipeline.virtual_stages, micro_batches, batch, layers);
+  }
+  const bool gpipe = pipeline.schedule == strategy::Schedule::kGpipe;
+  return fmt::format(
+      "\n{}: {} over {} stages, M = {} micro-batches of {}: bubble (P-1)/(M+P-1) = {}/{} = {:.1f}% of a step idle\n",
+      name, gpipe ? "GPipe (all forwards, then all backwards)" : "1F1B (stage s holds at most P-s micro-batches)",
+      stages, micro_batches, batch, stages - 1, micro_batches + stages - 1,
+      100.0 * strategy::bubble_fraction(stages, micro_batches));
+}
+
+}  // namespace
+
 std::string format_pipeline(const RunReport& r) {
   std::string out;
   const double scale = static_cast<double>(r.scale());
@@ -228,12 +264,8 @@ std::string format_pipeline(const RunReport& r) {
     if (o.options.kind != strategy::StrategyKind::kPipeline || o.peak.empty()) continue;
     const strategy::Mesh mesh = strategy::mesh_of(o.options, r.world, 0);
     const int stages = mesh.pipeline;
-    const bool gpipe = o.options.pipeline.schedule == strategy::Schedule::kGpipe;
-    out += fmt::format(
-        "\n{}: {} over {} stages, M = {} micro-batches of {}: bubble (P-1)/(M+P-1) = {}/{} = {:.1f}% of a step idle\n",
-        o.name, gpipe ? "GPipe (all forwards, then all backwards)" : "1F1B (stage s holds at most P-s micro-batches)",
-        stages, micro_batches, r.model.batch, stages - 1, micro_batches + stages - 1,
-        100.0 * strategy::bubble_fraction(stages, micro_batches));
+    const int chunks = o.options.pipeline.virtual_stages;
+    out += schedule_words(o.name, o.options.pipeline, stages, micro_batches, r.model.batch, r.model.layers);
     std::vector<std::string> peaks;
     for (size_t i = 0; i < o.peak.size(); ++i) {
       peaks.push_back(fmt::format("{} {}", o.roles.empty() ? fmt::format("{}", i) : r.rank_words(o, i),
@@ -252,8 +284,8 @@ std::string format_pipeline(const RunReport& r) {
     }
     out += fmt::format(
         "  send/recv: rank 0 sends {} GB per step; the pipeline moves b*s*h*bytes per micro-batch per boundary each "
-        "way, 2(P-1)M = {} messages\n",
-        gb(sent * scale), 2 * (stages - 1) * micro_batches);
+        "way, {} = {} messages\n",
+        gb(sent * scale), chunks > 1 ? "2(PV-1)M" : "2(P-1)M", 2 * (stages * chunks - 1) * micro_batches);
     if (mesh.tensor > 1) {
       out += fmt::format(
           "  tensor-parallel group (T = {}, each stage's blocks split as tp splits them): rank 0 sends {} GB per step, "

@@ -431,24 +431,27 @@ StepTime predict_step_time(const RunOptions& run, int world, const StrategyOutco
   double tokens = 0;
   if (options.kind == strategy::StrategyKind::kPipeline) {
     // Each stage runs its share of the blocks (the last also the head and loss: the slowest), in M + P − 1 slots.
+    // Interleaved (V chunks): V·M + P − 1 slots of a chunk's share, 1/V of the stage's (Narayanan et al. 2021).
     const int stages = strategy::mesh_of(options, world, 0).pipeline;
+    const int chunks = options.pipeline.virtual_stages;
     const int micro_batches = pipeline_micro_batches(run, world);
     const double blocks = std::ceil(double(layers) / stages);
     const double slot_compute = blocks * (u.block_forward + u.block_backward) + u.root_forward + u.root_backward;
     const double slot = slot_compute + pipeline_p2p / micro_batches;
     st.compute = micro_batches * slot_compute + optimizer;
-    st.bubble = (stages - 1) * slot;
+    st.bubble = (stages - 1) * slot / chunks;
     st.exposed_communication = pipeline_p2p + exposed_phases;
-    st.seconds = (micro_batches + stages - 1) * slot + optimizer + exposed_phases + st.offload;
+    st.seconds = micro_batches * slot + st.bubble + optimizer + exposed_phases + st.offload;
     const double busy = micro_batches * slot, filled = busy + st.bubble;
     st.spans = {{fmt::format("{} micro-batches through the slowest stage", micro_batches), false, 0, busy},
                 {"pipeline bubble (fill and drain)", false, busy, filled},
                 {"collectives after backward", true, filled, filled + exposed_phases},
                 {"optimizer step and offload", false, filled + exposed_phases, st.seconds}};
-    st.pipeline =
-        strategy::pipeline_timeline(options.pipeline.schedule, stages, micro_batches,
-                                    blocks * u.block_forward + u.root_forward + pipeline_p2p / micro_batches / 2,
-                                    blocks * u.block_backward + u.root_backward + pipeline_p2p / micro_batches / 2);
+    st.pipeline = strategy::pipeline_timeline(
+        options.pipeline.schedule, stages, micro_batches,
+        (blocks * u.block_forward + u.root_forward + pipeline_p2p / micro_batches / 2) / chunks,
+        (blocks * u.block_backward + u.root_backward + pipeline_p2p / micro_batches / 2) / chunks, chunks);
+    st.pipeline_chunks = chunks;
     tokens = micro_batches * static_cast<double>(full.tokens()) / stages / tensor;
     st.model_flops = model::step_flops(full) * micro_batches / stages / tensor;
   } else {

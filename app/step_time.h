@@ -140,6 +140,7 @@ struct StepTime {
   // pp: every stage's forwards and backwards as its schedule places them, each lasting the slowest stage's share of
   // a slot (its p2p included), from the step's start; the trace's pipeline view. [stage][op]
   std::vector<std::vector<strategy::TimedOp>> pipeline;
+  int pipeline_chunks = 1;  // pp: V, the model chunks each stage's ops run through (interleaved 1F1B)
 };
 
 // The predicted step of one strategy of a finished run or plan (rank 0's outcome, with phase_traffic). Figures are

@@ -162,7 +162,10 @@ void add_pipeline_view(json& events, const StepTime& step, const StepTimeSetting
     double at = 0;
     for (const strategy::TimedOp& op : step.pipeline[s]) {
       if (op.start > at) span("bubble", "predicted bubble", at, op.start);
-      span(fmt::format("{}{}", op.op.forward ? 'F' : 'B', op.op.micro_batch), "predicted pipeline", op.start, op.end);
+      // Interleaved: "F3.1" is micro-batch 3 through the stage's chunk 1.
+      span(step.pipeline_chunks > 1 ? fmt::format("{}{}.{}", op.op.forward ? 'F' : 'B', op.op.micro_batch, op.op.chunk)
+                                    : fmt::format("{}{}", op.op.forward ? 'F' : 'B', op.op.micro_batch),
+           "predicted pipeline", op.start, op.end);
       at = op.end;
     }
     if (end > at) span("bubble", "predicted bubble", at, end);

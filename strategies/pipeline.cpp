@@ -48,10 +48,16 @@
 // A stage's output [b, s, h] at the compute dtype is sent to the next stage after each forward and freed
 // (Megatron's deallocate_output_tensor); the next stage receives it into a buffer that its first block saves
 // (kActivations). In backward the gradient of that output comes back the same way. Per step every boundary
-// carries M activations up and M gradients down: b·s·h·bytes·2·(P − 1)·M bytes over the pipeline. Where two
-// neighbours exchange in both directions at once (Megatron's send_forward_recv_backward and
-// send_backward_recv_forward, batched isend/irecv), the lower stage sends first and the upper receives first, so
-// that both ends of every link see its messages in the same order and emu's blocking sends cannot deadlock.
+// carries M activations up and M gradients down: b·s·h·bytes·2·(P − 1)·M bytes over the pipeline. Megatron batches
+// its sends and receives (isend/irecv); emu's block, so every stage takes its messages in one global order
+// (pipeline.h, stage_program), receiving each just before the op that reads it.
+//
+// Interleaved 1F1B (--virtual-stages V, Megatron's --num-virtual-stages-per-pipeline-rank): each stage holds V
+// chunks of L/(P·V) blocks, chunk v of stage p layer group v·P + p (pipeline.h, interleaved_chunks), the embeddings
+// with chunk 0 of the first stage, the head and loss with chunk V − 1 of the last. The model runs one chunk at a time
+// (Model::set_stage); a micro-batch's activation leaves the last stage's chunk v for the first stage's chunk v + 1
+// and its gradient comes back the same way, so every stage sends V·M activations and V·M gradients per step (the
+// first no gradient of its chunk 0, the last no activation of its chunk V − 1): V times the traffic of 1F1B.
 //
 // Each micro-batch's loss is the mean over its b·s tokens; the step's gradient is the mean over the M micro-batches
 // (Megatron divides each micro-batch's loss by M; emu scales the summed gradients by 1/M at the update, as for
@@ -108,10 +114,6 @@ std::vector<StageBlocks> balance_stages(std::span<const uint64_t> block_weights,
   return out;
 }
 
-double bubble_fraction(int stages, int micro_batches) {
-  return static_cast<double>(stages - 1) / static_cast<double>(micro_batches + stages - 1);
-}
-
 namespace {
 
 // Which of the root's tensors a stage runs: the embeddings on the first, the final norm and head on the last.
@@ -148,7 +150,7 @@ class Pipeline final : public Strategy {
     stage_ = mesh.pipeline_rank();
     stages_ = mesh.pipeline;
     split_stages();
-    model_.set_stage(blocks_[stage_].first, blocks_[stage_].last);
+    set_chunk(0);
     if (stages_ > 1 && config.tie_embeddings) {
       const bool end = stage_ == 0 || stage_ == stages_ - 1;
       if (device_.holds_data()) {
@@ -162,7 +164,9 @@ class Pipeline final : public Strategy {
     units_.resize(static_cast<size_t>(model_.num_units()));
     index_.resize(units_.size());
     if (holds_root()) hold(0);
-    for (int u = blocks_[stage_].first; u <= blocks_[stage_].last; ++u) hold(u);
+    for (const StageBlocks& chunk : chunks_[static_cast<size_t>(stage_)]) {
+      for (int u = chunk.first; u <= chunk.last; ++u) hold(u);
+    }
   }
 
   std::vector<float> full_weights(int unit) override {
@@ -200,39 +204,45 @@ class Pipeline final : public Strategy {
   }
 
  protected:
+  // The stage's program (pipeline.h, stage_program): its forwards and backwards in the schedule's order, chunk by
+  // chunk, and the messages between them, each received just before the op that reads it and sent, in the one global
+  // order every stage follows, after the op that made it.
   double run_micro_batches(std::span<const data::Batch> micro_batches, model::Hooks& hooks) override {
     const int count = static_cast<int>(micro_batches.size());
+    const int chunks = virtual_stages();
     held_.clear();
-    held_.resize(static_cast<size_t>(count));
+    held_.resize(static_cast<size_t>(count) * static_cast<size_t>(chunks));
+    std::vector<Buffer> inputs(held_.size()), output_grads(held_.size()), outputs(held_.size()),
+        input_grads(held_.size());
+    const auto at = [&](const PipelineOp& op) {
+      return static_cast<size_t>(op.chunk) * static_cast<size_t>(count) + static_cast<size_t>(op.micro_batch);
+    };
     double loss = 0;
-    const auto forward = [&](int m) {
-      const data::Batch& batch = micro_batches[static_cast<size_t>(m)];
-      loss += model_.forward(batch.tokens.data(), batch.targets.data(), hooks);
-      if (stage_ < stages_ - 1) {
-        const Buffer output = model_.take_stage_output();
-        pipe().send(output.data(), activation_count(), model_.compute_dtype(), stage_ + 1, "pipeline activations");
-      }
-      held_[static_cast<size_t>(m)] = model_.take_in_flight();
-    };
-    const std::vector<PipelineOp> order = stage_order(options_.pipeline.schedule, stages_, stage_, count);
-    std::vector<bool> received(static_cast<size_t>(count), false);
-    const auto receive = [&](int m) {
-      if (received[static_cast<size_t>(m)]) return;
-      receive_input(m);
-      received[static_cast<size_t>(m)] = true;
-    };
-    for (size_t i = 0; i < order.size(); ++i) {
-      const PipelineOp op = order[i];
-      if (op.forward) {
-        receive(op.micro_batch);
-        forward(op.micro_batch);  // its send before a backward's receive: this stage is the lower end of that link
+    for (const StageEvent& event : stage_program(options_.pipeline.schedule, stages_, stage_, count, chunks)) {
+      const PipelineOp& op = event.op;
+      if (event.kind == StageEvent::Kind::kReceive) {
+        (op.forward ? inputs : output_grads)[at(op)] = receive(op, event.peer);
         continue;
       }
-      Buffer gradient = backward(op.micro_batch, hooks);
-      // A forward next (1F1B's steady state): its input is received before this gradient is sent, as the upper end
-      // of the link below receives first.
-      if (i + 1 < order.size() && order[i + 1].forward) receive(order[i + 1].micro_batch);
-      send_gradient(std::move(gradient), op.micro_batch);
+      if (event.kind == StageEvent::Kind::kSend) {
+        Buffer sent = std::move((op.forward ? outputs : input_grads)[at(op)]);
+        pipe().send(sent.data(), activation_count(), model_.compute_dtype(), event.peer,
+                    op.forward ? "pipeline activations" : "pipeline gradients");
+        continue;
+      }
+      set_chunk(op.chunk);
+      if (op.forward) {
+        if (inputs[at(op)].allocated()) model_.set_stage_input(std::move(inputs[at(op)]));
+        const data::Batch& batch = micro_batches[static_cast<size_t>(op.micro_batch)];
+        loss += model_.forward(batch.tokens.data(), batch.targets.data(), hooks);
+        if (!ends_model(op.chunk)) outputs[at(op)] = model_.take_stage_output();
+        held_[at(op)] = model_.take_in_flight();
+        continue;
+      }
+      model_.restore_in_flight(std::move(held_[at(op)]));
+      if (output_grads[at(op)].allocated()) model_.set_output_gradient(std::move(output_grads[at(op)]));
+      model_.backward(hooks);
+      if (!starts_model(op.chunk)) input_grads[at(op)] = model_.take_input_gradient();
     }
     reduce_embedding();
     // The loss exists on the last stage; every stage reports it.
@@ -339,19 +349,34 @@ class Pipeline final : public Strategy {
   }
   int owner_of(int block) const {
     for (int s = 0; s < stages_; ++s) {
-      if (block >= blocks_[s].first && block <= blocks_[s].last) return s;
+      for (const StageBlocks& chunk : chunks_[static_cast<size_t>(s)]) {
+        if (block >= chunk.first && block <= chunk.last) return s;
+      }
     }
     EMU_CHECK(false, "block {} is on no stage", block);
     return 0;
+  }
+  int virtual_stages() const { return static_cast<int>(chunks_[0].size()); }
+  // This stage's chunk `chunk` begins the model (the embedding) or ends it (the head and the loss).
+  bool starts_model(int chunk) const { return stage_ == 0 && chunk == 0; }
+  bool ends_model(int chunk) const { return stage_ == stages_ - 1 && chunk == virtual_stages() - 1; }
+  // The model runs this stage's chunk `chunk` from now on.
+  void set_chunk(int chunk) {
+    const StageBlocks& blocks = chunks_[static_cast<size_t>(stage_)][static_cast<size_t>(chunk)];
+    model_.set_stage(blocks.first, blocks.last);
   }
   size_t activation_count() const {
     return static_cast<size_t>(model_.config().tokens()) * static_cast<size_t>(model_.config().hidden);
   }
 
   // The stages balanced by the parameters a shrunk run charges (the full-scale counts ÷ k², so that the shrunk and
-  // the full-scale model split alike).
+  // the full-scale model split alike); interleaved, Megatron's equal chunks (pipeline.h, interleaved_chunks).
   void split_stages() {
     const model::ModelConfig& config = model_.config();
+    if (options_.pipeline.virtual_stages > 1) {
+      chunks_ = interleaved_chunks(static_cast<int>(config.layers), stages_, options_.pipeline.virtual_stages);
+      return;
+    }
     const model::UnitLayout& root = model_.layout(0);
     uint64_t first = 0, last = 0;
     for (size_t p = 0; p < root.params.size(); ++p) {
@@ -365,7 +390,8 @@ class Pipeline final : public Strategy {
       for (const model::ParamInfo& p : model_.layout(u).params) charged += model::tensor_charge(config, p);
       blocks.push_back(charged);
     }
-    blocks_ = balance_stages(blocks, first, last, stages_);
+    chunks_.clear();
+    for (const StageBlocks& stage : balance_stages(blocks, first, last, stages_)) chunks_.push_back({stage});
   }
 
   // Allocates and initialises unit `unit`'s model states; the root's are charged for the tensors this stage owns.
@@ -453,32 +479,16 @@ class Pipeline final : public Strategy {
     }
   }
 
-  // A stage after the first receives micro-batch m's input from the stage before it and hands it to the model.
-  void receive_input(int m) {
-    if (stage_ == 0) return;
-    Buffer input = device_.allocate(activation_count(), model_.compute_dtype(), Category::kActivations,
-                                    fmt::format("pipeline input, micro-batch {} (received)", m));
-    pipe().recv(input.data(), activation_count(), model_.compute_dtype(), stage_ - 1, "pipeline activations");
-    model_.set_stage_input(std::move(input));
-  }
-
-  // Micro-batch m's backward from the gradient of this stage's output (received from the next stage, or the loss
-  // on the last); returns the gradient of the stage's input (empty on the first stage).
-  Buffer backward(int m, model::Hooks& hooks) {
-    model_.restore_in_flight(std::move(held_[static_cast<size_t>(m)]));
-    if (stage_ < stages_ - 1) {
-      Buffer gradient = device_.allocate(activation_count(), model_.compute_dtype(), Category::kTemporaries,
-                                         fmt::format("pipeline output gradient, micro-batch {} (received)", m));
-      pipe().recv(gradient.data(), activation_count(), model_.compute_dtype(), stage_ + 1, "pipeline gradients");
-      model_.set_output_gradient(std::move(gradient));
-    }
-    model_.backward(hooks);
-    return stage_ > 0 ? model_.take_input_gradient() : Buffer();
-  }
-
-  void send_gradient(Buffer gradient, int m) {
-    if (!gradient.allocated()) return;  // the first stage's backward ends at the embedding
-    pipe().send(gradient.data(), activation_count(), model_.compute_dtype(), stage_ - 1, "pipeline gradients");
+  // The message `op` reads, from stage `peer`: its input activation (kept by its first block) or the gradient of
+  // its output.
+  Buffer receive(const PipelineOp& op, int peer) {
+    Buffer buffer = device_.allocate(activation_count(), model_.compute_dtype(),
+                                     op.forward ? Category::kActivations : Category::kTemporaries,
+                                     fmt::format("pipeline {}, micro-batch {} (received)",
+                                                 op.forward ? "input" : "output gradient", op.micro_batch));
+    pipe().recv(buffer.data(), activation_count(), model_.compute_dtype(), peer,
+                op.forward ? "pipeline activations" : "pipeline gradients");
+    return buffer;
   }
 
   // Tied embeddings: the first and the last stage sum their gradients of the shared table.
@@ -497,9 +507,9 @@ class Pipeline final : public Strategy {
   std::unique_ptr<GroupTensorParallel> tensor_;
   std::vector<std::vector<std::vector<int64_t>>> index_;  // [units][params][local elements] under TP (tp_slice_index)
   int stage_ = 0, stages_ = 1;
-  std::vector<StageBlocks> blocks_;                      // [P]
-  std::vector<Held> units_;                              // [units] allocated where this stage holds the unit
-  std::vector<model::Model::InFlight> held_;             // [M] the micro-batches in flight between forward and backward
+  std::vector<std::vector<StageBlocks>> chunks_;  // [P][V] each stage's blocks, one chunk unless interleaved
+  std::vector<Held> units_;                       // [units] allocated where this stage holds the unit
+  std::vector<model::Model::InFlight> held_;      // [V·M] the chunks' micro-batches between forward and backward
   std::unique_ptr<coll::Communicator> embedding_group_;  // the first and the last stage, with tied embeddings
 };
 

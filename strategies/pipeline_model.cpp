@@ -8,6 +8,9 @@
 //   traffic     per step, M micro-batches (input.accumulation): M sends of b·s·h elements to the next stage (all
 //               but the last) and M to the previous one (all but the first), at the compute dtype; with tied
 //               embeddings the first and the last stage all-reduce the table's gradient (2 ranks: once its size)
+//   interleaved with V chunks per stage (--virtual-stages): the stage's blocks are its V chunks of L/(P·V)
+//               (chunk v: layer group v·P + p), and each chunk sends its M activations on (the last stage's chunk
+//               V − 1 none) and its M gradients back (the first stage's chunk 0 none): (2V − [first] − [last])·M sends
 //   data        with D = N/P > 1 replicas (--pp P < N): the sends in the "pipeline" group, and per step one
 //               all-reduce of each unit's gradients the stage owns in the "data-parallel" group, 2(D − 1)/D of them
 //   optimizer   with the distributed optimizer the stage's optimizer state of 1/D of its elements, and a
@@ -17,6 +20,7 @@
 //               (6 checkpointed), once more on the first stage (the embedding output) and on the last (the head's
 //               input gradient), and 3 times b·s fp32 on the last (the parallel cross-entropy), ring 2(T − 1)/T
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "strategies/analytic.h"
 #include "strategies/pipeline.h"
@@ -39,9 +43,19 @@ Updated predict_pipeline(const StrategyOptions& options, const AnalyticInput& in
     }
     blocks.push_back(charged);
   }
-  const StageBlocks mine = balance_stages(blocks, input.root_first_stage, input.root_last_stage, stages)[stage];
+  const int chunks = options.pipeline.virtual_stages;
+  std::vector<StageBlocks> mine;  // the stage's chunks
+  if (chunks > 1) {
+    mine = interleaved_chunks(static_cast<int>(blocks.size()), stages, chunks)[static_cast<size_t>(stage)];
+  } else {
+    mine.push_back(balance_stages(blocks, input.root_first_stage, input.root_last_stage, stages)[stage]);
+  }
   Updated held;
-  for (int u = mine.first; u <= mine.last; ++u) held.emplace_back(u, input.unit_counts[static_cast<size_t>(u)]);
+  uint64_t own_blocks = 0;
+  for (const StageBlocks& chunk : mine) {
+    for (int u = chunk.first; u <= chunk.last; ++u) held.emplace_back(u, input.unit_counts[static_cast<size_t>(u)]);
+    own_blocks += static_cast<uint64_t>(chunk.last - chunk.first + 1);
+  }
   uint64_t root = 0;
   if (stage == 0) root += input.root_first_stage;
   if (stage == stages - 1) root += input.root_last_stage;
@@ -53,13 +67,13 @@ Updated predict_pipeline(const StrategyOptions& options, const AnalyticInput& in
     add_megatron_unit(prediction, updated, input, recipe, mesh, distributed, unit, elements);
   }
   const uint64_t micro_batches = static_cast<uint64_t>(input.accumulation);
-  const uint64_t sends = micro_batches * ((stage < stages - 1 ? 1 : 0) + (stage > 0 ? 1 : 0));
+  const auto v = static_cast<uint64_t>(chunks);
+  const uint64_t sends = micro_batches * ((stage < stages - 1 ? v : v - 1) + (stage > 0 ? v : v - 1));
   if (sends > 0) {
     prediction.traffic.push_back({coll::CollectiveKind::kSend, mesh.data > 1 || mesh.tensor > 1 ? "pipeline" : "world",
                                   sends, sends * input.boundary_bytes});
   }
   if (mesh.tensor > 1) {
-    const uint64_t own_blocks = static_cast<uint64_t>(mine.last) - static_cast<uint64_t>(mine.first) + 1;
     const uint64_t hidden =
         own_blocks * (input.checkpoint ? 6 : 4) + (stage == 0 ? 1 : 0) + (stage == stages - 1 ? 1 : 0);
     add_ring_traffic(prediction, coll::CollectiveKind::kAllReduce, "tensor-parallel", input.boundary_bytes, mesh.tensor,
@@ -73,7 +87,10 @@ Updated predict_pipeline(const StrategyOptions& options, const AnalyticInput& in
     add_ring_traffic(prediction, coll::CollectiveKind::kAllReduce, "embedding group",
                      input.bytes(AnalyticInput::kCharged, input.tied_embedding, recipe.grads), 2);
   }
-  prediction.formula = fmt::format("16Ψ_s: stage {} of {}, blocks {}..{}", stage, stages, mine.first, mine.last);
+  std::vector<std::string> ranges;
+  ranges.reserve(mine.size());
+  for (const StageBlocks& chunk : mine) ranges.push_back(fmt::format("{}..{}", chunk.first, chunk.last));
+  prediction.formula = fmt::format("16Ψ_s: stage {} of {}, blocks {}", stage, stages, fmt::join(ranges, ", "));
   return updated;
 }
 

@@ -38,10 +38,14 @@ constexpr Named kNames[] = {
 std::string StrategyOptions::name() const {
   for (const Named& named : kNames) {
     if (named.kind == kind && (kind != StrategyKind::kFsdp || named.sharding == fsdp.sharding)) {
-      if (named_data < 1) return std::string(named.name);
+      // Interleaved pp: its chunks per stage ("pp·v2", "pp4·v2·dp2").
+      const std::string chunks = kind == StrategyKind::kPipeline && pipeline.virtual_stages > 1
+                                     ? fmt::format("·v{}", pipeline.virtual_stages)
+                                     : "";
+      if (named_data < 1) return std::string(named.name) + chunks;
       if (kind == StrategyKind::kFsdp2) return fmt::format("{}·tp{}", named.name, parallel.tensor);  // D = N/T
       const bool tensor = kind == StrategyKind::kTensor;
-      std::string out = fmt::format("{}{}", named.name, tensor ? parallel.tensor : parallel.pipeline);
+      std::string out = fmt::format("{}{}{}", named.name, tensor ? parallel.tensor : parallel.pipeline, chunks);
       if (!tensor && parallel.tensor > 1) out += fmt::format("·tp{}", parallel.tensor);
       if (named_data > 1) out += fmt::format("·dp{}", named_data);
       if (named_data > 1 && parallel.distributed_optimizer) out += "·do";

@@ -129,6 +129,9 @@ enum class Schedule : uint8_t { kGpipe, k1F1B };
 std::vector<std::string> schedule_names();  // "gpipe", "1f1b"
 struct PipelineOptions {
   Schedule schedule = Schedule::k1F1B;
+  // Interleaved 1F1B: model chunks per stage, V (Megatron-LM's --num-virtual-stages-per-pipeline-rank, formerly
+  // --virtual-pipeline-model-parallel-size); 1: one contiguous chunk per stage (pipeline.h).
+  int virtual_stages = 1;
 };
 
 // The parallel layout of tp and pp: the world of N ranks as DP × PP × TP, TP innermost (T consecutive ranks,

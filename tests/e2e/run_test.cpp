@@ -128,6 +128,17 @@ TEST_P(Ranks, BadInputsExitTwoWithOneMessage) {
       {"--model gpt2 --strategies zero3,fsdp2 --bucket-view", "--bucket-view is PyTorch DDP's"},
       {"--model gpt2 --deepspeed " + stage0_offload,
        "\"zero_optimization.offload_optimizer\" (or \"cpu_offload\") is \"cpu\" at stage 0"},
+      // Interleaved 1F1B as Megatron-LM accepts it: GPT-2's 12 blocks in P·V equal chunks, M a multiple of P, P ≥ 2.
+      {"--model gpt2 --strategies pp --virtual-stages 0", "--virtual-stages 0 is out of range; accepted: 1 to 12"},
+      {"--model gpt2 --strategies pp --pp 2 --virtual-stages 5",
+       "12 blocks are not divisible into P x V = 2 x 5 = 10 equal chunks; accepted with P = 2: 1, 2, 3, 6"},
+      {"--model gpt2 --strategies pp --pp 2 --virtual-stages 2 --micro-batches 3",
+       "M = 3 micro-batches is not a multiple of the 2 stages, as Megatron-LM's interleaved schedule needs; "
+       "accepted: --micro-batches 2, 4, 6"},
+      {"--model gpt2 --strategies pp --pp 2 --virtual-stages 2 --schedule gpipe",
+       "--virtual-stages 2 interleaves 1F1B; accepted with --schedule 1f1b only"},
+      {"--model gpt2 --strategies pp --pp 1 --virtual-stages 2", "accepted: 2 stages or more"},
+      {"--model gpt2 --strategies ddp --virtual-stages 2", "accepted with pp among --strategies"},
   };
   for (const auto& [args, message] : table) {
     const auto run = run_process(mpiexec(ranks) + kEmu + " " + args);

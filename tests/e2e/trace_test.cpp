@@ -338,5 +338,54 @@ TEST(Trace, PipelineViewShowsEachStagesSchedule) {
   EXPECT_NEAR(ends["gpipe"], ends["1f1b"], 1e-6 * ends["gpipe"]);
 }
 
+// Interleaved (--virtual-stages 3: GPT-2's 12 blocks in 12 chunks of one, P = 4, M = 4), by hand from Megatron's
+// schedule table (micro-batch.chunk: k = 0..3 are 0.0 … 3.0, k = 4..7 0.1 … 3.1, k = 8..11 0.2 … 3.2): the first
+// stage's warm-up 2·3 + 2·4 = 14 covers all 12 chunk micro-batches, so it runs every forward, then the backwards
+// with the chunks reversed; the last warms up with 2·4 = 8 and alternates. Each slot is a third of a stage's work, so
+// the bubble is (P − 1)/(VM + P − 1) = 3/15 of the step on every stage.
+TEST(Trace, PipelineViewShowsTheInterleavedSchedule) {
+  const Outputs run = run_emu(4,
+                              " --model gpt2 --shrink 8 --strategies pp --micro-batches 4 --steps 1 "
+                              "--hardware a100-40gb-sxm --virtual-stages 3");
+  ASSERT_FALSE(run.trace.is_null());
+  std::map<int, int> stage_of;  // tid -> stage
+  for (const json& e : run.trace["traceEvents"]) {
+    if (e["ph"] != "M" || e["name"] != "thread_name") continue;
+    const std::string name = e["args"]["name"];
+    const size_t at = name.find(": pipeline stage ");
+    if (at != std::string::npos) stage_of[e["tid"].get<int>()] = std::stoi(name.substr(at + 17));
+  }
+  ASSERT_EQ(stage_of.size(), 4u);
+  std::map<int, std::vector<json>> spans;
+  for (const json& e : run.trace["traceEvents"]) {
+    if (e["ph"] == "X" && stage_of.contains(e["tid"].get<int>())) spans[stage_of[e["tid"].get<int>()]].push_back(e);
+  }
+  for (auto& [stage, list] : spans) {
+    std::ranges::sort(list, {}, [](const json& e) { return e["ts"].get<double>(); });
+    std::string order;
+    double bubble = 0, end = 0;
+    for (const json& e : list) {
+      end = std::max(end, e["ts"].get<double>() + e["dur"].get<double>());
+      if (e["name"] == "bubble") {
+        bubble += e["dur"].get<double>();
+      } else {
+        if (!order.empty()) order += ' ';
+        order += e["name"].get<std::string>();
+      }
+    }
+    if (stage == 0) {
+      EXPECT_EQ(order,
+                "F0.0 F1.0 F2.0 F3.0 F0.1 F1.1 F2.1 F3.1 F0.2 F1.2 F2.2 F3.2 "
+                "B0.2 B1.2 B2.2 B3.2 B0.1 B1.1 B2.1 B3.1 B0.0 B1.0 B2.0 B3.0");
+    }
+    if (stage == 3) {
+      EXPECT_EQ(order,
+                "F0.0 F1.0 F2.0 F3.0 F0.1 F1.1 F2.1 F3.1 F0.2 B0.2 F1.2 B1.2 F2.2 B2.2 F3.2 B3.2 "
+                "B0.1 B1.1 B2.1 B3.1 B0.0 B1.0 B2.0 B3.0");
+    }
+    EXPECT_NEAR(bubble / end, 3.0 / 15.0, 1e-6) << "stage " << stage;
+  }
+}
+
 }  // namespace
 }  // namespace emu

@@ -34,8 +34,9 @@ model::ModelConfig parallel_config() {
   return config;
 }
 
-// "tp", "pp", "pp-tp" (pp whose stages are TP `degree` too), each with "-do" for the distributed optimizer, and
-// "fsdp2-tp" (FSDP2 over the replicas of TP `degree` layers), of degree `degree`.
+// "tp", "pp", "pp-tp" (pp whose stages are TP `degree` too), each with "-do" for the distributed optimizer, of
+// degree `degree`; pp's with "-v2" interleaved, 2 chunks of one block per stage; and "fsdp2-tp" (FSDP2 over the
+// replicas of TP `degree` layers).
 strategy::StrategyOptions parallel_options(std::string_view name, int degree) {
   if (name == "fsdp2-tp") {
     strategy::StrategyOptions options = test_options("fsdp2", optim::Recipe::kFp32);
@@ -47,6 +48,7 @@ strategy::StrategyOptions parallel_options(std::string_view name, int degree) {
   (pipeline ? options.parallel.pipeline : options.parallel.tensor) = degree;
   if (name.starts_with("pp-tp")) options.parallel.tensor = degree;
   options.parallel.distributed_optimizer = name.ends_with("-do");
+  if (name.find("-v2") != std::string_view::npos) options.pipeline.virtual_stages = 2;
   return options;
 }
 
@@ -142,11 +144,13 @@ TEST_P(Equivalence, SameAsSingleDevice) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Parallel, Equivalence,
-                         ::testing::Values("tp", "pp", "tp-do", "pp-do", "pp-tp", "pp-tp-do", "fsdp2-tp"),
+                         ::testing::Values("tp", "pp", "tp-do", "pp-do", "pp-tp", "pp-tp-do", "pp-v2-do", "pp-tp-v2",
+                                           "fsdp2-tp"),
                          [](const ::testing::TestParamInfo<std::string>& param) {
                            if (param.param == "fsdp2-tp") return std::string("fsdp2_tp2");
                            std::string name =
                                param.param.starts_with("pp-tp") ? "pp2_tp2_dp" : param.param.substr(0, 2) + "2_dp";
+                           if (param.param.find("-v2") != std::string::npos) name += "_interleaved";
                            return param.param.ends_with("-do") ? name + "_distributed_optimizer" : name;
                          });
 
