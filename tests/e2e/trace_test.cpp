@@ -285,6 +285,40 @@ TEST(Trace, SplitGroupsOverTwoSteps) {
   check_svg(run.svg, run.root);
 }
 
+// The trace's predicted pipeline tracks (one per stage): each stage's op names in time order, its bubble and its end.
+struct StageTrack {
+  std::string order;  // "F0 F1 B0 …"
+  double bubble = 0, end = 0;
+};
+std::map<int, StageTrack> stage_tracks(const json& trace) {
+  std::map<int, int> stage_of;  // tid -> stage
+  for (const json& e : trace["traceEvents"]) {
+    if (e["ph"] != "M" || e["name"] != "thread_name") continue;
+    const std::string name = e["args"]["name"];
+    const size_t at = name.find(": pipeline stage ");
+    if (at != std::string::npos) stage_of[e["tid"].get<int>()] = std::stoi(name.substr(at + 17));
+  }
+  std::map<int, std::vector<json>> spans;  // stage -> spans
+  for (const json& e : trace["traceEvents"]) {
+    if (e["ph"] == "X" && stage_of.contains(e["tid"].get<int>())) spans[stage_of[e["tid"].get<int>()]].push_back(e);
+  }
+  std::map<int, StageTrack> tracks;
+  for (auto& [stage, list] : spans) {
+    std::ranges::sort(list, {}, [](const json& e) { return e["ts"].get<double>(); });
+    StageTrack& track = tracks[stage];
+    for (const json& e : list) {
+      track.end = std::max(track.end, e["ts"].get<double>() + e["dur"].get<double>());
+      if (e["name"] == "bubble") {
+        track.bubble += e["dur"].get<double>();
+      } else {
+        if (!track.order.empty()) track.order += ' ';
+        track.order += e["name"].get<std::string>();
+      }
+    }
+  }
+  return tracks;
+}
+
 // pp with --hardware: a predicted track per stage showing its schedule, so GPipe and 1F1B can be compared. P = 4,
 // M = 4, drawn by hand: GPipe runs F0..F3 then B0..B3 on every stage; 1F1B's first stage warms up with 3 forwards
 // (F0 F1 F2, then F3 B0, then B1 B2 B3) and its last alternates from the start. Both fill M + P − 1 = 7 slots, so
@@ -300,39 +334,17 @@ TEST(Trace, PipelineViewShowsEachStagesSchedule) {
                                 "--hardware a100-40gb-sxm --schedule " +
                                     schedule);
     ASSERT_FALSE(run.trace.is_null());
-    std::map<int, int> stage_of;  // tid -> stage
-    for (const json& e : run.trace["traceEvents"]) {
-      if (e["ph"] != "M" || e["name"] != "thread_name") continue;
-      const std::string name = e["args"]["name"];
-      const size_t at = name.find(": pipeline stage ");
-      if (at != std::string::npos) stage_of[e["tid"].get<int>()] = std::stoi(name.substr(at + 17));
-    }
-    ASSERT_EQ(stage_of.size(), 4u) << schedule;
-    std::map<int, std::vector<json>> spans;  // stage -> spans in time order
-    for (const json& e : run.trace["traceEvents"]) {
-      if (e["ph"] == "X" && stage_of.contains(e["tid"].get<int>())) spans[stage_of[e["tid"].get<int>()]].push_back(e);
-    }
-    for (auto& [stage, list] : spans) {
-      std::ranges::sort(list, {}, [](const json& e) { return e["ts"].get<double>(); });
-      std::string order;
-      double bubble = 0, end = 0;
-      for (const json& e : list) {
-        end = std::max(end, e["ts"].get<double>() + e["dur"].get<double>());
-        if (e["name"] == "bubble") {
-          bubble += e["dur"].get<double>();
-        } else {
-          if (!order.empty()) order += ' ';
-          order += e["name"].get<std::string>();
-        }
-      }
+    const std::map<int, StageTrack> tracks = stage_tracks(run.trace);
+    ASSERT_EQ(tracks.size(), 4u) << schedule;
+    for (const auto& [stage, track] : tracks) {
       if (stage == 0) {
-        EXPECT_EQ(order, orders[0]) << schedule;
+        EXPECT_EQ(track.order, orders[0]) << schedule;
       }
       if (stage == 3) {
-        EXPECT_EQ(order, orders[1]) << schedule;
+        EXPECT_EQ(track.order, orders[1]) << schedule;
       }
-      EXPECT_NEAR(bubble / end, 3.0 / 7.0, 1e-6) << schedule << " stage " << stage;
-      ends[schedule] = std::max(ends[schedule], end);
+      EXPECT_NEAR(track.bubble / track.end, 3.0 / 7.0, 1e-6) << schedule << " stage " << stage;
+      ends[schedule] = std::max(ends[schedule], track.end);
     }
   }
   EXPECT_NEAR(ends["gpipe"], ends["1f1b"], 1e-6 * ends["gpipe"]);
@@ -348,31 +360,10 @@ TEST(Trace, PipelineViewShowsTheInterleavedSchedule) {
                               " --model gpt2 --shrink 8 --strategies pp --micro-batches 4 --steps 1 "
                               "--hardware a100-40gb-sxm --virtual-stages 3");
   ASSERT_FALSE(run.trace.is_null());
-  std::map<int, int> stage_of;  // tid -> stage
-  for (const json& e : run.trace["traceEvents"]) {
-    if (e["ph"] != "M" || e["name"] != "thread_name") continue;
-    const std::string name = e["args"]["name"];
-    const size_t at = name.find(": pipeline stage ");
-    if (at != std::string::npos) stage_of[e["tid"].get<int>()] = std::stoi(name.substr(at + 17));
-  }
-  ASSERT_EQ(stage_of.size(), 4u);
-  std::map<int, std::vector<json>> spans;
-  for (const json& e : run.trace["traceEvents"]) {
-    if (e["ph"] == "X" && stage_of.contains(e["tid"].get<int>())) spans[stage_of[e["tid"].get<int>()]].push_back(e);
-  }
-  for (auto& [stage, list] : spans) {
-    std::ranges::sort(list, {}, [](const json& e) { return e["ts"].get<double>(); });
-    std::string order;
-    double bubble = 0, end = 0;
-    for (const json& e : list) {
-      end = std::max(end, e["ts"].get<double>() + e["dur"].get<double>());
-      if (e["name"] == "bubble") {
-        bubble += e["dur"].get<double>();
-      } else {
-        if (!order.empty()) order += ' ';
-        order += e["name"].get<std::string>();
-      }
-    }
+  const std::map<int, StageTrack> tracks = stage_tracks(run.trace);
+  ASSERT_EQ(tracks.size(), 4u);
+  for (const auto& [stage, track] : tracks) {
+    const std::string& order = track.order;
     if (stage == 0) {
       EXPECT_EQ(order,
                 "F0.0 F1.0 F2.0 F3.0 F0.1 F1.1 F2.1 F3.1 F0.2 F1.2 F2.2 F3.2 "
@@ -383,7 +374,7 @@ TEST(Trace, PipelineViewShowsTheInterleavedSchedule) {
                 "F0.0 F1.0 F2.0 F3.0 F0.1 F1.1 F2.1 F3.1 F0.2 B0.2 F1.2 B1.2 F2.2 B2.2 F3.2 B3.2 "
                 "B0.1 B1.1 B2.1 B3.1 B0.0 B1.0 B2.0 B3.0");
     }
-    EXPECT_NEAR(bubble / end, 3.0 / 15.0, 1e-6) << "stage " << stage;
+    EXPECT_NEAR(track.bubble / track.end, 3.0 / 15.0, 1e-6) << "stage " << stage;
   }
 }
 
