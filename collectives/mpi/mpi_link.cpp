@@ -5,7 +5,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
-#include <thread>
+#include <string_view>
 #include <vector>
 
 #include "collectives/mpi/mpi_communicator.h"
@@ -18,26 +18,25 @@ namespace {
 
 constexpr int kTag = 0x3e17;
 
-// Whether this host runs more ranks than it has hardware threads: Open MPI's launcher tells each process how many
-// ranks share its host (OMPI_COMM_WORLD_LOCAL_SIZE); another launcher that does not is taken as oversubscribed.
-bool host_oversubscribed() {
-  static const bool oversubscribed = [] {
-    const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
-    const unsigned threads = std::max(1u, std::thread::hardware_concurrency());
-    return local == nullptr || std::strtoul(local, nullptr, 10) > threads;
+// Whether a rank waiting in an exchange sleeps between polls (EMU_COLL_WAIT=sleep) instead of waiting as MPI does.
+bool sleep_while_waiting() {
+  static const bool sleep = [] {
+    const char* wait = std::getenv("EMU_COLL_WAIT");
+    return wait != nullptr && std::string_view(wait) == "sleep";
   }();
-  return oversubscribed;
+  return sleep;
 }
 
-// Waits for `count` requests without holding a core when the host is oversubscribed. MPI_Sendrecv would poll until
-// they complete, and Open MPI's poll only yields the core (mpi_yield_when_idle, on when oversubscribed), which
-// Linux's fair scheduler still counts as a runnable task: with 8 ranks on 2 cores the waiting ranks took their share
-// of the cores from the ranks that had work (17% of the default run's CPU in sched_yield). Polls for 20 us, enough
-// for a peer on another core to answer, then sleeps 8, 16, ... up to 128 us between polls. With a core per rank it
-// waits as MPI does (a sleep would only add latency to what coll-perf measures). Only waiting changes: the bytes,
-// their order and the arithmetic are MPI's as before.
+// Waits for `count` requests. By default as MPI does: Open MPI polls, yielding the core when oversubscribed
+// (mpi_yield_when_idle). With EMU_COLL_WAIT=sleep it polls for 20 us, enough for a peer on another core to answer,
+// then sleeps 8, 16, ... up to 128 us between polls, so that a waiting rank holds no core. That pays only on a host
+// busy with other work: Linux's fair scheduler hands a yielding rank its share of the cores, taken from the other
+// jobs (the default 8-rank run at load 7-19: wall 20.4 s -> 9.4 s). On an idle host a sleep (never shorter than
+// the timer slack, ~50 us) leaves cores idle that a peer's answer needed: the default 8-rank run on the idle 2-core
+// machine took 7.2-7.5 s sleeping, 4.3-4.7 s as MPI waits. Only waiting changes: the bytes, their order and the
+// arithmetic are MPI's as before.
 void wait_politely(MPI_Request* requests, int count) {
-  if (!host_oversubscribed()) {
+  if (!sleep_while_waiting()) {
     EMU_MPI_CHECK(MPI_Waitall(count, requests, MPI_STATUSES_IGNORE));
     return;
   }
