@@ -2,12 +2,16 @@
 // every strategy must match (torchtitan's ladder: single device trusted, every strategy checked against it).
 #pragma once
 
+#include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "collectives/mpi/mpi_communicator.h"
@@ -91,6 +95,30 @@ inline void record_step(Trace& trace, float loss, const strategy::StepResult& re
   std::vector<std::vector<float>> full(static_cast<size_t>(units));
   for (size_t u = 0; u < full.size(); ++u) full[u] = strategy.full_weights(static_cast<int>(u));
   trace.weights.push_back(std::move(full));
+}
+
+// The largest error of `run`'s weights after step `step` against `reference`'s, relative to max(1, |reference|), and
+// where it is. A unit whose size differs is a test failure (and an infinite error).
+struct WeightError {
+  double worst = 0;
+  size_t unit = 0, element = 0;
+};
+inline WeightError worst_weight_error(const Trace& run, const Trace& reference, size_t step) {
+  WeightError error;
+  for (size_t u = 0; u < reference.weights[step].size(); ++u) {
+    const std::vector<float>& want = reference.weights[step][u];
+    const std::vector<float>& got = run.weights[step][u];
+    if (got.size() != want.size()) {
+      ADD_FAILURE() << "step " << step + 1 << ", unit " << u << ": " << got.size() << " elements, the reference "
+                    << want.size();
+      return {std::numeric_limits<double>::infinity(), u, 0};
+    }
+    for (size_t e = 0; e < want.size(); ++e) {
+      const double relative = std::abs(double(got[e]) - want[e]) / std::max(1.0, std::abs(double(want[e])));
+      if (relative > error.worst) error = {relative, u, e};
+    }
+  }
+  return error;
 }
 
 // The mean over the world's ranks of each rank's `value` (each rank's loss over its own micro-batches).
@@ -242,6 +270,42 @@ inline Trace run_reference(model::Style style, const strategy::StrategyOptions& 
 
 // One strategy on the world: micro-batch b = 1 per rank, the same global batch as the reference. Pipeline
 // parallelism (pp) runs the whole global batch through its stages: every rank is given all N × accumulation
+// A strategy over MPI_COMM_WORLD alone, set up on `config` (tp, pp and their compositions split their own groups
+// from the world); the test runs its steps.
+struct WorldRun {
+  std::unique_ptr<Device> device;
+  std::unique_ptr<coll::Communicator> world;
+  std::unique_ptr<model::Model> model;
+  std::unique_ptr<strategy::Strategy> strategy;
+  Trace trace;
+
+  // The ledger of this rank's group whose name starts with `kind` ("tensor-parallel", "pipeline",
+  // "data-parallel").
+  const coll::Ledger& ledger(std::string_view kind) const {
+    for (coll::Communicator* group : strategy->groups()) {
+      if (group->name().starts_with(kind)) return group->ledger();
+    }
+    EMU_CHECK(false, "no {} group", kind);
+    return world->ledger();
+  }
+};
+
+// `model_options` at the recipe's compute dtype.
+inline std::unique_ptr<WorldRun> set_up_on_world(const model::ModelConfig& config,
+                                                 const strategy::StrategyOptions& options,
+                                                 model::ModelOptions model_options = {}) {
+  auto run = std::make_unique<WorldRun>();
+  MemoryPool::Options memory;
+  memory.rank = world_rank();
+  run->device = make_cpu_device(memory);
+  run->world = coll::make_mpi_communicator(MPI_COMM_WORLD, *run->device);
+  model_options.compute = options.recipe.params;
+  run->model = std::make_unique<model::Model>(*run->device, config, model_options);
+  run->strategy = strategy::make_strategy({*run->device, *run->world, *run->model}, options);
+  run->strategy->setup();
+  return run;
+}
+
 // micro-batches of one sequence, those the N data-parallel ranks would hold between them.
 // Hybrid sharding in the tests: "nodes" of two ranks when the world splits into pairs, else of one.
 inline int test_ranks_per_node() { return world_size() % 2 == 0 ? 2 : 1; }

@@ -52,39 +52,12 @@ strategy::StrategyOptions parallel_options(std::string_view name, int degree) {
   return options;
 }
 
-struct ParallelRun {
-  std::unique_ptr<Device> device;
-  std::unique_ptr<coll::Communicator> world;
-  std::unique_ptr<model::Model> model;
-  std::unique_ptr<strategy::Strategy> strategy;
-  Trace trace;
-
-  // The ledger of this rank's group whose name starts with `kind` ("tensor-parallel", "pipeline",
-  // "data-parallel").
-  const coll::Ledger& ledger(std::string_view kind) const {
-    for (coll::Communicator* group : strategy->groups()) {
-      if (group->name().starts_with(kind)) return group->ledger();
-    }
-    EMU_CHECK(false, "no {} group", kind);
-    return world->ledger();
-  }
-};
-
 // Every rank of replica d runs micro-batches m = 0 … count − 1 of samples m·D + d, as the app gives them
 // (app/run.cpp replica_micro_batches).
-std::unique_ptr<ParallelRun> run_parallel(const strategy::StrategyOptions& options, int count, int steps,
-                                          bool weights_every_step) {
-  auto run = std::make_unique<ParallelRun>();
-  MemoryPool::Options memory;
-  memory.rank = world_rank();
-  run->device = make_cpu_device(memory);
-  run->world = coll::make_mpi_communicator(MPI_COMM_WORLD, *run->device);
+std::unique_ptr<WorldRun> run_parallel(const strategy::StrategyOptions& options, int count, int steps,
+                                       bool weights_every_step) {
   const model::ModelConfig config = parallel_config();
-  model::ModelOptions model_options;
-  model_options.compute = options.recipe.params;
-  run->model = std::make_unique<model::Model>(*run->device, config, model_options);
-  run->strategy = strategy::make_strategy({*run->device, *run->world, *run->model}, options);
-  run->strategy->setup();
+  auto run = set_up_on_world(config, options);
   const strategy::Mesh mesh = strategy::mesh_of(options, world_size(), world_rank());
   const auto data = tiny_data(config);
   for (int step = 0; step < steps; ++step) {
@@ -127,19 +100,9 @@ TEST_P(Equivalence, SameAsSingleDevice) {
         << "step " << step + 1;
     EXPECT_NEAR(run->trace.grad_norms[i], reference.grad_norms[i], kNormTolerance * reference.grad_norms[i])
         << "step " << step + 1;
-    double worst = 0;
-    size_t worst_unit = 0, worst_element = 0;
-    for (size_t u = 0; u < reference.weights[i].size(); ++u) {
-      const std::vector<float>& want = reference.weights[i][u];
-      const std::vector<float>& got = run->trace.weights[i][u];
-      ASSERT_EQ(got.size(), want.size()) << "unit " << u;
-      for (size_t e = 0; e < want.size(); ++e) {
-        const double error = std::abs(double(got[e]) - want[e]) / std::max(1.0, std::abs(double(want[e])));
-        if (error > worst) worst = error, worst_unit = u, worst_element = e;
-      }
-    }
-    EXPECT_LE(worst, kWeightTolerance) << "step " << step + 1 << ", unit " << worst_unit << ", element "
-                                       << worst_element;
+    const WeightError weights = worst_weight_error(run->trace, reference, i);
+    EXPECT_LE(weights.worst, kWeightTolerance)
+        << "step " << step + 1 << ", unit " << weights.unit << ", element " << weights.element;
   }
 }
 
@@ -180,11 +143,8 @@ TEST(ParallelTraffic, TensorGroupAndDataGroup) {
   // DP: every unit's local gradients once per step: the blocks' matrices / T with their whole norms, the root's
   // tables / T and its final norm, each all-reduced at 2(D − 1)/D.
   const uint64_t local = kLayers * (kBlockMatrices / kT + kBlockNorms) + 2 * kTable / kT + 32;
-  const coll::Ledger& data = run->ledger("data-parallel");
-  uint64_t data_calls = 0, data_sent = 0;
-  for (const auto& [key, entry] : data.entries()) {
-    if (key.first == coll::CollectiveKind::kAllReduce) data_calls += entry.calls, data_sent += entry.moved.sent;
-  }
+  const coll::LedgerEntry data = run->ledger("data-parallel").total(coll::CollectiveKind::kAllReduce);
+  const uint64_t data_calls = data.calls, data_sent = data.moved.sent;
   EXPECT_EQ(data_calls, uint64_t{kLayers} + 1);  // one per unit
   EXPECT_EQ(data_sent, 4 * local * 2 * (kD - 1) / kD);
   strategy::AnalyticInput input = strategy::analytic_input(*run->model, world_size(), 1, kMicroBatches);
@@ -205,12 +165,10 @@ TEST(ParallelTraffic, DistributedOptimizer) {
   const auto run = run_parallel(options, kMicroBatches, 1, false);
   constexpr uint64_t kT = 2;
   const uint64_t local = kLayers * (kBlockMatrices / kT + kBlockNorms) + 2 * kTable / kT + 32;
-  uint64_t scattered = 0, gathered = 0, reduced = 0;
-  for (const auto& [key, entry] : run->ledger("data-parallel").entries()) {
-    if (key.first == coll::CollectiveKind::kReduceScatter) scattered += entry.moved.sent;
-    if (key.first == coll::CollectiveKind::kAllGather) gathered += entry.moved.sent;
-    if (key.first == coll::CollectiveKind::kAllReduce) reduced += entry.moved.sent;
-  }
+  const coll::Ledger& data = run->ledger("data-parallel");
+  const uint64_t scattered = data.total(coll::CollectiveKind::kReduceScatter).moved.sent;
+  const uint64_t gathered = data.total(coll::CollectiveKind::kAllGather).moved.sent;
+  const uint64_t reduced = data.total(coll::CollectiveKind::kAllReduce).moved.sent;
   const uint64_t kD = data_degree();
   EXPECT_EQ(scattered, 4 * local * (kD - 1) / kD);
   EXPECT_EQ(gathered, 4 * local * (kD - 1) / kD);
@@ -246,11 +204,9 @@ TEST(ParallelTraffic, Fsdp2OverTensorParallelLayers) {
   }
   EXPECT_EQ(hidden_calls, kMicroBatches * (4 * kLayers + 2));
   const uint64_t block = kBlockMatrices / kT + kBlockNorms, root = 2 * kTable / kT + 32;
-  uint64_t gathered = 0, scattered = 0;
-  for (const auto& [key, entry] : run->ledger("data-parallel").entries()) {
-    if (key.first == coll::CollectiveKind::kAllGather) gathered += entry.moved.sent;
-    if (key.first == coll::CollectiveKind::kReduceScatter) scattered += entry.moved.sent;
-  }
+  const coll::Ledger& data = run->ledger("data-parallel");
+  const uint64_t gathered = data.total(coll::CollectiveKind::kAllGather).moved.sent;
+  const uint64_t scattered = data.total(coll::CollectiveKind::kReduceScatter).moved.sent;
   EXPECT_EQ(gathered, kMicroBatches * 4 * (root + 2 * kLayers * block) * (kD - 1) / kD);
   EXPECT_EQ(scattered, kMicroBatches * 4 * (root + kLayers * block) * (kD - 1) / kD);
   MemoryPool& memory = run->device->memory();
@@ -271,19 +227,14 @@ TEST(ParallelTraffic, PipelineGroupAndDataGroup) {
   const auto run = run_parallel(options, kMicroBatches, 1, false);
   const int stage = world_rank() % 2;
   // One boundary: stage 0 sends each micro-batch's activation, stage 1 each one's gradient, b·s·h·4 = 1,024 bytes.
-  uint64_t sends = 0, sent = 0;
-  for (const auto& [key, entry] : run->ledger("pipeline").entries()) {
-    if (key.first == coll::CollectiveKind::kSend) sends += entry.calls, sent += entry.moved.sent;
-  }
+  const coll::LedgerEntry send = run->ledger("pipeline").total(coll::CollectiveKind::kSend);
+  const uint64_t sends = send.calls, sent = send.moved.sent;
   EXPECT_EQ(sends, uint64_t{kMicroBatches});
   EXPECT_EQ(sent, uint64_t{kMicroBatches} * 1024);
   // DP: the stage's own units' gradients at 2(D − 1)/D: two blocks each (4 equal blocks over 2 stages), and the
   // embedding on stage 0, the final norm and head on stage 1.
   const uint64_t owned = 2 * (kBlockMatrices + kBlockNorms) + (stage == 0 ? kTable : kTable + 32);
-  uint64_t data_sent = 0;
-  for (const auto& [key, entry] : run->ledger("data-parallel").entries()) {
-    if (key.first == coll::CollectiveKind::kAllReduce) data_sent += entry.moved.sent;
-  }
+  const uint64_t data_sent = run->ledger("data-parallel").total(coll::CollectiveKind::kAllReduce).moved.sent;
   EXPECT_EQ(data_sent, 4 * owned * 2 * (data_degree() - 1) / data_degree());
   strategy::AnalyticInput input = strategy::analytic_input(*run->model, world_size(), 1, kMicroBatches);
   input.rank = world_rank();
@@ -316,10 +267,7 @@ TEST(ParallelTraffic, TensorParallelStages) {
   }
   EXPECT_EQ(hidden, uint64_t{kMicroBatches} * (4 * 2 + 1) * 1024);
   EXPECT_EQ(rows, first ? 0u : uint64_t{kMicroBatches} * 3 * 32);
-  uint64_t sent = 0;
-  for (const auto& [key, entry] : run->ledger("pipeline").entries()) {
-    if (key.first == coll::CollectiveKind::kSend) sent += entry.moved.sent;
-  }
+  const uint64_t sent = run->ledger("pipeline").total(coll::CollectiveKind::kSend).moved.sent;
   EXPECT_EQ(sent, uint64_t{kMicroBatches} * 1024);
   strategy::AnalyticInput input = strategy::analytic_input(*run->model, world_size(), 1, kMicroBatches);
   input.rank = world_rank();
@@ -331,11 +279,7 @@ TEST(ParallelTraffic, TensorParallelStages) {
   EXPECT_EQ(predicted_tp, hidden + rows);
   if (mesh.data > 1) {  // the stage's slice: 2 blocks' matrices / 2 and their norms, its root tensors / 2
     const uint64_t owned = 2 * (kBlockMatrices / 2 + kBlockNorms) + (first ? kTable / 2 : kTable / 2 + 32);
-    uint64_t data_sent = 0;
-    for (const auto& [key, entry] : run->ledger("data-parallel").entries()) {
-      if (key.first == coll::CollectiveKind::kAllReduce) data_sent += entry.moved.sent;
-    }
-    EXPECT_EQ(data_sent, 4 * owned);
+    EXPECT_EQ(run->ledger("data-parallel").total(coll::CollectiveKind::kAllReduce).moved.sent, 4 * owned);
   }
 }
 

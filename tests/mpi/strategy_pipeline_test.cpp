@@ -19,31 +19,15 @@ namespace {
 
 constexpr int64_t kLayers = 8;
 
-struct PipelineRun {
-  std::unique_ptr<Device> device;
-  std::unique_ptr<coll::Communicator> world;
-  std::unique_ptr<model::Model> model;
-  std::unique_ptr<strategy::Strategy> strategy;
-};
-
 // One step of `micro_batches` micro-batches of one sequence each, every stage given all of them.
 // Interleaved with `chunks` V > 1, over `layers` blocks.
-std::unique_ptr<PipelineRun> run_pipeline(strategy::Schedule schedule, int micro_batches, int chunks = 1,
-                                          int64_t layers = kLayers) {
-  auto run = std::make_unique<PipelineRun>();
+std::unique_ptr<WorldRun> run_pipeline(strategy::Schedule schedule, int micro_batches, int chunks = 1,
+                                       int64_t layers = kLayers) {
   strategy::StrategyOptions options = test_options("pp", optim::Recipe::kFp32);
   options.pipeline.schedule = schedule;
   options.pipeline.virtual_stages = chunks;
-  MemoryPool::Options memory;
-  memory.rank = world_rank();
-  run->device = make_cpu_device(memory);
-  run->world = coll::make_mpi_communicator(MPI_COMM_WORLD, *run->device);
   const model::ModelConfig config = tiny_config(model::Style::kLlama, 1, layers);
-  model::ModelOptions model_options;
-  model_options.compute = options.recipe.params;
-  run->model = std::make_unique<model::Model>(*run->device, config, model_options);
-  run->strategy = strategy::make_strategy({*run->device, *run->world, *run->model}, options);
-  run->strategy->setup();
+  auto run = set_up_on_world(config, options);
   const auto data = tiny_data(config);
   std::vector<data::Batch> batches;
   batches.reserve(static_cast<size_t>(micro_batches));
@@ -200,15 +184,8 @@ TEST(PipelineInterleaved, SameAsSingleDevice) {
           << name << " step " << step + 1;
       EXPECT_NEAR(run->trace.grad_norms[step], reference.grad_norms[step], 1e-5 * reference.grad_norms[step])
           << name << " step " << step + 1;
-      double worst = 0;
-      for (size_t u = 0; u < reference.weights[step].size(); ++u) {
-        ASSERT_EQ(run->trace.weights[step][u].size(), reference.weights[step][u].size()) << name << " unit " << u;
-        for (size_t e = 0; e < reference.weights[step][u].size(); ++e) {
-          const double want = reference.weights[step][u][e];
-          worst = std::max(worst, std::abs(run->trace.weights[step][u][e] - want) / std::max(1.0, std::abs(want)));
-        }
-      }
-      EXPECT_LE(worst, 2e-6) << name << " step " << step + 1 << ": the largest weight error";
+      EXPECT_LE(worst_weight_error(run->trace, reference, step).worst, 2e-6)
+          << name << " step " << step + 1 << ": the largest weight error";
     }
   }
 }

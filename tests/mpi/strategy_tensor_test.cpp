@@ -35,28 +35,12 @@ model::ModelConfig tp_config(int64_t layers = 2, bool tied = false) {
   return config;
 }
 
-struct TpRun {
-  std::unique_ptr<Device> device;
-  std::unique_ptr<coll::Communicator> world;
-  std::unique_ptr<model::Model> model;
-  std::unique_ptr<strategy::Strategy> strategy;
-  Trace trace;
-};
-
 // Every rank runs the same `accumulation` micro-batches of one sequence each per step: the global batch of the
 // single-device reference with N = 1 (run_reference_config).
-std::unique_ptr<TpRun> run_tp(const model::ModelConfig& config, const strategy::StrategyOptions& options,
-                              int accumulation, int steps, bool weights_every_step,
-                              model::ModelOptions model_options = {}) {
-  auto run = std::make_unique<TpRun>();
-  MemoryPool::Options memory;
-  memory.rank = world_rank();
-  run->device = make_cpu_device(memory);
-  run->world = coll::make_mpi_communicator(MPI_COMM_WORLD, *run->device);
-  model_options.compute = options.recipe.params;
-  run->model = std::make_unique<model::Model>(*run->device, config, model_options);
-  run->strategy = strategy::make_strategy({*run->device, *run->world, *run->model}, options);
-  run->strategy->setup();
+std::unique_ptr<WorldRun> run_tp(const model::ModelConfig& config, const strategy::StrategyOptions& options,
+                                 int accumulation, int steps, bool weights_every_step,
+                                 const model::ModelOptions& model_options = {}) {
+  auto run = set_up_on_world(config, options, model_options);
   const auto data = tiny_data(config);
   for (int step = 0; step < steps; ++step) {
     std::vector<data::Batch> batches;
@@ -104,16 +88,7 @@ TEST_P(Equivalence, SameAsSingleDevice) {
         << "step " << step + 1;
     EXPECT_NEAR(run->trace.grad_norms[i], reference.grad_norms[i], kNormTolerance * reference.grad_norms[i])
         << "step " << step + 1;
-    double worst = 0;
-    for (size_t u = 0; u < reference.weights[i].size(); ++u) {
-      const std::vector<float>& want = reference.weights[i][u];
-      const std::vector<float>& got = run->trace.weights[i][u];
-      ASSERT_EQ(got.size(), want.size()) << "unit " << u;
-      for (size_t e = 0; e < want.size(); ++e) {
-        worst = std::max(worst, std::abs(double(got[e]) - want[e]) / std::max(1.0, std::abs(double(want[e]))));
-      }
-    }
-    EXPECT_LE(worst, kWeightTolerance) << "step " << step + 1;
+    EXPECT_LE(worst_weight_error(run->trace, reference, i).worst, kWeightTolerance) << "step " << step + 1;
     // Every rank reports the same loss (the parallel cross-entropy's statistics are the group's).
     float low = run->trace.losses[i], high = low;
     MPI_Allreduce(MPI_IN_PLACE, &low, 1, MPI_FLOAT, MPI_MIN, MPI_COMM_WORLD);
