@@ -175,6 +175,28 @@ struct Line {
   bool unchecked = false;  // printed, not checked: the frameworks differ by design (said where it is set)
 };
 
+// Carries the named differences of the `lines` that `carried` chooses into `total`, those that count in a total
+// (Named::in_total), each with its line's category.
+template <typename Carried>
+void carry_into_total(const std::vector<Line>& lines, Line& total, Carried carried) {
+  for (const Line& line : lines) {
+    if (!carried(line)) continue;
+    for (const Named& n : line.named) {
+      if (n.in_total) total.named.push_back({fmt::format("{} ({})", n.reason, line.category), n.bytes});
+    }
+  }
+}
+
+// DeepSpeed's bf16 gradients of the head and the final norm, which emu makes at the start of backward: named when
+// the recorded peak came before the loss's backward made them.
+Named early_head_gradients(const oracle::Shapes& shapes) {
+  const auto head = static_cast<int64_t>(oracle::unit_counts(shapes).at(0) - oracle::late_root_gradients(shapes));
+  return {
+      "the head's and final norm's bf16 gradients, which emu makes at the start of backward, before the loss's "
+      "backward",
+      2 * head};
+}
+
 int64_t sum_named(const Line& line) {
   return std::accumulate(line.named.begin(), line.named.end(), int64_t{0},
                          [](int64_t a, const Named& n) { return a + n.bytes; });
@@ -569,12 +591,9 @@ std::vector<Line> compare(const json& c, const json& emu, const std::string& str
   // The model states' named differences carry over to the total (their peaks coincide at the optimizer step), and
   // those of the activations and temporaries at the peaks; the buckets' are replaced by what emu's buckets hold at
   // its peak, below.
-  for (const Line& line : lines) {
-    if (line.category == "buckets" || (line.open && line.category != "act+temp@peak")) continue;
-    for (const Named& n : line.named) {
-      if (n.in_total) total.named.push_back({fmt::format("{} ({})", n.reason, line.category), n.bytes});
-    }
-  }
+  carry_into_total(lines, total, [](const Line& line) {
+    return line.category != "buckets" && (!line.open || line.category == "act+temp@peak");
+  });
   total.named.push_back(staging_at_peak(emu));
   const bool ddp = strategy == "ddp" || strategy == "ddp-zero";
   if ((strategy == "fsdp2" || strategy == "fsdp" || ddp) && moment == Moment::kBeforeGradients) {
@@ -955,21 +974,11 @@ std::vector<Line> compare_deepspeed(const json& fixture, const json& rank, const
   total.framework = rank["peak_bytes"];
   total.measured = emu["peak"]["bytes"];
   total.open = !breakdown;
-  for (const Line& line : lines) {
-    for (const Named& n : line.named) {
-      if (n.in_total) total.named.push_back({fmt::format("{} ({})", n.reason, line.category), n.bytes});
-    }
-  }
+  carry_into_total(lines, total, [](const Line&) { return true; });
   total.named.push_back({"the ipg bucket, seen by MemTracker only while a .grad points into it",
                          2 * f.bucket - (breakdown ? at_peak.at("Gradient") : 0)});
   total.named.push_back(staging_at_peak(emu));
-  if (breakdown && moment == Moment::kBeforeGradients) {
-    const auto head = static_cast<int64_t>(oracle::unit_counts(shapes).at(0) - oracle::late_root_gradients(shapes));
-    total.named.push_back(
-        {"the head's and final norm's bf16 gradients, which emu makes at the start of backward, before the loss's "
-         "backward",
-         2 * head});
-  }
+  if (breakdown && moment == Moment::kBeforeGradients) total.named.push_back(early_head_gradients(shapes));
   lines.push_back(std::move(total));
   return lines;
 }
@@ -1054,19 +1063,9 @@ std::vector<Line> compare_deepspeed_zero0(const json& fixture, const json& rank,
   total.category = "total";
   total.framework = rank["peak_bytes"];
   total.measured = emu["peak"]["bytes"];
-  for (const Line& line : lines) {
-    for (const Named& n : line.named) {
-      if (n.in_total) total.named.push_back({fmt::format("{} ({})", n.reason, line.category), n.bytes});
-    }
-  }
+  carry_into_total(lines, total, [](const Line&) { return true; });
   total.named.push_back(staging_at_peak(emu));
-  if (moment == Moment::kBeforeGradients) {
-    const auto head = static_cast<int64_t>(oracle::unit_counts(f.shapes).at(0) - oracle::late_root_gradients(f.shapes));
-    total.named.push_back(
-        {"the head's and final norm's bf16 gradients, which emu makes at the start of backward, before the loss's "
-         "backward",
-         2 * head});
-  }
+  if (moment == Moment::kBeforeGradients) total.named.push_back(early_head_gradients(f.shapes));
   lines.push_back(std::move(total));
   return lines;
 }
