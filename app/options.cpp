@@ -292,7 +292,8 @@ void add_training_flags(CLI::App& app, RunOptions& options, Flags& flags) {
       ->capture_default_str()
       ->group("Training");
   app.add_option("--ranks-per-node", options.ranks_per_node,
-                 "ranks per node for HYBRID_SHARD (default: the ranks found on each host)")
+                 "ranks per node L for HYBRID_SHARD and all_reduce=hier, ranks r*L .. r*L + L - 1 a node (default: "
+                 "EMU_COLL_RANKS_PER_NODE, else the ranks on each host when each host holds consecutive ranks)")
       ->group("Training");
   app.add_option("--deepspeed", options.deepspeed,
                  "a DeepSpeed JSON config: zero_optimization, bf16/fp16, micro-batch, accumulation, clipping, "

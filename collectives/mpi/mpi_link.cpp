@@ -35,7 +35,7 @@ bool sleep_while_waiting() {
 // the timer slack, ~50 us) leaves cores idle that a peer's answer needed: the default 8-rank run on the idle 2-core
 // machine took 7.2-7.5 s sleeping, 4.3-4.7 s as MPI waits. Only waiting changes: the bytes, their order and the
 // arithmetic are MPI's as before.
-void wait_politely(MPI_Request* requests, int count) {
+void wait_for(MPI_Request* requests, int count) {
   if (!sleep_while_waiting()) {
     EMU_MPI_CHECK(MPI_Waitall(count, requests, MPI_STATUSES_IGNORE));
     return;
@@ -116,7 +116,7 @@ class MpiLink final : public Link {
                             kTag, comm_, &requests[0]));
     EMU_MPI_CHECK(MPI_Isend(send, as_int(send_bytes, "message bytes"), MPI_BYTE, to == kNoPeer ? MPI_PROC_NULL : to,
                             kTag, comm_, &requests[1]));
-    wait_politely(requests, 2);
+    wait_for(requests, 2);
   }
 
   void native(const Call& call) override {
