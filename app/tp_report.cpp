@@ -29,6 +29,26 @@ std::pair<double, uint64_t> step_traffic(const StrategyOutcome& o, coll::Collect
   }
   return {sent, calls};
 }
+
+// The all-reduces of a step in the model's own names (Llama's Hugging Face names, or GPT-2's), and with sequence
+// parallelism what is left of them.
+std::string all_reduce_text(const model::ModelConfig& full, bool sequence_parallel) {
+  if (sequence_parallel) {
+    return "3 of b*s fp32 per micro-batch (parallel cross-entropy) and the norm weights' gradients once";
+  }
+  const bool gpt2 = full.style == model::Style::kGpt2;
+  return fmt::format(
+      "per micro-batch 4L+2 of b*s*h (after {} in forward, the {} input gradients in backward, the embedding output "
+      "and the head's input gradient; again the 2 forward ones of a checkpointed block) and 3 of b*s fp32 (parallel "
+      "cross-entropy), ring 2(t-1)/t",
+      gpt2 ? "attn.c_proj and mlp.c_proj" : "o_proj and down_proj", gpt2 ? "c_attn and c_fc" : "q/k/v and gate/up");
+}
+
+// The tensors every rank holds whole: the norm weights, and GPT-2's c_proj biases and positions.
+std::string_view replicated_text(const model::ModelConfig& full) {
+  return full.style == model::Style::kGpt2 ? "LayerNorms, c_proj biases (added after the all-reduce) and wpe"
+                                           : "norm weights";
+}
 }  // namespace
 
 std::string format_tensor(const RunReport& r) {
@@ -55,7 +75,6 @@ std::string format_tensor(const RunReport& r) {
     const bool distributed = mesh.data > 1 && o.options.parallel.distributed_optimizer;
     const optim::PrecisionRecipe recipe = strategy::with_framework_recipe(o.options).recipe;
     const int64_t padded = model::tp_padded_vocab(full, t);
-    const bool gpt2 = full.style == model::Style::kGpt2;
     const int64_t padding_rows = padded - full.vocab;
     const uint64_t padding_params =
         static_cast<uint64_t>(padding_rows) * static_cast<uint64_t>(full.hidden) * (full.tie_embeddings ? 1 : 2);
@@ -84,7 +103,7 @@ std::string format_tensor(const RunReport& r) {
                                   recipe.total_bytes_per_param() - dtype_size(recipe.params) - dtype_size(recipe.grads),
                                   mesh.data)
                     : std::string("without --use-distributed-optimizer"),
-        gpt2 ? "LayerNorms, c_proj biases (added after the all-reduce) and wpe" : "norm weights",
+        replicated_text(full),
         sp ? "their gradients (each rank's rows) all-reduced once per step"
            : "their gradients identical on every rank");
     const std::string_view recompute =
@@ -105,14 +124,7 @@ std::string format_tensor(const RunReport& r) {
     } else if (r.options.model_options.selective_recompute) {
       out += fmt::format("  recompute {}\n", recompute);
     }
-    const std::string reduced =
-        sp ? std::string("3 of b*s fp32 per micro-batch (parallel cross-entropy) and the norm weights' gradients once")
-           : fmt::format(
-                 "per micro-batch 4L+2 of b*s*h (after {} in forward, the {} input gradients in backward, "
-                 "the embedding output and the head's input gradient; again the 2 forward ones of a "
-                 "checkpointed block) and 3 of b*s fp32 (parallel cross-entropy), ring 2(t-1)/t",
-                 gpt2 ? "attn.c_proj and mlp.c_proj" : "o_proj and down_proj",
-                 gpt2 ? "c_attn and c_fc" : "q/k/v and gate/up");
+    const std::string reduced = all_reduce_text(full, sp);
     const auto [sent, calls] = step_traffic(o, coll::CollectiveKind::kAllReduce);
     out += fmt::format("  all-reduce: rank 0 sends {} GB per step in {} calls: {}\n", gigabytes(sent * scale), calls,
                        reduced);

@@ -13,7 +13,8 @@ std::vector<LayerCall> layer_calls(bool sequence_parallel) {
   using K = CollectiveKind;
   if (!sequence_parallel) {
     return {
-        {"forward", K::kAllReduce, "o_proj output: each rank's heads' partial sum of attn·Wo (g), before the residual add"},
+        {"forward", K::kAllReduce,
+         "o_proj output: each rank's heads' partial sum of attn·Wo (g), before the residual add"},
         {"forward", K::kAllReduce, "down_proj output: each rank's F/t rows' partial sum (g), before the residual add"},
         {"backward", K::kAllReduce, "gate_proj/up_proj input gradient: each rank's partial sum (f), into the norm"},
         {"backward", K::kAllReduce, "q/k/v_proj input gradient: each rank's partial sum (f), into the norm"},
@@ -41,9 +42,9 @@ void check_layer_shape(const LayerShape& shape, int t) {
   positive(shape.seq, "--seq");
   positive(shape.hidden, "--hidden");
   if (shape.hidden % t != 0) {
-    throw InputError(fmt::format(
-        "--hidden {} over {} ranks: each rank holds h/t columns of its heads; accepted: a multiple of {}",
-        shape.hidden, t, t));
+    throw InputError(
+        fmt::format("--hidden {} over {} ranks: each rank holds h/t columns of its heads; accepted: a multiple of {}",
+                    shape.hidden, t, t));
   }
   if (shape.sequence_parallel && shape.seq % t != 0) {
     throw InputError(fmt::format(

@@ -26,8 +26,8 @@
 namespace emu::coll::teach {
 
 struct LayerShape {
-  int64_t batch = 1;   // b
-  int64_t seq = 8;     // s
+  int64_t batch = 1;    // b
+  int64_t seq = 8;      // s
   int64_t hidden = 16;  // h
   DType dtype = DType::kF32;
   bool sequence_parallel = false;
@@ -35,9 +35,9 @@ struct LayerShape {
 
 // One collective of the layer, in the order the layer makes them.
 struct LayerCall {
-  std::string pass;   // "forward" or "backward"
+  std::string pass;  // "forward" or "backward"
   CollectiveKind kind = CollectiveKind::kAllReduce;
-  std::string what;   // the tensor it carries and why
+  std::string what;  // the tensor it carries and why
 };
 std::vector<LayerCall> layer_calls(bool sequence_parallel);
 
