@@ -446,6 +446,12 @@ DeepSpeedConfig parse_deepspeed_config(std::string_view text, std::string_view s
         "optimizer at stage 0 (DeepSpeed's FusedAdam in FP16_Optimizer's flat buffers; emu runs "
         "FP16_UnfusedOptimizer's per-tensor recipe)");
   }
+  // In fp32 DeepSpeed steps that FusedAdam with no wrapper: one multi-tensor kernel, no step temporaries, as zero1-3
+  // model it (--adamw names a client optimizer's: the Trainer's, or torch_adam's). Under FP16_Optimizer its flat fp32
+  // gradient at step() stays --adamw's temporaries, the same 4 bytes per parameter as foreach's.
+  if (stage == 0 && !low_precision && config.has_optimizer && !config.knobs.zero.torch_adam) {
+    config.knobs.adamw_impl = optim::AdamWImpl::kFused;
+  }
   read_scheduler(top, source, config);
   for (const char* key : {"steps_per_print", "wall_clock_breakdown", "zero_allow_untested_optimizer",
                           "prescale_gradients", "gradient_predivide_factor"}) {

@@ -145,7 +145,7 @@ struct Flags {
   // Given on the command line, so that an explicit 0 or '' is checked rather than taken for "not given".
   bool micro_batches_given = false;  // --micro-batches, whose 0 is not accepted (0 in RunOptions: the default)
   bool strategies_given = false, seq_len_given = false, micro_batch_given = false, accumulation_given = false,
-       precision_given = false, attention_given = false, checkpoint_given = false;
+       precision_given = false, attention_given = false, checkpoint_given = false, adamw_given = false;
 };
 
 void read_parallel_layout(RunOptions& options, const Flags& flags, int ranks);  // --tp, --pp
@@ -533,6 +533,7 @@ void note_overrides(RunOptions& options, const Flags& flags) {
   over(flags.lr != 0, fmt::format("--lr {}", flags.lr), {"optimizer.params.lr", "scheduler.params.warmup_max_lr"});
   over(flags.clip != -1, fmt::format("--clip {}", flags.clip), {"gradient_clipping"});
   over(flags.strategies_given, "--strategies " + flags.strategies, {"zero_optimization.stage"});
+  over(flags.adamw_given, "--adamw " + flags.adamw, {"optimizer.type"});
 }
 
 // fsdp2's --reshard-after-forward: true, false, or M ranks to reshard to after forward, a divisor of the `ranks`
@@ -598,11 +599,17 @@ strategy::StrategyOptions read_strategies(RunOptions& options, Flags& flags, int
   strategy::StrategyOptions base;
   base.recipe = optim::parse_precision_recipe(flags.precision);
   base.seed = flags.seed;
+  const auto read_adamw = [&] {
+    base.adamw_impl = parse_choice("--adamw", flags.adamw, optim::adamw_impl_names(),
+                                   {optim::AdamWImpl::kForeach, optim::AdamWImpl::kFused, optim::AdamWImpl::kSingle});
+  };
+  read_adamw();
   std::vector<std::string> names = kDefaultStrategies;
   if (!options.deepspeed.empty()) {
     // The config's batch arithmetic is over the ranks the run stands for: --plan N plans for N.
     apply_deepspeed(options, flags, options.plan && options.plan_ranks > 0 ? options.plan_ranks : world, base, names);
     if (flags.precision_given) base.recipe = optim::parse_precision_recipe(flags.precision);  // the flag wins
+    if (flags.adamw_given) read_adamw();  // over the config's optimizer (zero0 steps its FusedAdam: deepspeed.cpp)
   }
   if (flags.lr != 0) {
     if (!(flags.lr > 0 && flags.lr < 10)) {
@@ -625,8 +632,6 @@ strategy::StrategyOptions read_strategies(RunOptions& options, Flags& flags, int
   base.pipeline.schedule = parse_choice("--schedule", flags.schedule, strategy::schedule_names(),
                                         {strategy::Schedule::kGpipe, strategy::Schedule::k1F1B});
   base.pipeline.virtual_stages = flags.virtual_stages;
-  base.adamw_impl = parse_choice("--adamw", flags.adamw, optim::adamw_impl_names(),
-                                 {optim::AdamWImpl::kForeach, optim::AdamWImpl::kFused, optim::AdamWImpl::kSingle});
   if (flags.strategies_given) names = split_list(flags.strategies);
   if (!options.deepspeed.empty()) note_overrides(options, flags);
   if (names.empty()) {
@@ -1052,6 +1057,7 @@ ParsedCommandLine parse_command_line(int argc, const char* const* argv, int worl
   flags.accumulation_given = app.count("--grad-accum") > 0;
   flags.micro_batches_given = app.count("--micro-batches") > 0;
   flags.precision_given = app.count("--precision") > 0;
+  flags.adamw_given = app.count("--adamw") > 0;
   flags.attention_given = app.count("--attention") > 0;
   flags.checkpoint_given = app.count("--checkpoint") + app.count("--no-checkpoint") > 0;
 

@@ -1,9 +1,12 @@
 // DeepSpeed configs read as DeepSpeed and the Hugging Face Trainer mean them: "auto" precision keeps emu's recipe
 // (the Trainer fills it from its own flags), and the batch arithmetic of DeepSpeed's runtime/config.py derives the
 // micro-batch or the accumulation from train_batch_size and the data-parallel ranks.
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -174,6 +177,25 @@ TEST(DeepSpeedConfig, SettingsSayWhereTheyCameFrom) {
   EXPECT_TRUE(has(bert.overridden, "--strategies zero2 over zero_optimization.stage 1"));
   EXPECT_TRUE(has(bert.overridden, "--grad-accum 2 over gradient_accumulation_steps 1"));
   EXPECT_EQ(bert.overridden.size(), 4U);
+
+  // A stage-0 fp32 config with its own AdamW (as training libraries write one for DeepSpeed without ZeRO): zero0 steps
+  // DeepSpeed's FusedAdam (no step temporaries) unless --adamw is given, which then says what it overrode.
+  const std::filesystem::path own = std::filesystem::temp_directory_path() / "emu_zero0_own_adamw.json";
+  {
+    std::ofstream out(own);
+    out << R"({"train_micro_batch_size_per_gpu": 1, "optimizer": {"type": "AdamW", "params": {"lr": 0.00025,
+              "betas": [0.9, 0.95], "weight_decay": 0.1}}, "fp16": {"enabled": false}, "bf16": {"enabled": false},
+              "zero_optimization": {"stage": 0, "reduce_bucket_size": 5e8}})";
+  }
+  const RunOptions fused = parse({"--deepspeed", own.string()});
+  ASSERT_EQ(fused.strategies.size(), 1U);
+  EXPECT_EQ(fused.strategies[0].adamw_impl, optim::AdamWImpl::kFused);
+  EXPECT_TRUE(fused.overridden.empty());
+  const RunOptions single = parse({"--deepspeed", own.string(), "--adamw", "single"});
+  EXPECT_EQ(single.strategies[0].adamw_impl, optim::AdamWImpl::kSingle);
+  EXPECT_TRUE(has(single.overridden, "--adamw single over optimizer.type \"AdamW\""))
+      << fmt::format("{}", fmt::join(single.overridden, "; "));
+  std::filesystem::remove(own);
 }
 
 // zero_optimization.offload_param as the Hugging Face docs' standard ZeRO-3 example writes it: the parameter
@@ -343,6 +365,21 @@ TEST(DeepSpeedConfig, StageZeroIsDeepSpeedWithoutZero) {
   for (const std::string& ignored : torch_adam.ignored) {
     EXPECT_EQ(ignored.find("FP16_Optimizer"), std::string::npos) << ignored;
   }
+  // In fp32 (no bf16 or fp16 section) that FusedAdam is stepped as it is: no step temporaries, whatever --adamw says.
+  // Under FP16_Optimizer (bf16 above) its flat fp32 gradient at step() is charged as --adamw's temporaries; with no
+  // optimizer section (the Trainer's own) or with torch_adam, --adamw's stand too.
+  strategy::StrategyOptions foreach;
+  foreach
+    .adamw_impl = optim::AdamWImpl::kForeach;
+  const char* own = R"({"optimizer": {"type": "AdamW", "params": {"lr": 1e-4}}})";
+  EXPECT_EQ(parse_deepspeed_config(own, "t", foreach).knobs.adamw_impl, optim::AdamWImpl::kFused);
+  const char* own_bf16 = R"({"bf16": {"enabled": true}, "optimizer": {"type": "AdamW", "params": {"lr": 1e-4}}})";
+  EXPECT_EQ(parse_deepspeed_config(own_bf16, "t", foreach).knobs.adamw_impl, optim::AdamWImpl::kForeach);
+  EXPECT_EQ(parse_deepspeed_config(R"({"zero_optimization": {"stage": 0}})", "t", foreach).knobs.adamw_impl,
+            optim::AdamWImpl::kForeach);
+  EXPECT_EQ(parse_deepspeed_config(R"({"optimizer": {"type": "AdamW", "params": {"torch_adam": true}}})", "t", foreach)
+                .knobs.adamw_impl,
+            optim::AdamWImpl::kForeach);
 }
 
 // An optimizer offload at stage 0, as DeepSpeed 0.19 treats it (engine.py zero_use_cpu_optimizer reads
