@@ -15,11 +15,15 @@
 //                    bucket copies.
 //   m, v         per tensor AdamW updates, kOptimizerState: every tensor under DDP, the rank's own whole tensors
 //                    under ZeroRedundancyOptimizer (greedy by size, buckets.h zero_redundancy_owners)
-//   autocast's bf16 weights  kActivations: each Linear's weight (and GPT-2's Conv1D bias) cast to bf16 when it
-//                    first runs in forward, saved by autograd for backward and freed by that layer's backward.
-//                    Per block from its forward to the end of its backward (with checkpointing: freed after its
-//                    forward, cast again by the recomputation); the LM head's from forward to the head's
-//                    backward. Norm weights stay fp32 (autocast runs norms in fp32) and so do embeddings.
+//   autocast's bf16 weights  kActivations, tensor by tensor: each Linear's weight and bias (GPT-2's Conv1D
+//                    bias, Qwen2's q/k/v biases) cast to bf16 when it first runs in forward and kept in autocast's
+//                    cache of parameter casts until forward ends (the autocast region closes after the loss). A
+//                    weight's cast is saved by its layer for backward and freed when that layer's backward has run
+//                    (when its gradient is made, gradient_made); a bias's is saved by none and goes with the cache.
+//                    With checkpointing the blocks save nothing, yet the cache keeps every block's casts to the end
+//                    of forward; the recomputation casts the block again (checkpoint re-enters autocast) and its
+//                    bias casts go when it stops, before the block's first gradient. The LM head's from forward to
+//                    the head's backward. Norm weights stay fp32 (autocast runs norms in fp32) and so do embeddings.
 // Buckets are assigned in reverse registration order (buckets.h; 25 MiB, the first 1 MiB, at the gradients'
 // dtype); a bucket is reduced as soon as every unit it touches has finished backward, in bucket order, as DDP
 // launches them. With gradient accumulation, only the last micro-batch reduces (no_sync on the others). The
@@ -110,6 +114,7 @@ class Ddp final : public Strategy {
     unit_grads_.resize(flat_.count.size());
     block_grads_.resize(flat_.count.size());
     casts_.resize(flat_.count.size());
+    cast_charges_.resize(flat_.count.size());
     std::vector<float> initial(device_.holds_data() ? flat_.total : 0);  // host scratch for the initial values
     for (int u = 0; u < model_.num_units(); ++u) {
       const size_t at = flat_.offset[u];
@@ -160,14 +165,22 @@ class Ddp final : public Strategy {
   }
 
   void after_forward(int unit) override {
-    // A checkpointed block saves nothing for backward: its casts die with its forward.
-    if (autocast_ && unit > 0 && model_.options().checkpoint) casts_[unit] = Buffer();
+    // The end of forward (the root's closing hook follows the loss): autocast's cache goes. What no layer saved goes
+    // with it: every bias cast, and with checkpointing every block's weight casts too.
+    if (!autocast_ || unit != 0) return;
+    for (int u = 1; u < model_.num_units(); ++u) {
+      if (model_.options().checkpoint) {
+        release_casts(u);
+      } else {
+        release_bias_casts(u);
+      }
+    }
   }
 
   void before_backward(int unit) override {
     if (autocast_ && unit > 0) {
-      if (unit == model_.num_units() - 1) casts_[0] = Buffer();  // the head's backward, the root's last use, is done
-      cast_unit(unit);                                           // kept from forward, or recomputed
+      if (unit == model_.num_units() - 1) release_casts(0);  // the head's backward, the root's last use, is done
+      cast_unit(unit);                                       // kept from forward, or recomputed
     }
     if (bucket_view_) return;
     const std::string what = fmt::format("DDP gradients, {}", model_.layout(unit).name);
@@ -184,6 +197,15 @@ class Ddp final : public Strategy {
 
   void gradient_made(int unit, size_t offset) override {
     if (!bucket_view_) block_grads_[unit].made(offset);
+    if (!autocast_) return;
+    // The block's backward has begun, so a recomputation has stopped (its bias casts went with autocast's cache),
+    // and the layer reading this parameter has run its backward, freeing its saved cast.
+    release_bias_casts(unit);
+    const std::vector<model::ParamInfo>& params = model_.layout(unit).params;
+    for (size_t i = 0; i < params.size(); ++i) {
+      if (i < cast_charges_[unit].size() && offset >= params[i].offset && offset < params[i].offset + params[i].count)
+        cast_charges_[unit][i].reset();
+    }
   }
 
   void before_embedding_backward() override {
@@ -194,7 +216,7 @@ class Ddp final : public Strategy {
   }
 
   void after_backward(int unit) override {
-    if (autocast_ && unit > 0) casts_[unit] = Buffer();
+    if (autocast_ && unit > 0) release_casts(unit);
     if (!bucket_view_ && unit > 0) block_grads_[unit].check_complete();
     if (!sync_ || deepspeed_) return;
     while (next_bucket_ < buckets_.size() && buckets_[next_bucket_].first_unit >= unit) {
@@ -323,24 +345,42 @@ class Ddp final : public Strategy {
     }
   }
 
-  // autocast's bf16 copy of the unit's weights, bound for its math. Charged for the tensors autocast casts: a
-  // block's linear weights (and biases), the root's LM head (the embedding, when tied); the other elements (norm
-  // weights, the embedding tables' lookups) ride along in the bound copy as host scratch, as PyTorch reads them in
-  // fp32. The root's copy stands for the head's cast, which PyTorch makes when the head runs at the end of forward:
-  // emu charges it from the start of forward, where it is held with fewer activations than at the loss.
+  // autocast's bf16 copy of the unit's weights, bound for its math and charged nothing; each tensor autocast casts
+  // is charged on its own (cast_charges_), so that it can go when PyTorch frees it: a block's linear weights and
+  // biases, the root's LM head (the embedding, when tied). The other elements (norm weights, the embedding tables'
+  // lookups) ride along in the bound copy as host scratch, as PyTorch reads them in fp32. The root's copy stands
+  // for the head's cast, which PyTorch makes when the head runs at the end of forward: emu charges it from the start
+  // of forward, where it is held with fewer activations than at the loss.
   void cast_unit(int unit) {
     if (casts_[unit].count() > 0) return;
     const model::UnitLayout& layout = model_.layout(unit);
     const DType compute = model_.compute_dtype();
-    uint64_t charged = 0;
-    for (const model::ParamInfo& p : layout.params) {
-      if (unit == 0 ? is_head(p) : autocast_casts(p))
-        charged += model::tensor_charge(model_.config(), p) * dtype_size(compute);
-    }
     casts_[unit] = device_.allocate(layout.count, compute, Category::kActivations,
-                                    fmt::format("autocast's bf16 weights, {}", layout.name), charged);
+                                    fmt::format("autocast's bf16 weights, {}", layout.name), 0);
+    cast_charges_[unit].clear();
+    cast_charges_[unit].resize(layout.params.size());
+    for (size_t i = 0; i < layout.params.size(); ++i) {
+      const model::ParamInfo& p = layout.params[i];
+      if (!(unit == 0 ? is_head(p) : autocast_casts(p))) continue;
+      cast_charges_[unit][i] =
+          device_.allocate(0, compute, Category::kActivations, fmt::format("autocast's bf16 {}", p.name),
+                           model::tensor_charge(model_.config(), p) * dtype_size(compute));
+    }
     convert(unit_params(unit), params_.dtype(), casts_[unit].data(), compute, layout.count);
     model_.bind_weights(unit, casts_[unit].data());
+  }
+
+  void release_casts(int unit) {
+    casts_[unit] = Buffer();
+    cast_charges_[unit].clear();
+  }
+
+  // The unit's bias casts, which no layer saves: they live as long as autocast's cache.
+  void release_bias_casts(int unit) {
+    const std::vector<model::ParamInfo>& params = model_.layout(unit).params;
+    for (size_t i = 0; i < cast_charges_[unit].size(); ++i) {
+      if (params[i].name.ends_with(".bias")) cast_charges_[unit][i].reset();
+    }
   }
 
   // The LM head's weight: lm_head, or the embedding it is tied to.
@@ -437,7 +477,8 @@ class Ddp final : public Strategy {
   std::vector<Buffer> unit_grads_;  // [units] the root's [n_0] recipe.grads, from its backward to zero_grad
   std::vector<BlockGradients> block_grads_;  // [units] the blocks' [n_u], made tensor by tensor, freed by zero_grad
   Buffer embedding_grads_;     // the root's embeddings' part of unit_grads_[0]'s charge, from their backward
-  std::vector<Buffer> casts_;  // [units] [n_u] bf16: autocast's copies of a unit's weights
+  std::vector<Buffer> casts_;  // [units] [n_u] bf16: autocast's copies of a unit's weights, for the math
+  std::vector<std::vector<Buffer>> cast_charges_;  // [units][parameters] their charges, tensor by tensor
   std::vector<Tensor> tensors_;
   std::vector<BucketRange> buckets_;
   std::vector<optim::DecayRange> decay_;

@@ -300,8 +300,8 @@ def case_flags(args):
 
 
 def grid():
-    """The checked-in grid: every framework × recipe × model at 2 and 4 ranks (SDPA, no checkpointing), and the
-    attention and checkpointing axes on Llama at 2 ranks for DDP and FSDP2."""
+    """The checked-in grid: every framework × recipe × model at 2 and 4 ranks (SDPA, no checkpointing), the
+    attention axis on Llama and the checkpointing axis on Llama and GPT-2 at 2 ranks for DDP and FSDP2."""
     out = []
     for model in ("llama", "gpt2"):
         for framework in ("ddp", "ddp-zero", "fsdp1", "fsdp2"):
@@ -312,6 +312,7 @@ def grid():
         for recipe in ("fp32", "mixed"):
             out.append(("llama", framework, recipe, "eager", 0, 2))
             out.append(("llama", framework, recipe, "sdpa", 1, 2))
+            out.append(("gpt2", framework, recipe, "sdpa", 1, 2))
     return out
 
 

@@ -513,13 +513,34 @@ void name_work_at_peak(const json& c, const CaseFacts& f, const std::string& str
     line.named.push_back({"the Reducer's fp32 buckets (MemTracker's activations, emu's buckets)", -4 * f.psi, false});
   }
   if (moment != Moment::kBeforeGradients) {
-    // With checkpointing the peak is elsewhere: DDP's at the optimizer step (every fp32 gradient and foreach AdamW's
-    // temporaries beside the buckets and the moments), FSDP2's fp32 in the first block's backward, in the MLP
-    // product's backward (two [T, F] gradients beside the recomputed block's tensors), where emu's is too now that
-    // it makes each parameter's gradient when backward reaches it (flat.h BlockGradients) and frees the MLP's saved
-    // tensors in autograd's order (blocks.cpp llama_backward).
+    // With checkpointing the peak is elsewhere: Llama DDP's at the optimizer step (every fp32 gradient and foreach
+    // AdamW's temporaries beside the buckets and the moments), Llama FSDP2 fp32's in the first block's backward, in
+    // the MLP product's backward (two [T, F] gradients beside the recomputed block's tensors), where emu's is too now
+    // that it makes each parameter's gradient when backward reaches it (flat.h BlockGradients) and frees the MLP's
+    // saved tensors in autograd's order (blocks.cpp llama_backward). GPT-2's, DDP's and FSDP2's alike, in the first
+    // block's gelu_new backward, after its recomputation: at the product's backward (x, 0.5·x, tanh and 1 + tanh
+    // saved; c_proj's input gradient and both factors' gradients, 7 [T, F] tensors) or, as much, at pow's
+    // (blocks.cpp gelu_new_backward).
     line.named.push_back(
         {"the loss, a 0-d fp32 tensor the recording's train_step holds through backward and step()", -4});
+    if (moment == Moment::kBlockBackward && ddp && s.tied_head) {
+      // Autograd sums the tied table's gradient (the head's part, then the embedding's) in the input buffer of its
+      // AccumulateGrad node, which makes the .grad only once the embedding's backward is done.
+      line.named.push_back(
+          {"the tied head's gradient (fp32 [V, h]), held by autograd for the embedding's AccumulateGrad until the end "
+           "of backward: MemTracker's Temp, emu's gradients",
+           -4 * s.vocab * s.h, false});
+    }
+    if (moment == Moment::kBlockBackward && ddp && f.mixed && !llama) {
+      // At the product's backward under CUDA's autocast (pow in fp32, autocast_mode.h): x's fp32 cast for pow, tanh,
+      // 1 + tanh, c_proj's input gradient cast back to fp32 and both factors' fp32 gradients (4 B each), 0.5·x and
+      // its gradient's bf16 cast (2 B each): 28 B per [T, F] element. The CPU's autocast, recorded here, runs all of
+      // gelu_new in bf16: 7 tensors of 2 B, 14 B.
+      line.named.push_back(
+          {"gelu_new's backward under CUDA's autocast, its tanh branch in fp32 (28 B per [T, F] element at the "
+           "product's backward, the CPU's autocast, recorded here, 14 B)",
+           (28 - 14) * T * s.ffn});
+    }
     if (moment == Moment::kBlockBackward && strategy == "fsdp2") {
       const uint64_t root = oracle::unit_counts(s).at(0);
       const auto head = static_cast<int64_t>(root - oracle::late_root_gradients(s));

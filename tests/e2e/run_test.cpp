@@ -255,6 +255,41 @@ TEST(Run, AutocastCastsAndGradientsLiveAsInPyTorch) {
   EXPECT_EQ(strategy(root, "ddp")["peak"]["at_peak_by_category"]["gradients"].get<int64_t>(), 4 * head_and_norm);
 }
 
+// PyTorch DDP under autocast with checkpointing, on the tiny GPT-2 (tests/data/oracle/gpt2-tiny.json: h 64, 4 heads,
+// F 256, V 512 tied, 2 blocks; T = 2 × 64), at its peak: block 1's gelu_new backward after its recomputation, at the
+// product's backward (as framework_oracle_test's recorded GPT-2 cases peak). What PyTorch holds there beyond the model
+// states, by hand:
+//   activations  the checkpointed input of block 1 (fp32 [T, h]) and the token ids (int32 [T], as emu charges them);
+//                autocast's bf16 casts of block 1's weights made again by the recomputation (c_attn [h, 3h], attn
+//                c_proj [h, h], c_fc [h, F]) but the MLP's c_proj, freed by its backward, and no bias cast (autocast's
+//                cache, which alone held them, went when the recomputation stopped); the recomputed saved tensors:
+//                two layer norms' fp32 mean and rstd, the bf16 casts of their outputs for c_attn and c_fc, qkv, the
+//                attention output, the fp32 logsumexp [b, a, s], the fp32 residual x + attention, and of gelu_new
+//                0.5·x in bf16 and x's fp32 cast for pow, tanh and 1 + tanh in fp32 (c_proj's input, freed)
+//   temporaries  the residual stream's gradient (fp32 [T, h]), c_proj's input gradient cast back to fp32 and both
+//                factors' fp32 gradients, with 0.5·x's bf16 cast of its own
+//   gradients    block 2's, the final norm's, the tied head's [V, h] and block 1's MLP c_proj's, fp32
+TEST(Run, AutocastCastsFreedAsLayersRunTheirBackward) {
+  testing::TempDir dir("run");
+  const std::string out = dir.file("run.json");
+  const auto run = run_process(mpiexec(2) + kEmu + " --model " + std::string(EMU_SOURCE_DIR) +
+                               "/tests/data/oracle/gpt2-tiny.json --shrink 1 --seq-len 64 --micro-batch 2 --reserve 0"
+                               " --steps 1 --clip 0 --precision mixed --attention sdpa --checkpoint --strategies ddp"
+                               " --json " +
+                               out);
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  const json root = read_json(out);
+  const json& at_peak = strategy(root, "ddp")["peak"]["at_peak_by_category"];
+  const int64_t T = 128, h = 64, F = 256, V = 512, s = 64, heads = 2 * 4 * s;
+  const int64_t casts = 2 * (h * 3 * h + h * h + h * F);
+  const int64_t recomputed =
+      2 * 8 * T + 2 * 2 * T * h + 2 * 3 * T * h + 2 * T * h + 4 * heads + 4 * T * h + (2 + 4 + 4 + 4) * T * F;
+  EXPECT_EQ(at_peak["activations"].get<int64_t>(), 4 * T * h + 4 * T + casts + recomputed);
+  EXPECT_EQ(at_peak["temporaries"].get<int64_t>(), 4 * T * h + (4 + 4 + 4 + 2) * T * F);
+  const int64_t block = 2 * h + (3 * h * h + 3 * h) + (h * h + h) + 2 * h + (h * F + F) + (F * h + h);
+  EXPECT_EQ(at_peak["gradients"].get<int64_t>(), 4 * (block + 2 * h + V * h + F * h + h));
+}
+
 TEST(Run, ExpectationsSetTheExitCode) {
   // On 4 ranks with a 3.9 GB cap at full scale, GPT-2 fits under ZeRO-3 (3.65 GB reserved, DeepSpeed's 1 GB ipg
   // bucket included) and not under DDP (4.14 GB: 16 B x 124M = 2 GB of model state alone, plus buckets, foreach

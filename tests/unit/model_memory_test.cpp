@@ -170,6 +170,64 @@ TEST(ModelMemory, Gpt2MeasuredActivationsAreKorthikantiWithoutDropout) {
   }
 }
 
+// Watches block 1's backward under checkpointing: every byte charged from its before_backward to its first gradient
+// (c_proj's weight: the recomputation, then c_proj's input gradient), and the most in use between that gradient and
+// c_fc's weight gradient (gelu_new's backward) above what was in use at the first.
+class RecomputeProbe final : public Hooks {
+ public:
+  RecomputeProbe(MemoryPool& pool, const Model& model) : pool_(pool), model_(model) {}
+  void before_backward(int unit) override {
+    if (unit == 1) mark_ = pool_.timeline().size();
+  }
+  void gradient_made(int unit, size_t offset) override {
+    if (unit != 1) return;
+    const std::vector<ParamInfo>& params = model_.layout(1).params;
+    if (offset == params[kMlpProjWeight].offset) {
+      const std::vector<TimelinePoint>& timeline = pool_.timeline();
+      for (size_t i = mark_; i < timeline.size(); ++i) {
+        if (timeline[i].delta > 0) allocated += static_cast<uint64_t>(timeline[i].delta);
+      }
+      pool_.reset_peaks();
+      base_ = pool_.in_use();
+    }
+    if (offset == params[kFcWeight].offset) gelu_rise = pool_.peak() - base_;
+  }
+  uint64_t allocated = 0, gelu_rise = 0;
+
+ private:
+  MemoryPool& pool_;
+  const Model& model_;
+  size_t mark_ = 0;
+  uint64_t base_ = 0;
+};
+
+TEST(ModelMemory, Gpt2RecomputationAndGeluBackwardAsAutogradRunsThem) {
+  const ModelConfig c = preset("gpt2");
+  const uint64_t T = uint64_t(c.tokens()), h = uint64_t(c.hidden), F = uint64_t(c.ffn);
+  const uint64_t heads = uint64_t(c.batch * c.heads * c.seq);  // logsumexp rows (s = 1024: no padding to 32)
+  for (const DType dt : {DType::kF32, DType::kBF16}) {
+    auto device = make_shapes_device({});
+    Model model(*device, c, ModelOptions{dt, Attention::kSdpa, true});
+    LocalParams params(model, 1);
+    RecomputeProbe probe(device->memory(), model);
+    const std::vector<int32_t> tokens = tokens_for(c);
+    model.step(tokens.data(), tokens.data(), probe);
+    const uint64_t e = dtype_size(dt);
+    // torch.utils.checkpoint's recomputation (non-reentrant, early stop) makes the block's saved tensors again and
+    // stops once c_proj has saved its input: ln_1's and ln_2's fp32 mean and rstd (8T each), ln_1's output, qkv
+    // (3h), the attention output and its fp32 logsumexp, x + attention, ln_2's output; c_fc's output and gelu_new's
+    // 0.5·x, x³, its product by 0.044715 (then x + that, √(2/π)·that and tanh reuse their memory), tanh, 1 + tanh and
+    // the product (7 [T, F]). Then c_proj's backward makes its input gradient [T, F]. Not the MLP's or the block's
+    // output.
+    const uint64_t recomputed = 16 * T + e * T * (h + 3 * h + h + h + h) + 4 * heads + 7 * e * T * F;
+    EXPECT_EQ(probe.allocated, recomputed + e * T * F) << dtype_name(dt);
+    // gelu_new's backward (autograd's nodes of the Python expression): at the product's backward x, 0.5·x, tanh,
+    // 1 + tanh, c_proj's input gradient and both factors' gradients (7 [T, F]), against 6 when c_proj's weight
+    // gradient was made (c_proj's saved input then still alive, freed by its backward); as many at pow's backward.
+    EXPECT_EQ(probe.gelu_rise, e * T * F) << dtype_name(dt);
+  }
+}
+
 // The peak of one training step (weights, gradients, activations, temporaries) on a device.
 uint64_t step_peak(Device& device, const ModelConfig& config, const ModelOptions& options) {
   Model model(device, config, options);

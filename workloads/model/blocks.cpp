@@ -744,15 +744,75 @@ Buffer gpt2_forward(const BlockEnv& env, const float* w, BlockSaved& s, Category
   if (ac) product = env.hold(d.tf(), DType::kF32, Category::kTemporaries, "gelu output in fp32");
   fc_out.reset();
   s.act = env.allocate(d.tf(), dt, cat, ac ? "gelu output cast by autocast" : "gelu output");
-  Buffer out = env.allocate(d.th(), env.options.residual(), out_cat, "output");
   if (env.math) {  // c_fc, column-parallel under TP: this rank's F/t columns
     F32 xn(env.ops, s.xn2, Access::kRead), fc(env.ops, s.fc, Access::kWrite), a(env.ops, s.act, Access::kWrite);
     env.ops->linear_forward(xn, W(kFcWeight), W(kFcBias), fc, d.T, d.h, d.F, WeightLayout::kInOut);
     env.ops->gelu_forward(fc, a, d.tf());
   }
+  // A recomputation stops here: torch.utils.checkpoint (non-reentrant, early stop on by default, as Hugging Face's
+  // gradient checkpointing runs it) ends it once the last tensor backward needs is saved again, c_proj's input, before
+  // c_proj runs; so neither the MLP's output nor the block's is made again. Under TP the layer is Megatron's, whose
+  // CheckpointFunction recomputes it whole, its c_proj all-reduce included.
+  if (env.recomputing && env.tp == nullptr) return Buffer();
+  Buffer out = env.allocate(d.th(), env.options.residual(), out_cat, "output");
   row_parallel_add(env, s.act, {W(kMlpProjWeight), W(kMlpProjBias), WeightLayout::kInOut, d.F}, s.x2, out,
                    "mlp.c_proj output");
   return out;
+}
+
+// gelu_new's backward as autograd runs the Python expression 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))), node by
+// node from `d_act` (the gradient of its output, c_proj's input gradient) to the gradient of c_fc's output, which it
+// returns; every tensor charged as held (emu's math does it in one kernel) and freed when autograd frees it. Two
+// moments hold the most: the product's backward (x, 0.5·x, tanh and 1 + tanh saved, d_act and both factors'
+// gradients) and pow's (x saved; the 0.5·x branch's gradient, the tanh argument's, the cube's, x², 3·x² and pow's
+// input gradient): 7 [T, F] tensors each at the compute dtype (checked against a recorded MemTracker timeline,
+// scripts/oracle/record.py --timeline). Under autocast (CUDA's, autocast_mode.h: pow in fp32) the tanh branch is
+// fp32: c_proj's input gradient is cast back to fp32 for the fp32 product (_to_copy's backward), the product's
+// backward makes both factors' gradients in fp32 before the engine casts 0.5·x's to bf16 (validate_outputs), the
+// add's backward casts the tanh argument's gradient to bf16 for c_fc's output, and pow's input gradient is cast back
+// to bf16 (the autocast cast's backward): 28 B per [T, F] element at the product's backward, 24 at pow's.
+Buffer gelu_new_backward(const BlockEnv& env, BlockSaved& s, Buffer d_act) {
+  const size_t n = size_t(env.config.tokens() * env.config.ffn);
+  const DType dt = env.options.compute;
+  const bool ac = env.options.autocast;
+  const DType branch = ac ? DType::kF32 : dt;  // the tanh branch's and the product's dtype
+  auto hold = [&](DType dtype, std::string_view what) { return env.hold(n, dtype, Category::kTemporaries, what); };
+  Buffer d_prod = std::move(d_act);
+  if (ac) d_prod = hold(DType::kF32, "d gelu output in fp32 (autocast cast's backward)");  // d_act freed by the move
+  // product = 0.5·x · (1 + tanh): both factors' gradients, in the product's dtype; 0.5·x's then cast to its own.
+  Buffer d_sum = hold(branch, "d (1 + tanh)");
+  Buffer d_half = hold(branch, "d 0.5·x");
+  if (ac) d_half = hold(dt, "d 0.5·x cast to bf16");
+  d_prod.reset();
+  s.gelu_half.reset();
+  s.gelu_sum.reset();
+  Buffer d_t = hold(branch, "d tanh argument (tanh backward)");
+  d_sum.reset();
+  s.gelu_tanh.reset();
+  Buffer d_inner = hold(branch, "d (x + 0.044715·x³)");
+  d_t.reset();
+  Buffer d_inner_cast;  // autocast: the add's gradient for c_fc's bf16 output
+  if (ac) d_inner_cast = hold(dt, "d (x + 0.044715·x³) cast to bf16");
+  Buffer d_cube = hold(branch, "d x³");
+  if (ac) d_inner.reset();  // its bf16 cast waits for c_fc's output instead
+  Buffer square = hold(branch, "x² (pow backward)");
+  Buffer thrice = hold(branch, "3·x² (pow backward)");
+  Buffer d_pow = hold(branch, "d x through pow");
+  square.reset();
+  thrice.reset();
+  d_cube.reset();
+  s.fc.reset();  // pow's saved input
+  if (ac) d_pow = hold(dt, "d x through pow cast to bf16");
+  Buffer summed = hold(dt, "d c_fc output through the tanh branch");
+  d_inner.reset();
+  d_inner_cast.reset();
+  d_pow.reset();
+  Buffer d_x_half = hold(dt, "d x through 0.5·x");
+  d_half.reset();
+  Buffer d_fc = hold(dt, "d c_fc output");
+  summed.reset();
+  d_x_half.reset();
+  return d_fc;
 }
 
 void gpt2_backward(const BlockEnv& env, const float* w, BlockSaved& s, float* dres, float* dw) {
@@ -763,7 +823,11 @@ void gpt2_backward(const BlockEnv& env, const float* w, BlockSaved& s, float* dr
   auto G = [&](size_t i) { return offset_into(dw, env.layout.params[i].offset); };
 
   // MLP: out = x2 + c_proj(gelu(c_fc(ln_2(x2))))
-  Buffer dfc = env.allocate(d.tf(), dt, Category::kTemporaries, "d gelu output");
+  // emu's math: one [T, F] buffer, charged nothing, holding c_proj's input gradient and then, turned in place, c_fc's
+  // output gradient. What autograd makes between the two is charged op by op (gelu_new_backward).
+  Buffer dfc =
+      env.device.allocate(d.tf(), dt, Category::kTemporaries, fmt::format("block {} d gelu output", env.unit), 0);
+  Buffer d_act = env.hold(d.tf(), dt, Category::kTemporaries, "d gelu output (c_proj's input gradient)");
   if (env.math) {
     F32 a(env.ops, s.act, Access::kRead), g(env.ops, dfc, Access::kWrite), fc(env.ops, s.fc, Access::kRead);
     env.ops->linear_backward(a, W(kMlpProjWeight), dres, g, G(kMlpProjWeight), G(kMlpProjBias), d.T, d.F, d.h,
@@ -775,10 +839,7 @@ void gpt2_backward(const BlockEnv& env, const float* w, BlockSaved& s, float* dr
   };
   made({kMlpProjWeight, kMlpProjBias});
   s.act.reset();
-  s.gelu_half.reset();
-  s.gelu_sum.reset();
-  s.gelu_tanh.reset();
-  s.fc.reset();
+  Buffer d_fc = gelu_new_backward(env, s, std::move(d_act));
   Buffer dxn = env.allocate(d.th(), env.options.residual(), Category::kTemporaries, "d ln_2 output");
   if (env.math) {
     F32 xn(env.ops, s.xn2, Access::kRead), g(env.ops, dfc, Access::kRead), dx(env.ops, dxn, Access::kWrite);
@@ -787,6 +848,7 @@ void gpt2_backward(const BlockEnv& env, const float* w, BlockSaved& s, float* dr
   }
   made({kFcWeight, kFcBias});
   dfc.reset();
+  d_fc.reset();
   s.xn2.reset();
   column_input_gradient(env, dxn, "c_fc input gradient");
   if (env.math) {

@@ -15,7 +15,9 @@
 //          Phi-3 (fused qkv_proj and gate_up_proj, computed as their q, k, v and gate, up row blocks) keep the same.
 //   GPT-2  per LayerNorm: its input [T, h], mean and rstd [T] fp32, the output [T, h]; qkv [T, 3h]; the attention
 //          output [T, h]; c_fc's output and, of gelu_new (NewGELUActivation, written out in Python), tanh(...),
-//          0.5·x, 1 + tanh(...) and their product [T, F] each.
+//          0.5·x, 1 + tanh(...) and their product [T, F] each. Its backward makes gelu_new's gradients node by node as
+//          autograd does (up to 7 [T, F] tensors at once, blocks.cpp gelu_new_backward); with checkpointing its
+//          recomputation stops once c_proj's input is saved again (torch.utils.checkpoint's early stop).
 //   attention  eager: Llama the fp32 softmax [b, a, s, s] (softmax(dtype=float32)) plus its copy at the compute
 //              dtype when e = 2; GPT-2 the softmax at the compute dtype (fp32 plus its copy under autocast). sdpa and
 //              flash: the logsumexp [b, a, s] fp32 (sdpa in fp32 runs the memory-efficient kernel, whose rows are
@@ -68,6 +70,9 @@ struct BlockEnv {
   // Tensor parallelism (tensor_parallel.h): the block's shapes are one rank's slice, and the partial sums of the
   // row-parallel outputs (forward) and of the column-parallel inputs' gradients (backward) are all-reduced here.
   TensorParallel* tp = nullptr;
+  // The forward runs again in backward (activation checkpointing): GPT-2's stops once c_proj's input is saved again
+  // and returns no output (torch.utils.checkpoint's early stop).
+  bool recomputing = false;
 
   Buffer allocate(size_t count, DType dtype, Category category, std::string_view what) const;
   // Charged exactly as allocate() charges it, with no memory behind it: a tensor the framework holds that emu's math

@@ -601,7 +601,9 @@ void Model::backward_block(int unit, Hooks& hooks) {
   if (options_.checkpoint) {
     PhaseScope recompute(device_.memory(), fmt::format("backward, block {} (recomputing forward)", unit));
     Buffer x = std::move(saved.x);
+    env.recomputing = true;
     block_forward(env, w, std::move(x), saved, Category::kActivations, Category::kTemporaries, true).reset();
+    env.recomputing = false;
   }
   {
     F32 dres(ops_, dres_, Access::kReadWrite);
