@@ -36,11 +36,16 @@ model::ModelConfig parallel_config() {
 
 // "tp", "pp", "pp-tp" (pp whose stages are TP `degree` too), each with "-do" for the distributed optimizer, of
 // degree `degree`; pp's with "-v2" interleaved, 2 chunks of one block per stage; and "fsdp2-tp" (FSDP2 over the
-// replicas of TP `degree` layers).
+// replicas of TP `degree` layers); "fsdp2-pp" (FSDP2 over each stage's replicas of PP `degree`, torchtitan's
+// reshard_after_forward=False under PP) and "fsdp2-pp-tp" (its stages TP `degree` too: torchtitan's 3-D).
 strategy::StrategyOptions parallel_options(std::string_view name, int degree) {
-  if (name == "fsdp2-tp") {
+  if (name.starts_with("fsdp2")) {
     strategy::StrategyOptions options = test_options("fsdp2", optim::Recipe::kFp32);
-    options.parallel.tensor = degree;
+    if (name.find("-tp") != std::string_view::npos) options.parallel.tensor = degree;
+    if (name.starts_with("fsdp2-pp")) {
+      options.parallel.pipeline = degree;
+      options.fsdp2.reshard_after_forward = false;
+    }
     return options;
   }
   const bool pipeline = name.starts_with("pp");
@@ -108,9 +113,11 @@ TEST_P(Equivalence, SameAsSingleDevice) {
 
 INSTANTIATE_TEST_SUITE_P(Parallel, Equivalence,
                          ::testing::Values("tp", "pp", "tp-do", "pp-do", "pp-tp", "pp-tp-do", "pp-v2-do", "pp-tp-v2",
-                                           "fsdp2-tp"),
+                                           "fsdp2-tp", "fsdp2-pp", "fsdp2-pp-tp"),
                          [](const ::testing::TestParamInfo<std::string>& param) {
                            if (param.param == "fsdp2-tp") return std::string("fsdp2_tp2");
+                           if (param.param == "fsdp2-pp") return std::string("fsdp2_pp2");
+                           if (param.param == "fsdp2-pp-tp") return std::string("fsdp2_pp2_tp2");
                            std::string name =
                                param.param.starts_with("pp-tp") ? "pp2_tp2_dp" : param.param.substr(0, 2) + "2_dp";
                            if (param.param.find("-v2") != std::string::npos) name += "_interleaved";
@@ -282,6 +289,60 @@ TEST(ParallelTraffic, TensorParallelStages) {
     EXPECT_EQ(run->ledger("data-parallel").total(coll::CollectiveKind::kAllReduce).moved.sent, 4 * owned);
   }
 }
+
+// FSDP2 over the stages' data-parallel groups (fsdp2 --pp 2: D = 2 at 4 ranks, 4 at 8; with --tp 2 as well, D = 1
+// and 2), torch.distributed.pipelining's stage with fully_shard as torchtitan runs them. Every local tensor's rows
+// divide by D: no padding. Per step, whatever the micro-batches: each of the stage's units all-gathered once (no
+// resharding after forward or, until the last micro-batch, after backward) and its gradients, summed over the
+// micro-batches, reduce-scattered once after the last backward, (D − 1)/D of the stage's local elements each at fp32;
+// the pipeline's b·s·h·4 = 1,024 bytes per micro-batch per boundary; under TP the TP group's all-reduces as pp's
+// stages make them. Memory per rank, fp32: the sharded parameters and every unit of the stage unsharded, 4·owned·
+// (1 + 1/D); the unsharded gradients, accumulated in place through the step, 4·owned; Adam's m and v and foreach
+// AdamW's copy over owned/D, 12·owned/D; all equal to the predictor's (fsdp2_pipeline_model.cpp).
+void check_fsdp2_over_stages(std::string_view name) {
+  const strategy::StrategyOptions options = parallel_options(name, 2);
+  const auto run = run_parallel(options, kMicroBatches, 1, false);
+  const strategy::Mesh mesh = strategy::mesh_of(options, world_size(), world_rank());
+  const bool first = mesh.pipeline_rank() == 0;
+  const uint64_t t = static_cast<uint64_t>(mesh.tensor), d = static_cast<uint64_t>(mesh.data);
+  // Two of the 4 equal blocks per stage; the embedding on stage 0, the final norm and the head on stage 1.
+  const uint64_t owned = 2 * (kBlockMatrices / t + kBlockNorms) + (first ? kTable / t : kTable / t + 32);
+  const coll::Ledger& data = run->ledger("data-parallel");
+  const coll::LedgerEntry gathered = data.total(coll::CollectiveKind::kAllGather);
+  const coll::LedgerEntry scattered = data.total(coll::CollectiveKind::kReduceScatter);
+  EXPECT_EQ(gathered.moved.sent, 4 * owned * (d - 1) / d);
+  EXPECT_EQ(scattered.moved.sent, 4 * owned * (d - 1) / d);
+  if (d > 1) {
+    EXPECT_EQ(gathered.calls, 3u);  // the root's tensors and 2 blocks, once per step
+    EXPECT_EQ(scattered.calls, 3u);
+  }
+  const coll::LedgerEntry send = run->ledger("pipeline").total(coll::CollectiveKind::kSend);
+  EXPECT_EQ(send.calls, uint64_t{kMicroBatches});
+  EXPECT_EQ(send.moved.sent, uint64_t{kMicroBatches} * 1024);
+  MemoryPool& memory = run->device->memory();
+  EXPECT_EQ(memory.peak(Category::kParameters), 4 * owned + 4 * owned / d);
+  EXPECT_EQ(memory.peak(Category::kGradients), 4 * owned);
+  EXPECT_EQ(memory.peak(Category::kOptimizerState), 12 * owned / d);
+  EXPECT_EQ(memory.peak(Category::kMasterWeights), 0u);
+  strategy::AnalyticInput input = strategy::analytic_input(*run->model, world_size(), 1, kMicroBatches);
+  input.rank = world_rank();
+  const strategy::Prediction predicted = strategy::predict(options, input);
+  for (const Category category :
+       {Category::kParameters, Category::kGradients, Category::kOptimizerState, Category::kBuckets}) {
+    EXPECT_EQ(predicted.peak[category], memory.peak(category)) << category_name(category);
+  }
+  for (const char* group : {"data-parallel", "pipeline", "tensor-parallel"}) {
+    uint64_t want = 0, sent = 0;
+    for (const strategy::PredictedTraffic& p : predicted.traffic) {
+      if (p.group == group) want += p.sent;
+    }
+    if (std::string_view(group) != "tensor-parallel" || t > 1) sent = run->ledger(group).total().moved.sent;
+    EXPECT_EQ(want, sent) << group;
+  }
+}
+
+TEST(ParallelTraffic, Fsdp2OverPipelineStages) { check_fsdp2_over_stages("fsdp2-pp"); }
+TEST(ParallelTraffic, Fsdp2OverTensorParallelPipelineStages) { check_fsdp2_over_stages("fsdp2-pp-tp"); }
 
 // N not divisible by T·P: a clear error naming the values, the same on every rank.
 TEST(ParallelLayout, IndivisibleWorldRefused) {
