@@ -344,6 +344,38 @@ void check_fsdp2_over_stages(std::string_view name) {
 TEST(ParallelTraffic, Fsdp2OverPipelineStages) { check_fsdp2_over_stages("fsdp2-pp"); }
 TEST(ParallelTraffic, Fsdp2OverTensorParallelPipelineStages) { check_fsdp2_over_stages("fsdp2-pp-tp"); }
 
+// The mixed recipe (MixedPrecisionPolicy param bf16, reduce fp32): each micro-batch's unsharded gradients are bf16
+// and the stage keeps their fp32 sum (FSDPParam.unsharded_accumulated_grad) from the first micro-batch's backward to
+// the last backward's reduce-scatter. So the gradients' peak is 4·owned of accumulators plus the bf16 gradients
+// alive at once in the second micro-batch's backward: on stage 0 the embedding's (the larger than a block's, made
+// after the blocks' are freed), 2·table; on stage 1 the head's and the final norm's (made when backward begins)
+// beside one block's, 2·(table + 32 + block). The parameters: fp32 shards and every unit unsharded in bf16,
+// 4·owned/D + 2·owned. Measured = predicted in every category.
+TEST(ParallelTraffic, Fsdp2OverPipelineStagesMixedPrecision) {
+  strategy::StrategyOptions options = parallel_options("fsdp2-pp", 2);
+  options.recipe = optim::precision_recipe(optim::Recipe::kMixed);
+  const auto run = run_parallel(options, kMicroBatches, 1, false);
+  const strategy::Mesh mesh = strategy::mesh_of(options, world_size(), world_rank());
+  const bool first = mesh.pipeline_rank() == 0;
+  const uint64_t d = static_cast<uint64_t>(mesh.data);
+  const uint64_t block = kBlockMatrices + kBlockNorms;
+  const uint64_t owned = 2 * block + (first ? kTable : kTable + 32);
+  MemoryPool& memory = run->device->memory();
+  EXPECT_EQ(memory.peak(Category::kGradients), 4 * owned + (first ? 2 * kTable : 2 * (kTable + 32 + block)));
+  EXPECT_EQ(memory.peak(Category::kParameters), 4 * owned / d + 2 * owned);
+  strategy::AnalyticInput input = strategy::analytic_input(*run->model, world_size(), 1, kMicroBatches);
+  input.rank = world_rank();
+  const strategy::Prediction predicted = strategy::predict(options, input);
+  for (const Category category :
+       {Category::kParameters, Category::kGradients, Category::kOptimizerState, Category::kBuckets}) {
+    EXPECT_EQ(predicted.peak[category], memory.peak(category)) << category_name(category);
+  }
+  const coll::Ledger& data = run->ledger("data-parallel");
+  // All-gathers at bf16, reduce-scatters at fp32.
+  EXPECT_EQ(data.total(coll::CollectiveKind::kAllGather).moved.sent, 2 * owned * (d - 1) / d);
+  EXPECT_EQ(data.total(coll::CollectiveKind::kReduceScatter).moved.sent, 4 * owned * (d - 1) / d);
+}
+
 // N not divisible by T·P: a clear error naming the values, the same on every rank.
 TEST(ParallelLayout, IndivisibleWorldRefused) {
   strategy::StrategyOptions options = parallel_options("tp", 3);
