@@ -159,7 +159,7 @@ Updated predict_fsdp2_pipeline(const StrategyOptions& options, const AnalyticInp
 // The chunks of blocks stage `stage` of `stages` runs, as pp splits them (pipeline.h balance_stages over the blocks'
 // charged parameters, the root's on the first and the last stage; interleaved_chunks with virtual stages).
 std::vector<StageBlocks> predicted_stage_chunks(const StrategyOptions& options, const AnalyticInput& input, int stages,
-                                               int stage);
+                                                int stage);
 // A tensor-parallel stage's activation traffic per step in its "tensor-parallel" group (pipeline_model.cpp's
 // formulas): 4 all-reduces of b·s·h per block per micro-batch (6 checkpointed), one more on the first and on the last
 // stage, and 3 of b·s fp32 on the last.

@@ -50,6 +50,29 @@
 // tensor_parallel.h, as `tp` runs it), and everything above is that slice sharded over the "data-parallel t"
 // group of D: N reads D, n_u is the slice's. The norm weights, whole on every TP rank, are sharded like the rest
 // and count once in the gradient norm (TP rank 0's), which sums over the world. Without sequence parallelism.
+//
+// Over pipeline stages (--pp P, with or without --tp T: torchtitan's PP × FSDP2 and its 3-D, TP 8 × PP 2 × FSDP 4
+// for llama2-70b on 64 GPUs): the model split into P stages as pp splits it (pipeline.h, stage_runner.h), each a
+// PipelineStage of torch.distributed.pipelining whose module is fully_shard-ed per block and at its root over the
+// stage's "data-parallel p·T + t" group of D = N/(T·P) ranks (torchtitan/models/llama3/infra/parallelize.py,
+// apply_fsdp over the dp_shard mesh dimension), the schedule (gpipe, 1f1b) run as pp runs it, activations over the
+// "pipeline" group. A stage's root holds the root tensors it runs: the embeddings on the first stage, the final norm
+// and the head on the last (tied embeddings refused), sharded and gathered alone. What differs from the above:
+//   forward   reshard_after_forward=False, torchtitan's apply_fsdp default when PP is on (no block gathered again
+//             per micro-batch): each unit all-gathered at its first forward of the step
+//   backward  PipelineStage.backward_maybe_with_nosync sets set_requires_gradient_sync(False),
+//             set_reshard_after_backward(False) and set_is_last_backward(False) on the stage module for every
+//             micro-batch: the units stay unsharded until the step's end (Σ_u D·S_u param dtype, the whole stage),
+//             and the unsharded gradients are summed over the micro-batches, at the reduce dtype
+//             (FSDPParam.to_accumulated_grad_if_needed / accumulate_unsharded_grad_if_needed: an fp32 [n_u] per
+//             unit in the mixed recipe, beside each backward's bf16 ones until that unit's backward ends)
+//   the end  after the last micro-batch's backward the stage sets the three back to True and runs post_backward of
+//             every parameter group of the stage module (stage.py: run_post_backward, in newer versions
+//             perform_reduce_grad), root first, then the blocks: each resharded and reduce-scattered once (finish_
+//             gradients), one reduce-scatter input alive at a time
+// So per step each unit moves one all-gather and one reduce-scatter, however many micro-batches. The gradient norm
+// sums over the world (each element in one shard of one stage), the loss over the pipeline. Interleaved stages
+// (several FSDP modules per rank, each reduced after its own last backward) are refused at start-up.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -74,7 +97,7 @@ class Fsdp2 final : public Strategy {
 
   void setup() override {
     const Mesh mesh = mesh_of(options_, world_.size(), world_.rank());
-    if (mesh.tensor > 1) {  // the stage's T ranks (one stage without --pp)
+    if (mesh.tensor > 1) {                                  // the stage's T ranks (one stage without --pp)
       const int stage_group = world_.rank() / mesh.tensor;  // d·P + p
       tp_group_ =
           split_group(stage_group, mesh.tensor_rank(), mesh.tensor, fmt::format("tensor-parallel {}", stage_group));
@@ -198,7 +221,9 @@ class Fsdp2 final : public Strategy {
   void finish_gradients() override {
     if (!runner_) return;
     for (int u = 0; u < model_.num_units(); ++u) {
-      if (!holds(u)) continue;
+      const UnitState& unit = units_[static_cast<size_t>(u)];
+      // FSDPParamGroup.post_backward reduces the gradients there are: none for a unit of another stage.
+      if (!unit.accumulated.allocated() && !unit.block_grads.allocated() && !unit.unsharded_grads.allocated()) continue;
       reshard(u);
       reduce_scatter_input_.reset();
       reduce(u);
@@ -286,8 +311,8 @@ class Fsdp2 final : public Strategy {
     }
     if (u == 0 && runner_ && runner_->stage() == 0 && !runner_->ends_model(0)) {
       // The first stage's root is its embeddings: their gradients are made when backward reaches them.
-      unit.unsharded_grads = device_.allocate(model_.layout(0).count, options_.recipe.grads, Category::kGradients, what,
-                                              0);
+      unit.unsharded_grads =
+          device_.allocate(model_.layout(0).count, options_.recipe.grads, Category::kGradients, what, 0);
       zero(unit.unsharded_grads.data(), options_.recipe.grads, model_.layout(0).count);
       model_.bind_grads(u, unit.unsharded_grads.data());
       return;
@@ -481,9 +506,9 @@ class Fsdp2 final : public Strategy {
     if (!unit.accumulated.allocated()) {
       uint64_t charged = 0;
       for (const Dim0Tensor& t : unit.shards.tensors) charged += t.tensor.charged;
-      unit.accumulated = device_.allocate(count, reduce, Category::kGradients,
-                                          fmt::format("unit {} accumulated unsharded gradients", u),
-                                          charged * dtype_size(reduce));
+      unit.accumulated =
+          device_.allocate(count, reduce, Category::kGradients,
+                           fmt::format("unit {} accumulated unsharded gradients", u), charged * dtype_size(reduce));
       zero(unit.accumulated.data(), reduce, count);
     }
     accumulate(u == 0 ? unit.unsharded_grads.data() : unit.block_grads.data(), grads, unit.accumulated.data(), reduce,

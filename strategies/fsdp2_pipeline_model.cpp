@@ -34,8 +34,8 @@ namespace {
 
 struct Held {
   Dim0Shards shards;
-  uint64_t charged = 0;   // n_u as charged
-  uint64_t early = 0;     // of it, made when the unit's backward begins (the root's head part on the last stage)
+  uint64_t charged = 0;  // n_u as charged
+  uint64_t early = 0;    // of it, made when the unit's backward begins (the root's head part on the last stage)
   bool accumulating = false;
 };
 
@@ -54,16 +54,9 @@ uint64_t charged_of(std::span<const TensorRows> rows) {
   return sum;
 }
 
-}  // namespace
-
-Updated predict_fsdp2_pipeline(const StrategyOptions& options, const AnalyticInput& input, Prediction& prediction) {
-  const Mesh mesh = mesh_of(options, input.world, input.rank);
-  const int stage = mesh.pipeline_rank(), stages = mesh.pipeline, d = mesh.data;
-  const StageBlocks blocks = predicted_stage_chunks(options, input, stages, stage).front();
-  const DType p = options.recipe.params, g = options.recipe.grads;
-  const DType r = options.recipe.has_master ? DType::kF32 : options.recipe.params;
-
-  // The stage's units in FSDP's order (the stage module's root first, then its blocks).
+// The stage's units in FSDP's order: the stage module's root (its root tensors: the embeddings on the first stage,
+// the final norm and head on the last) first, then its blocks.
+std::vector<Held> stage_units(const AnalyticInput& input, const StageBlocks& blocks, int stage, int stages, int d) {
   std::vector<Held> units;
   if (stage == 0 || stage == stages - 1) {
     std::vector<TensorRows> rows;
@@ -79,62 +72,64 @@ Updated predict_fsdp2_pipeline(const StrategyOptions& options, const AnalyticInp
     const std::vector<TensorRows>& rows = input.unit_rows[static_cast<size_t>(u)];
     units.push_back({dim0_shards(rows, d), charged_of(rows), 0});
   }
-  const bool root = stage == 0 || stage == stages - 1;
+  return units;
+}
 
-  // Parameters: the shards, and every unit unsharded from the first forward to the step's end.
-  uint64_t sharded = 0, unsharded = 0;
-  for (const Held& unit : units) {
-    sharded += unit.shards.charged_shard();
-    unsharded += unit.shards.charged_padded() * dtype_size(p);
-  }
-  // Buckets: the first forward's all-gather outputs, the previous one kept until the next is copied out.
-  uint64_t buckets = 0;
-  for (size_t i = 0; i < units.size(); ++i) {
-    const uint64_t gather = units[i].shards.charged_padded() * dtype_size(p);
-    const uint64_t kept = i > 0 && d > 1 ? units[i - 1].shards.charged_padded() * dtype_size(p) : 0;
-    buckets = std::max(buckets, gather + kept);
-  }
-  // Gradients: M backwards (the root's encloses the blocks'), then the stage's last backward's reduce-scatters.
+// The gradients' peak over M backwards (the root's encloses the blocks') and the last backward's reduce-scatters,
+// with g the gradient dtype and r the reduce dtype; `root`: units.front() is the stage's root.
+uint64_t gradient_peak(std::vector<Held>& units, bool root, bool last_stage, int micro_batches, DType g, DType r) {
   Peak grads;
-  const auto end_backward = [&](Held& unit, uint64_t made) {
+  // The bytes one backward makes of a unit: none once a reduce-dtype .grad accumulates in place.
+  const auto made = [&](const Held& unit, uint64_t elements) {
+    return g == r && unit.accumulating ? 0 : elements * dtype_size(g);
+  };
+  // The unit's backward ends: the first upcast into an accumulator, the made gradients freed once added into it.
+  const auto end_backward = [&](Held& unit) {
     if (g != r && !unit.accumulating) grads.add(unit.charged * dtype_size(r));
-    if (g != r || unit.accumulating) grads.sub(made);
+    if (g != r) grads.sub(unit.charged * dtype_size(g));
     unit.accumulating = true;
   };
-  for (int m = 0; m < input.accumulation; ++m) {
-    const bool first_time = !units.front().accumulating;
-    if (root && stage == stages - 1 && (g != r || first_time)) grads.add(units.front().early * dtype_size(g));
+  for (int m = 0; m < micro_batches; ++m) {
+    if (root && last_stage) grads.add(made(units.front(), units.front().early));
     for (size_t i = units.size(); i-- > (root ? 1 : 0);) {
-      const bool again = g == r && units[i].accumulating;
-      if (!again) grads.add(units[i].charged * dtype_size(g));
-      end_backward(units[i], again ? 0 : units[i].charged * dtype_size(g));
+      grads.add(made(units[i], units[i].charged));
+      end_backward(units[i]);
     }
     if (root) {
-      Held& head = units.front();
-      const bool again = g == r && head.accumulating;
-      const uint64_t late = head.charged - head.early;  // the embeddings' part, on the first stage
-      if (!again) grads.add(late * dtype_size(g));
-      end_backward(head, again ? 0 : head.charged * dtype_size(g));
+      grads.add(made(units.front(), units.front().charged - units.front().early));  // the first stage's embeddings
+      end_backward(units.front());
     }
   }
-  for (const Held& unit : units) {
+  for (const Held& unit : units) {  // each accumulator freed for its reduce-scatter output, the sharded gradient
     grads.sub(unit.charged * dtype_size(r));
     grads.add(unit.shards.charged_shard() * dtype_size(r));
-    buckets = std::max(buckets, unit.shards.charged_padded() * dtype_size(r));
   }
+  return grads.peak;
+}
 
-  CategoryBytes& peak = prediction.peak;
-  peak[Category::kParameters] += sharded * dtype_size(r) + unsharded;
-  peak[Category::kGradients] = grads.peak;
-  peak[Category::kBuckets] = buckets;
-  peak[Category::kOptimizerState] += 2 * sharded * dtype_size(options.recipe.moments);
+// The buckets' peak: the first forward's all-gather outputs (the previous one kept until the next is copied out,
+// with D > 1), then one reduce-scatter input at a time.
+uint64_t bucket_peak(const std::vector<Held>& units, int d, DType p, DType r) {
+  uint64_t buckets = 0;
+  for (size_t i = 0; i < units.size(); ++i) {
+    const uint64_t kept = i > 0 && d > 1 ? units[i - 1].shards.charged_padded() * dtype_size(p) : 0;
+    buckets = std::max(buckets, units[i].shards.charged_padded() * dtype_size(p) + kept);
+    buckets = std::max(buckets, units[i].shards.charged_padded() * dtype_size(r));
+  }
+  return buckets;
+}
 
+// Per step, one all-gather and one reduce-scatter per unit in the data-parallel group, the pipeline's sends and its
+// loss, TP's all-reduces, the gradient norm; and AdamW's step temporaries.
+void add_traffic(const StrategyOptions& options, const AnalyticInput& input, const Mesh& mesh, uint64_t own_blocks,
+                 const std::vector<Held>& units, DType p, DType r, Prediction& prediction) {
+  const int stage = mesh.pipeline_rank(), stages = mesh.pipeline;
   uint64_t all_tensors = 0, largest_tensor = 0;
   for (const Held& unit : units) {
     add_ring_traffic(prediction, coll::CollectiveKind::kAllGather, "data-parallel",
-                     unit.shards.padded() * dtype_size(p), d);
+                     unit.shards.padded() * dtype_size(p), mesh.data);
     add_ring_traffic(prediction, coll::CollectiveKind::kReduceScatter, "data-parallel",
-                     unit.shards.padded() * dtype_size(r), d);
+                     unit.shards.padded() * dtype_size(r), mesh.data);
     for (const Dim0Tensor& t : unit.shards.tensors) {
       all_tensors += t.charged_chunk();
       largest_tensor = std::max(largest_tensor, t.charged_chunk());
@@ -143,9 +138,7 @@ Updated predict_fsdp2_pipeline(const StrategyOptions& options, const AnalyticInp
   const auto micro_batches = static_cast<uint64_t>(input.accumulation);
   const uint64_t sends = micro_batches * ((stage < stages - 1 ? 1 : 0) + (stage > 0 ? 1 : 0));
   prediction.traffic.push_back({coll::CollectiveKind::kSend, "pipeline", sends, sends * input.boundary_bytes});
-  if (mesh.tensor > 1) {
-    add_stage_tensor_traffic(prediction, input, mesh, static_cast<uint64_t>(blocks.last - blocks.first + 1));
-  }
+  if (mesh.tensor > 1) add_stage_tensor_traffic(prediction, input, mesh, own_blocks);
   add_ring_traffic(prediction, coll::CollectiveKind::kAllReduce, "pipeline", 4, stages);    // the loss (reporting)
   add_ring_traffic(prediction, coll::CollectiveKind::kAllReduce, "world", 4, input.world);  // the gradient norm
   switch (options.adamw_impl) {
@@ -153,6 +146,32 @@ Updated predict_fsdp2_pipeline(const StrategyOptions& options, const AnalyticInp
     case optim::AdamWImpl::kSingle: prediction.step_temporary_elements = 2 * largest_tensor; break;
     case optim::AdamWImpl::kFused: break;
   }
+}
+
+}  // namespace
+
+Updated predict_fsdp2_pipeline(const StrategyOptions& options, const AnalyticInput& input, Prediction& prediction) {
+  const Mesh mesh = mesh_of(options, input.world, input.rank);
+  const int stage = mesh.pipeline_rank(), stages = mesh.pipeline, d = mesh.data;
+  const StageBlocks blocks = predicted_stage_chunks(options, input, stages, stage).front();
+  const DType p = options.recipe.params, g = options.recipe.grads;
+  const DType r = options.recipe.has_master ? DType::kF32 : options.recipe.params;
+  std::vector<Held> units = stage_units(input, blocks, stage, stages, d);
+  const bool root = stage == 0 || stage == stages - 1;
+
+  // Parameters: the shards, and every unit unsharded from the first forward to the step's end.
+  uint64_t sharded = 0, unsharded = 0;
+  for (const Held& unit : units) {
+    sharded += unit.shards.charged_shard();
+    unsharded += unit.shards.charged_padded() * dtype_size(p);
+  }
+  CategoryBytes& peak = prediction.peak;
+  peak[Category::kParameters] += sharded * dtype_size(r) + unsharded;
+  peak[Category::kGradients] = gradient_peak(units, root, stage == stages - 1, input.accumulation, g, r);
+  peak[Category::kBuckets] = bucket_peak(units, d, p, r);
+  peak[Category::kOptimizerState] += 2 * sharded * dtype_size(options.recipe.moments);
+  const auto own_blocks = static_cast<uint64_t>(blocks.last) - static_cast<uint64_t>(blocks.first) + 1;
+  add_traffic(options, input, mesh, own_blocks, units, p, r, prediction);
   prediction.formula = fmt::format(
       "(2 + 2 + K)Ψ_s/D + unsharded Ψ_s·(2 + 4): stage {} of {}, blocks {}..{}, sharded over D = {}{}", stage, stages,
       blocks.first, blocks.last, d, mesh.tensor > 1 ? fmt::format(", TP slices of t = {}", mesh.tensor) : "");

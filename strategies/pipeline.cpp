@@ -50,7 +50,8 @@
 // (kActivations). In backward the gradient of that output comes back the same way. Per step every boundary
 // carries M activations up and M gradients down: b·s·h·bytes·2·(P − 1)·M bytes over the pipeline. Megatron batches
 // its sends and receives (isend/irecv); emu's block, so every stage takes its messages in one global order
-// (pipeline.h, stage_program), receiving each just before the op that reads it.
+// (pipeline.h, stage_program), receiving each just before the op that reads it; stage_runner.h runs that program
+// (fsdp2 --pp runs its stages through it too).
 //
 // Interleaved 1F1B (--virtual-stages V, Megatron's --num-virtual-stages-per-pipeline-rank): each stage holds V
 // chunks of L/(P·V) blocks, chunk v of stage p layer group v·P + p (pipeline.h, interleaved_chunks), the embeddings
@@ -405,8 +406,8 @@ class Pipeline final : public Strategy {
   std::unique_ptr<GroupTensorParallel> tensor_;
   std::vector<std::vector<std::vector<int64_t>>> index_;  // [units][params][local elements] under TP (tp_slice_index)
   int stage_ = 0, stages_ = 1;
-  std::unique_ptr<StageRunner> runner_;  // the stage's blocks and its program
-  std::vector<Held> units_;              // [units] allocated where this stage holds the unit
+  std::unique_ptr<StageRunner> runner_;                  // the stage's blocks and its program
+  std::vector<Held> units_;                              // [units] allocated where this stage holds the unit
   std::unique_ptr<coll::Communicator> embedding_group_;  // the first and the last stage, with tied embeddings
 };
 

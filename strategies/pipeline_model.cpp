@@ -29,7 +29,7 @@
 namespace emu::strategy {
 
 std::vector<StageBlocks> predicted_stage_chunks(const StrategyOptions& options, const AnalyticInput& input, int stages,
-                                               int stage) {
+                                                int stage) {
   std::vector<uint64_t> blocks;
   for (size_t u = 1; u < input.unit_counts.size(); ++u) {
     uint64_t charged = 0;

@@ -105,10 +105,9 @@ double StageRunner::run(std::span<const data::Batch> micro_batches, model::Hooks
 }
 
 Buffer StageRunner::receive(const PipelineOp& op, int peer) {
-  Buffer buffer = device_.allocate(activation_count(), model_.compute_dtype(),
-                                   op.forward ? Category::kActivations : Category::kTemporaries,
-                                   fmt::format("pipeline {}, micro-batch {} (received)",
-                                               op.forward ? "input" : "output gradient", op.micro_batch));
+  Buffer buffer = device_.allocate(
+      activation_count(), model_.compute_dtype(), op.forward ? Category::kActivations : Category::kTemporaries,
+      fmt::format("pipeline {}, micro-batch {} (received)", op.forward ? "input" : "output gradient", op.micro_batch));
   pipe_.recv(buffer.data(), activation_count(), model_.compute_dtype(), peer,
              op.forward ? "pipeline activations" : "pipeline gradients");
   return buffer;

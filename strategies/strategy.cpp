@@ -2,8 +2,8 @@
 
 #include <fmt/format.h>
 
-#include <chrono>
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <optional>
 
@@ -62,7 +62,8 @@ std::string StrategyOptions::name() const {
 }
 
 bool pipelined(const StrategyOptions& options) {
-  return options.kind == StrategyKind::kPipeline || (options.kind == StrategyKind::kFsdp2 && options.parallel.pipeline > 1);
+  return options.kind == StrategyKind::kPipeline ||
+         (options.kind == StrategyKind::kFsdp2 && options.parallel.pipeline > 1);
 }
 
 bool pipelined_or_tensor(const StrategyOptions& options) {

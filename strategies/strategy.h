@@ -11,7 +11,9 @@
 //   zero3          parameters partitioned too, gathered per unit before use and released after (DeepSpeed)
 //   fsdp           one flat parameter per unit, FULL_SHARD / SHARD_GRAD_OP / NO_SHARD / HYBRID_SHARD (PyTorch FSDP)
 //   fsdp2          every parameter sharded on dim 0, fully_shard per block and the root (PyTorch FSDP2, fsdp2.cpp);
-//                  with --tp T over tensor-parallel layers, sharded over the N/T replicas (torchtitan's 2-D mesh)
+//                  with --tp T over tensor-parallel layers, sharded over the N/T replicas (torchtitan's 2-D mesh);
+//                  with --pp P over pipeline stages, each sharded over its replicas (torchtitan's PP × FSDP2; with
+//                  --tp too its 3-D, `3d` in --strategies)
 //   pp             pipeline parallelism: the blocks in one stage per rank, GPipe or 1F1B micro-batch schedules,
 //                  activations passed stage to stage by send/recv (Megatron-LM / DeepSpeed pipeline, pipeline.cpp)
 //   tp             tensor parallelism: every matrix split over the ranks, column- then row-parallel, vocabulary-

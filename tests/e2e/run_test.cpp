@@ -409,8 +409,8 @@ TEST(Plan, ComposedParallelismAgreesWithTheShrunkRun) {
   expect_run_matches_plan(" --model llama2-13b --shrink 64 --steps 1 --strategies fsdp2 --tp 2", {"fsdp2·tp2"}, 0.005);
   // FSDP2 over each stage's replicas (PP 2 × FSDP 2) and torchtitan's 3-D (TP 2 × PP 2, D = 1 at 4 ranks).
   expect_run_matches_plan(" --model llama2-13b --shrink 64 --steps 1 --strategies fsdp2 --pp 2", {"fsdp2·pp2"}, 0.005);
-  expect_run_matches_plan(" --model llama2-13b --shrink 64 --steps 1 --strategies 3d --tp 2 --pp 2",
-                          {"fsdp2·pp2·tp2"}, 0.005);
+  expect_run_matches_plan(" --model llama2-13b --shrink 64 --steps 1 --strategies 3d --tp 2 --pp 2", {"fsdp2·pp2·tp2"},
+                          0.005);
 }
 
 // Each data-parallel replica trains on its own slice of the global batch (app/run.cpp replica_micro_batches):

@@ -290,6 +290,18 @@ TEST(ParallelTraffic, TensorParallelStages) {
   }
 }
 
+// The predictor's (strategies/analytic.h) memory peaks of this rank against the run's, category by category.
+strategy::Prediction expect_predicted_memory(const WorldRun& run, const strategy::StrategyOptions& options) {
+  strategy::AnalyticInput input = strategy::analytic_input(*run.model, world_size(), 1, kMicroBatches);
+  input.rank = world_rank();
+  strategy::Prediction predicted = strategy::predict(options, input);
+  for (const Category category :
+       {Category::kParameters, Category::kGradients, Category::kOptimizerState, Category::kBuckets}) {
+    EXPECT_EQ(predicted.peak[category], run.device->memory().peak(category)) << category_name(category);
+  }
+  return predicted;
+}
+
 // FSDP2 over the stages' data-parallel groups (fsdp2 --pp 2: D = 2 at 4 ranks, 4 at 8; with --tp 2 as well, D = 1
 // and 2), torch.distributed.pipelining's stage with fully_shard as torchtitan runs them. Every local tensor's rows
 // divide by D: no padding. Per step, whatever the micro-batches: each of the stage's units all-gathered once (no
@@ -324,13 +336,7 @@ void check_fsdp2_over_stages(std::string_view name) {
   EXPECT_EQ(memory.peak(Category::kGradients), 4 * owned);
   EXPECT_EQ(memory.peak(Category::kOptimizerState), 12 * owned / d);
   EXPECT_EQ(memory.peak(Category::kMasterWeights), 0u);
-  strategy::AnalyticInput input = strategy::analytic_input(*run->model, world_size(), 1, kMicroBatches);
-  input.rank = world_rank();
-  const strategy::Prediction predicted = strategy::predict(options, input);
-  for (const Category category :
-       {Category::kParameters, Category::kGradients, Category::kOptimizerState, Category::kBuckets}) {
-    EXPECT_EQ(predicted.peak[category], memory.peak(category)) << category_name(category);
-  }
+  const strategy::Prediction predicted = expect_predicted_memory(*run, options);
   for (const char* group : {"data-parallel", "pipeline", "tensor-parallel"}) {
     uint64_t want = 0, sent = 0;
     for (const strategy::PredictedTraffic& p : predicted.traffic) {
@@ -363,13 +369,7 @@ TEST(ParallelTraffic, Fsdp2OverPipelineStagesMixedPrecision) {
   MemoryPool& memory = run->device->memory();
   EXPECT_EQ(memory.peak(Category::kGradients), 4 * owned + (first ? 2 * kTable : 2 * (kTable + 32 + block)));
   EXPECT_EQ(memory.peak(Category::kParameters), 4 * owned / d + 2 * owned);
-  strategy::AnalyticInput input = strategy::analytic_input(*run->model, world_size(), 1, kMicroBatches);
-  input.rank = world_rank();
-  const strategy::Prediction predicted = strategy::predict(options, input);
-  for (const Category category :
-       {Category::kParameters, Category::kGradients, Category::kOptimizerState, Category::kBuckets}) {
-    EXPECT_EQ(predicted.peak[category], memory.peak(category)) << category_name(category);
-  }
+  expect_predicted_memory(*run, options);
   const coll::Ledger& data = run->ledger("data-parallel");
   // All-gathers at bf16, reduce-scatters at fp32.
   EXPECT_EQ(data.total(coll::CollectiveKind::kAllGather).moved.sent, 2 * owned * (d - 1) / d);
