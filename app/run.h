@@ -46,7 +46,7 @@ struct PhaseTraffic {
   std::string algorithm;  // empty for send and recv
   std::string phase;      // the caller's label, e.g. "backward reduce-scatter, unit 7"
   double calls = 0;
-  uint64_t sent = 0;  // bytes this rank sent, as run
+  uint64_t payload = 0;  // Σ over the calls of their payload S (the buffer, the whole gathered output, ...), as run
 };
 
 struct StrategyOutcome {

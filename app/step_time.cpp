@@ -32,20 +32,6 @@ std::optional<long> number_after(std::string_view label, std::string_view word) 
   return value;
 }
 
-// The payload S of one call from the bytes one rank sent, by the ring's volumes nccl-tests' bus bandwidth uses
-// (all-reduce 2(N−1)/N, reduce-scatter, all-gather and all-to-all (N−1)/N, the rest 1).
-double payload_of(coll::CollectiveKind kind, double sent_per_call, int n) {
-  const double ranks = n;
-  switch (kind) {
-    case coll::CollectiveKind::kAllReduce: return sent_per_call / (2 * (ranks - 1) / ranks);
-    case coll::CollectiveKind::kReduceScatter:
-    case coll::CollectiveKind::kAllGather:
-    case coll::CollectiveKind::kAllToAll: return sent_per_call / ((ranks - 1) / ranks);
-    case coll::CollectiveKind::kBarrier: return 0;
-    default: return sent_per_call;
-  }
-}
-
 // Where a collective sits in the step, read from the phase it was issued in (step_time.h).
 enum class Place : uint8_t { kForwardUnit, kBackwardBefore, kBackwardAfter, kBackwardBucket, kPipeline, kExposed };
 
@@ -315,7 +301,8 @@ std::vector<PlacedPhase> timed_phases(const StrategyOutcome& outcome, int world,
   for (const PhaseTraffic& p : outcome.phase_traffic) {
     if (p.calls <= 0 || p.group_size <= 1) continue;
     const Reach reach = reach_of(p.group, p.group_size, world, node);
-    const double payload = payload_of(p.kind, static_cast<double>(p.sent) * scale / p.calls, p.group_size);
+    // A receive waits for its send's bytes, which the send's phase times: the receive itself costs its latency.
+    const double payload = p.kind == coll::CollectiveKind::kRecv ? 0 : static_cast<double>(p.payload) * scale / p.calls;
     PlacedPhase placed = place(p);
     // Only the world's communicator knows its nodes (collectives/communicator.h, split: a group split off is one
     // node), so only there does the hierarchical all-reduce keep them apart; elsewhere it runs as the ring.
@@ -502,10 +489,10 @@ void record_phase_traffic(StrategyOutcome& outcome, const coll::Communicator& gr
     const auto& [kind, phase] = key;
     if (starts_with(phase, "report:") || phase == "out-of-memory agreement") continue;
     const bool p2p = kind == coll::CollectiveKind::kSend || kind == coll::CollectiveKind::kRecv;
-    outcome.phase_traffic.push_back(
-        {kind, group_kind(group.name()), group.size(), p2p ? std::string() : std::string(group.algorithm(kind).name),
-         phase, static_cast<double>(entry.calls) / steps,
-         static_cast<uint64_t>(std::llround(static_cast<double>(entry.moved.sent) / steps))});
+    outcome.phase_traffic.push_back({kind, group_kind(group.name()), group.size(),
+                                     p2p ? std::string() : std::string(group.algorithm(kind).name), phase,
+                                     static_cast<double>(entry.calls) / steps,
+                                     static_cast<uint64_t>(std::llround(static_cast<double>(entry.payload) / steps))});
   }
 }
 

@@ -2,6 +2,7 @@
 // precision recipe, and the collectives of a step (with sequence parallelism its reduce-scatters and all-gathers).
 #include <fmt/format.h>
 
+#include <string>
 #include <string_view>
 #include <utility>
 
@@ -27,6 +28,26 @@ std::pair<double, uint64_t> step_traffic(const StrategyOutcome& o, coll::Collect
     if (counted(key)) calls += count;
   }
   return {sent, calls};
+}
+
+// The all-reduces of a step in the model's own names (Llama's Hugging Face names, or GPT-2's), and with sequence
+// parallelism what is left of them.
+std::string all_reduce_text(const model::ModelConfig& full, bool sequence_parallel) {
+  if (sequence_parallel) {
+    return "3 of b*s fp32 per micro-batch (parallel cross-entropy) and the norm weights' gradients once";
+  }
+  const bool gpt2 = full.style == model::Style::kGpt2;
+  return fmt::format(
+      "per micro-batch 4L+2 of b*s*h (after {} in forward, the {} input gradients in backward, the embedding output "
+      "and the head's input gradient; again the 2 forward ones of a checkpointed block) and 3 of b*s fp32 (parallel "
+      "cross-entropy), ring 2(t-1)/t",
+      gpt2 ? "attn.c_proj and mlp.c_proj" : "o_proj and down_proj", gpt2 ? "c_attn and c_fc" : "q/k/v and gate/up");
+}
+
+// The tensors every rank holds whole: the norm weights, and GPT-2's c_proj biases and positions.
+std::string_view replicated_text(const model::ModelConfig& full) {
+  return full.style == model::Style::kGpt2 ? "LayerNorms, c_proj biases (added after the all-reduce) and wpe"
+                                           : "norm weights";
 }
 }  // namespace
 
@@ -75,7 +96,7 @@ std::string format_tensor(const RunReport& r) {
         recipe.total_bytes_per_param());
     out += fmt::format(
         "  recipe: {} B per local parameter ({} parameters, {} gradients{}, Adam m and v; Megatron's optimizer "
-        "{}); norm weights replicated, {}\n",
+        "{}); {} replicated, {}\n",
         recipe.total_bytes_per_param(), dtype_name(recipe.params), dtype_name(recipe.grads),
         recipe.has_master ? ", fp32 master weights" : "",
         distributed ? fmt::format("with --use-distributed-optimizer: master weights and Adam m, v sharded over the D = "
@@ -84,6 +105,7 @@ std::string format_tensor(const RunReport& r) {
                                   recipe.total_bytes_per_param() - dtype_size(recipe.params) - dtype_size(recipe.grads),
                                   mesh.data)
                     : std::string("without --use-distributed-optimizer"),
+        replicated_text(full),
         sp ? "their gradients (each rank's rows) all-reduced once per step"
            : "their gradients identical on every rank");
     const std::string_view recompute =
@@ -104,11 +126,7 @@ std::string format_tensor(const RunReport& r) {
     } else if (r.options.model_options.selective_recompute) {
       out += fmt::format("  recompute {}\n", recompute);
     }
-    const std::string_view reduced =
-        sp ? "3 of b*s fp32 per micro-batch (parallel cross-entropy) and the norm weights' gradients once"
-           : "per micro-batch 4L+2 of b*s*h (after o_proj and down_proj in forward, the q/k/v and gate/up input "
-             "gradients in backward, the embedding output and the head's input gradient; again the 2 forward ones of "
-             "a checkpointed block) and 3 of b*s fp32 (parallel cross-entropy), ring 2(t-1)/t";
+    const std::string reduced = all_reduce_text(full, sp);
     const auto [sent, calls] = step_traffic(o, coll::CollectiveKind::kAllReduce);
     out += fmt::format("  all-reduce: rank 0 sends {} GB per step in {} calls: {}\n", gigabytes(sent * scale), calls,
                        reduced);

@@ -328,7 +328,8 @@ void Communicator::run(const Call& call) {
     log::warn("coll", "{} moved {} B sent / {} B received, declared {} / {}", describe(call), context.moved.sent,
               context.moved.received, expected.sent, expected.received);
   }
-  ledger_.charge(call.kind, call.phase, context.moved, expected, seconds, context.moved_between_nodes);
+  ledger_.charge(call.kind, call.phase, context.moved, expected, seconds, context.moved_between_nodes,
+                 payload_bytes(call, size()));
   if (observer_) {
     const double started = std::chrono::duration<double>(start.time_since_epoch()).count();
     observer_(*this, call, algorithm, context.moved, started, started + seconds);

@@ -12,14 +12,15 @@ LedgerEntry& LedgerEntry::operator+=(const LedgerEntry& other) {
   expected += other.expected;
   seconds += other.seconds;
   between_nodes += other.between_nodes;
+  payload += other.payload;
   return *this;
 }
 
 void Ledger::charge(CollectiveKind kind, std::string_view phase, const Traffic& moved, const Traffic& expected,
-                    double seconds, const Traffic& between_nodes) {
+                    double seconds, const Traffic& between_nodes, uint64_t payload) {
   auto it = entries_.find(std::pair<CollectiveKind, std::string_view>(kind, phase));
   if (it == entries_.end()) it = entries_.emplace(Key(kind, std::string(phase)), LedgerEntry{}).first;
-  it->second += LedgerEntry{1, moved, expected, seconds, between_nodes};
+  it->second += LedgerEntry{1, moved, expected, seconds, between_nodes, payload};
 }
 
 LedgerEntry Ledger::at(CollectiveKind kind, std::string_view phase) const {

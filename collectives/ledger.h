@@ -22,6 +22,7 @@ struct LedgerEntry {
   Traffic expected;  // what the algorithm declared for these calls
   double seconds = 0;
   Traffic between_nodes;  // the part of `moved` exchanged with other nodes' ranks (CommunicatorOptions::ranks_per_node)
+  uint64_t payload = 0;   // Σ over the calls of their payload S (types.h payload_bytes), what the cost formulas take
   LedgerEntry& operator+=(const LedgerEntry& other);
 };
 
@@ -42,7 +43,7 @@ class Ledger {
   explicit Ledger(std::string group) : group_(std::move(group)) {}
 
   void charge(CollectiveKind kind, std::string_view phase, const Traffic& moved, const Traffic& expected,
-              double seconds, const Traffic& between_nodes = {});
+              double seconds, const Traffic& between_nodes = {}, uint64_t payload = 0);
   void reset() { entries_.clear(); }
 
   const std::string& group() const { return group_; }

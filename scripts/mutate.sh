@@ -177,12 +177,13 @@ union_of() {
 }
 
 # The build targets behind the tests a regex selects: the test name less its .npN suffix, where that is a target
-# (the end-to-end tests depend on the emu executable themselves).
+# (the end-to-end tests depend on the emu executable themselves); the coll_teach_* tests run the coll-teach tool.
 targets_for() {
   local name target
   local -A seen=()
   while read -r name; do
     target=${name%.np[0-9]*}
+    [[ $name == coll_teach_* && $name != coll_teach_test* ]] && target=coll-teach
     [[ -n "${seen[$target]:-}" ]] && continue
     seen[$target]=1
     if grep -q "^$target:" "$scratch/targets"; then echo "$target"; fi

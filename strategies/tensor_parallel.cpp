@@ -13,7 +13,9 @@
 //
 // Norm weights are replicated: every rank normalises the same all-reduced hidden state, so their gradients come
 // out identical on every rank without a reduction (Megatron all-reduces them only under sequence parallelism); the
-// gradient norm counts them once (rank 0), as Megatron's clip_grad_norm skips tensor-parallel duplicates.
+// gradient norm counts them once (rank 0), as Megatron's clip_grad_norm skips tensor-parallel duplicates. GPT-2's
+// replicated tensors are its LayerNorms, its row-parallel c_proj biases (added after the all-reduce) and wpe: every
+// tensor whose slice is the whole tensor.
 //
 // Memory per rank, the recipe of Megatron-LM's mixed-precision optimizer with its distributed optimizer off
 // (--bf16, no --use-distributed-optimizer: optimizer/optimizer.py Float16OptimizerWithFloat16Params and the DDP

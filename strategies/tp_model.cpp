@@ -1,7 +1,8 @@
 // The analytic model of tensor parallelism (tensor_parallel.cpp), for one rank of a TP group of t = input.world
 // (every rank alike), from Megatron-LM's arithmetic (Shoeybi et al. 2019, §3; Korthikanti et al. 2022, §4):
 //   Ψ/t         the rank's slice: the model's units as the rank holds them (a/t heads, F/t, the padded V'/t rows of
-//               the embedding and head), the norm weights whole
+//               the embedding and head), the norm weights whole (GPT-2: its LayerNorms,
+//               c_proj biases and wpe too)
 //   memory      parameters 2Ψ/t, fp32 main gradients 4Ψ/t, master weights 4Ψ/t, Adam m and v 8Ψ/t: 18Ψ/t in
 //               Megatron's mixed recipe (16Ψ/t in fp32)
 //   traffic     per micro-batch (M = input.accumulation of them per step), all-reduces within the group at ring

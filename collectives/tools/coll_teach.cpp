@@ -12,6 +12,12 @@
 // prints the cost model instead: each algorithm's predicted time per payload size over N ranks and the payloads
 // where one overtakes another, over a link given by --alpha-us/--bandwidth/--reduce-bandwidth or fitted by
 // coll-perf --fit.
+//
+//   mpirun -np 4 bin/coll-teach --tp-layer --batch 1 --seq 8 --hidden 16 [--sequence-parallel]
+//
+// teaches one tensor-parallel transformer layer instead (teach_layer.h): which matmuls are column- and
+// row-parallel, and each all-reduce (or reduce-scatter and all-gather) the layer makes, run here in its order with
+// its bytes read from the ledger beside the ring's closed form.
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
 
@@ -21,6 +27,7 @@
 
 #include "collectives/cost.h"
 #include "collectives/mpi/mpi_communicator.h"
+#include "collectives/tools/teach_layer.h"
 #include "collectives/tools/teach_picture.h"
 #include "collectives/tools/teach_view.h"
 #include "collectives/topology.h"
@@ -63,6 +70,9 @@ struct Settings {
   int ranks_per_node = 0;
   double net_alpha_us = 0;
   double net_bandwidth = 0;  // GB/s; 0: not given
+  // --tp-layer
+  bool tp_layer = false;
+  teach::LayerShape layer;
 };
 
 // The link of --cost and what to call it.
@@ -338,6 +348,37 @@ int report(const Settings& settings, CollectiveKind kind, DType dtype, const Alg
              : kExitExpectationFailed;
 }
 
+// --tp-layer: every rank runs one tensor-parallel layer's collectives; rank 0 prints what each moved.
+int teach_tp_layer(const MpiSession& mpi, const Settings& settings) {
+  teach::check_layer_shape(settings.layer, mpi.world());
+  MemoryPool::Options memory;
+  memory.rank = mpi.rank();
+  auto device = make_cpu_device(memory);
+  CommunicatorOptions options;
+  options.slice_bytes = settings.slice_bytes;
+  auto comm = make_mpi_communicator(MPI_COMM_WORLD, *device, "tensor-parallel", options);
+  comm->set_algorithm(CollectiveKind::kAllReduce, settings.algorithm);
+  const teach::LayerMeasured measured = teach::run_layer(*comm, *device, settings.layer, mpi.rank());
+  const size_t calls = measured.sent.size();
+  std::vector<uint64_t> all(calls * static_cast<size_t>(mpi.world()));
+  MPI_Gather(measured.sent.data(), static_cast<int>(calls), MPI_UINT64_T, all.data(), static_cast<int>(calls),
+             MPI_UINT64_T, 0, MPI_COMM_WORLD);
+  uint64_t wrong = measured.wrong;
+  MPI_Allreduce(MPI_IN_PLACE, &wrong, 1, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);
+  int verdict = wrong == 0 ? kExitOk : kExitExpectationFailed;
+  if (mpi.rank() == 0) {
+    std::vector<std::vector<uint64_t>> sent(static_cast<size_t>(mpi.world()));
+    for (size_t r = 0; r < sent.size(); ++r) sent[r].assign(all.begin() + r * calls, all.begin() + (r + 1) * calls);
+    bool agrees = true;
+    const std::string algorithm(comm->algorithm(CollectiveKind::kAllReduce).name);
+    std::fputs(teach::format_layer(settings.layer, mpi.world(), algorithm, sent, wrong, agrees).c_str(), stdout);
+    // Only the ring is held to the ring's closed form; another --algorithm is shown beside it.
+    if (!agrees && algorithm == "ring") verdict = kExitExpectationFailed;
+  }
+  MPI_Allreduce(MPI_IN_PLACE, &verdict, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  return verdict;
+}
+
 int run(const MpiSession& mpi, int argc, char** argv) {
   Settings settings;
   CLI::App app{"coll-teach: one collective, step by step"};
@@ -370,6 +411,15 @@ int run(const MpiSession& mpi, int argc, char** argv) {
       ->check(CLI::Range(0, 1 << 20));
   app.add_option("--net-alpha-us", settings.net_alpha_us, "--cost --ranks-per-node: latency between nodes, us");
   app.add_option("--net-bandwidth", settings.net_bandwidth, "--cost --ranks-per-node: bandwidth between nodes, GB/s");
+  app.add_flag("--tp-layer", settings.tp_layer,
+               "teach one tensor-parallel transformer layer over the ranks: its column- and row-parallel matmuls and "
+               "the collectives it makes, run with their bytes");
+  app.add_option("--batch", settings.layer.batch, "--tp-layer: micro-batch b (default 1)");
+  app.add_option("--seq", settings.layer.seq, "--tp-layer: sequence length s (default 8)");
+  app.add_option("--hidden", settings.layer.hidden, "--tp-layer: hidden size h (default 16)");
+  app.add_flag("--sequence-parallel", settings.layer.sequence_parallel,
+               "--tp-layer: Megatron's sequence parallelism (reduce-scatter and all-gather in place of each "
+               "all-reduce)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {
@@ -389,6 +439,11 @@ int run(const MpiSession& mpi, int argc, char** argv) {
   const auto dtype = parse_dtype(settings.dtype);
   if (!kind || !is_collective(*kind)) throw InputError(fmt::format("--kind {}: not a collective", settings.kind));
   if (!dtype) throw InputError(fmt::format("--dtype {}: expected float32 or bfloat16", settings.dtype));
+  if (settings.tp_layer) {
+    if (settings.cost) throw InputError("--tp-layer runs one layer's collectives, --cost none: accepted: one of them");
+    settings.layer.dtype = *dtype;
+    return teach_tp_layer(mpi, settings);
+  }
   if (settings.cost) {
     const int n = settings.ranks > 0 ? settings.ranks : mpi.world();
     if (settings.across_nodes && node_size(settings.ranks_per_node, n) < n) {

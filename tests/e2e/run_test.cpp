@@ -1,5 +1,6 @@
 // The main job end to end at 2, 4 and 8 ranks: the JSON a pipeline reads, the exit codes it acts on, a DeepSpeed
 // config run as it is, the verdicts of the canonical question, and a table of bad inputs.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -411,6 +412,47 @@ TEST(Plan, ComposedParallelismAgreesWithTheShrunkRun) {
   expect_run_matches_plan(" --model llama2-13b --shrink 64 --steps 1 --strategies fsdp2 --pp 2", {"fsdp2·pp2"}, 0.005);
   expect_run_matches_plan(" --model llama2-13b --shrink 64 --steps 1 --strategies 3d --tp 2 --pp 2", {"fsdp2·pp2·tp2"},
                           0.005);
+}
+
+// GPT-2 from Hugging Face's config.json under tp as Megatron splits it (tensor_parallel.h): gpt2 over 2 ranks (12
+// heads), gpt2-medium over 8 (16 heads), shrunk by k = 8 and 16 (h 96 and 64, s 128 and 64). Per step, with
+// activation checkpointing (the default) and one micro-batch: 4L + 2 all-reduces of b·s·h·2 bytes plus the 2 forward
+// ones of every recomputed block, 6L + 2 in all, the cross-entropy's 3 of b·s·4 and the gradient norm's one of 4
+// bytes, each rank sending 2(t − 1)/t of each; the model states as the predictor says.
+TEST(Run, Gpt2FromHuggingFaceConfigsUnderTensorParallelism) {
+  struct Case {
+    const char* file;
+    int ranks, shrink;
+    uint64_t layers, hidden, seq;
+  };
+  for (const Case& c : {Case{"gpt2.json", 2, 8, 12, 96, 128}, Case{"gpt2-medium.json", 8, 16, 24, 64, 64}}) {
+    testing::TempDir dir("run");
+    const std::string out = dir.file("gpt2.json");
+    const auto run = run_process(mpiexec(c.ranks) + kEmu +
+                                     fmt::format(" --model {}/tests/data/hf/{} --shrink {} --strategies tp --steps 2 "
+                                                 "--json {}",
+                                                 EMU_SOURCE_DIR, c.file, c.shrink, out),
+                                 240);
+    ASSERT_EQ(run.exit_code, 0) << run.err;
+    const json root = read_json(out);
+    const json& tp = strategy(root, "tp");
+    for (const char* category : {"parameters", "gradients", "master_weights", "optimizer_state"}) {
+      EXPECT_EQ(tp["peak"]["category_peaks"][category], tp["predicted"]["by_category"][category])
+          << c.file << " " << category;
+    }
+    const uint64_t t = static_cast<uint64_t>(c.ranks), ring = 2 * (t - 1);
+    const uint64_t expected = (6 * c.layers + 2) * c.seq * c.hidden * 2 * ring / t + 3 * c.seq * 4 * ring / t;
+    uint64_t sent = 0, calls = 0;
+    for (const json& entry : tp["traffic_per_step"]) {
+      if (entry["collective"] != "all_reduce") continue;
+      sent += entry["sent_bytes"].get<uint64_t>();
+      calls += entry["calls"].get<uint64_t>();
+    }
+    EXPECT_EQ(calls, 6 * c.layers + 2 + 3 + 1) << c.file;
+    EXPECT_GE(sent, expected) << c.file;
+    EXPECT_LE(sent, expected + 8) << c.file << ": the gradient norm's 4 bytes at most";
+    EXPECT_EQ(tp["losses"].size(), 2u) << c.file;
+  }
 }
 
 // Each data-parallel replica trains on its own slice of the global batch (app/run.cpp replica_micro_batches):

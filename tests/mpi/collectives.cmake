@@ -127,3 +127,10 @@ target_link_libraries(emu_pmpi_counter PUBLIC MPI::MPI_CXX)
 emu_configure_target(emu_pmpi_counter)
 emu_add_mpi_test(coll_pmpi_test SOURCES mpi/coll_pmpi_test.cpp LIBS emu_collectives emu_pmpi_counter
                  RANKS 1 2 3 4 5 8 SEPARATE LedgerAtTheProfilingLayer.SendAndRecvAreWhatMpiWasHanded)
+# One tensor-parallel layer's collectives (coll-teach --tp-layer) at t = 2, 3, 4 and 8, with and without sequence
+# parallelism, against the closed forms written in the script: 4 all-reduces of S = b·s·h·e at 2(t-1)/t·S per rank,
+# or 4 reduce-scatters and 6 all-gathers at (t-1)/t·S; shapes that do not split refused with exit 2 on every rank.
+add_test(NAME coll_teach_tp_layer
+         COMMAND ${PROJECT_SOURCE_DIR}/tests/e2e/teach_tp_layer.py ${MPIEXEC_EXECUTABLE} $<TARGET_FILE:coll-teach>)
+set_tests_properties(coll_teach_tp_layer PROPERTIES LABELS "mpi" TIMEOUT 300 PROCESSORS 8
+                     ENVIRONMENT "${EMU_MPIEXEC_ENV}")

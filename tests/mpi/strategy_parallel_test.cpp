@@ -24,15 +24,21 @@ constexpr int kSteps = 3;
 constexpr int kMicroBatches = 2;  // per replica and step (tp: accumulation; pp: M)
 constexpr int64_t kLayers = 4;
 
-model::ModelConfig parallel_config() {
-  model::ModelConfig config = tiny_config(model::Style::kLlama, 1, kLayers);
+// `gpt2`: a GPT-2 of the same h, a and V (kv = a, F = 128, its head tied to wte, 8 learned positions), split as
+// Megatron splits its GPT (tensor_parallel.h).
+model::ModelConfig parallel_config(bool gpt2 = false) {
+  model::ModelConfig config = tiny_config(gpt2 ? model::Style::kGpt2 : model::Style::kLlama, 1, kLayers);
   config.hidden = 32;
   config.heads = 8;
-  config.kv_heads = 4;
-  config.ffn = 64;
+  config.kv_heads = gpt2 ? 8 : 4;
+  config.ffn = gpt2 ? 128 : 64;
   config.vocab = 1024;
   return config;
 }
+
+// The names below with "gpt2-" in front run parallel_config(true).
+bool is_gpt2(std::string_view name) { return name.starts_with("gpt2-"); }
+std::string_view layout_name(std::string_view name) { return is_gpt2(name) ? name.substr(5) : name; }
 
 // "tp", "pp", "pp-tp" (pp whose stages are TP `degree` too), each with "-do" for the distributed optimizer, of
 // degree `degree`; pp's with "-v2" interleaved, 2 chunks of one block per stage; and "fsdp2-tp" (FSDP2 over the
@@ -60,8 +66,8 @@ strategy::StrategyOptions parallel_options(std::string_view name, int degree) {
 // Every rank of replica d runs micro-batches m = 0 … count − 1 of samples m·D + d, as the app gives them
 // (app/run.cpp replica_micro_batches).
 std::unique_ptr<WorldRun> run_parallel(const strategy::StrategyOptions& options, int count, int steps,
-                                       bool weights_every_step) {
-  const model::ModelConfig config = parallel_config();
+                                       bool weights_every_step, bool gpt2 = false) {
+  const model::ModelConfig config = parallel_config(gpt2);
   auto run = set_up_on_world(config, options);
   const strategy::Mesh mesh = strategy::mesh_of(options, world_size(), world_rank());
   const auto data = tiny_data(config);
@@ -94,11 +100,14 @@ constexpr double kLossTolerance = 1e-5, kNormTolerance = 1e-5, kWeightTolerance 
 class Equivalence : public ::testing::TestWithParam<std::string> {};  // parallel_options' names, degree 2
 
 // TP 2 × DP D and PP 2 × DP D (D = 2 at 4 ranks, 4 at 8), TP 2 × PP 2 (× DP 2 at 8), each with and without the
-// distributed optimizer.
+// distributed optimizer. GPT-2 under TP 2 × DP D, TP 2 × PP 2 (its tied wte on both end stages, as slices) and FSDP2
+// over TP 2.
 TEST_P(Equivalence, SameAsSingleDevice) {
-  const strategy::StrategyOptions options = parallel_options(GetParam(), 2);
-  const Trace reference = run_reference_config(parallel_config(), options, replicas(options), kMicroBatches, kSteps);
-  const auto run = run_parallel(options, kMicroBatches, kSteps, true);
+  const bool gpt2 = is_gpt2(GetParam());
+  const strategy::StrategyOptions options = parallel_options(layout_name(GetParam()), 2);
+  const Trace reference =
+      run_reference_config(parallel_config(gpt2), options, replicas(options), kMicroBatches, kSteps);
+  const auto run = run_parallel(options, kMicroBatches, kSteps, true, gpt2);
   for (int step = 0; step < kSteps; ++step) {
     const size_t i = static_cast<size_t>(step);
     EXPECT_NEAR(run->trace.losses[i], reference.losses[i], kLossTolerance * std::abs(reference.losses[i]))
@@ -113,15 +122,19 @@ TEST_P(Equivalence, SameAsSingleDevice) {
 
 INSTANTIATE_TEST_SUITE_P(Parallel, Equivalence,
                          ::testing::Values("tp", "pp", "tp-do", "pp-do", "pp-tp", "pp-tp-do", "pp-v2-do", "pp-tp-v2",
-                                           "fsdp2-tp", "fsdp2-pp", "fsdp2-pp-tp"),
+                                           "fsdp2-tp", "fsdp2-pp", "fsdp2-pp-tp", "gpt2-tp-do", "gpt2-pp-tp",
+                                           "gpt2-fsdp2-tp"),
                          [](const ::testing::TestParamInfo<std::string>& param) {
-                           if (param.param == "fsdp2-tp") return std::string("fsdp2_tp2");
-                           if (param.param == "fsdp2-pp") return std::string("fsdp2_pp2");
-                           if (param.param == "fsdp2-pp-tp") return std::string("fsdp2_pp2_tp2");
+                           const std::string_view layout = layout_name(param.param);
+                           const std::string prefix = is_gpt2(param.param) ? "gpt2_" : "";
+                           if (layout == "fsdp2-tp") return prefix + "fsdp2_tp2";
+                           if (layout == "fsdp2-pp") return prefix + "fsdp2_pp2";
+                           if (layout == "fsdp2-pp-tp") return prefix + "fsdp2_pp2_tp2";
                            std::string name =
-                               param.param.starts_with("pp-tp") ? "pp2_tp2_dp" : param.param.substr(0, 2) + "2_dp";
-                           if (param.param.find("-v2") != std::string::npos) name += "_interleaved";
-                           return param.param.ends_with("-do") ? name + "_distributed_optimizer" : name;
+                               prefix + (layout.starts_with("pp-tp") ? std::string("pp2_tp2_dp")
+                                                                     : std::string(layout.substr(0, 2)) + "2_dp");
+                           if (layout.find("-v2") != std::string_view::npos) name += "_interleaved";
+                           return layout.ends_with("-do") ? name + "_distributed_optimizer" : name;
                          });
 
 // Local parameters of a rank, by hand. A block's matrices at full shape: q and o 32·32, k and v 16·32 (kv = 4 heads

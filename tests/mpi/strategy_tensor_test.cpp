@@ -4,7 +4,8 @@
 // b = 1, in the fp32 recipe. Checked: the same losses, gradient norms and weights as single-device training on the
 // same global batch; the all-reduces of a step against Megatron's count and the ring's 2(t − 1)/t; the model states
 // and the per-block activations of a rank by hand. The same with Megatron's sequence parallelism (s = 8 divides by
-// every t ≤ 8) and selective recomputation.
+// every t ≤ 8) and selective recomputation. And GPT-2 as Megatron splits it (tensor_parallel.h): a GPT-2 of h = 32,
+// a = 8 heads of d = 4, F = 128, V = 1024, s = 8 learned positions, its head tied to wte.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <mpi.h>
@@ -35,6 +36,17 @@ model::ModelConfig tp_config(int64_t layers = 2, bool tied = false) {
   return config;
 }
 
+// GPT-2 made to split as tp_config's Llama: c_attn [32, 96] into q, k and v blocks of a/t heads, c_fc [32, 128].
+model::ModelConfig gpt2_tp_config(int64_t layers = 2) {
+  model::ModelConfig config = tiny_config(model::Style::kGpt2, 1, layers);
+  config.hidden = 32;
+  config.heads = 8;
+  config.kv_heads = 8;
+  config.ffn = 128;
+  config.vocab = 1024;
+  return config;
+}
+
 // Every rank runs the same `accumulation` micro-batches of one sequence each per step: the global batch of the
 // single-device reference with N = 1 (run_reference_config).
 std::unique_ptr<WorldRun> run_tp(const model::ModelConfig& config, const strategy::StrategyOptions& options,
@@ -61,7 +73,7 @@ constexpr double kLossTolerance = 1e-5, kNormTolerance = 1e-5, kWeightTolerance 
 
 struct Variant {
   const char* name;
-  bool tied = false, sequence_parallel = false, selective = false, checkpoint = false;
+  bool tied = false, sequence_parallel = false, selective = false, checkpoint = false, gpt2 = false;
 };
 
 void PrintTo(const Variant& variant, std::ostream* out) { *out << variant.name; }
@@ -71,10 +83,12 @@ class Equivalence : public ::testing::TestWithParam<Variant> {};
 // Sequence parallelism changes where the norms run and which collectives carry the sums, not the numbers: the same
 // tolerances. A norm weight's gradient not all-reduced under it (each rank's rows only) moves the gradient norm and
 // the norm weights at the first step; an all-gather skipped in backward leaves t − 1 of the t row blocks of a
-// gradient unset.
+// gradient unset. GPT-2: a row-parallel bias added on every rank before the all-reduce (t times), wpe added before
+// the embedding's all-reduce, or c_attn split into contiguous thirds instead of q, k and v head blocks change the
+// loss at the first step; a replicated tensor (LayerNorms, c_proj biases, wpe) counted t times moves the norm.
 TEST_P(Equivalence, SameAsSingleDevice) {
   const Variant variant = GetParam();
-  const model::ModelConfig config = tp_config(2, variant.tied);
+  const model::ModelConfig config = variant.gpt2 ? gpt2_tp_config() : tp_config(2, variant.tied);
   strategy::StrategyOptions options = test_options("tp", optim::Recipe::kFp32);
   const Trace reference = run_reference_config(config, options, 1, kAccumulation, kSteps);
   model::ModelOptions model_options;
@@ -103,7 +117,10 @@ INSTANTIATE_TEST_SUITE_P(Tp, Equivalence,
                                            Variant{"sequence_parallel_tied", true, true},
                                            Variant{"sequence_parallel_selective", false, true, true},
                                            Variant{"sequence_parallel_checkpointed", false, true, false, true},
-                                           Variant{"selective", false, false, true}),
+                                           Variant{"selective", false, false, true},
+                                           Variant{"gpt2", true, false, false, false, true},
+                                           Variant{"gpt2_checkpointed", true, false, false, true, true},
+                                           Variant{"gpt2_selective", true, false, true, false, true}),
                          [](const ::testing::TestParamInfo<Variant>& param) { return param.param.name; });
 
 // Megatron's all-reduces for one step of M = 2 micro-batches over L = 2 blocks, written out: per micro-batch, in
@@ -111,10 +128,11 @@ INSTANTIATE_TEST_SUITE_P(Tp, Equivalence,
 // one of each block's q/k/v input gradient and one of its gate/up input gradient plus one of the LM head's input
 // gradient: 4L + 2 = 10 of b·s·h·4 = 8·32·4 = 1,024 bytes; and the parallel cross-entropy's 3 of b·s·4 = 32 bytes.
 // A ring all-reduce sends 2(t − 1)/t of its payload from every rank.
-TEST(TpTraffic, AllReducesPerStep) {
+// One step of M = 2 micro-batches of `config` under tp: its [b·s, h] all-reduces against 10 per micro-batch of
+// `hidden_bytes` and the cross-entropy's 3 of 32 bytes, and the predictor against the ledger.
+void expect_all_reduces_per_step(const model::ModelConfig& config, uint64_t hidden_bytes) {
   const int t = world_size();  // t = 1: the calls are made, nothing crosses the wire
   constexpr int kMicroBatches = 2;
-  const model::ModelConfig config = tp_config();
   const strategy::StrategyOptions options = test_options("tp", optim::Recipe::kFp32);
   const auto run = run_tp(config, options, kMicroBatches, 1, false);
   uint64_t hidden_calls = 0, hidden_sent = 0, row_calls = 0, row_sent = 0;
@@ -126,7 +144,7 @@ TEST(TpTraffic, AllReducesPerStep) {
   }
   const uint64_t ring = 2 * static_cast<uint64_t>(t - 1);  // × payload / t
   EXPECT_EQ(hidden_calls, uint64_t{kMicroBatches} * (4 * 2 + 2));
-  EXPECT_EQ(hidden_sent, uint64_t{kMicroBatches} * 10 * ring * 1024 / static_cast<uint64_t>(t));
+  EXPECT_EQ(hidden_sent, uint64_t{kMicroBatches} * 10 * ring * hidden_bytes / static_cast<uint64_t>(t));
   EXPECT_EQ(row_calls, uint64_t{kMicroBatches} * 3);
   EXPECT_EQ(row_sent, uint64_t{kMicroBatches} * 3 * ring * 32 / static_cast<uint64_t>(t));
   // The predictor (strategies/tp_model.cpp) says the same.
@@ -134,6 +152,16 @@ TEST(TpTraffic, AllReducesPerStep) {
       strategy::predict(options, strategy::analytic_input(*run->model, t, 1, kMicroBatches));
   EXPECT_EQ(predicted.sent(coll::CollectiveKind::kAllReduce), hidden_sent + row_sent);
 }
+
+TEST(TpTraffic, AllReducesPerStep) { expect_all_reduces_per_step(tp_config(), 1024); }
+
+// GPT-2 as Megatron's GPT, the same step of M = 2 over L = 2 blocks: per micro-batch, in forward one all-reduce
+// after each block's attn.c_proj and one after its mlp.c_proj (their biases added after them, no traffic) plus one
+// of the embedding output (wpe added after it, no traffic); in backward one of each block's c_attn input gradient
+// and one of its c_fc input gradient plus one of the tied head's input gradient: 4L + 2 = 10 of b·s·h·4 =
+// 8·32·4 = 1,024 bytes, and the cross-entropy's 3 of 32 bytes. The replicated tensors' gradients (LayerNorms,
+// c_proj biases, wpe) are equal on every rank: no reduction.
+TEST(TpTraffic, Gpt2AllReducesPerStep) { expect_all_reduces_per_step(gpt2_tp_config(), 1024); }
 
 // Sequence parallelism (Korthikanti et al. 2022 §4.2.2; Megatron mappings.py, layers.py), the same step of M = 2
 // micro-batches over L = 2 blocks, written out per micro-batch:
@@ -205,6 +233,50 @@ TEST(TpMemory, ModelStatesByHand) {
   EXPECT_EQ(memory.peak(Category::kParameters), 4 * local);
   EXPECT_EQ(memory.peak(Category::kGradients), 4 * local);
   EXPECT_EQ(memory.peak(Category::kOptimizerState), 8 * local);
+}
+
+// GPT-2's model states by hand, fp32 recipe (4 + 4 + 8 bytes per parameter held). Full shapes, Conv1D [in, out]:
+// a block's c_attn 32·96 and its bias 96, c_fc 32·128 and its bias 128, attn.c_proj 32·32, mlp.c_proj 128·32, all
+// split over t; whole on every rank: ln_1 and ln_2 (weight and bias, 4·32) and the two c_proj biases (2·32). The
+// root: wte 1024·32 split by vocabulary rows (the tied head), wpe 8·32 and ln_f (2·32) whole. The predictor
+// (strategies/tp_model.cpp) agrees with what was measured.
+TEST(TpMemory, Gpt2ModelStatesByHand) {
+  const int t = world_size();
+  const strategy::StrategyOptions options = test_options("tp", optim::Recipe::kFp32);
+  const auto run = run_tp(gpt2_tp_config(), options, 1, 1, false);
+  const uint64_t split_block = 32 * 96 + 96 + 32 * 128 + 128 + 32 * 32 + 128 * 32;
+  const uint64_t whole_block = 4 * 32 + 2 * 32;
+  const uint64_t local = (2 * split_block + 1024 * 32) / static_cast<uint64_t>(t) + 2 * whole_block + 8 * 32 + 2 * 32;
+  MemoryPool& memory = run->device->memory();
+  EXPECT_EQ(memory.peak(Category::kParameters), 4 * local);
+  EXPECT_EQ(memory.peak(Category::kGradients), 4 * local);
+  EXPECT_EQ(memory.peak(Category::kOptimizerState), 8 * local);
+  const strategy::Prediction predicted = strategy::predict(options, strategy::analytic_input(*run->model, t, 1, 1));
+  for (const Category category : {Category::kParameters, Category::kGradients, Category::kOptimizerState}) {
+    EXPECT_EQ(predicted.peak[category], memory.peak(category)) << category_name(category);
+  }
+}
+
+// The activations one GPT-2 block saves on a rank, as ActivationsPerBlockByHand below: Hugging Face's GPT-2 block in
+// fp32 with SDPA, T = 8, h = 32, bytes:
+//   whole on every rank: the block input, ln_1's output, the residual after attention, ln_2's output 4·4·T·h, the
+//     two LayerNorms' mean and rstd 2·2·4·T                                                 = 4,096 + 128 = 4,224
+//   split over t: qkv and the attention output 4·4·T·32, c_fc's output and gelu_new's four 5·4·T·128, SDPA's
+//     logsumexp 4·b·(a/t)·32                                                   = (4,096 + 20,480 + 1,024)/t
+// Korthikanti et al. 2022 (Eq. 2) split the same tensors: the LayerNorm inputs whole, qkv, attention and the MLP's
+// 4h intermediates 1/t.
+TEST(TpMemory, Gpt2ActivationsPerBlockByHand) {
+  const int t = world_size();
+  const strategy::StrategyOptions options = test_options("tp", optim::Recipe::kFp32);
+  const auto two = run_tp(gpt2_tp_config(2), options, 1, 1, false);
+  const auto four = run_tp(gpt2_tp_config(4), options, 1, 1, false);
+  const uint64_t measured =
+      four->device->memory().peak(Category::kActivations) - two->device->memory().peak(Category::kActivations);
+  const uint64_t per_block = 4224 + (4096 + 20480 + 1024) / static_cast<uint64_t>(t);
+  EXPECT_EQ(measured, 2 * per_block) << "t = " << t;
+  model::ModelOptions model_options;
+  model_options.compute = DType::kF32;
+  EXPECT_EQ(per_block, model::saved_activation_bytes_per_block(two->model->config(), model_options, 1));
 }
 
 // The activations one block saves on a rank, from two runs of 2 and 4 blocks (their activation peaks, at the end

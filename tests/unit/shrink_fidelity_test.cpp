@@ -205,7 +205,7 @@ TEST(ShrinkFidelity, PipelineStagesShrunkTimesKSquaredEqualThePlan) {
 
 // Tensor parallelism over the 4 ranks holds a quarter of every matrix, the norms whole and the padded vocabulary's
 // rows (Megatron's multiple 128·t at full scale, t·⌈128/k⌉ shrunk): ranks 0 and 3 (the last vocabulary slice) are
-// checked for every Llama-style model whose heads, kv heads and FFN divide by 4, at every k that keeps F/k
+// checked for every model (GPT-2 too) whose heads, kv heads and FFN divide by 4, at every k that keeps F/k
 // divisible by 4, with and without checkpointing, and with Megatron's sequence parallelism (s/k divisible by 4 too)
 // under full and under selective recomputation.
 TEST(ShrinkFidelity, TensorParallelShrunkTimesKSquaredEqualsThePlan) {
@@ -226,7 +226,7 @@ TEST(ShrinkFidelity, TensorParallelShrunkTimesKSquaredEqualsThePlan) {
       try {
         parsed = parse(args);
       } catch (const InputError&) {
-        continue;  // GPT-2, or heads that do not split over 4 (the message is tensor_plan_test's)
+        continue;  // heads that do not split over 4, or GPT-2 under --sequence-parallel (tensor_plan_test)
       }
       const std::vector<int64_t> factors = model::valid_shrink_factors(parsed.full);
       for (auto k = factors.begin() + 1; k != factors.end(); ++k) {
@@ -266,7 +266,7 @@ int check_layout(const std::vector<std::string>& layout, const Variant& variant,
     try {
       parsed = parse(args);
     } catch (const InputError&) {
-      continue;  // GPT-2 (fsdp2 --pp: tied embeddings), or heads that do not split over 2
+      continue;  // tied embeddings under --pp (GPT-2), or heads that do not split over 2
     }
     const std::vector<int64_t> factors = model::valid_shrink_factors(parsed.full);
     for (auto k = factors.begin() + 1; k != factors.end(); ++k) {

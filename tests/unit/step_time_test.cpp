@@ -8,7 +8,9 @@
 #include <algorithm>
 
 #include "app/step_time.h"
+#include "collectives/virtual/virtual_link.h"
 #include "emu/check.h"
+#include "emu/device.h"
 #include "strategies/strategy.h"
 #include "workloads/model/config.h"
 
@@ -133,10 +135,10 @@ RunReport report_with(strategy::StrategyKind kind, std::vector<PhaseTraffic> pha
 }
 
 TEST(StepTime, DdpBucketReadyAtTheEndOfBackwardIsExposedWhole) {
-  // DDP with one bucket holding every gradient: 1 GB sent per rank (2(N-1)/N · S, so S = 1/1.75 GB). The bucket is
-  // ready when backward ends; nothing hides it, so the exposed communication is the whole call:
-  // 14 · 3.4 µs + 1 GB / 240 GB/s + 8.4 µs = 4.2257 ms.
-  const double call = 14 * 3.4e-6 + 1e9 / 240e9 + 8.4e-6;
+  // DDP with one bucket holding every gradient, S = 1 GB: the ring sends 2(N-1)/N · S = 1.75 GB per rank. The
+  // bucket is ready when backward ends; nothing hides it, so the exposed communication is the whole call:
+  // 14 · 3.4 µs + 1.75 GB / 240 GB/s + 8.4 µs = 7.3502 ms.
+  const double call = 14 * 3.4e-6 + 1.75e9 / 240e9 + 8.4e-6;
   PhaseTraffic bucket{
       coll::CollectiveKind::kAllReduce, "world", 8, "ring", "backward all-reduce, bucket 0", 1, 1'000'000'000};
   const RunReport one = report_with(strategy::StrategyKind::kDdp, {bucket});
@@ -171,11 +173,31 @@ TEST(StepTime, DdpBucketReadyAtTheEndOfBackwardIsExposedWhole) {
                      "ring",
                      "gradient reduce-scatter, units from flat element 0",
                      1,
-                     875'000'000};
+                     1'000'000'000};
   const RunReport zero1 = report_with(strategy::StrategyKind::kZero1, {after});
   const StepTime z = predict_step_time(zero1, zero1.outcomes[0], a100());
-  // (N-1)/N · S = 0.875 GB sent: S = 1 GB, 7 steps and 0.875 GB at 240 GB/s.
+  // S = 1 GB: the ring's 7 steps send (N-1)/N · S = 0.875 GB at 240 GB/s.
   EXPECT_NEAR(z.exposed_communication, 7 * 3.4e-6 + 0.875e9 / 240e9 + 8.4e-6, 1e-9);
+}
+
+TEST(StepTime, EachCallIsTimedAtItsOwnPayloadWhateverItsAlgorithmSent) {
+  // One all-reduce of S = 1 GB (250M fp32) over 8 GPUs with the tree (binomial reduce into rank 0, then binomial
+  // broadcast): rank 0, whose ledger the step reads, sends the whole buffer in each of the broadcast's 3 rounds,
+  // 3 GB, where the ring would have sent 2(N-1)/N · S = 1.75 GB. The step times the call at its payload, by the
+  // tree's cost: 2·log2 8 = 6 rounds of 3.4 µs and of 1 GB at 240 GB/s, + 8.4 µs = 25.0288 ms (reductions are not
+  // charged: γ = 0). Read back from the sent bytes with the ring's factor, S would be 1.714 GB and the call 42.9 ms.
+  const auto device = make_shapes_device({});
+  const auto world = coll::make_virtual_communicator(*device, 0, 8, "world");
+  world->set_algorithm(coll::CollectiveKind::kAllReduce, "tree");
+  world->all_reduce(nullptr, nullptr, 250'000'000, DType::kF32, coll::ReduceOp::kSum, "backward all-reduce, bucket 0");
+  ASSERT_EQ(world->ledger().total().moved.sent, 3'000'000'000u);
+  StrategyOutcome outcome;
+  record_phase_traffic(outcome, *world, 1);
+  ASSERT_EQ(outcome.phase_traffic.size(), 1u);
+  EXPECT_EQ(outcome.phase_traffic[0].payload, 1'000'000'000u);
+  const RunReport r = report_with(strategy::StrategyKind::kDdp, outcome.phase_traffic);
+  const StepTime st = predict_step_time(r, r.outcomes[0], a100());
+  EXPECT_NEAR(st.exposed_communication, 6 * 3.4e-6 + 6 * 1e9 / 240e9 + 8.4e-6, 1e-9);
 }
 
 TEST(StepTime, HierarchicalAllReduceOverTwoNodesOfFourUsesBothLinks) {
@@ -198,7 +220,7 @@ TEST(StepTime, HierarchicalAllReduceOverTwoNodesOfFourUsesBothLinks) {
   // call, and the two steps differ by ring - hier = 2.119 ms.
   const auto step = [&](const char* algorithm, int gpus_per_node) {
     RunReport r = report_with(strategy::StrategyKind::kDdp, {{coll::CollectiveKind::kAllReduce, "world", 8, algorithm,
-                                                              "backward all-reduce, bucket 0", 1, 1'750'000'000}});
+                                                              "backward all-reduce, bucket 0", 1, 1'000'000'000}});
     StepTimeSetting setting = a100();
     setting.gpus_per_node = gpus_per_node;
     return predict_step_time(r, r.outcomes[0], setting);

@@ -18,6 +18,7 @@
 #include "app/options.h"
 #include "app/plan.h"
 #include "emu/check.h"
+#include "tests/support/paths.h"
 
 namespace emu::app {
 namespace {
@@ -83,8 +84,64 @@ TEST(TensorPlan, SplitsThatDoNotDivideAreRefusedWithTheAcceptedSizes) {
   EXPECT_NE(message({"--plan", "16", "--model", "llama2-70b", "--strategies", "tp"})
                 .find("kv heads (8) is not divisible by 16; accepted tensor-parallel sizes for it: 1, 2, 4, 8"),
             std::string::npos);
-  EXPECT_NE(message({"--plan", "2", "--model", "gpt2", "--strategies", "tp"}).find("tp splits Llama-style models"),
+  // gpt2: 12 heads.
+  EXPECT_NE(
+      message({"--plan", "8", "--model", "gpt2", "--strategies", "tp"})
+          .find("attention heads a (12) is not divisible by 8; accepted tensor-parallel sizes for it: 1, 2, 3, 4, "
+                "6, 12"),
+      std::string::npos);
+  EXPECT_NE(message({"--plan", "2", "--model", "gpt2", "--strategies", "tp", "--sequence-parallel"})
+                .find("--sequence-parallel: gpt2 is gpt2, whose learned positions"),
             std::string::npos);
+}
+
+// GPT-2 from Hugging Face's config.json files (openai-community/gpt2, gpt2-medium) at full scale, split as Megatron
+// splits its GPT (tensor_parallel.h), counted by hand from the configs' shapes (Conv1D [in, out]):
+//   gpt2         h 768, 12 heads, F 3072, L 12, 1024 positions, V 50257; TP 2
+//     a block's split tensors: c_attn 768·2304 + 2304, c_fc 768·3072 + 3072, attn.c_proj 768², mlp.c_proj 3072·768
+//              = 7,083,264, over 2: 3,541,632; whole: ln_1, ln_2 (weight, bias) and the two c_proj biases 6·768
+//              = 4,608: 3,546,240 per block per rank
+//     wte padded to a multiple of 128·2 = 256: 50257 → 50432, 25216 rows per rank: 19,365,888 (the tied head); wpe
+//              1024·768 = 786,432 and ln_f 1,536 whole
+//     per rank: 12·3,546,240 + 19,365,888 + 786,432 + 1,536 = 62,708,736 (the whole model: 124,439,808, GPT-2's
+//              published count)
+//   gpt2-medium  h 1024, 16 heads, F 4096, L 24, V 50257; TP 8
+//     a block's split tensors 3,145,728 + 3,072 + 4,194,304 + 4,096 + 1,048,576 + 4,194,304 = 12,590,080, over 8:
+//              1,573,760; whole 6·1024 = 6,144: 1,579,904 per block per rank
+//     wte padded to a multiple of 1024: 50257 → 51200, 6400 rows per rank: 6,553,600; wpe 1,048,576, ln_f 2,048
+//     per rank: 24·1,579,904 + 6,553,600 + 1,048,576 + 2,048 = 45,521,920 (the whole model: 354,823,168)
+// 18 bytes per local parameter (Megatron's bf16 recipe). Traffic per step, one micro-batch of s = 1024 without
+// recomputation: 4L + 2 all-reduces of b·s·h·2 bytes (after attn.c_proj and mlp.c_proj; of the c_attn and c_fc
+// input gradients; the embedding output, the head's input gradient), 3 of b·s·4 (the parallel cross-entropy) and
+// the gradient norm's one of 4 bytes, each rank sending 2(t − 1)/t of each.
+TEST(TensorPlan, Gpt2FromHuggingFaceConfigs) {
+  struct Case {
+    const char* file;
+    int t;
+    uint64_t local, layers, hidden;
+  };
+  for (const Case& c : {Case{"gpt2.json", 2, 62'708'736, 12, 768}, Case{"gpt2-medium.json", 8, 45'521'920, 24, 1024}}) {
+    const std::string model = std::string(EMU_SOURCE_DIR) + "/tests/data/hf/" + c.file;
+    const RunOptions options = parse({"--plan", std::to_string(c.t), "--model", model, "--strategies", "tp",
+                                      "--no-checkpoint", "--seq-len", "1024"});
+    for (const int rank : {0, c.t - 1}) {
+      const StrategyOutcome outcome = account_shapes(options, options.strategies.front(), options.full, c.t, 1, rank);
+      const CategoryBytes& bytes = outcome.category_peaks.front();
+      EXPECT_EQ(bytes[Category::kParameters], 2 * c.local) << c.file << " rank " << rank;
+      EXPECT_EQ(bytes[Category::kGradients], 4 * c.local) << c.file << " rank " << rank;
+      EXPECT_EQ(bytes[Category::kMasterWeights], 4 * c.local) << c.file << " rank " << rank;
+      EXPECT_EQ(bytes[Category::kOptimizerState], 8 * c.local) << c.file << " rank " << rank;
+      EXPECT_EQ(outcome.prediction.model_state_bytes(), 18 * c.local) << c.file << " rank " << rank;
+      const TrafficKey world{coll::CollectiveKind::kAllReduce, "world"};
+      const uint64_t t = static_cast<uint64_t>(c.t);
+      EXPECT_EQ(outcome.calls_per_step.at(world), 4 * c.layers + 2 + 3 + 1) << c.file;
+      const uint64_t expected =
+          (4 * c.layers + 2) * 1024 * c.hidden * 2 * 2 * (t - 1) / t + 3 * 1024 * 4 * 2 * (t - 1) / t;
+      const uint64_t sent = outcome.traffic_per_step.at(world).sent;
+      EXPECT_GE(sent, expected) << c.file;
+      EXPECT_LE(sent, expected + 2 * t) << c.file << ": the gradient norm's 4 bytes at most";
+    }
+  }
 }
 
 // Sequence parallelism at full scale, the same llama2-70b over 8 (L = 80, b·s·h·2 = 4096·8192·2 bytes, M = 1): per

@@ -326,39 +326,60 @@ const float* gather_gradient(const BlockEnv& env, const float* dres, Buffer& cha
   return out;
 }
 
-// out = in·Wᵀ + residual for a projection [T, k] → [T, h] written straight into the residual stream. Under TP it
-// is row-parallel: the product is a partial sum, all-reduced at out's dtype before the residual is added.
+// A row-parallel projection [T, k] → [T, h]: its weight (`layout`: Llama's Linear or GPT-2's Conv1D) and its bias
+// [h] (GPT-2's c_proj; null for Llama).
+struct RowParallel {
+  const float* w = nullptr;
+  const float* bias = nullptr;
+  WeightLayout layout = WeightLayout::kOutIn;
+  int64_t k = 0;
+};
+
+// out [rows, h] += bias [h] on every row, then += residual: what a row-parallel layer adds after its reduction.
+void add_bias_and_residual(const BlockEnv& env, const float* bias, const Buffer& residual, Buffer& out, int64_t rows) {
+  if (!env.math) return;
+  const int64_t h = env.config.hidden;
+  F32 r(env.ops, residual, Access::kRead), o(env.ops, out, Access::kReadWrite);
+  if (bias != nullptr) {
+    for (int64_t t = 0; t < rows; ++t) env.ops->accumulate(o + t * h, bias, size_t(h));
+  }
+  env.ops->accumulate(o, r, size_t(rows * h));
+}
+
+// out = in·W (+ bias) + residual for a projection [T, k] → [T, h] written straight into the residual stream. Under
+// TP it is row-parallel: the product is a partial sum, all-reduced at out's dtype; then the bias (whole on every
+// rank, Megatron's RowParallelLinear adds it to the reduced output, once) and the residual are added.
 // Under sequence parallelism the partial sum [T, h] is a temporary, reduce-scattered into out [T/t, h] (Megatron's
 // reduce_scatter_to_sequence_parallel_region), and the residual is the rank's rows.
-void row_parallel_add(const BlockEnv& env, const Buffer& in, const float* w, const Buffer& residual, Buffer& out,
-                      int64_t k, std::string_view what) {
+void row_parallel_add(const BlockEnv& env, const Buffer& in, const RowParallel& proj, const Buffer& residual,
+                      Buffer& out, std::string_view what) {
   const int64_t T = env.config.tokens(), h = env.config.hidden;
   const size_t n = size_t(T * h);
   if (env.sequence_parallel()) {
     Buffer partial = env.allocate(n, out.dtype(), Category::kTemporaries, fmt::format("{} partial sum", what));
     if (env.math) {
       F32 a(env.ops, in, Access::kRead), p(env.ops, partial, Access::kWrite);
-      env.ops->linear_forward(a, w, nullptr, p, T, k, h, WeightLayout::kOutIn);
+      env.ops->linear_forward(a, proj.w, nullptr, p, T, proj.k, h, proj.layout);
     }
     scatter_rows(env, partial, out, what);
     partial.reset();
+    add_bias_and_residual(env, proj.bias, residual, out, env.rows());
+    return;
+  }
+  if (env.tp == nullptr) {
     if (env.math) {
-      F32 r(env.ops, residual, Access::kRead), o(env.ops, out, Access::kReadWrite);
-      env.ops->accumulate(o, r, size_t(env.rows() * h));
+      F32 a(env.ops, in, Access::kRead), r(env.ops, residual, Access::kRead), o(env.ops, out, Access::kWrite);
+      env.ops->linear_forward(a, proj.w, proj.bias, o, T, proj.k, h, proj.layout);
+      env.ops->accumulate(o, r, n);
     }
     return;
   }
   if (env.math) {
-    F32 a(env.ops, in, Access::kRead), r(env.ops, residual, Access::kRead), o(env.ops, out, Access::kWrite);
-    env.ops->linear_forward(a, w, nullptr, o, T, k, h, WeightLayout::kOutIn);
-    if (env.tp == nullptr) env.ops->accumulate(o, r, n);
+    F32 a(env.ops, in, Access::kRead), o(env.ops, out, Access::kWrite);
+    env.ops->linear_forward(a, proj.w, nullptr, o, T, proj.k, h, proj.layout);
   }
-  if (env.tp == nullptr) return;
   env.tp_all_reduce(out, fmt::format("tp all-reduce, {}", what));
-  if (env.math) {
-    F32 r(env.ops, residual, Access::kRead), o(env.ops, out, Access::kReadWrite);
-    env.ops->accumulate(o, r, n);
-  }
+  add_bias_and_residual(env, proj.bias, residual, out, T);
 }
 
 // The gradient of a column-parallel layer's input, `dx` [T, h], a partial sum over the TP group (Megatron's f):
@@ -430,7 +451,7 @@ Buffer llama_forward(const BlockEnv& env, const float* w, BlockSaved& s, Categor
   } else {
     // x2 = x + attn·Woᵀ: the projection is written straight into the residual stream.
     s.x2 = env.allocate(size_t(env.rows() * d.h), env.options.residual(), cat, "residual after attention");
-    row_parallel_add(env, s.attn, W(off.o), s.x, s.x2, d.qd, "o_proj output");
+    row_parallel_add(env, s.attn, {W(off.o), nullptr, WeightLayout::kOutIn, d.qd}, s.x, s.x2, "o_proj output");
   }
   wide.reset();
   rms_norm_forward(env, W(off.post_norm), s.x2, s.x2_32, s.norm2_stats, s.norm2_hat, s.norm2_plus_one, s.xn2, wide, cat,
@@ -472,7 +493,7 @@ Buffer llama_forward(const BlockEnv& env, const float* w, BlockSaved& s, Categor
     }
   } else {
     out = env.allocate(size_t(env.rows() * d.h), env.options.residual(), out_cat, "output");
-    row_parallel_add(env, s.act, W(off.down), s.x2, out, d.F, "down_proj output");
+    row_parallel_add(env, s.act, {W(off.down), nullptr, WeightLayout::kOutIn, d.F}, s.x2, out, "down_proj output");
   }
   // At e = 2 nothing saved the residual stream itself, only its fp32 copies: it goes when the layer returns. In fp32
   // and under autocast the norms saved the stream itself.
@@ -660,7 +681,7 @@ void llama_backward(const BlockEnv& env, const float* w, BlockSaved& s, float* d
 }
 
 Buffer gpt2_forward(const BlockEnv& env, const float* w, BlockSaved& s, Category cat, Category out_cat) {
-  EMU_CHECK(env.tp == nullptr, "GPT-2 blocks are not split for tensor parallelism (check_tensor_parallel)");
+  EMU_CHECK(!env.sequence_parallel(), "GPT-2 blocks are not split along the sequence (check_sequence_parallel)");
   const ModelConfig& c = env.config;
   const Dims d = dims(c);
   const DType dt = env.options.compute;
@@ -670,28 +691,30 @@ Buffer gpt2_forward(const BlockEnv& env, const float* w, BlockSaved& s, Category
   Buffer wide;  // under autocast, the fp32 output of ln_1, then of ln_2: held until its sublayer returns
   s.norm1_stats = env.allocate_per_row(size_t(2 * d.T), DType::kF32, cat, "ln_1 mean and rstd");
   allocate_norm_output(env, d.th(), s.xn1, wide, cat, "ln_1");
-  s.qkv = env.allocate(3 * d.th(), dt, cat, "qkv");
+  // Under TP c_attn is column-parallel: this rank's a/t heads of q, k and v, qd = h/t columns each.
+  s.qkv = env.allocate(3 * d.tq(), dt, cat, "qkv");
   if (env.math) {
     F32 x(env.ops, s.x, Access::kRead), st(env.ops, s.norm1_stats, Access::kWrite), xn(env.ops, s.xn1, Access::kWrite);
     env.ops->layernorm_forward(x, W(kLn1Weight), W(kLn1Bias), xn, st, st + d.T, d.T, d.h, eps);
     F32 qkv(env.ops, s.qkv, Access::kWrite);
-    env.ops->linear_forward(xn, W(kAttnWeight), W(kAttnBias), qkv, d.T, d.h, 3 * d.h, WeightLayout::kInOut);
+    env.ops->linear_forward(xn, W(kAttnWeight), W(kAttnBias), qkv, d.T, d.h, 3 * d.qd, WeightLayout::kInOut);
   }
   {
     F32 qkv(env.ops, s.qkv, Access::kRead);
     AttentionShape shape = attention_shape(c);
-    shape.q_stride = shape.kv_stride = 3 * d.h;
+    shape.q_stride = shape.kv_stride = 3 * d.qd;
     const float* base = qkv.get();
-    attention_forward(env, shape, s, base, base ? base + d.h : nullptr, base ? base + 2 * d.h : nullptr, cat);
+    attention_forward(env, shape, s, base, base ? base + d.qd : nullptr, base ? base + 2 * d.qd : nullptr, cat);
   }
   s.x2 = env.allocate(d.th(), env.options.residual(), cat, "residual after attention");
   wide.reset();
+  // attn.c_proj, row-parallel under TP: its partial sums all-reduced, then its bias and the residual added.
+  row_parallel_add(env, s.attn, {W(kAttnProjWeight), W(kAttnProjBias), WeightLayout::kInOut, d.qd}, s.x, s.x2,
+                   "attn.c_proj output");
   s.norm2_stats = env.allocate_per_row(size_t(2 * d.T), DType::kF32, cat, "ln_2 mean and rstd");
   allocate_norm_output(env, d.th(), s.xn2, wide, cat, "ln_2");
   if (env.math) {
-    F32 attn(env.ops, s.attn, Access::kRead), x(env.ops, s.x, Access::kRead), x2(env.ops, s.x2, Access::kWrite);
-    env.ops->linear_forward(attn, W(kAttnProjWeight), W(kAttnProjBias), x2, d.T, d.h, d.h, WeightLayout::kInOut);
-    env.ops->accumulate(x2, x, d.th());
+    F32 x2(env.ops, s.x2, Access::kRead);
     F32 st(env.ops, s.norm2_stats, Access::kWrite), xn(env.ops, s.xn2, Access::kWrite);
     env.ops->layernorm_forward(x2, W(kLn2Weight), W(kLn2Bias), xn, st, st + d.T, d.T, d.h, eps);
   }
@@ -722,14 +745,13 @@ Buffer gpt2_forward(const BlockEnv& env, const float* w, BlockSaved& s, Category
   fc_out.reset();
   s.act = env.allocate(d.tf(), dt, cat, ac ? "gelu output cast by autocast" : "gelu output");
   Buffer out = env.allocate(d.th(), env.options.residual(), out_cat, "output");
-  if (env.math) {
+  if (env.math) {  // c_fc, column-parallel under TP: this rank's F/t columns
     F32 xn(env.ops, s.xn2, Access::kRead), fc(env.ops, s.fc, Access::kWrite), a(env.ops, s.act, Access::kWrite);
     env.ops->linear_forward(xn, W(kFcWeight), W(kFcBias), fc, d.T, d.h, d.F, WeightLayout::kInOut);
     env.ops->gelu_forward(fc, a, d.tf());
-    F32 x2(env.ops, s.x2, Access::kRead), o(env.ops, out, Access::kWrite);
-    env.ops->linear_forward(a, W(kMlpProjWeight), W(kMlpProjBias), o, d.T, d.F, d.h, WeightLayout::kInOut);
-    env.ops->accumulate(o, x2, d.th());
   }
+  row_parallel_add(env, s.act, {W(kMlpProjWeight), W(kMlpProjBias), WeightLayout::kInOut, d.F}, s.x2, out,
+                   "mlp.c_proj output");
   return out;
 }
 
@@ -766,6 +788,7 @@ void gpt2_backward(const BlockEnv& env, const float* w, BlockSaved& s, float* dr
   made({kFcWeight, kFcBias});
   dfc.reset();
   s.xn2.reset();
+  column_input_gradient(env, dxn, "c_fc input gradient");
   if (env.math) {
     F32 dx(env.ops, dxn, Access::kRead), x2(env.ops, s.x2, Access::kRead), st(env.ops, s.norm2_stats, Access::kRead);
     env.ops->layernorm_backward(dx, x2, W(kLn2Weight), st, st + d.T, dres, G(kLn2Weight), G(kLn2Bias), d.T, d.h);
@@ -776,22 +799,22 @@ void gpt2_backward(const BlockEnv& env, const float* w, BlockSaved& s, float* dr
   s.norm2_stats.reset();
 
   // Attention: x2 = x + c_proj(attention(c_attn(ln_1(x))))
-  Buffer dattn = env.allocate(d.th(), dt, Category::kTemporaries, "d attention output");
+  Buffer dattn = env.allocate(d.tq(), dt, Category::kTemporaries, "d attention output");
   if (env.math) {
     F32 attn(env.ops, s.attn, Access::kRead), da(env.ops, dattn, Access::kWrite);
-    env.ops->linear_backward(attn, W(kAttnProjWeight), dres, da, G(kAttnProjWeight), G(kAttnProjBias), d.T, d.h, d.h,
+    env.ops->linear_backward(attn, W(kAttnProjWeight), dres, da, G(kAttnProjWeight), G(kAttnProjBias), d.T, d.qd, d.h,
                              WeightLayout::kInOut, false);
   }
   made({kAttnProjWeight, kAttnProjBias});
-  Buffer dqkv = env.allocate(3 * d.th(), dt, Category::kTemporaries, "d qkv");
+  Buffer dqkv = env.allocate(3 * d.tq(), dt, Category::kTemporaries, "d qkv");
   {
     F32 qkv(env.ops, s.qkv, Access::kRead), da(env.ops, dattn, Access::kRead), g(env.ops, dqkv, Access::kWrite);
     AttentionShape shape = attention_shape(c);
-    shape.q_stride = shape.kv_stride = 3 * d.h;
+    shape.q_stride = shape.kv_stride = 3 * d.qd;
     const float* q = qkv.get();
     float* dq = g.get();
     if (env.math) {
-      attention_backward(env, shape, s, q, q + d.h, q + 2 * d.h, da, dq, dq + d.h, dq + 2 * d.h);
+      attention_backward(env, shape, s, q, q + d.qd, q + 2 * d.qd, da, dq, dq + d.qd, dq + 2 * d.qd);
     } else {
       attention_backward(env, shape, s, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr);
     }
@@ -800,13 +823,14 @@ void gpt2_backward(const BlockEnv& env, const float* w, BlockSaved& s, float* dr
   Buffer dxn1 = env.allocate(d.th(), env.options.residual(), Category::kTemporaries, "d ln_1 output");
   if (env.math) {
     F32 xn(env.ops, s.xn1, Access::kRead), g(env.ops, dqkv, Access::kRead), dx(env.ops, dxn1, Access::kWrite);
-    env.ops->linear_backward(xn, W(kAttnWeight), g, dx, G(kAttnWeight), G(kAttnBias), d.T, d.h, 3 * d.h,
+    env.ops->linear_backward(xn, W(kAttnWeight), g, dx, G(kAttnWeight), G(kAttnBias), d.T, d.h, 3 * d.qd,
                              WeightLayout::kInOut, false);
   }
   made({kAttnWeight, kAttnBias});
   dqkv.reset();
   s.qkv.reset();
   s.xn1.reset();
+  column_input_gradient(env, dxn1, "c_attn input gradient");
   if (env.math) {
     F32 dx(env.ops, dxn1, Access::kRead), x(env.ops, s.x, Access::kRead), st(env.ops, s.norm1_stats, Access::kRead);
     env.ops->layernorm_backward(dx, x, W(kLn1Weight), st, st + d.T, dres, G(kLn1Weight), G(kLn1Bias), d.T, d.h);

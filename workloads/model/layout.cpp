@@ -103,13 +103,14 @@ UnitLayout gpt2_root(const ModelConfig& c) {
 
 UnitLayout gpt2_block(const ModelConfig& c, int64_t layer) {
   const std::string p = fmt::format("transformer.h.{}.", layer);
-  const int64_t h = c.hidden, f = c.ffn;
+  // qd = h, but a tensor-parallel rank's slice (tensor_parallel.h) holds a/t of the heads: qd = h/t.
+  const int64_t h = c.hidden, f = c.ffn, qd = c.q_dim();
   LayoutBuilder b(fmt::format("block {}", layer + 1));
   b.add(p + "ln_1.weight", {h}, Init::kOnes);
   b.add(p + "ln_1.bias", {h}, Init::kZeros);
-  b.add(p + "attn.c_attn.weight", {h, 3 * h}, Init::kNormal);
-  b.add(p + "attn.c_attn.bias", {3 * h}, Init::kZeros);
-  b.add(p + "attn.c_proj.weight", {h, h}, Init::kNormal);
+  b.add(p + "attn.c_attn.weight", {h, 3 * qd}, Init::kNormal);
+  b.add(p + "attn.c_attn.bias", {3 * qd}, Init::kZeros);
+  b.add(p + "attn.c_proj.weight", {qd, h}, Init::kNormal);
   b.add(p + "attn.c_proj.bias", {h}, Init::kZeros);
   b.add(p + "ln_2.weight", {h}, Init::kOnes);
   b.add(p + "ln_2.bias", {h}, Init::kZeros);

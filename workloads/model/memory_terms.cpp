@@ -12,7 +12,9 @@ namespace {
 // A block under autocast, attention aside (memory_terms.h): the fp32 stream, norms and their statistics, the bf16
 // casts the linears save, and what follows them.
 uint64_t autocast_block_bytes(const ModelConfig& c, uint64_t T, uint64_t h, uint64_t F, uint64_t kvc) {
-  if (c.style == Style::kGpt2) return 20 * T * h + 16 * T * F + 2 * per_row_charge(c, 8 * T);
+  // GPT-2: the fp32 stream and the norms' bf16 casts 12·T·h, qkv and the attention output 8·T·qd (h/t under TP).
+  if (c.style == Style::kGpt2)
+    return 12 * T * h + 8 * T * uint64_t(c.q_dim()) + 16 * T * F + 2 * per_row_charge(c, 8 * T);
   const uint64_t casts = c.fused_projections ? 2 : 5;  // one per linear reading a norm's output
   return (20 + 2 * casts) * T * h + 4 * T * kvc + 8 * T * F + 2 * per_row_charge(c, 4 * T) +
          (c.gemma ? 2 * per_row_charge(c, 4 * h) : 0);
@@ -50,7 +52,9 @@ uint64_t saved_activation_bytes_per_block(const ModelConfig& c, const ModelOptio
     return 8 * R * h + e * R * 4 * h + 2 * per_row_charge(c, 4 * R) + e * T * (2 * qd + 2 * kvc + 4 * F) + attention +
            gemma + sandwich;
   }
-  return e * T * (8 * h + 5 * F) + 2 * per_row_charge(c, 8 * T) + attention;
+  // GPT-2: the block input, ln_1's output, the residual after attention and ln_2's output [T, h]; qkv and the
+  // attention output 4·[T, qd] (qd = h, or h/t on a tensor-parallel rank); c_fc's output and gelu_new's four [T, F].
+  return e * T * (4 * h + 4 * qd + 5 * F) + 2 * per_row_charge(c, 8 * T) + attention;
 }
 
 // The fp32 log-softmax (or the fused loss's buffer), and Gemma 2's tanh(logits / cap) at e under the Trainer's loss.

@@ -358,11 +358,14 @@ void Model::forward_root_start(const int32_t* tokens) {
   }
   final_x_ =
       device_.allocate(rows() * size_t(c.hidden), options_.residual(), Category::kActivations, "embedding output");
+  // GPT-2's learned positions (wpe) are whole on every rank: under TP they are added after the token rows are
+  // summed, as Megatron's LanguageModelEmbedding adds position_embeddings to VocabParallelEmbedding's reduced output.
+  const float* positions = c.style == Style::kGpt2 && math_ ? root_weights_ + root.params[kWpe].offset : nullptr;
   if (math_) {
     const float* table = root_weights_ + root.params[kEmbedTokens].offset;  // kWte for GPT-2: same position
-    const float* positions = c.style == Style::kGpt2 ? root_weights_ + root.params[kWpe].offset : nullptr;
     F32 x(ops_, sp ? partial : final_x_, Access::kWrite);
-    ops_->embedding_forward(tokens_.as<int32_t>(), table, positions, x, c.tokens(), c.seq, c.hidden);
+    ops_->embedding_forward(tokens_.as<int32_t>(), table, tp_ == nullptr ? positions : nullptr, x, c.tokens(), c.seq,
+                            c.hidden);
     for (size_t t = 0; t < tp_outside_.size(); ++t) {  // TP: rows of other ranks' tokens are zeros here
       if (tp_outside_[t] != 0) ops_->fill_zero(x + t * size_t(c.hidden), size_t(c.hidden) * sizeof(float));
     }
@@ -374,6 +377,11 @@ void Model::forward_root_start(const int32_t* tokens) {
   } else if (tp_ != nullptr) {  // VocabParallelEmbedding: the ranks' rows summed
     sync();
     tp_->all_reduce(final_x_, "tp all-reduce, embedding output");
+    if (positions != nullptr) {  // each sequence's rows + wpe[0, s)
+      F32 x(ops_, final_x_, Access::kReadWrite);
+      const size_t n = size_t(c.seq * c.hidden);
+      for (int64_t b = 0; b < c.batch; ++b) ops_->accumulate(x + size_t(b) * n, positions, n);
+    }
   }
 }
 
@@ -612,11 +620,16 @@ void Model::backward_root_end() {
   if (math_) {
     F32 dres(ops_, dres_, Access::kReadWrite);
     if (c.gemma) ops_->scale(dres, embedding_scale(), size_t(c.tokens() * c.hidden));  // × √h's backward
+    float* g = root_grads_;
+    float* dpositions = c.style == Style::kGpt2 ? g + root.params[kWpe].offset : nullptr;
+    if (dpositions != nullptr && tp_ != nullptr) {  // TP: wpe's gradient from every row, the same on every rank
+      const size_t n = size_t(c.seq * c.hidden);
+      for (int64_t b = 0; b < c.batch; ++b) ops_->accumulate(dpositions, dres + size_t(b) * n, n);
+      dpositions = nullptr;
+    }
     for (size_t t = 0; t < tp_outside_.size(); ++t) {  // TP: other ranks' tokens add nothing to this slice
       if (tp_outside_[t] != 0) ops_->fill_zero(dres + t * size_t(c.hidden), size_t(c.hidden) * sizeof(float));
     }
-    float* g = root_grads_;
-    float* dpositions = c.style == Style::kGpt2 ? g + root.params[kWpe].offset : nullptr;
     ops_->embedding_backward(tokens_.as<int32_t>(), dres, g + root.params[kEmbedTokens].offset, dpositions, c.tokens(),
                              c.seq, c.hidden);
   }

@@ -74,8 +74,8 @@ std::vector<OpCost> block_forward_ops(const ModelConfig& c, const ModelOptions& 
   const double norm = s.T * s.h * (s.r + s.e);  // the residual read, the normed output written
   const double add = 3 * s.T * s.h * s.r;       // two inputs and the sum
   if (c.style == Style::kGpt2) {
-    ops = {elementwise("ln_1", norm),         linear("c_attn", s, s.h, 3 * s.h),
-           attention_forward(c, o, s),        linear("attn c_proj", s, s.h, s.h),
+    ops = {elementwise("ln_1", norm),         linear("c_attn", s, s.h, 3 * s.qd),
+           attention_forward(c, o, s),        linear("attn c_proj", s, s.qd, s.h),
            elementwise("residual add", add),  elementwise("ln_2", norm),
            linear("c_fc", s, s.h, s.F),       elementwise("gelu", 2 * s.T * s.F * s.e),
            linear("mlp c_proj", s, s.F, s.h), elementwise("residual add", add)};
@@ -115,9 +115,9 @@ std::vector<OpCost> block_backward_ops(const ModelConfig& c, const ModelOptions&
            linear_backward("c_fc", s, s.h, s.F),
            elementwise("ln_2 backward", norm),
            elementwise("residual add", add),
-           linear_backward("attn c_proj", s, s.h, s.h),
+           linear_backward("attn c_proj", s, s.qd, s.h),
            attention_backward(c, o, s),
-           linear_backward("c_attn", s, s.h, 3 * s.h),
+           linear_backward("c_attn", s, s.h, 3 * s.qd),
            elementwise("ln_1 backward", norm),
            elementwise("residual add", add)};
     return ops;

@@ -13,6 +13,30 @@ namespace {
 
 bool contains(std::string_view name, std::string_view part) { return name.find(part) != std::string_view::npos; }
 
+// GPT-2's column-parallel Conv1D weights [in, out]: the output columns split block by block (c_attn's q, k and v
+// each by heads, as Megatron splits its fused query_key_value per head; c_fc one block), every input row kept.
+std::vector<int64_t> conv1d_column_index(const ParamInfo& full, const ParamInfo& local,
+                                         const std::vector<int64_t>& full_blocks, int rank, int tp) {
+  const int64_t rows = local.shape[0], cols_full = full.shape[1], cols_local = local.shape[1];
+  EMU_CHECK(rows == full.shape[0], "tp: {} has {} rows, its slice {}", local.name, full.shape[0], rows);
+  std::vector<int64_t> column;  // the full column of each local column
+  int64_t full_start = 0;
+  for (int64_t block : full_blocks) {
+    const int64_t mine = block / tp;
+    for (int64_t c = 0; c < mine; ++c) column.push_back(full_start + int64_t{rank} * mine + c);
+    full_start += block;
+  }
+  EMU_CHECK(int64_t(column.size()) == cols_local, "tp: {}'s slice has {} columns, its blocks {}", local.name,
+            cols_local, column.size());
+  std::vector<int64_t> index(local.count);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols_local; ++c) {
+      index[static_cast<size_t>(r * cols_local + c)] = r * cols_full + column[static_cast<size_t>(c)];
+    }
+  }
+  return index;
+}
+
 }  // namespace
 
 int64_t tp_vocab_multiple(int tp, int64_t shrink) {
@@ -27,12 +51,6 @@ int64_t tp_padded_vocab(const ModelConfig& config, int tp) {
 
 void check_tensor_parallel(const ModelConfig& config, int tp) {
   if (tp < 1) throw InputError(fmt::format("tensor-parallel size {}: accepted: 1 or more ranks", tp));
-  if (config.style != Style::kLlama) {
-    throw InputError(fmt::format(
-        "tp splits Llama-style models (llama, mistral, qwen2, phi3, gemma, gemma2); {} is {}: its row-parallel "
-        "biases and fused c_attn are not split yet",
-        config.name, family_name(config)));
-  }
   const auto divisible = [&](std::string_view what, int64_t value) {
     if (value % tp == 0) return;
     std::vector<int> accepted;
@@ -66,6 +84,13 @@ void check_sequence_parallel(const ModelConfig& config, const ModelOptions& opti
         fmt::format("--sequence-parallel: {}'s sandwich norms (Gemma 2) are not split along the sequence "
                     "yet; accepted: the other Llama-style families",
                     config.name));
+  }
+  if (config.style == Style::kGpt2) {
+    throw InputError(fmt::format(
+        "--sequence-parallel: {} is {}, whose learned positions Megatron adds after the embedding's all-reduce and "
+        "whose row-parallel biases would need the norms' reduction: not split along the sequence yet; accepted: tp "
+        "without --sequence-parallel for it, or a Llama-style family",
+        config.name, family_name(config)));
   }
   if (options.autocast) {
     throw InputError(
@@ -105,10 +130,18 @@ std::vector<int64_t> tensor_parallel_index(const ModelConfig& config, const Para
     }
     return index;
   }
+  if (contains(local.name, "c_attn.weight") || contains(local.name, "c_fc.weight")) {
+    // GPT-2's Conv1D [in, out]: column-parallel splits the output columns, c_attn's block by block.
+    const std::vector<int64_t> blocks = contains(local.name, "c_attn")
+                                            ? std::vector<int64_t>{config.q_dim(), config.q_dim(), config.q_dim()}
+                                            : std::vector<int64_t>{cols_full};
+    return conv1d_column_index(full, local, blocks, rank, tp);
+  }
   // Column-parallel: output rows split, block by block; rows past a block's full length are vocabulary padding.
+  // GPT-2's Conv1D row-parallel c_proj [in, out] splits its input rows, the same contiguous rows.
   EMU_CHECK(cols_full == cols_local, "tp: {} has {} columns, its slice {}", local.name, cols_full, cols_local);
   std::vector<int64_t> full_blocks, local_blocks;
-  if (contains(local.name, "qkv_proj")) {  // [q | k | v] rows
+  if (contains(local.name, "qkv_proj") || contains(local.name, "c_attn.bias")) {  // [q | k | v] rows
     full_blocks = {config.q_dim(), config.kv_dim(), config.kv_dim()};
   } else if (contains(local.name, "gate_up_proj")) {
     full_blocks = {full.shape[0] / 2, full.shape[0] / 2};

@@ -17,6 +17,20 @@
 //   norms               replicated: every rank normalises the same full hidden state, so their gradients come out
 //                       identical on every rank (nothing to reduce; counted once in the gradient norm)
 //
+// GPT-2 (Megatron's GPT: its fused query_key_value, RowParallelLinear with bias, learned position embeddings), in
+// Hugging Face's Conv1D layout [in, out]:
+//   attn.c_attn         column-parallel by output columns, block by block: rank r holds q, k and v heads
+//                       [r·a/t, (r+1)·a/t) each, [h, 3h/t] as [q_r | k_r | v_r]; its bias [3h] split the same way
+//   mlp.c_fc            column-parallel: output columns [r·F/t, (r+1)·F/t), its bias likewise
+//   attn.c_proj,        row-parallel: input rows (the matching heads' columns, the FFN slice); their biases whole
+//   mlp.c_proj          on every rank and added once, after the all-reduce (RowParallelLinear adds its bias to the
+//                       reduced output), so their gradients, Σ over the rows of the replicated output gradient, are
+//                       identical on every rank: replicated, counted once in the gradient norm
+//   ln_1, ln_2, ln_f    whole on every rank, replicated as the norms above
+//   wte                 vocabulary-parallel over the padded V' (the tied LM head is the rank's rows)
+//   wpe                 whole on every rank (Megatron's position_embeddings is a plain embedding): added to the
+//                       all-reduced token embedding, its gradient the whole output gradient's, replicated
+//
 // Sequence parallelism (ModelOptions::sequence_parallel, Megatron's --sequence-parallel; Korthikanti et al. 2022 §4.2;
 // core/tensor_parallel/mappings.py, layers.py): the residual stream and the norms run on this rank's rows
 // [r·T/t, (r+1)·T/t) of the T = b·s, so everything the norms save and the block inputs are 1/t:
@@ -75,13 +89,12 @@ int64_t tp_vocab_multiple(int tp, int64_t shrink);
 int64_t tp_padded_vocab(const ModelConfig& config, int tp);
 
 // InputError (the bad value and the accepted ones) unless `config` can be split over t ranks: attention heads and
-// kv heads divisible by t, the FFN divisible by t, a Llama-style family (GPT-2's row-parallel biases and fused
-// c_attn are not split).
+// kv heads divisible by t, the FFN divisible by t.
 void check_tensor_parallel(const ModelConfig& config, int tp);
 
 // InputError unless sequence parallelism can run over t ranks: the sequence length divisible by t (Megatron splits
-// [s, b, h] along s), a model without Gemma 2's sandwich norms and a recipe without autocast (their norms and casts
-// are not split yet).
+// [s, b, h] along s), a Llama-style model without Gemma 2's sandwich norms (GPT-2's positions and row-parallel
+// biases, Gemma 2's extra norms are not split along the sequence yet) and a recipe without autocast.
 void check_sequence_parallel(const ModelConfig& config, const ModelOptions& options, int tp);
 
 // One rank's shapes under TP t: a/t heads, kv/t kv heads with the head dimension kept, F/t, V'/t (checked first).
@@ -90,7 +103,8 @@ ModelConfig tensor_parallel_config(const ModelConfig& config, int tp);
 // For each element of the local tensor `local` of TP rank `rank` of t, the element of the full tensor `full` (same
 // name) it holds, or −1 for a padding row of the vocabulary. Column-parallel tensors (q, k, v, gate, up and their
 // biases, Phi-3's fused qkv_proj and gate_up_proj block by block, embeddings, LM head) are split by rows,
-// row-parallel ones (o_proj, down_proj) by columns, norm weights are whole.
+// row-parallel ones (o_proj, down_proj) by columns, norm weights are whole; GPT-2's Conv1D [in, out] the other way
+// round (c_attn by columns block by block, c_fc by columns, both c_proj by rows; their biases whole), wpe whole.
 // `config`: the full (unsplit) shapes.
 std::vector<int64_t> tensor_parallel_index(const ModelConfig& config, const ParamInfo& full, const ParamInfo& local,
                                            int rank, int tp);
