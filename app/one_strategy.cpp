@@ -45,7 +45,7 @@ StrategyOutcome run_one_strategy(const Stage& stage, const strategy::StrategyOpt
     if (stage.spans != nullptr) stage.spans->add("set-up", "setup", start, steady_seconds());
   }
   log::phase_end(fmt::format("{}: set-up", outcome.name));
-  const bool pipeline = options.kind == strategy::StrategyKind::kPipeline;
+  const bool pipeline = strategy::pipelined(options);
   strategy::AnalyticInput input = strategy::analytic_input(
       model, stage.ranks, stage.ranks_per_node, pipeline ? stage.pipeline_micro_batches : stage.accumulation);
   input.offload = stage.offload != nullptr;

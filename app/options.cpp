@@ -141,7 +141,7 @@ struct Flags {
   int tp = 0, pp = 0;      // --tp, --pp; 0: not given
   int virtual_stages = 1;  // --virtual-stages
   bool distributed_optimizer = false;
-  std::string reshard_after_forward = "true";
+  std::string reshard_after_forward;  // empty: fully_shard's default
   // Given on the command line, so that an explicit 0 or '' is checked rather than taken for "not given".
   bool micro_batches_given = false;  // --micro-batches, whose 0 is not accepted (0 in RunOptions: the default)
   bool strategies_given = false, seq_len_given = false, micro_batch_given = false, accumulation_given = false,
@@ -277,8 +277,8 @@ void add_training_flags(CLI::App& app, RunOptions& options, Flags& flags) {
   app.add_option("--reshard-after-forward", flags.reshard_after_forward,
                  "fsdp2: fully_shard's reshard_after_forward: true (free each block's unsharded parameters after its "
                  "forward, all-gather again in backward), false (keep them until its backward) or M, a divisor of the "
-                 "ranks (keep 1/M of them, all-gathered within M consecutive ranks in backward)")
-      ->capture_default_str()
+                 "ranks (keep 1/M of them, all-gathered within M consecutive ranks in backward); default true, with "
+                 "--pp false (torchtitan's default under PP, the only one built there)")
       ->group("Training");
   app.add_option("--collectives", options.collectives,
                  "algorithms per collective, e.g. all_reduce=rhd,all_gather=mpi (default: ring everywhere)")
@@ -539,7 +539,8 @@ void note_overrides(RunOptions& options, const Flags& flags) {
 // fsdp2's --reshard-after-forward: true, false, or M ranks to reshard to after forward, a divisor of the `ranks`
 // between 1 and `ranks` exclusive (fully_shard's "non-trivial divisor of the shard dim size").
 void read_reshard_after_forward(const std::string& text, int ranks, strategy::Fsdp2Options& fsdp2) {
-  if (text.empty() || text.find_first_not_of("0123456789") != std::string::npos || text.size() > 7) {
+  if (text.empty()) return;  // fully_shard's default, true (torchtitan's under PP, false: check_sharded_tensor)
+  if (text.find_first_not_of("0123456789") != std::string::npos || text.size() > 7) {
     fsdp2.reshard_after_forward = parse_choice("--reshard-after-forward", text, {"true", "false"}, {true, false});
     return;
   }
@@ -640,6 +641,17 @@ strategy::StrategyOptions read_strategies(RunOptions& options, Flags& flags, int
   }
   for (const std::string& name : names) {
     strategy::StrategyOptions one = base;
+    if (name == "3d") {  // torchtitan's 3-D parallelism: FSDP2 over the data-parallel group of a TP × PP layout
+      if (flags.tp < 2 || flags.pp < 2) {
+        throw InputError(fmt::format(
+            "--strategies 3d is torchtitan's 3-D parallelism, fsdp2 over --tp T and --pp P together (each 2 or "
+            "more); given --tp {} --pp {}; accepted: --strategies 3d --tp T --pp P, or fsdp2 with --tp or --pp alone",
+            flags.tp, flags.pp));
+      }
+      strategy::set_kind(one, "fsdp2");
+      options.strategies.push_back(one);
+      continue;
+    }
     strategy::set_kind(one, name);
     options.strategies.push_back(one);
   }
@@ -649,12 +661,32 @@ strategy::StrategyOptions read_strategies(RunOptions& options, Flags& flags, int
 }
 
 // FSDP2 over tensor-parallel layers (fsdp2 with --tp): what it does not combine with.
-void check_sharded_tensor(const strategy::StrategyOptions& one, const Flags& flags) {
+void check_sharded_tensor(strategy::StrategyOptions& one, const Flags& flags) {
+  if (flags.pp > 1) {
+    // torchtitan's apply_fsdp under PP (reshard_after_forward_policy "default"): reshard_after_forward=False, so
+    // that no micro-batch gathers a block twice; the stage's backward keeps the blocks unsharded in any case
+    // (set_reshard_after_backward(False)) and emu builds only that policy.
+    if (!flags.reshard_after_forward.empty() && flags.reshard_after_forward != "false") {
+      throw InputError(fmt::format(
+          "--reshard-after-forward {} with --pp {}: fsdp2 over a pipeline runs torchtitan's default under PP, "
+          "reshard_after_forward=False (each stage's blocks gathered once per step); accepted: false, or leave it "
+          "out",
+          flags.reshard_after_forward, flags.pp));
+    }
+    one.fsdp2.reshard_after_forward = false;
+    if (one.pipeline.virtual_stages > 1) {
+      throw InputError(fmt::format(
+          "--virtual-stages {} with fsdp2 and --pp {}: interleaved stages under FSDP2 are not built (each chunk "
+          "would be its own FSDP module reduced after its own last backward); accepted: --virtual-stages 1 with "
+          "fsdp2, or interleaving with --strategies pp",
+          one.pipeline.virtual_stages, flags.pp));
+    }
+  }
   if (one.fsdp2.post_forward_ranks > 0) {
     throw InputError(fmt::format(
-        "--reshard-after-forward {} with --tp {}: fsdp2 over tensor-parallel layers reshards to its data-parallel "
-        "group only; accepted: --reshard-after-forward true or false",
-        one.fsdp2.post_forward_ranks, flags.tp));
+        "--reshard-after-forward {} with --tp {} --pp {}: fsdp2 over tensor- or pipeline-parallel layers reshards "
+        "to its data-parallel group only; accepted: --reshard-after-forward true or false",
+        one.fsdp2.post_forward_ranks, flags.tp, flags.pp));
   }
   if (flags.distributed_optimizer) {
     throw InputError(
@@ -705,10 +737,12 @@ void read_parallel_layout(RunOptions& options, const Flags& flags, int ranks) {
     const bool tensor = one.kind == strategy::StrategyKind::kTensor;
     const bool pipeline = one.kind == strategy::StrategyKind::kPipeline;
     // FSDP2 over tensor-parallel layers: torchtitan's 2-D mesh, fully_shard over the data-parallel replicas.
-    const bool sharded = one.kind == strategy::StrategyKind::kFsdp2 && flags.tp > 1 && flags.pp == 0;
+    // With --pp too (--pp alone, or both: torchtitan's 3-D), fully_shard over each stage's replicas.
+    const bool sharded = one.kind == strategy::StrategyKind::kFsdp2 && (flags.tp > 1 || flags.pp > 1);
     if ((!tensor || flags.tp == 0) && (!pipeline || flags.pp == 0) && !sharded) continue;
     used = true;
     if (tensor || sharded) one.parallel.tensor = flags.tp;
+    if (sharded) one.parallel.pipeline = flags.pp;
     if (pipeline) one.parallel.pipeline = flags.pp, one.parallel.tensor = flags.tp;  // --tp too: TP x PP
     one = strategy::with_framework_recipe(one);
     if (sharded) check_sharded_tensor(one, flags);
@@ -900,7 +934,7 @@ void read_faults(RunOptions& options, const Flags& flags, int world) {
 int pipeline_micro_batches(const RunOptions& options, int ranks) {
   if (options.micro_batches > 0) return options.micro_batches;
   for (const strategy::StrategyOptions& one : options.strategies) {  // --pp P: P × accumulation per pipeline
-    if (one.kind == strategy::StrategyKind::kPipeline && one.parallel.pipeline > 0) {
+    if (strategy::pipelined(one) && one.parallel.pipeline > 0) {
       return one.parallel.pipeline * options.accumulation;
     }
   }
@@ -955,6 +989,21 @@ void check_pipeline(const RunOptions& options, int world) {
   const int ranks = options.plan && options.plan_ranks > 0 ? options.plan_ranks : world;
   bool pipeline = false;
   for (const strategy::StrategyOptions& one : options.strategies) {
+    if (one.kind == strategy::StrategyKind::kFsdp2 && strategy::pipelined(one)) {
+      const int stages = strategy::mesh_of(one, ranks, 0).pipeline;
+      if (stages > options.full.layers) {
+        throw InputError(fmt::format("fsdp2 with --pp {}: {} stages for {}'s {} blocks; accepted: --pp 2 to {}", stages,
+                                     stages, options.full.name, options.full.layers, options.full.layers));
+      }
+      if (options.full.tie_embeddings) {
+        throw InputError(fmt::format(
+            "fsdp2 with --pp {}: {} ties its LM head to its embeddings, whose copy on the last stage FSDP2 over a "
+            "pipeline does not keep in step (not built); accepted: an untied model (e.g. llama2-7b, llama2-70b), or "
+            "--strategies pp for tied ones",
+            stages, options.full.name));
+      }
+      continue;
+    }
     if (one.kind != strategy::StrategyKind::kPipeline) continue;
     pipeline = true;
     const int stages = strategy::mesh_of(one, ranks, 0).pipeline;

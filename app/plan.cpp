@@ -207,7 +207,7 @@ void report_progress(const PlanProgress& progress, const std::string& strategy, 
 std::vector<RankRole> role_spans(const strategy::StrategyOptions& strategy_options, const model::ModelConfig& config,
                                  int ranks) {
   std::vector<RankRole> spans = {{0, 0, 0}};
-  if (strategy_options.kind == strategy::StrategyKind::kPipeline) {
+  if (strategy::pipelined(strategy_options)) {
     // Every stage holds its own layers and activations: stage p is ranks p·T … p·T + T − 1 (its TP ranks hold the
     // same bytes); with data-parallel pipelines, the first pipeline's stages stand for those of the others.
     const strategy::Mesh mesh = strategy::mesh_of(strategy_options, ranks, 0);

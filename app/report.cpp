@@ -261,7 +261,7 @@ std::string format_pipeline(const RunReport& r) {
   const double scale = static_cast<double>(r.scale());
   const int micro_batches = pipeline_micro_batches(r.options, r.world);
   for (const StrategyOutcome& o : r.outcomes) {
-    if (o.options.kind != strategy::StrategyKind::kPipeline || o.peak.empty()) continue;
+    if (!strategy::pipelined(o.options) || o.peak.empty()) continue;
     const strategy::Mesh mesh = strategy::mesh_of(o.options, r.world, 0);
     const int stages = mesh.pipeline;
     const int chunks = o.options.pipeline.virtual_stages;
@@ -293,7 +293,13 @@ std::string format_pipeline(const RunReport& r) {
           "next stage (Megatron-core's p2p, no scatter-gather)\n",
           mesh.tensor, gb(tensor_sent * scale));
     }
-    if (mesh.data > 1) {
+    if (mesh.data > 1 && o.options.kind == strategy::StrategyKind::kFsdp2) {
+      out += fmt::format(
+          "  data-parallel group (D = {}, FSDP2's shard group of each stage): rank 0 sends {} GB per step, each unit "
+          "all-gathered once (reshard_after_forward=False) and its gradients, summed over the M micro-batches, "
+          "reduce-scattered once after the last backward, ring (D-1)/D each\n",
+          mesh.data, gb(data_sent * scale));
+    } else if (mesh.data > 1) {
       out += fmt::format(
           "  data-parallel group (D = {}): rank 0 sends {} GB per step {} (Megatron-LM's DistributedDataParallel)\n",
           mesh.data, gb(data_sent * scale),

@@ -416,7 +416,7 @@ StepTime predict_step_time(const RunOptions& run, int world, const StrategyOutco
 
   const auto layers = static_cast<int>(full.layers);
   double tokens = 0;
-  if (options.kind == strategy::StrategyKind::kPipeline) {
+  if (strategy::pipelined(options)) {
     // Each stage runs its share of the blocks (the last also the head and loss: the slowest), in M + P − 1 slots.
     // Interleaved (V chunks): V·M + P − 1 slots of a chunk's share, 1/V of the stage's (Narayanan et al. 2021).
     const int stages = strategy::mesh_of(options, world, 0).pipeline;

@@ -60,12 +60,14 @@ std::string format_tensor(const RunReport& r) {
     if (o.options.kind == strategy::StrategyKind::kFsdp2 && o.options.parallel.tensor > 1 && !o.peak.empty()) {
       const strategy::Mesh mesh = strategy::mesh_of(o.options, r.world, 0);
       const int t = mesh.tensor;
+      const std::string mesh_words =
+          mesh.pipeline > 1 ? fmt::format("3-D mesh: pipeline_parallel_degree {}, ", mesh.pipeline) : "2-D mesh: ";
       out += fmt::format(
-          "\n{}: fully_shard over the {} replicas of tensor-parallel groups of t = {} (torchtitan's 2-D mesh: "
+          "\n{}: fully_shard over the {} replicas of tensor-parallel groups of t = {} (torchtitan's {}"
           "tensor_parallel_degree {}, data_parallel_shard_degree {}): each rank holds heads {}/{}, kv heads {}/{}, "
           "FFN {}/{} and {} of the vocabulary's rows (padded to {} as Megatron pads it; torchtitan shards {} "
           "unpadded), each tensor sharded on dim 0 over the replicas\n",
-          o.name, mesh.data, t, t, mesh.data, full.heads, t, full.kv_heads, t, full.ffn, t,
+          o.name, mesh.data, t, mesh_words, t, mesh.data, full.heads, t, full.kv_heads, t, full.ffn, t,
           model::tp_padded_vocab(full, t) / t, model::tp_padded_vocab(full, t), full.vocab);
       continue;
     }

@@ -20,6 +20,7 @@
 #include "collectives/types.h"
 #include "emu/memory.h"
 #include "strategies/dim0_shard.h"
+#include "strategies/pipeline.h"
 #include "strategies/strategy.h"
 #include "workloads/model/shrink.h"
 
@@ -153,6 +154,17 @@ Updated predict_zero3(const StrategyOptions& options, const AnalyticInput& input
 Updated predict_fsdp(const StrategyOptions& options, const AnalyticInput& input, Prediction& prediction);
 Updated predict_fsdp2(const StrategyOptions& options, const AnalyticInput& input, Prediction& prediction);
 Updated predict_pipeline(const StrategyOptions& options, const AnalyticInput& input, Prediction& prediction);
+// fsdp2 with --pp (fsdp2_pipeline_model.cpp; predict_fsdp2 hands over to it).
+Updated predict_fsdp2_pipeline(const StrategyOptions& options, const AnalyticInput& input, Prediction& prediction);
+// The chunks of blocks stage `stage` of `stages` runs, as pp splits them (pipeline.h balance_stages over the blocks'
+// charged parameters, the root's on the first and the last stage; interleaved_chunks with virtual stages).
+std::vector<StageBlocks> predicted_stage_chunks(const StrategyOptions& options, const AnalyticInput& input, int stages,
+                                                int stage);
+// A tensor-parallel stage's activation traffic per step in its "tensor-parallel" group (pipeline_model.cpp's
+// formulas): 4 all-reduces of b·s·h per block per micro-batch (6 checkpointed), one more on the first and on the last
+// stage, and 3 of b·s fp32 on the last.
+void add_stage_tensor_traffic(Prediction& prediction, const AnalyticInput& input, const Mesh& mesh,
+                              uint64_t own_blocks);
 Updated predict_tensor_parallel(const StrategyOptions& options, const AnalyticInput& input, Prediction& prediction);
 
 // Adds `calls` calls of `kind` on a payload of `payload_bytes` within a group of `group_size` ranks named `group`,

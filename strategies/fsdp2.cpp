@@ -50,8 +50,32 @@
 // tensor_parallel.h, as `tp` runs it), and everything above is that slice sharded over the "data-parallel t"
 // group of D: N reads D, n_u is the slice's. The norm weights, whole on every TP rank, are sharded like the rest
 // and count once in the gradient norm (TP rank 0's), which sums over the world. Without sequence parallelism.
+//
+// Over pipeline stages (--pp P, with or without --tp T: torchtitan's PP × FSDP2 and its 3-D, TP 8 × PP 2 × FSDP 4
+// for llama2-70b on 64 GPUs): the model split into P stages as pp splits it (pipeline.h, stage_runner.h), each a
+// PipelineStage of torch.distributed.pipelining whose module is fully_shard-ed per block and at its root over the
+// stage's "data-parallel p·T + t" group of D = N/(T·P) ranks (torchtitan/models/llama3/infra/parallelize.py,
+// apply_fsdp over the dp_shard mesh dimension), the schedule (gpipe, 1f1b) run as pp runs it, activations over the
+// "pipeline" group. A stage's root holds the root tensors it runs: the embeddings on the first stage, the final norm
+// and the head on the last (tied embeddings refused), sharded and gathered alone. What differs from the above:
+//   forward   reshard_after_forward=False, torchtitan's apply_fsdp default when PP is on (no block gathered again
+//             per micro-batch): each unit all-gathered at its first forward of the step
+//   backward  PipelineStage.backward_maybe_with_nosync sets set_requires_gradient_sync(False),
+//             set_reshard_after_backward(False) and set_is_last_backward(False) on the stage module for every
+//             micro-batch: the units stay unsharded until the step's end (Σ_u D·S_u param dtype, the whole stage),
+//             and the unsharded gradients are summed over the micro-batches, at the reduce dtype
+//             (FSDPParam.to_accumulated_grad_if_needed / accumulate_unsharded_grad_if_needed: an fp32 [n_u] per
+//             unit in the mixed recipe, beside each backward's bf16 ones until that unit's backward ends)
+//   the end  after the last micro-batch's backward the stage sets the three back to True and runs post_backward of
+//             every parameter group of the stage module (stage.py: run_post_backward, in newer versions
+//             perform_reduce_grad), root first, then the blocks: each resharded and reduce-scattered once (finish_
+//             gradients), one reduce-scatter input alive at a time
+// So per step each unit moves one all-gather and one reduce-scatter, however many micro-batches. The gradient norm
+// sums over the world (each element in one shard of one stage), the loss over the pipeline. Interleaved stages
+// (several FSDP modules per rank, each reduced after its own last backward) are refused at start-up.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <vector>
@@ -59,6 +83,7 @@
 #include "emu/check.h"
 #include "strategies/dim0_shard.h"
 #include "strategies/flat.h"
+#include "strategies/stage_runner.h"
 #include "strategies/strategy.h"
 #include "workloads/model/shrink.h"
 #include "workloads/optim/adamw_state.h"
@@ -72,14 +97,18 @@ class Fsdp2 final : public Strategy {
 
   void setup() override {
     const Mesh mesh = mesh_of(options_, world_.size(), world_.rank());
-    if (mesh.tensor > 1) {
-      tp_group_ = split_group(mesh.data_rank(), mesh.tensor_rank(), mesh.tensor,
-                              fmt::format("tensor-parallel {}", mesh.data_rank()));
-      dp_group_ = split_group(mesh.tensor_rank(), mesh.data_rank(), mesh.data,
-                              fmt::format("data-parallel {}", mesh.tensor_rank()));
+    if (mesh.tensor > 1) {                                  // the stage's T ranks (one stage without --pp)
+      const int stage_group = world_.rank() / mesh.tensor;  // d·P + p
+      tp_group_ =
+          split_group(stage_group, mesh.tensor_rank(), mesh.tensor, fmt::format("tensor-parallel {}", stage_group));
       tensor_ = std::make_unique<GroupTensorParallel>(*tp_group_);
       model_.set_tensor_parallel(tensor_.get());
     }
+    if (mesh.tensor > 1 || mesh.pipeline > 1) {  // the D ranks holding the same stage and TP slice
+      const int slice = mesh.pipeline_rank() * mesh.tensor + mesh.tensor_rank();  // p·T + t
+      dp_group_ = split_group(slice, mesh.data_rank(), mesh.data, fmt::format("data-parallel {}", slice));
+    }
+    if (mesh.pipeline > 1) set_up_stage(mesh);
     const int m = options_.fsdp2.post_forward_ranks;
     if (m > 0 && (context_.post_forward == nullptr || context_.post_forward->size() != m)) {
       throw InputError(fmt::format("fsdp2 reshard_after_forward={} needs a group of {} consecutive ranks", m, m));
@@ -95,8 +124,9 @@ class Fsdp2 final : public Strategy {
     units_.resize(static_cast<size_t>(model_.num_units()));
     index_.resize(units_.size());
     for (int u = 0; u < model_.num_units(); ++u) {
+      if (!holds(u)) continue;
       UnitState& unit = units_[static_cast<size_t>(u)];
-      const std::vector<TensorRows> rows = tensor_rows(model_.config(), model_.layout(u));
+      const std::vector<TensorRows> rows = stage_rows(u);
       unit.shards = dim0_shards(rows, shards().size());
       // The TP slice's initial values (from the full unit's seeded initialisation; padding rows 0).
       std::vector<float> slice;
@@ -132,12 +162,30 @@ class Fsdp2 final : public Strategy {
   }
 
   std::vector<coll::Communicator*> groups() override {
+    if (runner_ && tensor_) return {&world_, pipe_group_.get(), tp_group_.get(), dp_group_.get()};
+    if (runner_) return {&world_, pipe_group_.get(), dp_group_.get()};
     if (tensor_) return {&world_, tp_group_.get(), dp_group_.get()};
     if (post_forward_ranks() == 0) return {&world_};
     return {&world_, context_.post_forward};
   }
 
   std::vector<float> full_weights(int u) override {
+    if (!runner_) return stage_weights(u);
+    // Each block from the stage that runs it; the root's tensors from the first stage (the embeddings) and the last
+    // (the final norm and the head), the others' zeros summed away.
+    std::vector<float> out(model_.full_layout(u).count, 0.0f);
+    const int owner = u == 0 ? 0 : runner_->owner_of(u);
+    if (holds(u)) out = stage_weights(u);
+    if (u == 0) {
+      pipe_group_->all_reduce(out.data(), out.data(), out.size(), DType::kF32, coll::ReduceOp::kSum, "full weights");
+    } else {
+      pipe_group_->broadcast(out.data(), out.data(), out.size(), DType::kF32, owner, "full weights");
+    }
+    return out;
+  }
+
+  // The unit's fp32 values in its full layout, from this stage's shards (the root's tensors it does not own zero).
+  std::vector<float> stage_weights(int u) {
     UnitState& unit = units_[static_cast<size_t>(u)];
     std::vector<float> mine(unit.shards.shard);
     convert(unit.sharded.data(), sharded_dtype_, mine.data(), DType::kF32, mine.size());
@@ -159,6 +207,30 @@ class Fsdp2 final : public Strategy {
   }
 
  protected:
+  // With --pp: the stage's program (stage_runner.h); the loss, the last stage's, summed to every stage for reporting.
+  double run_micro_batches(std::span<const data::Batch> micro_batches, model::Hooks& hooks) override {
+    if (!runner_) return Strategy::run_micro_batches(micro_batches, hooks);
+    const double loss = runner_->run(micro_batches, hooks);
+    return sum_over(*pipe_group_, loss, "pipeline loss (reporting)");
+  }
+
+  // With --pp, the stage's last backward (PipelineStage: set_is_last_backward, set_reshard_after_backward and
+  // set_requires_gradient_sync all True, then post_backward of every FSDP parameter group the stage module's state
+  // holds, _state_ctx.all_states: the stage's root first, then its blocks in order): each unit resharded and its
+  // gradients, summed over the step's micro-batches, reduce-scattered.
+  void finish_gradients() override {
+    if (!runner_) return;
+    for (int u = 0; u < model_.num_units(); ++u) {
+      const UnitState& unit = units_[static_cast<size_t>(u)];
+      // FSDPParamGroup.post_backward reduces the gradients there are: none for a unit of another stage.
+      if (!unit.accumulated.allocated() && !unit.block_grads.allocated() && !unit.unsharded_grads.allocated()) continue;
+      reshard(u);
+      reduce_scatter_input_.reset();
+      reduce(u);
+    }
+    reduce_scatter_input_.reset();
+  }
+
   // torch.optim.AdamW's tensors: every parameter's local chunk, as a shrunk run charges it.
   std::vector<uint64_t> optimizer_tensors() const override {
     std::vector<uint64_t> tensors;
@@ -172,6 +244,7 @@ class Fsdp2 final : public Strategy {
     double local = 0;
     for (size_t u = 0; u < units_.size(); ++u) {
       const UnitState& unit = units_[u];
+      if (!unit.sharded_grad.allocated()) continue;  // a unit of another stage
       if (!tensor_) {
         local += optim::grad_sum_of_squares(optim::ConstElementSpan::of(unit.sharded_grad));
         continue;
@@ -209,6 +282,14 @@ class Fsdp2 final : public Strategy {
       kept_all_gather_.reset();  // the root's post-forward frees the last all-gather output kept for overlap
       return;
     }
+    if (runner_) {
+      // A stage's blocks stay unsharded from their first forward to the step's end: reshard_after_forward=False
+      // (torchtitan's default under PP), and backward keeps them (set_reshard_after_backward(False)). A stage
+      // without the root's tensors: its module's root post-forward (FSDPState._post_forward of the forward's root)
+      // frees the last all-gather output after its last block.
+      if (!runner_->holds_root() && u == last_block()) kept_all_gather_.reset();
+      return;
+    }
     if (post_forward_ranks() > 0) {
       reshard_to_post_forward(u);
     } else if (options_.fsdp2.reshard_after_forward) {
@@ -220,9 +301,22 @@ class Fsdp2 final : public Strategy {
     unshard(u, "backward");
     wait_for_unshard(u, /*forward=*/false);
     const int next = u == 0 ? model_.num_units() - 1 : u - 1;
-    if (next >= 1) unshard(next, "backward prefetch");
+    if (next >= 1 && holds(next)) unshard(next, "backward prefetch");
     UnitState& unit = units_[static_cast<size_t>(u)];
     const std::string what = fmt::format("unit {} unsharded gradients", u);
+    if (unit.unsharded_grads.allocated() || unit.block_grads.allocated()) {
+      // --pp, gradients at the reduce dtype: AccumulateGrad adds this micro-batch's into the unsharded .grad.
+      model_.bind_grads(u, u == 0 ? unit.unsharded_grads.data() : unit.block_grads.data());
+      return;
+    }
+    if (u == 0 && runner_ && runner_->stage() == 0 && !runner_->ends_model(0)) {
+      // The first stage's root is its embeddings: their gradients are made when backward reaches them.
+      unit.unsharded_grads =
+          device_.allocate(model_.layout(0).count, options_.recipe.grads, Category::kGradients, what, 0);
+      zero(unit.unsharded_grads.data(), options_.recipe.grads, model_.layout(0).count);
+      model_.bind_grads(u, unit.unsharded_grads.data());
+      return;
+    }
     // The root's: the head's and the final norm's now, the embeddings' when backward reaches them (flat.h); a
     // block's tensor by tensor (gradient_made).
     if (u == 0) {
@@ -238,11 +332,16 @@ class Fsdp2 final : public Strategy {
   void gradient_made(int u, size_t offset) override { units_[static_cast<size_t>(u)].block_grads.made(offset); }
 
   void before_embedding_backward() override {
+    if (embedding_grads_.allocated()) return;  // --pp: kept with the accumulating root gradients
     embedding_grads_ =
         charge_embedding_gradients(device_, model_, options_.recipe.grads, "unit 0 unsharded gradients, embeddings");
   }
 
   void after_backward(int u) override {
+    if (runner_) {
+      accumulate_unsharded(u);
+      return;
+    }
     reshard(u);
     reduce_scatter_input_.reset();  // the previous unit's, kept until this reduce-scatter
     reduce(u);
@@ -260,6 +359,9 @@ class Fsdp2 final : public Strategy {
     Buffer unsharded;            // [N·S] param dtype: while unsharded
     Buffer unsharded_grads;      // the root's [n_0] grads dtype: while backward makes them
     BlockGradients block_grads;  // a block's [n_u] grads dtype, made tensor by tensor, until its reduce-scatter
+    // --pp with gradients below the reduce dtype: [n_u] reduce dtype, kGradients, the unsharded gradients summed
+    // over the step's micro-batches (FSDPParam.unsharded_accumulated_grad), until the stage's last backward.
+    Buffer accumulated;
     std::unique_ptr<optim::AdamWState> optimizer;
     std::vector<optim::DecayRange> decay;  // all-gather-output coordinates
   };
@@ -321,8 +423,11 @@ class Fsdp2 final : public Strategy {
     if (unit.unsharded.allocated()) return;
     if (forward) kept_all_gather_.reset();  // the previous unit's output, kept for overlap until this copy-out
     const DType dtype = options_.recipe.params;
-    unit.unsharded = device_.allocate(unit.shards.padded(), dtype, Category::kParameters,
+    // A stage's root shards only the tensors it owns: the model reads the root's whole layout, the rest zero.
+    const size_t count = std::max<size_t>(unit.shards.padded(), model_.layout(u).count);
+    unit.unsharded = device_.allocate(count, dtype, Category::kParameters,
                                       fmt::format("unit {} unsharded parameters", u), padded_bytes(unit, dtype));
+    if (count > unit.shards.padded()) zero(unit.unsharded.data(), dtype, count);
     const bool from_post_forward = unit.post_forward.allocated();
     copy_out(from_post_forward ? unit.post_shards : unit.shards, unit.all_gather.data(), unit.unsharded.data(), dtype);
     unit.post_forward.reset();
@@ -348,6 +453,71 @@ class Fsdp2 final : public Strategy {
   }
 
   int post_forward_ranks() const { return options_.fsdp2.post_forward_ranks; }
+
+  // --pp (torchtitan's PP × FSDP2): the pipeline's group of the P ranks with the same d and t, the stage's blocks
+  // split as pp splits them (stage_runner.h), the schedule run as pp runs it. Tied embeddings are refused (app):
+  // their copy on the last stage would need the first stage's sum, which FSDP2 does not make.
+  void set_up_stage(const Mesh& mesh) {
+    const int across = mesh.data_rank() * mesh.tensor + mesh.tensor_rank();  // d·T + t
+    pipe_group_ = split_group(across, mesh.pipeline_rank(), mesh.pipeline, fmt::format("pipeline {}", across));
+    EMU_CHECK(!model_.config().tie_embeddings, "fsdp2 with --pp: tied embeddings are refused at start-up");
+    runner_ = std::make_unique<StageRunner>(model_, device_, *pipe_group_, options_.pipeline.schedule,
+                                            mesh.pipeline_rank(), stage_chunks(model_, mesh.pipeline, 1));
+    runner_->set_chunk(0);
+  }
+
+  // Whether this rank holds unit `u`: every unit without --pp; with it the stage's blocks, and the root on the first
+  // and the last stage.
+  bool holds(int u) const {
+    if (!runner_) return true;
+    if (u == 0) return runner_->holds_root();
+    const StageBlocks& blocks = runner_->chunks()[static_cast<size_t>(runner_->stage())][0];
+    return u >= blocks.first && u <= blocks.last;
+  }
+  int last_block() const { return runner_->chunks()[static_cast<size_t>(runner_->stage())][0].last; }
+
+  // The tensors of unit `u` this rank shards: all of them, or of a stage's root those it owns (the embeddings on
+  // the first stage, the final norm and the head on the last).
+  std::vector<TensorRows> stage_rows(int u) const {
+    std::vector<TensorRows> rows = tensor_rows(model_.config(), model_.layout(u));
+    if (!runner_ || u != 0) return rows;
+    std::vector<TensorRows> owned;
+    const int stage = runner_->stage();
+    for (size_t p = 0; p < rows.size(); ++p) {
+      const bool first = stage == 0 && embedding_side(model_.config(), p);
+      const bool last = stage == runner_->stages() - 1 && head_side(model_.config(), p);
+      if (first || last) owned.push_back(rows[p]);
+    }
+    return owned;
+  }
+
+  // --pp, each micro-batch's backward without gradient sync (PipelineStage.backward_maybe_with_nosync: FSDP's
+  // set_requires_gradient_sync(False) and set_reshard_after_backward(False) on the stage module): the unit stays
+  // unsharded and FSDPParamGroup.post_backward keeps its gradients unsharded. Below the reduce dtype (bf16 under
+  // MixedPrecisionPolicy(reduce_dtype=fp32)) the first micro-batch's are upcast into an accumulator
+  // (FSDPParam.to_accumulated_grad_if_needed) and later ones added into it and freed
+  // (accumulate_unsharded_grad_if_needed); at the reduce dtype the .grad itself accumulates (before_backward binds
+  // it again).
+  void accumulate_unsharded(int u) {
+    UnitState& unit = units_[static_cast<size_t>(u)];
+    const DType grads = options_.recipe.grads, reduce = reduce_dtype();
+    if (grads == reduce) return;
+    const size_t count = model_.layout(u).count;
+    if (!unit.accumulated.allocated()) {
+      uint64_t charged = 0;
+      for (const Dim0Tensor& t : unit.shards.tensors) charged += t.tensor.charged;
+      unit.accumulated =
+          device_.allocate(count, reduce, Category::kGradients,
+                           fmt::format("unit {} accumulated unsharded gradients", u), charged * dtype_size(reduce));
+      zero(unit.accumulated.data(), reduce, count);
+    }
+    accumulate(u == 0 ? unit.unsharded_grads.data() : unit.block_grads.data(), grads, unit.accumulated.data(), reduce,
+               count);
+    model_.bind_grads(u, nullptr);
+    unit.unsharded_grads.reset();
+    unit.block_grads.reset();
+    if (u == 0) embedding_grads_.reset();
+  }
 
   // The ranks a unit is sharded over: the data-parallel group over TP, else the world.
   coll::Communicator& shards() const { return dp_group_ ? *dp_group_ : world_; }
@@ -375,10 +545,15 @@ class Fsdp2 final : public Strategy {
     const uint64_t shard = unit.shards.shard;
     reduce_scatter_input_ = device_.allocate(unit.shards.padded(), dtype, Category::kBuckets,
                                              fmt::format("unit {} reduce-scatter input", u), padded_bytes(unit, dtype));
-    if (u > 0) unit.block_grads.check_complete();
-    copy_in(unit.shards, u == 0 ? unit.unsharded_grads.data() : unit.block_grads.data(), options_.recipe.grads,
-            reduce_scatter_input_.data(), dtype);
+    if (unit.accumulated.allocated()) {
+      copy_in(unit.shards, unit.accumulated.data(), dtype, reduce_scatter_input_.data(), dtype);
+    } else {
+      if (u > 0) unit.block_grads.check_complete();
+      copy_in(unit.shards, u == 0 ? unit.unsharded_grads.data() : unit.block_grads.data(), options_.recipe.grads,
+              reduce_scatter_input_.data(), dtype);
+    }
     model_.bind_grads(u, nullptr);
+    unit.accumulated.reset();
     unit.unsharded_grads.reset();
     unit.block_grads.reset();
     if (u == 0) embedding_grads_.reset();
@@ -444,6 +619,9 @@ class Fsdp2 final : public Strategy {
   // in the full tensor ([units][params][local elements]; not kept by a plan).
   std::unique_ptr<coll::Communicator> tp_group_, dp_group_;
   std::unique_ptr<GroupTensorParallel> tensor_;
+  // With --pp: the pipeline's group and the stage's blocks and program.
+  std::unique_ptr<coll::Communicator> pipe_group_;
+  std::unique_ptr<StageRunner> runner_;
   std::vector<std::vector<std::vector<int64_t>>> index_;
 };
 

@@ -211,6 +211,7 @@ Updated predict_fsdp2(const StrategyOptions& options, const AnalyticInput& given
   // Over tensor-parallel layers (--tp T): the rank's TP slice (the input's units) sharded over the D = N/T replicas
   // of the "data-parallel" group, and tp's activation traffic in the "tensor-parallel" group.
   const Mesh mesh = mesh_of(options, given.world, given.rank);
+  if (mesh.pipeline > 1) return predict_fsdp2_pipeline(options, given, prediction);
   AnalyticInput input = given;
   input.world = mesh.data;
   input.rank = mesh.data_rank();

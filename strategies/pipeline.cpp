@@ -50,7 +50,8 @@
 // (kActivations). In backward the gradient of that output comes back the same way. Per step every boundary
 // carries M activations up and M gradients down: b·s·h·bytes·2·(P − 1)·M bytes over the pipeline. Megatron batches
 // its sends and receives (isend/irecv); emu's block, so every stage takes its messages in one global order
-// (pipeline.h, stage_program), receiving each just before the op that reads it.
+// (pipeline.h, stage_program), receiving each just before the op that reads it; stage_runner.h runs that program
+// (fsdp2 --pp runs its stages through it too).
 //
 // Interleaved 1F1B (--virtual-stages V, Megatron's --num-virtual-stages-per-pipeline-rank): each stage holds V
 // chunks of L/(P·V) blocks, chunk v of stage p layer group v·P + p (pipeline.h, interleaved_chunks), the embeddings
@@ -73,6 +74,7 @@
 #include "strategies/flat.h"
 #include "strategies/pipeline.h"
 #include "strategies/shard.h"
+#include "strategies/stage_runner.h"
 #include "strategies/strategy.h"
 #include "workloads/model/tensor_parallel.h"
 #include "workloads/optim/adamw_state.h"
@@ -116,14 +118,6 @@ std::vector<StageBlocks> balance_stages(std::span<const uint64_t> block_weights,
 
 namespace {
 
-// Which of the root's tensors a stage runs: the embeddings on the first, the final norm and head on the last.
-bool embedding_side(const model::ModelConfig& config, size_t param) {
-  return param == model::kEmbedTokens || (config.style == model::Style::kGpt2 && param == model::kWpe);
-}
-bool head_side(const model::ModelConfig& config, size_t param) {
-  return !embedding_side(config, param) || (param == model::kEmbedTokens && config.tie_embeddings);
-}
-
 class Pipeline final : public Strategy {
  public:
   using Strategy::Strategy;
@@ -149,8 +143,9 @@ class Pipeline final : public Strategy {
     EMU_CHECK(mesh.pipeline <= config.layers, "pp: {} stages for {} blocks", mesh.pipeline, config.layers);
     stage_ = mesh.pipeline_rank();
     stages_ = mesh.pipeline;
-    split_stages();
-    set_chunk(0);
+    runner_ = std::make_unique<StageRunner>(model_, device_, pipe(), options_.pipeline.schedule, stage_,
+                                            stage_chunks(model_, stages_, options_.pipeline.virtual_stages));
+    runner_->set_chunk(0);
     if (stages_ > 1 && config.tie_embeddings) {
       const bool end = stage_ == 0 || stage_ == stages_ - 1;
       if (device_.holds_data()) {
@@ -164,7 +159,7 @@ class Pipeline final : public Strategy {
     units_.resize(static_cast<size_t>(model_.num_units()));
     index_.resize(units_.size());
     if (holds_root()) hold(0);
-    for (const StageBlocks& chunk : chunks_[static_cast<size_t>(stage_)]) {
+    for (const StageBlocks& chunk : runner_->chunks()[static_cast<size_t>(stage_)]) {
       for (int u = chunk.first; u <= chunk.last; ++u) hold(u);
     }
   }
@@ -173,7 +168,7 @@ class Pipeline final : public Strategy {
     const size_t count = model_.full_layout(unit).count;
     std::vector<float> out(count, 0.0f);
     if (unit > 0) {
-      const int owner = owner_of(unit);
+      const int owner = runner_->owner_of(unit);
       if (owner == stage_) whole_values(unit, out.data());
       pipe().broadcast(out.data(), out.data(), count, DType::kF32, owner, "full weights");
       return out;
@@ -204,49 +199,12 @@ class Pipeline final : public Strategy {
   }
 
  protected:
-  // The stage's program (pipeline.h, stage_program): its forwards and backwards in the schedule's order, chunk by
-  // chunk, and the messages between them, each received just before the op that reads it and sent, in the one global
-  // order every stage follows, after the op that made it.
+  // The stage's program (stage_runner.h).
   double run_micro_batches(std::span<const data::Batch> micro_batches, model::Hooks& hooks) override {
-    const int count = static_cast<int>(micro_batches.size());
-    const int chunks = virtual_stages();
-    held_.clear();
-    held_.resize(static_cast<size_t>(count) * static_cast<size_t>(chunks));
-    std::vector<Buffer> inputs(held_.size()), output_grads(held_.size()), outputs(held_.size()),
-        input_grads(held_.size());
-    const auto at = [&](const PipelineOp& op) {
-      return static_cast<size_t>(op.chunk) * static_cast<size_t>(count) + static_cast<size_t>(op.micro_batch);
-    };
-    double loss = 0;
-    for (const StageEvent& event : stage_program(options_.pipeline.schedule, stages_, stage_, count, chunks)) {
-      const PipelineOp& op = event.op;
-      if (event.kind == StageEvent::Kind::kReceive) {
-        (op.forward ? inputs : output_grads)[at(op)] = receive(op, event.peer);
-        continue;
-      }
-      if (event.kind == StageEvent::Kind::kSend) {
-        Buffer sent = std::move((op.forward ? outputs : input_grads)[at(op)]);
-        pipe().send(sent.data(), activation_count(), model_.compute_dtype(), event.peer,
-                    op.forward ? "pipeline activations" : "pipeline gradients");
-        continue;
-      }
-      set_chunk(op.chunk);
-      if (op.forward) {
-        if (inputs[at(op)].allocated()) model_.set_stage_input(std::move(inputs[at(op)]));
-        const data::Batch& batch = micro_batches[static_cast<size_t>(op.micro_batch)];
-        loss += model_.forward(batch.tokens.data(), batch.targets.data(), hooks);
-        if (!ends_model(op.chunk)) outputs[at(op)] = model_.take_stage_output();
-        held_[at(op)] = model_.take_in_flight();
-        continue;
-      }
-      model_.restore_in_flight(std::move(held_[at(op)]));
-      if (output_grads[at(op)].allocated()) model_.set_output_gradient(std::move(output_grads[at(op)]));
-      model_.backward(hooks);
-      if (!starts_model(op.chunk)) input_grads[at(op)] = model_.take_input_gradient();
-    }
+    const double loss = runner_->run(micro_batches, hooks);
     reduce_embedding();
     // The loss exists on the last stage; every stage reports it.
-    return sum_over(pipe(), stage_ == stages_ - 1 ? loss : 0.0, "pipeline loss (reporting)");
+    return sum_over(pipe(), loss, "pipeline loss (reporting)");
   }
 
   double gradient_sum_of_squares() override {
@@ -347,53 +305,6 @@ class Pipeline final : public Strategy {
     return (stage_ == 0 && embedding_side(model_.config(), root_param)) ||
            (stage_ == stages_ - 1 && head_side(model_.config(), root_param));
   }
-  int owner_of(int block) const {
-    for (int s = 0; s < stages_; ++s) {
-      for (const StageBlocks& chunk : chunks_[static_cast<size_t>(s)]) {
-        if (block >= chunk.first && block <= chunk.last) return s;
-      }
-    }
-    EMU_CHECK(false, "block {} is on no stage", block);
-    return 0;
-  }
-  int virtual_stages() const { return static_cast<int>(chunks_[0].size()); }
-  // This stage's chunk `chunk` begins the model (the embedding) or ends it (the head and the loss).
-  bool starts_model(int chunk) const { return stage_ == 0 && chunk == 0; }
-  bool ends_model(int chunk) const { return stage_ == stages_ - 1 && chunk == virtual_stages() - 1; }
-  // The model runs this stage's chunk `chunk` from now on.
-  void set_chunk(int chunk) {
-    const StageBlocks& blocks = chunks_[static_cast<size_t>(stage_)][static_cast<size_t>(chunk)];
-    model_.set_stage(blocks.first, blocks.last);
-  }
-  size_t activation_count() const {
-    return static_cast<size_t>(model_.config().tokens()) * static_cast<size_t>(model_.config().hidden);
-  }
-
-  // The stages balanced by the parameters a shrunk run charges (the full-scale counts ÷ k², so that the shrunk and
-  // the full-scale model split alike); interleaved, Megatron's equal chunks (pipeline.h, interleaved_chunks).
-  void split_stages() {
-    const model::ModelConfig& config = model_.config();
-    if (options_.pipeline.virtual_stages > 1) {
-      chunks_ = interleaved_chunks(static_cast<int>(config.layers), stages_, options_.pipeline.virtual_stages);
-      return;
-    }
-    const model::UnitLayout& root = model_.layout(0);
-    uint64_t first = 0, last = 0;
-    for (size_t p = 0; p < root.params.size(); ++p) {
-      const uint64_t charged = model::tensor_charge(config, root.params[p]);
-      if (embedding_side(config, p)) first += charged;
-      if (head_side(config, p)) last += charged;
-    }
-    std::vector<uint64_t> blocks;
-    for (int u = 1; u < model_.num_units(); ++u) {
-      uint64_t charged = 0;
-      for (const model::ParamInfo& p : model_.layout(u).params) charged += model::tensor_charge(config, p);
-      blocks.push_back(charged);
-    }
-    chunks_.clear();
-    for (const StageBlocks& stage : balance_stages(blocks, first, last, stages_)) chunks_.push_back({stage});
-  }
-
   // Allocates and initialises unit `unit`'s model states; the root's are charged for the tensors this stage owns.
   void hold(int unit) {
     const optim::PrecisionRecipe& recipe = options_.recipe;
@@ -479,18 +390,6 @@ class Pipeline final : public Strategy {
     }
   }
 
-  // The message `op` reads, from stage `peer`: its input activation (kept by its first block) or the gradient of
-  // its output.
-  Buffer receive(const PipelineOp& op, int peer) {
-    Buffer buffer = device_.allocate(activation_count(), model_.compute_dtype(),
-                                     op.forward ? Category::kActivations : Category::kTemporaries,
-                                     fmt::format("pipeline {}, micro-batch {} (received)",
-                                                 op.forward ? "input" : "output gradient", op.micro_batch));
-    pipe().recv(buffer.data(), activation_count(), model_.compute_dtype(), peer,
-                op.forward ? "pipeline activations" : "pipeline gradients");
-    return buffer;
-  }
-
   // Tied embeddings: the first and the last stage sum their gradients of the shared table.
   void reduce_embedding() {
     if (!embedding_group_ || !holds_root()) return;
@@ -507,9 +406,8 @@ class Pipeline final : public Strategy {
   std::unique_ptr<GroupTensorParallel> tensor_;
   std::vector<std::vector<std::vector<int64_t>>> index_;  // [units][params][local elements] under TP (tp_slice_index)
   int stage_ = 0, stages_ = 1;
-  std::vector<std::vector<StageBlocks>> chunks_;  // [P][V] each stage's blocks, one chunk unless interleaved
-  std::vector<Held> units_;                       // [units] allocated where this stage holds the unit
-  std::vector<model::Model::InFlight> held_;      // [V·M] the chunks' micro-batches between forward and backward
+  std::unique_ptr<StageRunner> runner_;                  // the stage's blocks and its program
+  std::vector<Held> units_;                              // [units] allocated where this stage holds the unit
   std::unique_ptr<coll::Communicator> embedding_group_;  // the first and the last stage, with tied embeddings
 };
 

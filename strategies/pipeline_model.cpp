@@ -28,11 +28,8 @@
 
 namespace emu::strategy {
 
-Updated predict_pipeline(const StrategyOptions& options, const AnalyticInput& input, Prediction& prediction) {
-  const optim::PrecisionRecipe& recipe = options.recipe;
-  const Mesh mesh = mesh_of(options, input.world, input.rank);
-  const int stages = mesh.pipeline;
-  const int stage = mesh.pipeline_rank();
+std::vector<StageBlocks> predicted_stage_chunks(const StrategyOptions& options, const AnalyticInput& input, int stages,
+                                                int stage) {
   std::vector<uint64_t> blocks;
   for (size_t u = 1; u < input.unit_counts.size(); ++u) {
     uint64_t charged = 0;
@@ -50,6 +47,31 @@ Updated predict_pipeline(const StrategyOptions& options, const AnalyticInput& in
   } else {
     mine.push_back(balance_stages(blocks, input.root_first_stage, input.root_last_stage, stages)[stage]);
   }
+  return mine;
+}
+
+void add_stage_tensor_traffic(Prediction& prediction, const AnalyticInput& input, const Mesh& mesh,
+                              uint64_t own_blocks) {
+  const int stage = mesh.pipeline_rank();
+  const int stages = mesh.pipeline;
+  const uint64_t micro_batches = static_cast<uint64_t>(input.accumulation);
+  const uint64_t hidden =
+      own_blocks * (input.checkpoint ? 6 : 4) + (stage == 0 ? 1 : 0) + (stage == stages - 1 ? 1 : 0);
+  add_ring_traffic(prediction, coll::CollectiveKind::kAllReduce, "tensor-parallel", input.boundary_bytes, mesh.tensor,
+                   hidden * micro_batches);
+  if (stage == stages - 1) {
+    add_ring_traffic(prediction, coll::CollectiveKind::kAllReduce, "tensor-parallel", input.tokens * sizeof(float),
+                     mesh.tensor, 3 * micro_batches);
+  }
+}
+
+Updated predict_pipeline(const StrategyOptions& options, const AnalyticInput& input, Prediction& prediction) {
+  const optim::PrecisionRecipe& recipe = options.recipe;
+  const Mesh mesh = mesh_of(options, input.world, input.rank);
+  const int stages = mesh.pipeline;
+  const int stage = mesh.pipeline_rank();
+  const int chunks = options.pipeline.virtual_stages;
+  const std::vector<StageBlocks> mine = predicted_stage_chunks(options, input, stages, stage);
   Updated held;
   uint64_t own_blocks = 0;
   for (const StageBlocks& chunk : mine) {
@@ -73,16 +95,7 @@ Updated predict_pipeline(const StrategyOptions& options, const AnalyticInput& in
     prediction.traffic.push_back({coll::CollectiveKind::kSend, mesh.data > 1 || mesh.tensor > 1 ? "pipeline" : "world",
                                   sends, sends * input.boundary_bytes});
   }
-  if (mesh.tensor > 1) {
-    const uint64_t hidden =
-        own_blocks * (input.checkpoint ? 6 : 4) + (stage == 0 ? 1 : 0) + (stage == stages - 1 ? 1 : 0);
-    add_ring_traffic(prediction, coll::CollectiveKind::kAllReduce, "tensor-parallel", input.boundary_bytes, mesh.tensor,
-                     hidden * micro_batches);
-    if (stage == stages - 1) {
-      add_ring_traffic(prediction, coll::CollectiveKind::kAllReduce, "tensor-parallel", input.tokens * sizeof(float),
-                       mesh.tensor, 3 * micro_batches);
-    }
-  }
+  if (mesh.tensor > 1) add_stage_tensor_traffic(prediction, input, mesh, own_blocks);
   if (stages > 1 && input.tied_embedding > 0 && (stage == 0 || stage == stages - 1)) {
     add_ring_traffic(prediction, coll::CollectiveKind::kAllReduce, "embedding group",
                      input.bytes(AnalyticInput::kCharged, input.tied_embedding, recipe.grads), 2);

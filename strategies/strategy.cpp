@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <optional>
@@ -43,7 +44,12 @@ std::string StrategyOptions::name() const {
                                      ? fmt::format("·v{}", pipeline.virtual_stages)
                                      : "";
       if (named_data < 1) return std::string(named.name) + chunks;
-      if (kind == StrategyKind::kFsdp2) return fmt::format("{}·tp{}", named.name, parallel.tensor);  // D = N/T
+      if (kind == StrategyKind::kFsdp2) {  // "fsdp2·tp2" (D = N/T); with --pp "fsdp2·pp2·tp8" (D = N/(T·P))
+        std::string out(named.name);
+        if (parallel.pipeline > 1) out += fmt::format("·pp{}", parallel.pipeline);
+        if (parallel.tensor > 1) out += fmt::format("·tp{}", parallel.tensor);
+        return out;
+      }
       const bool tensor = kind == StrategyKind::kTensor;
       std::string out = fmt::format("{}{}{}", named.name, tensor ? parallel.tensor : parallel.pipeline, chunks);
       if (!tensor && parallel.tensor > 1) out += fmt::format("·tp{}", parallel.tensor);
@@ -55,17 +61,32 @@ std::string StrategyOptions::name() const {
   return "unknown";
 }
 
+bool pipelined(const StrategyOptions& options) {
+  return options.kind == StrategyKind::kPipeline ||
+         (options.kind == StrategyKind::kFsdp2 && options.parallel.pipeline > 1);
+}
+
+bool pipelined_or_tensor(const StrategyOptions& options) {
+  return options.parallel.tensor > 1 || options.parallel.pipeline > 1;
+}
+
 Mesh mesh_of(const StrategyOptions& options, int world, int rank) {
   Mesh mesh;
   mesh.rank = rank;
-  const bool sharded_tensor = options.kind == StrategyKind::kFsdp2 && options.parallel.tensor > 1;
-  if (options.kind != StrategyKind::kTensor && options.kind != StrategyKind::kPipeline && !sharded_tensor) {
+  const bool fsdp2 = options.kind == StrategyKind::kFsdp2;
+  if (options.kind != StrategyKind::kTensor && options.kind != StrategyKind::kPipeline &&
+      !(fsdp2 && pipelined_or_tensor(options))) {
     mesh.data = world;
     return mesh;
   }
-  const bool tensor = options.kind == StrategyKind::kTensor || sharded_tensor;
-  mesh.tensor = options.parallel.tensor > 0 ? options.parallel.tensor : (tensor ? world : 1);
-  mesh.pipeline = options.parallel.pipeline > 0 ? options.parallel.pipeline : (tensor ? 1 : world);
+  const bool tensor = options.kind == StrategyKind::kTensor;
+  if (fsdp2) {  // FSDP2 over a TP and/or PP layout: the degrees given, 1 for the other
+    mesh.tensor = std::max(1, options.parallel.tensor);
+    mesh.pipeline = std::max(1, options.parallel.pipeline);
+  } else {
+    mesh.tensor = options.parallel.tensor > 0 ? options.parallel.tensor : (tensor ? world : 1);
+    mesh.pipeline = options.parallel.pipeline > 0 ? options.parallel.pipeline : (tensor ? 1 : world);
+  }
   const int model_parallel = mesh.tensor * mesh.pipeline;
   if (model_parallel > world || world % model_parallel != 0) {
     throw InputError(fmt::format(

@@ -11,7 +11,9 @@
 //   zero3          parameters partitioned too, gathered per unit before use and released after (DeepSpeed)
 //   fsdp           one flat parameter per unit, FULL_SHARD / SHARD_GRAD_OP / NO_SHARD / HYBRID_SHARD (PyTorch FSDP)
 //   fsdp2          every parameter sharded on dim 0, fully_shard per block and the root (PyTorch FSDP2, fsdp2.cpp);
-//                  with --tp T over tensor-parallel layers, sharded over the N/T replicas (torchtitan's 2-D mesh)
+//                  with --tp T over tensor-parallel layers, sharded over the N/T replicas (torchtitan's 2-D mesh);
+//                  with --pp P over pipeline stages, each sharded over its replicas (torchtitan's PP × FSDP2; with
+//                  --tp too its 3-D, `3d` in --strategies)
 //   pp             pipeline parallelism: the blocks in one stage per rank, GPipe or 1F1B micro-batch schedules,
 //                  activations passed stage to stage by send/recv (Megatron-LM / DeepSpeed pipeline, pipeline.cpp)
 //   tp             tensor parallelism: every matrix split over the ranks, column- then row-parallel, vocabulary-
@@ -157,6 +159,10 @@ struct Mesh {
   int pipeline_rank() const { return rank / tensor % pipeline; }
   int data_rank() const { return rank / (tensor * pipeline); }
 };
+// Whether `options` run a pipeline schedule: pp, and fsdp2 with --pp P ≥ 2 (torchtitan's PP × FSDP2, fsdp2.cpp).
+bool pipelined(const struct StrategyOptions& options);
+// Whether a TP or PP degree of 2 or more is set (fsdp2 then runs over that layout).
+bool pipelined_or_tensor(const struct StrategyOptions& options);
 // The layout of `options` over `world` ranks, for rank `rank`: every other strategy is data-parallel over the whole
 // world (T = P = 1, D = N). InputError naming the values where N is not divisible by T·P.
 Mesh mesh_of(const struct StrategyOptions& options, int world, int rank);
@@ -179,8 +185,9 @@ struct StrategyOptions {
 
   // "ddp", "ddp-zero", "zero0", "zero1", "zero2", "zero3", "fsdp" (FULL_SHARD), "fsdp-grad-op", "fsdp-no-shard",
   // "fsdp-hybrid", "fsdp2", "pp", "tp"; tp and pp with a degree given name their layout, e.g. "tp2·dp2",
-  // "pp2·tp2·dp2", "tp8·dp8·do" (do: the distributed optimizer), and fsdp2 over TP T "fsdp2·tp2", once named_data
-  // is set.
+  // "pp2·tp2·dp2", "tp8·dp8·do" (do: the distributed optimizer), and fsdp2 over TP T "fsdp2·tp2", over PP P
+  // "fsdp2·pp2", over both "fsdp2·pp2·tp8" (torchtitan's 3-D; D = N/(T·P) left implicit as FSDP2's shard group), once
+  // named_data is set.
   std::string name() const;
   // D of a tp or pp run whose degrees were given (set by the app and tests once the world is known): names the
   // layout; 0 leaves the plain name.

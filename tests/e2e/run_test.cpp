@@ -140,6 +140,15 @@ TEST_P(Ranks, BadInputsExitTwoWithOneMessage) {
        "--virtual-stages 2 interleaves 1F1B; accepted with --schedule 1f1b only"},
       {"--model gpt2 --strategies pp --pp 1 --virtual-stages 2", "accepted: 2 stages or more"},
       {"--model gpt2 --strategies ddp --virtual-stages 2", "accepted with pp among --strategies"},
+      // FSDP2 over a pipeline (torchtitan's PP × FSDP2, 3-D with --tp): what it is not built for.
+      {"--model llama2-7b --strategies 3d --tp 2",
+       "--strategies 3d is torchtitan's 3-D parallelism, fsdp2 over --tp T and --pp P together (each 2 or more); "
+       "given --tp 2 --pp 0"},
+      {"--model gpt2 --strategies fsdp2 --pp 2", "gpt2 ties its LM head to its embeddings"},
+      {"--model llama2-7b --strategies fsdp2 --pp 2 --reshard-after-forward true",
+       "--reshard-after-forward true with --pp 2: fsdp2 over a pipeline runs torchtitan's default under PP"},
+      {"--model llama2-7b --strategies fsdp2 --pp 2 --virtual-stages 2",
+       "--virtual-stages 2 with fsdp2 and --pp 2: interleaved stages under FSDP2 are not built"},
   };
   for (const auto& [args, message] : table) {
     const auto run = run_process(mpiexec(ranks) + kEmu + " " + args);
@@ -434,6 +443,10 @@ TEST(Plan, ComposedParallelismAgreesWithTheShrunkRun) {
       {"tp2·dp2·do", "pp2·tp2"}, 0.005);
   // FSDP2 over TP 2 (its 2 replicas the data-parallel group).
   expect_run_matches_plan(" --model llama2-13b --shrink 64 --steps 1 --strategies fsdp2 --tp 2", {"fsdp2·tp2"}, 0.005);
+  // FSDP2 over each stage's replicas (PP 2 × FSDP 2) and torchtitan's 3-D (TP 2 × PP 2, D = 1 at 4 ranks).
+  expect_run_matches_plan(" --model llama2-13b --shrink 64 --steps 1 --strategies fsdp2 --pp 2", {"fsdp2·pp2"}, 0.005);
+  expect_run_matches_plan(" --model llama2-13b --shrink 64 --steps 1 --strategies 3d --tp 2 --pp 2", {"fsdp2·pp2·tp2"},
+                          0.005);
 }
 
 // GPT-2 from Hugging Face's config.json under tp as Megatron splits it (tensor_parallel.h): gpt2 over 2 ranks (12

@@ -42,11 +42,16 @@ std::string_view layout_name(std::string_view name) { return is_gpt2(name) ? nam
 
 // "tp", "pp", "pp-tp" (pp whose stages are TP `degree` too), each with "-do" for the distributed optimizer, of
 // degree `degree`; pp's with "-v2" interleaved, 2 chunks of one block per stage; and "fsdp2-tp" (FSDP2 over the
-// replicas of TP `degree` layers).
+// replicas of TP `degree` layers); "fsdp2-pp" (FSDP2 over each stage's replicas of PP `degree`, torchtitan's
+// reshard_after_forward=False under PP) and "fsdp2-pp-tp" (its stages TP `degree` too: torchtitan's 3-D).
 strategy::StrategyOptions parallel_options(std::string_view name, int degree) {
-  if (name == "fsdp2-tp") {
+  if (name.starts_with("fsdp2")) {
     strategy::StrategyOptions options = test_options("fsdp2", optim::Recipe::kFp32);
-    options.parallel.tensor = degree;
+    if (name.find("-tp") != std::string_view::npos) options.parallel.tensor = degree;
+    if (name.starts_with("fsdp2-pp")) {
+      options.parallel.pipeline = degree;
+      options.fsdp2.reshard_after_forward = false;
+    }
     return options;
   }
   const bool pipeline = name.starts_with("pp");
@@ -117,11 +122,14 @@ TEST_P(Equivalence, SameAsSingleDevice) {
 
 INSTANTIATE_TEST_SUITE_P(Parallel, Equivalence,
                          ::testing::Values("tp", "pp", "tp-do", "pp-do", "pp-tp", "pp-tp-do", "pp-v2-do", "pp-tp-v2",
-                                           "fsdp2-tp", "gpt2-tp-do", "gpt2-pp-tp", "gpt2-fsdp2-tp"),
+                                           "fsdp2-tp", "fsdp2-pp", "fsdp2-pp-tp", "gpt2-tp-do", "gpt2-pp-tp",
+                                           "gpt2-fsdp2-tp"),
                          [](const ::testing::TestParamInfo<std::string>& param) {
                            const std::string_view layout = layout_name(param.param);
                            const std::string prefix = is_gpt2(param.param) ? "gpt2_" : "";
                            if (layout == "fsdp2-tp") return prefix + "fsdp2_tp2";
+                           if (layout == "fsdp2-pp") return prefix + "fsdp2_pp2";
+                           if (layout == "fsdp2-pp-tp") return prefix + "fsdp2_pp2_tp2";
                            std::string name =
                                prefix + (layout.starts_with("pp-tp") ? std::string("pp2_tp2_dp")
                                                                      : std::string(layout.substr(0, 2)) + "2_dp");
@@ -293,6 +301,92 @@ TEST(ParallelTraffic, TensorParallelStages) {
     const uint64_t owned = 2 * (kBlockMatrices / 2 + kBlockNorms) + (first ? kTable / 2 : kTable / 2 + 32);
     EXPECT_EQ(run->ledger("data-parallel").total(coll::CollectiveKind::kAllReduce).moved.sent, 4 * owned);
   }
+}
+
+// The predictor's (strategies/analytic.h) memory peaks of this rank against the run's, category by category.
+strategy::Prediction expect_predicted_memory(const WorldRun& run, const strategy::StrategyOptions& options) {
+  strategy::AnalyticInput input = strategy::analytic_input(*run.model, world_size(), 1, kMicroBatches);
+  input.rank = world_rank();
+  strategy::Prediction predicted = strategy::predict(options, input);
+  for (const Category category :
+       {Category::kParameters, Category::kGradients, Category::kOptimizerState, Category::kBuckets}) {
+    EXPECT_EQ(predicted.peak[category], run.device->memory().peak(category)) << category_name(category);
+  }
+  return predicted;
+}
+
+// FSDP2 over the stages' data-parallel groups (fsdp2 --pp 2: D = 2 at 4 ranks, 4 at 8; with --tp 2 as well, D = 1
+// and 2), torch.distributed.pipelining's stage with fully_shard as torchtitan runs them. Every local tensor's rows
+// divide by D: no padding. Per step, whatever the micro-batches: each of the stage's units all-gathered once (no
+// resharding after forward or, until the last micro-batch, after backward) and its gradients, summed over the
+// micro-batches, reduce-scattered once after the last backward, (D − 1)/D of the stage's local elements each at fp32;
+// the pipeline's b·s·h·4 = 1,024 bytes per micro-batch per boundary; under TP the TP group's all-reduces as pp's
+// stages make them. Memory per rank, fp32: the sharded parameters and every unit of the stage unsharded, 4·owned·
+// (1 + 1/D); the unsharded gradients, accumulated in place through the step, 4·owned; Adam's m and v and foreach
+// AdamW's copy over owned/D, 12·owned/D; all equal to the predictor's (fsdp2_pipeline_model.cpp).
+void check_fsdp2_over_stages(std::string_view name) {
+  const strategy::StrategyOptions options = parallel_options(name, 2);
+  const auto run = run_parallel(options, kMicroBatches, 1, false);
+  const strategy::Mesh mesh = strategy::mesh_of(options, world_size(), world_rank());
+  const bool first = mesh.pipeline_rank() == 0;
+  const uint64_t t = static_cast<uint64_t>(mesh.tensor), d = static_cast<uint64_t>(mesh.data);
+  // Two of the 4 equal blocks per stage; the embedding on stage 0, the final norm and the head on stage 1.
+  const uint64_t owned = 2 * (kBlockMatrices / t + kBlockNorms) + (first ? kTable / t : kTable / t + 32);
+  const coll::Ledger& data = run->ledger("data-parallel");
+  const coll::LedgerEntry gathered = data.total(coll::CollectiveKind::kAllGather);
+  const coll::LedgerEntry scattered = data.total(coll::CollectiveKind::kReduceScatter);
+  EXPECT_EQ(gathered.moved.sent, 4 * owned * (d - 1) / d);
+  EXPECT_EQ(scattered.moved.sent, 4 * owned * (d - 1) / d);
+  if (d > 1) {
+    EXPECT_EQ(gathered.calls, 3u);  // the root's tensors and 2 blocks, once per step
+    EXPECT_EQ(scattered.calls, 3u);
+  }
+  const coll::LedgerEntry send = run->ledger("pipeline").total(coll::CollectiveKind::kSend);
+  EXPECT_EQ(send.calls, uint64_t{kMicroBatches});
+  EXPECT_EQ(send.moved.sent, uint64_t{kMicroBatches} * 1024);
+  MemoryPool& memory = run->device->memory();
+  EXPECT_EQ(memory.peak(Category::kParameters), 4 * owned + 4 * owned / d);
+  EXPECT_EQ(memory.peak(Category::kGradients), 4 * owned);
+  EXPECT_EQ(memory.peak(Category::kOptimizerState), 12 * owned / d);
+  EXPECT_EQ(memory.peak(Category::kMasterWeights), 0u);
+  const strategy::Prediction predicted = expect_predicted_memory(*run, options);
+  for (const char* group : {"data-parallel", "pipeline", "tensor-parallel"}) {
+    uint64_t want = 0, sent = 0;
+    for (const strategy::PredictedTraffic& p : predicted.traffic) {
+      if (p.group == group) want += p.sent;
+    }
+    if (std::string_view(group) != "tensor-parallel" || t > 1) sent = run->ledger(group).total().moved.sent;
+    EXPECT_EQ(want, sent) << group;
+  }
+}
+
+TEST(ParallelTraffic, Fsdp2OverPipelineStages) { check_fsdp2_over_stages("fsdp2-pp"); }
+TEST(ParallelTraffic, Fsdp2OverTensorParallelPipelineStages) { check_fsdp2_over_stages("fsdp2-pp-tp"); }
+
+// The mixed recipe (MixedPrecisionPolicy param bf16, reduce fp32): each micro-batch's unsharded gradients are bf16
+// and the stage keeps their fp32 sum (FSDPParam.unsharded_accumulated_grad) from the first micro-batch's backward to
+// the last backward's reduce-scatter. So the gradients' peak is 4·owned of accumulators plus the bf16 gradients
+// alive at once in the second micro-batch's backward: on stage 0 the embedding's (the larger than a block's, made
+// after the blocks' are freed), 2·table; on stage 1 the head's and the final norm's (made when backward begins)
+// beside one block's, 2·(table + 32 + block). The parameters: fp32 shards and every unit unsharded in bf16,
+// 4·owned/D + 2·owned. Measured = predicted in every category.
+TEST(ParallelTraffic, Fsdp2OverPipelineStagesMixedPrecision) {
+  strategy::StrategyOptions options = parallel_options("fsdp2-pp", 2);
+  options.recipe = optim::precision_recipe(optim::Recipe::kMixed);
+  const auto run = run_parallel(options, kMicroBatches, 1, false);
+  const strategy::Mesh mesh = strategy::mesh_of(options, world_size(), world_rank());
+  const bool first = mesh.pipeline_rank() == 0;
+  const uint64_t d = static_cast<uint64_t>(mesh.data);
+  const uint64_t block = kBlockMatrices + kBlockNorms;
+  const uint64_t owned = 2 * block + (first ? kTable : kTable + 32);
+  MemoryPool& memory = run->device->memory();
+  EXPECT_EQ(memory.peak(Category::kGradients), 4 * owned + (first ? 2 * kTable : 2 * (kTable + 32 + block)));
+  EXPECT_EQ(memory.peak(Category::kParameters), 4 * owned / d + 2 * owned);
+  expect_predicted_memory(*run, options);
+  const coll::Ledger& data = run->ledger("data-parallel");
+  // All-gathers at bf16, reduce-scatters at fp32.
+  EXPECT_EQ(data.total(coll::CollectiveKind::kAllGather).moved.sent, 2 * owned * (d - 1) / d);
+  EXPECT_EQ(data.total(coll::CollectiveKind::kReduceScatter).moved.sent, 4 * owned * (d - 1) / d);
 }
 
 // N not divisible by T·P: a clear error naming the values, the same on every rank.
