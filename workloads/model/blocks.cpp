@@ -453,8 +453,8 @@ Buffer llama_forward(const BlockEnv& env, const float* w, BlockSaved& s, Categor
     env.tp_all_reduce(s.attn_o, "tp all-reduce, o_proj output");
     wide.reset();
     Buffer normed;
-    sandwich_norm_forward(env, W(off.attn_out_norm), s.attn_o, s.attn_o32, s.norm3_stats, s.norm3_hat,
-                          s.norm3_plus_one, normed, cat, "post_attention_layernorm");
+    sandwich_norm_forward(env, W(off.attn_out_norm), s.attn_o, s.attn_o32, s.norm3_stats, s.norm3_hat, s.norm3_plus_one,
+                          normed, cat, "post_attention_layernorm");
     if (dt != DType::kF32) s.attn_o.reset();
     // x + the norm's output at o_proj's dtype: type promotion gives the stream's dtype (fp32 under autocast).
     const DType promoted = env.options.residual();
