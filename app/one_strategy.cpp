@@ -31,7 +31,7 @@ StrategyOutcome run_one_strategy(const Stage& stage, const strategy::StrategyOpt
   strategy::StrategyOptions sized = options;
   sized.shrink = stage.shrink;
   // PyTorch DDP's mixed recipe is autocast over fp32 parameters: the model saves what autocast saves (blocks.h).
-  const model::ModelOptions model_options = strategy::framework_model_options(sized, stage.model_options, stage.model);
+  const model::ModelOptions model_options = strategy::framework_model_options(sized, stage.model_options);
   model::Model model(stage.device, stage.model, model_options);
   model.set_initial_weights(stage.initial_weights);
   auto strategy = strategy::make_strategy({stage.device, stage.world, model, stage.intra, stage.inter, stage.offload,

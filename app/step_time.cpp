@@ -399,7 +399,7 @@ StepTime predict_step_time(const RunOptions& run, int world, const StrategyOutco
                            const StepTimeSetting& setting, uint64_t scale_factor) {
   const model::ModelConfig& full = run.full;
   const strategy::StrategyOptions options = strategy::with_framework_recipe(outcome.options);
-  const model::ModelOptions model_options = strategy::framework_model_options(options, run.model_options, full);
+  const model::ModelOptions model_options = strategy::framework_model_options(options, run.model_options);
   // Tensor parallelism: each GPU of a TP group of T runs its slice of every layer (a/T heads, F/T, V'/T), the
   // norms and the residual stream whole, on the group's micro-batch; per GPU its tokens and FLOPs are 1/T of them.
   const int tensor = strategy::mesh_of(options, world, 0).tensor;

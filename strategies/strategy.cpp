@@ -140,9 +140,8 @@ StrategyOptions with_framework_recipe(StrategyOptions options) {
   return options;
 }
 
-model::ModelOptions framework_model_options(const StrategyOptions& options, model::ModelOptions model,
-                                            const model::ModelConfig& config) {
-  model.autocast = with_framework_recipe(options).recipe.params != model.compute && !config.sandwich_norms;
+model::ModelOptions framework_model_options(const StrategyOptions& options, model::ModelOptions model) {
+  model.autocast = with_framework_recipe(options).recipe.params != model.compute;
   return model;
 }
 

@@ -208,10 +208,7 @@ void set_kind(StrategyOptions& options, std::string_view name);
 StrategyOptions with_framework_recipe(StrategyOptions options);
 // The model options the strategy's framework runs the model under: `model` with autocast set where the framework
 // recipe keeps fp32 parameters around bf16 math (PyTorch DDP's mixed recipe; model::ModelOptions::autocast).
-// Gemma 2 (sandwich norms) keeps the compute dtype's accounting under ddp's autocast recipe for now: autocast over
-// its sandwich norms is not modelled yet (README, --model).
-model::ModelOptions framework_model_options(const StrategyOptions& options, model::ModelOptions model,
-                                            const model::ModelConfig& config);
+model::ModelOptions framework_model_options(const StrategyOptions& options, model::ModelOptions model);
 std::vector<std::string> strategy_names();
 
 // Where a strategy runs: its rank's device, the world communicator (its ledger is the training traffic), the

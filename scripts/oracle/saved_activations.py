@@ -44,6 +44,8 @@ LLAMA = dict(hidden_size=64, intermediate_size=176, num_attention_heads=4, vocab
 # only (Gemma2PreTrainedModel._supports_sdpa is False).
 GEMMA2 = dict(head_dim=24, query_pre_attn_scalar=20, attn_logit_softcapping=50.0, final_logit_softcapping=30.0,
               sliding_window=64)
+# The styles recorded under autocast too (fp32 parameters under torch.autocast(bfloat16)).
+AUTOCAST_STYLES = ("llama", "gpt2", "gemma2")
 GPT2 = dict(n_embd=64, n_inner=256, n_head=4, vocab_size=384, n_layer=2, n_positions=64,
             resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
 
@@ -197,8 +199,8 @@ def main():
         if args.only and style != args.only:
             continue
         # autocast: the recipe of PyTorch DDP (emu's ddp and ddp-zero in mixed precision), recorded for the two
-        # families the PyTorch oracles train.
-        dtypes = (torch.float32, torch.bfloat16) + (("autocast",) if style in ("llama", "gpt2") else ())
+        # families the PyTorch oracles train and for Gemma 2, whose sandwich norms cast back to a bf16 input.
+        dtypes = (torch.float32, torch.bfloat16) + (("autocast",) if style in AUTOCAST_STYLES else ())
         for dtype in dtypes:
             for attention in (("eager",) if style == "gemma2" else ("sdpa", "eager")):
                 for checkpoint in (False, True):
@@ -211,7 +213,7 @@ def main():
     for style in ("llama", "gpt2", "gemma2"):
         if args.only and style != args.only:
             continue
-        for dtype in (torch.float32, torch.bfloat16) + (("autocast",) if style in ("llama", "gpt2") else ()):
+        for dtype in (torch.float32, torch.bfloat16) + (("autocast",) if style in AUTOCAST_STYLES else ()):
             losses.append({"style": style, "dtype": dtype_name(dtype), **loss_bytes(style, dtype)})
     shapes = {"batch": BATCH, "seq": SEQ, "llama": LLAMA, "gemma2": GEMMA2, "gpt2": GPT2}
     if args.only:  # the other styles' cases as recorded before

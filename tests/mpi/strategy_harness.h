@@ -333,8 +333,8 @@ inline std::unique_ptr<StrategyRun> run_strategy(model::Style style, const strat
   const model::ModelConfig config = tiny_config(style, 1, layers);
   model::ModelOptions model_options;
   model_options.compute = options.recipe.params;
-  run->model = std::make_unique<model::Model>(*run->device, config,
-                                              strategy::framework_model_options(options, model_options, config));
+  run->model =
+      std::make_unique<model::Model>(*run->device, config, strategy::framework_model_options(options, model_options));
   const int per_node = test_ranks_per_node();
   run->intra_node = run->world->split(rank / per_node, rank, "intra-node");
   run->inter_node = run->world->split(rank % per_node, rank, "inter-node");

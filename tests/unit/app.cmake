@@ -11,3 +11,5 @@ emu_add_unit_test(app_step_time_test SOURCES unit/step_time_test.cpp LIBS emu_ap
 emu_add_unit_test(app_published_throughput_test SOURCES unit/published_throughput_test.cpp LIBS emu_app LABELS app)
 # tp planned at full scale: llama2-70b's local parameters by hand, Megatron's vocabulary padding.
 emu_add_unit_test(app_tensor_plan_test SOURCES unit/tensor_plan_test.cpp LIBS emu_app LABELS app)
+# PyTorch DDP's autocast recipe for Gemma 2 planned at full scale: gemma-2-9b's saved bytes per block, by hand.
+emu_add_unit_test(app_autocast_plan_test SOURCES unit/autocast_plan_test.cpp LIBS emu_app LABELS app)

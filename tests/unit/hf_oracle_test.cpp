@@ -138,12 +138,13 @@ ModelOptions options_of(const std::string& dtype, Attention attention, bool chec
 }
 
 // Autocast's bf16 casts of one block's linear weights, which autograd saves with the block and emu's ddp strategy
-// charges (strategies/ddp.cpp), not the model: Llama's q, k, v, o, gate, up and down projections; GPT-2's c_attn,
-// attn.c_proj, c_fc and mlp.c_proj weights (addmm saves no bias).
+// charges (strategies/ddp.cpp), not the model: Llama's q, k, v, o, gate, up and down projections (q and o [qd, h],
+// qd = h but for Gemma 2's own head_dim); GPT-2's c_attn, attn.c_proj, c_fc and mlp.c_proj weights (addmm saves no
+// bias).
 int64_t weight_casts_per_block(const ModelConfig& c) {
-  const auto h = int64_t(c.hidden), F = int64_t(c.ffn), kvd = int64_t(c.kv_dim());
+  const auto h = int64_t(c.hidden), F = int64_t(c.ffn), kvd = int64_t(c.kv_dim()), qd = int64_t(c.q_dim());
   if (c.style == Style::kGpt2) return 2 * (4 * h * h + 2 * h * F);
-  return 2 * (2 * h * h + 2 * h * kvd + 3 * h * F);
+  return 2 * (2 * h * qd + 2 * h * kvd + 3 * h * F);
 }
 
 TEST(HfOracle, SavedActivationsPerBlockEqualTheRecording) {
@@ -206,7 +207,7 @@ TEST(HfOracle, SavedActivationsPerBlockEqualTheRecording) {
     }
     ++cases;
   }
-  EXPECT_EQ(cases, 92);  // 72 + gemma2's 8 + autocast's 12
+  EXPECT_EQ(cases, 96);  // 72 + gemma2's 8 + autocast's 16 (llama, gpt2 and gemma2)
 }
 
 TEST(HfOracle, TrainerLossBytesEqualTheRecording) {

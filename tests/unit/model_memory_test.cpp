@@ -5,11 +5,13 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <string_view>
 #include <vector>
 
 #include "emu/device.h"
 #include "emu/units.h"
+#include "tests/support/paths.h"
 #include "workloads/model/local_params.h"
 #include "workloads/model/memory_terms.h"
 #include "workloads/model/model.h"
@@ -84,6 +86,41 @@ TEST(ModelMemory, SavedActivationsPerBlockMatchTheClosedForm) {
       }
     }
   }
+}
+
+// Gemma 2 under autocast (PyTorch DDP's mixed recipe), the 9B as its repository publishes it, at s 4096 (its
+// sliding window) and b 1: every block's measured bytes against the closed form, at full scale on the shapes device
+// and with real math on a shrunk copy cut to 3 layers, eager (transformers' default for Gemma 2) and flash, with and
+// without checkpointing.
+TEST(ModelMemory, Gemma2UnderAutocastMatchesTheClosedForm) {
+  ModelConfig full = load_hf_config(std::filesystem::path(EMU_SOURCE_DIR) / "tests/data/hf/gemma-2-9b.json");
+  full.batch = 1;
+  full.seq = 4096;
+  ModelConfig small = shrink(full, valid_shrink_factors(full).back());
+  small.layers = 3;
+  for (Attention attention : {Attention::kEager, Attention::kFlash}) {
+    for (bool checkpoint : {false, true}) {
+      ModelOptions options{DType::kBF16, attention, checkpoint};
+      options.autocast = true;
+      expect_closed_form(full, options, true);
+      expect_closed_form(small, options, false);
+    }
+  }
+  // By hand, per block (h 3584, F 14336, 16 heads of 256: qd 4096, 8 kv heads: eager's repeat_kv copies of k and v
+  // [T, qd]; T 4096): the fp32 block input and residual after attention 2·4Th, input_layernorm's and
+  // pre_feedforward_layernorm's fp32 normalised tensors 2·4Th, the five linears' bf16 casts of their fp32 outputs
+  // 5·2Th, q and the attention output 2·2·T·qd, k and v 2·2·T·qd, gate, gelu(gate), up and the product 4·2TF, two
+  // rstd 2·4T and two (1 + w) 2·4h; the sandwich norms 2·(4Th fp32 input copy + 4Th normalised + 4T + 4h); eager
+  // attention b·a·s² × (2 tanh + 4 fp32 softmax + 2 its bf16 cast).
+  const uint64_t T = 4096, h = 3584, F = 14336, qd = 4096, scores = 16 * T * T;
+  const uint64_t expected = 8 * T * h + 8 * T * h + 10 * T * h + 4 * T * qd + 4 * T * qd + 8 * T * F + 8 * T + 8 * h +
+                            2 * (8 * T * h + 4 * T + 4 * h) + 8 * scores;
+  EXPECT_EQ(expected, uint64_t{3'368'148'992});  // README's figure (--model): 3.37 GB per block
+  ModelOptions eager{DType::kBF16, Attention::kEager, false};
+  eager.autocast = true;
+  EXPECT_EQ(saved_activation_bytes_per_block(full, eager), expected);
+  eager.checkpoint = true;
+  EXPECT_EQ(saved_activation_bytes_per_block(full, eager), 4 * T * h);  // the fp32 block input
 }
 
 // Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer Models", Section 4.1: the

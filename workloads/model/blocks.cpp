@@ -261,6 +261,17 @@ void rms_norm_forward(const BlockEnv& env, const float* w, const Buffer& in, Buf
                            static_cast<float>(c.norm_eps));
 }
 
+// Gemma2RMSNorm.forward on a sublayer's output `o` [T, h] at the compute dtype (the o_proj or down_proj output), as
+// rms_norm_forward saves it: its fp32 copy (`o32`, when o is bf16), rstd, the fp32 normalised tensor and (1 + w).
+// Its output is cast back to o's dtype (type_as), not to autocast's: under autocast too it is `out` at the compute
+// dtype, made from an fp32 product (`wide`, dropped once cast) and saved by none; the residual add promotes it to
+// the fp32 stream.
+void sandwich_norm_forward(const BlockEnv& env, const float* w, const Buffer& o, Buffer& o32, Buffer& rstd, Buffer& hat,
+                           Buffer& plus_one, Buffer& out, Category cat, std::string_view name) {
+  Buffer wide;
+  rms_norm_forward(env, w, o, o32, rstd, hat, plus_one, out, wide, cat, name);
+}
+
 // Backward of a Gemma 2 norm on a sublayer's output (y = norm(o), added to the residual): from dres, the gradient of
 // the residual after the add, the gradient of o, charged [T, h] at the compute dtype (returned) and computed in fp32
 // into `math` (zeroed first: rmsnorm_backward accumulates); the norm weight's gradient accumulated into `dw`.
@@ -432,18 +443,22 @@ Buffer llama_forward(const BlockEnv& env, const float* w, BlockSaved& s, Categor
   }
   if (off.sandwich) {
     // Gemma 2: x2 = x + post_attention_layernorm(attn·Woᵀ). The norm saves as every Gemma norm does; at e = 2 the
-    // projection itself goes once its fp32 copy exists, and the norm's output once it is added.
+    // projection itself goes once its fp32 copy exists, and the norm's output once it is added. Under autocast
+    // input_layernorm's fp32 output goes when the attention returns, before this norm runs.
     s.attn_o = env.allocate(d.th(), dt, cat, "o_proj output");
     if (env.math) {
       F32 attn(env.ops, s.attn, Access::kRead), o(env.ops, s.attn_o, Access::kWrite);
       env.ops->linear_forward(attn, W(off.o), nullptr, o, d.T, d.qd, d.h, WeightLayout::kOutIn);
     }
     env.tp_all_reduce(s.attn_o, "tp all-reduce, o_proj output");
-    Buffer normed, unused;  // Gemma 2 is not run under autocast (strategy.cpp): `unused` stays unallocated
-    rms_norm_forward(env, W(off.attn_out_norm), s.attn_o, s.attn_o32, s.norm3_stats, s.norm3_hat, s.norm3_plus_one,
-                     normed, unused, cat, "post_attention_layernorm");
+    wide.reset();
+    Buffer normed;
+    sandwich_norm_forward(env, W(off.attn_out_norm), s.attn_o, s.attn_o32, s.norm3_stats, s.norm3_hat, s.norm3_plus_one,
+                          normed, cat, "post_attention_layernorm");
     if (dt != DType::kF32) s.attn_o.reset();
-    s.x2 = env.allocate(d.th(), env.options.residual(), cat, "residual after attention");
+    // x + the norm's output at o_proj's dtype: type promotion gives the stream's dtype (fp32 under autocast).
+    const DType promoted = env.options.residual();
+    s.x2 = env.allocate(d.th(), promoted, cat, "residual after attention");
     if (env.math) {
       F32 n(env.ops, normed, Access::kRead), x(env.ops, s.x, Access::kRead), x2(env.ops, s.x2, Access::kWrite);
       env.ops->add(n, x, x2, d.th());
@@ -482,9 +497,10 @@ Buffer llama_forward(const BlockEnv& env, const float* w, BlockSaved& s, Categor
       env.ops->linear_forward(a, W(off.down), nullptr, m, d.T, d.F, d.h, WeightLayout::kOutIn);
     }
     env.tp_all_reduce(s.mlp_o, "tp all-reduce, down_proj output");
-    Buffer normed, unused;
-    rms_norm_forward(env, W(off.mlp_out_norm), s.mlp_o, s.mlp_o32, s.norm4_stats, s.norm4_hat, s.norm4_plus_one, normed,
-                     unused, cat, "post_feedforward_layernorm");
+    wide.reset();  // under autocast, pre_feedforward_layernorm's fp32 output: the MLP has returned
+    Buffer normed;
+    sandwich_norm_forward(env, W(off.mlp_out_norm), s.mlp_o, s.mlp_o32, s.norm4_stats, s.norm4_hat, s.norm4_plus_one,
+                          normed, cat, "post_feedforward_layernorm");
     if (dt != DType::kF32) s.mlp_o.reset();
     out = env.allocate(d.th(), env.options.residual(), out_cat, "output");
     if (env.math) {

@@ -36,6 +36,12 @@
 //              attention in fp32 and it saves its bf16 casts: the same [T, h] and [T, kvd] as in bf16. Everything
 //              after a linear is bf16 as in bf16, but GPT-2's gelu_new: pow runs in fp32, so it keeps an fp32 cast
 //              of c_fc's output, tanh and 1 + tanh in fp32, 0.5·x in bf16 and c_proj's bf16 cast of the product.
+//              Gemma 2 (transformers models/gemma2/modeling_gemma2.py): input_layernorm and
+//              pre_feedforward_layernorm read the fp32 stream as Llama's norms do; post_attention_layernorm and
+//              post_feedforward_layernorm read o_proj's and down_proj's bf16 outputs and keep what they keep at
+//              e = 2 (the fp32 copy, rstd, the fp32 normalised tensor, 1 + weight), casting their output back to
+//              bf16 (type_as), which the residual add promotes to fp32; the soft-cap's tanh runs in bf16 (on
+//              neither of CUDA autocast's lists) and the masked scores in fp32 (the mask has the stream's dtype).
 //              Autocast's bf16 weight casts are the strategy's (strategies/ddp.cpp), not the block's.
 #pragma once
 

@@ -9,6 +9,13 @@ namespace emu::model {
 
 namespace {
 
+// Gemma 2's norms on the attention and MLP outputs: each keeps its input in fp32 (the sublayer's output at e = 4, its
+// fp32 copy at e = 2 and under autocast, where the sublayer's output is bf16), rstd, the fp32 normalised tensor and
+// (1 + weight); their outputs (cast back to the sublayer's dtype) are only added to the residual stream.
+uint64_t sandwich_norm_bytes(const ModelConfig& c, uint64_t T, uint64_t h) {
+  return c.sandwich_norms ? 2 * (8 * T * h + per_row_charge(c, 4 * T) + per_row_charge(c, 4 * h)) : 0;
+}
+
 // A block under autocast, attention aside (memory_terms.h): the fp32 stream, norms and their statistics, the bf16
 // casts the linears save, and what follows them.
 uint64_t autocast_block_bytes(const ModelConfig& c, uint64_t T, uint64_t h, uint64_t F, uint64_t kvc) {
@@ -16,8 +23,9 @@ uint64_t autocast_block_bytes(const ModelConfig& c, uint64_t T, uint64_t h, uint
   if (c.style == Style::kGpt2)
     return 12 * T * h + 8 * T * uint64_t(c.q_dim()) + 16 * T * F + 2 * per_row_charge(c, 8 * T);
   const uint64_t casts = c.fused_projections ? 2 : 5;  // one per linear reading a norm's output
-  return (20 + 2 * casts) * T * h + 4 * T * kvc + 8 * T * F + 2 * per_row_charge(c, 4 * T) +
-         (c.gemma ? 2 * per_row_charge(c, 4 * h) : 0);
+  // q and the attention output 4·T·qd (qd = h but for Gemma 2).
+  return (16 + 2 * casts) * T * h + 4 * T * uint64_t(c.q_dim()) + 4 * T * kvc + 8 * T * F +
+         2 * per_row_charge(c, 4 * T) + (c.gemma ? 2 * per_row_charge(c, 4 * h) : 0) + sandwich_norm_bytes(c, T, h);
 }
 
 }  // namespace
@@ -45,12 +53,8 @@ uint64_t saved_activation_bytes_per_block(const ModelConfig& c, const ModelOptio
   if (llama) {
     // Gemma's norms keep the normalised tensor in fp32 (not at e) and (1 + weight) [h] fp32, a per-row-like term.
     const uint64_t gemma = c.gemma ? 2 * (4 - e) * R * h + 2 * per_row_charge(c, 4 * h) : 0;
-    // Gemma 2's norms on the attention and MLP outputs: each keeps its input in fp32 (the sublayer's output, or its
-    // fp32 copy at e = 2), rstd, the fp32 normalised tensor and (1 + weight); their outputs are only added.
-    const uint64_t sandwich =
-        c.sandwich_norms ? 2 * (8 * T * h + per_row_charge(c, 4 * T) + per_row_charge(c, 4 * h)) : 0;
     return 8 * R * h + e * R * 4 * h + 2 * per_row_charge(c, 4 * R) + e * T * (2 * qd + 2 * kvc + 4 * F) + attention +
-           gemma + sandwich;
+           gemma + sandwich_norm_bytes(c, T, h);
   }
   // GPT-2: the block input, ln_1's output, the residual after attention and ln_2's output [T, h]; qkv and the
   // attention output 4·[T, qd] (qd = h, or h/t on a tensor-parallel rank); c_fc's output and gelu_new's four [T, F].

@@ -25,9 +25,14 @@
 //           norm inputs, the normalised tensors and outputs, rstd) are the rank's T/t rows; with checkpointing
 //           e·T·h/t. The terms between the column- and row-parallel layers are those of the rank's heads and F/t.
 //   under autocast (fp32 parameters, bf16 math; blocks.h), attention as at e = 2, GPT-2's eager softmax too:
-//     Llama   (20 + 2·casts)·T·h + 4·T·kvc + 8·T·F + 8T + attention, casts = 5 (q, k, v, gate and up projections
-//             each save a bf16 cast of an fp32 norm output; Phi-3's fused projections 2): the fp32 block input and
-//             residual after attention (8Th), two fp32 normalised tensors (8Th), q and the attention output (4Th)
+//     Llama   (16 + 2·casts)·T·h + 4·T·qd + 4·T·kvc + 8·T·F + 8T + attention, casts = 5 (q, k, v, gate and up
+//             projections each save a bf16 cast of an fp32 norm output; Phi-3's fused projections 2): the fp32 block
+//             input and residual after attention (8Th), two fp32 normalised tensors (8Th), q and the attention
+//             output (4·T·qd, qd = h but for Gemma 2). Gemma's (1 + weight) 8h as in bf16. Gemma 2's norms on the
+//             o_proj and down_proj outputs (bf16) keep what they keep in bf16, 2·(8·T·h + 4T + 4h): the fp32 copy
+//             of their input, rstd, the fp32 normalised tensor, (1 + weight); their outputs are cast back to bf16
+//             (type_as) and only added to the fp32 stream. Its eager attention keeps the soft-cap's tanh in bf16
+//             beside the fp32 softmax and its bf16 cast: 8·b·a·s²
 //     GPT-2   20·T·h + 16·T·F + 16T + attention: the fp32 input and residual (8Th), two bf16 norm-output casts (4Th),
 //             qkv (6Th), attention output (2Th); gelu_new with pow in fp32: c_fc's output in fp32, tanh and
 //             1 + tanh in fp32 (12TF), 0.5·x and c_proj's cast of the product in bf16 (4TF)

@@ -28,7 +28,6 @@ Model::Model(Device& device, ModelConfig config, ModelOptions options)
   EMU_CHECK(!math_ || ops_ != nullptr, "the {} device holds data but hands out no ops", device.backend());
   EMU_CHECK(!options_.autocast || options_.compute != DType::kF32, "autocast needs a compute dtype below fp32");
   config_.validate();
-  EMU_CHECK(!options_.autocast || !config_.sandwich_norms, "autocast over Gemma 2's sandwich norms is not modelled");
   layouts_ = build_layouts(config_);
   units_.resize(layouts_.size());
   saved_.resize(static_cast<size_t>(config_.layers));
@@ -400,9 +399,10 @@ Buffer Model::gather_rows(const Buffer& slice, std::string_view what) {
 int64_t Model::vocab_begin() const { return tp_ != nullptr ? int64_t{tp_->rank()} * config_.vocab : 0; }
 
 float Model::embedding_scale() const {
-  // √h at the weights' dtype (embed_scale.to(self.weight.dtype)): 45.25 rather than 45.2548 for h = 2048 in bf16.
+  // √h at the weights' dtype (embed_scale.to(self.weight.dtype)): 45.25 rather than 45.2548 for h = 2048 in bf16;
+  // fp32 under autocast, whose parameters are fp32 (the embedding is on none of its lists).
   const float scale = std::sqrt(float(config_.hidden));
-  return options_.compute == DType::kF32 ? scale : round_to_bf16(scale);
+  return options_.compute == DType::kF32 || options_.autocast ? scale : round_to_bf16(scale);
 }
 
 namespace {
