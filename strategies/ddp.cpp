@@ -56,6 +56,7 @@
 #include <algorithm>
 #include <memory>
 
+#include "emu/bf16.h"
 #include "emu/check.h"
 #include "strategies/buckets.h"
 #include "strategies/flat.h"
@@ -345,18 +346,22 @@ class Ddp final : public Strategy {
     }
   }
 
-  // autocast's bf16 copy of the unit's weights, bound for its math and charged nothing; each tensor autocast casts
-  // is charged on its own (cast_charges_), so that it can go when PyTorch frees it: a block's linear weights and
-  // biases, the root's LM head (the embedding, when tied). The other elements (norm weights, the embedding tables'
-  // lookups) ride along in the bound copy as host scratch, as PyTorch reads them in fp32. The root's copy stands
-  // for the head's cast, which PyTorch makes when the head runs at the end of forward: emu charges it from the start
-  // of forward, where it is held with fewer activations than at the loss.
+  // The unit's weights as autocast's ops read them, bound for its math: an fp32 copy charged nothing (host scratch)
+  // in which each tensor autocast casts holds its bf16-rounded values, a block's linear weights and biases, the
+  // root's LM head (the embedding, when tied), and every other tensor (norm weights, Gemma's (1 + w) included; the
+  // embedding tables and GPT-2's wpe, untied) its fp32 value, as the norms and F.embedding, on none of autocast's
+  // lists, read their fp32 parameters. A tied table is read rounded by its lookup too: one binding holds one value
+  // per element. Each cast tensor is charged on its own (cast_charges_), so that it can go when PyTorch frees it.
+  // The root's charge stands for the head's cast, which PyTorch makes when the head runs at the end of forward: emu
+  // charges it from the start of forward, where it is held with fewer activations than at the loss.
   void cast_unit(int unit) {
     if (casts_[unit].count() > 0) return;
     const model::UnitLayout& layout = model_.layout(unit);
     const DType compute = model_.compute_dtype();
-    casts_[unit] = device_.allocate(layout.count, compute, Category::kActivations,
+    casts_[unit] = device_.allocate(layout.count, DType::kF32, Category::kActivations,
                                     fmt::format("autocast's bf16 weights, {}", layout.name), 0);
+    convert(unit_params(unit), params_.dtype(), casts_[unit].data(), DType::kF32, layout.count);
+    auto* values = static_cast<float*>(casts_[unit].data());
     cast_charges_[unit].clear();
     cast_charges_[unit].resize(layout.params.size());
     for (size_t i = 0; i < layout.params.size(); ++i) {
@@ -365,9 +370,10 @@ class Ddp final : public Strategy {
       cast_charges_[unit][i] =
           device_.allocate(0, compute, Category::kActivations, fmt::format("autocast's bf16 {}", p.name),
                            model::tensor_charge(model_.config(), p) * dtype_size(compute));
+      if (values == nullptr) continue;
+      for (size_t k = p.offset; k < p.offset + p.count; ++k) values[k] = round_to_bf16(values[k]);
     }
-    convert(unit_params(unit), params_.dtype(), casts_[unit].data(), compute, layout.count);
-    model_.bind_weights(unit, casts_[unit].data());
+    model_.bind_weights(unit, values, DType::kF32);
   }
 
   void release_casts(int unit) {
@@ -477,7 +483,7 @@ class Ddp final : public Strategy {
   std::vector<Buffer> unit_grads_;  // [units] the root's [n_0] recipe.grads, from its backward to zero_grad
   std::vector<BlockGradients> block_grads_;  // [units] the blocks' [n_u], made tensor by tensor, freed by zero_grad
   Buffer embedding_grads_;     // the root's embeddings' part of unit_grads_[0]'s charge, from their backward
-  std::vector<Buffer> casts_;  // [units] [n_u] bf16: autocast's copies of a unit's weights, for the math
+  std::vector<Buffer> casts_;  // [units] [n_u] fp32: a unit's weights as autocast's ops read them (cast_unit)
   std::vector<std::vector<Buffer>> cast_charges_;  // [units][parameters] their charges, tensor by tensor
   std::vector<Tensor> tensors_;
   std::vector<BucketRange> buckets_;

@@ -151,6 +151,14 @@ TEST_P(Equivalence, EveryStepMatchesSingleDevice) {
   const Trace reference = run_reference(c.style, options, world_size(), c.accumulation, kSteps, c.layers);
   const auto run = run_strategy(c.style, options, c.accumulation, kSteps, {}, /*weights_every_step=*/true, c.layers);
   expect_same_steps(run->trace, reference, tolerance_for(c.recipe, c.layers), "single device");
+  if (c.recipe == optim::Recipe::kMixed && (c.strategy == "ddp" || c.strategy == "ddp-zero")) {
+    // Under autocast the first step's loss comes from the initial fp32 weights and the fp32 forward sums alone, so
+    // it is the reference's up to their order (measured: 2.4e-7 of 3.63, at 2 to 4 ranks). Norm weights and
+    // embedding tables read rounded to bf16 move it by 4.6e-5 (the tiny models' random embeddings are not
+    // representable in bf16).
+    EXPECT_NEAR(run->trace.losses[0], reference.losses[0], 2e-6 * reference.losses[0])
+        << "step 1: autocast reads the norms and embeddings as fp32, the linear layers' weights as bf16";
+  }
   if (c.clip) {
     for (int step = 0; step < kSteps; ++step) {
       EXPECT_GT(reference.grad_norms[static_cast<size_t>(step)], options.clip_norm)

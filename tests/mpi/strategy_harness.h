@@ -168,6 +168,18 @@ inline void bf16_average(const std::vector<std::vector<float>>& ranks, void* out
 
 }  // namespace detail
 
+// Whether torch.autocast(bf16) feeds `p` to its op as a bf16 cast: a matrix of a linear layer (the LM head too),
+// the embedding table when the head is tied to it, a linear layer's bias; not the norms' weights and biases nor an
+// embedding lookup's table (F.embedding and the norms are on none of autocast's lists, so they read fp32).
+inline bool autocast_reads_bf16(const model::ParamInfo& p, bool tied_head) {
+  const bool table = p.name.find("embed_tokens") != std::string::npos || p.name.find(".wte.") != std::string::npos;
+  if (table) return tied_head;
+  if (p.name.find(".wpe.") != std::string::npos) return false;
+  if (p.shape.size() == 2) return true;
+  const bool linear = p.name.find("_proj.") != std::string::npos || p.name.find(".c_") != std::string::npos;
+  return linear && p.name.ends_with(".bias");
+}
+
 // Single device, the same global batch and the same recipe as the strategies, trusted by the ladder.
 //   fp32 recipe: one model of micro-batch N·b takes the whole global micro-batch; `accumulation` micro-batches
 //     per step. Agrees with any strategy up to the order of fp32 sums.
@@ -178,8 +190,10 @@ inline void bf16_average(const std::vector<std::vector<float>>& ranks, void* out
 //     micro-batch per step only (FSDP accumulates in fp32 after its reduce-scatter), so the mixed reference takes
 //     accumulation 1.
 //   mixed recipe under PyTorch DDP (ddp, ddp-zero: torch.autocast over fp32 weights, strategy::with_framework_recipe):
-//     fp32 weights and gradients, and the math on a bf16 copy of the weights made before every step's forward, as
-//     autocast casts them; otherwise as fp32 (one model takes the global micro-batch, fp32 gradients summed).
+//     fp32 weights and gradients; before every step's forward the tensors autocast casts for a linear layer (its
+//     weight and bias, the LM head, tied or not) are read rounded to bf16, every other one (norms, the embedding
+//     tables, GPT-2's wpe) as its fp32 value; otherwise as fp32 (one model takes the global micro-batch, fp32
+//     gradients summed).
 // `config`'s batch is set here (N, or 1 for the bf16-gradient reference); run_reference takes tiny_config's.
 inline Trace run_reference_config(model::ModelConfig config, const strategy::StrategyOptions& given, int ranks,
                                   int accumulation, int steps) {
@@ -211,8 +225,8 @@ inline Trace run_reference_config(model::ModelConfig config, const strategy::Str
     optimizers.push_back(std::make_unique<optim::AdamWState>(*device, options.recipe, count));
     optimizers.back()->load_master(optim::ConstElementSpan(initial.data(), count, DType::kF32));
     if (autocast) {
-      casts.push_back(device->allocate(count, compute, Category::kActivations));
-      model.bind_weights(u, casts.back().data());
+      casts.push_back(device->allocate(count, DType::kF32, Category::kActivations));
+      model.bind_weights(u, casts.back().data(), DType::kF32);
     } else {
       model.bind_weights(u, weights.back().data());
     }
@@ -222,9 +236,12 @@ inline Trace run_reference_config(model::ModelConfig config, const strategy::Str
   for (int step = 0; step < steps; ++step) {
     double loss = 0;
     for (size_t u = 0; u < casts.size(); ++u) {
-      std::vector<float> w(weights[u].count());
-      model::widen(weights[u].data(), weights[u].dtype(), w.size(), w.data());
-      model::narrow(w.data(), compute, w.size(), casts[u].data());
+      auto* w = static_cast<float*>(casts[u].data());
+      model::widen(weights[u].data(), weights[u].dtype(), casts[u].count(), w);
+      for (const model::ParamInfo& p : model.layout(static_cast<int>(u)).params) {
+        if (!autocast_reads_bf16(p, config.tie_embeddings)) continue;
+        for (size_t i = p.offset; i < p.offset + p.count; ++i) w[i] = round_to_bf16(w[i]);
+      }
     }
     if (per_rank) {
       std::vector<std::vector<std::vector<float>>> by_unit(static_cast<size_t>(units));  // [units][N][elements]
