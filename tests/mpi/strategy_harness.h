@@ -180,6 +180,16 @@ inline bool autocast_reads_bf16(const model::ParamInfo& p, bool tied_head) {
   return linear && p.name.ends_with(".bias");
 }
 
+// `weights` (fp32) as autocast's ops read them, into `view` (fp32): autocast_reads_bf16's tensors rounded to bf16.
+inline void autocast_view(const model::UnitLayout& layout, const Buffer& weights, bool tied_head, Buffer& view) {
+  auto* w = static_cast<float*>(view.data());
+  model::widen(weights.data(), weights.dtype(), view.count(), w);
+  for (const model::ParamInfo& p : layout.params) {
+    if (!autocast_reads_bf16(p, tied_head)) continue;
+    for (size_t i = p.offset; i < p.offset + p.count; ++i) w[i] = round_to_bf16(w[i]);
+  }
+}
+
 // Single device, the same global batch and the same recipe as the strategies, trusted by the ladder.
 //   fp32 recipe: one model of micro-batch N·b takes the whole global micro-batch; `accumulation` micro-batches
 //     per step. Agrees with any strategy up to the order of fp32 sums.
@@ -236,12 +246,7 @@ inline Trace run_reference_config(model::ModelConfig config, const strategy::Str
   for (int step = 0; step < steps; ++step) {
     double loss = 0;
     for (size_t u = 0; u < casts.size(); ++u) {
-      auto* w = static_cast<float*>(casts[u].data());
-      model::widen(weights[u].data(), weights[u].dtype(), casts[u].count(), w);
-      for (const model::ParamInfo& p : model.layout(static_cast<int>(u)).params) {
-        if (!autocast_reads_bf16(p, config.tie_embeddings)) continue;
-        for (size_t i = p.offset; i < p.offset + p.count; ++i) w[i] = round_to_bf16(w[i]);
-      }
+      autocast_view(model.layout(static_cast<int>(u)), weights[u], config.tie_embeddings, casts[u]);
     }
     if (per_rank) {
       std::vector<std::vector<std::vector<float>>> by_unit(static_cast<size_t>(units));  // [units][N][elements]
