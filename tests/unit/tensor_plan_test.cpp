@@ -199,7 +199,7 @@ TEST(TensorPlan, SequenceParallelAndRecomputeErrors) {
                 "multiple of 8, or a tensor-parallel size dividing it: 1, 2, 4, 5, 10, 20, 25, 50, 100"),
       std::string::npos);
   EXPECT_NE(message({"--plan", "8", "--model", "llama2-7b", "--strategies", "ddp", "--sequence-parallel"})
-                .find("--sequence-parallel splits tp's sequence; accepted with tp among --strategies"),
+                .find("--sequence-parallel splits tp's sequence; accepted with tp or fsdp2 --tp T among --strategies"),
             std::string::npos);
   EXPECT_NE(message({"--plan", "8", "--model", "llama2-7b", "--strategies", "tp", "--recompute", "partial"})
                 .find("--recompute 'partial' is not one of full, selective, none"),
@@ -216,7 +216,7 @@ TEST(TensorPlan, SequenceParallelAndRecomputeErrors) {
             "accepted");
   EXPECT_NE(message({"--plan", "8", "--model", "llama2-7b", "--strategies", "pp", "--tp", "2", "--pp", "2",
                      "--sequence-parallel"})
-                .find("--sequence-parallel is built for tp's layers; pp with --tp 2 runs without it"),
+                .find("--sequence-parallel is built for tp's layers and fsdp2 --tp T; pp with --tp 2 runs without it"),
             std::string::npos);
 }
 
