@@ -1073,13 +1073,11 @@ void check_tensor(const RunOptions& options, int world) {
     }
   }
   if (options.model_options.sequence_parallel &&
-      std::none_of(options.strategies.begin(), options.strategies.end(),
-                   [](const auto& one) {
-                     return one.kind == strategy::StrategyKind::kTensor ||
-                            (one.kind == strategy::StrategyKind::kFsdp2 && one.parallel.tensor > 1);
-                   })) {
-    throw InputError(
-        "--sequence-parallel splits tp's sequence; accepted with tp or fsdp2 --tp T among --strategies");
+      std::none_of(options.strategies.begin(), options.strategies.end(), [](const auto& one) {
+        return one.kind == strategy::StrategyKind::kTensor ||
+               (one.kind == strategy::StrategyKind::kFsdp2 && one.parallel.tensor > 1);
+      })) {
+    throw InputError("--sequence-parallel splits tp's sequence; accepted with tp or fsdp2 --tp T among --strategies");
   }
 }
 

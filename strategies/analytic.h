@@ -54,7 +54,7 @@ struct AnalyticInput {
   bool sequence_parallel = false;
   uint64_t replicated_elements = 0;
   uint64_t replicated_tensors = 0;  // how many tensors those elements are in
-  bool offload = false;  // --offload: the optimizer state (and ZeRO/FSDP gradient shards) on the host
+  bool offload = false;             // --offload: the optimizer state (and ZeRO/FSDP gradient shards) on the host
   // How a shrunk run charges each unit's elements and those of all units back to back (norm weights and biases
   // ÷ k, workloads/model/shrink.h). Empty: every element as held (full scale, or an input made by hand).
   std::vector<model::ParameterCharge> unit_charge;

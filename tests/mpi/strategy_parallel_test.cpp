@@ -405,11 +405,12 @@ TEST(ParallelTraffic, Fsdp2OverSequenceParallelLayers) {
   const coll::Ledger& data = run->ledger("data-parallel");
   EXPECT_EQ(data.total(coll::CollectiveKind::kAllGather).moved.sent,
             kM * 4 * (root + 2 * kLayers * block) * (kD - 1) / kD);
-  EXPECT_EQ(data.total(coll::CollectiveKind::kReduceScatter).moved.sent, kM * 4 * (root + kLayers * block) * (kD - 1) / kD);
+  EXPECT_EQ(data.total(coll::CollectiveKind::kReduceScatter).moved.sent,
+            kM * 4 * (root + kLayers * block) * (kD - 1) / kD);
   const strategy::Prediction predicted = expect_predicted_memory(*run, options);
   for (const char* group : {"data-parallel", "tensor-parallel"}) {
-    for (const coll::CollectiveKind kind : {coll::CollectiveKind::kAllReduce, coll::CollectiveKind::kReduceScatter,
-                                            coll::CollectiveKind::kAllGather}) {
+    for (const coll::CollectiveKind kind :
+         {coll::CollectiveKind::kAllReduce, coll::CollectiveKind::kReduceScatter, coll::CollectiveKind::kAllGather}) {
       uint64_t want = 0, calls = 0;
       for (const strategy::PredictedTraffic& p : predicted.traffic) {
         if (p.group == group && p.kind == kind) want += p.sent, calls += p.calls;
