@@ -53,7 +53,9 @@ StrategyOutcome run_one_strategy(const Stage& stage, const strategy::StrategyOpt
   outcome.prediction = strategy::predict(sized, input);
   // model.config(): the rank's own shapes (tp's slice: a/t heads, F/t, V'/t; set in set-up); under sequence
   // parallelism the residual stream's and the norms' rows are T/t.
-  const bool tensor_sequence = options.kind == strategy::StrategyKind::kTensor && model_options.sequence_parallel;
+  const bool tensor_sequence =
+      model_options.sequence_parallel &&
+      (options.kind == strategy::StrategyKind::kTensor || strategy::mesh_of(options, stage.ranks, 0).tensor > 1);
   outcome.predicted_activations = model::saved_activation_bytes(
       model.config(), model_options, tensor_sequence ? strategy::mesh_of(options, stage.ranks, 0).tensor : 1);
   log::phase_end(fmt::format("{}: predictions", outcome.name));

@@ -1056,13 +1056,15 @@ void check_tensor(const RunOptions& options, int world) {
       model::check_tensor_parallel(model::shrink(options.full, options.shrink), tp);
     }
     if (options.model_options.sequence_parallel) {
-      // pp's tensor-parallel stages and fsdp2's do not all-reduce the norm gradients that sequence parallelism
-      // leaves partial.
-      if (pipeline_tp || sharded_tp) {
+      // pp's tensor-parallel stages (and fsdp2's under --pp) do not all-reduce the norm gradients that sequence
+      // parallelism leaves partial; fsdp2 over TP alone does (torchtitan's default plan).
+      const bool staged_fsdp2 = sharded_tp && strategy::mesh_of(one, ranks, 0).pipeline > 1;
+      if (pipeline_tp || staged_fsdp2) {
         throw InputError(fmt::format(
-            "--sequence-parallel is built for tp's layers; {} with --tp {} runs without it: accepted with tp (and "
-            "--tp T) among --strategies, {} then without --sequence-parallel",
-            pipeline_tp ? "pp" : "fsdp2", tp, pipeline_tp ? "pp's stages" : "fsdp2"));
+            "--sequence-parallel is built for tp's layers and fsdp2 --tp T; {} with --tp {} runs without it: "
+            "accepted with tp (and --tp T) or fsdp2 --tp T without --pp among --strategies, {} then without "
+            "--sequence-parallel",
+            pipeline_tp ? "pp" : "fsdp2 --pp", tp, pipeline_tp ? "pp's stages" : "fsdp2 --pp"));
       }
       model::check_sequence_parallel(options.full, options.model_options, tp);
       if (!options.plan && options.shrink > 1) {
@@ -1071,9 +1073,11 @@ void check_tensor(const RunOptions& options, int world) {
     }
   }
   if (options.model_options.sequence_parallel &&
-      std::none_of(options.strategies.begin(), options.strategies.end(),
-                   [](const auto& one) { return one.kind == strategy::StrategyKind::kTensor; })) {
-    throw InputError("--sequence-parallel splits tp's sequence; accepted with tp among --strategies");
+      std::none_of(options.strategies.begin(), options.strategies.end(), [](const auto& one) {
+        return one.kind == strategy::StrategyKind::kTensor ||
+               (one.kind == strategy::StrategyKind::kFsdp2 && one.parallel.tensor > 1);
+      })) {
+    throw InputError("--sequence-parallel splits tp's sequence; accepted with tp or fsdp2 --tp T among --strategies");
   }
 }
 

@@ -144,7 +144,9 @@ AnalyticInput analytic_input(const model::Model& model, int world, int ranks_per
   for (int u = 0; u < model.num_units(); ++u) {
     for (size_t p = 0; p < model.layout(u).params.size(); ++p) {
       const uint64_t count = model.layout(u).params[p].count;
-      if (count == model.full_layout(u).params[p].count) input.replicated_elements += count;
+      if (count != model.full_layout(u).params[p].count) continue;
+      input.replicated_elements += count;
+      ++input.replicated_tensors;
     }
   }
   input.world = world;

@@ -53,7 +53,8 @@ struct AnalyticInput {
   // rank (the norm weights, whose gradients it all-reduces once per step).
   bool sequence_parallel = false;
   uint64_t replicated_elements = 0;
-  bool offload = false;  // --offload: the optimizer state (and ZeRO/FSDP gradient shards) on the host
+  uint64_t replicated_tensors = 0;  // how many tensors those elements are in
+  bool offload = false;             // --offload: the optimizer state (and ZeRO/FSDP gradient shards) on the host
   // How a shrunk run charges each unit's elements and those of all units back to back (norm weights and biases
   // ÷ k, workloads/model/shrink.h). Empty: every element as held (full scale, or an input made by hand).
   std::vector<model::ParameterCharge> unit_charge;
@@ -181,7 +182,11 @@ void add_megatron_unit(Prediction& prediction, Updated& updated, const AnalyticI
 // Tensor parallelism's activation traffic per step within a TP group of `tp` named `group` (tp_model.cpp's
 // formulas): the block and root all-reduces of b·s·h (or, under sequence parallelism, reduce-scatters and
 // all-gathers, the re-gathers and the norm gradients' all-reduce) and the parallel cross-entropy's three of b·s fp32.
-void add_tensor_parallel_traffic(Prediction& prediction, const AnalyticInput& input, const std::string& group, int tp);
+// The norm gradients under sequence parallelism: Megatron's one fp32 all-reduce of all of them per step
+// (finalize_model_grads) by default; with `norm_grads_per_backward` FSDP2's, one all-reduce per norm weight in every
+// backward at `norm_grad_dtype` (DTensor's Partial gradient redistributed to Replicate, fsdp2.cpp).
+void add_tensor_parallel_traffic(Prediction& prediction, const AnalyticInput& input, const std::string& group, int tp,
+                                 bool norm_grads_per_backward = false, DType norm_grad_dtype = DType::kF32);
 // `count` elements padded to a multiple of `ranks`, as a sharded flat buffer is.
 uint64_t padded_elements(uint64_t count, int ranks);
 

@@ -49,7 +49,11 @@
 // rank's TP slice with its activation all-reduces in the "tensor-parallel d" group (workloads/model/
 // tensor_parallel.h, as `tp` runs it), and everything above is that slice sharded over the "data-parallel t"
 // group of D: N reads D, n_u is the slice's. The norm weights, whole on every TP rank, are sharded like the rest
-// and count once in the gradient norm (TP rank 0's), which sums over the world. Without sequence parallelism.
+// and count once in the gradient norm (TP rank 0's), which sums over the world. With --sequence-parallel (torchtitan's
+// default plan: SequenceParallel on the norms, PrepareModuleInput on attention and feed-forward) the model runs tp's
+// sequence parallelism (norms and residual stream on 1/T of the rows, reduce-scatters and all-gathers in place of
+// the all-reduces), and each norm weight's gradient, partial over the TP group, is all-reduced over it in every
+// backward before its unit's reduce-scatter (sum_sequence_parallel_norms). Not yet with --pp.
 //
 // Over pipeline stages (--pp P, with or without --tp T: torchtitan's PP × FSDP2 and its 3-D, TP 8 × PP 2 × FSDP 4
 // for llama2-70b on 64 GPUs): the model split into P stages as pp splits it (pipeline.h, stage_runner.h), each a
@@ -529,6 +533,23 @@ class Fsdp2 final : public Strategy {
     return info->count == model_.full_layout(u).params[p].count;
   }
 
+  // Sequence parallelism over TP: each rank's norm weight gradients cover its rows of the sequence only (DTensor
+  // Partial over the TP mesh dimension, the weights Replicate). FSDPParam's unsharded gradient redistributes each to
+  // its parameter's placement before foreach_reduce copies it in (_get_grad_inner_tensor): one all-reduce over the
+  // TP group per norm weight in every backward, at the gradient dtype.
+  void sum_sequence_parallel_norms(int u, void* grads) {
+    if (!tensor_ || !model_.options().sequence_parallel) return;
+    const DType dtype = options_.recipe.grads;
+    const model::UnitLayout& layout = model_.layout(u);
+    for (size_t p = 0; p < layout.params.size(); ++p) {
+      const model::ParamInfo& param = layout.params[p];
+      if (param.count != model_.full_layout(u).params[p].count) continue;  // a TP slice, not a norm weight
+      void* data = device_.holds_data() ? element(grads, dtype, param.offset) : nullptr;
+      tp_group_->all_reduce(data, data, param.count, dtype, coll::ReduceOp::kSum,
+                            "tp all-reduce, sequence-parallel norm gradients");
+    }
+  }
+
   void reshard(int u) {
     UnitState& unit = units_[static_cast<size_t>(u)];
     model_.bind_weights(u, nullptr);
@@ -549,6 +570,7 @@ class Fsdp2 final : public Strategy {
       copy_in(unit.shards, unit.accumulated.data(), dtype, reduce_scatter_input_.data(), dtype);
     } else {
       if (u > 0) unit.block_grads.check_complete();
+      sum_sequence_parallel_norms(u, u == 0 ? unit.unsharded_grads.data() : unit.block_grads.data());
       copy_in(unit.shards, u == 0 ? unit.unsharded_grads.data() : unit.block_grads.data(), options_.recipe.grads,
               reduce_scatter_input_.data(), dtype);
     }

@@ -216,7 +216,9 @@ Updated predict_fsdp2(const StrategyOptions& options, const AnalyticInput& given
   input.world = mesh.data;
   input.rank = mesh.data_rank();
   const std::string group = mesh.tensor > 1 ? "data-parallel" : "world";
-  if (mesh.tensor > 1) add_tensor_parallel_traffic(prediction, given, "tensor-parallel", mesh.tensor);
+  if (mesh.tensor > 1) {
+    add_tensor_parallel_traffic(prediction, given, "tensor-parallel", mesh.tensor, true, options.recipe.grads);
+  }
   Walk walk(options, input, prediction);
   for (int m = 0; m < input.accumulation; ++m) walk.micro_batch();
   walk.finish();

@@ -51,7 +51,8 @@ Updated predict_tensor_parallel(const StrategyOptions& options, const AnalyticIn
   return updated;
 }
 
-void add_tensor_parallel_traffic(Prediction& prediction, const AnalyticInput& input, const std::string& group, int tp) {
+void add_tensor_parallel_traffic(Prediction& prediction, const AnalyticInput& input, const std::string& group, int tp,
+                                 bool norm_grads_per_backward, DType norm_grad_dtype) {
   const uint64_t blocks = input.unit_counts.empty() ? 0 : input.unit_counts.size() - 1;
   const uint64_t micro_batches = static_cast<uint64_t>(input.accumulation);
   const uint64_t per_block = input.checkpoint ? 6 : 4;
@@ -60,8 +61,15 @@ void add_tensor_parallel_traffic(Prediction& prediction, const AnalyticInput& in
     add_ring_traffic(prediction, coll::CollectiveKind::kReduceScatter, group, input.boundary_bytes, tp, replaced);
     add_ring_traffic(prediction, coll::CollectiveKind::kAllGather, group, input.boundary_bytes, tp,
                      replaced + (2 * blocks + 1) * micro_batches);
-    add_ring_traffic(prediction, coll::CollectiveKind::kAllReduce, group, input.replicated_elements * sizeof(float), tp,
-                     1);
+    if (norm_grads_per_backward && input.replicated_tensors > 0) {
+      // sequence parallelism runs Llama-style models only: every norm weight is [h], the same payload each
+      add_ring_traffic(prediction, coll::CollectiveKind::kAllReduce, group,
+                       input.replicated_elements / input.replicated_tensors * dtype_size(norm_grad_dtype), tp,
+                       input.replicated_tensors * micro_batches);
+    } else {
+      add_ring_traffic(prediction, coll::CollectiveKind::kAllReduce, group, input.replicated_elements * sizeof(float),
+                       tp, 1);
+    }
   } else {
     add_ring_traffic(prediction, coll::CollectiveKind::kAllReduce, group, input.boundary_bytes, tp, replaced);
   }

@@ -66,9 +66,10 @@ strategy::StrategyOptions parallel_options(std::string_view name, int degree) {
 // Every rank of replica d runs micro-batches m = 0 … count − 1 of samples m·D + d, as the app gives them
 // (app/run.cpp replica_micro_batches).
 std::unique_ptr<WorldRun> run_parallel(const strategy::StrategyOptions& options, int count, int steps,
-                                       bool weights_every_step, bool gpt2 = false) {
+                                       bool weights_every_step, bool gpt2 = false,
+                                       model::ModelOptions model_options = {}) {
   const model::ModelConfig config = parallel_config(gpt2);
-  auto run = set_up_on_world(config, options);
+  auto run = set_up_on_world(config, options, model_options);
   const strategy::Mesh mesh = strategy::mesh_of(options, world_size(), world_rank());
   const auto data = tiny_data(config);
   for (int step = 0; step < steps; ++step) {
@@ -102,12 +103,18 @@ class Equivalence : public ::testing::TestWithParam<std::string> {};  // paralle
 // TP 2 × DP D and PP 2 × DP D (D = 2 at 4 ranks, 4 at 8), TP 2 × PP 2 (× DP 2 at 8), each with and without the
 // distributed optimizer. GPT-2 under TP 2 × DP D, TP 2 × PP 2 (its tied wte on both end stages, as slices) and FSDP2
 // over TP 2.
+// "fsdp2-tp-sp": FSDP2 over TP 2 with sequence parallelism (torchtitan's default TP plan); a norm weight's gradient
+// not all-reduced over the TP group (each rank's rows only) moves the norm and the norm weights at the first step.
 TEST_P(Equivalence, SameAsSingleDevice) {
   const bool gpt2 = is_gpt2(GetParam());
-  const strategy::StrategyOptions options = parallel_options(layout_name(GetParam()), 2);
+  std::string_view layout = layout_name(GetParam());
+  model::ModelOptions model_options;
+  model_options.sequence_parallel = layout.ends_with("-sp");
+  if (model_options.sequence_parallel) layout.remove_suffix(3);
+  const strategy::StrategyOptions options = parallel_options(layout, 2);
   const Trace reference =
       run_reference_config(parallel_config(gpt2), options, replicas(options), kMicroBatches, kSteps);
-  const auto run = run_parallel(options, kMicroBatches, kSteps, true, gpt2);
+  const auto run = run_parallel(options, kMicroBatches, kSteps, true, gpt2, model_options);
   for (int step = 0; step < kSteps; ++step) {
     const size_t i = static_cast<size_t>(step);
     EXPECT_NEAR(run->trace.losses[i], reference.losses[i], kLossTolerance * std::abs(reference.losses[i]))
@@ -122,12 +129,13 @@ TEST_P(Equivalence, SameAsSingleDevice) {
 
 INSTANTIATE_TEST_SUITE_P(Parallel, Equivalence,
                          ::testing::Values("tp", "pp", "tp-do", "pp-do", "pp-tp", "pp-tp-do", "pp-v2-do", "pp-tp-v2",
-                                           "fsdp2-tp", "fsdp2-pp", "fsdp2-pp-tp", "gpt2-tp-do", "gpt2-pp-tp",
-                                           "gpt2-fsdp2-tp"),
+                                           "fsdp2-tp", "fsdp2-tp-sp", "fsdp2-pp", "fsdp2-pp-tp", "gpt2-tp-do",
+                                           "gpt2-pp-tp", "gpt2-fsdp2-tp"),
                          [](const ::testing::TestParamInfo<std::string>& param) {
                            const std::string_view layout = layout_name(param.param);
                            const std::string prefix = is_gpt2(param.param) ? "gpt2_" : "";
                            if (layout == "fsdp2-tp") return prefix + "fsdp2_tp2";
+                           if (layout == "fsdp2-tp-sp") return prefix + "fsdp2_tp2_sequence_parallel";
                            if (layout == "fsdp2-pp") return prefix + "fsdp2_pp2";
                            if (layout == "fsdp2-pp-tp") return prefix + "fsdp2_pp2_tp2";
                            std::string name =
@@ -357,6 +365,60 @@ void check_fsdp2_over_stages(std::string_view name) {
     }
     if (std::string_view(group) != "tensor-parallel" || t > 1) sent = run->ledger(group).total().moved.sent;
     EXPECT_EQ(want, sent) << group;
+  }
+}
+
+// FSDP2 over TP 2 with sequence parallelism (torchtitan's SequenceParallel on the norms): per micro-batch the TP
+// group's 4L + 2 = 18 all-reduces of b·s·h·4 = 1,024 bytes become 18 reduce-scatters and 18 all-gathers of the same
+// payload, (T − 1)/T of it each, plus 2L + 1 = 9 all-gathers in backward (the saved 1/T inputs of q/k/v, gate/up and
+// the head gathered again); no [b·s, h] all-reduce is left. Each norm weight's gradient (2L + 1 = 9 of h = 32 fp32,
+// 128 bytes) is all-reduced over the TP group in every backward, at 2(T − 1)/T. The data-parallel group's sharding
+// is unchanged. Measured = predicted per group, and for every memory category.
+TEST(ParallelTraffic, Fsdp2OverSequenceParallelLayers) {
+  const strategy::StrategyOptions options = parallel_options("fsdp2-tp", 2);
+  model::ModelOptions model_options;
+  model_options.sequence_parallel = true;
+  const auto run = run_parallel(options, kMicroBatches, 1, false, false, model_options);
+  constexpr uint64_t kT = 2, kM = kMicroBatches, kCalls = 4 * kLayers + 2, kNorms = 2 * kLayers + 1;
+  uint64_t hidden = 0, norm_calls = 0, norm_sent = 0;
+  for (const auto& [key, entry] : run->ledger("tensor-parallel").entries()) {
+    if (key.first != coll::CollectiveKind::kAllReduce) continue;
+    const std::string_view phase(key.second);
+    if (phase.starts_with("tp all-reduce, sequence-parallel norm gradients")) {
+      norm_calls += entry.calls, norm_sent += entry.moved.sent;
+    } else if (phase.starts_with("tp all-reduce")) {
+      hidden += entry.calls;
+    }
+  }
+  const coll::Ledger& tensor = run->ledger("tensor-parallel");
+  const coll::LedgerEntry scattered = tensor.total(coll::CollectiveKind::kReduceScatter);
+  const coll::LedgerEntry gathered = tensor.total(coll::CollectiveKind::kAllGather);
+  EXPECT_EQ(hidden, 0u) << "no [b·s, h] all-reduce is left";
+  EXPECT_EQ(scattered.calls, kM * kCalls);
+  EXPECT_EQ(scattered.moved.sent, kM * kCalls * 1024 * (kT - 1) / kT);
+  EXPECT_EQ(gathered.calls, kM * (kCalls + kNorms));
+  EXPECT_EQ(gathered.moved.sent, kM * (kCalls + kNorms) * 1024 * (kT - 1) / kT);
+  EXPECT_EQ(norm_calls, kM * kNorms);
+  EXPECT_EQ(norm_sent, kM * kNorms * 2 * (kT - 1) * 128 / kT);
+  const uint64_t kD = data_degree();
+  const uint64_t block = kBlockMatrices / kT + kBlockNorms, root = 2 * kTable / kT + 32;
+  const coll::Ledger& data = run->ledger("data-parallel");
+  EXPECT_EQ(data.total(coll::CollectiveKind::kAllGather).moved.sent,
+            kM * 4 * (root + 2 * kLayers * block) * (kD - 1) / kD);
+  EXPECT_EQ(data.total(coll::CollectiveKind::kReduceScatter).moved.sent,
+            kM * 4 * (root + kLayers * block) * (kD - 1) / kD);
+  const strategy::Prediction predicted = expect_predicted_memory(*run, options);
+  for (const char* group : {"data-parallel", "tensor-parallel"}) {
+    for (const coll::CollectiveKind kind :
+         {coll::CollectiveKind::kAllReduce, coll::CollectiveKind::kReduceScatter, coll::CollectiveKind::kAllGather}) {
+      uint64_t want = 0, calls = 0;
+      for (const strategy::PredictedTraffic& p : predicted.traffic) {
+        if (p.group == group && p.kind == kind) want += p.sent, calls += p.calls;
+      }
+      const coll::LedgerEntry measured = run->ledger(group).total(kind);
+      EXPECT_EQ(want, measured.moved.sent) << group << " " << static_cast<int>(kind);
+      EXPECT_EQ(calls, measured.calls) << group << " " << static_cast<int>(kind);
+    }
   }
 }
 

@@ -272,6 +272,9 @@ int check_layout(const std::vector<std::string>& layout, const Variant& variant,
     for (auto k = factors.begin() + 1; k != factors.end(); ++k) {
       try {
         model::check_tensor_parallel(model::shrink(parsed.full, *k), 2);
+        if (parsed.model_options.sequence_parallel) {
+          model::check_sequence_parallel(model::shrink(parsed.full, *k), parsed.model_options, 2);
+        }
       } catch (const InputError&) {
         continue;
       }
@@ -290,13 +293,19 @@ int check_layout(const std::vector<std::string>& layout, const Variant& variant,
 }
 
 // FSDP2 over TP 2 (D = 2 replicas at 4 ranks): the TP slice of every preset that splits, sharded over its replicas;
-// ranks 0 and 3 (the last vocabulary slice and the last shard), with and without checkpointing.
+// ranks 0 and 3 (the last vocabulary slice and the last shard), with and without checkpointing, and with sequence
+// parallelism (torchtitan's default TP plan; the Llama-style presets whose s/k splits over 2).
 TEST(ShrinkFidelity, Fsdp2OverTensorParallelShrunkTimesKSquaredEqualsThePlan) {
   int cases = 0;
   double worst = 0;
   for (const Variant& variant : {kVariants.front(), kVariants.back()}) {
     cases += check_layout({"fsdp2", "--tp", "2"}, variant, worst);
   }
+  const int sequence_parallel =
+      check_layout({"fsdp2", "--tp", "2"}, {"sequence parallel", {"--sequence-parallel"}}, worst);
+  fmt::print("fsdp2 over tp: {} cases, {} with sequence parallelism; the largest deviation of a peak: {:.4f}%\n",
+             cases + sequence_parallel, sequence_parallel, 100 * worst);
+  EXPECT_GT(sequence_parallel, 0);
   EXPECT_GT(cases, 0);
 }
 

@@ -192,6 +192,29 @@ TEST(TensorPlan, SequenceParallelAndSelectiveActivationsPerBlock) {
 }
 
 // The flags' errors: the bad value and what is accepted (InputError: exit 2 on every rank).
+// fsdp2 --tp 8 with sequence parallelism (torchtitan's default TP plan) at full scale, llama2-70b on 64 ranks (D = 8),
+// the mixed recipe, no checkpointing, M = 1: the same tensor-parallel reduce-scatters and all-gathers as tp's above
+// in the "tensor-parallel" group, no [b·s, h] all-reduce; each norm weight's gradient (2L + 1 = 161 of h = 8192 at
+// bf16, the unsharded gradient's dtype, 16,384 bytes) all-reduced once in the step's one backward at 2·7/8, beside
+// the cross-entropy's 3; and the same saved activations per block as tp --tp 8 --sequence-parallel (203,558,912).
+TEST(TensorPlan, Fsdp2SequenceParallel) {
+  const RunOptions options = parse({"--plan", "64", "--model", "llama2-70b", "--cap", "h100-80gb", "--strategies",
+                                    "fsdp2", "--tp", "8", "--no-checkpoint", "--sequence-parallel"});
+  const StrategyOutcome outcome = account_shapes(options, options.strategies.front(), options.full, 64, 1, 0);
+  constexpr uint64_t kHidden = uint64_t{4096} * 8192 * 2;
+  const TrafficKey scatter{coll::CollectiveKind::kReduceScatter, "tensor-parallel"};
+  const TrafficKey gather{coll::CollectiveKind::kAllGather, "tensor-parallel"};
+  const TrafficKey reduce{coll::CollectiveKind::kAllReduce, "tensor-parallel"};
+  EXPECT_EQ(outcome.calls_per_step.at(scatter), uint64_t{4 * 80 + 2});
+  EXPECT_EQ(outcome.traffic_per_step.at(scatter).sent, (4 * 80 + 2) * kHidden * 7 / 8);
+  EXPECT_EQ(outcome.calls_per_step.at(gather), uint64_t{6 * 80 + 3});
+  EXPECT_EQ(outcome.traffic_per_step.at(gather).sent, (6 * 80 + 3) * kHidden * 7 / 8);
+  EXPECT_EQ(outcome.calls_per_step.at(reduce), uint64_t{3 + 161});
+  EXPECT_EQ(outcome.traffic_per_step.at(reduce).sent,
+            161 * (2 * 7 * uint64_t{8192} * 2 / 8) + 3 * (2 * 7 * 4 * 4096 / 8));
+  EXPECT_EQ((outcome.predicted_activations - 4 * uint64_t{4096} * 4096) / 80, uint64_t{203'558'912});
+}
+
 TEST(TensorPlan, SequenceParallelAndRecomputeErrors) {
   EXPECT_NE(
       message({"--plan", "8", "--model", "llama2-7b", "--strategies", "tp", "--sequence-parallel", "--seq-len", "100"})
@@ -199,7 +222,7 @@ TEST(TensorPlan, SequenceParallelAndRecomputeErrors) {
                 "multiple of 8, or a tensor-parallel size dividing it: 1, 2, 4, 5, 10, 20, 25, 50, 100"),
       std::string::npos);
   EXPECT_NE(message({"--plan", "8", "--model", "llama2-7b", "--strategies", "ddp", "--sequence-parallel"})
-                .find("--sequence-parallel splits tp's sequence; accepted with tp among --strategies"),
+                .find("--sequence-parallel splits tp's sequence; accepted with tp or fsdp2 --tp T among --strategies"),
             std::string::npos);
   EXPECT_NE(message({"--plan", "8", "--model", "llama2-7b", "--strategies", "tp", "--recompute", "partial"})
                 .find("--recompute 'partial' is not one of full, selective, none"),
@@ -216,7 +239,7 @@ TEST(TensorPlan, SequenceParallelAndRecomputeErrors) {
             "accepted");
   EXPECT_NE(message({"--plan", "8", "--model", "llama2-7b", "--strategies", "pp", "--tp", "2", "--pp", "2",
                      "--sequence-parallel"})
-                .find("--sequence-parallel is built for tp's layers; pp with --tp 2 runs without it"),
+                .find("--sequence-parallel is built for tp's layers and fsdp2 --tp T; pp with --tp 2 runs without it"),
             std::string::npos);
 }
 
