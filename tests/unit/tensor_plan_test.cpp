@@ -144,6 +144,18 @@ TEST(TensorPlan, Gpt2FromHuggingFaceConfigs) {
   }
 }
 
+// llama2-70b's sequence parallelism over T = 8 at full scale (L = 80, b·s·h·2 = 4096·8192·2 bytes, M = 1) in
+// `group`: 4L + 2 = 322 reduce-scatters and 322 + 2L + 1 = 483 all-gathers of it, each rank sending 7/8 of each.
+void expect_llama70b_sequence_parallel(const StrategyOutcome& outcome, const std::string& group) {
+  constexpr uint64_t kHidden = uint64_t{4096} * 8192 * 2;
+  const TrafficKey scatter{coll::CollectiveKind::kReduceScatter, group};
+  const TrafficKey gather{coll::CollectiveKind::kAllGather, group};
+  EXPECT_EQ(outcome.calls_per_step.at(scatter), uint64_t{4 * 80 + 2});
+  EXPECT_EQ(outcome.traffic_per_step.at(scatter).sent, (4 * 80 + 2) * kHidden * 7 / 8);
+  EXPECT_EQ(outcome.calls_per_step.at(gather), uint64_t{4 * 80 + 2 + 2 * 80 + 1});
+  EXPECT_EQ(outcome.traffic_per_step.at(gather).sent, (6 * 80 + 3) * kHidden * 7 / 8);
+}
+
 // Sequence parallelism at full scale, the same llama2-70b over 8 (L = 80, b·s·h·2 = 4096·8192·2 bytes, M = 1): per
 // step 4L + 2 = 322 reduce-scatters and 322 + 2L + 1 = 483 all-gathers of it, each rank sending 7/8 of each, in
 // place of the 322 all-reduces at 2·7/8; and one all-reduce of the norm weights' gradients ((2·80 + 1)·8192 fp32).
@@ -151,14 +163,8 @@ TEST(TensorPlan, SequenceParallelReduceScattersAndAllGathers) {
   const RunOptions options = parse({"--plan", "8", "--model", "llama2-70b", "--cap", "h100-80gb", "--strategies", "tp",
                                     "--no-checkpoint", "--sequence-parallel"});
   const StrategyOutcome outcome = account_shapes(options, options.strategies.front(), options.full, 8, 1, 0);
-  constexpr uint64_t kHidden = uint64_t{4096} * 8192 * 2;
-  const TrafficKey scatter{coll::CollectiveKind::kReduceScatter, "world"};
-  const TrafficKey gather{coll::CollectiveKind::kAllGather, "world"};
+  expect_llama70b_sequence_parallel(outcome, "world");
   const TrafficKey reduce{coll::CollectiveKind::kAllReduce, "world"};
-  EXPECT_EQ(outcome.calls_per_step.at(scatter), uint64_t{4 * 80 + 2});
-  EXPECT_EQ(outcome.traffic_per_step.at(scatter).sent, (4 * 80 + 2) * kHidden * 7 / 8);
-  EXPECT_EQ(outcome.calls_per_step.at(gather), uint64_t{4 * 80 + 2 + 2 * 80 + 1});
-  EXPECT_EQ(outcome.traffic_per_step.at(gather).sent, (6 * 80 + 3) * kHidden * 7 / 8);
   // 3 of the parallel cross-entropy, the norm gradients' one, the gradient norm's one.
   EXPECT_EQ(outcome.calls_per_step.at(reduce), uint64_t{3 + 1 + 1});
 }
@@ -191,7 +197,6 @@ TEST(TensorPlan, SequenceParallelAndSelectiveActivationsPerBlock) {
   EXPECT_EQ(per_block({"--sequence-parallel", "--recompute", "selective"}), uint64_t{203'427'840});
 }
 
-// The flags' errors: the bad value and what is accepted (InputError: exit 2 on every rank).
 // fsdp2 --tp 8 with sequence parallelism (torchtitan's default TP plan) at full scale, llama2-70b on 64 ranks (D = 8),
 // the mixed recipe, no checkpointing, M = 1: the same tensor-parallel reduce-scatters and all-gathers as tp's above
 // in the "tensor-parallel" group, no [b·s, h] all-reduce; each norm weight's gradient (2L + 1 = 161 of h = 8192 at
@@ -201,20 +206,15 @@ TEST(TensorPlan, Fsdp2SequenceParallel) {
   const RunOptions options = parse({"--plan", "64", "--model", "llama2-70b", "--cap", "h100-80gb", "--strategies",
                                     "fsdp2", "--tp", "8", "--no-checkpoint", "--sequence-parallel"});
   const StrategyOutcome outcome = account_shapes(options, options.strategies.front(), options.full, 64, 1, 0);
-  constexpr uint64_t kHidden = uint64_t{4096} * 8192 * 2;
-  const TrafficKey scatter{coll::CollectiveKind::kReduceScatter, "tensor-parallel"};
-  const TrafficKey gather{coll::CollectiveKind::kAllGather, "tensor-parallel"};
+  expect_llama70b_sequence_parallel(outcome, "tensor-parallel");
   const TrafficKey reduce{coll::CollectiveKind::kAllReduce, "tensor-parallel"};
-  EXPECT_EQ(outcome.calls_per_step.at(scatter), uint64_t{4 * 80 + 2});
-  EXPECT_EQ(outcome.traffic_per_step.at(scatter).sent, (4 * 80 + 2) * kHidden * 7 / 8);
-  EXPECT_EQ(outcome.calls_per_step.at(gather), uint64_t{6 * 80 + 3});
-  EXPECT_EQ(outcome.traffic_per_step.at(gather).sent, (6 * 80 + 3) * kHidden * 7 / 8);
   EXPECT_EQ(outcome.calls_per_step.at(reduce), uint64_t{3 + 161});
   EXPECT_EQ(outcome.traffic_per_step.at(reduce).sent,
             161 * (2 * 7 * uint64_t{8192} * 2 / 8) + 3 * (2 * 7 * 4 * 4096 / 8));
   EXPECT_EQ((outcome.predicted_activations - 4 * uint64_t{4096} * 4096) / 80, uint64_t{203'558'912});
 }
 
+// The flags' errors: the bad value and what is accepted (InputError: exit 2 on every rank).
 TEST(TensorPlan, SequenceParallelAndRecomputeErrors) {
   EXPECT_NE(
       message({"--plan", "8", "--model", "llama2-7b", "--strategies", "tp", "--sequence-parallel", "--seq-len", "100"})
