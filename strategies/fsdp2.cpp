@@ -540,10 +540,8 @@ class Fsdp2 final : public Strategy {
   void sum_sequence_parallel_norms(int u, void* grads) {
     if (!tensor_ || !model_.options().sequence_parallel) return;
     const DType dtype = options_.recipe.grads;
-    const model::UnitLayout& layout = model_.layout(u);
-    for (size_t p = 0; p < layout.params.size(); ++p) {
-      const model::ParamInfo& param = layout.params[p];
-      if (param.count != model_.full_layout(u).params[p].count) continue;  // a TP slice, not a norm weight
+    for (const model::ParamInfo& param : model_.layout(u).params) {
+      if (!replicated(u, param.offset)) continue;  // a TP slice, not a norm weight
       void* data = device_.holds_data() ? element(grads, dtype, param.offset) : nullptr;
       tp_group_->all_reduce(data, data, param.count, dtype, coll::ReduceOp::kSum,
                             "tp all-reduce, sequence-parallel norm gradients");
