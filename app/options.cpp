@@ -641,18 +641,14 @@ strategy::StrategyOptions read_strategies(RunOptions& options, Flags& flags, int
   }
   for (const std::string& name : names) {
     strategy::StrategyOptions one = base;
-    if (name == "3d") {  // torchtitan's 3-D parallelism: FSDP2 over the data-parallel group of a TP × PP layout
-      if (flags.tp < 2 || flags.pp < 2) {
-        throw InputError(fmt::format(
-            "--strategies 3d is torchtitan's 3-D parallelism, fsdp2 over --tp T and --pp P together (each 2 or "
-            "more); given --tp {} --pp {}; accepted: --strategies 3d --tp T --pp P, or fsdp2 with --tp or --pp alone",
-            flags.tp, flags.pp));
-      }
-      strategy::set_kind(one, "fsdp2");
-      options.strategies.push_back(one);
-      continue;
+    // "3d", torchtitan's 3-D parallelism: FSDP2 over the data-parallel group of a TP × PP layout.
+    if (name == "3d" && (flags.tp < 2 || flags.pp < 2)) {
+      throw InputError(fmt::format(
+          "--strategies 3d is torchtitan's 3-D parallelism, fsdp2 over --tp T and --pp P together (each 2 or "
+          "more); given --tp {} --pp {}; accepted: --strategies 3d --tp T --pp P, or fsdp2 with --tp or --pp alone",
+          flags.tp, flags.pp));
     }
-    strategy::set_kind(one, name);
+    strategy::set_kind(one, name == "3d" ? "fsdp2" : name);
     options.strategies.push_back(one);
   }
   check_ddp_flags(options, flags);
