@@ -173,6 +173,7 @@ void add_role(StrategyOutcome& into, StrategyOutcome&& from, RankRole role) {
   into.reserved_peak.push_back(from.reserved_peak.front());
   into.allocated_at_reserved_peak.push_back(from.allocated_at_reserved_peak.front());
   into.category_peaks.push_back(from.category_peaks.front());
+  into.predicted_states.push_back(from.prediction.model_state_bytes());
   into.at_peak.push_back(from.at_peak.front());
   const auto last = static_cast<int>(into.peak.size()) - 1;
   if (into.peak[last] > into.peak[into.peak_rank]) into.peak_rank = last;

@@ -168,19 +168,20 @@ std::string format_report(const RunReport& r) {
     const double states = static_cast<double>(own[Category::kParameters] + own[Category::kGradients] +
                                               own[Category::kMasterWeights] + own[Category::kOptimizerState]);
     const auto g = [&](Category c) { return gib(static_cast<double>(at[c]) * scale); };
+    // The same rank's prediction: a pipeline's stages hold different layers.
+    const uint64_t predicted =
+        o.predicted_states.empty() ? o.prediction.model_state_bytes() : o.predicted_states[o.peak_rank];
     out += fmt::format("{:<14} {:<12} {:>9} {:>12} | {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} | {:>9} {:>9}\n",
                        o.name, verdict_text(r, o), gib(static_cast<double>(o.peak[o.peak_rank]) * scale),
                        r.plan ? "" : fmt::format("[{}]", format_bytes(o.peak[o.peak_rank])), g(Category::kParameters),
                        g(Category::kGradients), g(Category::kMasterWeights), g(Category::kOptimizerState),
                        g(Category::kActivations), g(Category::kTemporaries), g(Category::kCommBuffers),
-                       g(Category::kBuckets), gib(states * scale),
-                       gib(static_cast<double>(o.prediction.model_state_bytes()) * scale));
+                       g(Category::kBuckets), gib(states * scale), gib(static_cast<double>(predicted) * scale));
   }
   out += fmt::format(
       "  peak: the highest rank's peak in use at full scale{}; the columns after it are what was in use at that "
       "moment, reserve aside.\n  states: parameters + gradients + master + optimizer at their own peaks; predicted: "
-      "the "
-      "analytic model (ZeRO paper + buffers).\n\n",
+      "the analytic model's for the same rank (ZeRO paper + buffers).\n\n",
       r.plan ? "" : ", the shrunk run's own bytes in brackets");
   out += format_reserved(r);
 

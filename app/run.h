@@ -67,9 +67,10 @@ struct StrategyOutcome {
   // exact), and what was allocated then: reserved_peak - allocated_at_reserved_peak is the fragmentation.
   std::vector<uint64_t> reserved_peak;
   std::vector<uint64_t> allocated_at_reserved_peak;
-  int reserved_peak_rank = 0;  // the rank with the highest reserved peak
-  strategy::Prediction prediction;
-  uint64_t predicted_activations = 0;  // the model's closed form: saved activations of every block + logits
+  int reserved_peak_rank = 0;              // the rank with the highest reserved peak
+  strategy::Prediction prediction;         // rank 0's
+  std::vector<uint64_t> predicted_states;  // [ranks] each rank's predicted model states (stages differ)
+  uint64_t predicted_activations = 0;      // the model's closed form: saved activations of every block + logits
 
   // Traffic of rank 0 per optimizer step, by kind and group.
   std::map<TrafficKey, coll::Traffic> traffic_per_step;

@@ -476,9 +476,13 @@ StepTimeSetting step_time_setting(const RunOptions& options) {
   if (options.hardware.empty()) return setting;
   setting.hardware = find_hardware(options.hardware);
   setting.achievable = parse_achievable(options.achievable, achievable_for(setting.hardware));
-  // A node is what --gpus-per-node says, else the --ranks-per-node the strategies grouped by, else the hardware's.
+  // A node is what --gpus-per-node says, else the node size the strategies grouped by when the user declared one
+  // (--ranks-per-node, else EMU_COLL_RANKS_PER_NODE, as run.cpp reads them), else the hardware's. The ranks MPI
+  // finds on this host do not count: they say how the emulation was launched, not the machines it predicts.
+  const int declared = coll::CommunicatorOptions::from_environment().ranks_per_node;
   setting.gpus_per_node = options.gpus_per_node > 0    ? options.gpus_per_node
                           : options.ranks_per_node > 0 ? options.ranks_per_node
+                          : declared > 0               ? declared
                                                        : setting.hardware.gpus_per_node;
   return setting;
 }

@@ -3,6 +3,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -141,6 +142,22 @@ TEST(Cli, PlanWithoutAValuePlansForTheRanksEmuRunsOn) {
   EXPECT_NE(help.out.find("--plan [N]"), std::string::npos) << help.out;
   EXPECT_NE(help.out.find("'--plan' alone or '--plan 0' plans for the ranks emu runs on"), std::string::npos)
       << help.out;
+}
+
+// The memory table's "states" (what the highest-peaking rank held in model states) and "predicted" are the same
+// rank's: torchtitan's 3-D llama2-70b on 64 peaks on the second stage (ranks 8-15, which hold the final norm and
+// the head besides their blocks), whose states are not rank 0's. 40.42 GiB both.
+TEST(Cli, MemoryTablePredictsTheStatesOfTheRankThatPeaked) {
+  const auto plan = run_process(kEmu + " --plan 64 --model llama2-70b --cap h100-80gb --strategies 3d --tp 8 --pp 2");
+  ASSERT_EQ(plan.exit_code, 0) << plan.err;
+  const size_t row = plan.out.find("\nfsdp2·pp2·tp8 ");
+  ASSERT_NE(row, std::string::npos) << plan.out;
+  const std::string line = plan.out.substr(row + 1, plan.out.find('\n', row + 1) - row - 1);
+  std::istringstream words(line.substr(line.rfind('|') + 1));
+  std::string states, predicted;
+  words >> states >> predicted;
+  EXPECT_EQ(states, "40.42") << line;
+  EXPECT_EQ(predicted, states) << line;
 }
 
 struct BadInput {

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdlib>
 
 #include "app/step_time.h"
 #include "collectives/virtual/virtual_link.h"
@@ -287,6 +288,22 @@ TEST(StepTime, AchievableFlagIsCheckedByKeyAndRange) {
   } catch (const InputError& e) {
     EXPECT_NE(std::string(e.what()).find("accepted: matmul, attention"), std::string::npos) << e.what();
   }
+}
+
+// The node the step time is predicted over: --gpus-per-node, else a node size the user declared for the run
+// (--ranks-per-node, else EMU_COLL_RANKS_PER_NODE), else the hardware's (8 for an H100 SXM node).
+TEST(StepTime, NodeSizeIsTheFlagThenTheDeclaredRanksPerNodeThenTheHardwares) {
+  RunOptions options;
+  options.hardware = "h100-80gb-sxm";
+  unsetenv("EMU_COLL_RANKS_PER_NODE");
+  EXPECT_EQ(step_time_setting(options).gpus_per_node, 8);
+  setenv("EMU_COLL_RANKS_PER_NODE", "4", 1);
+  EXPECT_EQ(step_time_setting(options).gpus_per_node, 4);
+  options.ranks_per_node = 2;
+  EXPECT_EQ(step_time_setting(options).gpus_per_node, 2);
+  options.gpus_per_node = 16;
+  EXPECT_EQ(step_time_setting(options).gpus_per_node, 16);
+  unsetenv("EMU_COLL_RANKS_PER_NODE");
 }
 
 }  // namespace
