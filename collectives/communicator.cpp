@@ -15,11 +15,6 @@
 namespace emu::coll {
 namespace {
 
-// O(1) per rank for an even cut: a plan calls collectives over virtual groups of up to 2^20 ranks.
-BlockView blocks_of(const Call& call, int size) {
-  return call.counts.empty() ? BlockView::uniform(call.count, size) : BlockView::of(call.counts);
-}
-
 bool overlap(const void* a, size_t a_bytes, const void* b, size_t b_bytes) {
   if (a_bytes == 0 || b_bytes == 0) return false;
   const auto x = reinterpret_cast<uintptr_t>(a);
@@ -106,9 +101,14 @@ std::string check_counts_and_op(const Call& call, int size) {
   const bool reduces = call.kind == CollectiveKind::kAllReduce || call.kind == CollectiveKind::kReduceScatter ||
                        call.kind == CollectiveKind::kReduce;
   const bool uneven_allowed = call.kind == CollectiveKind::kReduceScatter || call.kind == CollectiveKind::kAllGather;
-  if (!call.counts.empty() && !uneven_allowed) return "per-rank counts are only for reduce_scatter and all_gather";
+  if (uneven(call) && !uneven_allowed) return "per-rank counts are only for reduce_scatter and all_gather";
   if (!call.counts.empty() && call.counts.size() != static_cast<size_t>(size)) {
     return fmt::format("{} per-rank counts given for a group of {} ranks", call.counts.size(), size);
+  }
+  const ShardWindow& w = call.window;
+  if (w.active() && (w.lo > w.hi || w.hi > w.shard * static_cast<size_t>(size) || !call.counts.empty())) {
+    return fmt::format("a window [{}, {}) over shards of {} does not fit a group of {} ranks", w.lo, w.hi, w.shard,
+                       size);
   }
   if (!reduces && call.op != ReduceOp::kSum)
     return "a reduction operator was given to a collective that does not reduce";
@@ -238,7 +238,7 @@ std::string Communicator::describe(const Call& call) const {
 
 void Communicator::check_agreement(const Call& call) {
   const Signature mine{sequence_,
-                       call.counts.empty() ? call.count : blocks_of(call, size()).total(),
+                       uneven(call) ? blocks_of(call, size()).total() : call.count,
                        call.root,
                        static_cast<uint8_t>(call.kind),
                        static_cast<uint8_t>(call.dtype),
@@ -352,6 +352,13 @@ void Communicator::reduce_scatter_v(const void* send, void* recv, std::span<cons
   run(Call{CollectiveKind::kReduceScatter, send, recv, mine, counts, dtype, op, 0, phase});
 }
 
+void Communicator::reduce_scatter_v(const void* send, void* recv, const ShardWindow& window, DType dtype, ReduceOp op,
+                                    std::string_view phase) {
+  Call call{CollectiveKind::kReduceScatter, send, recv, window.count(rank()), {}, dtype, op, 0, phase};
+  call.window = window;
+  run(call);
+}
+
 void Communicator::all_gather(const void* send, void* recv, size_t send_count, DType dtype, std::string_view phase) {
   run(Call{CollectiveKind::kAllGather, send, recv, send_count, {}, dtype, ReduceOp::kSum, 0, phase});
 }
@@ -360,6 +367,13 @@ void Communicator::all_gather_v(const void* send, void* recv, std::span<const si
                                 std::string_view phase) {
   const size_t mine = counts.size() > static_cast<size_t>(rank()) ? counts[static_cast<size_t>(rank())] : 0;
   run(Call{CollectiveKind::kAllGather, send, recv, mine, counts, dtype, ReduceOp::kSum, 0, phase});
+}
+
+void Communicator::all_gather_v(const void* send, void* recv, const ShardWindow& window, DType dtype,
+                                std::string_view phase) {
+  Call call{CollectiveKind::kAllGather, send, recv, window.count(rank()), {}, dtype, ReduceOp::kSum, 0, phase};
+  call.window = window;
+  run(call);
 }
 
 void Communicator::broadcast(const void* send, void* recv, size_t count, DType dtype, int root,

@@ -77,11 +77,15 @@ class Communicator {
   // Uneven blocks: rank r receives counts[r] elements; send holds their sum, blocks in rank order.
   void reduce_scatter_v(const void* send, void* recv, std::span<const size_t> counts, DType dtype, ReduceOp op,
                         std::string_view phase = {});
+  // Uneven blocks as a window over equal shards (types.h ShardWindow): O(1) per rank at any group size.
+  void reduce_scatter_v(const void* send, void* recv, const ShardWindow& window, DType dtype, ReduceOp op,
+                        std::string_view phase = {});
   // recv holds size() * send_count elements, rank r's block at r * send_count.
   void all_gather(const void* send, void* recv, size_t send_count, DType dtype, std::string_view phase = {});
   // Uneven blocks: rank r contributes counts[r] elements; recv holds their sum, blocks in rank order.
   void all_gather_v(const void* send, void* recv, std::span<const size_t> counts, DType dtype,
                     std::string_view phase = {});
+  void all_gather_v(const void* send, void* recv, const ShardWindow& window, DType dtype, std::string_view phase = {});
   // `send` is read on the root only; every rank (the root too) receives into `recv`.
   void broadcast(const void* send, void* recv, size_t count, DType dtype, int root, std::string_view phase = {});
   // `recv` is written on the root only.

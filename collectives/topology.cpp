@@ -77,6 +77,18 @@ Blocks Blocks::of(std::span<const size_t> counts) {
   return blocks;
 }
 
+Blocks Blocks::of(const Call& call, int n) {
+  if (!call.window.active()) return call.counts.empty() ? uniform(call.count, n) : of(call.counts);
+  Blocks blocks;
+  for (int r = 0; r < n; ++r) {
+    blocks.offset.push_back(call.window.offset(r));
+    blocks.count.push_back(call.window.count(r));
+    blocks.largest = std::max(blocks.largest, blocks.count.back());
+  }
+  blocks.total = call.window.hi - call.window.lo;
+  return blocks;
+}
+
 BlockView BlockView::even(size_t total, int n) {
   BlockView view;
   view.n_ = n;
@@ -96,9 +108,29 @@ BlockView BlockView::of(std::span<const size_t> counts) {
   return view;
 }
 
+// The window's blocks in O(1): the first and last ranks it meets hold its partial ends, any between a whole shard.
+BlockView BlockView::of(const ShardWindow& window, int n) {
+  BlockView view;
+  view.window_ = window;
+  view.n_ = n;
+  view.total_ = window.hi - window.lo;
+  if (view.total_ > 0) {
+    const auto first = static_cast<int>(window.lo / window.shard);
+    const auto last = static_cast<int>((window.hi - 1) / window.shard);
+    view.largest_ = last - first >= 2 ? window.shard : std::max(window.count(first), window.count(last));
+  }
+  return view;
+}
+
+BlockView blocks_of(const Call& call, int n) {
+  if (call.window.active()) return BlockView::of(call.window, n);
+  return call.counts.empty() ? BlockView::uniform(call.count, n) : BlockView::of(call.counts);
+}
+
 // As Blocks::even: the first total % n blocks have one element more.
 size_t BlockView::count(int r) const {
   const auto i = static_cast<size_t>(r);
+  if (window_.active()) return window_.count(r);
   if (!counts_.empty()) return counts_[i];
   const auto n = static_cast<size_t>(n_);
   return total_ / n + (i < total_ % n ? 1 : 0);
@@ -106,6 +138,7 @@ size_t BlockView::count(int r) const {
 
 size_t BlockView::offset(int r) const {
   const auto i = static_cast<size_t>(r);
+  if (window_.active()) return window_.offset(r);
   if (!counts_.empty()) {
     size_t offset = 0;
     for (size_t j = 0; j < i; ++j) offset += counts_[j];

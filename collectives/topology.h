@@ -20,6 +20,8 @@
 #include <span>
 #include <vector>
 
+#include "collectives/types.h"
+
 namespace emu::coll {
 
 constexpr int wrap(int index, int n) { return ((index % n) + n) % n; }
@@ -72,6 +74,8 @@ struct Blocks {
   static Blocks uniform(size_t count, int n);
   // Given sizes, in rank order.
   static Blocks of(std::span<const size_t> counts);
+  // A call's blocks over n ranks (blocks_of below), every one of them: for the links that pass them to MPI or NCCL.
+  static Blocks of(const Call& call, int n);
 };
 
 // The blocks of a buffer as Blocks cuts it, without building all n of them: block r's count and offset in O(1)
@@ -82,17 +86,22 @@ class BlockView {
   static BlockView even(size_t total, int n);
   static BlockView uniform(size_t count, int n) { return even(count * static_cast<size_t>(n), n); }
   static BlockView of(std::span<const size_t> counts);
+  static BlockView of(const ShardWindow& window, int n);
   size_t count(int r) const;
   size_t offset(int r) const;
   size_t total() const { return total_; }
   size_t largest() const { return largest_; }
 
  private:
-  std::span<const size_t> counts_;  // empty: an even cut of total_ into n_ blocks
+  std::span<const size_t> counts_;  // empty: an even cut of total_ into n_ blocks, or window_'s
+  ShardWindow window_;
   int n_ = 1;
   size_t total_ = 0;
   size_t largest_ = 0;
 };
+
+// A call's blocks over a group of n: even (`count` each), `counts` or `window` (reduce_scatter, all_gather).
+BlockView blocks_of(const Call& call, int n);
 
 // The largest power of two not above n (n >= 1).
 constexpr int floor_pow2(int n) {

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <array>
 #include <numeric>
 
@@ -59,12 +60,21 @@ std::optional<DType> parse_dtype(std::string_view name) {
   return std::nullopt;
 }
 
+size_t ShardWindow::count(int r) const {
+  const size_t begin = std::max(lo, shard * static_cast<size_t>(r));
+  const size_t end = std::min(hi, shard * (static_cast<size_t>(r) + 1));
+  return end > begin ? end - begin : 0;
+}
+
+size_t ShardWindow::offset(int r) const { return std::clamp(shard * static_cast<size_t>(r), lo, hi) - lo; }
+
 uint64_t payload_bytes(const Call& call, int size) {
   const uint64_t element = dtype_size(call.dtype);
   const uint64_t n = static_cast<uint64_t>(size);
   switch (call.kind) {
     case CollectiveKind::kReduceScatter:
     case CollectiveKind::kAllGather:
+      if (call.window.active()) return element * (call.window.hi - call.window.lo);
       if (!call.counts.empty()) return element * std::accumulate(call.counts.begin(), call.counts.end(), uint64_t{0});
       return element * call.count * n;
     case CollectiveKind::kAllToAll: return element * call.count * n;

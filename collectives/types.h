@@ -46,14 +46,27 @@ std::optional<DType> parse_dtype(std::string_view name);
 // One call's arguments, as the dispatch point checks them and the algorithms read them. Counts are elements.
 //   all_reduce, broadcast, reduce   count = elements of the whole buffer (send and recv alike)
 //   reduce_scatter                  count = elements each rank receives; send holds size * count
-//                                   (NCCL semantics); with `counts`, rank r receives counts[r] and send holds
-//                                   their sum, blocks laid out in rank order
+//                                   (NCCL semantics); with `counts` (or `window`), rank r receives counts[r] and
+//                                   send holds their sum, blocks laid out in rank order
 //   all_gather                      count = elements each rank contributes; recv holds size * count; with
-//                                   `counts`, rank r contributes counts[r]
+//                                   `counts` (or `window`), rank r contributes counts[r]
 //   all_to_all                      count = elements sent to each peer; send and recv hold size * count
 //   send, recv                      count = elements of the message; `root` is the peer
 // In place: all_reduce, broadcast, reduce: send == recv. reduce_scatter: recv == send + rank's block offset.
 // all_gather: send == recv + rank's block offset. all_to_all: send == recv.
+// Uneven blocks cut from equal shards, as ZeRO reduces and gathers its flat partitions one bucket's range at a
+// time: rank r's block is its shard [r·shard, (r+1)·shard) cut to the range [lo, hi), counted from lo, so that the
+// blocks tile the range in rank order (hi ≤ size · shard). Unlike per-rank counts, any rank's block follows in
+// O(1): a plan over 2^20 virtual ranks builds no million-entry vector per bucket.
+struct ShardWindow {
+  size_t shard = 0;  // 0: no window
+  size_t lo = 0, hi = 0;
+  bool active() const { return shard > 0; }
+  // Rank r's block: its count, and its offset from lo.
+  size_t count(int r) const;
+  size_t offset(int r) const;
+};
+
 struct Call {
   CollectiveKind kind = CollectiveKind::kAllReduce;
   const void* send = nullptr;
@@ -64,7 +77,11 @@ struct Call {
   ReduceOp op = ReduceOp::kSum;
   int root = 0;  // broadcast / reduce root; send / recv peer
   std::string_view phase;
+  ShardWindow window;  // uneven reduce_scatter / all_gather blocks as a window over equal shards (`counts` empty)
 };
+
+// Whether the call's blocks are uneven: given per rank, or as a window.
+inline bool uneven(const Call& call) { return !call.counts.empty() || call.window.active(); }
 
 // Bytes this rank sent and received through point-to-point.
 struct Traffic {

@@ -219,7 +219,7 @@ class PartitionedOptimizer final : public Strategy {
     const size_t bucket = options_.scaled(options_.zero.allgather_bucket_elements);
     for (size_t lo = 0, index = 0; lo < shard_.padded; lo += bucket, ++index) {
       const size_t hi = std::min(shard_.padded, lo + bucket);
-      const std::vector<size_t> counts = block_counts(lo, hi);
+      const coll::ShardWindow counts = block_counts(lo, hi);
       size_t mine = 0, unused = 0;
       shard_blocks(lo, hi, mine, unused);
       const std::string phase = fmt::format("parameter all-gather, bucket {}", index);
@@ -289,17 +289,10 @@ class PartitionedOptimizer final : public Strategy {
     return largest;
   }
 
-  // How many elements of [lo, hi) each rank's shard holds: the reduce-scatter and all-gather blocks.
-  std::vector<size_t> block_counts(size_t lo, size_t hi) const {
-    std::vector<size_t> counts;
-    for (int r = 0; r < world_.size(); ++r) {
-      const ShardInfo other = shard_of(flat_.total, r, world_.size(), kNcclStartAlignment);
-      const size_t begin = std::max(lo, other.offset);
-      const size_t end = std::min(hi, other.offset + other.shard);
-      counts.push_back(end > begin ? end - begin : 0);
-    }
-    return counts;
-  }
+  // How many elements of [lo, hi) each rank's shard holds: the reduce-scatter and all-gather blocks. Every rank's
+  // shard is shard_.shard elements at r·shard_.shard (shard_of), so the blocks are a window over equal shards,
+  // known per rank without a pass over the world.
+  coll::ShardWindow block_counts(size_t lo, size_t hi) const { return {shard_.shard, lo, hi}; }
   // This rank's block of [lo, hi), in flat coordinates (padding included).
   void shard_blocks(size_t lo, size_t hi, size_t& begin, size_t& end) const {
     begin = std::clamp(shard_.offset, lo, hi);

@@ -14,9 +14,8 @@ namespace {
 // in-place call (NCCL semantics) therefore goes through a temporary block.
 bool needs_temporary(const Call& call, int rank, int n) {
   if (call.kind != CollectiveKind::kReduceScatter || n == 1) return false;
-  const Blocks blocks = call.counts.empty() ? Blocks::uniform(call.count, n) : Blocks::of(call.counts);
-  const size_t mine = blocks.count[static_cast<size_t>(rank)];
-  return mine > 0 && call.recv == at(call.send, blocks.offset[static_cast<size_t>(rank)], call.dtype);
+  const BlockView blocks = blocks_of(call, n);
+  return blocks.count(rank) > 0 && call.recv == at(call.send, blocks.offset(rank), call.dtype);
 }
 
 Traffic nominal(const Call& call, int rank, int n, size_t slice_bytes) {
@@ -29,7 +28,7 @@ void run(AlgorithmContext& context, const Call& call) {
   if (native.op == ReduceOp::kAvg) native.op = ReduceOp::kSum;
   Buffer temporary;
   if (needs_temporary(call, context.rank(), context.size())) {
-    const size_t mine = call.counts.empty() ? call.count : call.counts[static_cast<size_t>(context.rank())];
+    const size_t mine = blocks_of(call, context.size()).count(context.rank());
     temporary = context.buffer(mine, call.dtype, "mpi reduce_scatter in-place block");
     native.recv = temporary.data();
     context.link.native(native);
@@ -44,7 +43,7 @@ Expectation expect(const Call& call, int rank, int n, size_t slice_bytes, int /*
   Expectation expectation;
   expectation.traffic = nominal(call, rank, n, slice_bytes);
   if (needs_temporary(call, rank, n)) {
-    const size_t mine = call.counts.empty() ? call.count : call.counts[static_cast<size_t>(rank)];
+    const size_t mine = blocks_of(call, n).count(rank);
     expectation.buffer_bytes = mine * dtype_size(call.dtype);
   }
   return expectation;

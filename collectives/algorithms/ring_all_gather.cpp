@@ -9,15 +9,11 @@
 namespace emu::coll {
 namespace {
 
-Blocks blocks_of(const Call& call, int n) {
-  return call.counts.empty() ? Blocks::uniform(call.count, n) : Blocks::of(call.counts);
-}
-
 void run(AlgorithmContext& context, const Call& call) {
   const int n = context.size();
   const int r = context.rank();
   const DType dtype = call.dtype;
-  const Blocks blocks = blocks_of(call, n);
+  const Blocks blocks = Blocks::of(call, n);
   const auto mine = static_cast<size_t>(r);
   copy(dtype, call.send, at(call.recv, blocks.offset[mine], dtype), blocks.count[mine]);
   for (int step = 0; step < n - 1; ++step) {
@@ -32,7 +28,7 @@ void run(AlgorithmContext& context, const Call& call) {
 
 // Sends every block but r+1's, receives every block but its own.
 Expectation expect(const Call& call, int r, int n, size_t, int) {
-  const BlockView blocks = call.counts.empty() ? BlockView::uniform(call.count, n) : BlockView::of(call.counts);
+  const BlockView blocks = blocks_of(call, n);
   if (n == 1) return {};
   const uint64_t e = dtype_size(call.dtype);
   const auto block = [&](int i) { return blocks.count(wrap(i, n)) * e; };

@@ -13,10 +13,6 @@
 namespace emu::coll {
 namespace {
 
-Blocks blocks_of(const Call& call, int n) {
-  return call.counts.empty() ? Blocks::uniform(call.count, n) : Blocks::of(call.counts);
-}
-
 // Elements of slice `column` of a block of `count` elements, slices of `slice` elements.
 size_t column_part(size_t count, size_t column, size_t slice) {
   const size_t begin = column * slice;
@@ -27,7 +23,7 @@ void run(AlgorithmContext& context, const Call& call) {
   const int n = context.size();
   const int r = context.rank();
   const DType dtype = call.dtype;
-  const Blocks blocks = blocks_of(call, n);
+  const Blocks blocks = Blocks::of(call, n);
   const auto mine = static_cast<size_t>(r);
   if (n == 1) {
     copy(dtype, at(call.send, blocks.offset[mine], dtype), call.recv, blocks.count[mine]);
@@ -56,7 +52,7 @@ void run(AlgorithmContext& context, const Call& call) {
 }
 
 Expectation expect(const Call& call, int r, int n, size_t slice_bytes, int /*ranks_per_node*/) {
-  const BlockView blocks = call.counts.empty() ? BlockView::uniform(call.count, n) : BlockView::of(call.counts);
+  const BlockView blocks = blocks_of(call, n);
   if (n == 1 || blocks.largest() == 0) return {};
   const uint64_t e = dtype_size(call.dtype);
   const auto block = [&](int i) { return blocks.count(wrap(i, n)) * e; };

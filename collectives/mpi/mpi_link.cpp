@@ -167,23 +167,23 @@ class MpiLink final : public Link {
   // never alias here.
   void reduce_scatter(const Call& call, MPI_Datatype type) {
     const MPI_Op op = mpi_op(call.dtype, call.op);
-    if (call.counts.empty()) {
+    if (!uneven(call)) {
       EMU_MPI_CHECK(MPI_Reduce_scatter_block(call.send, call.recv, as_int(call.count, "count"), type, op, comm_));
       return;
     }
     std::vector<int> counts;
-    for (size_t c : call.counts) counts.push_back(as_int(c, "count"));
+    for (size_t c : Blocks::of(call, size_).count) counts.push_back(as_int(c, "count"));
     EMU_MPI_CHECK(MPI_Reduce_scatter(call.send, call.recv, counts.data(), type, op, comm_));
   }
 
   // In place (send at the rank's block of recv) is MPI's in-place all-gather too.
   void all_gather(const Call& call, MPI_Datatype type) {
-    const Blocks blocks = call.counts.empty() ? Blocks::uniform(call.count, size_) : Blocks::of(call.counts);
+    const Blocks blocks = Blocks::of(call, size_);
     const auto mine = static_cast<size_t>(rank_);
     const bool in_place = static_cast<const char*>(call.send) ==
                           static_cast<const char*>(call.recv) + blocks.offset[mine] * dtype_size(call.dtype);
     const void* send = in_place && blocks.count[mine] > 0 ? MPI_IN_PLACE : call.send;
-    if (call.counts.empty()) {
+    if (!uneven(call)) {
       const int count = as_int(call.count, "count");
       EMU_MPI_CHECK(MPI_Allgather(send, count, type, call.recv, count, type, comm_));
       return;

@@ -123,11 +123,11 @@ class NcclLink final : public Link {
 
   // NCCL's in-place layout (recv at the rank's block of send) is NCCL's own; uneven blocks: one reduce per owner.
   void reduce_scatter(const Call& call, ncclDataType_t type) {
-    if (call.counts.empty()) {
+    if (!uneven(call)) {
       EMU_NCCL_CHECK(ncclReduceScatter(call.send, call.recv, call.count, type, nccl_op(call.op), nccl_, stream_));
       return;
     }
-    const Blocks blocks = Blocks::of(call.counts);
+    const Blocks blocks = Blocks::of(call, size_);
     EMU_NCCL_CHECK(ncclGroupStart());
     for (int r = 0; r < size_; ++r) {
       const auto i = static_cast<size_t>(r);
@@ -140,11 +140,11 @@ class NcclLink final : public Link {
 
   // In place (send at the rank's block of recv) is NCCL's in-place all-gather; uneven: one broadcast per owner.
   void all_gather(const Call& call, ncclDataType_t type) {
-    if (call.counts.empty()) {
+    if (!uneven(call)) {
       EMU_NCCL_CHECK(ncclAllGather(call.send, call.recv, call.count, type, nccl_, stream_));
       return;
     }
-    const Blocks blocks = Blocks::of(call.counts);
+    const Blocks blocks = Blocks::of(call, size_);
     EMU_NCCL_CHECK(ncclGroupStart());
     for (int r = 0; r < size_; ++r) {
       const auto i = static_cast<size_t>(r);

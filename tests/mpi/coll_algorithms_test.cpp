@@ -177,5 +177,43 @@ TEST(UnevenBlocks, PublicVariantsTakeCounts) {
   for (float value : gathered) EXPECT_EQ(value, static_cast<float>(size));
 }
 
+// The same blocks given as a window over equal shards (ZeRO's bucket ranges): shards of 3 elements, the window
+// [2, 3·N − 1), so the first and last ranks hold 1 and 2 elements, every other rank 3. The sums and the ledger's
+// bytes are those of the same blocks given as counts, written out here.
+TEST(UnevenBlocks, WindowOverEqualShardsMovesWhatItsCountsMove) {
+  World world;
+  Communicator& comm = *world.comm;
+  const int size = comm.size();
+  const auto n = static_cast<size_t>(size);
+  if (size < 2) GTEST_SKIP() << "a window's partial ends need two ranks";
+  const ShardWindow window{3, 2, 3 * n - 1};
+  std::vector<size_t> counts(n, 3);
+  counts.front() = 1;
+  counts.back() = 2;
+  const size_t total = 3 * n - 3;
+  const size_t mine = counts[static_cast<size_t>(comm.rank())];
+  std::vector<float> input(total);
+  for (size_t i = 0; i < total; ++i) input[i] = static_cast<float>(i + 1);
+  std::vector<float> by_window(mine, 0.0f), by_counts(mine, 0.0f);
+  comm.ledger().reset();
+  comm.reduce_scatter_v(input.data(), by_window.data(), window, DType::kF32, ReduceOp::kSum, "window");
+  const LedgerEntry windowed = comm.ledger().total(CollectiveKind::kReduceScatter);
+  comm.ledger().reset();
+  comm.reduce_scatter_v(input.data(), by_counts.data(), counts, DType::kF32, ReduceOp::kSum, "counts");
+  const LedgerEntry counted = comm.ledger().total(CollectiveKind::kReduceScatter);
+  EXPECT_EQ(by_window, by_counts);
+  EXPECT_EQ(windowed.moved, counted.moved);
+  EXPECT_EQ(windowed.payload, counted.payload);
+  std::vector<float> gathered_window(total, 0.0f), gathered_counts(total, 0.0f);
+  comm.ledger().reset();
+  comm.all_gather_v(by_window.data(), gathered_window.data(), window, DType::kF32, "window");
+  const LedgerEntry gathered_windowed = comm.ledger().total(CollectiveKind::kAllGather);
+  comm.ledger().reset();
+  comm.all_gather_v(by_counts.data(), gathered_counts.data(), counts, DType::kF32, "counts");
+  EXPECT_EQ(gathered_window, gathered_counts);
+  EXPECT_EQ(gathered_windowed.moved, comm.ledger().total(CollectiveKind::kAllGather).moved);
+  for (size_t i = 0; i < total; ++i) EXPECT_EQ(gathered_window[i], static_cast<float>(size) * (i + 1)) << i;
+}
+
 }  // namespace
 }  // namespace emu::coll

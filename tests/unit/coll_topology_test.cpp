@@ -157,6 +157,46 @@ TEST(BlockView, CutsAsBlocksDoesWithoutHoldingThem) {
   EXPECT_EQ(big.largest(), 954u);
 }
 
+// A window over equal shards (ZeRO's bucket ranges of its flat partitions) cuts the range as the explicit per-rank
+// counts do: here each rank's block written out by hand, then every window over 4 shards of 5 checked against the
+// clip of [5r, 5r + 5) to [lo, hi) computed in the test; at 2^20 ranks in O(1).
+TEST(BlockView, WindowOverEqualShardsCutsAsItsCounts) {
+  const BlockView view = BlockView::of(ShardWindow{5, 3, 17}, 4);  // [3, 5) [5, 10) [10, 15) [15, 17)
+  for (int r = 0; r < 4; ++r) {
+    EXPECT_EQ(view.count(r), (std::vector<size_t>{2, 5, 5, 2})[static_cast<size_t>(r)]) << r;
+    EXPECT_EQ(view.offset(r), (std::vector<size_t>{0, 2, 7, 12})[static_cast<size_t>(r)]) << r;
+  }
+  EXPECT_EQ(view.total(), 14u);
+  EXPECT_EQ(view.largest(), 5u);
+  for (size_t lo = 0; lo <= 20; ++lo) {
+    for (size_t hi = lo; hi <= 20; ++hi) {
+      std::vector<size_t> counts;
+      for (size_t r = 0; r < 4; ++r) {
+        const size_t begin = std::max(lo, 5 * r), end = std::min(hi, 5 * r + 5);
+        counts.push_back(end > begin ? end - begin : 0);
+      }
+      const BlockView window = BlockView::of(ShardWindow{5, lo, hi}, 4);
+      const BlockView given = BlockView::of(counts);
+      for (int r = 0; r < 4; ++r) {
+        ASSERT_EQ(window.count(r), given.count(r)) << lo << " " << hi << " rank " << r;
+        ASSERT_EQ(window.offset(r), given.offset(r)) << lo << " " << hi << " rank " << r;
+      }
+      ASSERT_EQ(window.total(), given.total()) << lo << " " << hi;
+      ASSERT_EQ(window.largest(), given.largest()) << lo << " " << hi;
+    }
+  }
+  const int n = 1 << 20;
+  const BlockView big = BlockView::of(ShardWindow{6'676, 500'000'000, 1'000'000'000}, n);
+  // Rank 74,895's shard is [499,999,020, 500,005,696): 5,696 elements of it lie in the window; rank 74,894's none.
+  EXPECT_EQ(big.count(74'894), 0u);
+  EXPECT_EQ(big.count(74'895), 5'696u);
+  EXPECT_EQ(big.offset(74'896), 5'696u);
+  EXPECT_EQ(big.count(74'896), 6'676u);
+  EXPECT_EQ(big.total(), 500'000'000u);
+  EXPECT_EQ(big.largest(), 6'676u);
+  EXPECT_EQ(big.offset(n - 1), 500'000'000u);
+}
+
 TEST(CheckCall, NamesTheProblem) {
   std::vector<float> a(8);
   std::vector<float> b(8);
