@@ -47,6 +47,8 @@ echo "| case | configurations | seconds | per plan |"
 echo "|---|---:|---:|---:|"
 plan "llama2-70b zero3, 32 ranks (fits)" --model llama2-70b --plan 32 --cap h100-80gb --strategies zero3
 plan "llama2-70b zero3, 1,048,576 ranks (fits)" --model llama2-70b --plan 1048576 --cap h100-80gb --strategies zero3
+plan "llama2-70b ddp, ddp-zero, zero1, zero2, zero3, fsdp, fsdp2, 1,048,576 ranks, no cap (every step whole)" --model llama2-70b --plan 1048576 \
+  --strategies ddp,ddp-zero,zero1,zero2,zero3,fsdp,fsdp2
 plan "llama2-70b pp, 16 ranks (16 roles, fits)" --model llama2-70b --plan 16 --cap h100-80gb --strategies pp
 search "llama2-13b on 4 x a100-40gb, every knob" --model llama2-13b --plan 4 --cap a100-40gb
 search "llama2-70b on 8 x a100-40gb, every knob and --advise-seq-len" --model llama2-70b --plan 8 --cap a100-40gb \

@@ -462,14 +462,15 @@ class Ddp final : public Strategy {
     for (size_t i = 0; i < order.size(); ++i) order[i] = i;
     std::stable_sort(order.begin(), order.end(),
                      [&](size_t a, size_t b) { return tensors_[a].count > tensors_[b].count; });
+    // Owner by owner (ranks that own nothing broadcast nothing: a plan of 2^20 ranks does not visit them), each
+    // owner's tensors in that order.
+    std::stable_sort(order.begin(), order.end(),
+                     [&](size_t a, size_t b) { return tensors_[a].owner < tensors_[b].owner; });
     const DType dtype = params_.dtype();
-    for (int rank = 0; rank < world_.size(); ++rank) {
-      for (size_t i : order) {
-        const Tensor& t = tensors_[i];
-        if (t.owner != rank) continue;
-        void* data = element(params_.data(), dtype, t.flat);
-        world_.broadcast(data, data, t.count, dtype, rank, phase);
-      }
+    for (size_t i : order) {
+      const Tensor& t = tensors_[i];
+      void* data = element(params_.data(), dtype, t.flat);
+      world_.broadcast(data, data, t.count, dtype, t.owner, phase);
     }
   }
 

@@ -602,6 +602,7 @@ class Fsdp2 final : public Strategy {
   // Every rank's chunk of every tensor, from a buffer laid out rank after rank (the all-gather output) to the
   // tensors' rows in the unit's layout.
   static void copy_out(const Dim0Shards& shards, const void* gathered, void* unit_layout, DType dtype) {
+    if (gathered == nullptr || unit_layout == nullptr) return;  // a plan's shapes: nothing to copy, rank by rank
     for (int r = 0; r < shards.ranks; ++r) {
       for (const Dim0Tensor& t : shards.tensors) {
         const uint64_t from = shards.shard * static_cast<uint64_t>(r) + t.shard_offset;
@@ -624,6 +625,7 @@ class Fsdp2 final : public Strategy {
 
   // Every rank's chunks: the unit's gradients into a buffer laid out rank after rank, padding left zero.
   static void copy_in(const Dim0Shards& shards, const void* unit_layout, DType from_dtype, void* out, DType dtype) {
+    if (unit_layout == nullptr || out == nullptr) return;  // a plan's shapes: nothing to copy, rank by rank
     for (int r = 0; r < shards.ranks; ++r) {
       copy_rank_in(shards, r, unit_layout, from_dtype, element(out, dtype, shards.shard * static_cast<uint64_t>(r)),
                    dtype);
