@@ -47,6 +47,7 @@ std::string StrategyOptions::name() const {
       if (kind == StrategyKind::kFsdp2) {  // "fsdp2·tp2" (D = N/T); with --pp "fsdp2·pp2·tp8" (D = N/(T·P))
         std::string out(named.name);
         if (parallel.pipeline > 1) out += fmt::format("·pp{}", parallel.pipeline);
+        if (parallel.pipeline > 1 && pipeline.virtual_stages > 1) out += fmt::format("·v{}", pipeline.virtual_stages);
         if (parallel.tensor > 1) out += fmt::format("·tp{}", parallel.tensor);
         return out;
       }
