@@ -474,9 +474,9 @@ class Fsdp2 final : public Strategy {
     const int across = mesh.data_rank() * mesh.tensor + mesh.tensor_rank();  // d·T + t
     pipe_group_ = split_group(across, mesh.pipeline_rank(), mesh.pipeline, fmt::format("pipeline {}", across));
     EMU_CHECK(!model_.config().tie_embeddings, "fsdp2 with --pp: tied embeddings are refused at start-up");
-    runner_ = std::make_unique<StageRunner>(model_, device_, *pipe_group_, options_.pipeline.schedule,
-                                            mesh.pipeline_rank(),
-                                            stage_chunks(model_, mesh.pipeline, options_.pipeline.virtual_stages));
+    runner_ =
+        std::make_unique<StageRunner>(model_, device_, *pipe_group_, options_.pipeline.schedule, mesh.pipeline_rank(),
+                                      stage_chunks(model_, mesh.pipeline, options_.pipeline.virtual_stages));
     runner_->set_chunk(0);
   }
 

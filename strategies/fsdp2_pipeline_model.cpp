@@ -215,10 +215,10 @@ Updated predict_fsdp2_pipeline(const StrategyOptions& options, const AnalyticInp
   peak[Category::kBuckets] = bucket_peak(modules, d, p, r);
   peak[Category::kOptimizerState] += 2 * sharded * dtype_size(options.recipe.moments);
   add_traffic(options, input, mesh, own_blocks, modules, p, r, prediction);
-  prediction.formula = fmt::format(
-      "(2 + 2 + K)Ψ_s/D + unsharded Ψ_s·(2 + 4): stage {} of {}, blocks {}{}, sharded over D = {}{}", stage, stages,
-      fmt::join(ranges, ", "), v > 1 ? fmt::format(" ({} chunks, each an FSDP module)", v) : "", d,
-      mesh.tensor > 1 ? fmt::format(", TP slices of t = {}", mesh.tensor) : "");
+  prediction.formula =
+      fmt::format("(2 + 2 + K)Ψ_s/D + unsharded Ψ_s·(2 + 4): stage {} of {}, blocks {}{}, sharded over D = {}{}", stage,
+                  stages, fmt::join(ranges, ", "), v > 1 ? fmt::format(" ({} chunks, each an FSDP module)", v) : "", d,
+                  mesh.tensor > 1 ? fmt::format(", TP slices of t = {}", mesh.tensor) : "");
   return {};  // the moments are set above: FSDP2 keeps no master copy
 }
 

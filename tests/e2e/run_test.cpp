@@ -151,7 +151,7 @@ TEST_P(Ranks, BadInputsExitTwoWithOneMessage) {
       // Interleaved under FSDP2 (torchtitan's Interleaved1F1B): pp's conditions.
       {"--model llama2-7b --strategies fsdp2 --pp 2 --virtual-stages 3",
        "32 blocks are not divisible into P x V = 2 x 3 = 6 equal chunks; accepted with P = 2: 1, 2, 4, 8, 16"},
-      {"--model llama2-7b --strategies 3d --tp 2 --pp 2 --virtual-stages 2 --schedule gpipe",
+      {"--model llama2-7b --strategies fsdp2 --pp 2 --virtual-stages 2 --schedule gpipe",
        "--virtual-stages 2 interleaves 1F1B; accepted with --schedule 1f1b only"},
   };
   for (const auto& [args, message] : table) {

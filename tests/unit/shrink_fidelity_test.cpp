@@ -320,9 +320,9 @@ TEST(ShrinkFidelity, Fsdp2OverPipelineStagesShrunkTimesKSquaredEqualsThePlan) {
   double worst = 0;
   cases += check_layout({"fsdp2", "--pp", "2"}, kVariants.front(), worst);
   cases += check_layout({"3d", "--tp", "2", "--pp", "2"}, kVariants.front(), worst);
-  const int interleaved = check_layout({"fsdp2", "--pp", "2", "--virtual-stages", "2"}, kVariants.front(), worst) +
-                          check_layout({"3d", "--tp", "2", "--pp", "2", "--virtual-stages", "2"}, kVariants.front(),
-                                       worst);
+  const int interleaved =
+      check_layout({"fsdp2", "--pp", "2", "--virtual-stages", "2"}, kVariants.front(), worst) +
+      check_layout({"3d", "--tp", "2", "--pp", "2", "--virtual-stages", "2"}, kVariants.front(), worst);
   fmt::print("fsdp2 over pipeline stages: {} cases, {} interleaved; the largest deviation of a peak: {:.4f}%\n",
              cases + interleaved, interleaved, 100 * worst);
   EXPECT_GT(cases, 0);
