@@ -318,8 +318,9 @@ TEST(ParallelTraffic, TensorParallelStages) {
 }
 
 // The predictor's (strategies/analytic.h) memory peaks of this rank against the run's, category by category.
-strategy::Prediction expect_predicted_memory(const WorldRun& run, const strategy::StrategyOptions& options) {
-  strategy::AnalyticInput input = strategy::analytic_input(*run.model, world_size(), 1, kMicroBatches);
+strategy::Prediction expect_predicted_memory(const WorldRun& run, const strategy::StrategyOptions& options,
+                                             int micro_batches = kMicroBatches) {
+  strategy::AnalyticInput input = strategy::analytic_input(*run.model, world_size(), 1, micro_batches);
   input.rank = world_rank();
   strategy::Prediction predicted = strategy::predict(options, input);
   for (const Category category :
@@ -338,14 +339,27 @@ strategy::Prediction expect_predicted_memory(const WorldRun& run, const strategy
 // stages make them. Memory per rank, fp32: the sharded parameters and every unit of the stage unsharded, 4·owned·
 // (1 + 1/D); the unsharded gradients, accumulated in place through the step, 4·owned; Adam's m and v and foreach
 // AdamW's copy over owned/D, 12·owned/D; all equal to the predictor's (fsdp2_pipeline_model.cpp).
+//
+// Interleaved ("-v2": --virtual-stages 2, torchtitan's Interleaved1F1B), M = 2: stage 0 runs chunks of block 1 (with
+// the embedding) and block 3, stage 1 of block 2 and block 4 (with the final norm and head), each chunk an FSDP
+// module. The same owned, all-gathers, reduce-scatters and parameters (both chunks unsharded at once); but a
+// micro-batch crosses P·V − 1 = 3 chunk boundaries each way, so each stage sends 2V − 1 = 3 messages per micro-batch
+// (stage 0: 2 activations and chunk 1's gradient; stage 1: 2 gradients and chunk 0's activation to stage 0's chunk 1).
+// The gradients follow the schedule: with M = P every stage runs both backwards of chunk 1 before chunk 0's, and
+// chunk 1's post-backward runs right after its own last one (REDUCE_GRAD), so chunk 1's unsharded gradients are
+// reduce-scattered (leaving 4/D of them) before chunk 0's are made: stage 0 peaks at 4·block/D + 4·(block + table)
+// (chunk 0's block 1 and embedding), where one module reduced at the step's end would hold 4·owned; stage 1 at the
+// larger of 4·(root + block) (chunk 1: head, final norm, block 4) and 4·(root + block)/D + 4·block.
 void check_fsdp2_over_stages(std::string_view name) {
   const strategy::StrategyOptions options = parallel_options(name, 2);
+  const bool interleaved = options.pipeline.virtual_stages > 1;
   const auto run = run_parallel(options, kMicroBatches, 1, false);
   const strategy::Mesh mesh = strategy::mesh_of(options, world_size(), world_rank());
   const bool first = mesh.pipeline_rank() == 0;
   const uint64_t t = static_cast<uint64_t>(mesh.tensor), d = static_cast<uint64_t>(mesh.data);
   // Two of the 4 equal blocks per stage; the embedding on stage 0, the final norm and the head on stage 1.
-  const uint64_t owned = 2 * (kBlockMatrices / t + kBlockNorms) + (first ? kTable / t : kTable / t + 32);
+  const uint64_t block = kBlockMatrices / t + kBlockNorms, root = first ? kTable / t : kTable / t + 32;
+  const uint64_t owned = 2 * block + root;
   const coll::Ledger& data = run->ledger("data-parallel");
   const coll::LedgerEntry gathered = data.total(coll::CollectiveKind::kAllGather);
   const coll::LedgerEntry scattered = data.total(coll::CollectiveKind::kReduceScatter);
@@ -355,12 +369,18 @@ void check_fsdp2_over_stages(std::string_view name) {
     EXPECT_EQ(gathered.calls, 3u);  // the root's tensors and 2 blocks, once per step
     EXPECT_EQ(scattered.calls, 3u);
   }
+  const uint64_t messages = uint64_t{kMicroBatches} * (interleaved ? 3 : 1);
   const coll::LedgerEntry send = run->ledger("pipeline").total(coll::CollectiveKind::kSend);
-  EXPECT_EQ(send.calls, uint64_t{kMicroBatches});
-  EXPECT_EQ(send.moved.sent, uint64_t{kMicroBatches} * 1024);
+  EXPECT_EQ(send.calls, messages);
+  EXPECT_EQ(send.moved.sent, messages * 1024);
   MemoryPool& memory = run->device->memory();
   EXPECT_EQ(memory.peak(Category::kParameters), 4 * owned + 4 * owned / d);
-  EXPECT_EQ(memory.peak(Category::kGradients), 4 * owned);
+  uint64_t gradients = 4 * owned;
+  if (interleaved) {
+    gradients =
+        first ? 4 * block / d + 4 * (block + root) : std::max(4 * (root + block), 4 * (root + block) / d + 4 * block);
+  }
+  EXPECT_EQ(memory.peak(Category::kGradients), gradients);
   EXPECT_EQ(memory.peak(Category::kOptimizerState), 12 * owned / d);
   EXPECT_EQ(memory.peak(Category::kMasterWeights), 0u);
   const strategy::Prediction predicted = expect_predicted_memory(*run, options);
@@ -438,10 +458,16 @@ TEST(ParallelTraffic, Fsdp2OverTensorParallelPipelineStages) { check_fsdp2_over_
 // after the blocks' are freed), 2·table; on stage 1 the head's and the final norm's (made when backward begins)
 // beside one block's, 2·(table + 32 + block). The parameters: fp32 shards and every unit unsharded in bf16,
 // 4·owned/D + 2·owned. Measured = predicted in every category.
-TEST(ParallelTraffic, Fsdp2OverPipelineStagesMixedPrecision) {
-  strategy::StrategyOptions options = parallel_options("fsdp2-pp", 2);
+//
+// Interleaved ("-v2") with M = 4 (two rounds of P = 2 micro-batches per chunk): chunk 1's last backward now comes
+// after chunk 0's first, so both chunks' fp32 accumulators are alive together before chunk 1's post-backward, and
+// the same closed forms hold (on stage 0 the embedding's bf16 gradients in chunk 0's second backward, on stage 1
+// the head's and final norm's beside block 4's in chunk 1's); every category equal to the predictor's, which follows
+// the schedule's order of backwards.
+void check_fsdp2_over_stages_mixed(std::string_view name, int micro_batches) {
+  strategy::StrategyOptions options = parallel_options(name, 2);
   options.recipe = optim::precision_recipe(optim::Recipe::kMixed);
-  const auto run = run_parallel(options, kMicroBatches, 1, false);
+  const auto run = run_parallel(options, micro_batches, 1, false);
   const strategy::Mesh mesh = strategy::mesh_of(options, world_size(), world_rank());
   const bool first = mesh.pipeline_rank() == 0;
   const uint64_t d = static_cast<uint64_t>(mesh.data);
@@ -450,99 +476,20 @@ TEST(ParallelTraffic, Fsdp2OverPipelineStagesMixedPrecision) {
   MemoryPool& memory = run->device->memory();
   EXPECT_EQ(memory.peak(Category::kGradients), 4 * owned + (first ? 2 * kTable : 2 * (kTable + 32 + block)));
   EXPECT_EQ(memory.peak(Category::kParameters), 4 * owned / d + 2 * owned);
-  expect_predicted_memory(*run, options);
+  expect_predicted_memory(*run, options, micro_batches);
   const coll::Ledger& data = run->ledger("data-parallel");
   // All-gathers at bf16, reduce-scatters at fp32.
   EXPECT_EQ(data.total(coll::CollectiveKind::kAllGather).moved.sent, 2 * owned * (d - 1) / d);
   EXPECT_EQ(data.total(coll::CollectiveKind::kReduceScatter).moved.sent, 4 * owned * (d - 1) / d);
 }
 
-// FSDP2 over interleaved stages (fsdp2 --pp 2 --virtual-stages 2, torchtitan's Interleaved1F1B; with --tp 2 as well),
-// M = 2 micro-batches: stage 0 runs chunks of block 1 (with the embedding) and block 3, stage 1 of block 2 and block 4
-// (with the final norm and head), each chunk an FSDP module. Per step each of the stage's 3 units all-gathered once and
-// reduce-scattered once, 4·owned·(D − 1)/D each, owned as with one chunk (2 blocks and the stage's root tensors); a
-// micro-batch crosses P·V − 1 = 3 chunk boundaries each way, so each stage sends 2V − 1 = 3 messages of
-// b·s·h·4 = 1,024 bytes per micro-batch (stage 0: 2 activations and chunk 1's gradient; stage 1: 2 gradients and
-// chunk 0's activation to stage 0's chunk 1). Memory, fp32: the sharded parameters and every unit of both chunks
-// unsharded, 4·owned·(1 + 1/D); Adam's m, v and foreach's copy, 12·owned/D. The gradients follow the schedule: with
-// M = P every stage runs both backwards of chunk 1 before chunk 0's, and chunk 1's post-backward runs right after its
-// own last one (REDUCE_GRAD), so chunk 1's unsharded gradients are reduce-scattered (leaving 4/D of them) before
-// chunk 0's are made: stage 0 peaks at 4·block/D + 4·(block + table) (chunk 0's block 1 and embedding), where one
-// module reduced at the step's end would hold 4·owned; stage 1 at the larger of 4·(root + block) (chunk 1: head, final
-// norm, block 4) and 4·(root + block)/D + 4·block. Every category and group equal to the predictor's.
-void check_fsdp2_over_interleaved_stages(std::string_view name) {
-  const strategy::StrategyOptions options = parallel_options(name, 2);
-  const auto run = run_parallel(options, kMicroBatches, 1, false);
-  const strategy::Mesh mesh = strategy::mesh_of(options, world_size(), world_rank());
-  const bool first = mesh.pipeline_rank() == 0;
-  const uint64_t t = static_cast<uint64_t>(mesh.tensor), d = static_cast<uint64_t>(mesh.data);
-  const uint64_t block = kBlockMatrices / t + kBlockNorms, root = first ? kTable / t : kTable / t + 32;
-  const uint64_t owned = 2 * block + root;
-  const coll::Ledger& data = run->ledger("data-parallel");
-  const coll::LedgerEntry gathered = data.total(coll::CollectiveKind::kAllGather);
-  const coll::LedgerEntry scattered = data.total(coll::CollectiveKind::kReduceScatter);
-  EXPECT_EQ(gathered.moved.sent, 4 * owned * (d - 1) / d);
-  EXPECT_EQ(scattered.moved.sent, 4 * owned * (d - 1) / d);
-  if (d > 1) {
-    EXPECT_EQ(gathered.calls, 3u);  // the root's tensors and 2 blocks, once per step
-    EXPECT_EQ(scattered.calls, 3u);
-  }
-  const coll::LedgerEntry send = run->ledger("pipeline").total(coll::CollectiveKind::kSend);
-  EXPECT_EQ(send.calls, uint64_t{kMicroBatches} * 3);
-  EXPECT_EQ(send.moved.sent, uint64_t{kMicroBatches} * 3 * 1024);
-  MemoryPool& memory = run->device->memory();
-  EXPECT_EQ(memory.peak(Category::kParameters), 4 * owned + 4 * owned / d);
-  EXPECT_EQ(memory.peak(Category::kOptimizerState), 12 * owned / d);
-  const uint64_t gradients =
-      first ? 4 * block / d + 4 * (block + root) : std::max(4 * (root + block), 4 * (root + block) / d + 4 * block);
-  EXPECT_EQ(memory.peak(Category::kGradients), gradients);
-  const strategy::Prediction predicted = expect_predicted_memory(*run, options);
-  for (const char* group : {"data-parallel", "pipeline", "tensor-parallel"}) {
-    uint64_t want = 0, sent = 0;
-    for (const strategy::PredictedTraffic& p : predicted.traffic) {
-      if (p.group == group) want += p.sent;
-    }
-    if (std::string_view(group) != "tensor-parallel" || t > 1) sent = run->ledger(group).total().moved.sent;
-    EXPECT_EQ(want, sent) << group;
-  }
+TEST(ParallelTraffic, Fsdp2OverPipelineStagesMixedPrecision) {
+  check_fsdp2_over_stages_mixed("fsdp2-pp", kMicroBatches);
 }
-
-TEST(ParallelTraffic, Fsdp2OverInterleavedStages) { check_fsdp2_over_interleaved_stages("fsdp2-pp-v2"); }
-TEST(ParallelTraffic, Fsdp2OverInterleavedTensorParallelStages) {
-  check_fsdp2_over_interleaved_stages("fsdp2-pp-tp-v2");
-}
-
-// The mixed recipe over interleaved stages with M = 4 (two rounds of P = 2 micro-batches per chunk): chunk 1's last
-// backward now comes after chunk 0's first, so both chunks' fp32 accumulators are alive together before chunk 1's
-// post-backward; each micro-batch's bf16 gradients beside them. The parameters: fp32 shards and every unit of both
-// chunks unsharded in bf16, 4·owned/D + 2·owned; every category equal to the predictor's, which follows the
-// schedule's order of backwards.
+TEST(ParallelTraffic, Fsdp2OverInterleavedStages) { check_fsdp2_over_stages("fsdp2-pp-v2"); }
+TEST(ParallelTraffic, Fsdp2OverInterleavedTensorParallelStages) { check_fsdp2_over_stages("fsdp2-pp-tp-v2"); }
 TEST(ParallelTraffic, Fsdp2OverInterleavedStagesMixedPrecision) {
-  strategy::StrategyOptions options = parallel_options("fsdp2-pp-v2", 2);
-  options.recipe = optim::precision_recipe(optim::Recipe::kMixed);
-  constexpr int kRounds = 2 * kMicroBatches;
-  const auto run = run_parallel(options, kRounds, 1, false);
-  const strategy::Mesh mesh = strategy::mesh_of(options, world_size(), world_rank());
-  const bool first = mesh.pipeline_rank() == 0;
-  const uint64_t d = static_cast<uint64_t>(mesh.data);
-  const uint64_t block = kBlockMatrices + kBlockNorms;
-  const uint64_t owned = 2 * block + (first ? kTable : kTable + 32);
-  MemoryPool& memory = run->device->memory();
-  EXPECT_EQ(memory.peak(Category::kParameters), 4 * owned / d + 2 * owned);
-  // Both chunks' accumulators (4·owned) and, on stage 0, the embedding's bf16 gradients of chunk 0's second backward,
-  // made after block 1's are freed; on stage 1 the head's and the final norm's beside block 4's in chunk 1's.
-  EXPECT_EQ(memory.peak(Category::kGradients), 4 * owned + (first ? 2 * kTable : 2 * (kTable + 32 + block)));
-  strategy::AnalyticInput input = strategy::analytic_input(*run->model, world_size(), 1, kRounds);
-  input.rank = world_rank();
-  const strategy::Prediction predicted = strategy::predict(options, input);
-  for (const Category category :
-       {Category::kParameters, Category::kGradients, Category::kOptimizerState, Category::kBuckets}) {
-    EXPECT_EQ(predicted.peak[category], memory.peak(category)) << category_name(category);
-  }
-  const coll::Ledger& data = run->ledger("data-parallel");
-  EXPECT_EQ(data.total(coll::CollectiveKind::kAllGather).moved.sent, 2 * owned * (d - 1) / d);
-  EXPECT_EQ(data.total(coll::CollectiveKind::kReduceScatter).moved.sent, 4 * owned * (d - 1) / d);
-  EXPECT_EQ(run->ledger("pipeline").total(coll::CollectiveKind::kSend).calls, uint64_t{kRounds} * 3);
+  check_fsdp2_over_stages_mixed("fsdp2-pp-v2", 2 * kMicroBatches);
 }
 
 // N not divisible by T·P: a clear error naming the values, the same on every rank.
