@@ -247,11 +247,12 @@ void add_training_flags(CLI::App& app, RunOptions& options, Flags& flags) {
          "ranks x --grad-accum, the data-parallel strategies' global batch, or P x --grad-accum with --pp P)")
       ->group("Training");
   app.add_option("--virtual-stages,--num-virtual-stages-per-pipeline-rank", flags.virtual_stages,
-                 "pp: interleaved 1F1B with V model chunks per stage (Megatron-LM's "
+                 "pp, fsdp2 --pp: interleaved 1F1B with V model chunks per stage (Megatron-LM's "
                  "--num-virtual-stages-per-pipeline-rank; --num-layers-per-virtual-pipeline-stage L/(P x V)): chunk v "
                  "of stage p holds layer group v x P + p of P x V, the bubble shrinks to (P-1)/(V x M) of the ideal "
                  "step and the point-to-point traffic grows V times; needs P >= 2, L divisible by P x V and M a "
-                 "multiple of P (default 1: not interleaved)")
+                 "multiple of P (default 1: not interleaved); under fsdp2 each chunk is an FSDP module of its own "
+                 "(torchtitan's Interleaved1F1B)")
       ->group("Training");
   app.add_option(
          "--tp", flags.tp,
@@ -670,13 +671,6 @@ void check_sharded_tensor(strategy::StrategyOptions& one, const Flags& flags) {
           flags.reshard_after_forward, flags.pp));
     }
     one.fsdp2.reshard_after_forward = false;
-    if (one.pipeline.virtual_stages > 1) {
-      throw InputError(fmt::format(
-          "--virtual-stages {} with fsdp2 and --pp {}: interleaved stages under FSDP2 are not built (each chunk "
-          "would be its own FSDP module reduced after its own last backward); accepted: --virtual-stages 1 with "
-          "fsdp2, or interleaving with --strategies pp",
-          one.pipeline.virtual_stages, flags.pp));
-    }
   }
   if (one.fsdp2.post_forward_ranks > 0) {
     throw InputError(fmt::format(
@@ -998,6 +992,8 @@ void check_pipeline(const RunOptions& options, int world) {
             "--strategies pp for tied ones",
             stages, options.full.name));
       }
+      pipeline = true;
+      check_interleaving(options, stages, one, ranks);  // torchtitan's Interleaved1F1B, as pp interleaves
       continue;
     }
     if (one.kind != strategy::StrategyKind::kPipeline) continue;
@@ -1012,8 +1008,10 @@ void check_pipeline(const RunOptions& options, int world) {
     check_interleaving(options, stages, one, ranks);
   }
   if (!pipeline && !options.strategies.empty() && options.strategies.front().pipeline.virtual_stages != 1) {
-    throw InputError(fmt::format("--virtual-stages {} interleaves pp's schedule; accepted with pp among --strategies",
-                                 options.strategies.front().pipeline.virtual_stages));
+    throw InputError(
+        fmt::format("--virtual-stages {} interleaves a pipeline's schedule; accepted with pp, or fsdp2 and 3d with "
+                    "--pp, among --strategies",
+                    options.strategies.front().pipeline.virtual_stages));
   }
 }
 

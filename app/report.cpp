@@ -298,8 +298,9 @@ std::string format_pipeline(const RunReport& r) {
       out += fmt::format(
           "  data-parallel group (D = {}, FSDP2's shard group of each stage): rank 0 sends {} GB per step, each unit "
           "all-gathered once (reshard_after_forward=False) and its gradients, summed over the M micro-batches, "
-          "reduce-scattered once after the last backward, ring (D-1)/D each\n",
-          mesh.data, gb(data_sent * scale));
+          "reduce-scattered once after {}, ring (D-1)/D each\n",
+          mesh.data, gb(data_sent * scale),
+          chunks > 1 ? "its chunk's last backward (each chunk an FSDP module)" : "the last backward");
     } else if (mesh.data > 1) {
       out += fmt::format(
           "  data-parallel group (D = {}): rank 0 sends {} GB per step {} (Megatron-LM's DistributedDataParallel)\n",

@@ -75,8 +75,24 @@
 //             perform_reduce_grad), root first, then the blocks: each resharded and reduce-scattered once (finish_
 //             gradients), one reduce-scatter input alive at a time
 // So per step each unit moves one all-gather and one reduce-scatter, however many micro-batches. The gradient norm
-// sums over the world (each element in one shard of one stage), the loss over the pipeline. Interleaved stages
-// (several FSDP modules per rank, each reduced after its own last backward) are refused at start-up.
+// sums over the world (each element in one shard of one stage), the loss over the pipeline.
+//
+// Interleaved (--virtual-stages V, torchtitan's Interleaved1F1B: ScheduleInterleaved1F1B over V PipelineStages per
+// rank, stage ids p, p + P, … as its "loop" placement gives them): the stage's blocks are pp's V chunks (chunk v of
+// stage p layer group v·P + p, pipeline.h interleaved_chunks; the embeddings with chunk 0 of the first stage, the
+// final norm and head with chunk V − 1 of the last), and torchtitan fully_shard-s each chunk's model on its own (its
+// blocks as units, its root over the chunk's root tensors): V FSDP modules per rank. The schedule is pp's
+// interleaved 1F1B (torch's warm-up, (V − 1)·P + 2(P − s − 1) forwards in rounds of P micro-batches per chunk, is
+// Megatron's); a micro-batch crosses V·P − 1 boundaries each way, the last stage's chunk v handing it to the first
+// stage's chunk v + 1. What differs from one chunk:
+//   forward   each chunk's units all-gathered at the chunk's first forward (all chunks within the warm-up, before
+//             any backward) and kept: every chunk of the stage unsharded at once; each chunk's own root post-forward
+//             frees the last all-gather output kept for overlap
+//   backward  each chunk's post-backward runs right after that chunk's last backward of the step (the multi-stage
+//             schedules' REDUCE_GRAD action, schedules.py _add_reduce_grad), not at the step's end: chunk V − 1's
+//             first, chunk 0's last, each resharding its units and reduce-scattering their summed gradients while
+//             the other chunks' backwards go on
+// Still one all-gather and one reduce-scatter per unit per step.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -212,27 +228,18 @@ class Fsdp2 final : public Strategy {
 
  protected:
   // With --pp: the stage's program (stage_runner.h); the loss, the last stage's, summed to every stage for reporting.
+  // Interleaved (V chunks), each chunk's post-backward right after its own last backward (PipelineScheduleMulti's
+  // REDUCE_GRAD); one chunk, after the step's last backward and its sends (PipelineScheduleSingle, finish_gradients).
   double run_micro_batches(std::span<const data::Batch> micro_batches, model::Hooks& hooks) override {
     if (!runner_) return Strategy::run_micro_batches(micro_batches, hooks);
-    const double loss = runner_->run(micro_batches, hooks);
+    const bool interleaved = runner_->chunks()[0].size() > 1;
+    const double loss = interleaved ? runner_->run(micro_batches, hooks, [this](int chunk) { post_backward(chunk); })
+                                    : runner_->run(micro_batches, hooks);
     return sum_over(*pipe_group_, loss, "pipeline loss (reporting)");
   }
 
-  // With --pp, the stage's last backward (PipelineStage: set_is_last_backward, set_reshard_after_backward and
-  // set_requires_gradient_sync all True, then post_backward of every FSDP parameter group the stage module's state
-  // holds, _state_ctx.all_states: the stage's root first, then its blocks in order): each unit resharded and its
-  // gradients, summed over the step's micro-batches, reduce-scattered.
   void finish_gradients() override {
-    if (!runner_) return;
-    for (int u = 0; u < model_.num_units(); ++u) {
-      const UnitState& unit = units_[static_cast<size_t>(u)];
-      // FSDPParamGroup.post_backward reduces the gradients there are: none for a unit of another stage.
-      if (!unit.accumulated.allocated() && !unit.block_grads.allocated() && !unit.unsharded_grads.allocated()) continue;
-      reshard(u);
-      reduce_scatter_input_.reset();
-      reduce(u);
-    }
-    reduce_scatter_input_.reset();
+    if (runner_ && runner_->chunks()[0].size() == 1) post_backward(0);
   }
 
   // torch.optim.AdamW's tensors: every parameter's local chunk, as a shrunk run charges it.
@@ -287,11 +294,12 @@ class Fsdp2 final : public Strategy {
       return;
     }
     if (runner_) {
-      // A stage's blocks stay unsharded from their first forward to the step's end: reshard_after_forward=False
-      // (torchtitan's default under PP), and backward keeps them (set_reshard_after_backward(False)). A stage
+      // A chunk's blocks stay unsharded from their first forward to its post-backward: reshard_after_forward=False
+      // (torchtitan's default under PP), and backward keeps them (set_reshard_after_backward(False)). A chunk
       // without the root's tensors: its module's root post-forward (FSDPState._post_forward of the forward's root)
       // frees the last all-gather output after its last block.
-      if (!runner_->holds_root() && u == last_block()) kept_all_gather_.reset();
+      const bool root = model_.first_block() == 1 || model_.last_block() == model_.config().layers;
+      if (!root && u == model_.last_block()) kept_all_gather_.reset();
       return;
     }
     if (post_forward_ranks() > 0) {
@@ -459,26 +467,49 @@ class Fsdp2 final : public Strategy {
   int post_forward_ranks() const { return options_.fsdp2.post_forward_ranks; }
 
   // --pp (torchtitan's PP × FSDP2): the pipeline's group of the P ranks with the same d and t, the stage's blocks
-  // split as pp splits them (stage_runner.h), the schedule run as pp runs it. Tied embeddings are refused (app):
-  // their copy on the last stage would need the first stage's sum, which FSDP2 does not make.
+  // split as pp splits them, in V chunks with --virtual-stages (stage_runner.h), the schedule run as pp runs it.
+  // Tied embeddings are refused (app): their copy on the last stage would need the first stage's sum, which FSDP2
+  // does not make.
   void set_up_stage(const Mesh& mesh) {
     const int across = mesh.data_rank() * mesh.tensor + mesh.tensor_rank();  // d·T + t
     pipe_group_ = split_group(across, mesh.pipeline_rank(), mesh.pipeline, fmt::format("pipeline {}", across));
     EMU_CHECK(!model_.config().tie_embeddings, "fsdp2 with --pp: tied embeddings are refused at start-up");
-    runner_ = std::make_unique<StageRunner>(model_, device_, *pipe_group_, options_.pipeline.schedule,
-                                            mesh.pipeline_rank(), stage_chunks(model_, mesh.pipeline, 1));
+    runner_ =
+        std::make_unique<StageRunner>(model_, device_, *pipe_group_, options_.pipeline.schedule, mesh.pipeline_rank(),
+                                      stage_chunks(model_, mesh.pipeline, options_.pipeline.virtual_stages));
     runner_->set_chunk(0);
   }
 
-  // Whether this rank holds unit `u`: every unit without --pp; with it the stage's blocks, and the root on the first
-  // and the last stage.
+  // This stage's chunks of blocks (one unless interleaved).
+  const std::vector<StageBlocks>& own_chunks() const {
+    return runner_->chunks()[static_cast<size_t>(runner_->stage())];
+  }
+
+  // Whether this rank holds unit `u`: every unit without --pp; with it the blocks of the stage's chunks, and the root
+  // on the first and the last stage.
   bool holds(int u) const {
     if (!runner_) return true;
     if (u == 0) return runner_->holds_root();
-    const StageBlocks& blocks = runner_->chunks()[static_cast<size_t>(runner_->stage())][0];
-    return u >= blocks.first && u <= blocks.last;
+    return std::any_of(own_chunks().begin(), own_chunks().end(),
+                       [u](const StageBlocks& chunk) { return u >= chunk.first && u <= chunk.last; });
   }
-  int last_block() const { return runner_->chunks()[static_cast<size_t>(runner_->stage())][0].last; }
+
+  // The post-backward of the stage's chunk `chunk`, an FSDP module of its own (PipelineStage._post_backward, run by
+  // perform_reduce_grad: set_is_last_backward, set_reshard_after_backward and set_requires_gradient_sync all True,
+  // then post_backward of every FSDP parameter group the module's state holds, _state_ctx.all_states: the chunk's
+  // root first, its tensors on the chunk that begins or ends the model, then its blocks in order): each unit
+  // resharded and its gradients, summed over the step's micro-batches, reduce-scattered, one reduce-scatter input
+  // alive at a time.
+  void post_backward(int chunk) {
+    const StageBlocks& blocks = own_chunks()[static_cast<size_t>(chunk)];
+    const bool root = runner_->starts_model(chunk) || runner_->ends_model(chunk);
+    for (int u = root ? 0 : blocks.first; u <= blocks.last; u = u == 0 ? blocks.first : u + 1) {
+      reshard(u);
+      reduce_scatter_input_.reset();
+      reduce(u);
+    }
+    reduce_scatter_input_.reset();
+  }
 
   // The tensors of unit `u` this rank shards: all of them, or of a stage's root those it owns (the embeddings on
   // the first stage, the final norm and the head on the last).

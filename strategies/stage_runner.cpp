@@ -64,7 +64,8 @@ size_t StageRunner::activation_count() const {
   return static_cast<size_t>(model_.config().tokens()) * static_cast<size_t>(model_.config().hidden);
 }
 
-double StageRunner::run(std::span<const data::Batch> micro_batches, model::Hooks& hooks) {
+double StageRunner::run(std::span<const data::Batch> micro_batches, model::Hooks& hooks,
+                        const std::function<void(int chunk)>& chunk_done) {
   const int count = static_cast<int>(micro_batches.size());
   const int chunks = static_cast<int>(chunks_[0].size());
   held_.clear();
@@ -74,6 +75,7 @@ double StageRunner::run(std::span<const data::Batch> micro_batches, model::Hooks
   const auto at = [&](const PipelineOp& op) {
     return static_cast<size_t>(op.chunk) * static_cast<size_t>(count) + static_cast<size_t>(op.micro_batch);
   };
+  std::vector<int> backwards(static_cast<size_t>(chunks), 0);  // per chunk, its backwards run so far
   double loss = 0;
   for (const StageEvent& event : stage_program(schedule_, stages(), stage_, count, chunks)) {
     const PipelineOp& op = event.op;
@@ -100,6 +102,7 @@ double StageRunner::run(std::span<const data::Batch> micro_batches, model::Hooks
     if (output_grads[at(op)].allocated()) model_.set_output_gradient(std::move(output_grads[at(op)]));
     model_.backward(hooks);
     if (!starts_model(op.chunk)) input_grads[at(op)] = model_.take_input_gradient();
+    if (++backwards[static_cast<size_t>(op.chunk)] == count && chunk_done) chunk_done(op.chunk);
   }
   return loss;
 }

@@ -5,6 +5,7 @@
 // gradients stays in its hooks; this class only moves the micro-batches.
 #pragma once
 
+#include <functional>
 #include <span>
 #include <vector>
 
@@ -35,8 +36,11 @@ class StageRunner {
   // The stage's program: its forwards and backwards in the schedule's order, chunk by chunk, and the messages
   // between them, each received just before the op that reads it and sent, in the one global order every stage
   // follows, after the op that made it. Returns the sum of this stage's micro-batch losses (the last stage's; 0
-  // elsewhere).
-  double run(std::span<const data::Batch> micro_batches, model::Hooks& hooks);
+  // elsewhere). `chunk_done`, if given, is called with a chunk's index right after the chunk's last backward of the
+  // step, before anything else the stage runs (torch.distributed.pipelining's REDUCE_GRAD action, which its
+  // multi-stage schedules place just after each stage's last backward: schedules.py _add_reduce_grad).
+  double run(std::span<const data::Batch> micro_batches, model::Hooks& hooks,
+             const std::function<void(int chunk)>& chunk_done = {});
 
   int stage() const { return stage_; }
   int stages() const { return static_cast<int>(chunks_.size()); }

@@ -39,14 +39,13 @@ constexpr Named kNames[] = {
 std::string StrategyOptions::name() const {
   for (const Named& named : kNames) {
     if (named.kind == kind && (kind != StrategyKind::kFsdp || named.sharding == fsdp.sharding)) {
-      // Interleaved pp: its chunks per stage ("pp·v2", "pp4·v2·dp2").
-      const std::string chunks = kind == StrategyKind::kPipeline && pipeline.virtual_stages > 1
-                                     ? fmt::format("·v{}", pipeline.virtual_stages)
-                                     : "";
+      // Interleaved pipelines: their chunks per stage ("pp·v2", "pp4·v2·dp2", "fsdp2·pp2·v2·tp8").
+      const std::string chunks =
+          pipelined(*this) && pipeline.virtual_stages > 1 ? fmt::format("·v{}", pipeline.virtual_stages) : "";
       if (named_data < 1) return std::string(named.name) + chunks;
       if (kind == StrategyKind::kFsdp2) {  // "fsdp2·tp2" (D = N/T); with --pp "fsdp2·pp2·tp8" (D = N/(T·P))
         std::string out(named.name);
-        if (parallel.pipeline > 1) out += fmt::format("·pp{}", parallel.pipeline);
+        if (parallel.pipeline > 1) out += fmt::format("·pp{}{}", parallel.pipeline, chunks);
         if (parallel.tensor > 1) out += fmt::format("·tp{}", parallel.tensor);
         return out;
       }

@@ -139,7 +139,8 @@ TEST_P(Ranks, BadInputsExitTwoWithOneMessage) {
       {"--model gpt2 --strategies pp --pp 2 --virtual-stages 2 --schedule gpipe",
        "--virtual-stages 2 interleaves 1F1B; accepted with --schedule 1f1b only"},
       {"--model gpt2 --strategies pp --pp 1 --virtual-stages 2", "accepted: 2 stages or more"},
-      {"--model gpt2 --strategies ddp --virtual-stages 2", "accepted with pp among --strategies"},
+      {"--model gpt2 --strategies ddp --virtual-stages 2",
+       "accepted with pp, or fsdp2 and 3d with --pp, among --strategies"},
       // FSDP2 over a pipeline (torchtitan's PP × FSDP2, 3-D with --tp): what it is not built for.
       {"--model llama2-7b --strategies 3d --tp 2",
        "--strategies 3d is torchtitan's 3-D parallelism, fsdp2 over --tp T and --pp P together (each 2 or more); "
@@ -147,8 +148,11 @@ TEST_P(Ranks, BadInputsExitTwoWithOneMessage) {
       {"--model gpt2 --strategies fsdp2 --pp 2", "gpt2 ties its LM head to its embeddings"},
       {"--model llama2-7b --strategies fsdp2 --pp 2 --reshard-after-forward true",
        "--reshard-after-forward true with --pp 2: fsdp2 over a pipeline runs torchtitan's default under PP"},
-      {"--model llama2-7b --strategies fsdp2 --pp 2 --virtual-stages 2",
-       "--virtual-stages 2 with fsdp2 and --pp 2: interleaved stages under FSDP2 are not built"},
+      // Interleaved under FSDP2 (torchtitan's Interleaved1F1B): pp's conditions.
+      {"--model llama2-7b --strategies fsdp2 --pp 2 --virtual-stages 3",
+       "32 blocks are not divisible into P x V = 2 x 3 = 6 equal chunks; accepted with P = 2: 1, 2, 4, 8, 16"},
+      {"--model llama2-7b --strategies fsdp2 --pp 2 --virtual-stages 2 --schedule gpipe",
+       "--virtual-stages 2 interleaves 1F1B; accepted with --schedule 1f1b only"},
   };
   for (const auto& [args, message] : table) {
     const auto run = run_process(mpiexec(ranks) + kEmu + " " + args);

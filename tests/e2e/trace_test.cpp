@@ -378,5 +378,30 @@ TEST(Trace, PipelineViewShowsTheInterleavedSchedule) {
   }
 }
 
+// FSDP2 over interleaved stages (torchtitan's 3-D with Interleaved1F1B: --strategies 3d --tp 8 --pp 2
+// --virtual-stages 2, M = 4, planned for llama2-70b on 64 ranks) draws the same per-stage tracks as pp's interleaved
+// schedule, by hand from its table (k = 0..3: 0.0 1.0 0.1 1.1, k = 4..7: 2.0 3.0 2.1 3.1; backwards with the chunks
+// reversed): the first stage warms up with 2·1 + 1·2 = 4 forwards, the last with 2; the bubble is (P − 1)/(VM + P − 1)
+// = 1/9 of the step on both stages, against 1/5 with one chunk.
+TEST(Trace, PipelineViewShowsFsdp2OverInterleavedStages) {
+  const std::string plan =
+      " --plan 64 --model llama2-70b --cap h100-80gb --strategies 3d --tp 8 --pp 2 --micro-batches 4 "
+      "--hardware h100-80gb-sxm --virtual-stages ";
+  const Outputs run = run_emu(1, plan + "2");
+  ASSERT_FALSE(run.trace.is_null());
+  const std::map<int, StageTrack> tracks = stage_tracks(run.trace);
+  ASSERT_EQ(tracks.size(), 2u);
+  EXPECT_EQ(tracks.at(0).order, "F0.0 F1.0 F0.1 F1.1 F2.0 B0.1 F3.0 B1.1 F2.1 B0.0 F3.1 B1.0 B2.1 B3.1 B2.0 B3.0");
+  EXPECT_EQ(tracks.at(1).order, "F0.0 F1.0 F0.1 B0.1 F1.1 B1.1 F2.0 B0.0 F3.0 B1.0 F2.1 B2.1 F3.1 B3.1 B2.0 B3.0");
+  for (const auto& [stage, track] : tracks) {
+    EXPECT_NEAR(track.bubble / track.end, 1.0 / 9.0, 1e-6) << "stage " << stage;
+  }
+  const Outputs one = run_emu(1, plan + "1");
+  ASSERT_FALSE(one.trace.is_null());
+  for (const auto& [stage, track] : stage_tracks(one.trace)) {
+    EXPECT_NEAR(track.bubble / track.end, 1.0 / 5.0, 1e-6) << "stage " << stage;
+  }
+}
+
 }  // namespace
 }  // namespace emu

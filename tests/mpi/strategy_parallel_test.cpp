@@ -43,7 +43,8 @@ std::string_view layout_name(std::string_view name) { return is_gpt2(name) ? nam
 // "tp", "pp", "pp-tp" (pp whose stages are TP `degree` too), each with "-do" for the distributed optimizer, of
 // degree `degree`; pp's with "-v2" interleaved, 2 chunks of one block per stage; and "fsdp2-tp" (FSDP2 over the
 // replicas of TP `degree` layers); "fsdp2-pp" (FSDP2 over each stage's replicas of PP `degree`, torchtitan's
-// reshard_after_forward=False under PP) and "fsdp2-pp-tp" (its stages TP `degree` too: torchtitan's 3-D).
+// reshard_after_forward=False under PP) and "fsdp2-pp-tp" (its stages TP `degree` too: torchtitan's 3-D), each with
+// "-v2" interleaved (torchtitan's Interleaved1F1B: 2 chunks of one block per stage, each an FSDP module).
 strategy::StrategyOptions parallel_options(std::string_view name, int degree) {
   if (name.starts_with("fsdp2")) {
     strategy::StrategyOptions options = test_options("fsdp2", optim::Recipe::kFp32);
@@ -52,6 +53,7 @@ strategy::StrategyOptions parallel_options(std::string_view name, int degree) {
       options.parallel.pipeline = degree;
       options.fsdp2.reshard_after_forward = false;
     }
+    if (name.find("-v2") != std::string_view::npos) options.pipeline.virtual_stages = 2;
     return options;
   }
   const bool pipeline = name.starts_with("pp");
@@ -105,6 +107,8 @@ class Equivalence : public ::testing::TestWithParam<std::string> {};  // paralle
 // over TP 2.
 // "fsdp2-tp-sp": FSDP2 over TP 2 with sequence parallelism (torchtitan's default TP plan); a norm weight's gradient
 // not all-reduced over the TP group (each rank's rows only) moves the norm and the norm weights at the first step.
+// "fsdp2-pp-v2", "fsdp2-pp-tp-v2": FSDP2 over interleaved stages (2 chunks per stage, each its own FSDP module,
+// reduce-scattered after its own last backward), with TP 2 too.
 TEST_P(Equivalence, SameAsSingleDevice) {
   const bool gpt2 = is_gpt2(GetParam());
   std::string_view layout = layout_name(GetParam());
@@ -129,8 +133,8 @@ TEST_P(Equivalence, SameAsSingleDevice) {
 
 INSTANTIATE_TEST_SUITE_P(Parallel, Equivalence,
                          ::testing::Values("tp", "pp", "tp-do", "pp-do", "pp-tp", "pp-tp-do", "pp-v2-do", "pp-tp-v2",
-                                           "fsdp2-tp", "fsdp2-tp-sp", "fsdp2-pp", "fsdp2-pp-tp", "gpt2-tp-do",
-                                           "gpt2-pp-tp", "gpt2-fsdp2-tp"),
+                                           "fsdp2-tp", "fsdp2-tp-sp", "fsdp2-pp", "fsdp2-pp-tp", "fsdp2-pp-v2",
+                                           "fsdp2-pp-tp-v2", "gpt2-tp-do", "gpt2-pp-tp", "gpt2-fsdp2-tp"),
                          [](const ::testing::TestParamInfo<std::string>& param) {
                            const std::string_view layout = layout_name(param.param);
                            const std::string prefix = is_gpt2(param.param) ? "gpt2_" : "";
@@ -138,6 +142,8 @@ INSTANTIATE_TEST_SUITE_P(Parallel, Equivalence,
                            if (layout == "fsdp2-tp-sp") return prefix + "fsdp2_tp2_sequence_parallel";
                            if (layout == "fsdp2-pp") return prefix + "fsdp2_pp2";
                            if (layout == "fsdp2-pp-tp") return prefix + "fsdp2_pp2_tp2";
+                           if (layout == "fsdp2-pp-v2") return prefix + "fsdp2_pp2_interleaved";
+                           if (layout == "fsdp2-pp-tp-v2") return prefix + "fsdp2_pp2_tp2_interleaved";
                            std::string name =
                                prefix + (layout.starts_with("pp-tp") ? std::string("pp2_tp2_dp")
                                                                      : std::string(layout.substr(0, 2)) + "2_dp");
@@ -312,8 +318,9 @@ TEST(ParallelTraffic, TensorParallelStages) {
 }
 
 // The predictor's (strategies/analytic.h) memory peaks of this rank against the run's, category by category.
-strategy::Prediction expect_predicted_memory(const WorldRun& run, const strategy::StrategyOptions& options) {
-  strategy::AnalyticInput input = strategy::analytic_input(*run.model, world_size(), 1, kMicroBatches);
+strategy::Prediction expect_predicted_memory(const WorldRun& run, const strategy::StrategyOptions& options,
+                                             int micro_batches = kMicroBatches) {
+  strategy::AnalyticInput input = strategy::analytic_input(*run.model, world_size(), 1, micro_batches);
   input.rank = world_rank();
   strategy::Prediction predicted = strategy::predict(options, input);
   for (const Category category :
@@ -332,14 +339,27 @@ strategy::Prediction expect_predicted_memory(const WorldRun& run, const strategy
 // stages make them. Memory per rank, fp32: the sharded parameters and every unit of the stage unsharded, 4·owned·
 // (1 + 1/D); the unsharded gradients, accumulated in place through the step, 4·owned; Adam's m and v and foreach
 // AdamW's copy over owned/D, 12·owned/D; all equal to the predictor's (fsdp2_pipeline_model.cpp).
+//
+// Interleaved ("-v2": --virtual-stages 2, torchtitan's Interleaved1F1B), M = 2: stage 0 runs chunks of block 1 (with
+// the embedding) and block 3, stage 1 of block 2 and block 4 (with the final norm and head), each chunk an FSDP
+// module. The same owned, all-gathers, reduce-scatters and parameters (both chunks unsharded at once); but a
+// micro-batch crosses P·V − 1 = 3 chunk boundaries each way, so each stage sends 2V − 1 = 3 messages per micro-batch
+// (stage 0: 2 activations and chunk 1's gradient; stage 1: 2 gradients and chunk 0's activation to stage 0's chunk 1).
+// The gradients follow the schedule: with M = P every stage runs both backwards of chunk 1 before chunk 0's, and
+// chunk 1's post-backward runs right after its own last one (REDUCE_GRAD), so chunk 1's unsharded gradients are
+// reduce-scattered (leaving 4/D of them) before chunk 0's are made: stage 0 peaks at 4·block/D + 4·(block + table)
+// (chunk 0's block 1 and embedding), where one module reduced at the step's end would hold 4·owned; stage 1 at the
+// larger of 4·(root + block) (chunk 1: head, final norm, block 4) and 4·(root + block)/D + 4·block.
 void check_fsdp2_over_stages(std::string_view name) {
   const strategy::StrategyOptions options = parallel_options(name, 2);
+  const bool interleaved = options.pipeline.virtual_stages > 1;
   const auto run = run_parallel(options, kMicroBatches, 1, false);
   const strategy::Mesh mesh = strategy::mesh_of(options, world_size(), world_rank());
   const bool first = mesh.pipeline_rank() == 0;
   const uint64_t t = static_cast<uint64_t>(mesh.tensor), d = static_cast<uint64_t>(mesh.data);
   // Two of the 4 equal blocks per stage; the embedding on stage 0, the final norm and the head on stage 1.
-  const uint64_t owned = 2 * (kBlockMatrices / t + kBlockNorms) + (first ? kTable / t : kTable / t + 32);
+  const uint64_t block = kBlockMatrices / t + kBlockNorms, root = first ? kTable / t : kTable / t + 32;
+  const uint64_t owned = 2 * block + root;
   const coll::Ledger& data = run->ledger("data-parallel");
   const coll::LedgerEntry gathered = data.total(coll::CollectiveKind::kAllGather);
   const coll::LedgerEntry scattered = data.total(coll::CollectiveKind::kReduceScatter);
@@ -349,12 +369,18 @@ void check_fsdp2_over_stages(std::string_view name) {
     EXPECT_EQ(gathered.calls, 3u);  // the root's tensors and 2 blocks, once per step
     EXPECT_EQ(scattered.calls, 3u);
   }
+  const uint64_t messages = uint64_t{kMicroBatches} * (interleaved ? 3 : 1);
   const coll::LedgerEntry send = run->ledger("pipeline").total(coll::CollectiveKind::kSend);
-  EXPECT_EQ(send.calls, uint64_t{kMicroBatches});
-  EXPECT_EQ(send.moved.sent, uint64_t{kMicroBatches} * 1024);
+  EXPECT_EQ(send.calls, messages);
+  EXPECT_EQ(send.moved.sent, messages * 1024);
   MemoryPool& memory = run->device->memory();
   EXPECT_EQ(memory.peak(Category::kParameters), 4 * owned + 4 * owned / d);
-  EXPECT_EQ(memory.peak(Category::kGradients), 4 * owned);
+  uint64_t gradients = 4 * owned;
+  if (interleaved) {
+    gradients =
+        first ? 4 * block / d + 4 * (block + root) : std::max(4 * (root + block), 4 * (root + block) / d + 4 * block);
+  }
+  EXPECT_EQ(memory.peak(Category::kGradients), gradients);
   EXPECT_EQ(memory.peak(Category::kOptimizerState), 12 * owned / d);
   EXPECT_EQ(memory.peak(Category::kMasterWeights), 0u);
   const strategy::Prediction predicted = expect_predicted_memory(*run, options);
@@ -432,10 +458,16 @@ TEST(ParallelTraffic, Fsdp2OverTensorParallelPipelineStages) { check_fsdp2_over_
 // after the blocks' are freed), 2·table; on stage 1 the head's and the final norm's (made when backward begins)
 // beside one block's, 2·(table + 32 + block). The parameters: fp32 shards and every unit unsharded in bf16,
 // 4·owned/D + 2·owned. Measured = predicted in every category.
-TEST(ParallelTraffic, Fsdp2OverPipelineStagesMixedPrecision) {
-  strategy::StrategyOptions options = parallel_options("fsdp2-pp", 2);
+//
+// Interleaved ("-v2") with M = 4 (two rounds of P = 2 micro-batches per chunk): chunk 1's last backward now comes
+// after chunk 0's first, so both chunks' fp32 accumulators are alive together before chunk 1's post-backward, and
+// the same closed forms hold (on stage 0 the embedding's bf16 gradients in chunk 0's second backward, on stage 1
+// the head's and final norm's beside block 4's in chunk 1's); every category equal to the predictor's, which follows
+// the schedule's order of backwards.
+void check_fsdp2_over_stages_mixed(std::string_view name, int micro_batches) {
+  strategy::StrategyOptions options = parallel_options(name, 2);
   options.recipe = optim::precision_recipe(optim::Recipe::kMixed);
-  const auto run = run_parallel(options, kMicroBatches, 1, false);
+  const auto run = run_parallel(options, micro_batches, 1, false);
   const strategy::Mesh mesh = strategy::mesh_of(options, world_size(), world_rank());
   const bool first = mesh.pipeline_rank() == 0;
   const uint64_t d = static_cast<uint64_t>(mesh.data);
@@ -444,11 +476,20 @@ TEST(ParallelTraffic, Fsdp2OverPipelineStagesMixedPrecision) {
   MemoryPool& memory = run->device->memory();
   EXPECT_EQ(memory.peak(Category::kGradients), 4 * owned + (first ? 2 * kTable : 2 * (kTable + 32 + block)));
   EXPECT_EQ(memory.peak(Category::kParameters), 4 * owned / d + 2 * owned);
-  expect_predicted_memory(*run, options);
+  expect_predicted_memory(*run, options, micro_batches);
   const coll::Ledger& data = run->ledger("data-parallel");
   // All-gathers at bf16, reduce-scatters at fp32.
   EXPECT_EQ(data.total(coll::CollectiveKind::kAllGather).moved.sent, 2 * owned * (d - 1) / d);
   EXPECT_EQ(data.total(coll::CollectiveKind::kReduceScatter).moved.sent, 4 * owned * (d - 1) / d);
+}
+
+TEST(ParallelTraffic, Fsdp2OverPipelineStagesMixedPrecision) {
+  check_fsdp2_over_stages_mixed("fsdp2-pp", kMicroBatches);
+}
+TEST(ParallelTraffic, Fsdp2OverInterleavedStages) { check_fsdp2_over_stages("fsdp2-pp-v2"); }
+TEST(ParallelTraffic, Fsdp2OverInterleavedTensorParallelStages) { check_fsdp2_over_stages("fsdp2-pp-tp-v2"); }
+TEST(ParallelTraffic, Fsdp2OverInterleavedStagesMixedPrecision) {
+  check_fsdp2_over_stages_mixed("fsdp2-pp-v2", 2 * kMicroBatches);
 }
 
 // N not divisible by T·P: a clear error naming the values, the same on every rank.

@@ -312,14 +312,21 @@ TEST(ShrinkFidelity, Fsdp2OverTensorParallelShrunkTimesKSquaredEqualsThePlan) {
 // FSDP2 over a pipeline's stages (fsdp2 --pp 2: D = 2 replicas at 4 ranks) and torchtitan's 3-D (3d --tp 2 --pp 2,
 // D = 1): each stage's units (of the TP slice) sharded over its replicas, unsharded from the first forward to the
 // end of the step, their gradients accumulated unsharded in fp32; ranks 0 (the first stage) and 3 (the last), every
-// untied preset that splits, at every k.
+// untied preset that splits, at every k. Interleaved too (--virtual-stages 2, torchtitan's Interleaved1F1B: each
+// stage's 2 chunks FSDP modules of their own, each reduced after its own last backward), the presets whose blocks
+// split into P·V = 4 equal chunks.
 TEST(ShrinkFidelity, Fsdp2OverPipelineStagesShrunkTimesKSquaredEqualsThePlan) {
   int cases = 0;
   double worst = 0;
   cases += check_layout({"fsdp2", "--pp", "2"}, kVariants.front(), worst);
   cases += check_layout({"3d", "--tp", "2", "--pp", "2"}, kVariants.front(), worst);
-  fmt::print("fsdp2 over pipeline stages: {} cases; the largest deviation of a peak: {:.4f}%\n", cases, 100 * worst);
+  const int interleaved =
+      check_layout({"fsdp2", "--pp", "2", "--virtual-stages", "2"}, kVariants.front(), worst) +
+      check_layout({"3d", "--tp", "2", "--pp", "2", "--virtual-stages", "2"}, kVariants.front(), worst);
+  fmt::print("fsdp2 over pipeline stages: {} cases, {} interleaved; the largest deviation of a peak: {:.4f}%\n",
+             cases + interleaved, interleaved, 100 * worst);
   EXPECT_GT(cases, 0);
+  EXPECT_GT(interleaved, 0);
 }
 
 // The caching allocator of a shrunk run sees every request × k² (full-scale sizes: 2 MiB and 20 MiB segments, 512 B
