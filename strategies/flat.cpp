@@ -24,6 +24,10 @@ FlatLayout flat_layout(const model::Model& model) {
   return flat;
 }
 
+bool tp_replicated(const model::Model& model, int unit, size_t param) {
+  return model.layout(unit).params[param].count == model.full_layout(unit).params[param].count;
+}
+
 model::ParameterCharge unit_charge(const model::Model& model, int unit) {
   return model::parameter_charge(model.config(), {&model.layout(unit), 1});
 }
