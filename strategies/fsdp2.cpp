@@ -197,12 +197,8 @@ class Fsdp2 final : public Strategy {
     std::vector<float> whole(model_.layout(u).count);
     copy_out(unit.shards, gathered.data(), whole.data(), DType::kF32);
     if (!tensor_) return whole;
-    // The TP slices placed in the full layout; the replicated norm weights from TP rank 0.
-    std::vector<float> full(model_.full_layout(u).count, 0.0f);
-    place_tp_slice(model_, u, index_[static_cast<size_t>(u)], whole.data(), tp_group_->rank() == 0, full.data());
-    tp_group_->all_reduce(full.data(), full.data(), full.size(), DType::kF32, coll::ReduceOp::kSum,
+    return gather_tp_unit(model_, u, index_[static_cast<size_t>(u)], whole.data(), *tp_group_,
                           "report: gather weights");
-    return full;
   }
 
  protected:

@@ -84,12 +84,9 @@ class TensorParallelStrategy final : public Strategy {
 
   // The whole unit in its full layout: each rank places its slice; replicated tensors come from rank 0.
   std::vector<float> full_weights(int unit) override {
-    std::vector<float> out(model_.full_layout(unit).count, 0.0f);
     std::vector<float> mine(model_.layout(unit).count);
     fp32_values(unit, mine.data());
-    place_tp_slice(model_, unit, index_[static_cast<size_t>(unit)], mine.data(), tp().rank() == 0, out.data());
-    tp().all_reduce(out.data(), out.data(), out.size(), DType::kF32, coll::ReduceOp::kSum, "full weights");
-    return out;
+    return gather_tp_unit(model_, unit, index_[static_cast<size_t>(unit)], mine.data(), tp(), "full weights");
   }
 
   std::vector<coll::Communicator*> groups() override {

@@ -148,12 +148,8 @@ class PartitionedOptimizer final : public Strategy {
     const auto begin = all.begin() + static_cast<std::ptrdiff_t>(flat_.offset[unit]);
     std::vector<float> slice(begin, begin + static_cast<std::ptrdiff_t>(flat_.count[unit]));
     if (!tensor_) return slice;
-    // The TP slices placed in the full layout; the replicated tensors from TP rank 0.
-    std::vector<float> full(model_.full_layout(unit).count, 0.0f);
-    place_tp_slice(model_, unit, index_[static_cast<size_t>(unit)], slice.data(), tp_group_->rank() == 0, full.data());
-    tp_group_->all_reduce(full.data(), full.data(), full.size(), DType::kF32, coll::ReduceOp::kSum,
+    return gather_tp_unit(model_, unit, index_[static_cast<size_t>(unit)], slice.data(), *tp_group_,
                           "report: gather weights");
-    return full;
   }
 
   std::vector<coll::Communicator*> groups() override {

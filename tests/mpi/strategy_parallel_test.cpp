@@ -171,6 +171,19 @@ constexpr uint64_t kBlockMatrices = 32 * 32 + 2 * 16 * 32 + 32 * 32 + 3 * 64 * 3
 constexpr uint64_t kBlockNorms = 2 * 32;
 constexpr uint64_t kTable = 1024 * 32;
 
+// The TP group's all-reduces of the hidden state (Megatron's f and g) by `run` on this rank: per micro-batch 4L + 2
+// of b·s·h·4 = 1,024 bytes, each sending 2(T − 1)/T of it.
+void expect_hidden_all_reduces(const WorldRun& run, uint64_t tp) {
+  uint64_t calls = 0, sent = 0;
+  for (const auto& [key, entry] : run.ledger("tensor-parallel").entries()) {
+    if (key.first == coll::CollectiveKind::kAllReduce && std::string_view(key.second).starts_with("tp all-reduce")) {
+      calls += entry.calls, sent += entry.moved.sent;
+    }
+  }
+  EXPECT_EQ(calls, kMicroBatches * (4 * kLayers + 2));
+  EXPECT_EQ(sent, kMicroBatches * (4 * kLayers + 2) * 2 * (tp - 1) * 1024 / tp);
+}
+
 // The groups' traffic for one step of 2 micro-batches per replica, fp32 (4 bytes), against the closed forms, and the
 // predictor (strategies/tp_model.cpp, pipeline_model.cpp) against the run.
 TEST(ParallelTraffic, TensorGroupAndDataGroup) {
@@ -178,15 +191,7 @@ TEST(ParallelTraffic, TensorGroupAndDataGroup) {
   const auto run = run_parallel(options, kMicroBatches, 1, false);
   constexpr uint64_t kT = 2;
   const uint64_t kD = data_degree();
-  // TP: per micro-batch 4L + 2 = 18 all-reduces of b·s·h·4 = 1,024 bytes, at 2(T − 1)/T of the payload.
-  uint64_t hidden_calls = 0, hidden_sent = 0;
-  for (const auto& [key, entry] : run->ledger("tensor-parallel").entries()) {
-    if (key.first == coll::CollectiveKind::kAllReduce && std::string_view(key.second).starts_with("tp all-reduce")) {
-      hidden_calls += entry.calls, hidden_sent += entry.moved.sent;
-    }
-  }
-  EXPECT_EQ(hidden_calls, kMicroBatches * (4 * kLayers + 2));
-  EXPECT_EQ(hidden_sent, kMicroBatches * (4 * kLayers + 2) * 2 * (kT - 1) * 1024 / kT);
+  expect_hidden_all_reduces(*run, kT);  // TP: 18 per micro-batch
   // DP: every unit's local gradients once per step: the blocks' matrices / T with their whole norms, the root's
   // tables / T and its final norm, each all-reduced at 2(D − 1)/D.
   const uint64_t local = kLayers * (kBlockMatrices / kT + kBlockNorms) + 2 * kTable / kT + 32;
@@ -243,13 +248,7 @@ TEST(ParallelTraffic, Fsdp2OverTensorParallelLayers) {
   const auto run = run_parallel(options, kMicroBatches, 1, false);
   constexpr uint64_t kT = 2;
   const uint64_t kD = data_degree();
-  uint64_t hidden_calls = 0;
-  for (const auto& [key, entry] : run->ledger("tensor-parallel").entries()) {
-    if (key.first == coll::CollectiveKind::kAllReduce && std::string_view(key.second).starts_with("tp all-reduce")) {
-      hidden_calls += entry.calls;
-    }
-  }
-  EXPECT_EQ(hidden_calls, kMicroBatches * (4 * kLayers + 2));
+  expect_hidden_all_reduces(*run, kT);
   const uint64_t block = kBlockMatrices / kT + kBlockNorms, root = 2 * kTable / kT + 32;
   const coll::Ledger& data = run->ledger("data-parallel");
   const uint64_t gathered = data.total(coll::CollectiveKind::kAllGather).moved.sent;
@@ -281,14 +280,7 @@ TEST(ParallelTraffic, ZeroOverTensorParallelLayers) {
     const auto run = run_parallel(options, kMicroBatches, 1, false);
     constexpr uint64_t kT = 2;
     const uint64_t kD = data_degree();
-    uint64_t hidden_calls = 0, hidden_sent = 0;
-    for (const auto& [key, entry] : run->ledger("tensor-parallel").entries()) {
-      if (key.first == coll::CollectiveKind::kAllReduce && std::string_view(key.second).starts_with("tp all-reduce")) {
-        hidden_calls += entry.calls, hidden_sent += entry.moved.sent;
-      }
-    }
-    EXPECT_EQ(hidden_calls, kMicroBatches * (4 * kLayers + 2));
-    EXPECT_EQ(hidden_sent, kMicroBatches * (4 * kLayers + 2) * 2 * (kT - 1) * 1024 / kT);
+    expect_hidden_all_reduces(*run, kT);
     const uint64_t local = kLayers * (kBlockMatrices / kT + kBlockNorms) + 2 * kTable / kT + 32;
     const coll::Ledger& data = run->ledger("data-parallel");
     const coll::LedgerEntry scattered = data.total(coll::CollectiveKind::kReduceScatter);
