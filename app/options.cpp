@@ -258,7 +258,8 @@ void add_training_flags(CLI::App& app, RunOptions& options, Flags& flags) {
          "tp: tensor-parallel size T (Megatron-LM's --tensor-model-parallel-size): groups of T consecutive "
          "ranks, data-parallel across the N/T groups (default: all ranks, T = N); with --pp, pp's stages are "
          "tensor-parallel too (TP x PP x DP, D = N/(T x P)); with fsdp2 (T of 2 or more), fully_shard over the N/T "
-         "replicas of tensor-parallel layers (torchtitan's 2-D mesh)")
+         "replicas of tensor-parallel layers (torchtitan's 2-D mesh); with zero1 or zero2, DeepSpeed's partitions "
+         "over them (Megatron-DeepSpeed)")
       ->group("Training");
   app.add_option("--pp", flags.pp,
                  "pp: pipeline-parallel size P (Megatron-LM's --pipeline-model-parallel-size): pipelines of P "
