@@ -259,7 +259,8 @@ void add_training_flags(CLI::App& app, RunOptions& options, Flags& flags) {
          "tp: tensor-parallel size T (Megatron-LM's --tensor-model-parallel-size): groups of T consecutive "
          "ranks, data-parallel across the N/T groups (default: all ranks, T = N); with --pp, pp's stages are "
          "tensor-parallel too (TP x PP x DP, D = N/(T x P)); with fsdp2 (T of 2 or more), fully_shard over the N/T "
-         "replicas of tensor-parallel layers (torchtitan's 2-D mesh)")
+         "replicas of tensor-parallel layers (torchtitan's 2-D mesh); with zero1 or zero2, DeepSpeed's partitions "
+         "over them (Megatron-DeepSpeed)")
       ->group("Training");
   app.add_option("--pp", flags.pp,
                  "pp: pipeline-parallel size P (Megatron-LM's --pipeline-model-parallel-size): pipelines of P "
@@ -685,6 +686,28 @@ void check_sharded_tensor(strategy::StrategyOptions& one, const Flags& flags) {
   }
 }
 
+// ZeRO-1/2 over tensor-parallel layers (zero1/zero2 with --tp, Megatron-DeepSpeed): what it does not combine with.
+void check_zero_tensor(const strategy::StrategyOptions& one, const Flags& flags) {
+  if (flags.pp > 0 && one.kind == strategy::StrategyKind::kZero2) {
+    throw InputError(fmt::format(
+        "--pp {} with zero2: DeepSpeed's pipeline engine refuses ZeRO stages 2 and 3 (runtime/pipe/engine.py "
+        "asserts a stage below 2); accepted: zero2 --tp T without --pp, or --strategies pp --pp {} --tp {} "
+        "--distributed-optimizer",
+        flags.pp, flags.pp, flags.tp));
+  }
+  if (flags.pp > 0) {
+    throw InputError(fmt::format(
+        "--pp {} with zero1 --tp {}: ZeRO-1 over DeepSpeed's pipeline engine is not built; accepted: zero1 --tp T "
+        "without --pp, or --strategies pp --pp {} --tp {} --distributed-optimizer (ZeRO-1 over Megatron's stages)",
+        flags.pp, flags.tp, flags.pp, flags.tp));
+  }
+  if (flags.distributed_optimizer) {
+    throw InputError(
+        "--distributed-optimizer is Megatron-LM's; zero1 and zero2 with --tp already partition the optimizer over "
+        "the replicas: accepted with tp or pp among --strategies");
+  }
+}
+
 // --tp or --pp given with no strategy that takes them: InputError saying which do (and why ZeRO-2/3 do not take
 // --pp).
 void refuse_unused_degrees(const RunOptions& options, const Flags& flags) {
@@ -700,10 +723,10 @@ void refuse_unused_degrees(const RunOptions& options, const Flags& flags) {
     }
   }
   if (flags.tp > 0 || flags.pp > 0) {
-    throw InputError(fmt::format("{} {} sets {}'s degree; accepted with {} among --strategies{}",
-                                 flags.tp > 0 ? "--tp" : "--pp", flags.tp > 0 ? flags.tp : flags.pp,
-                                 flags.tp > 0 ? "tp" : "pp", flags.tp > 0 ? "tp" : "pp",
-                                 flags.tp > 0 && flags.pp == 0 ? " (or fsdp2, with --tp 2 or more)" : ""));
+    throw InputError(
+        fmt::format("{} {} sets {}'s degree; accepted with {} among --strategies{}", flags.tp > 0 ? "--tp" : "--pp",
+                    flags.tp > 0 ? flags.tp : flags.pp, flags.tp > 0 ? "tp" : "pp", flags.tp > 0 ? "tp" : "pp",
+                    flags.tp > 0 && flags.pp == 0 ? " (or fsdp2, zero1, zero2, with --tp 2 or more)" : ""));
   }
   if (flags.distributed_optimizer) {
     throw InputError(
@@ -729,9 +752,13 @@ void read_parallel_layout(RunOptions& options, const Flags& flags, int ranks) {
     // FSDP2 over tensor-parallel layers: torchtitan's 2-D mesh, fully_shard over the data-parallel replicas.
     // With --pp too (--pp alone, or both: torchtitan's 3-D), fully_shard over each stage's replicas.
     const bool sharded = one.kind == strategy::StrategyKind::kFsdp2 && (flags.tp > 1 || flags.pp > 1);
-    if ((!tensor || flags.tp == 0) && (!pipeline || flags.pp == 0) && !sharded) continue;
+    // ZeRO-1/2 over tensor-parallel layers: DeepSpeed partitioning over Megatron's data-parallel group.
+    const bool zero =
+        (one.kind == strategy::StrategyKind::kZero1 || one.kind == strategy::StrategyKind::kZero2) && flags.tp > 1;
+    if ((!tensor || flags.tp == 0) && (!pipeline || flags.pp == 0) && !sharded && !zero) continue;
     used = true;
-    if (tensor || sharded) one.parallel.tensor = flags.tp;
+    if (zero) check_zero_tensor(one, flags);
+    if (tensor || sharded || zero) one.parallel.tensor = flags.tp;
     if (sharded) one.parallel.pipeline = flags.pp;
     if (pipeline) one.parallel.pipeline = flags.pp, one.parallel.tensor = flags.tp;  // --tp too: TP x PP
     one = strategy::with_framework_recipe(one);
@@ -1039,7 +1066,8 @@ void check_tensor(const RunOptions& options, int world) {
   for (const strategy::StrategyOptions& one : options.strategies) {
     const bool pipeline_tp = one.kind == strategy::StrategyKind::kPipeline && one.parallel.tensor > 1;
     const bool sharded_tp = one.kind == strategy::StrategyKind::kFsdp2 && one.parallel.tensor > 1;
-    if (one.kind != strategy::StrategyKind::kTensor && !pipeline_tp && !sharded_tp) continue;
+    const bool zero_tp = strategy::zero12_over_tensor(one);
+    if (one.kind != strategy::StrategyKind::kTensor && !pipeline_tp && !sharded_tp && !zero_tp) continue;
     if (options.device == "cuda" && !options.plan) {
       throw InputError(
           "tp runs its parallel cross-entropy on the host: --device cpu (or --plan); accepted for tp: cpu");
@@ -1053,6 +1081,13 @@ void check_tensor(const RunOptions& options, int world) {
       // pp's tensor-parallel stages (and fsdp2's under --pp) do not all-reduce the norm gradients that sequence
       // parallelism leaves partial; fsdp2 over TP alone does (torchtitan's default plan).
       const bool staged_fsdp2 = sharded_tp && strategy::mesh_of(one, ranks, 0).pipeline > 1;
+      if (zero_tp) {
+        throw InputError(fmt::format(
+            "--sequence-parallel with {}: ZeRO over tensor-parallel layers runs without it (the norm gradients it "
+            "leaves partial are not all-reduced over the TP group); accepted: tp or fsdp2 --tp T with "
+            "--sequence-parallel, {} without it",
+            one.name(), one.name()));
+      }
       if (pipeline_tp || staged_fsdp2) {
         throw InputError(fmt::format(
             "--sequence-parallel is built for tp's layers and fsdp2 --tp T; {} with --tp {} runs without it: "

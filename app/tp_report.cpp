@@ -49,6 +49,22 @@ std::string_view replicated_text(const model::ModelConfig& full) {
   return full.style == model::Style::kGpt2 ? "LayerNorms, c_proj biases (added after the all-reduce) and wpe"
                                            : "norm weights";
 }
+// zero1/zero2 --tp: the split and DeepSpeed's partitions over the replicas (nothing for a run that did not start).
+std::string zero_over_tensor_lines(const RunReport& r, const StrategyOutcome& o) {
+  if (o.peak.empty()) return "";
+  const model::ModelConfig& full = r.options.full;
+  const strategy::Mesh mesh = strategy::mesh_of(o.options, r.world, 0);
+  const int t = mesh.tensor;
+  return fmt::format(
+      "\n{}: DeepSpeed's ZeRO-{} over the {} replicas of tensor-parallel groups of t = {} (Megatron-DeepSpeed: "
+      "partitions over mpu.get_data_parallel_group()): each rank holds heads {}/{}, kv heads {}/{}, FFN {}/{} and "
+      "{} of the padded vocabulary's {} rows; its flat bf16 group partitioned over the replicas, rank 0 sending "
+      "{} GB per step in the data-parallel group; {} counted once in the gradient norm\n",
+      o.name, o.options.kind == strategy::StrategyKind::kZero1 ? 1 : 2, mesh.data, t, full.heads, t, full.kv_heads, t,
+      full.ffn, t, model::tp_padded_vocab(full, t) / t, model::tp_padded_vocab(full, t),
+      gigabytes(step_traffic(o, coll::CollectiveKind::kAllReduce, true).first * static_cast<double>(r.scale())),
+      replicated_text(full));
+}
 }  // namespace
 
 std::string format_tensor(const RunReport& r) {
@@ -69,6 +85,10 @@ std::string format_tensor(const RunReport& r) {
           "unpadded), each tensor sharded on dim 0 over the replicas\n",
           o.name, mesh.data, t, mesh_words, t, mesh.data, full.heads, t, full.kv_heads, t, full.ffn, t,
           model::tp_padded_vocab(full, t) / t, model::tp_padded_vocab(full, t), full.vocab);
+      continue;
+    }
+    if (strategy::zero12_over_tensor(o.options)) {
+      out += zero_over_tensor_lines(r, o);
       continue;
     }
     if (o.options.kind != strategy::StrategyKind::kTensor || o.peak.empty()) continue;

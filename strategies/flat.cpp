@@ -24,6 +24,10 @@ FlatLayout flat_layout(const model::Model& model) {
   return flat;
 }
 
+bool tp_replicated(const model::Model& model, int unit, size_t param) {
+  return model.layout(unit).params[param].count == model.full_layout(unit).params[param].count;
+}
+
 model::ParameterCharge unit_charge(const model::Model& model, int unit) {
   return model::parameter_charge(model.config(), {&model.layout(unit), 1});
 }
@@ -128,12 +132,19 @@ void place_tp_slice(const model::Model& model, int unit, const std::vector<std::
   const model::UnitLayout& mine = model.layout(unit);
   const model::UnitLayout& whole = model.full_layout(unit);
   for (size_t p = 0; p < mine.params.size(); ++p) {
-    const bool replicated = mine.params[p].count == whole.params[p].count;
-    if (replicated && !replicated_too) continue;
+    if (tp_replicated(model, unit, p) && !replicated_too) continue;
     for (size_t i = 0; i < index[p].size(); ++i) {
       if (index[p][i] >= 0) full[whole.params[p].offset + size_t(index[p][i])] += local[mine.params[p].offset + i];
     }
   }
+}
+
+std::vector<float> gather_tp_unit(const model::Model& model, int unit, const std::vector<std::vector<int64_t>>& index,
+                                  const float* local, coll::Communicator& tp, std::string_view phase) {
+  std::vector<float> full(model.full_layout(unit).count, 0.0f);
+  place_tp_slice(model, unit, index, local, tp.rank() == 0, full.data());
+  tp.all_reduce(full.data(), full.data(), full.size(), DType::kF32, coll::ReduceOp::kSum, phase);
+  return full;
 }
 
 void init_into(const model::Model& model, int unit, uint64_t seed, size_t begin, size_t count, void* out, DType dtype) {

@@ -92,6 +92,15 @@ void init_tp_slice(const model::Model& model, int unit, uint64_t seed, const std
 void place_tp_slice(const model::Model& model, int unit, const std::vector<std::vector<int64_t>>& index,
                     const float* local, bool replicated_too, float* full);
 
+// Whether tensor `param` of `unit` is held whole by every TP rank (norm weights, GPT-2's row-parallel biases and
+// wpe): its gradient is the same on every TP rank and counts once in the gradient norm.
+bool tp_replicated(const model::Model& model, int unit, size_t param);
+
+// The whole unit in its full layout from each TP rank's fp32 slice `local` of it: every rank's slice placed and
+// summed over `tp` (the replicated tensors from its rank 0's), as phase `phase`. Collective over `tp`.
+std::vector<float> gather_tp_unit(const model::Model& model, int unit, const std::vector<std::vector<int64_t>>& index,
+                                  const float* local, coll::Communicator& tp, std::string_view phase);
+
 // The model's view of a TP group (workloads/model/tensor_parallel.h): its rank and size, and its collectives over
 // that group — the `tp` strategy's group and each of pp's tensor-parallel stages.
 class GroupTensorParallel final : public model::TensorParallel {

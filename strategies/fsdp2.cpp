@@ -117,17 +117,12 @@ class Fsdp2 final : public Strategy {
 
   void setup() override {
     const Mesh mesh = mesh_of(options_, world_.size(), world_.rank());
-    if (mesh.tensor > 1) {                                  // the stage's T ranks (one stage without --pp)
-      const int stage_group = world_.rank() / mesh.tensor;  // d·P + p
-      tp_group_ =
-          split_group(stage_group, mesh.tensor_rank(), mesh.tensor, fmt::format("tensor-parallel {}", stage_group));
+    if (mesh.tensor > 1) {  // the stage's T ranks (one stage without --pp)
+      tp_group_ = split_tensor_group(mesh);
       tensor_ = std::make_unique<GroupTensorParallel>(*tp_group_);
       model_.set_tensor_parallel(tensor_.get());
     }
-    if (mesh.tensor > 1 || mesh.pipeline > 1) {  // the D ranks holding the same stage and TP slice
-      const int slice = mesh.pipeline_rank() * mesh.tensor + mesh.tensor_rank();  // p·T + t
-      dp_group_ = split_group(slice, mesh.data_rank(), mesh.data, fmt::format("data-parallel {}", slice));
-    }
+    if (mesh.tensor > 1 || mesh.pipeline > 1) dp_group_ = split_data_group(mesh);  // the same stage and TP slice
     if (mesh.pipeline > 1) set_up_stage(mesh);
     const int m = options_.fsdp2.post_forward_ranks;
     if (m > 0 && (context_.post_forward == nullptr || context_.post_forward->size() != m)) {
@@ -218,12 +213,8 @@ class Fsdp2 final : public Strategy {
     std::vector<float> whole(model_.layout(u).count);
     copy_out(unit.shards, gathered.data(), whole.data(), DType::kF32);
     if (!tensor_) return whole;
-    // The TP slices placed in the full layout; the replicated norm weights from TP rank 0.
-    std::vector<float> full(model_.full_layout(u).count, 0.0f);
-    place_tp_slice(model_, u, index_[static_cast<size_t>(u)], whole.data(), tp_group_->rank() == 0, full.data());
-    tp_group_->all_reduce(full.data(), full.data(), full.size(), DType::kF32, coll::ReduceOp::kSum,
+    return gather_tp_unit(model_, u, index_[static_cast<size_t>(u)], whole.data(), *tp_group_,
                           "report: gather weights");
-    return full;
   }
 
  protected:
@@ -560,8 +551,7 @@ class Fsdp2 final : public Strategy {
   // Over TP, whether the unit's tensor at `offset` is held whole by every TP rank (a norm weight).
   bool replicated(int u, uint64_t offset) const {
     const model::ParamInfo* info = param_at(u, offset);
-    const auto p = static_cast<size_t>(info - model_.layout(u).params.data());
-    return info->count == model_.full_layout(u).params[p].count;
+    return tp_replicated(model_, u, static_cast<size_t>(info - model_.layout(u).params.data()));
   }
 
   // Sequence parallelism over TP: each rank's norm weight gradients cover its rows of the sequence only (DTensor

@@ -43,7 +43,8 @@ std::string StrategyOptions::name() const {
       const std::string chunks =
           pipelined(*this) && pipeline.virtual_stages > 1 ? fmt::format("·v{}", pipeline.virtual_stages) : "";
       if (named_data < 1) return std::string(named.name) + chunks;
-      if (kind == StrategyKind::kFsdp2) {  // "fsdp2·tp2" (D = N/T); with --pp "fsdp2·pp2·tp8" (D = N/(T·P))
+      // "fsdp2·tp2", "zero2·tp2" (D = N/T); with --pp "fsdp2·pp2·tp8" (D = N/(T·P))
+      if (kind == StrategyKind::kFsdp2 || zero12_over_tensor(*this)) {
         std::string out(named.name);
         if (parallel.pipeline > 1) out += fmt::format("·pp{}{}", parallel.pipeline, chunks);
         if (parallel.tensor > 1) out += fmt::format("·tp{}", parallel.tensor);
@@ -69,17 +70,22 @@ bool pipelined_or_tensor(const StrategyOptions& options) {
   return options.parallel.tensor > 1 || options.parallel.pipeline > 1;
 }
 
+bool zero12_over_tensor(const StrategyOptions& options) {
+  return (options.kind == StrategyKind::kZero1 || options.kind == StrategyKind::kZero2) && options.parallel.tensor > 1;
+}
+
 Mesh mesh_of(const StrategyOptions& options, int world, int rank) {
   Mesh mesh;
   mesh.rank = rank;
   const bool fsdp2 = options.kind == StrategyKind::kFsdp2;
   if (options.kind != StrategyKind::kTensor && options.kind != StrategyKind::kPipeline &&
-      !(fsdp2 && pipelined_or_tensor(options))) {
+      !(fsdp2 && pipelined_or_tensor(options)) && !zero12_over_tensor(options)) {
     mesh.data = world;
     return mesh;
   }
   const bool tensor = options.kind == StrategyKind::kTensor;
-  if (fsdp2) {  // FSDP2 over a TP and/or PP layout: the degrees given, 1 for the other
+  const bool pipeline = options.kind == StrategyKind::kPipeline;
+  if (!tensor && !pipeline) {  // FSDP2 (or ZeRO-1/2 over TP) over a TP and/or PP layout: the degrees given, else 1
     mesh.tensor = std::max(1, options.parallel.tensor);
     mesh.pipeline = std::max(1, options.parallel.pipeline);
   } else {
@@ -293,6 +299,16 @@ double Strategy::sum_over(coll::Communicator& group, double local, std::string_v
 std::unique_ptr<coll::Communicator> Strategy::split_group(int color, int rank, int size, const std::string& name) {
   if (device_.holds_data()) return world_.split(color, world_.rank(), name);
   return coll::make_virtual_communicator(device_, rank, size, name, model_.config().shrink);
+}
+
+std::unique_ptr<coll::Communicator> Strategy::split_tensor_group(const Mesh& mesh) {
+  const int stage = world_.rank() / mesh.tensor;  // d·P + p
+  return split_group(stage, mesh.tensor_rank(), mesh.tensor, fmt::format("tensor-parallel {}", stage));
+}
+
+std::unique_ptr<coll::Communicator> Strategy::split_data_group(const Mesh& mesh) {
+  const int slice = mesh.pipeline_rank() * mesh.tensor + mesh.tensor_rank();  // p·T + t
+  return split_group(slice, mesh.data_rank(), mesh.data, fmt::format("data-parallel {}", slice));
 }
 
 }  // namespace emu::strategy

@@ -163,6 +163,8 @@ struct Mesh {
 bool pipelined(const struct StrategyOptions& options);
 // Whether a TP or PP degree of 2 or more is set (fsdp2 then runs over that layout).
 bool pipelined_or_tensor(const struct StrategyOptions& options);
+// Whether `options` are zero1 or zero2 over tensor-parallel layers (--tp T ≥ 2, zero12.cpp).
+bool zero12_over_tensor(const struct StrategyOptions& options);
 // The layout of `options` over `world` ranks, for rank `rank`: every other strategy is data-parallel over the whole
 // world (T = P = 1, D = N). InputError naming the values where N is not divisible by T·P.
 Mesh mesh_of(const struct StrategyOptions& options, int world, int rank);
@@ -299,6 +301,11 @@ class Strategy : protected model::Hooks {
   // world rank), named `name` in its ledger. Collective over the world on a device that holds data; a plan's world
   // is virtual (collectives/virtual), and so is the group.
   std::unique_ptr<coll::Communicator> split_group(int color, int rank, int size, const std::string& name);
+  // The groups of this rank in the DP × PP × TP layout `mesh` (rank = d·P·T + p·T + t) that tp, fsdp2 --tp/--pp and
+  // zero1/2 --tp split off the world: the "tensor-parallel d·P + p" group of the T consecutive ranks of its stage,
+  // and the "data-parallel p·T + t" group of the D ranks holding the same stage and TP slice.
+  std::unique_ptr<coll::Communicator> split_tensor_group(const Mesh& mesh);
+  std::unique_ptr<coll::Communicator> split_data_group(const Mesh& mesh);
   // The device the optimizer state lives on: the host under offload, else this rank's device.
   Device& optimizer_device() { return context_.offload != nullptr ? *context_.offload : device_; }
   // Counts an offloaded optimizer step over `elements` (as a shrunk run charges them, model/shrink.h): their

@@ -72,10 +72,8 @@ class TensorParallelStrategy final : public Strategy {
     const Mesh mesh = mesh_of(options_, world_.size(), world_.rank());
     EMU_CHECK(mesh.pipeline == 1, "tp with pipeline stages: {} (TP x PP is not built)", mesh.pipeline);
     if (mesh.data > 1) {
-      tp_group_ = split_group(mesh.data_rank(), mesh.tensor_rank(), mesh.tensor,
-                              fmt::format("tensor-parallel {}", mesh.data_rank()));
-      dp_group_ = split_group(mesh.tensor_rank(), mesh.data_rank(), mesh.data,
-                              fmt::format("data-parallel {}", mesh.tensor_rank()));
+      tp_group_ = split_tensor_group(mesh);
+      dp_group_ = split_data_group(mesh);
     }
     tensor_ = std::make_unique<GroupTensorParallel>(tp());
     model_.set_tensor_parallel(tensor_.get());
@@ -86,12 +84,9 @@ class TensorParallelStrategy final : public Strategy {
 
   // The whole unit in its full layout: each rank places its slice; replicated tensors come from rank 0.
   std::vector<float> full_weights(int unit) override {
-    std::vector<float> out(model_.full_layout(unit).count, 0.0f);
     std::vector<float> mine(model_.layout(unit).count);
     fp32_values(unit, mine.data());
-    place_tp_slice(model_, unit, index_[static_cast<size_t>(unit)], mine.data(), tp().rank() == 0, out.data());
-    tp().all_reduce(out.data(), out.data(), out.size(), DType::kF32, coll::ReduceOp::kSum, "full weights");
-    return out;
+    return gather_tp_unit(model_, unit, index_[static_cast<size_t>(unit)], mine.data(), tp(), "full weights");
   }
 
   std::vector<coll::Communicator*> groups() override {
@@ -209,9 +204,7 @@ class TensorParallelStrategy final : public Strategy {
   coll::Communicator& tp() const { return tp_group_ ? *tp_group_ : world_; }
 
   // A tensor every rank holds whole (the norm weights): its slice is the full tensor.
-  bool replicated(int unit, size_t param) const {
-    return tp().size() > 1 && model_.layout(unit).params[param].count == model_.full_layout(unit).params[param].count;
-  }
+  bool replicated(int unit, size_t param) const { return tp().size() > 1 && tp_replicated(model_, unit, param); }
 
   // Allocates unit `unit`'s slice of parameters, gradients and optimizer state and sets it to the slice of the
   // full model's initial values (vocabulary padding rows start at 0).

@@ -38,6 +38,15 @@
 // fp32 for the whole run (single_partition_of_fp32_groups[i].grad), each rank's reduced block is cast to fp32 and
 // sent down (4 bytes per element over PCIe), and the device keeps a staging buffer of the largest tensor
 // ([largest tensor] recipe.grads kBuckets, temp_grad_buffer_for_gpu_offload) instead of a partition.
+//
+// Over tensor-parallel layers (--tp T, Megatron-DeepSpeed: Megatron's TP model handed to DeepSpeed with its mpu):
+// the world is D = N/T replicas of T consecutive ranks (strategy.h Mesh); the model runs the rank's TP slice with
+// its activation all-reduces in the "tensor-parallel d" group (workloads/model/tensor_parallel.h, as `tp` runs it),
+// and DeepSpeed partitions over mpu.get_data_parallel_group(), the "data-parallel t" group of D: everything above
+// (the flat group padded to 2D, the buckets, the reduce-scatters and all-gathers, the partitions, the step's
+// temporaries) is the slice's (Ψ/T plus the rank's padding rows of the vocabulary) over D ranks: N reads D. The
+// gradient norm (get_grad_norm_direct) sums the partitions' squares over the world, counting a tensor whole on every
+// TP rank (norm weights, GPT-2's row-parallel biases and wpe: not tensor_model_parallel) on TP rank 0 only.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -63,9 +72,16 @@ class PartitionedOptimizer final : public Strategy {
       : Strategy(context, options), stage_(stage) {}
 
   void setup() override {
+    const Mesh mesh = mesh_of(options_, world_.size(), world_.rank());
+    if (mesh.tensor > 1) {  // before the layout: the model's units become the rank's TP slice
+      tp_group_ = split_tensor_group(mesh);
+      dp_group_ = split_data_group(mesh);
+      tensor_ = std::make_unique<GroupTensorParallel>(*tp_group_);
+      model_.set_tensor_parallel(tensor_.get());
+    }
     const optim::PrecisionRecipe& recipe = options_.recipe;
     flat_ = flat_layout(model_);
-    shard_ = shard_of(flat_.total, world_.rank(), world_.size(), kNcclStartAlignment);
+    shard_ = shard_of(flat_.total, dp().rank(), dp().size(), kNcclStartAlignment);
     params_ = model::allocate_parameter_space(device_, flat_.charge, shard_.padded, recipe.params,
                                               Category::kParameters, "ZeRO parameters");
     unit_grads_.resize(static_cast<size_t>(model_.num_units()));
@@ -91,13 +107,24 @@ class PartitionedOptimizer final : public Strategy {
                                                      "ZeRO optimizer partition", flat_.charge);
 
     std::vector<float> master(device_.holds_data() ? shard_.shard : 0);  // host scratch: the shard's initial values
+    index_.resize(static_cast<size_t>(model_.num_units()));
     for (int u = 0; u < model_.num_units(); ++u) {
       const size_t at = flat_.offset[u];
-      init_into(model_, u, options_.seed, 0, flat_.count[u], element(params_.data(), recipe.params, at), recipe.params);
       size_t lo = 0, hi = 0;
       shard_.intersect(at, at + flat_.count[u], lo, hi);
-      init_into(model_, u, options_.seed, lo - at, hi - lo,
-                master.empty() ? nullptr : master.data() + (lo - shard_.offset), DType::kF32);
+      float* mine = master.empty() ? nullptr : master.data() + (lo - shard_.offset);
+      if (tensor_ && device_.holds_data()) {  // the TP slice's values, from the full unit's seeded initialisation
+        index_[static_cast<size_t>(u)] = tp_slice_index(model_, u, tp_group_->rank(), tp_group_->size());
+        std::vector<float> slice(flat_.count[u]);
+        init_tp_slice(model_, u, options_.seed, index_[static_cast<size_t>(u)], slice.data());
+        convert(slice.data(), DType::kF32, element(params_.data(), recipe.params, at), recipe.params, slice.size());
+        std::copy(slice.begin() + static_cast<std::ptrdiff_t>(lo - at),
+                  slice.begin() + static_cast<std::ptrdiff_t>(hi - at), mine);
+      } else if (!tensor_) {
+        init_into(model_, u, options_.seed, 0, flat_.count[u], element(params_.data(), recipe.params, at),
+                  recipe.params);
+        init_into(model_, u, options_.seed, lo - at, hi - lo, mine, DType::kF32);
+      }
       auto decay = decay_ranges(model_.layout(u), at);
       decay_.insert(decay_.end(), decay.begin(), decay.end());
       model_.bind_weights(u, element(params_.data(), recipe.params, at));
@@ -117,9 +144,17 @@ class PartitionedOptimizer final : public Strategy {
               mine.size());
     }
     std::vector<float> all(shard_.padded);
-    world_.all_gather(mine.data(), all.data(), shard_.shard, DType::kF32, "report: gather weights");
+    dp().all_gather(mine.data(), all.data(), shard_.shard, DType::kF32, "report: gather weights");
     const auto begin = all.begin() + static_cast<std::ptrdiff_t>(flat_.offset[unit]);
-    return std::vector<float>(begin, begin + static_cast<std::ptrdiff_t>(flat_.count[unit]));
+    std::vector<float> slice(begin, begin + static_cast<std::ptrdiff_t>(flat_.count[unit]));
+    if (!tensor_) return slice;
+    return gather_tp_unit(model_, unit, index_[static_cast<size_t>(unit)], slice.data(), *tp_group_,
+                          "report: gather weights");
+  }
+
+  std::vector<coll::Communicator*> groups() override {
+    if (tensor_) return {&world_, tp_group_.get(), dp_group_.get()};
+    return {&world_};
   }
 
  protected:
@@ -178,7 +213,25 @@ class PartitionedOptimizer final : public Strategy {
   }
 
   double gradient_sum_of_squares() override {
-    return sum_over_world(optim::grad_sum_of_squares(optim::ConstElementSpan::of(grads_)), "clip: gradient norm");
+    if (!tensor_) {
+      return sum_over_world(optim::grad_sum_of_squares(optim::ConstElementSpan::of(grads_)), "clip: gradient norm");
+    }
+    // Over TP: each tensor's part in this partition, a tensor whole on every TP rank on TP rank 0 only (DeepSpeed's
+    // is_model_parallel_parameter or model_parallel_rank 0); the sum over the world covers both groups.
+    double local = 0;
+    for (int u = 0; u < model_.num_units(); ++u) {
+      const std::vector<model::ParamInfo>& params = model_.layout(u).params;
+      for (size_t p = 0; p < params.size(); ++p) {
+        if (tp_group_->rank() != 0 && tp_replicated(model_, u, p)) continue;
+        const size_t begin = flat_.offset[u] + params[p].offset;
+        size_t lo = 0, hi = 0;
+        shard_.intersect(begin, begin + params[p].count, lo, hi);
+        if (hi <= lo) continue;
+        local += optim::grad_sum_of_squares(optim::ConstElementSpan(
+            element(grads_.data(), grads_.dtype(), lo - shard_.offset), hi - lo, grads_.dtype()));
+      }
+    }
+    return sum_over_world(local, "clip: gradient norm");
   }
 
   void update(double lr, float grad_scale) override {
@@ -225,12 +278,14 @@ class PartitionedOptimizer final : public Strategy {
       const std::string phase = fmt::format("parameter all-gather, bucket {}", index);
       PhaseScope scope(device_.memory(), phase);
       void* recv = element(params_.data(), recipe.params, lo);
-      world_.all_gather_v(element(params_.data(), recipe.params, mine), recv, counts, recipe.params, phase);
+      dp().all_gather_v(element(params_.data(), recipe.params, mine), recv, counts, recipe.params, phase);
     }
   }
 
  private:
   bool offloaded() const { return context_.offload != nullptr; }
+  // The group DeepSpeed partitions over: the data-parallel group of this TP slice, the world without --tp.
+  coll::Communicator& dp() const { return dp_group_ ? *dp_group_ : world_; }
 
   // DeepSpeed's bucket is reduce_bucket_size elements even when the whole flat group is smaller (a small model at
   // k = 1): it is charged at that size, but only the part a range can reach, up to P, is backed by host memory.
@@ -312,8 +367,8 @@ class PartitionedOptimizer final : public Strategy {
     shard_blocks(lo, hi, begin, end);
     {
       PhaseScope scope(device_.memory(), phase);
-      world_.reduce_scatter_v(data, element(data, dtype, begin - lo), block_counts(lo, hi), dtype, coll::ReduceOp::kAvg,
-                              phase);
+      dp().reduce_scatter_v(data, element(data, dtype, begin - lo), block_counts(lo, hi), dtype, coll::ReduceOp::kAvg,
+                            phase);
     }
     if (end > begin) {  // this rank's shard meets the range
       accumulate(element(data, dtype, begin - lo), dtype, element(grads_.data(), grads_.dtype(), begin - shard_.offset),
@@ -375,6 +430,9 @@ class PartitionedOptimizer final : public Strategy {
   size_t current_bucket_ = 0;
   std::vector<optim::DecayRange> decay_;
   std::unique_ptr<optim::AdamWState> optimizer_;
+  std::unique_ptr<coll::Communicator> tp_group_, dp_group_;  // --tp T ≥ 2 (setup)
+  std::unique_ptr<GroupTensorParallel> tensor_;              // the model's view of the TP group
+  std::vector<std::vector<std::vector<int64_t>>> index_;  // [units][params][local elements]: the full element or −1
 };
 
 }  // namespace

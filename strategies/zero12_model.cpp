@@ -22,7 +22,13 @@
 // weights and biases ÷ k); R, reduce_bucket_size ÷ k², is charged as held.
 // Traffic per step: the gradients reduce-scattered (Ψ, padding never reduced: stage 1 once, after the last
 // micro-batch; stage 2 every micro-batch), the updated shards all-gathered (P), the gradient norm all-reduced.
+// Over tensor-parallel layers (--tp T): the input's units are the rank's TP slice (Ψ/T plus its padding rows of
+// the vocabulary), N reads D = N/T and the traffic above is the "data-parallel" group's; tp's activation
+// all-reduces are the "tensor-parallel" group's; the gradient norm is all-reduced over the world.
+#include <fmt/format.h>
+
 #include <algorithm>
+#include <string>
 
 #include "strategies/analytic.h"
 #include "strategies/shard.h"
@@ -62,7 +68,10 @@ uint64_t transient_grads(const AnalyticInput& input) {
 }  // namespace
 
 Updated predict_zero12(const StrategyOptions& options, const AnalyticInput& input, int stage, Prediction& prediction) {
-  const int world = input.world;
+  const Mesh mesh = mesh_of(options, input.world, input.rank);
+  const int world = mesh.data;  // the ranks DeepSpeed partitions over
+  const std::string group = mesh.tensor > 1 ? "data-parallel" : "world";
+  if (mesh.tensor > 1) add_tensor_parallel_traffic(prediction, input, "tensor-parallel", mesh.tensor);
   const uint64_t parameters = input.parameter_count();
   const uint64_t padded_parameters = shard_of(parameters, 0, world, 2).padded;
   const uint64_t shard_elements = padded_parameters / world;
@@ -86,11 +95,11 @@ Updated predict_zero12(const StrategyOptions& options, const AnalyticInput& inpu
     }
     prediction.peak[Category::kGradients] = std::max(every_grad, kept_grad + device_partition);
     prediction.formula = "(2 + 2 + K/N)Ψ: optimizer state partitioned";
-    add_ring_traffic(prediction, coll::CollectiveKind::kReduceScatter, "world", parameters * grad_bytes, world);
+    add_ring_traffic(prediction, coll::CollectiveKind::kReduceScatter, group, parameters * grad_bytes, world);
   } else {
     prediction.peak[Category::kGradients] = device_partition + transient_grads(input) * grad_bytes;
     prediction.formula = "(2 + (2 + K)/N)Ψ: optimizer state and gradients partitioned";
-    add_ring_traffic(prediction, coll::CollectiveKind::kReduceScatter, "world", parameters * grad_bytes, world,
+    add_ring_traffic(prediction, coll::CollectiveKind::kReduceScatter, group, parameters * grad_bytes, world,
                      static_cast<uint64_t>(input.accumulation));
   }
   if (!input.offload) {  // DeepSpeed's step(): flatten(averaged_gradients).to(fp32) beside the partition
@@ -112,10 +121,14 @@ Updated predict_zero12(const StrategyOptions& options, const AnalyticInput& inpu
     if (options.adamw_impl == optim::AdamWImpl::kForeach) prediction.step_temporary_elements = partition;
     if (options.adamw_impl == optim::AdamWImpl::kSingle) prediction.step_temporary_elements = 2 * partition;
   }
-  add_ring_traffic(prediction, coll::CollectiveKind::kAllGather, "world",
+  add_ring_traffic(prediction, coll::CollectiveKind::kAllGather, group,
                    padded_parameters * dtype_size(options.recipe.params), world);
   add_ring_traffic(prediction, coll::CollectiveKind::kAllReduce, "world", 4,
-                   world);  // the gradient norm's partial sums
+                   input.world);  // the gradient norm's partial sums
+  if (mesh.tensor > 1) {
+    prediction.formula =
+        fmt::format("{}, over the TP slice (Ψ/t, t = {}) with N = D = {}", prediction.formula, mesh.tensor, mesh.data);
+  }
   return {{all, shard_elements}};
 }
 

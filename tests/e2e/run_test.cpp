@@ -125,6 +125,18 @@ TEST_P(Ranks, BadInputsExitTwoWithOneMessage) {
        "--sequence-parallel is built for tp's layers and fsdp2 --tp T; fsdp2 --pp with --tp 2 runs without it"},
       {"--model llama2-7b --strategies fsdp2 --tp 2 --distributed-optimizer",
        "fsdp2 with --tp already shards the optimizer over the replicas"},
+      // ZeRO-1/2 over tensor-parallel layers (Megatron-DeepSpeed): the layout's and the split's checks, and what
+      // it does not combine with.
+      {"--model llama2-7b --strategies zero2 --tp 3",
+       "ranks are not divisible by tensor-parallel 3 x pipeline-parallel 1 = 3"},
+      {"--plan 8 --model gpt2 --strategies zero1 --tp 8", "tp over 8 ranks: gpt2's"},
+      {"--model llama2-7b --strategies zero2 --tp 2 --pp 2", "--pp 2 with zero2: DeepSpeed's pipeline engine refuses"},
+      {"--model llama2-7b --strategies zero1 --tp 2 --pp 2",
+       "--pp 2 with zero1 --tp 2: ZeRO-1 over DeepSpeed's pipeline engine is not built"},
+      {"--plan 8 --model llama2-7b --strategies zero2 --tp 2 --sequence-parallel",
+       "--sequence-parallel with zero2·tp2: ZeRO over tensor-parallel layers runs without it"},
+      {"--model llama2-7b --strategies zero1 --tp 2 --distributed-optimizer",
+       "zero1 and zero2 with --tp already partition the optimizer over the replicas"},
       {"--model gpt2 --strategies ddp,zero0 --comm-hook bf16", "--comm-hook bf16 with zero0"},
       {"--model gpt2 --strategies zero3,fsdp2 --bucket-view", "--bucket-view is PyTorch DDP's"},
       {"--model gpt2 --deepspeed " + stage0_offload,
@@ -447,6 +459,9 @@ TEST(Plan, ComposedParallelismAgreesWithTheShrunkRun) {
       {"tp2·dp2·do", "pp2·tp2"}, 0.005);
   // FSDP2 over TP 2 (its 2 replicas the data-parallel group).
   expect_run_matches_plan(" --model llama2-13b --shrink 64 --steps 1 --strategies fsdp2 --tp 2", {"fsdp2·tp2"}, 0.005);
+  // ZeRO-1 and ZeRO-2 over TP 2 (DeepSpeed's partitions over the 2 replicas, Megatron-DeepSpeed).
+  expect_run_matches_plan(" --model llama2-13b --shrink 64 --steps 1 --strategies zero1,zero2 --tp 2",
+                          {"zero1·tp2", "zero2·tp2"}, 0.005);
   // FSDP2 over each stage's replicas (PP 2 × FSDP 2) and torchtitan's 3-D (TP 2 × PP 2, D = 1 at 4 ranks).
   expect_run_matches_plan(" --model llama2-13b --shrink 64 --steps 1 --strategies fsdp2 --pp 2", {"fsdp2·pp2"}, 0.005);
   expect_run_matches_plan(" --model llama2-13b --shrink 64 --steps 1 --strategies 3d --tp 2 --pp 2", {"fsdp2·pp2·tp2"},
@@ -505,7 +520,8 @@ TEST(Run, DataParallelReplicasSplitTheGlobalBatch) {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"--strategies tp --tp 2 --grad-accum 2", "--strategies tp --grad-accum 4"},
       {"--strategies pp --pp 2 --micro-batches 2", "--strategies pp --micro-batches 4"},
-      {"--strategies fsdp2 --tp 2 --grad-accum 2", "--strategies tp --grad-accum 4"}};
+      {"--strategies fsdp2 --tp 2 --grad-accum 2", "--strategies tp --grad-accum 4"},
+      {"--strategies zero2 --tp 2 --grad-accum 2", "--strategies tp --grad-accum 4"}};
   for (const auto& [replicated, single] : cases) {
     testing::TempDir dir("run");
     const std::string a = dir.file("replicas.json"), b = dir.file("single.json");

@@ -21,6 +21,7 @@ emu_add_mpi_test(strategy_gradient_timing_test SOURCES mpi/strategy_gradient_tim
 emu_add_mpi_test(strategy_pipeline_test SOURCES mpi/strategy_pipeline_test.cpp LIBS emu_strategies RANKS 2 3 4)
 emu_add_mpi_test(strategy_tensor_test SOURCES mpi/strategy_tensor_test.cpp LIBS emu_strategies RANKS 1 2 4 8)
 # tp and pp composed with data parallelism and each other (TP 2 x DP 2|4, PP 2 x DP 2|4, TP 2 x PP 2 at 4 ranks; TP 2 x
-# PP 2 x DP 2 at 8): the same numbers as a single device, each
+# PP 2 x DP 2 at 8; ZeRO-1/2 over TP 2, ZeRO-2 over TP 4 at 8): the same numbers as a single device, each
 # group's traffic against closed forms.
-emu_add_mpi_test(strategy_parallel_test SOURCES mpi/strategy_parallel_test.cpp LIBS emu_strategies RANKS 4 8)
+emu_add_mpi_test(strategy_parallel_test SOURCES mpi/strategy_parallel_test.cpp LIBS emu_strategies RANKS 4 8
+                 SEPARATE ZeroOverTensorParallel.Tp4SameAsSingleDevice)

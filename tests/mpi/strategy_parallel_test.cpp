@@ -44,8 +44,14 @@ std::string_view layout_name(std::string_view name) { return is_gpt2(name) ? nam
 // degree `degree`; pp's with "-v2" interleaved, 2 chunks of one block per stage; and "fsdp2-tp" (FSDP2 over the
 // replicas of TP `degree` layers); "fsdp2-pp" (FSDP2 over each stage's replicas of PP `degree`, torchtitan's
 // reshard_after_forward=False under PP) and "fsdp2-pp-tp" (its stages TP `degree` too: torchtitan's 3-D), each with
-// "-v2" interleaved (torchtitan's Interleaved1F1B: 2 chunks of one block per stage, each an FSDP module).
+// "-v2" interleaved (torchtitan's Interleaved1F1B: 2 chunks of one block per stage, each an FSDP module); "zero1-tp"
+// and "zero2-tp" (DeepSpeed's ZeRO-1/2 over the replicas of TP `degree` layers, Megatron-DeepSpeed).
 strategy::StrategyOptions parallel_options(std::string_view name, int degree) {
+  if (name.starts_with("zero")) {
+    strategy::StrategyOptions options = test_options(name.substr(0, 5), optim::Recipe::kFp32);
+    options.parallel.tensor = degree;
+    return options;
+  }
   if (name.starts_with("fsdp2")) {
     strategy::StrategyOptions options = test_options("fsdp2", optim::Recipe::kFp32);
     if (name.find("-tp") != std::string_view::npos) options.parallel.tensor = degree;
@@ -109,13 +115,14 @@ class Equivalence : public ::testing::TestWithParam<std::string> {};  // paralle
 // not all-reduced over the TP group (each rank's rows only) moves the norm and the norm weights at the first step.
 // "fsdp2-pp-v2", "fsdp2-pp-tp-v2": FSDP2 over interleaved stages (2 chunks per stage, each its own FSDP module,
 // reduce-scattered after its own last backward), with TP 2 too.
-TEST_P(Equivalence, SameAsSingleDevice) {
-  const bool gpt2 = is_gpt2(GetParam());
-  std::string_view layout = layout_name(GetParam());
+// Runs the layout `name` of `degree` (parallel_options) against the reference.
+void expect_same_as_single_device(std::string_view name, int degree) {
+  const bool gpt2 = is_gpt2(name);
+  std::string_view layout = layout_name(name);
   model::ModelOptions model_options;
   model_options.sequence_parallel = layout.ends_with("-sp");
   if (model_options.sequence_parallel) layout.remove_suffix(3);
-  const strategy::StrategyOptions options = parallel_options(layout, 2);
+  const strategy::StrategyOptions options = parallel_options(layout, degree);
   const Trace reference =
       run_reference_config(parallel_config(gpt2), options, replicas(options), kMicroBatches, kSteps);
   const auto run = run_parallel(options, kMicroBatches, kSteps, true, gpt2, model_options);
@@ -131,13 +138,26 @@ TEST_P(Equivalence, SameAsSingleDevice) {
   }
 }
 
+// "zero1-tp", "zero2-tp": DeepSpeed's partitions over the data-parallel group of each TP coordinate; a gradient
+// norm counting the replicated norm weights on both TP ranks, or partitions cut over the world instead of the D
+// replicas, move the norm (and the weights) at the first step. GPT-2's replicated c_proj biases and wpe too.
+TEST_P(Equivalence, SameAsSingleDevice) { expect_same_as_single_device(GetParam(), 2); }
+
+// ZeRO-2 over TP 4 (D = 2 at 8 ranks): a/4 = 2 heads, kv/4 = 1 kv head, F/4 = 16 per rank.
+TEST(ZeroOverTensorParallel, Tp4SameAsSingleDevice) {
+  if (world_size() != 8) GTEST_SKIP() << "TP 4 x DP 2 takes 8 ranks";
+  expect_same_as_single_device("zero2-tp", 4);
+}
+
 INSTANTIATE_TEST_SUITE_P(Parallel, Equivalence,
                          ::testing::Values("tp", "pp", "tp-do", "pp-do", "pp-tp", "pp-tp-do", "pp-v2-do", "pp-tp-v2",
                                            "fsdp2-tp", "fsdp2-tp-sp", "fsdp2-pp", "fsdp2-pp-tp", "fsdp2-pp-v2",
-                                           "fsdp2-pp-tp-v2", "gpt2-tp-do", "gpt2-pp-tp", "gpt2-fsdp2-tp"),
+                                           "fsdp2-pp-tp-v2", "gpt2-tp-do", "gpt2-pp-tp", "gpt2-fsdp2-tp", "zero1-tp",
+                                           "zero2-tp", "gpt2-zero2-tp"),
                          [](const ::testing::TestParamInfo<std::string>& param) {
                            const std::string_view layout = layout_name(param.param);
                            const std::string prefix = is_gpt2(param.param) ? "gpt2_" : "";
+                           if (layout.starts_with("zero")) return prefix + std::string(layout.substr(0, 5)) + "_tp2";
                            if (layout == "fsdp2-tp") return prefix + "fsdp2_tp2";
                            if (layout == "fsdp2-tp-sp") return prefix + "fsdp2_tp2_sequence_parallel";
                            if (layout == "fsdp2-pp") return prefix + "fsdp2_pp2";
@@ -158,6 +178,30 @@ constexpr uint64_t kBlockMatrices = 32 * 32 + 2 * 16 * 32 + 32 * 32 + 3 * 64 * 3
 constexpr uint64_t kBlockNorms = 2 * 32;
 constexpr uint64_t kTable = 1024 * 32;
 
+// The TP group's all-reduces of the hidden state (Megatron's f and g) by `run` on this rank: per micro-batch 4L + 2
+// of b·s·h·4 = 1,024 bytes, each sending 2(T − 1)/T of it.
+void expect_hidden_all_reduces(const WorldRun& run, uint64_t tp) {
+  uint64_t calls = 0, sent = 0;
+  for (const auto& [key, entry] : run.ledger("tensor-parallel").entries()) {
+    if (key.first == coll::CollectiveKind::kAllReduce && std::string_view(key.second).starts_with("tp all-reduce")) {
+      calls += entry.calls, sent += entry.moved.sent;
+    }
+  }
+  EXPECT_EQ(calls, kMicroBatches * (4 * kLayers + 2));
+  EXPECT_EQ(sent, kMicroBatches * (4 * kLayers + 2) * 2 * (tp - 1) * 1024 / tp);
+}
+
+// The bytes the predictor (strategies/analytic.h) has this rank send per step in `group`, every kind together.
+uint64_t predicted_group_sent(const WorldRun& run, const strategy::StrategyOptions& options, std::string_view group) {
+  strategy::AnalyticInput input = strategy::analytic_input(*run.model, world_size(), 1, kMicroBatches);
+  input.rank = world_rank();
+  uint64_t sent = 0;
+  for (const strategy::PredictedTraffic& t : strategy::predict(options, input).traffic) {
+    if (t.group == group) sent += t.sent;
+  }
+  return sent;
+}
+
 // The groups' traffic for one step of 2 micro-batches per replica, fp32 (4 bytes), against the closed forms, and the
 // predictor (strategies/tp_model.cpp, pipeline_model.cpp) against the run.
 TEST(ParallelTraffic, TensorGroupAndDataGroup) {
@@ -165,15 +209,7 @@ TEST(ParallelTraffic, TensorGroupAndDataGroup) {
   const auto run = run_parallel(options, kMicroBatches, 1, false);
   constexpr uint64_t kT = 2;
   const uint64_t kD = data_degree();
-  // TP: per micro-batch 4L + 2 = 18 all-reduces of b·s·h·4 = 1,024 bytes, at 2(T − 1)/T of the payload.
-  uint64_t hidden_calls = 0, hidden_sent = 0;
-  for (const auto& [key, entry] : run->ledger("tensor-parallel").entries()) {
-    if (key.first == coll::CollectiveKind::kAllReduce && std::string_view(key.second).starts_with("tp all-reduce")) {
-      hidden_calls += entry.calls, hidden_sent += entry.moved.sent;
-    }
-  }
-  EXPECT_EQ(hidden_calls, kMicroBatches * (4 * kLayers + 2));
-  EXPECT_EQ(hidden_sent, kMicroBatches * (4 * kLayers + 2) * 2 * (kT - 1) * 1024 / kT);
+  expect_hidden_all_reduces(*run, kT);  // TP: 18 per micro-batch
   // DP: every unit's local gradients once per step: the blocks' matrices / T with their whole norms, the root's
   // tables / T and its final norm, each all-reduced at 2(D − 1)/D.
   const uint64_t local = kLayers * (kBlockMatrices / kT + kBlockNorms) + 2 * kTable / kT + 32;
@@ -230,13 +266,7 @@ TEST(ParallelTraffic, Fsdp2OverTensorParallelLayers) {
   const auto run = run_parallel(options, kMicroBatches, 1, false);
   constexpr uint64_t kT = 2;
   const uint64_t kD = data_degree();
-  uint64_t hidden_calls = 0;
-  for (const auto& [key, entry] : run->ledger("tensor-parallel").entries()) {
-    if (key.first == coll::CollectiveKind::kAllReduce && std::string_view(key.second).starts_with("tp all-reduce")) {
-      hidden_calls += entry.calls;
-    }
-  }
-  EXPECT_EQ(hidden_calls, kMicroBatches * (4 * kLayers + 2));
+  expect_hidden_all_reduces(*run, kT);
   const uint64_t block = kBlockMatrices / kT + kBlockNorms, root = 2 * kTable / kT + 32;
   const coll::Ledger& data = run->ledger("data-parallel");
   const uint64_t gathered = data.total(coll::CollectiveKind::kAllGather).moved.sent;
@@ -254,6 +284,35 @@ TEST(ParallelTraffic, Fsdp2OverTensorParallelLayers) {
   EXPECT_EQ(predicted.sent(coll::CollectiveKind::kReduceScatter), scattered);
   EXPECT_EQ(predicted.peak[Category::kOptimizerState], memory.peak(Category::kOptimizerState));
   EXPECT_EQ(predicted.peak[Category::kParameters], memory.peak(Category::kParameters));
+}
+
+// ZeRO-1 and ZeRO-2 over TP 2 (Megatron-DeepSpeed), fp32: the TP group's all-reduces as tp's, and over the
+// data-parallel group of D the flat group of the rank's local elements (51,488: a multiple of 2D at D = 2 and 4, no
+// padding) reduce-scattered, (D − 1)/D of its 4-byte gradients (one bucket: reduce_bucket_size is far larger), by
+// ZeRO-1 once per step after the last backward and by ZeRO-2 once per micro-batch, and the updated partitions
+// all-gathered once per step, (D − 1)/D of its parameters. Nothing of it in the world's ledger but the norm.
+TEST(ParallelTraffic, ZeroOverTensorParallelLayers) {
+  for (const int stage : {1, 2}) {
+    SCOPED_TRACE(stage);
+    const strategy::StrategyOptions options = parallel_options(stage == 1 ? "zero1-tp" : "zero2-tp", 2);
+    const auto run = run_parallel(options, kMicroBatches, 1, false);
+    constexpr uint64_t kT = 2;
+    const uint64_t kD = data_degree();
+    expect_hidden_all_reduces(*run, kT);
+    const uint64_t local = kLayers * (kBlockMatrices / kT + kBlockNorms) + 2 * kTable / kT + 32;
+    const coll::Ledger& data = run->ledger("data-parallel");
+    const coll::LedgerEntry scattered = data.total(coll::CollectiveKind::kReduceScatter);
+    const uint64_t reductions = stage == 1 ? 1 : kMicroBatches;
+    EXPECT_EQ(scattered.calls, reductions);
+    EXPECT_EQ(scattered.moved.sent, reductions * 4 * local * (kD - 1) / kD);
+    EXPECT_EQ(data.total(coll::CollectiveKind::kAllGather).moved.sent, 4 * local * (kD - 1) / kD);
+    EXPECT_EQ(run->world->ledger().total(coll::CollectiveKind::kReduceScatter).calls, 0u);
+    EXPECT_EQ(run->world->ledger().total(coll::CollectiveKind::kAllGather).calls, 0u);
+    EXPECT_EQ(predicted_group_sent(*run, options, "data-parallel"),
+              scattered.moved.sent + data.total(coll::CollectiveKind::kAllGather).moved.sent);
+    EXPECT_EQ(predicted_group_sent(*run, options, "tensor-parallel"),
+              run->ledger("tensor-parallel").total(coll::CollectiveKind::kAllReduce).moved.sent);
+  }
 }
 
 TEST(ParallelTraffic, PipelineGroupAndDataGroup) {
@@ -490,6 +549,37 @@ TEST(ParallelTraffic, Fsdp2OverInterleavedStages) { check_fsdp2_over_stages("fsd
 TEST(ParallelTraffic, Fsdp2OverInterleavedTensorParallelStages) { check_fsdp2_over_stages("fsdp2-pp-tp-v2"); }
 TEST(ParallelTraffic, Fsdp2OverInterleavedStagesMixedPrecision) {
   check_fsdp2_over_stages_mixed("fsdp2-pp-v2", 2 * kMicroBatches);
+}
+
+// ZeRO-1 and ZeRO-2 over TP 2 in DeepSpeed's mixed recipe (bf16 parameters and gradients, fp32 master and
+// moments, FusedAdam), by hand per local parameter (local = 51,488, S = local/D its partition, no padding):
+//   parameters  2 bytes, every local parameter (the bf16 flat group)
+//   master, m, v  4 + 8 bytes over S
+//   gradients   ZeRO-2: at the step the bf16 partition, its flat copy and its fp32 copy, (2 + 2 + 4)·S, more than
+//               backward's partition and one tensor's .grad (2·S + 2·16,384, the embedding slice [512, 32]);
+//               ZeRO-1: the larger of every unit's .grad, 2·local, alive until the one reduction at the end (the
+//               partition arrives after they are all in the bucket), and the step's 8·S (4·local at D = 2)
+//   buckets     one ipg bucket of reduce_bucket_size = 500,000,000 bf16 elements, charged whole
+// Measured = predicted in every category.
+TEST(ParallelTraffic, ZeroOverTensorParallelMixedPrecision) {
+  for (const int stage : {1, 2}) {
+    SCOPED_TRACE(stage);
+    strategy::StrategyOptions options = parallel_options(stage == 1 ? "zero1-tp" : "zero2-tp", 2);
+    options.recipe = optim::precision_recipe(optim::Recipe::kMixed);
+    const auto run = run_parallel(options, kMicroBatches, 1, false);
+    const uint64_t d = data_degree();
+    const uint64_t local = kLayers * (kBlockMatrices / 2 + kBlockNorms) + 2 * kTable / 2 + 32;
+    const uint64_t partition = local / d;
+    MemoryPool& memory = run->device->memory();
+    EXPECT_EQ(memory.peak(Category::kParameters), 2 * local);
+    EXPECT_EQ(memory.peak(Category::kMasterWeights), 4 * partition);
+    EXPECT_EQ(memory.peak(Category::kOptimizerState), 8 * partition);
+    EXPECT_EQ(memory.peak(Category::kGradients),
+              stage == 2 ? (2 + 2 + 4) * partition : std::max(2 * local, 8 * partition));
+    EXPECT_EQ(memory.peak(Category::kBuckets), 2 * uint64_t{500'000'000});
+    const strategy::Prediction predicted = expect_predicted_memory(*run, options);
+    EXPECT_EQ(predicted.peak[Category::kMasterWeights], memory.peak(Category::kMasterWeights));
+  }
 }
 
 // N not divisible by T·P: a clear error naming the values, the same on every rank.

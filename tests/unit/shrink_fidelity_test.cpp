@@ -309,6 +309,19 @@ TEST(ShrinkFidelity, Fsdp2OverTensorParallelShrunkTimesKSquaredEqualsThePlan) {
   EXPECT_GT(cases, 0);
 }
 
+// ZeRO-1 and ZeRO-2 over TP 2 (Megatron-DeepSpeed: D = 2 replicas at 4 ranks partition the TP slice): every preset
+// that splits, ranks 0 and 3, with and without checkpointing.
+TEST(ShrinkFidelity, ZeroOverTensorParallelShrunkTimesKSquaredEqualsThePlan) {
+  int cases = 0;
+  double worst = 0;
+  for (const Variant& variant : {kVariants.front(), kVariants.back()}) {
+    cases += check_layout({"zero1", "--tp", "2"}, variant, worst);
+    cases += check_layout({"zero2", "--tp", "2"}, variant, worst);
+  }
+  fmt::print("zero1 and zero2 over tp: {} cases; the largest deviation of a peak: {:.4f}%\n", cases, 100 * worst);
+  EXPECT_GT(cases, 0);
+}
+
 // FSDP2 over a pipeline's stages (fsdp2 --pp 2: D = 2 replicas at 4 ranks) and torchtitan's 3-D (3d --tp 2 --pp 2,
 // D = 1): each stage's units (of the TP slice) sharded over its replicas, unsharded from the first forward to the
 // end of the step, their gradients accumulated unsharded in fp32; ranks 0 (the first stage) and 3 (the last), every
