@@ -11,6 +11,7 @@
 #include "emu/device.h"
 #include "emu/topology.h"
 #include "emu/units.h"
+#include "strategies/strategy.h"
 #include "workloads/model/shrink.h"
 
 namespace emu::app {
@@ -102,6 +103,29 @@ std::string settings_lines(const RunOptions& options) {
 
 }  // namespace
 
+model::ShrinkReport run_shrink_report(const RunOptions& options, int64_t k) {
+  bool autocast = false, plain = false;
+  for (const strategy::StrategyOptions& o : options.strategies) {
+    (strategy::framework_model_options(o, options.model_options).autocast ? autocast : plain) = true;
+  }
+  model::ModelOptions under_autocast = options.model_options;
+  under_autocast.autocast = true;
+  model::ShrinkReport report =
+      model::shrink_report(options.full, k, autocast && !plain ? under_autocast : options.model_options);
+  if (!autocast || !plain) return report;
+  const model::ShrinkReport other = model::shrink_report(options.full, k, under_autocast);
+  std::vector<model::ShrinkTerm> terms;
+  for (size_t i = 0; i < report.terms.size(); ++i) {
+    terms.push_back(report.terms[i]);
+    const model::ShrinkTerm& t = other.terms[i];
+    if (t.full == report.terms[i].full && t.shrunk == report.terms[i].shrunk) continue;
+    terms.push_back(t);
+    terms.back().name = "  under ddp's autocast";
+  }
+  report.terms = std::move(terms);
+  return report;
+}
+
 void print_run_header(const MpiSession& mpi, const RunOptions& options) {
   const HostInfo host = describe_host();
   const Binding binding = bind_to_core(mpi.local_rank(), mpi.local_size());
@@ -138,7 +162,7 @@ void print_run_header(const MpiSession& mpi, const RunOptions& options) {
                         options.save_weights_path);
   }
   if (options.plan) {
-    const model::ShrinkReport shrunk = model::shrink_report(options.full, k, options.model_options);
+    const model::ShrinkReport shrunk = run_shrink_report(options, k);
     text += fmt::format(
         "  plan      shapes only at full scale for {} ranks: no data, no math; a run shrunk by k = {} charges "
         "these figures / k^2 up to the rounding of F, V and s ({:+.3f}% at most on a memory term)\n",
@@ -182,7 +206,7 @@ void print_run_header(const MpiSession& mpi, const RunOptions& options) {
   }
   for (int r = 0; r < mpi.world(); ++r) text += fmt::format("  rank {:<4} {}\n", r, placements[r]);
   if (!options.plan) {
-    text += fmt::format("\n{}", model::shrink_report(options.full, k, options.model_options).format());
+    text += fmt::format("\n{}", run_shrink_report(options, k).format());
   }
   std::fputs(text.c_str(), stdout);
   std::fflush(stdout);

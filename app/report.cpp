@@ -6,6 +6,7 @@
 #include <numeric>
 #include <utility>
 
+#include "app/header.h"
 #include "app/step_time.h"
 #include "emu/units.h"
 #include "strategies/pipeline.h"
@@ -375,9 +376,7 @@ std::string format_conclusion(const RunReport& r) {
         "Figures are the shrunk run's bytes x {}^2 (k = {}{}); `--plan {}` accounts the full-scale "
         "shapes directly and agrees up to the rounding of F, V and s: at most {:+.3f}% on a memory term.\n",
         r.shrink, r.shrink, r.options.shrink_chosen ? ", chosen for speed; --shrink to change" : "", r.world,
-        100 * model::shrink_report(r.options.full, r.shrink, r.options.model_options)
-                  .worst_memory_term()
-                  .deviation(r.shrink));
+        100 * run_shrink_report(r.options, r.shrink).worst_memory_term().deviation(r.shrink));
   }
   return out;
 }

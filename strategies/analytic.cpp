@@ -121,7 +121,6 @@ AnalyticInput analytic_input(const model::Model& model, int world, int ranks_per
     input.unit_tensors_charged.push_back(std::move(charged));
   }
   input.charge = model::parameter_charge(model.config(), model.layouts());
-  input.tied_head = model.config().tie_embeddings;
   input.head_elements = head_elements(model);
   input.embedding_elements = embedding_elements(model);
   // pp: the root's tensors by their Hugging Face names: the embedding tables on the first stage, the rest (and a

@@ -65,7 +65,6 @@ struct AnalyticInput {
   // [root tensors] whether autograd makes the tensor's gradient at the end of backward, when it reaches the
   // embeddings, rather than at its start with the LM head's (model/layout.h gradient_made_at_end); empty: none.
   std::vector<bool> root_at_end;
-  bool tied_head = false;  // the LM head is the token embedding: its gradient is completed only at the end
 
   // Elements of the root's gradients made at the end of backward, as a shrunk run charges those tensors.
   uint64_t root_embedding_elements() const;

@@ -162,15 +162,16 @@ class PartitionedOptimizer final : public Strategy {
     Buffer& grads = unit_grads_[static_cast<size_t>(unit)];
     // DeepSpeed's backward() makes the ipg bucket before autograd runs (the root's backward comes first).
     if (buckets_.empty()) allocate_buckets();
-    // The head's backward is over: an untied head's .grad went into the bucket there.
-    if (stage_ == 2 && unit != 0 && !model_.config().tie_embeddings) head_grad_.reset();
+    // The head's backward is over: its .grad went into the bucket there (a tied head's is made at the end).
+    if (stage_ == 2 && unit != 0) head_grad_.reset();
     if (stage_ == 1 && grads.allocated()) return;  // .grad accumulates over micro-batches until the reduction
     const std::string what = fmt::format("unit {} gradients", unit);
     const DType dtype = options_.recipe.grads;
     if (stage_ == 2) {
       // One tensor's .grad at a time: each is copied into the bucket by its hook as autograd makes it (the unit's
-      // other elements are host scratch until emu copies them at after_backward). The root's head (or the
-      // embedding tied to it, whose gradient autograd completes only at the end) is charged apart.
+      // other elements are host scratch until emu copies them at after_backward). The root's largest tensor made
+      // at the head (an untied head; the final norm when the head is tied to the embedding, whose .grad autograd
+      // makes at the end) is charged apart.
       grads = device_.allocate(flat_.count[unit], dtype, Category::kGradients, what,
                                unit == 0 ? 0 : largest_tensor_charge(unit) * dtype_size(dtype));
       if (unit == 0) {

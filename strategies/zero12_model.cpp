@@ -51,16 +51,14 @@ size_t units_freed_before_first_reduction(const AnalyticInput& input, uint64_t b
 
 // Stage 2: the most .grad elements alive at once, as a shrunk run charges them. DeepSpeed's hook copies each .grad
 // into the bucket as autograd makes it, so one tensor's lives at a time: the LM head's in the head's backward, a
-// block's largest in its backward, the embeddings' at the end. A head tied to the embedding is one tensor whose
-// gradient autograd completes only at the end: it lives through all of backward.
+// block's largest in its backward, the embeddings' at the end. A head tied to the embedding makes no .grad at the
+// head: autograd keeps its part as a temporary and makes the table's .grad at the end (model.h).
 uint64_t transient_grads(const AnalyticInput& input) {
-  const uint64_t head = input.root_head_tensor();
-  const uint64_t kept = input.tied_head ? head : 0;
-  uint64_t peak = std::max(head, kept + input.root_embedding_elements());
+  uint64_t peak = std::max(input.root_head_tensor(), input.root_embedding_elements());
   for (size_t unit = 1; unit < input.unit_counts.size(); ++unit) {
     const bool known = unit < input.unit_tensors_charged.size();
     const std::vector<uint64_t> tensors = known ? input.unit_tensors_charged[unit] : input.tensors_of(unit);
-    peak = std::max(peak, kept + *std::max_element(tensors.begin(), tensors.end()));
+    peak = std::max(peak, *std::max_element(tensors.begin(), tensors.end()));
   }
   return peak;
 }

@@ -28,7 +28,8 @@
 //   reaches it, DeepSpeed copies it into the ipg bucket and drops it, so one .grad is alive at a time. emu
 //   computes a unit's gradients into one buffer, held uncharged; what is charged is the unit's largest tensor
 //   at the gradients' dtype while its backward runs: the head's from the start of backward to the end of the
-//   head's backward, each block's through its backward, the embedding's through its backward at the end.
+//   head's backward (a tied head's none: the final norm's), each block's through its backward, the embedding's
+//   through its backward at the end.
 // Persistence (stage3_param_persistence_threshold): a unit of at most that many elements is not released once
 //   fetched. The optimizer step changes its partition, so the step frees it and its next use fetches it afresh:
 //   one all-gather per step, as DeepSpeed re-gathers persistent parameters after the optimizer step.
@@ -159,7 +160,7 @@ class Zero3 final : public ShardedUnits {
     grad_.reset();
     if (u == 1) {  // the embedding's backward comes next
       hold(embedding_, root_split_.embedding, kEmbedding);
-      make_grad(0);
+      make_grad(0, /*root_at_end=*/true);
     }
     if (u == 0) embedding_.reset();
   }
@@ -184,12 +185,24 @@ class Zero3 final : public ShardedUnits {
     }
   }
 
-  // Charges the .grad autograd is making in unit `u`'s backward: its largest tensor at the gradients' dtype.
-  void make_grad(int u) {
+  // Charges the .grad autograd is making in unit `u`'s backward: its largest tensor at the gradients' dtype. The
+  // root's at the head are those made there (model/layout.h gradient_made_at_end): a head tied to the embedding
+  // makes none, autograd holding its part of the table's gradient until the embedding's backward (model.h).
+  void make_grad(int u, bool root_at_end = false) {
     if (grad_.allocated()) return;
+    uint64_t largest = largest_tensor_[static_cast<size_t>(u)];
+    if (u == 0 && !root_at_end) {
+      const std::vector<model::ParamInfo>& params = model_.layout(0).params;
+      largest = 0;
+      for (size_t i = 0; i < params.size(); ++i) {
+        if (!model::gradient_made_at_end(model_.config(), i)) {
+          largest = std::max<uint64_t>(largest, model::tensor_charge(model_.config(), params[i]));
+        }
+      }
+    }
     const DType dtype = options_.recipe.grads;
     grad_ = device_.allocate(1, dtype, Category::kGradients, "parameter .grad, before the ipg bucket",
-                             largest_tensor_[static_cast<size_t>(u)] * dtype_size(dtype));
+                             largest * dtype_size(dtype));
   }
 
   uint64_t max_reuse() const { return options_.scaled(options_.zero.max_reuse_distance); }

@@ -326,8 +326,9 @@ void name_fsdp1(const std::string& category, const CaseFacts& f, Line& line) {
          "MemTracker's gradient hook",
          peak.sharded, false});
     line.named.push_back(
-        {"the head's gradient (a tied embedding's: all of it) beside a block's, held by autograd for the root's "
-         "FlatParameter until the end of backward: not a .grad to MemTracker",
+        {"the head's and final norm's gradients (a tied head's: the final norm's alone; its part of the table's "
+         "is a temporary on both sides) beside a block's, held by autograd for the root's FlatParameter until the "
+         "end of backward: not a .grad to MemTracker",
          peak.head, false});
     line.named.push_back(
         {"the unit whose unsharded gradient is at emu's peak against the largest unit's, MemTracker's peak",
@@ -523,14 +524,6 @@ void name_work_at_peak(const json& c, const CaseFacts& f, const std::string& str
     // (blocks.cpp gelu_new_backward).
     line.named.push_back(
         {"the loss, a 0-d fp32 tensor the recording's train_step holds through backward and step()", -4});
-    if (moment == Moment::kBlockBackward && ddp && s.tied_head) {
-      // Autograd sums the tied table's gradient (the head's part, then the embedding's) in the input buffer of its
-      // AccumulateGrad node, which makes the .grad only once the embedding's backward is done.
-      line.named.push_back(
-          {"the tied head's gradient (fp32 [V, h]), held by autograd for the embedding's AccumulateGrad until the end "
-           "of backward: MemTracker's Temp, emu's gradients",
-           -4 * s.vocab * s.h, false});
-    }
     if (moment == Moment::kBlockBackward && ddp && f.mixed && !llama) {
       // At the product's backward under CUDA's autocast (pow in fp32, autocast_mode.h): x's fp32 cast for pow, tanh,
       // 1 + tanh, c_proj's input gradient cast back to fp32 and both factors' fp32 gradients (4 B each), 0.5·x and
@@ -547,7 +540,8 @@ void name_work_at_peak(const json& c, const CaseFacts& f, const std::string& str
       // The block's first gradients made: down_proj's (GPT-2: the MLP's c_proj weight and bias).
       const int64_t down = s.h * s.ffn + (llama ? 0 : s.h);
       line.named.push_back(
-          {"the unsharded gradients made by the peak (the head's, the final norm's, the first block's down_proj's), "
+          {"the unsharded gradients made by the peak (an untied head's, the final norm's, the first block's "
+           "down_proj's), "
            "which FSDPMemTracker files as Temp until the block's post-backward and emu as gradients",
            -f.emu_bytes * (head + down), false});
     }
@@ -626,7 +620,8 @@ std::vector<Line> compare(const json& c, const json& emu, const std::string& str
     const uint64_t held = strategy == "fsdp" ? oracle::round_up(root, static_cast<uint64_t>(f.n)) : root;
     const auto head = static_cast<int64_t>(held - oracle::late_root_gradients(f.shapes));
     total.named.push_back(
-        {"the head's and final norm's gradients, which emu makes at the start of backward, before the loss's backward",
+        {"the final norm's (and an untied head's) gradients, which emu makes at the start of backward, before the "
+         "loss's backward",
          (ddp ? 4 : f.emu_bytes) * head});
   }
   if (strategy == "ddp-zero") {

@@ -6,12 +6,13 @@
 //   autograd (every PyTorch strategy, and DeepSpeed's .grad) makes a tensor's gradient when backward reaches the
 //   tensor: the LM head's and the final norm's first (the head is the first thing in backward), each block's tensor by
 //   tensor as its backward reaches the op that reads it (AccumulateGrad; a linear's weight and bias from one addmm
-//   backward), the embeddings' last (a head tied to the embedding is that tensor: its gradient starts at the
-//   head). zero_grad(set_to_none=True) frees them after the step.
+//   backward), the embeddings' last (a head tied to the embedding is that tensor, used twice: autograd holds the
+//   head's part in the input buffer of its AccumulateGrad, a temporary, and makes the .grad from the sum of both
+//   parts at the end). zero_grad(set_to_none=True) frees them after the step.
 //   DDP, ZeroRedundancyOptimizer, ZeRO-1: every .grad kept until the step or the reduction.
 //   ZeRO-2 (stage_1_and_2.py, contiguous_gradients): the hook copies each .grad into the ipg bucket as soon as autograd
 //   makes it and repoints .grad into the bucket: one tensor's at a time beside the partition (made at set-up); a tied
-//   head's waits for the embeddings' part until the end of backward.
+//   head makes none at the head (the final norm's is the largest there).
 //   FSDP1 (_runtime_utils.py _post_backward_hook, _reduce_grad): a unit's unsharded gradient (its FlatParameter's,
 //   made at once) until its reduce-scatter, which makes its fp32 sharded gradient (_saved_grad_shard) beside it;
 //   FSDP2 (foreach_reduce) likewise with per-parameter gradients, made tensor by tensor as under DDP, freed into the
@@ -44,10 +45,11 @@ struct Shapes {
 // order (modeling_llama.py, reversed): down_proj, up_proj (run after gate_proj in forward), gate_proj,
 // post_attention_layernorm, o_proj, v_proj, k_proj, q_proj, input_layernorm.
 const Shapes kLlama{{704, 704, 704, 16, 256, 128, 128, 256, 16}, 608, 592, 2912, 592, 704, false};
-// GPT-2 (tied): wte [37, 16] = 592 (the head), wpe [8, 16] = 128, ln_f 32 (root 752: head 624, embeddings 128); a block
+// GPT-2 (tied): wte [37, 16] = 592 (the head), wpe [8, 16] = 128, ln_f 32 (root 752: head 32, the final norm's, the
+// largest 16; embeddings 720, wte's .grad made with wpe's at the end); a block
 // ln_1 32, c_attn 768 + 48, attn c_proj 256 + 16, ln_2 32, c_fc 1024 + 64, mlp c_proj 1024 + 16: 3280. Backward
 // order: mlp c_proj, c_fc, ln_2, attn c_proj, c_attn, ln_1, each weight then bias.
-const Shapes kGpt2{{1024, 16, 1024, 64, 16, 16, 256, 16, 768, 48, 16, 16}, 624, 128, 3280, 592, 1024, true};
+const Shapes kGpt2{{1024, 16, 1024, 64, 16, 16, 256, 16, 768, 48, 16, 16}, 32, 720, 3280, 16, 1024, true};
 
 // The expected gradient-category changes of one step, in order, up to and including the embeddings' gradient (every
 // unit here divides by 2 and 4 ranks: no padding). g: the gradient bytes; 4: the sharded gradients' (fp32).
@@ -65,7 +67,7 @@ std::vector<int64_t> expected_backward(const std::string& strategy, const Shapes
   if (strategy == "zero2") {
     const int64_t partition = 2 * psi / n;  // Ψ divides by 2N here
     std::vector<int64_t> d = {partition, 2 * s.largest_head};
-    if (!s.tied) d.push_back(-2 * s.largest_head);  // copied into the bucket within the head's backward
+    d.push_back(-2 * s.largest_head);  // copied into the bucket within the head's backward
     for (int b = 0; b < 2; ++b) {
       d.push_back(2 * s.largest_block);
       d.push_back(-2 * s.largest_block);

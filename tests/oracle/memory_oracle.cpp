@@ -161,7 +161,7 @@ PaddedUnits pad_units(const std::vector<uint64_t>& counts, uint64_t ranks) {
 
 uint64_t late_root_gradients(const Shapes& s) {
   const auto h = static_cast<uint64_t>(s.h);
-  uint64_t late = s.tied_head ? 0 : static_cast<uint64_t>(s.vocab) * h;
+  uint64_t late = static_cast<uint64_t>(s.vocab) * h;  // tied: AccumulateGrad makes it once both parts are summed
   if (s.family == Family::kGpt2) late += static_cast<uint64_t>(s.positions) * h;
   return late;
 }
@@ -170,15 +170,15 @@ namespace {
 
 // ZeRO-2 (contiguous_gradients): DeepSpeed's gradient hook copies each .grad into the ipg bucket as soon as autograd
 // has made it and repoints .grad into the bucket, so autograd's own gradient tensors live one at a time: the head's,
-// then each block's tensors, then the embeddings'. A head tied to the embedding is one tensor whose gradient
-// autograd finishes only at the end of backward: its head part waits that long, beside all the others.
+// then each block's tensors, then the embeddings'. A head tied to the embedding makes no .grad at the head: autograd
+// keeps its part in the table's input buffer (not a gradient) and makes the table's .grad at the end of backward;
+// the largest .grad made at the head is then the final norm's weight [h].
 uint64_t zero2_transient_gradients(const Shapes& s) {
   const auto h = static_cast<uint64_t>(s.h);
-  const uint64_t table = static_cast<uint64_t>(s.vocab) * h;  // the head's [V, h], tied or not
-  const uint64_t waiting = s.tied_head ? table : 0;
+  const uint64_t head = s.tied_head ? h : static_cast<uint64_t>(s.vocab) * h;
   const std::vector<uint64_t> block = block_tensors(s);
   const uint64_t largest_block_tensor = *std::max_element(block.begin(), block.end());
-  return std::max({table, waiting + late_root_gradients(s), waiting + largest_block_tensor});
+  return std::max({head, late_root_gradients(s), largest_block_tensor});
 }
 
 Estimate zero12(const Shapes& s, const Knobs& k, int stage) {

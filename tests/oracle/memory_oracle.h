@@ -79,8 +79,9 @@ std::vector<uint64_t> block_tensors(const Shapes& shapes);
 std::vector<uint64_t> unit_counts(const Shapes& shapes);  // [1 + L]
 uint64_t parameter_count(const Shapes& shapes);
 // Elements of the root's gradients that autograd makes only when backward reaches the embeddings, its last step:
-// the token table, unless the head is that same table (then its gradient starts at the head, the first step of
-// backward), and GPT-2's learned positions. The rest (the head, the final norm) are made when backward begins.
+// the token table (tied to the head too: autograd holds the head's part apart and makes the .grad from the sum of
+// both uses' parts at the end), and GPT-2's learned positions. The rest (an untied head, the final norm) are made
+// when backward begins.
 uint64_t late_root_gradients(const Shapes& shapes);
 // The final norm and the LM head (V·h, tied or not): the elements the modules after the last block use.
 uint64_t head_elements(const Shapes& shapes);

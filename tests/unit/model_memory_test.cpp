@@ -1,12 +1,16 @@
 // What the allocator sees: saved activations per block against the closed form, shapes-only accounting of
 // full-scale models, the 13B shrink check (shrunk peak × k² against the full-scale peak), and OOM phases.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
+#include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "emu/device.h"
@@ -262,6 +266,73 @@ TEST(ModelMemory, Gpt2RecomputationAndGeluBackwardAsAutogradRunsThem) {
     // 1 + tanh, c_proj's input gradient and both factors' gradients (7 [T, F]), against 6 when c_proj's weight
     // gradient was made (c_proj's saved input then still alive, freed by its backward); as many at pow's backward.
     EXPECT_EQ(probe.gelu_rise, e * T * F) << dtype_name(dt);
+  }
+}
+
+// Marks where block 1's backward ends and what the device holds then, for the tied table's test below.
+class EmbeddingPhaseProbe final : public Hooks {
+ public:
+  explicit EmbeddingPhaseProbe(const MemoryPool& pool, int layers) : pool_(pool), layers_(layers) {}
+  void before_backward(int unit) override {
+    if (unit == layers_) blocks_begin = pool_.timeline().size();
+  }
+  void after_backward(int unit) override {
+    if (unit != 1) return;
+    blocks_end = pool_.timeline().size();
+    in_use_after_blocks = pool_.in_use();
+  }
+  size_t blocks_begin = 0, blocks_end = 0;
+  uint64_t in_use_after_blocks = 0;
+
+ private:
+  const MemoryPool& pool_;
+  int layers_;
+};
+
+// GPT-2's head is its token table (tie_word_embeddings): autograd makes the head's part of the table's gradient
+// ([V, h] at the gradients' dtype) in the head's backward and keeps it in the input buffer of the table's
+// AccumulateGrad; the embedding's backward makes the second part beside the residual's gradient [T, h], which is then
+// freed; the buffer sums the two into a new tensor (not in place: the head's part, a transposed matmul output, is
+// referenced twice), frees them, and AccumulateGrad takes the sum as the .grad. Three [V, h] temporaries, the first
+// made before any block's backward, the others after block 1's; at the sum the device holds 2·e·V·h − e·T·h − 4·T
+// more than when block 1's backward ended (the token ids, 4 B each, are freed with the residual's gradient). An
+// untied Llama makes none.
+TEST(ModelMemory, TiedTableGradientHeldInPartsAndSummedAsAutogradDoes) {
+  for (const bool tied : {true, false}) {
+    ModelConfig c = preset(tied ? "gpt2" : "llama2-7b");
+    c.seq = 128;
+    c.batch = 1;
+    c.layers = 2;
+    const uint64_t T = 128, V = uint64_t(c.vocab), h = uint64_t(c.hidden);
+    for (const DType dt : {DType::kF32, DType::kBF16}) {
+      auto device = make_shapes_device({});
+      Model model(*device, c, ModelOptions{dt, Attention::kSdpa, false});
+      LocalParams params(model, 1);
+      EmbeddingPhaseProbe probe(device->memory(), 2);
+      const std::vector<int32_t> tokens = tokens_for(c);
+      model.step(tokens.data(), tokens.data(), probe);
+      const int64_t part = int64_t(dtype_size(dt) * V * h);
+      std::vector<std::pair<size_t, int64_t>> parts;  // (timeline index, delta)
+      const std::vector<TimelinePoint>& timeline = device->memory().timeline();
+      for (size_t i = 0; i < timeline.size(); ++i) {
+        if (timeline[i].category == Category::kTemporaries && std::abs(timeline[i].delta) == part) {
+          parts.emplace_back(i, timeline[i].delta);
+        }
+      }
+      const std::string what = fmt::format("{} {}", c.name, dtype_name(dt));
+      if (!tied) {
+        EXPECT_TRUE(parts.empty()) << what;
+        continue;
+      }
+      ASSERT_EQ(parts.size(), 6u) << what;
+      EXPECT_LT(parts[0].first, probe.blocks_begin) << what;
+      EXPECT_GE(parts[1].first, probe.blocks_end) << what;
+      const std::vector<int64_t> deltas = {parts[0].second, parts[1].second, parts[2].second,
+                                           parts[3].second, parts[4].second, parts[5].second};
+      EXPECT_EQ(deltas, (std::vector<int64_t>{part, part, part, -part, -part, -part})) << what;
+      const uint64_t at_sum = timeline[parts[2].first].in_use;
+      EXPECT_EQ(at_sum - probe.in_use_after_blocks, 2 * uint64_t(part) - dtype_size(dt) * T * h - 4 * T) << what;
+    }
   }
 }
 

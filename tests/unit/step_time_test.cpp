@@ -2,17 +2,20 @@
 // block's linears, a ring all-reduce on 8 GPUs over NVLink, the overlap of a gradient bucket with backward (one
 // bucket: fully exposed; two: the first hidden), FSDP's prefetched all-gathers, a pipeline's bubble, and the
 // --achievable flag's errors. Every expected value is arithmetic written out in the test, from the datasheet figures
-// in hardware/*.json and the fractions the test sets itself.
+// in hardware/*.json and the fractions the test sets itself; Gemma 2's four norms per block at their bytes.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cstdlib>
+#include <filesystem>
+#include <string>
 
 #include "app/step_time.h"
 #include "collectives/virtual/virtual_link.h"
 #include "emu/check.h"
 #include "emu/device.h"
 #include "strategies/strategy.h"
+#include "tests/support/paths.h"
 #include "workloads/model/config.h"
 
 namespace emu::app {
@@ -72,6 +75,46 @@ TEST(StepTime, LlamaBlockLinearsCountTwoFlopsPerMultiplyAdd) {
     if (op.op_class == model::OpClass::kAttention) attention += op.flops;
   }
   EXPECT_DOUBLE_EQ(attention, 4.0 * 32 * 4096 * 2048.5 * 128);
+}
+
+// Gemma 2 runs four RMSNorms per block: input_layernorm and pre_feedforward_layernorm on the residual stream (read at
+// its dtype, fp32 under autocast; written at the compute dtype), post_attention_layernorm and
+// post_feedforward_layernorm (the sandwich) on the bf16 o_proj and down_proj outputs, given back in bf16 (type_as)
+// before the add. gemma-2-9b at s 4096, b 1: T = 4096, h = 3584, T·h = 14,680,064.
+//   autocast (ddp's mixed recipe), forward: 2 · T·h·(4 + 2) + 2 · T·h·(2 + 2) = 20·T·h = 293,601,280 B;
+//            backward (dy and x read, dx written): 2 · T·h·(2·4 + 2) + 2 · T·h·3·2 = 32·T·h = 469,762,048 B
+//   bf16 (zero2): every norm T·h·(2 + 2) forward, 3·2·T·h backward: 16·T·h = 234,881,024 B and 24·T·h
+double norm_bytes(const std::vector<model::OpCost>& ops, std::vector<std::string>& names) {
+  double bytes = 0;
+  for (const model::OpCost& op : ops) {
+    if (std::string(op.name).find("layernorm") == std::string::npos) continue;
+    names.emplace_back(op.name);
+    bytes += op.bytes;
+  }
+  return bytes;
+}
+
+TEST(StepTime, Gemma2FourNormsEachAtItsOwnInputAndOutputBytes) {
+  model::ModelConfig c = model::load_hf_config(std::filesystem::path(EMU_SOURCE_DIR) / "tests/data/hf/gemma-2-9b.json");
+  c.seq = 4096;
+  c.batch = 1;
+  const double Th = 4096.0 * 3584;
+  ASSERT_EQ(Th, 14'680'064.0);
+  model::ModelOptions autocast;
+  autocast.compute = DType::kBF16;
+  autocast.autocast = true;
+  std::vector<std::string> forward, backward;
+  EXPECT_DOUBLE_EQ(norm_bytes(model::block_forward_ops(c, autocast), forward), 293'601'280.0);
+  EXPECT_DOUBLE_EQ(norm_bytes(model::block_backward_ops(c, autocast), backward), 469'762'048.0);
+  EXPECT_EQ(forward, (std::vector<std::string>{"input_layernorm", "post_attention_layernorm",
+                                               "pre_feedforward_layernorm", "post_feedforward_layernorm"}));
+  EXPECT_EQ(backward.size(), 4u);
+  model::ModelOptions bf16;
+  bf16.compute = DType::kBF16;
+  forward.clear();
+  backward.clear();
+  EXPECT_DOUBLE_EQ(norm_bytes(model::block_forward_ops(c, bf16), forward), 16 * Th);
+  EXPECT_DOUBLE_EQ(norm_bytes(model::block_backward_ops(c, bf16), backward), 24 * Th);
 }
 
 TEST(StepTime, RingAllReduceOnEightGpusOverNvlink) {

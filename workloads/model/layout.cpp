@@ -53,8 +53,8 @@ UnitLayout llama_root(const ModelConfig& c) {
 }  // namespace
 
 bool gradient_made_at_end(const ModelConfig& config, size_t index) {
-  if (config.style == Style::kGpt2) return index == kWpe;  // GPT-2's head is always wte
-  return index == kEmbedTokens && !config.tie_embeddings;
+  if (config.style == Style::kGpt2) return index == kWte || index == kWpe;  // GPT-2's head is always wte
+  return index == kEmbedTokens;
 }
 
 namespace {

@@ -89,9 +89,10 @@ enum Gpt2BlockParam : size_t {
 enum LlamaRootParam : size_t { kEmbedTokens, kFinalNorm, kLmHead };
 enum Gpt2RootParam : size_t { kWte, kWpe, kLnFWeight, kLnFBias };
 // Whether autograd makes root parameter `index`'s gradient at the end of backward, when it reaches the embeddings
-// (Hooks::before_embedding_backward), rather than at its start with the LM head's: the token table unless the
-// head is tied to it (the tied tensor's gradient starts at the head), and GPT-2's positions. The final norm's is
-// made at the head.
+// (Hooks::before_embedding_backward), rather than at its start with the LM head's: the token table, and GPT-2's
+// positions. The final norm's (and an untied head's) is made at the head. A head tied to the table is a second use
+// of it: autograd holds the head's part in the input buffer of the table's AccumulateGrad until the embedding's
+// part comes, and makes the .grad from their sum only then (model.h Model::backward).
 bool gradient_made_at_end(const ModelConfig& config, size_t index);
 
 }  // namespace emu::model

@@ -211,8 +211,16 @@ void Model::backward(Hooks& hooks) {
   PhaseScope phase(pool, "backward, embedding");
   if (first) {
     sync();
-    hooks.before_embedding_backward();
-    backward_root_end();
+    const bool tied = tied_head_part_.allocated();
+    if (!tied) hooks.before_embedding_backward();  // AccumulateGrad takes the embedding's gradient as made
+    Buffer embedding_part = backward_root_end();
+    if (tied) {  // the two parts summed into a new tensor and freed; AccumulateGrad takes the sum
+      Buffer sum = tied_table_part("autograd's sum of the tied table's two gradients");
+      embedding_part.reset();
+      tied_head_part_.reset();
+      sync();
+      hooks.before_embedding_backward();
+    }
   } else {  // dres_ is the gradient of the stage's input, for take_input_gradient
     tokens_.reset();
     rope_cos_.reset();
@@ -241,6 +249,7 @@ void Model::discard() {
   logits_.reset();
   softcap_tanh_.reset();
   dres_.reset();
+  tied_head_part_.reset();
   tokens_.reset();
   rope_cos_.reset();
   rope_sin_.reset();
@@ -559,6 +568,9 @@ void Model::backward_root_start() {
     ops_->linear_backward(xn, w + head, dl, dx, g + head, nullptr, c.tokens(), c.hidden, c.vocab, WeightLayout::kOutIn,
                           false);
   }
+  if (holds_tied_table()) {  // autograd keeps it for the table's AccumulateGrad until the embedding's part comes
+    tied_head_part_ = tied_table_part("autograd's input buffer: the head's part of the tied table's gradient");
+  }
   dlogits.reset();
   xn_full.reset();
   final_xn_.reset();
@@ -614,7 +626,17 @@ void Model::backward_block(int unit, Hooks& hooks) {
   hooks.after_backward(unit);
 }
 
-void Model::backward_root_end() {
+bool Model::holds_tied_table() const {
+  return config_.tie_embeddings && first_block_ == 1 && last_block_ == config_.layers;
+}
+
+Buffer Model::tied_table_part(std::string_view what) const {
+  const ParamInfo& table = layouts_[0].params[kEmbedTokens];
+  const DType dtype = units_[0].grads_dtype;
+  return device_.allocate(0, dtype, Category::kTemporaries, what, tensor_charge(config_, table) * dtype_size(dtype));
+}
+
+Buffer Model::backward_root_end() {
   const ModelConfig& c = config_;
   const UnitLayout& root = layouts_[0];
   // Sequence parallelism: the embedding's backward reads the gradient of every row (the reduce-scatter's backward).
@@ -635,10 +657,15 @@ void Model::backward_root_end() {
     ops_->embedding_backward(tokens_.as<int32_t>(), dres, g + root.params[kEmbedTokens].offset, dpositions, c.tokens(),
                              c.seq, c.hidden);
   }
+  // A tied table's second part, made beside the residual's gradient it is computed from.
+  Buffer embedding_part = tied_head_part_.allocated()
+                              ? tied_table_part("autograd's embedding part of the tied table's gradient")
+                              : Buffer();
   dres_.reset();
   tokens_.reset();
   rope_cos_.reset();
   rope_sin_.reset();
+  return embedding_part;
 }
 
 }  // namespace emu::model

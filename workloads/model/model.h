@@ -13,9 +13,17 @@
 //              before_backward(l) .. after_backward(l)  for l = L..1; unit l's gradients are complete at its
 //                                                        after_backward; gradient_made(l, p) in between as
 //                                                        backward reaches each parameter p
-//              before_embedding_backward()              embedding gradients (a tied head's tensor already has
-//                                                        the head's part)
+//              before_embedding_backward()              embedding gradients (a tied table's: after its two
+//                                                        parts are summed, below)
 //              after_backward(0)                        the root's gradients are complete
+//
+// A head tied to the token table uses it twice: autograd keeps the head's part of its gradient ([V, h] at the
+// gradients' dtype) in the input buffer of the table's AccumulateGrad from the head's backward on, the embedding's
+// backward makes the second part, and the buffer sums them into a new tensor (input_buffer.cpp: in place only when
+// nothing else references the first part, which the head's transposed weight gradient is not) before both parts are
+// freed and AccumulateGrad takes the sum as the .grad. The model charges the two parts and the sum as temporaries,
+// the strategy the .grad at before_embedding_backward, after the sum: for a moment three [V, h] tensors (four
+// with a .grad kept from an earlier micro-batch, into which the sum is added).
 //
 // So the root is in use from the start to the end of forward, and from the start to the end of backward, as the
 // root unit of PyTorch FSDP is. With activation checkpointing a block's forward is recomputed inside its own
@@ -39,6 +47,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string_view>
 #include <vector>
 
 #include "emu/device.h"
@@ -60,7 +69,8 @@ class Hooks {
   virtual void after_backward(int unit) {}
   // Backward reaches the embeddings, its last step: autograd makes their gradients now (the token table's, GPT-2's
   // positions'), where the LM head's and the final norm's were made at before_backward(0). The root's gradient
-  // buffer is already bound; a strategy charges the embeddings' part here.
+  // buffer is already bound; a strategy charges the embeddings' part here. With a tied head it comes once the
+  // embedding's backward has run and autograd has summed the table's two parts (above).
   virtual void before_embedding_backward() {}
   // Inside a block's backward (between its before_backward and after_backward), autograd has just made the gradient
   // of the parameter at `offset` in the unit's layout: the op that reads it ran its backward (AccumulateGrad makes a
@@ -176,7 +186,13 @@ class Model {
   Buffer logits_gradient();
   Buffer trainer_logits_gradient();  // logits_gradient for Loss::kTrainer, before any soft-cap
   void backward_root_start();
-  void backward_root_end();
+  // The embeddings' backward; with a tied head, returns the embedding's part of the table's gradient (charged,
+  // holding nothing: the math accumulates into the root's gradients), else nothing.
+  Buffer backward_root_end();
+  // The tied table's gradient as autograd makes it (the head uses it too, and this stage runs both): a part per use,
+  // kept in the input buffer of its AccumulateGrad, as the root's gradients are bound.
+  bool holds_tied_table() const;
+  Buffer tied_table_part(std::string_view what) const;
   void backward_block(int unit, Hooks& hooks);
   // Sequence parallelism (tensor_parallel.h): on, the rows of the residual stream this rank holds (T/t; T without
   // it), and `slice` [T/t, h] all-gathered into a new [T, h] temporary.
@@ -217,6 +233,7 @@ class Model {
   Buffer logits_;                         // [T, V] fp32: logits, then (after the loss) their gradient; charged as the
                                           // log-softmax the Trainer's loss saves, or as the fused loss's one buffer
   Buffer dres_;                           // [T, h] gradient of the residual stream during backward
+  Buffer tied_head_part_;                 // [V, h] tied: the head's part of the table's gradient, charged only
   int first_block_ = 1, last_block_ = 0;  // this pipeline stage's blocks (set_stage); last_block_ = L by default
   TensorParallel* tp_ = nullptr;          // set_tensor_parallel
   ModelConfig full_config_;

@@ -81,24 +81,25 @@ std::vector<OpCost> block_forward_ops(const ModelConfig& c, const ModelOptions& 
            linear("mlp c_proj", s, s.F, s.h), elementwise("residual add", add)};
     return ops;
   }
+  // Gemma 2's sandwich norms normalise a linear's output (o_proj's, down_proj's) at the compute dtype and give it
+  // back at that dtype (type_as, under autocast too) before it is added to the residual: read and written at e.
+  const double sandwich = 2 * s.T * s.h * s.e;
   ops = {elementwise("input_layernorm", norm),
          linear("q_proj", s, s.h, s.qd),
          linear("k_proj", s, s.h, s.kvd),
          linear("v_proj", s, s.h, s.kvd),
          elementwise("rotary", 2 * s.T * (s.qd + s.kvd) * s.e),
          attention_forward(c, o, s),
-         linear("o_proj", s, s.qd, s.h),
-         elementwise("residual add", add),
-         elementwise("post_attention_layernorm", norm),
-         linear("gate_proj", s, s.h, s.F),
-         linear("up_proj", s, s.h, s.F),
-         elementwise(c.gemma ? "geglu" : "swiglu", 3 * s.T * s.F * s.e),
-         linear("down_proj", s, s.F, s.h),
-         elementwise("residual add", add)};
-  if (c.sandwich_norms) {
-    ops.push_back(elementwise("post_attention_layernorm (sandwich)", norm));
-    ops.push_back(elementwise("post_feedforward_layernorm", norm));
-  }
+         linear("o_proj", s, s.qd, s.h)};
+  if (c.sandwich_norms) ops.push_back(elementwise("post_attention_layernorm", sandwich));
+  ops.push_back(elementwise("residual add", add));
+  ops.push_back(elementwise(c.sandwich_norms ? "pre_feedforward_layernorm" : "post_attention_layernorm", norm));
+  ops.push_back(linear("gate_proj", s, s.h, s.F));
+  ops.push_back(linear("up_proj", s, s.h, s.F));
+  ops.push_back(elementwise(c.gemma ? "geglu" : "swiglu", 3 * s.T * s.F * s.e));
+  ops.push_back(linear("down_proj", s, s.F, s.h));
+  if (c.sandwich_norms) ops.push_back(elementwise("post_feedforward_layernorm", sandwich));
+  ops.push_back(elementwise("residual add", add));
   return ops;
 }
 
@@ -122,24 +123,23 @@ std::vector<OpCost> block_backward_ops(const ModelConfig& c, const ModelOptions&
            elementwise("residual add", add)};
     return ops;
   }
-  ops = {linear_backward("down_proj", s, s.F, s.h),
-         elementwise(c.gemma ? "geglu backward" : "swiglu backward", 5 * s.T * s.F * s.e),
-         linear_backward("up_proj", s, s.h, s.F),
-         linear_backward("gate_proj", s, s.h, s.F),
-         elementwise("post_attention_layernorm backward", norm),
-         elementwise("residual add", add),
-         linear_backward("o_proj", s, s.qd, s.h),
-         attention_backward(c, o, s),
-         elementwise("rotary backward", 2 * s.T * (s.qd + s.kvd) * s.e),
-         linear_backward("v_proj", s, s.h, s.kvd),
-         linear_backward("k_proj", s, s.h, s.kvd),
-         linear_backward("q_proj", s, s.h, s.qd),
-         elementwise("input_layernorm backward", norm),
-         elementwise("residual add", add)};
-  if (c.sandwich_norms) {
-    ops.push_back(elementwise("post_attention_layernorm (sandwich) backward", norm));
-    ops.push_back(elementwise("post_feedforward_layernorm backward", norm));
-  }
+  // Gemma 2's sandwich norms: dy (cast to the norm's output dtype by the add's backward) and x read, dx written,
+  // all at e.
+  const double sandwich = 3 * s.T * s.h * s.e;
+  if (c.sandwich_norms) ops.push_back(elementwise("post_feedforward_layernorm backward", sandwich));
+  ops.insert(
+      ops.end(),
+      {linear_backward("down_proj", s, s.F, s.h),
+       elementwise(c.gemma ? "geglu backward" : "swiglu backward", 5 * s.T * s.F * s.e),
+       linear_backward("up_proj", s, s.h, s.F), linear_backward("gate_proj", s, s.h, s.F),
+       elementwise(c.sandwich_norms ? "pre_feedforward_layernorm backward" : "post_attention_layernorm backward", norm),
+       elementwise("residual add", add)});
+  if (c.sandwich_norms) ops.push_back(elementwise("post_attention_layernorm backward", sandwich));
+  ops.insert(ops.end(),
+             {linear_backward("o_proj", s, s.qd, s.h), attention_backward(c, o, s),
+              elementwise("rotary backward", 2 * s.T * (s.qd + s.kvd) * s.e), linear_backward("v_proj", s, s.h, s.kvd),
+              linear_backward("k_proj", s, s.h, s.kvd), linear_backward("q_proj", s, s.h, s.qd),
+              elementwise("input_layernorm backward", norm), elementwise("residual add", add)});
   return ops;
 }
 
