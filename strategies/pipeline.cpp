@@ -132,7 +132,7 @@ class Pipeline final : public Strategy {
     if (mesh.tensor > 1) {
       tp_group_ =
           split_group(stage_group, mesh.tensor_rank(), mesh.tensor, fmt::format("tensor-parallel {}", stage_group));
-      tensor_ = std::make_unique<GroupTensorParallel>(*tp_group_);  // pp refuses sequence parallelism (app)
+      tensor_ = std::make_unique<GroupTensorParallel>(*tp_group_);
       model_.set_tensor_parallel(tensor_.get());
     }
     if (mesh.data > 1) {
@@ -238,6 +238,7 @@ class Pipeline final : public Strategy {
   // Data parallelism: the gradients this stage owns averaged over the replicas of the stage (each block whole, the
   // root's tensors of the stage's side one by one), reduce-scattered to their shards under the distributed optimizer.
   void finish_gradients() override {
+    reduce_sequence_parallel_norms();
     if (!dp_group_) return;
     for (Held& held : units_) {
       const DType dtype = held.grads.dtype();
@@ -292,6 +293,25 @@ class Pipeline final : public Strategy {
     std::vector<Segment> segments;
     std::vector<optim::DecayRange> decay;
   };
+
+  // Sequence parallelism: the norm weights of the stage's own layers (its blocks' and, on the last stage, the final
+  // norm), each TP rank's gradient over its rows only, summed over the stage's TP group in one fp32 all-reduce after
+  // the last micro-batch (Megatron's finalize_model_grads on every stage), before the data-parallel reduction.
+  void reduce_sequence_parallel_norms() {
+    if (!tp_group_ || !model_.options().sequence_parallel) return;
+    std::vector<GradientSpan> spans;
+    for (int u = 0; u < model_.num_units(); ++u) {
+      Held& held = units_[static_cast<size_t>(u)];
+      if (!held.params.allocated()) continue;
+      const model::UnitLayout& layout = model_.layout(u);
+      for (size_t p = 0; p < layout.params.size(); ++p) {
+        if (layout.params[p].count != model_.full_layout(u).params[p].count || (u == 0 && !owns(p))) continue;
+        spans.push_back({element(held.grads.data(), held.grads.dtype(), layout.params[p].offset), held.grads.dtype(),
+                         layout.params[p].count});
+      }
+    }
+    all_reduce_norm_gradients(*tp_group_, device_.holds_data(), spans);
+  }
 
   bool distributed() const { return dp_group_ != nullptr && options_.parallel.distributed_optimizer; }
   // Each data-parallel rank's real elements of `count` (shard.h): the blocks of the reduce-scatter and all-gather.

@@ -16,6 +16,7 @@
 
 #include "strategies/analytic.h"
 #include "tests/mpi/strategy_harness.h"
+#include "workloads/model/memory_terms.h"
 
 namespace emu::testing {
 namespace {
@@ -63,6 +64,17 @@ strategy::StrategyOptions parallel_options(std::string_view name, int degree) {
   return options;
 }
 
+// parallel_options, and "-gpipe" anywhere in the name for GPipe's schedule (1F1B otherwise).
+strategy::StrategyOptions scheduled_options(std::string_view name, int degree) {
+  const size_t gpipe = name.find("-gpipe");
+  if (gpipe == std::string_view::npos) return parallel_options(name, degree);
+  std::string plain(name);
+  plain.erase(gpipe, 6);
+  strategy::StrategyOptions options = parallel_options(plain, degree);
+  options.pipeline.schedule = strategy::Schedule::kGpipe;
+  return options;
+}
+
 // Every rank of replica d runs micro-batches m = 0 … count − 1 of samples m·D + d, as the app gives them
 // (app/run.cpp replica_micro_batches).
 std::unique_ptr<WorldRun> run_parallel(const strategy::StrategyOptions& options, int count, int steps,
@@ -105,13 +117,16 @@ class Equivalence : public ::testing::TestWithParam<std::string> {};  // paralle
 // over TP 2.
 // "fsdp2-tp-sp": FSDP2 over TP 2 with sequence parallelism (torchtitan's default TP plan); a norm weight's gradient
 // not all-reduced over the TP group (each rank's rows only) moves the norm and the norm weights at the first step.
+// "pp-tp-sp" and "fsdp2-pp-tp-sp" (each also "-gpipe", and pp's with the distributed optimizer): the same inside
+// TP 2 × PP 2 stages, each TP rank sending its half of the sequence to the next stage; a stage that sent the whole
+// b·s·h, or read its neighbour's half as its own, trains other numbers from the first step.
 TEST_P(Equivalence, SameAsSingleDevice) {
   const bool gpt2 = is_gpt2(GetParam());
   std::string_view layout = layout_name(GetParam());
   model::ModelOptions model_options;
   model_options.sequence_parallel = layout.ends_with("-sp");
   if (model_options.sequence_parallel) layout.remove_suffix(3);
-  const strategy::StrategyOptions options = parallel_options(layout, 2);
+  const strategy::StrategyOptions options = scheduled_options(layout, 2);
   const Trace reference =
       run_reference_config(parallel_config(gpt2), options, replicas(options), kMicroBatches, kSteps);
   const auto run = run_parallel(options, kMicroBatches, kSteps, true, gpt2, model_options);
@@ -127,23 +142,34 @@ TEST_P(Equivalence, SameAsSingleDevice) {
   }
 }
 
+// The test's name for parallel_options' names (with "-gpipe" and "-sp" after the layout).
+std::string equivalence_name(const ::testing::TestParamInfo<std::string>& param) {
+  std::string_view layout = layout_name(param.param);
+  const std::string prefix = is_gpt2(param.param) ? "gpt2_" : "";
+  std::string suffix;
+  if (layout.ends_with("-sp")) {
+    layout.remove_suffix(3);
+    suffix = "_sequence_parallel";
+  }
+  if (layout.ends_with("-gpipe")) {
+    layout.remove_suffix(6);
+    suffix = "_gpipe" + suffix;
+  }
+  if (layout == "fsdp2-tp") return prefix + "fsdp2_tp2" + suffix;
+  if (layout == "fsdp2-pp") return prefix + "fsdp2_pp2" + suffix;
+  if (layout == "fsdp2-pp-tp") return prefix + "fsdp2_pp2_tp2" + suffix;
+  std::string name =
+      prefix + (layout.starts_with("pp-tp") ? std::string("pp2_tp2_dp") : std::string(layout.substr(0, 2)) + "2_dp");
+  if (layout.find("-v2") != std::string_view::npos) name += "_interleaved";
+  return (layout.ends_with("-do") ? name + "_distributed_optimizer" : name) + suffix;
+}
+
 INSTANTIATE_TEST_SUITE_P(Parallel, Equivalence,
                          ::testing::Values("tp", "pp", "tp-do", "pp-do", "pp-tp", "pp-tp-do", "pp-v2-do", "pp-tp-v2",
                                            "fsdp2-tp", "fsdp2-tp-sp", "fsdp2-pp", "fsdp2-pp-tp", "gpt2-tp-do",
-                                           "gpt2-pp-tp", "gpt2-fsdp2-tp"),
-                         [](const ::testing::TestParamInfo<std::string>& param) {
-                           const std::string_view layout = layout_name(param.param);
-                           const std::string prefix = is_gpt2(param.param) ? "gpt2_" : "";
-                           if (layout == "fsdp2-tp") return prefix + "fsdp2_tp2";
-                           if (layout == "fsdp2-tp-sp") return prefix + "fsdp2_tp2_sequence_parallel";
-                           if (layout == "fsdp2-pp") return prefix + "fsdp2_pp2";
-                           if (layout == "fsdp2-pp-tp") return prefix + "fsdp2_pp2_tp2";
-                           std::string name =
-                               prefix + (layout.starts_with("pp-tp") ? std::string("pp2_tp2_dp")
-                                                                     : std::string(layout.substr(0, 2)) + "2_dp");
-                           if (layout.find("-v2") != std::string_view::npos) name += "_interleaved";
-                           return layout.ends_with("-do") ? name + "_distributed_optimizer" : name;
-                         });
+                                           "gpt2-pp-tp", "gpt2-fsdp2-tp", "pp-tp-sp", "pp-tp-gpipe-sp", "pp-tp-do-sp",
+                                           "fsdp2-pp-tp-sp", "fsdp2-pp-tp-gpipe-sp"),
+                         equivalence_name);
 
 // Local parameters of a rank, by hand. A block's matrices at full shape: q and o 32·32, k and v 16·32 (kv = 4 heads
 // of 4), gate, up and down 64·32: 9,216; its two norms 32 each. The root: embedding and head 1,024·32 each, the
@@ -450,6 +476,131 @@ TEST(ParallelTraffic, Fsdp2OverPipelineStagesMixedPrecision) {
   EXPECT_EQ(data.total(coll::CollectiveKind::kAllGather).moved.sent, 2 * owned * (d - 1) / d);
   EXPECT_EQ(data.total(coll::CollectiveKind::kReduceScatter).moved.sent, 4 * owned * (d - 1) / d);
 }
+
+// Megatron's sequence parallelism inside TP 2 × PP 2 stages (pp --tp 2 --pp 2 --sequence-parallel; fsdp2 the same in
+// torchtitan's 3-D), per group, against closed forms for one step of M = 2 micro-batches. A stage runs 2 of the 4
+// blocks; its b·s·h payload is 8·32·e bytes (e = 4 in fp32; 2 for fsdp2's mixed recipe, whose blocks compute in bf16).
+//   tensor-parallel  per micro-batch each of the stage's 4·2 + 1 = 9 all-reduces of b·s·h (4 per block, the
+//                    embedding output on the first stage, the head's input gradient on the last) becomes a
+//                    reduce-scatter and an all-gather, (T − 1)/T of the payload each; 2 all-gathers more per block
+//                    and 1 more on the last stage (the saved inputs of q/k/v, gate/up and the head gathered again
+//                    in backward): 9 reduce-scatters, 13 all-gathers on the first stage and 14 on the last. No
+//                    [b·s, h] all-reduce is left. Once per step the stage's norm weights' gradients (2 per block, the
+//                    final norm on the last stage: 4 or 5 of h = 32 fp32) are summed over the group, 2(T − 1)/T = 1
+//                    times their bytes: pp in one call (Megatron's finalize_model_grads), fsdp2 one call per norm
+//                    weight at its stage's last backward (FSDP2's Partial gradient made Replicate, in the mixed recipe
+//                    from the fp32 accumulator). The last stage's cross-entropy: 3 of b·s·4 = 32 bytes.
+//   pipeline         each TP rank sends its b·s/T rows: M sends of 8·32·e/2 bytes per stage (Megatron's
+//                    get_tensor_shapes divides the sequence by T under --sequence-parallel).
+// Measured = predicted per group and kind (calls and bytes; pp's predictor leaves out the scalar sums of the gradient
+// norm and the reported loss, fsdp2's counts them) and for every memory category the predictor gives.
+void check_sequence_parallel_stages(std::string_view name, optim::Recipe recipe) {
+  strategy::StrategyOptions options = parallel_options(name, 2);
+  options.recipe = optim::precision_recipe(recipe);
+  model::ModelOptions model_options;
+  model_options.sequence_parallel = true;
+  const auto run = run_parallel(options, kMicroBatches, 1, false, false, model_options);
+  const strategy::Mesh mesh = strategy::mesh_of(options, world_size(), world_rank());
+  const bool last = mesh.pipeline_rank() == 1;
+  const bool fsdp2 = name.starts_with("fsdp2");
+  constexpr uint64_t kT = 2, kM = kMicroBatches;
+  const uint64_t e = recipe == optim::Recipe::kFp32 ? 4 : 2, payload = 8 * 32 * e;
+  const uint64_t norms = 2 * 2 + (last ? 1 : 0);
+  uint64_t hidden = 0, norm_calls = 0, norm_sent = 0, rows = 0;
+  for (const auto& [key, entry] : run->ledger("tensor-parallel").entries()) {
+    if (key.first != coll::CollectiveKind::kAllReduce) continue;
+    const std::string_view phase(key.second);
+    if (phase.starts_with("tp all-reduce, sequence-parallel norm gradients")) {
+      norm_calls += entry.calls, norm_sent += entry.moved.sent;
+    } else if (phase.starts_with("tp all-reduce")) {
+      hidden += entry.calls;
+    } else if (phase.starts_with("tp cross-entropy")) {
+      rows += entry.moved.sent;
+    }
+  }
+  const coll::Ledger& tensor = run->ledger("tensor-parallel");
+  const coll::LedgerEntry scattered = tensor.total(coll::CollectiveKind::kReduceScatter);
+  const coll::LedgerEntry gathered = tensor.total(coll::CollectiveKind::kAllGather);
+  EXPECT_EQ(hidden, 0u) << "no [b·s, h] all-reduce is left";
+  EXPECT_EQ(scattered.calls, kM * 9);
+  EXPECT_EQ(scattered.moved.sent, kM * 9 * payload * (kT - 1) / kT);
+  EXPECT_EQ(gathered.calls, kM * (last ? 14 : 13));
+  EXPECT_EQ(gathered.moved.sent, kM * (last ? 14 : 13) * payload * (kT - 1) / kT);
+  EXPECT_EQ(norm_calls, fsdp2 ? norms : 1);
+  EXPECT_EQ(norm_sent, norms * 32 * 4 * 2 * (kT - 1) / kT);
+  EXPECT_EQ(rows, last ? kM * 3 * 32 : 0u);
+  const coll::LedgerEntry send = run->ledger("pipeline").total(coll::CollectiveKind::kSend);
+  EXPECT_EQ(send.calls, kM);
+  EXPECT_EQ(send.moved.sent, kM * payload / kT);
+  const strategy::Prediction predicted = expect_predicted_memory(*run, options);
+  for (const char* group : {"tensor-parallel", "pipeline"}) {
+    for (const coll::CollectiveKind kind : {coll::CollectiveKind::kAllReduce, coll::CollectiveKind::kReduceScatter,
+                                            coll::CollectiveKind::kAllGather, coll::CollectiveKind::kSend}) {
+      uint64_t want = 0, calls = 0;
+      for (const strategy::PredictedTraffic& p : predicted.traffic) {
+        if (p.group == group && p.kind == kind) want += p.sent, calls += p.calls;
+      }
+      uint64_t sent = 0, made = 0;
+      for (const auto& [key, entry] : run->ledger(group).entries()) {
+        const std::string_view phase(key.second);
+        if (key.first != kind || (!fsdp2 && (phase == "gradient norm" || phase == "pipeline loss (reporting)"))) {
+          continue;
+        }
+        sent += entry.moved.sent, made += entry.calls;
+      }
+      EXPECT_EQ(want, sent) << group << " " << static_cast<int>(kind);
+      EXPECT_EQ(calls, made) << group << " " << static_cast<int>(kind);
+    }
+  }
+}
+
+TEST(ParallelTraffic, SequenceParallelPipelineStages) { check_sequence_parallel_stages("pp-tp", optim::Recipe::kFp32); }
+TEST(ParallelTraffic, SequenceParallelFsdp2Stages) {
+  check_sequence_parallel_stages("fsdp2-pp-tp", optim::Recipe::kFp32);
+}
+TEST(ParallelTraffic, SequenceParallelFsdp2StagesMixedPrecision) {
+  check_sequence_parallel_stages("fsdp2-pp-tp", optim::Recipe::kMixed);
+}
+
+// The activations a sequence-parallel stage keeps per micro-batch in flight (pp --tp 2 --pp 2 --sequence-parallel,
+// fp32, SDPA), by hand, bytes, T = b·s = 8, h = 32, T/t = 4 rows:
+//   a block (tests/mpi/strategy_tensor_test.cpp, SavedPerBlock): the norm region on T/t rows, 6,208/2 = 3,104; q and
+//     the attention output 2·4·T·32/2 = 1,024, k and v 2·4·T·16/2 = 512, gate, silu(gate), up and their product
+//     4·4·T·64/2 = 4,096; SDPA's logsumexp 4·(a/t)·32 = 512                                            = 9,248
+//   the first stage: 2 blocks and the token ids (T int32, 32)                                          = 18,528
+//   the last stage: 2 blocks, the last block's output on T/t rows (4·4·32 = 512), the final norm's rstd (4·4 = 16)
+//     and output (512), the fp32 log-softmax of the rank's vocabulary half (4·T·512 = 16,384)          = 35,920
+// Against single-stage pp --tp 2 this is Korthikanti et al.'s split with sequence parallelism: every norm-region term
+// (and the stage's input, the first block's saved input) 1/t. GPipe holds all M micro-batches; 1F1B min(P − s, M):
+// 2 on the first stage, 1 on the last. Runs of M = 4 and M = 1 differ by (in flight − 1) micro-batches exactly.
+class SequenceParallelActivations : public ::testing::TestWithParam<strategy::Schedule> {};
+
+TEST_P(SequenceParallelActivations, InFlightPerStageByHand) {
+  strategy::StrategyOptions options = parallel_options("pp-tp", 2);
+  options.pipeline.schedule = GetParam();
+  model::ModelOptions model_options;
+  model_options.sequence_parallel = true;
+  const auto one = run_parallel(options, 1, 1, false, false, model_options);
+  const auto four = run_parallel(options, 4, 1, false, false, model_options);
+  const int stage = strategy::mesh_of(options, world_size(), world_rank()).pipeline_rank();
+  const uint64_t per_micro_batch = stage == 0 ? 18528 : 35920;
+  const uint64_t in_flight = GetParam() == strategy::Schedule::kGpipe ? 4 : 2 - static_cast<uint64_t>(stage);
+  EXPECT_EQ(four->device->memory().peak(Category::kActivations) - one->device->memory().peak(Category::kActivations),
+            (in_flight - 1) * per_micro_batch)
+      << "stage " << stage << ": " << in_flight << " micro-batches in flight";
+  // One micro-batch in flight: the stage's whole activation peak is its own closed form (memory_terms.h), the
+  // received input being the first block's saved input.
+  model_options.compute = DType::kF32;
+  const uint64_t blocks = 2 * model::saved_activation_bytes_per_block(one->model->config(), model_options, 2);
+  EXPECT_EQ(blocks, 2 * 9248u);
+}
+
+INSTANTIATE_TEST_SUITE_P(Schedules, SequenceParallelActivations,
+                         ::testing::Values(strategy::Schedule::kGpipe, strategy::Schedule::k1F1B),
+                         [](const ::testing::TestParamInfo<strategy::Schedule>& param) {
+                           return param.param == strategy::Schedule::kGpipe ? std::string("gpipe")
+                                                                            : std::string("one_f_one_b");
+                         });
 
 // N not divisible by T·P: a clear error naming the values, the same on every rank.
 TEST(ParallelLayout, IndivisibleWorldRefused) {
