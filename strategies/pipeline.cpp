@@ -20,6 +20,15 @@
 // b·s·h per micro-batch per boundary per TP rank. The norm weights are whole on every TP rank and counted once in
 // the gradient norm, which sums over the stage's TP group and the pipeline (the model-parallel group).
 //
+// With --sequence-parallel as well (Megatron's 3-D recipe) each stage runs tp's sequence parallelism
+// (workloads/model/tensor_parallel.h): the first stage reduce-scatters the embedding output, the last runs the final
+// norm on its rows and all-gathers them before the head, and between stages TP rank t sends its [b·s/T, h] rows to TP
+// rank t of the next stage (Megatron's get_tensor_shapes divides the sequence by T): b·s·h/T per micro-batch per
+// boundary (Model::rows, stage_runner.cpp). The norm weights' gradients then cover each rank's rows only: after the
+// last micro-batch the stage sums those of its own layers over its TP group in one fp32 all-reduce
+// (reduce_sequence_parallel_norms; Megatron's finalize_model_grads on every stage), before the data-parallel
+// reduction.
+//
 // With --distributed-optimizer (Megatron's --use-distributed-optimizer, ZeRO-1 over the data-parallel group) the
 // master weights and Adam moments of each block, and of each root tensor the stage owns, are sharded over the D
 // replicas of the stage (strategies/shard.h), the gradients reduce-scattered, the parameters all-gathered after the
