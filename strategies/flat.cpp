@@ -175,7 +175,8 @@ void all_reduce_norm_gradients(coll::Communicator& tp, bool holds_data, const st
     at += span.count;
   }
   float* data = holds_data ? sums.data() : nullptr;
-  tp.all_reduce(data, data, total, DType::kF32, coll::ReduceOp::kSum, "tp all-reduce, sequence-parallel norm gradients");
+  tp.all_reduce(data, data, total, DType::kF32, coll::ReduceOp::kSum,
+                "tp all-reduce, sequence-parallel norm gradients");
   if (!holds_data) return;
   at = 0;
   for (const GradientSpan& span : spans) {

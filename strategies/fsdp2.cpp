@@ -543,7 +543,7 @@ class Fsdp2 final : public Strategy {
   void sum_sequence_parallel_norms(int u, void* grads, DType dtype) {
     if (!tensor_ || !model_.options().sequence_parallel) return;
     for (const Dim0Tensor& t : units_[static_cast<size_t>(u)].shards.tensors) {  // a stage's root: those it owns
-      if (!replicated(u, t.tensor.offset)) continue;  // a TP slice, not a norm weight
+      if (!replicated(u, t.tensor.offset)) continue;                             // a TP slice, not a norm weight
       void* data = device_.holds_data() ? element(grads, dtype, t.tensor.offset) : nullptr;
       tp_group_->all_reduce(data, data, t.tensor.count, dtype, coll::ReduceOp::kSum,
                             "tp all-reduce, sequence-parallel norm gradients");

@@ -139,7 +139,8 @@ void add_traffic(const StrategyOptions& options, const AnalyticInput& input, con
   }
   const auto micro_batches = static_cast<uint64_t>(input.accumulation);
   const uint64_t sends = micro_batches * ((stage < stages - 1 ? 1 : 0) + (stage > 0 ? 1 : 0));
-  prediction.traffic.push_back({coll::CollectiveKind::kSend, "pipeline", sends, sends * stage_boundary_bytes(input, mesh)});
+  prediction.traffic.push_back(
+      {coll::CollectiveKind::kSend, "pipeline", sends, sends * stage_boundary_bytes(input, mesh)});
   if (mesh.tensor > 1) add_stage_tensor_traffic(prediction, input, mesh, own_blocks, r);
   add_ring_traffic(prediction, coll::CollectiveKind::kAllReduce, "pipeline", 4, stages);    // the loss (reporting)
   add_ring_traffic(prediction, coll::CollectiveKind::kAllReduce, "world", 4, input.world);  // the gradient norm

@@ -71,8 +71,8 @@ void add_stage_tensor_traffic(Prediction& prediction, const AnalyticInput& input
     // on the last stage, the head's gathered again in backward.
     add_ring_traffic(prediction, coll::CollectiveKind::kReduceScatter, "tensor-parallel", input.boundary_bytes,
                      mesh.tensor, hidden * micro_batches);
-    add_ring_traffic(prediction, coll::CollectiveKind::kAllGather, "tensor-parallel", input.boundary_bytes,
-                     mesh.tensor, (hidden + 2 * own_blocks + (last ? 1 : 0)) * micro_batches);
+    add_ring_traffic(prediction, coll::CollectiveKind::kAllGather, "tensor-parallel", input.boundary_bytes, mesh.tensor,
+                     (hidden + 2 * own_blocks + (last ? 1 : 0)) * micro_batches);
     // The stage's norm weights (2 per block, the final norm on the last stage; sequence parallelism runs
     // Llama-style models only, every norm weight [h]), their gradients summed over the TP group once per step.
     const uint64_t norms = 2 * own_blocks + (last ? 1 : 0);
@@ -85,8 +85,8 @@ void add_stage_tensor_traffic(Prediction& prediction, const AnalyticInput& input
                        norm * dtype_size(*per_norm_dtype), mesh.tensor, norms);
     }
   } else {
-    add_ring_traffic(prediction, coll::CollectiveKind::kAllReduce, "tensor-parallel", input.boundary_bytes,
-                     mesh.tensor, hidden * micro_batches);
+    add_ring_traffic(prediction, coll::CollectiveKind::kAllReduce, "tensor-parallel", input.boundary_bytes, mesh.tensor,
+                     hidden * micro_batches);
   }
   if (last) {
     add_ring_traffic(prediction, coll::CollectiveKind::kAllReduce, "tensor-parallel", input.tokens * sizeof(float),

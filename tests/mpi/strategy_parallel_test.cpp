@@ -117,9 +117,9 @@ class Equivalence : public ::testing::TestWithParam<std::string> {};  // paralle
 // over TP 2.
 // "fsdp2-tp-sp": FSDP2 over TP 2 with sequence parallelism (torchtitan's default TP plan); a norm weight's gradient
 // not all-reduced over the TP group (each rank's rows only) moves the norm and the norm weights at the first step.
-// "pp-tp-sp" and "fsdp2-pp-tp-sp" (each also "-gpipe", and pp's with the distributed optimizer): the same inside
-// TP 2 × PP 2 stages, each TP rank sending its half of the sequence to the next stage; a stage that sent the whole
-// b·s·h, or read its neighbour's half as its own, trains other numbers from the first step.
+// "pp-tp-sp" and "fsdp2-pp-tp-sp" (each also "-gpipe", and pp's with the distributed optimizer and interleaved): the
+// same inside TP 2 × PP 2 stages, each TP rank sending its half of the sequence to the next stage; a stage that sent
+// the whole b·s·h, or read its neighbour's half as its own, trains other numbers from the first step.
 TEST_P(Equivalence, SameAsSingleDevice) {
   const bool gpt2 = is_gpt2(GetParam());
   std::string_view layout = layout_name(GetParam());
@@ -168,7 +168,7 @@ INSTANTIATE_TEST_SUITE_P(Parallel, Equivalence,
                          ::testing::Values("tp", "pp", "tp-do", "pp-do", "pp-tp", "pp-tp-do", "pp-v2-do", "pp-tp-v2",
                                            "fsdp2-tp", "fsdp2-tp-sp", "fsdp2-pp", "fsdp2-pp-tp", "gpt2-tp-do",
                                            "gpt2-pp-tp", "gpt2-fsdp2-tp", "pp-tp-sp", "pp-tp-gpipe-sp", "pp-tp-do-sp",
-                                           "fsdp2-pp-tp-sp", "fsdp2-pp-tp-gpipe-sp"),
+                                           "pp-tp-v2-sp", "fsdp2-pp-tp-sp", "fsdp2-pp-tp-gpipe-sp"),
                          equivalence_name);
 
 // Local parameters of a rank, by hand. A block's matrices at full shape: q and o 32·32, k and v 16·32 (kv = 4 heads
@@ -394,6 +394,27 @@ void check_fsdp2_over_stages(std::string_view name) {
   }
 }
 
+// The all-reduces of a run's "tensor-parallel" group, by phase: the [b·s, h] ones (calls), the sequence-parallel norm
+// gradients' (calls and bytes sent) and the parallel cross-entropy's (bytes sent).
+struct TensorAllReduces {
+  uint64_t hidden = 0, norm_calls = 0, norm_sent = 0, rows = 0;
+};
+TensorAllReduces tensor_all_reduces(const WorldRun& run) {
+  TensorAllReduces out;
+  for (const auto& [key, entry] : run.ledger("tensor-parallel").entries()) {
+    if (key.first != coll::CollectiveKind::kAllReduce) continue;
+    const std::string_view phase(key.second);
+    if (phase.starts_with("tp all-reduce, sequence-parallel norm gradients")) {
+      out.norm_calls += entry.calls, out.norm_sent += entry.moved.sent;
+    } else if (phase.starts_with("tp all-reduce")) {
+      out.hidden += entry.calls;
+    } else if (phase.starts_with("tp cross-entropy")) {
+      out.rows += entry.moved.sent;
+    }
+  }
+  return out;
+}
+
 // FSDP2 over TP 2 with sequence parallelism (torchtitan's SequenceParallel on the norms): per micro-batch the TP
 // group's 4L + 2 = 18 all-reduces of b·s·h·4 = 1,024 bytes become 18 reduce-scatters and 18 all-gathers of the same
 // payload, (T − 1)/T of it each, plus 2L + 1 = 9 all-gathers in backward (the saved 1/T inputs of q/k/v, gate/up and
@@ -406,16 +427,7 @@ TEST(ParallelTraffic, Fsdp2OverSequenceParallelLayers) {
   model_options.sequence_parallel = true;
   const auto run = run_parallel(options, kMicroBatches, 1, false, false, model_options);
   constexpr uint64_t kT = 2, kM = kMicroBatches, kCalls = 4 * kLayers + 2, kNorms = 2 * kLayers + 1;
-  uint64_t hidden = 0, norm_calls = 0, norm_sent = 0;
-  for (const auto& [key, entry] : run->ledger("tensor-parallel").entries()) {
-    if (key.first != coll::CollectiveKind::kAllReduce) continue;
-    const std::string_view phase(key.second);
-    if (phase.starts_with("tp all-reduce, sequence-parallel norm gradients")) {
-      norm_calls += entry.calls, norm_sent += entry.moved.sent;
-    } else if (phase.starts_with("tp all-reduce")) {
-      hidden += entry.calls;
-    }
-  }
+  const auto [hidden, norm_calls, norm_sent, rows] = tensor_all_reduces(*run);
   const coll::Ledger& tensor = run->ledger("tensor-parallel");
   const coll::LedgerEntry scattered = tensor.total(coll::CollectiveKind::kReduceScatter);
   const coll::LedgerEntry gathered = tensor.total(coll::CollectiveKind::kAllGather);
@@ -506,18 +518,7 @@ void check_sequence_parallel_stages(std::string_view name, optim::Recipe recipe)
   constexpr uint64_t kT = 2, kM = kMicroBatches;
   const uint64_t e = recipe == optim::Recipe::kFp32 ? 4 : 2, payload = 8 * 32 * e;
   const uint64_t norms = 2 * 2 + (last ? 1 : 0);
-  uint64_t hidden = 0, norm_calls = 0, norm_sent = 0, rows = 0;
-  for (const auto& [key, entry] : run->ledger("tensor-parallel").entries()) {
-    if (key.first != coll::CollectiveKind::kAllReduce) continue;
-    const std::string_view phase(key.second);
-    if (phase.starts_with("tp all-reduce, sequence-parallel norm gradients")) {
-      norm_calls += entry.calls, norm_sent += entry.moved.sent;
-    } else if (phase.starts_with("tp all-reduce")) {
-      hidden += entry.calls;
-    } else if (phase.starts_with("tp cross-entropy")) {
-      rows += entry.moved.sent;
-    }
-  }
+  const auto [hidden, norm_calls, norm_sent, rows] = tensor_all_reduces(*run);
   const coll::Ledger& tensor = run->ledger("tensor-parallel");
   const coll::LedgerEntry scattered = tensor.total(coll::CollectiveKind::kReduceScatter);
   const coll::LedgerEntry gathered = tensor.total(coll::CollectiveKind::kAllGather);
