@@ -195,8 +195,8 @@ void add_model_flags(CLI::App& app, RunOptions& options, Flags& flags) {
                  "it saved) or none (= --no-checkpoint)")
       ->group("Model");
   app.add_flag("--sequence-parallel", options.model_options.sequence_parallel,
-               "tp: Megatron-LM's --sequence-parallel: norms and the residual stream on 1/t of the sequence, each "
-               "all-reduce a reduce-scatter and an all-gather")
+               "tp, pp --tp and fsdp2 --tp: Megatron-LM's --sequence-parallel: norms and the residual stream on 1/t of "
+               "the sequence, each all-reduce a reduce-scatter and an all-gather")
       ->group("Model");
 }
 
@@ -1078,22 +1078,12 @@ void check_tensor(const RunOptions& options, int world) {
       model::check_tensor_parallel(model::shrink(options.full, options.shrink), tp);
     }
     if (options.model_options.sequence_parallel) {
-      // pp's tensor-parallel stages (and fsdp2's under --pp) do not all-reduce the norm gradients that sequence
-      // parallelism leaves partial; fsdp2 over TP alone does (torchtitan's default plan).
-      const bool staged_fsdp2 = sharded_tp && strategy::mesh_of(one, ranks, 0).pipeline > 1;
       if (zero_tp) {
         throw InputError(fmt::format(
             "--sequence-parallel with {}: ZeRO over tensor-parallel layers runs without it (the norm gradients it "
-            "leaves partial are not all-reduced over the TP group); accepted: tp or fsdp2 --tp T with "
+            "leaves partial are not all-reduced over the TP group); accepted: tp, pp --tp T or fsdp2 --tp T with "
             "--sequence-parallel, {} without it",
             one.name(), one.name()));
-      }
-      if (pipeline_tp || staged_fsdp2) {
-        throw InputError(fmt::format(
-            "--sequence-parallel is built for tp's layers and fsdp2 --tp T; {} with --tp {} runs without it: "
-            "accepted with tp (and --tp T) or fsdp2 --tp T without --pp among --strategies, {} then without "
-            "--sequence-parallel",
-            pipeline_tp ? "pp" : "fsdp2 --pp", tp, pipeline_tp ? "pp's stages" : "fsdp2 --pp"));
       }
       model::check_sequence_parallel(options.full, options.model_options, tp);
       if (!options.plan && options.shrink > 1) {
@@ -1104,9 +1094,11 @@ void check_tensor(const RunOptions& options, int world) {
   if (options.model_options.sequence_parallel &&
       std::none_of(options.strategies.begin(), options.strategies.end(), [](const auto& one) {
         return one.kind == strategy::StrategyKind::kTensor ||
-               (one.kind == strategy::StrategyKind::kFsdp2 && one.parallel.tensor > 1);
+               ((one.kind == strategy::StrategyKind::kPipeline || one.kind == strategy::StrategyKind::kFsdp2) &&
+                one.parallel.tensor > 1);
       })) {
-    throw InputError("--sequence-parallel splits tp's sequence; accepted with tp or fsdp2 --tp T among --strategies");
+    throw InputError(
+        "--sequence-parallel splits tp's sequence; accepted with tp, pp --tp T or fsdp2 --tp T among --strategies");
   }
 }
 

@@ -256,6 +256,25 @@ std::string schedule_words(const std::string& name, const strategy::PipelineOpti
       100.0 * strategy::bubble_fraction(stages, micro_batches));
 }
 
+// The tensor-parallel group's line of a pipeline whose stages are TP `tensor` (rank 0 sending `sent` bytes per
+// step): all-reduces, or under sequence parallelism reduce-scatters and all-gathers and a b·s/T send.
+std::string tensor_stage_words(int tensor, double sent, bool sequence, bool checkpoint) {
+  if (!sequence) {
+    return fmt::format(
+        "  tensor-parallel group (T = {}, each stage's blocks split as tp splits them): rank 0 sends {} GB per step, "
+        "4 all-reduces of b*s*h per block per micro-batch, ring 2(T-1)/T; each TP rank sends the whole b*s*h to the "
+        "next stage (Megatron-core's p2p, no scatter-gather)\n",
+        tensor, gb(sent));
+  }
+  return fmt::format(
+      "  tensor-parallel group (T = {}, each stage's blocks split as tp splits them, sequence parallel): rank 0 "
+      "sends {} GB per step, {} reduce-scatters and {} all-gathers of b*s*h per block per micro-batch{}, ring "
+      "(T-1)/T each, and the stage's norm gradients all-reduced once per step; each TP rank sends its b*s/T rows "
+      "to the same TP rank of the next stage (Megatron's p2p with --sequence-parallel)\n",
+      tensor, gb(sent), checkpoint ? 6 : 4, checkpoint ? 8 : 6,
+      checkpoint ? " (checkpointed: the forward's again in backward)" : "");
+}
+
 }  // namespace
 
 std::string format_pipeline(const RunReport& r) {
@@ -284,16 +303,14 @@ std::string format_pipeline(const RunReport& r) {
       if (key.group == "data-parallel") data_sent += static_cast<double>(t.sent);
       if (key.group == "tensor-parallel") tensor_sent += static_cast<double>(t.sent);
     }
+    const bool sequence = mesh.tensor > 1 && r.options.model_options.sequence_parallel;
     out += fmt::format(
-        "  send/recv: rank 0 sends {} GB per step; the pipeline moves b*s*h*bytes per micro-batch per boundary each "
+        "  send/recv: rank 0 sends {} GB per step; the pipeline moves b*s*h{}*bytes per micro-batch per boundary each "
         "way, {} = {} messages\n",
-        gb(sent * scale), chunks > 1 ? "2(PV-1)M" : "2(P-1)M", 2 * (stages * chunks - 1) * micro_batches);
+        gb(sent * scale), sequence ? "/T" : "", chunks > 1 ? "2(PV-1)M" : "2(P-1)M",
+        2 * (stages * chunks - 1) * micro_batches);
     if (mesh.tensor > 1) {
-      out += fmt::format(
-          "  tensor-parallel group (T = {}, each stage's blocks split as tp splits them): rank 0 sends {} GB per step, "
-          "4 all-reduces of b*s*h per block per micro-batch, ring 2(T-1)/T; each TP rank sends the whole b*s*h to the "
-          "next stage (Megatron-core's p2p, no scatter-gather)\n",
-          mesh.tensor, gb(tensor_sent * scale));
+      out += tensor_stage_words(mesh.tensor, tensor_sent * scale, sequence, r.options.model_options.checkpoint);
     }
     if (mesh.data > 1 && o.options.kind == strategy::StrategyKind::kFsdp2) {
       out += fmt::format(

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -49,7 +50,8 @@ struct AnalyticInput {
   // whether blocks are checkpointed (their forward all-reduces run again in backward).
   uint64_t tokens = 0;
   bool checkpoint = false;
-  // tp with sequence parallelism (ModelOptions::sequence_parallel), and the elements the split leaves whole on every
+  // tp (and pp's or fsdp2's tensor-parallel stages) with sequence parallelism (ModelOptions::sequence_parallel), and
+  // the elements the split leaves whole on every
   // rank (the norm weights, whose gradients it all-reduces once per step).
   bool sequence_parallel = false;
   uint64_t replicated_elements = 0;
@@ -162,9 +164,14 @@ std::vector<StageBlocks> predicted_stage_chunks(const StrategyOptions& options, 
                                                 int stage);
 // A tensor-parallel stage's activation traffic per step in its "tensor-parallel" group (pipeline_model.cpp's
 // formulas): 4 all-reduces of b·s·h per block per micro-batch (6 checkpointed), one more on the first and on the last
-// stage, and 3 of b·s fp32 on the last.
-void add_stage_tensor_traffic(Prediction& prediction, const AnalyticInput& input, const Mesh& mesh,
-                              uint64_t own_blocks);
+// stage, and 3 of b·s fp32 on the last; under sequence parallelism reduce-scatters and all-gathers, the re-gathers,
+// and the stage's norm gradients summed once per step: in one fp32 all-reduce (Megatron's, no `per_norm_dtype`) or one
+// all-reduce per norm weight at `per_norm_dtype` (FSDP2's at its stage's last backward).
+void add_stage_tensor_traffic(Prediction& prediction, const AnalyticInput& input, const Mesh& mesh, uint64_t own_blocks,
+                              std::optional<DType> per_norm_dtype = std::nullopt);
+// The bytes of one micro-batch's activation between two stages: b·s·h at the compute dtype, each TP rank's 1/T of
+// them under sequence parallelism.
+uint64_t stage_boundary_bytes(const AnalyticInput& input, const Mesh& mesh);
 Updated predict_tensor_parallel(const StrategyOptions& options, const AnalyticInput& input, Prediction& prediction);
 
 // Adds `calls` calls of `kind` on a payload of `payload_bytes` within a group of `group_size` ranks named `group`,

@@ -176,4 +176,24 @@ void zero(void* dst, DType dtype, size_t n) {
   if (dst != nullptr) std::memset(dst, 0, n * dtype_size(dtype));
 }
 
+void all_reduce_norm_gradients(coll::Communicator& tp, bool holds_data, const std::vector<GradientSpan>& spans) {
+  size_t total = 0;
+  for (const GradientSpan& span : spans) total += span.count;
+  std::vector<float> sums(holds_data ? total : 0);
+  size_t at = 0;
+  for (const GradientSpan& span : spans) {
+    if (holds_data) convert(span.data, span.dtype, sums.data() + at, DType::kF32, span.count);
+    at += span.count;
+  }
+  float* data = holds_data ? sums.data() : nullptr;
+  tp.all_reduce(data, data, total, DType::kF32, coll::ReduceOp::kSum,
+                "tp all-reduce, sequence-parallel norm gradients");
+  if (!holds_data) return;
+  at = 0;
+  for (const GradientSpan& span : spans) {
+    convert(sums.data() + at, DType::kF32, span.data, span.dtype, span.count);
+    at += span.count;
+  }
+}
+
 }  // namespace emu::strategy

@@ -125,6 +125,18 @@ class GroupTensorParallel final : public model::TensorParallel {
   coll::Communicator& group_;
 };
 
+// Sequence parallelism's norm weights (tp, and pp's tensor-parallel stages): each TP rank's gradients of them cover
+// its rows of the sequence only. Megatron sums them over the TP group once per step, after the last micro-batch, in
+// one fp32 all-reduce of all of them (finalize_model_grads, _allreduce_layernorm_grads over the main_grad buffers):
+// the spans (`count` elements of `dtype` at `data` each, in order) gathered into one fp32 buffer, all-reduced over
+// `tp` and written back. On a shapes-only device (`holds_data` false) only the bytes move.
+struct GradientSpan {
+  void* data = nullptr;
+  DType dtype = DType::kF32;
+  size_t count = 0;
+};
+void all_reduce_norm_gradients(coll::Communicator& tp, bool holds_data, const std::vector<GradientSpan>& spans);
+
 // Element `index` of a buffer of `dtype`, as an address.
 inline void* element(void* base, DType dtype, size_t index) {
   return base == nullptr ? nullptr : static_cast<char*>(base) + index * dtype_size(dtype);

@@ -53,7 +53,8 @@
 // default plan: SequenceParallel on the norms, PrepareModuleInput on attention and feed-forward) the model runs tp's
 // sequence parallelism (norms and residual stream on 1/T of the rows, reduce-scatters and all-gathers in place of
 // the all-reduces), and each norm weight's gradient, partial over the TP group, is all-reduced over it in every
-// backward before its unit's reduce-scatter (sum_sequence_parallel_norms). Not yet with --pp.
+// backward before its unit's reduce-scatter (sum_sequence_parallel_norms); under --pp once per step, before the
+// stage's reduce-scatters, at the reduce dtype.
 //
 // Over pipeline stages (--pp P, with or without --tp T: torchtitan's PP × FSDP2 and its 3-D, TP 8 × PP 2 × FSDP 4
 // for llama2-70b on 64 GPUs): the model split into P stages as pp splits it (pipeline.h, stage_runner.h), each a
@@ -557,14 +558,15 @@ class Fsdp2 final : public Strategy {
   // Sequence parallelism over TP: each rank's norm weight gradients cover its rows of the sequence only (DTensor
   // Partial over the TP mesh dimension, the weights Replicate). FSDPParam's unsharded gradient redistributes each to
   // its parameter's placement before foreach_reduce copies it in (_get_grad_inner_tensor): one all-reduce over the
-  // TP group per norm weight in every backward, at the gradient dtype.
-  void sum_sequence_parallel_norms(int u, void* grads) {
+  // TP group per norm weight in every backward, at the gradient dtype `dtype`. Under --pp, once per step at the
+  // stage's last backward: the gradients summed over the micro-batches (Partial too, in the .grad or in
+  // unsharded_accumulated_grad at the reduce dtype) are redistributed then.
+  void sum_sequence_parallel_norms(int u, void* grads, DType dtype) {
     if (!tensor_ || !model_.options().sequence_parallel) return;
-    const DType dtype = options_.recipe.grads;
-    for (const model::ParamInfo& param : model_.layout(u).params) {
-      if (!replicated(u, param.offset)) continue;  // a TP slice, not a norm weight
-      void* data = device_.holds_data() ? element(grads, dtype, param.offset) : nullptr;
-      tp_group_->all_reduce(data, data, param.count, dtype, coll::ReduceOp::kSum,
+    for (const Dim0Tensor& t : units_[static_cast<size_t>(u)].shards.tensors) {  // a stage's root: those it owns
+      if (!replicated(u, t.tensor.offset)) continue;                             // a TP slice, not a norm weight
+      void* data = device_.holds_data() ? element(grads, dtype, t.tensor.offset) : nullptr;
+      tp_group_->all_reduce(data, data, t.tensor.count, dtype, coll::ReduceOp::kSum,
                             "tp all-reduce, sequence-parallel norm gradients");
     }
   }
@@ -586,10 +588,12 @@ class Fsdp2 final : public Strategy {
     reduce_scatter_input_ = device_.allocate(unit.shards.padded(), dtype, Category::kBuckets,
                                              fmt::format("unit {} reduce-scatter input", u), padded_bytes(unit, dtype));
     if (unit.accumulated.allocated()) {
+      sum_sequence_parallel_norms(u, unit.accumulated.data(), dtype);
       copy_in(unit.shards, unit.accumulated.data(), dtype, reduce_scatter_input_.data(), dtype);
     } else {
       if (u > 0) unit.block_grads.check_complete();
-      sum_sequence_parallel_norms(u, u == 0 ? unit.unsharded_grads.data() : unit.block_grads.data());
+      sum_sequence_parallel_norms(u, u == 0 ? unit.unsharded_grads.data() : unit.block_grads.data(),
+                                  options_.recipe.grads);
       copy_in(unit.shards, u == 0 ? unit.unsharded_grads.data() : unit.block_grads.data(), options_.recipe.grads,
               reduce_scatter_input_.data(), dtype);
     }

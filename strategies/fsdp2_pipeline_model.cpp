@@ -23,9 +23,10 @@
 //   optimizer   Adam's m and v over Σ_u S_u and torch.optim.AdamW's step temporaries, as fsdp2
 // Traffic per step: one all-gather of D·S_u·p and one reduce-scatter of D·S_u·r per unit in the "data-parallel"
 // group, whatever M (the micro-batches); M·(V − [last] + V − [first]) sends of b·s·h at the compute dtype in the
-// "pipeline" group (each chunk's activations on and gradients back, none past the model's ends); under --tp the
-// stage's TP all-reduces (add_stage_tensor_traffic); the loss summed over the pipeline and the gradient norm over the
-// world, 4 bytes each.
+// "pipeline" group (each chunk's activations on and gradients back, none past the model's ends; b·s·h/T under
+// --sequence-parallel); under --tp the stage's TP all-reduces (add_stage_tensor_traffic; with --sequence-parallel
+// its reduce-scatters and all-gathers, and each of the stage's norm weights' gradients all-reduced once per step at
+// r); the loss summed over the pipeline and the gradient norm over the world, 4 bytes each.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -168,8 +169,9 @@ void add_traffic(const StrategyOptions& options, const AnalyticInput& input, con
   const auto micro_batches = static_cast<uint64_t>(input.accumulation);
   const auto v = static_cast<uint64_t>(modules.size());
   const uint64_t sends = micro_batches * ((stage < stages - 1 ? v : v - 1) + (stage > 0 ? v : v - 1));
-  prediction.traffic.push_back({coll::CollectiveKind::kSend, "pipeline", sends, sends * input.boundary_bytes});
-  if (mesh.tensor > 1) add_stage_tensor_traffic(prediction, input, mesh, own_blocks);
+  prediction.traffic.push_back(
+      {coll::CollectiveKind::kSend, "pipeline", sends, sends * stage_boundary_bytes(input, mesh)});
+  if (mesh.tensor > 1) add_stage_tensor_traffic(prediction, input, mesh, own_blocks, r);
   add_ring_traffic(prediction, coll::CollectiveKind::kAllReduce, "pipeline", 4, stages);    // the loss (reporting)
   add_ring_traffic(prediction, coll::CollectiveKind::kAllReduce, "world", 4, input.world);  // the gradient norm
   switch (options.adamw_impl) {

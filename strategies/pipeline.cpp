@@ -20,6 +20,15 @@
 // b·s·h per micro-batch per boundary per TP rank. The norm weights are whole on every TP rank and counted once in
 // the gradient norm, which sums over the stage's TP group and the pipeline (the model-parallel group).
 //
+// With --sequence-parallel as well (Megatron's 3-D recipe) each stage runs tp's sequence parallelism
+// (workloads/model/tensor_parallel.h): the first stage reduce-scatters the embedding output, the last runs the final
+// norm on its rows and all-gathers them before the head, and between stages TP rank t sends its [b·s/T, h] rows to TP
+// rank t of the next stage (Megatron's get_tensor_shapes divides the sequence by T): b·s·h/T per micro-batch per
+// boundary (Model::rows, stage_runner.cpp). The norm weights' gradients then cover each rank's rows only: after the
+// last micro-batch the stage sums those of its own layers over its TP group in one fp32 all-reduce
+// (reduce_sequence_parallel_norms; Megatron's finalize_model_grads on every stage), before the data-parallel
+// reduction.
+//
 // With --distributed-optimizer (Megatron's --use-distributed-optimizer, ZeRO-1 over the data-parallel group) the
 // master weights and Adam moments of each block, and of each root tensor the stage owns, are sharded over the D
 // replicas of the stage (strategies/shard.h), the gradients reduce-scattered, the parameters all-gathered after the
@@ -132,7 +141,7 @@ class Pipeline final : public Strategy {
     if (mesh.tensor > 1) {
       tp_group_ =
           split_group(stage_group, mesh.tensor_rank(), mesh.tensor, fmt::format("tensor-parallel {}", stage_group));
-      tensor_ = std::make_unique<GroupTensorParallel>(*tp_group_);  // pp refuses sequence parallelism (app)
+      tensor_ = std::make_unique<GroupTensorParallel>(*tp_group_);
       model_.set_tensor_parallel(tensor_.get());
     }
     if (mesh.data > 1) {
@@ -238,6 +247,7 @@ class Pipeline final : public Strategy {
   // Data parallelism: the gradients this stage owns averaged over the replicas of the stage (each block whole, the
   // root's tensors of the stage's side one by one), reduce-scattered to their shards under the distributed optimizer.
   void finish_gradients() override {
+    reduce_sequence_parallel_norms();
     if (!dp_group_) return;
     for (Held& held : units_) {
       const DType dtype = held.grads.dtype();
@@ -292,6 +302,25 @@ class Pipeline final : public Strategy {
     std::vector<Segment> segments;
     std::vector<optim::DecayRange> decay;
   };
+
+  // Sequence parallelism: the norm weights of the stage's own layers (its blocks' and, on the last stage, the final
+  // norm), each TP rank's gradient over its rows only, summed over the stage's TP group in one fp32 all-reduce after
+  // the last micro-batch (Megatron's finalize_model_grads on every stage), before the data-parallel reduction.
+  void reduce_sequence_parallel_norms() {
+    if (!tp_group_ || !model_.options().sequence_parallel) return;
+    std::vector<GradientSpan> spans;
+    for (int u = 0; u < model_.num_units(); ++u) {
+      Held& held = units_[static_cast<size_t>(u)];
+      if (!held.params.allocated()) continue;
+      const model::UnitLayout& layout = model_.layout(u);
+      for (size_t p = 0; p < layout.params.size(); ++p) {
+        if (layout.params[p].count != model_.full_layout(u).params[p].count || (u == 0 && !owns(p))) continue;
+        spans.push_back({element(held.grads.data(), held.grads.dtype(), layout.params[p].offset), held.grads.dtype(),
+                         layout.params[p].count});
+      }
+    }
+    all_reduce_norm_gradients(*tp_group_, device_.holds_data(), spans);
+  }
 
   bool distributed() const { return dp_group_ != nullptr && options_.parallel.distributed_optimizer; }
   // Each data-parallel rank's real elements of `count` (shard.h): the blocks of the reduce-scatter and all-gather.

@@ -19,6 +19,11 @@
 //               model's local ones), and per micro-batch the stage's TP group all-reduces b·s·h 4 times per block
 //               (6 checkpointed), once more on the first stage (the embedding output) and on the last (the head's
 //               input gradient), and 3 times b·s fp32 on the last (the parallel cross-entropy), ring 2(T − 1)/T
+//   sequence    with --sequence-parallel each of those b·s·h all-reduces a reduce-scatter and an all-gather
+//               ((T − 1)/T each), 2 all-gathers more per block and 1 more on the last stage (the saved inputs of
+//               q/k/v, gate/up and the head gathered again in backward), and once per step one fp32 all-reduce of
+//               the stage's norm weights' gradients (2 per block, the final norm on the last stage); the sends carry
+//               each TP rank's b·s·h/T (Megatron's get_tensor_shapes divides the sequence by T)
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -27,6 +32,10 @@
 #include "strategies/shard.h"
 
 namespace emu::strategy {
+
+uint64_t stage_boundary_bytes(const AnalyticInput& input, const Mesh& mesh) {
+  return input.sequence_parallel ? input.boundary_bytes / static_cast<uint64_t>(mesh.tensor) : input.boundary_bytes;
+}
 
 std::vector<StageBlocks> predicted_stage_chunks(const StrategyOptions& options, const AnalyticInput& input, int stages,
                                                 int stage) {
@@ -50,16 +59,36 @@ std::vector<StageBlocks> predicted_stage_chunks(const StrategyOptions& options, 
   return mine;
 }
 
-void add_stage_tensor_traffic(Prediction& prediction, const AnalyticInput& input, const Mesh& mesh,
-                              uint64_t own_blocks) {
+void add_stage_tensor_traffic(Prediction& prediction, const AnalyticInput& input, const Mesh& mesh, uint64_t own_blocks,
+                              std::optional<DType> per_norm_dtype) {
   const int stage = mesh.pipeline_rank();
   const int stages = mesh.pipeline;
+  const bool first = stage == 0, last = stage == stages - 1;
   const uint64_t micro_batches = static_cast<uint64_t>(input.accumulation);
-  const uint64_t hidden =
-      own_blocks * (input.checkpoint ? 6 : 4) + (stage == 0 ? 1 : 0) + (stage == stages - 1 ? 1 : 0);
-  add_ring_traffic(prediction, coll::CollectiveKind::kAllReduce, "tensor-parallel", input.boundary_bytes, mesh.tensor,
-                   hidden * micro_batches);
-  if (stage == stages - 1) {
+  const uint64_t hidden = own_blocks * (input.checkpoint ? 6 : 4) + (first ? 1 : 0) + (last ? 1 : 0);
+  if (input.sequence_parallel) {
+    // Each all-reduce a reduce-scatter and an all-gather; the saved inputs of q/k/v and gate/up (2 per block) and,
+    // on the last stage, the head's gathered again in backward.
+    add_ring_traffic(prediction, coll::CollectiveKind::kReduceScatter, "tensor-parallel", input.boundary_bytes,
+                     mesh.tensor, hidden * micro_batches);
+    add_ring_traffic(prediction, coll::CollectiveKind::kAllGather, "tensor-parallel", input.boundary_bytes, mesh.tensor,
+                     (hidden + 2 * own_blocks + (last ? 1 : 0)) * micro_batches);
+    // The stage's norm weights (2 per block, the final norm on the last stage; sequence parallelism runs
+    // Llama-style models only, every norm weight [h]), their gradients summed over the TP group once per step.
+    const uint64_t norms = 2 * own_blocks + (last ? 1 : 0);
+    const uint64_t norm = input.replicated_tensors > 0 ? input.replicated_elements / input.replicated_tensors : 0;
+    if (!per_norm_dtype) {
+      add_ring_traffic(prediction, coll::CollectiveKind::kAllReduce, "tensor-parallel", norms * norm * sizeof(float),
+                       mesh.tensor);
+    } else {
+      add_ring_traffic(prediction, coll::CollectiveKind::kAllReduce, "tensor-parallel",
+                       norm * dtype_size(*per_norm_dtype), mesh.tensor, norms);
+    }
+  } else {
+    add_ring_traffic(prediction, coll::CollectiveKind::kAllReduce, "tensor-parallel", input.boundary_bytes, mesh.tensor,
+                     hidden * micro_batches);
+  }
+  if (last) {
     add_ring_traffic(prediction, coll::CollectiveKind::kAllReduce, "tensor-parallel", input.tokens * sizeof(float),
                      mesh.tensor, 3 * micro_batches);
   }
@@ -93,7 +122,7 @@ Updated predict_pipeline(const StrategyOptions& options, const AnalyticInput& in
   const uint64_t sends = micro_batches * ((stage < stages - 1 ? v : v - 1) + (stage > 0 ? v : v - 1));
   if (sends > 0) {
     prediction.traffic.push_back({coll::CollectiveKind::kSend, mesh.data > 1 || mesh.tensor > 1 ? "pipeline" : "world",
-                                  sends, sends * input.boundary_bytes});
+                                  sends, sends * stage_boundary_bytes(input, mesh)});
   }
   if (mesh.tensor > 1) add_stage_tensor_traffic(prediction, input, mesh, own_blocks);
   if (stages > 1 && input.tied_embedding > 0 && (stage == 0 || stage == stages - 1)) {

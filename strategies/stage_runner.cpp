@@ -60,9 +60,8 @@ void StageRunner::set_chunk(int chunk) {
   model_.set_stage(blocks.first, blocks.last);
 }
 
-size_t StageRunner::activation_count() const {
-  return static_cast<size_t>(model_.config().tokens()) * static_cast<size_t>(model_.config().hidden);
-}
+// [R, h]: the whole b·s rows, or under sequence parallelism the TP rank's b·s/t (Model::rows).
+size_t StageRunner::activation_count() const { return model_.rows() * static_cast<size_t>(model_.config().hidden); }
 
 double StageRunner::run(std::span<const data::Batch> micro_batches, model::Hooks& hooks,
                         const std::function<void(int chunk)>& chunk_done) {

@@ -102,24 +102,11 @@ class TensorParallelStrategy final : public Strategy {
   // and here every rank's whole norm gradient is valid when the distributed optimizer then reduce-scatters it).
   void reduce_sequence_parallel_norms() {
     if (!model_.options().sequence_parallel || tp().size() == 1) return;
-    std::vector<float> sums;
-    for_each_replicated([&](const Held& held, const model::ParamInfo& param) {
-      const size_t at = sums.size();
-      sums.resize(at + param.count);
-      if (device_.holds_data()) {
-        convert(element(held.grads.data(), held.grads.dtype(), param.offset), held.grads.dtype(), sums.data() + at,
-                DType::kF32, param.count);
-      }
-    });
-    tp().all_reduce(device_.holds_data() ? sums.data() : nullptr, device_.holds_data() ? sums.data() : nullptr,
-                    sums.size(), DType::kF32, coll::ReduceOp::kSum, "tp all-reduce, sequence-parallel norm gradients");
-    if (!device_.holds_data()) return;
-    size_t at = 0;
+    std::vector<GradientSpan> spans;
     for_each_replicated([&](Held& held, const model::ParamInfo& param) {
-      convert(sums.data() + at, DType::kF32, element(held.grads.data(), held.grads.dtype(), param.offset),
-              held.grads.dtype(), param.count);
-      at += param.count;
+      spans.push_back({element(held.grads.data(), held.grads.dtype(), param.offset), held.grads.dtype(), param.count});
     });
+    all_reduce_norm_gradients(tp(), device_.holds_data(), spans);
   }
 
   double gradient_sum_of_squares() override {

@@ -121,8 +121,8 @@ TEST_P(Ranks, BadInputsExitTwoWithOneMessage) {
        "ranks are not divisible by tensor-parallel 3 x pipeline-parallel 1"},
       {"--model gpt2 --strategies ddp --pp 2", "--pp 2 sets pp's degree; accepted with pp among --strategies"},
       {"--model gpt2 --strategies zero3 --pp 2", "DeepSpeed's pipeline engine refuses ZeRO stages 2 and 3"},
-      {"--plan 8 --model llama2-7b --strategies fsdp2 --tp 2 --pp 2 --sequence-parallel",
-       "--sequence-parallel is built for tp's layers and fsdp2 --tp T; fsdp2 --pp with --tp 2 runs without it"},
+      {"--plan 8 --model llama2-7b --strategies fsdp2 --tp 4 --pp 2 --sequence-parallel --seq-len 102",
+       "the sequence length s (102) is not divisible by 4"},
       {"--model llama2-7b --strategies fsdp2 --tp 2 --distributed-optimizer",
        "fsdp2 with --tp already shards the optimizer over the replicas"},
       // ZeRO-1/2 over tensor-parallel layers (Megatron-DeepSpeed): the layout's and the split's checks, and what

@@ -16,6 +16,7 @@
 
 #include "strategies/analytic.h"
 #include "tests/mpi/strategy_harness.h"
+#include "workloads/model/memory_terms.h"
 
 namespace emu::testing {
 namespace {
@@ -71,6 +72,17 @@ strategy::StrategyOptions parallel_options(std::string_view name, int degree) {
   return options;
 }
 
+// parallel_options, and "-gpipe" anywhere in the name for GPipe's schedule (1F1B otherwise).
+strategy::StrategyOptions scheduled_options(std::string_view name, int degree) {
+  const size_t gpipe = name.find("-gpipe");
+  if (gpipe == std::string_view::npos) return parallel_options(name, degree);
+  std::string plain(name);
+  plain.erase(gpipe, 6);
+  strategy::StrategyOptions options = parallel_options(plain, degree);
+  options.pipeline.schedule = strategy::Schedule::kGpipe;
+  return options;
+}
+
 // Every rank of replica d runs micro-batches m = 0 … count − 1 of samples m·D + d, as the app gives them
 // (app/run.cpp replica_micro_batches).
 std::unique_ptr<WorldRun> run_parallel(const strategy::StrategyOptions& options, int count, int steps,
@@ -113,6 +125,9 @@ class Equivalence : public ::testing::TestWithParam<std::string> {};  // paralle
 // over TP 2.
 // "fsdp2-tp-sp": FSDP2 over TP 2 with sequence parallelism (torchtitan's default TP plan); a norm weight's gradient
 // not all-reduced over the TP group (each rank's rows only) moves the norm and the norm weights at the first step.
+// "pp-tp-sp" and "fsdp2-pp-tp-sp" (each also "-gpipe", and pp's with the distributed optimizer and interleaved): the
+// same inside TP 2 × PP 2 stages, each TP rank sending its half of the sequence to the next stage; a stage that sent
+// the whole b·s·h, or read its neighbour's half as its own, trains other numbers from the first step.
 // "fsdp2-pp-v2", "fsdp2-pp-tp-v2": FSDP2 over interleaved stages (2 chunks per stage, each its own FSDP module,
 // reduce-scattered after its own last backward), with TP 2 too.
 // Runs the layout `name` of `degree` (parallel_options) against the reference.
@@ -122,7 +137,7 @@ void expect_same_as_single_device(std::string_view name, int degree) {
   model::ModelOptions model_options;
   model_options.sequence_parallel = layout.ends_with("-sp");
   if (model_options.sequence_parallel) layout.remove_suffix(3);
-  const strategy::StrategyOptions options = parallel_options(layout, degree);
+  const strategy::StrategyOptions options = scheduled_options(layout, degree);
   const Trace reference =
       run_reference_config(parallel_config(gpt2), options, replicas(options), kMicroBatches, kSteps);
   const auto run = run_parallel(options, kMicroBatches, kSteps, true, gpt2, model_options);
@@ -149,27 +164,39 @@ TEST(ZeroOverTensorParallel, Tp4SameAsSingleDevice) {
   expect_same_as_single_device("zero2-tp", 4);
 }
 
+// The test's name for parallel_options' names (with "-gpipe" and "-sp" after the layout).
+std::string equivalence_name(const ::testing::TestParamInfo<std::string>& param) {
+  std::string_view layout = layout_name(param.param);
+  const std::string prefix = is_gpt2(param.param) ? "gpt2_" : "";
+  std::string suffix;
+  if (layout.ends_with("-sp")) {
+    layout.remove_suffix(3);
+    suffix = "_sequence_parallel";
+  }
+  if (layout.ends_with("-gpipe")) {
+    layout.remove_suffix(6);
+    suffix = "_gpipe" + suffix;
+  }
+  if (layout.starts_with("zero")) return prefix + std::string(layout.substr(0, 5)) + "_tp2" + suffix;
+  if (layout == "fsdp2-tp") return prefix + "fsdp2_tp2" + suffix;
+  if (layout == "fsdp2-pp") return prefix + "fsdp2_pp2" + suffix;
+  if (layout == "fsdp2-pp-tp") return prefix + "fsdp2_pp2_tp2" + suffix;
+  if (layout == "fsdp2-pp-v2") return prefix + "fsdp2_pp2_interleaved" + suffix;
+  if (layout == "fsdp2-pp-tp-v2") return prefix + "fsdp2_pp2_tp2_interleaved" + suffix;
+  std::string name =
+      prefix + (layout.starts_with("pp-tp") ? std::string("pp2_tp2_dp") : std::string(layout.substr(0, 2)) + "2_dp");
+  if (layout.find("-v2") != std::string_view::npos) name += "_interleaved";
+  return (layout.ends_with("-do") ? name + "_distributed_optimizer" : name) + suffix;
+}
+
 INSTANTIATE_TEST_SUITE_P(Parallel, Equivalence,
                          ::testing::Values("tp", "pp", "tp-do", "pp-do", "pp-tp", "pp-tp-do", "pp-v2-do", "pp-tp-v2",
                                            "fsdp2-tp", "fsdp2-tp-sp", "fsdp2-pp", "fsdp2-pp-tp", "fsdp2-pp-v2",
                                            "fsdp2-pp-tp-v2", "gpt2-tp-do", "gpt2-pp-tp", "gpt2-fsdp2-tp", "zero1-tp",
-                                           "zero2-tp", "gpt2-zero2-tp"),
-                         [](const ::testing::TestParamInfo<std::string>& param) {
-                           const std::string_view layout = layout_name(param.param);
-                           const std::string prefix = is_gpt2(param.param) ? "gpt2_" : "";
-                           if (layout.starts_with("zero")) return prefix + std::string(layout.substr(0, 5)) + "_tp2";
-                           if (layout == "fsdp2-tp") return prefix + "fsdp2_tp2";
-                           if (layout == "fsdp2-tp-sp") return prefix + "fsdp2_tp2_sequence_parallel";
-                           if (layout == "fsdp2-pp") return prefix + "fsdp2_pp2";
-                           if (layout == "fsdp2-pp-tp") return prefix + "fsdp2_pp2_tp2";
-                           if (layout == "fsdp2-pp-v2") return prefix + "fsdp2_pp2_interleaved";
-                           if (layout == "fsdp2-pp-tp-v2") return prefix + "fsdp2_pp2_tp2_interleaved";
-                           std::string name =
-                               prefix + (layout.starts_with("pp-tp") ? std::string("pp2_tp2_dp")
-                                                                     : std::string(layout.substr(0, 2)) + "2_dp");
-                           if (layout.find("-v2") != std::string_view::npos) name += "_interleaved";
-                           return layout.ends_with("-do") ? name + "_distributed_optimizer" : name;
-                         });
+                                           "zero2-tp", "gpt2-zero2-tp", "pp-tp-sp", "pp-tp-gpipe-sp", "pp-tp-do-sp",
+                                           "pp-tp-v2-sp", "fsdp2-pp-tp-sp", "fsdp2-pp-tp-gpipe-sp",
+                                           "fsdp2-pp-tp-v2-sp"),
+                         equivalence_name);
 
 // Local parameters of a rank, by hand. A block's matrices at full shape: q and o 32·32, k and v 16·32 (kv = 4 heads
 // of 4), gate, up and down 64·32: 9,216; its two norms 32 each. The root: embedding and head 1,024·32 each, the
@@ -453,6 +480,27 @@ void check_fsdp2_over_stages(std::string_view name) {
   }
 }
 
+// The all-reduces of a run's "tensor-parallel" group, by phase: the [b·s, h] ones (calls), the sequence-parallel norm
+// gradients' (calls and bytes sent) and the parallel cross-entropy's (bytes sent).
+struct TensorAllReduces {
+  uint64_t hidden = 0, norm_calls = 0, norm_sent = 0, rows = 0;
+};
+TensorAllReduces tensor_all_reduces(const WorldRun& run) {
+  TensorAllReduces out;
+  for (const auto& [key, entry] : run.ledger("tensor-parallel").entries()) {
+    if (key.first != coll::CollectiveKind::kAllReduce) continue;
+    const std::string_view phase(key.second);
+    if (phase.starts_with("tp all-reduce, sequence-parallel norm gradients")) {
+      out.norm_calls += entry.calls, out.norm_sent += entry.moved.sent;
+    } else if (phase.starts_with("tp all-reduce")) {
+      out.hidden += entry.calls;
+    } else if (phase.starts_with("tp cross-entropy")) {
+      out.rows += entry.moved.sent;
+    }
+  }
+  return out;
+}
+
 // FSDP2 over TP 2 with sequence parallelism (torchtitan's SequenceParallel on the norms): per micro-batch the TP
 // group's 4L + 2 = 18 all-reduces of b·s·h·4 = 1,024 bytes become 18 reduce-scatters and 18 all-gathers of the same
 // payload, (T − 1)/T of it each, plus 2L + 1 = 9 all-gathers in backward (the saved 1/T inputs of q/k/v, gate/up and
@@ -465,16 +513,7 @@ TEST(ParallelTraffic, Fsdp2OverSequenceParallelLayers) {
   model_options.sequence_parallel = true;
   const auto run = run_parallel(options, kMicroBatches, 1, false, false, model_options);
   constexpr uint64_t kT = 2, kM = kMicroBatches, kCalls = 4 * kLayers + 2, kNorms = 2 * kLayers + 1;
-  uint64_t hidden = 0, norm_calls = 0, norm_sent = 0;
-  for (const auto& [key, entry] : run->ledger("tensor-parallel").entries()) {
-    if (key.first != coll::CollectiveKind::kAllReduce) continue;
-    const std::string_view phase(key.second);
-    if (phase.starts_with("tp all-reduce, sequence-parallel norm gradients")) {
-      norm_calls += entry.calls, norm_sent += entry.moved.sent;
-    } else if (phase.starts_with("tp all-reduce")) {
-      hidden += entry.calls;
-    }
-  }
+  const auto [hidden, norm_calls, norm_sent, rows] = tensor_all_reduces(*run);
   const coll::Ledger& tensor = run->ledger("tensor-parallel");
   const coll::LedgerEntry scattered = tensor.total(coll::CollectiveKind::kReduceScatter);
   const coll::LedgerEntry gathered = tensor.total(coll::CollectiveKind::kAllGather);
@@ -581,6 +620,122 @@ TEST(ParallelTraffic, ZeroOverTensorParallelMixedPrecision) {
     EXPECT_EQ(predicted.peak[Category::kMasterWeights], memory.peak(Category::kMasterWeights));
   }
 }
+
+}
+
+// Megatron's sequence parallelism inside TP 2 × PP 2 stages (pp --tp 2 --pp 2 --sequence-parallel; fsdp2 the same in
+// torchtitan's 3-D), per group, against closed forms for one step of M = 2 micro-batches. A stage runs 2 of the 4
+// blocks; its b·s·h payload is 8·32·e bytes (e = 4 in fp32; 2 for fsdp2's mixed recipe, whose blocks compute in bf16).
+//   tensor-parallel  per micro-batch each of the stage's 4·2 + 1 = 9 all-reduces of b·s·h (4 per block, the
+//                    embedding output on the first stage, the head's input gradient on the last) becomes a
+//                    reduce-scatter and an all-gather, (T − 1)/T of the payload each; 2 all-gathers more per block
+//                    and 1 more on the last stage (the saved inputs of q/k/v, gate/up and the head gathered again
+//                    in backward): 9 reduce-scatters, 13 all-gathers on the first stage and 14 on the last. No
+//                    [b·s, h] all-reduce is left. Once per step the stage's norm weights' gradients (2 per block, the
+//                    final norm on the last stage: 4 or 5 of h = 32 fp32) are summed over the group, 2(T − 1)/T = 1
+//                    times their bytes: pp in one call (Megatron's finalize_model_grads), fsdp2 one call per norm
+//                    weight at its stage's last backward (FSDP2's Partial gradient made Replicate, in the mixed recipe
+//                    from the fp32 accumulator). The last stage's cross-entropy: 3 of b·s·4 = 32 bytes.
+//   pipeline         each TP rank sends its b·s/T rows: M sends of 8·32·e/2 bytes per stage (Megatron's
+//                    get_tensor_shapes divides the sequence by T under --sequence-parallel).
+// Measured = predicted per group and kind (calls and bytes; pp's predictor leaves out the scalar sums of the gradient
+// norm and the reported loss, fsdp2's counts them) and for every memory category the predictor gives.
+void check_sequence_parallel_stages(std::string_view name, optim::Recipe recipe) {
+  strategy::StrategyOptions options = parallel_options(name, 2);
+  options.recipe = optim::precision_recipe(recipe);
+  model::ModelOptions model_options;
+  model_options.sequence_parallel = true;
+  const auto run = run_parallel(options, kMicroBatches, 1, false, false, model_options);
+  const strategy::Mesh mesh = strategy::mesh_of(options, world_size(), world_rank());
+  const bool last = mesh.pipeline_rank() == 1;
+  const bool fsdp2 = name.starts_with("fsdp2");
+  constexpr uint64_t kT = 2, kM = kMicroBatches;
+  const uint64_t e = recipe == optim::Recipe::kFp32 ? 4 : 2, payload = 8 * 32 * e;
+  const uint64_t norms = 2 * 2 + (last ? 1 : 0);
+  const auto [hidden, norm_calls, norm_sent, rows] = tensor_all_reduces(*run);
+  const coll::Ledger& tensor = run->ledger("tensor-parallel");
+  const coll::LedgerEntry scattered = tensor.total(coll::CollectiveKind::kReduceScatter);
+  const coll::LedgerEntry gathered = tensor.total(coll::CollectiveKind::kAllGather);
+  EXPECT_EQ(hidden, 0u) << "no [b·s, h] all-reduce is left";
+  EXPECT_EQ(scattered.calls, kM * 9);
+  EXPECT_EQ(scattered.moved.sent, kM * 9 * payload * (kT - 1) / kT);
+  EXPECT_EQ(gathered.calls, kM * (last ? 14 : 13));
+  EXPECT_EQ(gathered.moved.sent, kM * (last ? 14 : 13) * payload * (kT - 1) / kT);
+  EXPECT_EQ(norm_calls, fsdp2 ? norms : 1);
+  EXPECT_EQ(norm_sent, norms * 32 * 4 * 2 * (kT - 1) / kT);
+  EXPECT_EQ(rows, last ? kM * 3 * 32 : 0u);
+  const coll::LedgerEntry send = run->ledger("pipeline").total(coll::CollectiveKind::kSend);
+  EXPECT_EQ(send.calls, kM);
+  EXPECT_EQ(send.moved.sent, kM * payload / kT);
+  const strategy::Prediction predicted = expect_predicted_memory(*run, options);
+  for (const char* group : {"tensor-parallel", "pipeline"}) {
+    for (const coll::CollectiveKind kind : {coll::CollectiveKind::kAllReduce, coll::CollectiveKind::kReduceScatter,
+                                            coll::CollectiveKind::kAllGather, coll::CollectiveKind::kSend}) {
+      uint64_t want = 0, calls = 0;
+      for (const strategy::PredictedTraffic& p : predicted.traffic) {
+        if (p.group == group && p.kind == kind) want += p.sent, calls += p.calls;
+      }
+      uint64_t sent = 0, made = 0;
+      for (const auto& [key, entry] : run->ledger(group).entries()) {
+        const std::string_view phase(key.second);
+        if (key.first != kind || (!fsdp2 && (phase == "gradient norm" || phase == "pipeline loss (reporting)"))) {
+          continue;
+        }
+        sent += entry.moved.sent, made += entry.calls;
+      }
+      EXPECT_EQ(want, sent) << group << " " << static_cast<int>(kind);
+      EXPECT_EQ(calls, made) << group << " " << static_cast<int>(kind);
+    }
+  }
+}
+
+TEST(ParallelTraffic, SequenceParallelPipelineStages) { check_sequence_parallel_stages("pp-tp", optim::Recipe::kFp32); }
+TEST(ParallelTraffic, SequenceParallelFsdp2Stages) {
+  check_sequence_parallel_stages("fsdp2-pp-tp", optim::Recipe::kFp32);
+}
+TEST(ParallelTraffic, SequenceParallelFsdp2StagesMixedPrecision) {
+  check_sequence_parallel_stages("fsdp2-pp-tp", optim::Recipe::kMixed);
+}
+
+// The activations a sequence-parallel stage keeps per micro-batch in flight (pp --tp 2 --pp 2 --sequence-parallel,
+// fp32, SDPA), by hand, bytes, T = b·s = 8, h = 32, T/t = 4 rows:
+//   a block (tests/mpi/strategy_tensor_test.cpp, SavedPerBlock): the norm region on T/t rows, 6,208/2 = 3,104; q and
+//     the attention output 2·4·T·32/2 = 1,024, k and v 2·4·T·16/2 = 512, gate, silu(gate), up and their product
+//     4·4·T·64/2 = 4,096; SDPA's logsumexp 4·(a/t)·32 = 512                                            = 9,248
+//   the first stage: 2 blocks and the token ids (T int32, 32)                                          = 18,528
+//   the last stage: 2 blocks, the last block's output on T/t rows (4·4·32 = 512), the final norm's rstd (4·4 = 16)
+//     and output (512), the fp32 log-softmax of the rank's vocabulary half (4·T·512 = 16,384)          = 35,920
+// Against single-stage pp --tp 2 this is Korthikanti et al.'s split with sequence parallelism: every norm-region term
+// (and the stage's input, the first block's saved input) 1/t. GPipe holds all M micro-batches; 1F1B min(P − s, M):
+// 2 on the first stage, 1 on the last. Runs of M = 4 and M = 1 differ by (in flight − 1) micro-batches exactly.
+class SequenceParallelActivations : public ::testing::TestWithParam<strategy::Schedule> {};
+
+TEST_P(SequenceParallelActivations, InFlightPerStageByHand) {
+  strategy::StrategyOptions options = parallel_options("pp-tp", 2);
+  options.pipeline.schedule = GetParam();
+  model::ModelOptions model_options;
+  model_options.sequence_parallel = true;
+  const auto one = run_parallel(options, 1, 1, false, false, model_options);
+  const auto four = run_parallel(options, 4, 1, false, false, model_options);
+  const int stage = strategy::mesh_of(options, world_size(), world_rank()).pipeline_rank();
+  const uint64_t per_micro_batch = stage == 0 ? 18528 : 35920;
+  const uint64_t in_flight = GetParam() == strategy::Schedule::kGpipe ? 4 : 2 - static_cast<uint64_t>(stage);
+  EXPECT_EQ(four->device->memory().peak(Category::kActivations) - one->device->memory().peak(Category::kActivations),
+            (in_flight - 1) * per_micro_batch)
+      << "stage " << stage << ": " << in_flight << " micro-batches in flight";
+  // One micro-batch in flight: the stage's whole activation peak is its own closed form (memory_terms.h), the
+  // received input being the first block's saved input.
+  model_options.compute = DType::kF32;
+  const uint64_t blocks = 2 * model::saved_activation_bytes_per_block(one->model->config(), model_options, 2);
+  EXPECT_EQ(blocks, 2 * 9248u);
+}
+
+INSTANTIATE_TEST_SUITE_P(Schedules, SequenceParallelActivations,
+                         ::testing::Values(strategy::Schedule::kGpipe, strategy::Schedule::k1F1B),
+                         [](const ::testing::TestParamInfo<strategy::Schedule>& param) {
+                           return param.param == strategy::Schedule::kGpipe ? std::string("gpipe")
+                                                                            : std::string("one_f_one_b");
+                         });
 
 // N not divisible by T·P: a clear error naming the values, the same on every rank.
 TEST(ParallelLayout, IndivisibleWorldRefused) {

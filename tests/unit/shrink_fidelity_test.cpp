@@ -342,6 +342,20 @@ TEST(ShrinkFidelity, Fsdp2OverPipelineStagesShrunkTimesKSquaredEqualsThePlan) {
   EXPECT_GT(interleaved, 0);
 }
 
+// Sequence parallelism inside TP 2 × PP 2 stages (4 ranks, D = 1): Megatron's (pp --tp 2 --pp 2) and torchtitan's
+// 3-D (3d --tp 2 --pp 2), each stage's norms, residual stream and the activation it receives on T/2 rows; ranks 0
+// (the first stage) and 3 (the last), every Llama-style preset whose s/k splits over 2 (GPT-2 and tied models refused
+// with --sequence-parallel or under fsdp2 --pp), at every k.
+TEST(ShrinkFidelity, SequenceParallelStagesShrunkTimesKSquaredEqualsThePlan) {
+  int cases = 0;
+  double worst = 0;
+  const Variant sequence_parallel{"sequence parallel", {"--sequence-parallel"}};
+  cases += check_layout({"pp", "--tp", "2", "--pp", "2"}, sequence_parallel, worst);
+  cases += check_layout({"3d", "--tp", "2", "--pp", "2"}, sequence_parallel, worst);
+  fmt::print("sequence-parallel stages: {} cases; the largest deviation of a peak: {:.4f}%\n", cases, 100 * worst);
+  EXPECT_GT(cases, 0);
+}
+
 // The caching allocator of a shrunk run sees every request × k² (full-scale sizes: 2 MiB and 20 MiB segments, 512 B
 // rounding, as on the GPU) and counts its segments ÷ k² against the cap. A shapes-only plan of the shrunk config
 // (what the advisor plans before it offers a shrunk run's command line) must do the same: before it did, its

@@ -222,7 +222,8 @@ TEST(TensorPlan, SequenceParallelAndRecomputeErrors) {
                 "multiple of 8, or a tensor-parallel size dividing it: 1, 2, 4, 5, 10, 20, 25, 50, 100"),
       std::string::npos);
   EXPECT_NE(message({"--plan", "8", "--model", "llama2-7b", "--strategies", "ddp", "--sequence-parallel"})
-                .find("--sequence-parallel splits tp's sequence; accepted with tp or fsdp2 --tp T among --strategies"),
+                .find("--sequence-parallel splits tp's sequence; accepted with tp, pp --tp T or fsdp2 --tp T among "
+                      "--strategies"),
             std::string::npos);
   EXPECT_NE(message({"--plan", "8", "--model", "llama2-7b", "--strategies", "tp", "--recompute", "partial"})
                 .find("--recompute 'partial' is not one of full, selective, none"),
@@ -233,13 +234,16 @@ TEST(TensorPlan, SequenceParallelAndRecomputeErrors) {
       std::string::npos);
   EXPECT_EQ(message({"--plan", "8", "--model", "llama2-7b", "--strategies", "tp", "--recompute", "selective"}),
             "accepted");
-  // Composed: the sequence is split over the TP group (4), not the 8 ranks; pp's tensor-parallel stages refuse it.
+  // Composed: the sequence is split over the TP group (4), not the 8 ranks; so are pp's and fsdp2's stages'.
   EXPECT_EQ(message({"--plan", "8", "--model", "llama2-7b", "--strategies", "tp", "--tp", "4", "--sequence-parallel",
                      "--seq-len", "100"}),
             "accepted");
-  EXPECT_NE(message({"--plan", "8", "--model", "llama2-7b", "--strategies", "pp", "--tp", "2", "--pp", "2",
-                     "--sequence-parallel"})
-                .find("--sequence-parallel is built for tp's layers and fsdp2 --tp T; pp with --tp 2 runs without it"),
+  EXPECT_EQ(message({"--plan", "8", "--model", "llama2-7b", "--strategies", "pp,3d", "--tp", "4", "--pp", "2",
+                     "--sequence-parallel", "--seq-len", "100"}),
+            "accepted");
+  EXPECT_NE(message({"--plan", "8", "--model", "llama2-7b", "--strategies", "pp", "--tp", "4", "--pp", "2",
+                     "--sequence-parallel", "--seq-len", "102"})
+                .find("the sequence length s (102) is not divisible by 4"),
             std::string::npos);
 }
 

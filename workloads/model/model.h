@@ -124,10 +124,14 @@ class Model {
   void set_stage(int first_block, int last_block);
   int first_block() const { return first_block_; }
   int last_block() const { return last_block_; }
-  void set_stage_input(Buffer x);         // [T, h] at the compute dtype, the previous stage's output
-  Buffer take_stage_output();             // [T, h] at the compute dtype
-  void set_output_gradient(Buffer grad);  // [T, h] at the compute dtype, from the next stage
-  Buffer take_input_gradient();           // [T, h] at the compute dtype, for the previous stage
+  // Each is [R, h] at the compute dtype, R = rows(): under sequence parallelism a stage hands on the TP rank's
+  // slice of the sequence (Megatron's p2p_communication with sequence_parallel sends [s/t, b, h]).
+  void set_stage_input(Buffer x);         // the previous stage's output
+  Buffer take_stage_output();             // this stage's output
+  void set_output_gradient(Buffer grad);  // the gradient of this stage's output, from the next stage
+  Buffer take_input_gradient();           // the gradient of this stage's input, for the previous stage
+  // The rows of the residual stream this rank holds: T = b·s, or T/t under sequence parallelism.
+  size_t rows() const;
 
   // Tensor parallelism (strategies/tensor_parallel.cpp, tensor_parallel.h): from now on the model runs this rank's
   // slice of every layer, its config and layouts the slice's (tensor_parallel_config), its embedding and head the
@@ -194,10 +198,8 @@ class Model {
   bool holds_tied_table() const;
   Buffer tied_table_part(std::string_view what) const;
   void backward_block(int unit, Hooks& hooks);
-  // Sequence parallelism (tensor_parallel.h): on, the rows of the residual stream this rank holds (T/t; T without
-  // it), and `slice` [T/t, h] all-gathered into a new [T, h] temporary.
+  // Sequence parallelism (tensor_parallel.h): on, and `slice` [T/t, h] all-gathered into a new [T, h] temporary.
   bool sequence_parallel() const;
-  size_t rows() const;
   Buffer gather_rows(const Buffer& slice, std::string_view what);
   bool holds_root() const { return first_block_ == 1 || last_block_ == config_.layers; }
   void allocate_rope_tables();
