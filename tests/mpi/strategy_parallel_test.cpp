@@ -621,8 +621,6 @@ TEST(ParallelTraffic, ZeroOverTensorParallelMixedPrecision) {
   }
 }
 
-}
-
 // Megatron's sequence parallelism inside TP 2 × PP 2 stages (pp --tp 2 --pp 2 --sequence-parallel; fsdp2 the same in
 // torchtitan's 3-D), per group, against closed forms for one step of M = 2 micro-batches. A stage runs 2 of the 4
 // blocks; its b·s·h payload is 8·32·e bytes (e = 4 in fp32; 2 for fsdp2's mixed recipe, whose blocks compute in bf16).
