@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <memory>
 
 #include <fmt/format.h>
 
@@ -163,6 +164,25 @@ void accumulate(const void* src, DType src_dtype, void* dst, DType dst_dtype, si
 
 void zero(void* dst, DType dtype, size_t n) {
   if (dst != nullptr) std::memset(dst, 0, n * dtype_size(dtype));
+}
+
+MeshGroups split_mesh(const Mesh& mesh, model::Model& model, const SplitGroup& split) {
+  MeshGroups groups;
+  if (mesh.tensor > 1) {  // the stage's T ranks (one stage without --pp)
+    const int stage_group = mesh.rank / mesh.tensor;  // d·P + p
+    groups.tensor = split(stage_group, mesh.tensor_rank(), mesh.tensor, fmt::format("tensor-parallel {}", stage_group));
+    groups.view = std::make_unique<GroupTensorParallel>(*groups.tensor);
+    model.set_tensor_parallel(groups.view.get());
+  }
+  if (mesh.tensor > 1 || mesh.pipeline > 1) {  // the D ranks holding the same stage and TP slice
+    const int slice = mesh.pipeline_rank() * mesh.tensor + mesh.tensor_rank();  // p·T + t
+    groups.data = split(slice, mesh.data_rank(), mesh.data, fmt::format("data-parallel {}", slice));
+  }
+  return groups;
+}
+
+bool tp_replicated(const model::Model& model, int unit, size_t param) {
+  return model.layout(unit).params[param].count == model.full_layout(unit).params[param].count;
 }
 
 }  // namespace emu::strategy

@@ -4,12 +4,15 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "collectives/communicator.h"
 #include "emu/device.h"
+#include "strategies/strategy.h"
 #include "workloads/model/model.h"
 #include "workloads/model/shrink.h"
 #include "workloads/model/tensor_parallel.h"
@@ -115,6 +118,23 @@ class GroupTensorParallel final : public model::TensorParallel {
  private:
   coll::Communicator& group_;
 };
+
+// A rank's groups over a TP × PP × DP layout (strategy.h Mesh, TP innermost), for the strategies that shard over
+// the data-parallel group of tensor-parallel layers (fsdp2, zero3, fsdp): with T ≥ 2 its T consecutive ranks, the
+// "tensor-parallel c" group (c = d·P + p), bound to the model as its TP group; with T or P ≥ 2 the D ranks holding
+// the same stage and TP slice, the "data-parallel p·T + t" group. Null where the degree is 1.
+struct MeshGroups {
+  std::unique_ptr<coll::Communicator> tensor, data;
+  std::unique_ptr<GroupTensorParallel> view;  // the model's view of `tensor`
+};
+// `split(color, rank, size, name)` makes a group (Strategy::split_group).
+using SplitGroup =
+    std::function<std::unique_ptr<coll::Communicator>(int color, int rank, int size, const std::string& name)>;
+MeshGroups split_mesh(const Mesh& mesh, model::Model& model, const SplitGroup& split);
+
+// Over TP, whether tensor `param` of `unit` is held whole by every TP rank (the norm weights; GPT-2's row-parallel
+// biases and wpe too): its gradients are equal on every TP rank, and a norm counts them once.
+bool tp_replicated(const model::Model& model, int unit, size_t param);
 
 // Element `index` of a buffer of `dtype`, as an address.
 inline void* element(void* base, DType dtype, size_t index) {

@@ -101,17 +101,12 @@ class Fsdp2 final : public Strategy {
 
   void setup() override {
     const Mesh mesh = mesh_of(options_, world_.size(), world_.rank());
-    if (mesh.tensor > 1) {                                  // the stage's T ranks (one stage without --pp)
-      const int stage_group = world_.rank() / mesh.tensor;  // d·P + p
-      tp_group_ =
-          split_group(stage_group, mesh.tensor_rank(), mesh.tensor, fmt::format("tensor-parallel {}", stage_group));
-      tensor_ = std::make_unique<GroupTensorParallel>(*tp_group_);
-      model_.set_tensor_parallel(tensor_.get());
-    }
-    if (mesh.tensor > 1 || mesh.pipeline > 1) {  // the D ranks holding the same stage and TP slice
-      const int slice = mesh.pipeline_rank() * mesh.tensor + mesh.tensor_rank();  // p·T + t
-      dp_group_ = split_group(slice, mesh.data_rank(), mesh.data, fmt::format("data-parallel {}", slice));
-    }
+    MeshGroups groups = split_mesh(mesh, model_, [this](int color, int rank, int size, const std::string& name) {
+      return split_group(color, rank, size, name);
+    });
+    tp_group_ = std::move(groups.tensor);
+    dp_group_ = std::move(groups.data);
+    tensor_ = std::move(groups.view);
     if (mesh.pipeline > 1) set_up_stage(mesh);
     const int m = options_.fsdp2.post_forward_ranks;
     if (m > 0 && (context_.post_forward == nullptr || context_.post_forward->size() != m)) {
@@ -529,8 +524,7 @@ class Fsdp2 final : public Strategy {
   // Over TP, whether the unit's tensor at `offset` is held whole by every TP rank (a norm weight).
   bool replicated(int u, uint64_t offset) const {
     const model::ParamInfo* info = param_at(u, offset);
-    const auto p = static_cast<size_t>(info - model_.layout(u).params.data());
-    return info->count == model_.full_layout(u).params[p].count;
+    return tp_replicated(model_, u, static_cast<size_t>(info - model_.layout(u).params.data()));
   }
 
   // Sequence parallelism over TP: each rank's norm weight gradients cover its rows of the sequence only (DTensor

@@ -44,7 +44,9 @@ std::string StrategyOptions::name() const {
                                      ? fmt::format("·v{}", pipeline.virtual_stages)
                                      : "";
       if (named_data < 1) return std::string(named.name) + chunks;
-      if (kind == StrategyKind::kFsdp2) {  // "fsdp2·tp2" (D = N/T); with --pp "fsdp2·pp2·tp8" (D = N/(T·P))
+      // "fsdp2·tp2" (D = N/T); with --pp "fsdp2·pp2·tp8" (D = N/(T·P)); ZeRO-3's and FSDP's over TP alike,
+      // "zero3·tp2", "fsdp-grad-op·tp2"
+      if (sharded_over_layout(kind)) {
         std::string out(named.name);
         if (parallel.pipeline > 1) out += fmt::format("·pp{}", parallel.pipeline);
         if (parallel.tensor > 1) out += fmt::format("·tp{}", parallel.tensor);
@@ -66,6 +68,10 @@ bool pipelined(const StrategyOptions& options) {
          (options.kind == StrategyKind::kFsdp2 && options.parallel.pipeline > 1);
 }
 
+bool sharded_over_layout(StrategyKind kind) {
+  return kind == StrategyKind::kFsdp2 || kind == StrategyKind::kZero3 || kind == StrategyKind::kFsdp;
+}
+
 bool pipelined_or_tensor(const StrategyOptions& options) {
   return options.parallel.tensor > 1 || options.parallel.pipeline > 1;
 }
@@ -73,14 +79,14 @@ bool pipelined_or_tensor(const StrategyOptions& options) {
 Mesh mesh_of(const StrategyOptions& options, int world, int rank) {
   Mesh mesh;
   mesh.rank = rank;
-  const bool fsdp2 = options.kind == StrategyKind::kFsdp2;
+  const bool sharded = sharded_over_layout(options.kind);
   if (options.kind != StrategyKind::kTensor && options.kind != StrategyKind::kPipeline &&
-      !(fsdp2 && pipelined_or_tensor(options))) {
+      !(sharded && pipelined_or_tensor(options))) {
     mesh.data = world;
     return mesh;
   }
   const bool tensor = options.kind == StrategyKind::kTensor;
-  if (fsdp2) {  // FSDP2 over a TP and/or PP layout: the degrees given, 1 for the other
+  if (sharded) {  // FSDP2 (ZeRO-3, FSDP) over a TP and/or PP layout: the degrees given, 1 for the other
     mesh.tensor = std::max(1, options.parallel.tensor);
     mesh.pipeline = std::max(1, options.parallel.pipeline);
   } else {

@@ -210,7 +210,7 @@ class TensorParallelStrategy final : public Strategy {
 
   // A tensor every rank holds whole (the norm weights): its slice is the full tensor.
   bool replicated(int unit, size_t param) const {
-    return tp().size() > 1 && model_.layout(unit).params[param].count == model_.full_layout(unit).params[param].count;
+    return tp().size() > 1 && tp_replicated(model_, unit, param);
   }
 
   // Allocates unit `unit`'s slice of parameters, gradients and optimizer state and sets it to the slice of the
