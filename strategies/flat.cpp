@@ -168,7 +168,7 @@ void zero(void* dst, DType dtype, size_t n) {
 
 MeshGroups split_mesh(const Mesh& mesh, model::Model& model, const SplitGroup& split) {
   MeshGroups groups;
-  if (mesh.tensor > 1) {  // the stage's T ranks (one stage without --pp)
+  if (mesh.tensor > 1) {                              // the stage's T ranks (one stage without --pp)
     const int stage_group = mesh.rank / mesh.tensor;  // d·P + p
     groups.tensor = split(stage_group, mesh.tensor_rank(), mesh.tensor, fmt::format("tensor-parallel {}", stage_group));
     groups.view = std::make_unique<GroupTensorParallel>(*groups.tensor);

@@ -81,8 +81,9 @@ class Fsdp final : public ShardedUnits {
         break;
       case Sharding::kHybridShard:
         if (data_parallel() != nullptr) {
-          throw InputError("fsdp-hybrid over --tp is not built (HYBRID_SHARD over a 3-D mesh); accepted: fsdp, "
-                           "fsdp-grad-op or fsdp-no-shard with --tp");
+          throw InputError(
+              "fsdp-hybrid over --tp is not built (HYBRID_SHARD over a 3-D mesh); accepted: fsdp, "
+              "fsdp-grad-op or fsdp-no-shard with --tp");
         }
         if (context_.intra_node == nullptr || context_.inter_node == nullptr) {
           throw InputError("hybrid sharding needs the intra-node and inter-node groups (ranks per node)");

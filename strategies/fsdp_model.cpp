@@ -125,9 +125,10 @@ Updated predict_fsdp(const StrategyOptions& options, const AnalyticInput& input,
     prediction.host_peak[Category::kGradients] = gradient_shards;
     prediction.pcie.device_to_host = gradient_shards;
   }
-  prediction.formula = tensor ? fmt::format("(2 + 2 + K)Ψ/(t·M), t = {}, M = {}: the TP slices sharded over the "
-                                             "data-parallel group",
-                                             layout.mesh.tensor, group_size)
+  prediction.formula = tensor ? fmt::format(
+                                    "(2 + 2 + K)Ψ/(t·M), t = {}, M = {}: the TP slices sharded over the "
+                                    "data-parallel group",
+                                    layout.mesh.tensor, group_size)
                        : sharding == Sharding::kNoShard ? "(2 + 2 + K)Ψ: a full replica (NO_SHARD)"
                        : group_size < world
                            ? fmt::format("(2 + 2 + K)Ψ/{}: sharded within {} ranks", group_size, group_size)

@@ -209,9 +209,7 @@ class TensorParallelStrategy final : public Strategy {
   coll::Communicator& tp() const { return tp_group_ ? *tp_group_ : world_; }
 
   // A tensor every rank holds whole (the norm weights): its slice is the full tensor.
-  bool replicated(int unit, size_t param) const {
-    return tp().size() > 1 && tp_replicated(model_, unit, param);
-  }
+  bool replicated(int unit, size_t param) const { return tp().size() > 1 && tp_replicated(model_, unit, param); }
 
   // Allocates unit `unit`'s slice of parameters, gradients and optimizer state and sets it to the slice of the
   // full model's initial values (vocabulary padding rows start at 0).

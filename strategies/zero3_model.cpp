@@ -190,9 +190,10 @@ Updated predict_zero3(const StrategyOptions& options, const AnalyticInput& input
   }
   // The ipg bucket: reduce_bucket_size ÷ k² elements, charged as held, whole run.
   prediction.peak[Category::kBuckets] = options.scaled(options.zero.reduce_bucket_elements) * grad_bytes;
-  prediction.formula = layout.mesh.tensor > 1 ? fmt::format("(2 + 2 + K)Ψ/(t·D), t = {}, D = {}: the TP slices "
-                                                            "partitioned over the data-parallel group",
-                                                            layout.mesh.tensor, layout.mesh.data)
+  prediction.formula = layout.mesh.tensor > 1 ? fmt::format(
+                                                    "(2 + 2 + K)Ψ/(t·D), t = {}, D = {}: the TP slices "
+                                                    "partitioned over the data-parallel group",
+                                                    layout.mesh.tensor, layout.mesh.data)
                                               : "(2 + 2 + K)Ψ/N: everything partitioned";
 
   const uint64_t micro_batches = static_cast<uint64_t>(input.accumulation);
