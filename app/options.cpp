@@ -692,7 +692,7 @@ void check_sharded_tensor(strategy::StrategyOptions& one, const Flags& flags) {
 }
 
 // ZeRO-3 and FSDP1 over tensor-parallel layers (zero3, fsdp --tp T): what they do not combine with.
-void check_flat_sharded_tensor(const strategy::StrategyOptions& one, const Flags& flags) {
+void check_flat_sharded_tensor(const strategy::StrategyOptions& one, const Flags& flags, bool sequence_parallel) {
   if (flags.pp > 0 && one.kind == strategy::StrategyKind::kZero3) {
     throw InputError(fmt::format(
         "--pp {} with {}: DeepSpeed's pipeline engine refuses ZeRO stages 2 and 3 (runtime/pipe/engine.py asserts a "
@@ -716,6 +716,13 @@ void check_flat_sharded_tensor(const strategy::StrategyOptions& one, const Flags
         "--distributed-optimizer is Megatron-LM's; {} already shards the optimizer over the replicas: accepted "
         "with tp or pp among --strategies",
         one.name()));
+  }
+  if (sequence_parallel) {
+    throw InputError(fmt::format(
+        "--sequence-parallel with {}: sequence parallelism under ZeRO-3 and FSDP1 over --tp is not built (the norm "
+        "weights' partial gradients are not reduced over the TP group); accepted with tp or fsdp2 --tp T, {} then "
+        "without --sequence-parallel",
+        one.name(), one.name()));
   }
 }
 
@@ -772,7 +779,7 @@ void read_parallel_layout(RunOptions& options, const Flags& flags, int ranks) {
     if (pipeline) one.parallel.pipeline = flags.pp, one.parallel.tensor = flags.tp;  // --tp too: TP x PP
     one = strategy::with_framework_recipe(one);
     if (sharded) check_sharded_tensor(one, flags);
-    if (flat) check_flat_sharded_tensor(one, flags);
+    if (flat) check_flat_sharded_tensor(one, flags, options.model_options.sequence_parallel);
     one.parallel.distributed_optimizer = flags.distributed_optimizer;
     one.named_data = strategy::mesh_of(one, ranks, 0).data;  // InputError unless T·P divides N
   }
@@ -1087,13 +1094,6 @@ void check_tensor(const RunOptions& options, int world) {
       // pp's tensor-parallel stages (and fsdp2's under --pp) do not all-reduce the norm gradients that sequence
       // parallelism leaves partial; fsdp2 over TP alone does (torchtitan's default plan).
       const bool staged_fsdp2 = sharded_tp && strategy::mesh_of(one, ranks, 0).pipeline > 1;
-      if (flat_tp) {
-        throw InputError(fmt::format(
-            "--sequence-parallel with {}: sequence parallelism under ZeRO-3 and FSDP1 over --tp is not built (the "
-            "norm weights' partial gradients are not reduced over the TP group); accepted with tp or fsdp2 --tp T, "
-            "{} then without --sequence-parallel",
-            one.name(), one.name()));
-      }
       if (pipeline_tp || staged_fsdp2) {
         throw InputError(fmt::format(
             "--sequence-parallel is built for tp's layers and fsdp2 --tp T; {} with --tp {} runs without it: "

@@ -136,7 +136,7 @@ TEST_P(Ranks, BadInputsExitTwoWithOneMessage) {
       {"--model llama2-7b --strategies fsdp-hybrid --tp 2",
        "fsdp-hybrid with --tp 2: HYBRID_SHARD over tensor-parallel layers (a 3-D mesh) is not built"},
       {"--model llama2-7b --strategies zero3 --tp 2 --sequence-parallel",
-       "--sequence-parallel with zero3·tp2: sequence parallelism under ZeRO-3 and FSDP1 over --tp is not built"},
+       "--sequence-parallel with zero3: sequence parallelism under ZeRO-3 and FSDP1 over --tp is not built"},
       {"--model llama2-7b --strategies fsdp --tp 2 --distributed-optimizer",
        "fsdp already shards the optimizer over the replicas"},
       {"--model gpt2 --strategies ddp,zero0 --comm-hook bf16", "--comm-hook bf16 with zero0"},

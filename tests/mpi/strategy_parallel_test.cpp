@@ -319,6 +319,17 @@ ShardedTensorRun run_sharded_tensor(std::string_view name, void (*tweak)(strateg
   return r;
 }
 
+// Per step in the data-parallel group: the root all-gathered once per micro-batch and each block twice, every unit
+// reduce-scattered once, (D − 1)/D of each at fp32; the norm's one all-reduce.
+void expect_full_shard_traffic(const ShardedTensorRun& r) {
+  const coll::Ledger& data = r.run->ledger("data-parallel");
+  EXPECT_EQ(data.total(coll::CollectiveKind::kAllGather).moved.sent,
+            kMicroBatches * 4 * (r.root + 2 * kLayers * r.block) * (r.d - 1) / r.d);
+  EXPECT_EQ(data.total(coll::CollectiveKind::kReduceScatter).moved.sent,
+            kMicroBatches * 4 * (r.root + kLayers * r.block) * (r.d - 1) / r.d);
+  EXPECT_EQ(data.total(coll::CollectiveKind::kAllReduce).calls, 1u);
+}
+
 // FSDP FULL_SHARD over TP 2, fp32 (the flat shards are the parameters: no master copy). Parameters: the shards
 // 4·local/D, the root gathered throughout and two blocks at once (BACKWARD_PRE prefetch). Gradients (2 micro-
 // batches: every unit's fp32 shard from the first): the shards and the root's unsharded gradients, 4·(local/D +
@@ -326,12 +337,7 @@ ShardedTensorRun run_sharded_tensor(std::string_view name, void (*tweak)(strateg
 TEST(ParallelTraffic, FsdpOverTensorParallelLayers) {
   const ShardedTensorRun r = run_sharded_tensor("fsdp-tp");
   const uint64_t d = r.d;
-  const coll::Ledger& data = r.run->ledger("data-parallel");
-  EXPECT_EQ(data.total(coll::CollectiveKind::kAllGather).moved.sent,
-            kMicroBatches * 4 * (r.root + 2 * kLayers * r.block) * (d - 1) / d);
-  EXPECT_EQ(data.total(coll::CollectiveKind::kReduceScatter).moved.sent,
-            kMicroBatches * 4 * (r.root + kLayers * r.block) * (d - 1) / d);
-  EXPECT_EQ(data.total(coll::CollectiveKind::kAllReduce).calls, 1u);  // the norm
+  expect_full_shard_traffic(r);
   const MemoryPool& memory = r.run->device->memory();
   EXPECT_EQ(memory.peak(Category::kParameters), 4 * r.local / d + 4 * (r.root + 2 * r.block));
   EXPECT_EQ(memory.peak(Category::kGradients), 4 * (r.local / d + r.root));
@@ -367,12 +373,7 @@ TEST(ParallelTraffic, Zero3OverTensorParallelLayers) {
     o.zero.max_reuse_distance = 0;
   });
   const uint64_t d = r.d;
-  const coll::Ledger& data = r.run->ledger("data-parallel");
-  EXPECT_EQ(data.total(coll::CollectiveKind::kAllGather).moved.sent,
-            kMicroBatches * 4 * (r.root + 2 * kLayers * r.block) * (d - 1) / d);
-  EXPECT_EQ(data.total(coll::CollectiveKind::kReduceScatter).moved.sent,
-            kMicroBatches * 4 * (r.root + kLayers * r.block) * (d - 1) / d);
-  EXPECT_EQ(data.total(coll::CollectiveKind::kAllReduce).calls, 1u);  // the norm
+  expect_full_shard_traffic(r);
   const MemoryPool& memory = r.run->device->memory();
   EXPECT_EQ(memory.peak(Category::kParameters), 4 * r.local / d + 4 * (kTable / 2 + 32 + kLayers * r.block));
   EXPECT_EQ(memory.peak(Category::kGradients), 4 * r.local / d + 4 * std::max<uint64_t>(kTable / 2, r.local / d));
