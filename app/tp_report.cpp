@@ -49,6 +49,24 @@ std::string_view replicated_text(const model::ModelConfig& full) {
   return full.style == model::Style::kGpt2 ? "LayerNorms, c_proj biases (added after the all-reduce) and wpe"
                                            : "norm weights";
 }
+// Whether `o` is ZeRO-3 or FSDP1 over tensor-parallel layers (zero3, fsdp --tp T: sharded_units.h) that ran.
+bool flat_sharded(const StrategyOutcome& o) {
+  return o.options.kind != strategy::StrategyKind::kFsdp2 && strategy::sharded_over_layout(o.options.kind) &&
+         o.options.parallel.tensor > 1 && !o.peak.empty();
+}
+
+// Its line.
+std::string flat_sharded_text(const StrategyOutcome& o, const model::ModelConfig& full, int world) {
+  const strategy::Mesh mesh = strategy::mesh_of(o.options, world, 0);
+  const bool zero3 = o.options.kind == strategy::StrategyKind::kZero3;
+  return fmt::format(
+      "\n{}: {} over the {} replicas of tensor-parallel groups of t = {}: each rank holds heads {}/{}, kv heads {}/{}, "
+      "FFN {}/{} and {} of the padded vocabulary's rows; each unit's slice flattened and sharded over the "
+      "data-parallel group, the gradient norm summed over it and then over the TP group (norm weights once)\n",
+      o.name, zero3 ? "DeepSpeed ZeRO-3 (with Megatron's mpu)" : "FSDP1 (2-D device mesh, use_orig_params)", mesh.data,
+      mesh.tensor, full.heads, mesh.tensor, full.kv_heads, mesh.tensor, full.ffn, mesh.tensor,
+      model::tp_padded_vocab(full, mesh.tensor) / mesh.tensor);
+}
 }  // namespace
 
 std::string format_tensor(const RunReport& r) {
@@ -69,6 +87,10 @@ std::string format_tensor(const RunReport& r) {
           "unpadded), each tensor sharded on dim 0 over the replicas\n",
           o.name, mesh.data, t, mesh_words, t, mesh.data, full.heads, t, full.kv_heads, t, full.ffn, t,
           model::tp_padded_vocab(full, t) / t, model::tp_padded_vocab(full, t), full.vocab);
+      continue;
+    }
+    if (flat_sharded(o)) {
+      out += flat_sharded_text(o, full, r.world);
       continue;
     }
     if (o.options.kind != strategy::StrategyKind::kTensor || o.peak.empty()) continue;
