@@ -708,6 +708,41 @@ void check_zero_tensor(const strategy::StrategyOptions& one, const Flags& flags)
   }
 }
 
+// ZeRO-3 and FSDP1 over tensor-parallel layers (zero3, fsdp --tp T): what they do not combine with.
+void check_flat_sharded_tensor(const strategy::StrategyOptions& one, const Flags& flags, bool sequence_parallel) {
+  if (flags.pp > 0 && one.kind == strategy::StrategyKind::kZero3) {
+    throw InputError(fmt::format(
+        "--pp {} with {}: DeepSpeed's pipeline engine refuses ZeRO stages 2 and 3 (runtime/pipe/engine.py asserts a "
+        "stage below 2); accepted: zero3 with --tp alone, or --strategies pp --tp {} --pp {}",
+        flags.pp, one.name(), flags.tp, flags.pp));
+  }
+  if (flags.pp > 0) {
+    throw InputError(fmt::format(
+        "--pp {} with {}: FSDP1 over pipeline stages is not built; emu's FSDP over pipeline stages is fsdp2 --pp "
+        "(torchtitan's PP x FSDP2); accepted: {} with --tp alone, or fsdp2 --tp {} --pp {}",
+        flags.pp, one.name(), one.name(), flags.tp, flags.pp));
+  }
+  if (one.kind == strategy::StrategyKind::kFsdp && one.fsdp.sharding == strategy::Sharding::kHybridShard) {
+    throw InputError(fmt::format(
+        "fsdp-hybrid with --tp {}: HYBRID_SHARD over tensor-parallel layers (a 3-D mesh) is not built; accepted with "
+        "--tp: fsdp, fsdp-grad-op, fsdp-no-shard",
+        flags.tp));
+  }
+  if (flags.distributed_optimizer) {
+    throw InputError(fmt::format(
+        "--distributed-optimizer is Megatron-LM's; {} already shards the optimizer over the replicas: accepted "
+        "with tp or pp among --strategies",
+        one.name()));
+  }
+  if (sequence_parallel) {
+    throw InputError(fmt::format(
+        "--sequence-parallel with {}: sequence parallelism under ZeRO-3 and FSDP1 over --tp is not built (the norm "
+        "weights' partial gradients are not reduced over the TP group); accepted with tp, pp --tp T or fsdp2 --tp T, {} then "
+        "without --sequence-parallel",
+        one.name(), one.name()));
+  }
+}
+
 // --tp or --pp given with no strategy that takes them: InputError saying which do (and why ZeRO-2/3 do not take
 // --pp).
 void refuse_unused_degrees(const RunOptions& options, const Flags& flags) {
@@ -723,10 +758,10 @@ void refuse_unused_degrees(const RunOptions& options, const Flags& flags) {
     }
   }
   if (flags.tp > 0 || flags.pp > 0) {
-    throw InputError(
-        fmt::format("{} {} sets {}'s degree; accepted with {} among --strategies{}", flags.tp > 0 ? "--tp" : "--pp",
-                    flags.tp > 0 ? flags.tp : flags.pp, flags.tp > 0 ? "tp" : "pp", flags.tp > 0 ? "tp" : "pp",
-                    flags.tp > 0 && flags.pp == 0 ? " (or fsdp2, zero1, zero2, with --tp 2 or more)" : ""));
+    throw InputError(fmt::format(
+        "{} {} sets {}'s degree; accepted with {} among --strategies{}", flags.tp > 0 ? "--tp" : "--pp",
+        flags.tp > 0 ? flags.tp : flags.pp, flags.tp > 0 ? "tp" : "pp", flags.tp > 0 ? "tp" : "pp",
+        flags.tp > 0 && flags.pp == 0 ? " (or fsdp2, zero1, zero2, zero3, fsdp, with --tp 2 or more)" : ""));
   }
   if (flags.distributed_optimizer) {
     throw InputError(
@@ -755,14 +790,17 @@ void read_parallel_layout(RunOptions& options, const Flags& flags, int ranks) {
     // ZeRO-1/2 over tensor-parallel layers: DeepSpeed partitioning over Megatron's data-parallel group.
     const bool zero =
         (one.kind == strategy::StrategyKind::kZero1 || one.kind == strategy::StrategyKind::kZero2) && flags.tp > 1;
-    if ((!tensor || flags.tp == 0) && (!pipeline || flags.pp == 0) && !sharded && !zero) continue;
+    // ZeRO-3 and FSDP1 over tensor-parallel layers: sharded over the data-parallel replicas (sharded_units.h).
+    const bool flat = strategy::sharded_over_layout(one.kind) && !sharded && flags.tp > 1;
+    if ((!tensor || flags.tp == 0) && (!pipeline || flags.pp == 0) && !sharded && !zero && !flat) continue;
     used = true;
     if (zero) check_zero_tensor(one, flags);
-    if (tensor || sharded || zero) one.parallel.tensor = flags.tp;
+    if (tensor || sharded || zero || flat) one.parallel.tensor = flags.tp;
     if (sharded) one.parallel.pipeline = flags.pp;
     if (pipeline) one.parallel.pipeline = flags.pp, one.parallel.tensor = flags.tp;  // --tp too: TP x PP
     one = strategy::with_framework_recipe(one);
     if (sharded) check_sharded_tensor(one, flags);
+    if (flat) check_flat_sharded_tensor(one, flags, options.model_options.sequence_parallel);
     one.parallel.distributed_optimizer = flags.distributed_optimizer;
     one.named_data = strategy::mesh_of(one, ranks, 0).data;  // InputError unless T·P divides N
   }
@@ -1067,7 +1105,8 @@ void check_tensor(const RunOptions& options, int world) {
     const bool pipeline_tp = one.kind == strategy::StrategyKind::kPipeline && one.parallel.tensor > 1;
     const bool sharded_tp = one.kind == strategy::StrategyKind::kFsdp2 && one.parallel.tensor > 1;
     const bool zero_tp = strategy::zero12_over_tensor(one);
-    if (one.kind != strategy::StrategyKind::kTensor && !pipeline_tp && !sharded_tp && !zero_tp) continue;
+    const bool flat_tp = strategy::sharded_over_layout(one.kind) && !sharded_tp && one.parallel.tensor > 1;
+    if (one.kind != strategy::StrategyKind::kTensor && !pipeline_tp && !sharded_tp && !zero_tp && !flat_tp) continue;
     if (options.device == "cuda" && !options.plan) {
       throw InputError(
           "tp runs its parallel cross-entropy on the host: --device cpu (or --plan); accepted for tp: cpu");

@@ -65,6 +65,25 @@ std::string zero_over_tensor_lines(const RunReport& r, const StrategyOutcome& o)
       gigabytes(step_traffic(o, coll::CollectiveKind::kAllReduce, true).first * static_cast<double>(r.scale())),
       replicated_text(full));
 }
+
+// Whether `o` is ZeRO-3 or FSDP1 over tensor-parallel layers (zero3, fsdp --tp T: sharded_units.h) that ran.
+bool flat_sharded(const StrategyOutcome& o) {
+  return o.options.kind != strategy::StrategyKind::kFsdp2 && strategy::sharded_over_layout(o.options.kind) &&
+         o.options.parallel.tensor > 1 && !o.peak.empty();
+}
+
+// Its line.
+std::string flat_sharded_text(const StrategyOutcome& o, const model::ModelConfig& full, int world) {
+  const strategy::Mesh mesh = strategy::mesh_of(o.options, world, 0);
+  const bool zero3 = o.options.kind == strategy::StrategyKind::kZero3;
+  return fmt::format(
+      "\n{}: {} over the {} replicas of tensor-parallel groups of t = {}: each rank holds heads {}/{}, kv heads {}/{}, "
+      "FFN {}/{} and {} of the padded vocabulary's rows; each unit's slice flattened and sharded over the "
+      "data-parallel group, the gradient norm summed over it and then over the TP group (norm weights once)\n",
+      o.name, zero3 ? "DeepSpeed ZeRO-3 (with Megatron's mpu)" : "FSDP1 (2-D device mesh, use_orig_params)", mesh.data,
+      mesh.tensor, full.heads, mesh.tensor, full.kv_heads, mesh.tensor, full.ffn, mesh.tensor,
+      model::tp_padded_vocab(full, mesh.tensor) / mesh.tensor);
+}
 }  // namespace
 
 std::string format_tensor(const RunReport& r) {
@@ -89,6 +108,10 @@ std::string format_tensor(const RunReport& r) {
     }
     if (strategy::zero12_over_tensor(o.options)) {
       out += zero_over_tensor_lines(r, o);
+      continue;
+    }
+    if (flat_sharded(o)) {
+      out += flat_sharded_text(o, full, r.world);
       continue;
     }
     if (o.options.kind != strategy::StrategyKind::kTensor || o.peak.empty()) continue;

@@ -202,6 +202,16 @@ void add_ring_traffic(Prediction& prediction, coll::CollectiveKind kind, const s
 
 uint64_t padded_elements(uint64_t count, int ranks) { return shard_of(count, 0, ranks).padded; }
 
+ShardedLayout sharded_layout(const StrategyOptions& options, const AnalyticInput& input, Prediction& prediction) {
+  ShardedLayout layout{mesh_of(options, input.world, input.rank), "world"};
+  if (layout.mesh.tensor > 1) {
+    layout.group = "data-parallel";
+    add_tensor_parallel_traffic(prediction, input, "tensor-parallel", layout.mesh.tensor);
+    add_ring_traffic(prediction, coll::CollectiveKind::kAllReduce, "tensor-parallel", 4, layout.mesh.tensor);
+  }
+  return layout;
+}
+
 UnitShards unit_shards(const AnalyticInput& input, int group_size) {
   UnitShards shards;
   shards.group_size = group_size;

@@ -193,6 +193,14 @@ void add_megatron_unit(Prediction& prediction, Updated& updated, const AnalyticI
 // backward at `norm_grad_dtype` (DTensor's Partial gradient redistributed to Replicate, fsdp2.cpp).
 void add_tensor_parallel_traffic(Prediction& prediction, const AnalyticInput& input, const std::string& group, int tp,
                                  bool norm_grads_per_backward = false, DType norm_grad_dtype = DType::kF32);
+// ZeRO-3 and FSDP over tensor-parallel layers (--tp T, sharded_units.h): the layout of `options` for the input's
+// rank, and the group the units are sharded over, "data-parallel" (M = D) with T ≥ 2, else "world". With T ≥ 2 adds
+// tp's activation traffic in the "tensor-parallel" group and the gradient norm's all-reduce there (4 bytes).
+struct ShardedLayout {
+  Mesh mesh;
+  std::string group;
+};
+ShardedLayout sharded_layout(const StrategyOptions& options, const AnalyticInput& input, Prediction& prediction);
 // `count` elements padded to a multiple of `ranks`, as a sharded flat buffer is.
 uint64_t padded_elements(uint64_t count, int ranks);
 

@@ -4,12 +4,15 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "collectives/communicator.h"
 #include "emu/device.h"
+#include "strategies/strategy.h"
 #include "workloads/model/model.h"
 #include "workloads/model/shrink.h"
 #include "workloads/model/tensor_parallel.h"

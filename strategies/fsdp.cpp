@@ -38,6 +38,13 @@
 //   forward_prefetch   the next block is gathered when a block's forward begins
 // emu's collectives are blocking, so no all-gather is ever queued behind another and FSDP's rate limiter
 // (limit_all_gathers) would have nothing to hold back.
+//
+// Over tensor-parallel layers (--tp T; PyTorch's 2-D recipe: parallelize_module over mesh["tp"], then
+// FullyShardedDataParallel(model, device_mesh=mesh["dp"], use_orig_params=True)): each unit's FlatParameter is the
+// flat concatenation of the rank's TP slices (the local tensors of its DTensor parameters), sharded over the
+// "data-parallel t" group of D = N/T as above (the world reads D); NO_SHARD all-reduces over that group. The
+// gradient norm sums over the data-parallel group, then over the TP group, each norm weight once (sharded_units.h).
+// HYBRID_SHARD over TP is refused.
 #include <memory>
 #include <vector>
 
@@ -64,15 +71,20 @@ class Fsdp final : public ShardedUnits {
   }
 
   ShardGroups shard_groups() override {
-    ShardGroups chosen;  // FULL_SHARD and SHARD_GRAD_OP: the world, no replicas
+    ShardGroups chosen;  // FULL_SHARD and SHARD_GRAD_OP: the world (over TP the data-parallel group), no replicas
     switch (options_.fsdp.sharding) {
       case Sharding::kFullShard:
-      case Sharding::kShardGradOp: break;
+      case Sharding::kShardGradOp: chosen.shard = data_parallel(); break;
       case Sharding::kNoShard:
         chosen.alone = true;
-        chosen.replicas = &world_;
+        chosen.replicas = data_parallel() != nullptr ? data_parallel() : &world_;
         break;
       case Sharding::kHybridShard:
+        if (data_parallel() != nullptr) {
+          throw InputError(
+              "fsdp-hybrid over --tp is not built (HYBRID_SHARD over a 3-D mesh); accepted: fsdp, "
+              "fsdp-grad-op or fsdp-no-shard with --tp");
+        }
         if (context_.intra_node == nullptr || context_.inter_node == nullptr) {
           throw InputError("hybrid sharding needs the intra-node and inter-node groups (ranks per node)");
         }

@@ -19,6 +19,9 @@
 // Traffic per micro-batch, in the shard group: each block all-gathered twice (once for SHARD_GRAD_OP), the root
 // once, every unit's gradients reduce-scattered, and with HYBRID_SHARD each reduced shard all-reduced across the
 // N/M replicas; once per step the gradient norm all-reduced.
+// Over TP (--tp T): n_u is the rank's TP slice of unit u and N the D = N/T ranks of its "data-parallel" group, where
+// the traffic above runs; tp's activation all-reduces run in the "tensor-parallel" group, and the gradient norm is
+// all-reduced there once more.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -31,11 +34,11 @@
 namespace emu::strategy {
 namespace {
 
-// M, the ranks one unit is sharded over.
-int shard_group_size(Sharding sharding, const AnalyticInput& input) {
+// M, the ranks one unit is sharded over, of the `replicas` data-parallel ones (the world, or over TP its D).
+int shard_group_size(Sharding sharding, const AnalyticInput& input, int replicas) {
   if (sharding == Sharding::kNoShard) return 1;
   if (sharding == Sharding::kHybridShard) return input.ranks_per_node;
-  return input.world;
+  return replicas;
 }
 
 // Bytes gathered at the peak beyond the kept shards, each buffer charged as the strategy allocates it
@@ -98,8 +101,13 @@ uint64_t gradient_peak(const AnalyticInput& input, const UnitShards& shards, DTy
 
 Updated predict_fsdp(const StrategyOptions& options, const AnalyticInput& input, Prediction& prediction) {
   const Sharding sharding = options.fsdp.sharding;
-  const int group_size = shard_group_size(sharding, input);
-  const int replicas = input.world / group_size;
+  // Over TP (--tp T): the input's units are the rank's slices, sharded over (or NO_SHARD: replicated across) the D
+  // ranks of the "data-parallel" group.
+  const ShardedLayout layout = sharded_layout(options, input, prediction);
+  const bool tensor = layout.mesh.tensor > 1;
+  const int world = layout.mesh.data;
+  const int group_size = shard_group_size(sharding, input, world);
+  const int replicas = world / group_size;
   const UnitShards shards = unit_shards(input, group_size);
   const size_t units = input.unit_counts.size();
   const uint64_t param_bytes = dtype_size(options.recipe.params);
@@ -117,14 +125,19 @@ Updated predict_fsdp(const StrategyOptions& options, const AnalyticInput& input,
     prediction.host_peak[Category::kGradients] = gradient_shards;
     prediction.pcie.device_to_host = gradient_shards;
   }
-  prediction.formula = sharding == Sharding::kNoShard ? "(2 + 2 + K)Ψ: a full replica (NO_SHARD)"
-                       : group_size < input.world
+  prediction.formula = tensor ? fmt::format(
+                                    "(2 + 2 + K)Ψ/(t·M), t = {}, M = {}: the TP slices sharded over the "
+                                    "data-parallel group",
+                                    layout.mesh.tensor, group_size)
+                       : sharding == Sharding::kNoShard ? "(2 + 2 + K)Ψ: a full replica (NO_SHARD)"
+                       : group_size < world
                            ? fmt::format("(2 + 2 + K)Ψ/{}: sharded within {} ranks", group_size, group_size)
                            : "(2 + 2 + K)Ψ/N: everything partitioned";
 
   const uint64_t micro_batches = static_cast<uint64_t>(input.accumulation);
-  const bool across_nodes = group_size < input.world;
-  const std::string group = across_nodes ? "intra-node" : "world";
+  const bool across_nodes = group_size < world;
+  const std::string group = tensor ? layout.group : across_nodes ? "intra-node" : "world";
+  const std::string replica_group = tensor ? layout.group : "inter-node";
   for (size_t unit = 0; unit < units; ++unit) {
     // The root stays gathered between forward and backward; SHARD_GRAD_OP keeps every unit.
     const uint64_t gathers = sharding != Sharding::kShardGradOp && unit != 0 ? 2 : 1;
@@ -133,7 +146,7 @@ Updated predict_fsdp(const StrategyOptions& options, const AnalyticInput& input,
     add_ring_traffic(prediction, coll::CollectiveKind::kReduceScatter, group, shards.padded[unit] * grad_bytes,
                      group_size, micro_batches);
     if (across_nodes) {
-      add_ring_traffic(prediction, coll::CollectiveKind::kAllReduce, "inter-node",
+      add_ring_traffic(prediction, coll::CollectiveKind::kAllReduce, replica_group,
                        shards.padded[unit] / group_size * grad_bytes, replicas, micro_batches);
     }
   }

@@ -2,15 +2,24 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <string>
+#include <utility>
 
 #include "emu/check.h"
-#include "strategies/flat.h"
 
 namespace emu::strategy {
 
 void ShardedUnits::setup() {
   const optim::PrecisionRecipe& recipe = options_.recipe;
+  const Mesh mesh = mesh_of(options_, world_.size(), world_.rank());
+  EMU_CHECK(mesh.pipeline == 1, "{} over pipeline stages is not built", options_.name());
+  if (mesh.tensor > 1) {  // the T ranks of this rank's TP slice, bound to the model as its TP group
+    mesh_.tensor = split_tensor_group(mesh);
+    mesh_.view = std::make_unique<GroupTensorParallel>(*mesh_.tensor);
+    model_.set_tensor_parallel(mesh_.view.get());
+    mesh_.data = split_data_group(mesh);  // the D ranks holding the same TP slice
+  }
   groups_ = shard_groups();
   const DType grad_dtype = gradient_shard_dtype();
   const int units = model_.num_units();
@@ -36,13 +45,26 @@ void ShardedUnits::setup() {
     unit.decay = decay_ranges(model_.layout(u), 0);
     unit.keep_gathered = keeps_gathered(charge.elements(count));
     std::vector<float> initial(device_.holds_data() ? unit.shard.shard : 0);  // host scratch, padding stays 0
-    init_into(model_, u, options_.seed, unit.shard.offset, unit.shard.valid, initial.empty() ? nullptr : initial.data(),
-              DType::kF32);
+    initial_shard(u, unit.shard, initial.empty() ? nullptr : initial.data());
     convert(initial.empty() ? nullptr : initial.data(), DType::kF32, unit.params.data(), recipe.params, initial.size());
     if (device_.holds_data()) {
       unit.optimizer->load_master(optim::ConstElementSpan(initial.data(), initial.size(), DType::kF32));
     }
   }
+}
+
+void ShardedUnits::initial_shard(int u, const ShardInfo& shard, float* out) {
+  if (!mesh_.view) {
+    init_into(model_, u, options_.seed, shard.offset, shard.valid, out, DType::kF32);
+    return;
+  }
+  if (out == nullptr) return;
+  tp_index_.resize(units_.size());
+  std::vector<std::vector<int64_t>>& index = tp_index_[static_cast<size_t>(u)];
+  index = tp_slice_index(model_, u, mesh_.tensor->rank(), mesh_.tensor->size());
+  std::vector<float> slice(model_.layout(u).count);
+  init_tp_slice(model_, u, options_.seed, index, slice.data());
+  std::copy_n(slice.begin() + static_cast<std::ptrdiff_t>(shard.offset), shard.valid, out);
 }
 
 std::vector<float> ShardedUnits::full_weights(int u) {
@@ -54,33 +76,60 @@ std::vector<float> ShardedUnits::full_weights(int u) {
   } else {
     convert(unit.params.data(), unit.params.dtype(), mine.data(), DType::kF32, mine.size());
   }
-  if (groups_.alone) {
-    mine.resize(unit.shard.numel);
-    return mine;
-  }
   std::vector<float> all(unit.shard.padded);
-  shard_group().all_gather(mine.data(), all.data(), unit.shard.shard, DType::kF32, "report: gather weights");
+  if (groups_.alone) {
+    all = std::move(mine);
+  } else {
+    shard_group().all_gather(mine.data(), all.data(), unit.shard.shard, DType::kF32, "report: gather weights");
+  }
   all.resize(unit.shard.numel);
-  return all;
+  if (!mesh_.view) return all;
+  return gather_tp_unit(model_, u, tp_index_[static_cast<size_t>(u)], all.data(), *mesh_.tensor,
+                        "report: gather weights");
 }
 
 std::vector<coll::Communicator*> ShardedUnits::groups() {
   std::vector<coll::Communicator*> all = {&world_};
   if (groups_.shard != nullptr) all.push_back(groups_.shard);
-  if (groups_.replicas != nullptr && groups_.replicas != &world_) all.push_back(groups_.replicas);
+  if (groups_.replicas != nullptr && groups_.replicas != &world_ && groups_.replicas != groups_.shard) {
+    all.push_back(groups_.replicas);
+  }
+  if (mesh_.tensor) all.push_back(mesh_.tensor.get());
+  if (mesh_.data && mesh_.data.get() != groups_.shard && mesh_.data.get() != groups_.replicas) {
+    all.push_back(mesh_.data.get());
+  }
   return all;
 }
 
 double ShardedUnits::gradient_sum_of_squares() {
   // The ranks of one shard group own every element once; replicas across groups hold the same values.
   double local = 0;
-  for (const UnitState& unit : units_) {
-    if (unit.grads.allocated()) local += optim::grad_sum_of_squares(optim::ConstElementSpan::of(unit.grads));
+  for (size_t u = 0; u < units_.size(); ++u) {
+    const UnitState& unit = units_[u];
+    if (!unit.grads.allocated()) continue;
+    local += mesh_.view ? tensor_parallel_sum_of_squares(static_cast<int>(u))
+                        : optim::grad_sum_of_squares(optim::ConstElementSpan::of(unit.grads));
   }
-  if (groups_.alone) return local;
-  float total = static_cast<float>(local);
-  shard_group().all_reduce(&total, &total, 1, DType::kF32, coll::ReduceOp::kSum, "clip: gradient norm");
+  double total = groups_.alone ? local : sum_over(shard_group(), local, "clip: gradient norm");
+  // Over TP the shard group holds one slice: the TP group's slices summed, each replicated tensor once.
+  if (mesh_.tensor) total = sum_over(*mesh_.tensor, total, "clip: gradient norm, tensor-parallel");
   return total;
+}
+
+double ShardedUnits::tensor_parallel_sum_of_squares(int u) const {
+  const UnitState& unit = units_[static_cast<size_t>(u)];
+  const model::UnitLayout& layout = model_.layout(u);
+  const DType dtype = unit.grads.dtype();
+  double sum = 0;
+  for (size_t p = 0; p < layout.params.size(); ++p) {
+    if (mesh_.tensor->rank() != 0 && tp_replicated(model_, u, p)) continue;  // counted on TP rank 0
+    size_t lo = 0, hi = 0;
+    unit.shard.intersect(layout.params[p].offset, layout.params[p].offset + layout.params[p].count, lo, hi);
+    if (hi == lo) continue;
+    sum += optim::grad_sum_of_squares(
+        optim::ConstElementSpan(element(unit.grads.data(), dtype, lo - unit.shard.offset), hi - lo, dtype));
+  }
+  return sum;
 }
 
 void ShardedUnits::update(double lr, float grad_scale) {

@@ -24,6 +24,16 @@
 //                                           when there is one, added to the gradient shard and freed
 //                                           (reduce_gradients)
 // emu's collectives are blocking: a prefetch shows in memory (a unit gathered before its use), not in overlap.
+//
+// Over tensor-parallel layers (--tp T; PyTorch's 2-D recipe, parallelize_module over the "tp" mesh dimension then
+// FullyShardedDataParallel over "dp" with use_orig_params=True; DeepSpeed ZeRO-3 given Megatron's mpu): the world is
+// D = N/T replicas of T consecutive ranks (strategy.h Mesh), the model runs the rank's TP slice with tp's activation
+// all-reduces in the "tensor-parallel d" group (Strategy::split_tensor_group), and everything above is that slice: n_u is the
+// unit's local elements (the flat concatenation of its TP slices), the shard group the "data-parallel t" group of D
+// (M = D). Each rank's slice starts at its part of the full unit's seeded initialisation. The gradient norm sums
+// over the shard group, then over the TP group (DeepSpeed's get_grad_norm_direct: the data-parallel all-reduce, then
+// _model_parallel_all_reduce), the tensors every TP rank holds whole (norm weights) counted on TP rank 0 only
+// (is_model_parallel_parameter or model_parallel_rank == 0).
 #pragma once
 
 #include <cstddef>
@@ -31,6 +41,7 @@
 #include <string_view>
 #include <vector>
 
+#include "strategies/flat.h"
 #include "strategies/shard.h"
 #include "strategies/strategy.h"
 #include "workloads/optim/adamw_state.h"
@@ -55,7 +66,7 @@ class ShardedUnits : public Strategy {
 
   // The policy's answers, asked once in setup(). The defaults: the world is the shard group, the gradient shards
   // are at the recipe's gradient dtype, and every unit is freed when released.
-  virtual ShardGroups shard_groups() { return {}; }
+  virtual ShardGroups shard_groups() { return {.shard = data_parallel()}; }
   virtual DType gradient_shard_dtype() const { return options_.recipe.grads; }
   // Whether a unit of `count` elements stays gathered once fetched, until the next optimizer step.
   virtual bool keeps_gathered(size_t /*count*/) const { return false; }
@@ -101,6 +112,11 @@ class ShardedUnits : public Strategy {
   // across the replicas, adds it to the gradient shard and frees the unit's gradients.
   void reduce_gradients(int unit);
 
+  // Over TP, the "data-parallel t" group of the D ranks holding this rank's slice; null without TP (the world).
+  coll::Communicator* data_parallel() const { return mesh_.data.get(); }
+  // M, the ranks a unit is sharded over.
+  int shard_ranks() const { return shard_size(); }
+
   // The units that follow `unit` in this pass's order, nearest first. Forward: u+1, ..., L; backward: u−1, ..., 1,
   // and L, ..., 1 from the root (whose backward encloses every block's).
   std::vector<int> following_units(int unit, bool forward) const;
@@ -132,8 +148,23 @@ class ShardedUnits : public Strategy {
   int shard_rank() const { return groups_.alone ? 0 : (groups_.shard != nullptr ? groups_.shard : &world_)->rank(); }
   int shard_size() const { return groups_.alone ? 1 : (groups_.shard != nullptr ? groups_.shard : &world_)->size(); }
 
+  // The unit's initial values, elements [shard.offset, shard.offset + shard.valid) of its (local) layout, into
+  // `out` (fp32): the full unit's seeded initialisation, or over TP this rank's slice of it.
+  void initial_shard(int unit, const ShardInfo& shard, float* out);
+  // The local slice's sum of squares over this rank's gradient shard of `unit`, TP duplicates on TP rank 0 only.
+  double tensor_parallel_sum_of_squares(int unit) const;
+
   std::vector<UnitState> units_;
   ShardGroups groups_;
+  // Over TP (setup): the "tensor-parallel" group of the rank's T slices, the model's view of it, and the
+  // "data-parallel" group of the D ranks holding the same slice; null without --tp.
+  struct MeshGroups {
+    std::unique_ptr<coll::Communicator> tensor, data;
+    std::unique_ptr<GroupTensorParallel> view;
+  } mesh_;
+  // Over TP: [units][params][local elements] the full tensor's element each local element holds, or −1
+  // (tp_slice_index); empty on a device without data.
+  std::vector<std::vector<std::vector<int64_t>>> tp_index_;
   Buffer embedding_grads_;  // charged only: the embeddings' part of the root's unit gradients, from their backward
 };
 

@@ -43,8 +43,9 @@ std::string StrategyOptions::name() const {
       const std::string chunks =
           pipelined(*this) && pipeline.virtual_stages > 1 ? fmt::format("·v{}", pipeline.virtual_stages) : "";
       if (named_data < 1) return std::string(named.name) + chunks;
-      // "fsdp2·tp2", "zero2·tp2" (D = N/T); with --pp "fsdp2·pp2·tp8" (D = N/(T·P))
-      if (kind == StrategyKind::kFsdp2 || zero12_over_tensor(*this)) {
+      // "fsdp2·tp2" (D = N/T); with --pp "fsdp2·pp2·tp8" (D = N/(T·P)); ZeRO-3's, FSDP's and ZeRO-1/2's over TP
+      // alike, "zero3·tp2", "fsdp-grad-op·tp2", "zero2·tp2"
+      if (sharded_over_layout(kind) || zero12_over_tensor(*this)) {
         std::string out(named.name);
         if (parallel.pipeline > 1) out += fmt::format("·pp{}{}", parallel.pipeline, chunks);
         if (parallel.tensor > 1) out += fmt::format("·tp{}", parallel.tensor);
@@ -66,6 +67,10 @@ bool pipelined(const StrategyOptions& options) {
          (options.kind == StrategyKind::kFsdp2 && options.parallel.pipeline > 1);
 }
 
+bool sharded_over_layout(StrategyKind kind) {
+  return kind == StrategyKind::kFsdp2 || kind == StrategyKind::kZero3 || kind == StrategyKind::kFsdp;
+}
+
 bool pipelined_or_tensor(const StrategyOptions& options) {
   return options.parallel.tensor > 1 || options.parallel.pipeline > 1;
 }
@@ -77,15 +82,15 @@ bool zero12_over_tensor(const StrategyOptions& options) {
 Mesh mesh_of(const StrategyOptions& options, int world, int rank) {
   Mesh mesh;
   mesh.rank = rank;
-  const bool fsdp2 = options.kind == StrategyKind::kFsdp2;
+  const bool sharded = sharded_over_layout(options.kind);
   if (options.kind != StrategyKind::kTensor && options.kind != StrategyKind::kPipeline &&
-      !(fsdp2 && pipelined_or_tensor(options)) && !zero12_over_tensor(options)) {
+      !(sharded && pipelined_or_tensor(options)) && !zero12_over_tensor(options)) {
     mesh.data = world;
     return mesh;
   }
   const bool tensor = options.kind == StrategyKind::kTensor;
   const bool pipeline = options.kind == StrategyKind::kPipeline;
-  if (!tensor && !pipeline) {  // FSDP2 (or ZeRO-1/2 over TP) over a TP and/or PP layout: the degrees given, else 1
+  if (!tensor && !pipeline) {  // FSDP2, ZeRO-3, FSDP (ZeRO-1/2 over TP) over a TP and/or PP layout: the degrees given
     mesh.tensor = std::max(1, options.parallel.tensor);
     mesh.pipeline = std::max(1, options.parallel.pipeline);
   } else {

@@ -13,7 +13,8 @@
 //   fsdp2          every parameter sharded on dim 0, fully_shard per block and the root (PyTorch FSDP2, fsdp2.cpp);
 //                  with --tp T over tensor-parallel layers, sharded over the N/T replicas (torchtitan's 2-D mesh);
 //                  with --pp P over pipeline stages, each sharded over its replicas (torchtitan's PP × FSDP2; with
-//                  --tp too its 3-D, `3d` in --strategies)
+//                  --tp too its 3-D, `3d` in --strategies); zero3 and fsdp with --tp T likewise over the N/T
+//                  replicas of tensor-parallel layers (sharded_units.h)
 //   pp             pipeline parallelism: the blocks in one stage per rank, GPipe or 1F1B micro-batch schedules,
 //                  activations passed stage to stage by send/recv (Megatron-LM / DeepSpeed pipeline, pipeline.cpp)
 //   tp             tensor parallelism: every matrix split over the ranks, column- then row-parallel, vocabulary-
@@ -161,7 +162,10 @@ struct Mesh {
 };
 // Whether `options` run a pipeline schedule: pp, and fsdp2 with --pp P ≥ 2 (torchtitan's PP × FSDP2, fsdp2.cpp).
 bool pipelined(const struct StrategyOptions& options);
-// Whether a TP or PP degree of 2 or more is set (fsdp2 then runs over that layout).
+// Whether `kind` shards its units over the data-parallel group of a TP (fsdp2: and PP) layout when given degrees:
+// fsdp2, zero3 and fsdp (sharded_units.h).
+bool sharded_over_layout(StrategyKind kind);
+// Whether a TP or PP degree of 2 or more is set (fsdp2, zero3 and fsdp then run over that layout).
 bool pipelined_or_tensor(const struct StrategyOptions& options);
 // Whether `options` are zero1 or zero2 over tensor-parallel layers (--tp T ≥ 2, zero12.cpp).
 bool zero12_over_tensor(const struct StrategyOptions& options);
@@ -188,8 +192,8 @@ struct StrategyOptions {
   // "ddp", "ddp-zero", "zero0", "zero1", "zero2", "zero3", "fsdp" (FULL_SHARD), "fsdp-grad-op", "fsdp-no-shard",
   // "fsdp-hybrid", "fsdp2", "pp", "tp"; tp and pp with a degree given name their layout, e.g. "tp2·dp2",
   // "pp2·tp2·dp2", "tp8·dp8·do" (do: the distributed optimizer), and fsdp2 over TP T "fsdp2·tp2", over PP P
-  // "fsdp2·pp2", over both "fsdp2·pp2·tp8" (torchtitan's 3-D; D = N/(T·P) left implicit as FSDP2's shard group), once
-  // named_data is set.
+  // "fsdp2·pp2", over both "fsdp2·pp2·tp8" (torchtitan's 3-D; D = N/(T·P) left implicit as FSDP2's shard group); zero3
+  // and fsdp over TP T alike, "zero3·tp2", "fsdp·tp2"; once named_data is set.
   std::string name() const;
   // D of a tp or pp run whose degrees were given (set by the app and tests once the world is known): names the
   // layout; 0 leaves the plain name.

@@ -1,4 +1,5 @@
-// ZeRO stage 3 as DeepSpeed runs it: parameters, gradients and optimizer state all partitioned over the world;
+// ZeRO stage 3 as DeepSpeed runs it: parameters, gradients and optimizer state all partitioned over the world (over
+// tensor parallelism, its data-parallel group);
 // each unit's parameters all-gathered before use and released after. The partitions and collectives are
 // sharded_units.h's; this file is DeepSpeed's policy: when a unit is fetched, prefetched, kept and released.
 //
@@ -37,6 +38,10 @@
 //   unit's partition up over PCIe before its all-gather (stage3.py keeps the bit16 partitions in a flat CPU buffer,
 //   partition_parameters.py copies ds_tensor to the device to gather it), also on one rank. After the step the
 //   updated partition goes down to its host copy, unless the optimizer is offloaded too and updates it there.
+// Over tensor-parallel layers (--tp T, Megatron-DeepSpeed's mpu passed to deepspeed.initialize): the partitions are
+// over the data-parallel group of D = N/T (N above reads D), the parameters partitioned are the rank's TP slices,
+// and the gradient norm is summed over the data-parallel group, then the model-parallel one, TP duplicates counted
+// once (sharded_units.h). DeepSpeed's pipeline engine refuses ZeRO-3, so there is no --pp.
 #include <algorithm>
 #include <memory>
 #include <string_view>
@@ -76,7 +81,7 @@ class Zero3 final : public ShardedUnits {
     head_ = head_elements(model_);
     root_split_ = root_split(unit_charge(model_, 0).elements(padded_count(0)), embedding_elements(model_));
     split_root_ =
-        root_split_.embedding > 0 && !keeps_gathered(unit_elements_[0]) && (world_.size() > 1 || offloads_parameters());
+        root_split_.embedding > 0 && !keeps_gathered(unit_elements_[0]) && (shard_ranks() > 1 || offloads_parameters());
   }
 
  protected:

@@ -19,9 +19,14 @@
 // root once, and every unit's
 // gradients reduce-scattered; a persistent unit is all-gathered once per step (after the optimizer step), and the
 // gradient norm all-reduced once.
+// Over TP (--tp T): n_u is the rank's TP slice of unit u and N the D = N/T ranks of its "data-parallel" group, where
+// the traffic above runs; tp's activation all-reduces run in the "tensor-parallel" group, and the gradient norm is
+// all-reduced there once more.
 // offload_param: the parameter partitions Σ_u P_u/N in host memory instead; each all-gather above copies its
 // partition up over PCIe first, and the step sends the updated partitions down (unless the optimizer, offloaded
 // too, updates them on the host).
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <vector>
 
@@ -125,7 +130,9 @@ uint64_t largest_sub_group(const StrategyOptions& options, const AnalyticInput& 
 }  // namespace
 
 Updated predict_zero3(const StrategyOptions& options, const AnalyticInput& input, Prediction& prediction) {
-  const int world = input.world;
+  // Over TP (--tp T): the input's units are the rank's slices, partitioned over the D replicas (N reads D).
+  const ShardedLayout layout = sharded_layout(options, input, prediction);
+  const int world = layout.mesh.data;
   const UnitShards shards = unit_shards(input, world);
   const size_t units = input.unit_counts.size();
   const uint64_t param_bytes = dtype_size(options.recipe.params);
@@ -183,7 +190,11 @@ Updated predict_zero3(const StrategyOptions& options, const AnalyticInput& input
   }
   // The ipg bucket: reduce_bucket_size ÷ k² elements, charged as held, whole run.
   prediction.peak[Category::kBuckets] = options.scaled(options.zero.reduce_bucket_elements) * grad_bytes;
-  prediction.formula = "(2 + 2 + K)Ψ/N: everything partitioned";
+  prediction.formula = layout.mesh.tensor > 1 ? fmt::format(
+                                                    "(2 + 2 + K)Ψ/(t·D), t = {}, D = {}: the TP slices "
+                                                    "partitioned over the data-parallel group",
+                                                    layout.mesh.tensor, layout.mesh.data)
+                                              : "(2 + 2 + K)Ψ/N: everything partitioned";
 
   const uint64_t micro_batches = static_cast<uint64_t>(input.accumulation);
   for (size_t unit = 0; unit < units; ++unit) {
@@ -191,16 +202,16 @@ Updated predict_zero3(const StrategyOptions& options, const AnalyticInput& input
     // The root and the blocks kept for reuse stay gathered between forward and backward; a persistent unit is
     // gathered once per step.
     const uint64_t gathers = persistent[unit] ? 1 : micro_batches * (unit != 0 && !reused[unit] ? 2 : 1);
-    add_ring_traffic(prediction, coll::CollectiveKind::kAllGather, "world", unit_param_bytes, world, gathers);
+    add_ring_traffic(prediction, coll::CollectiveKind::kAllGather, layout.group, unit_param_bytes, world, gathers);
     if (offload_param) {  // each fetch copies the partition up first
       prediction.pcie.host_to_device +=
           gathers * input.bytes(static_cast<int>(unit), shards.padded[unit] / static_cast<uint64_t>(world),
                                 options.recipe.params);
     }
-    add_ring_traffic(prediction, coll::CollectiveKind::kReduceScatter, "world", shards.padded[unit] * grad_bytes, world,
-                     micro_batches);
+    add_ring_traffic(prediction, coll::CollectiveKind::kReduceScatter, layout.group, shards.padded[unit] * grad_bytes,
+                     world, micro_batches);
   }
-  add_ring_traffic(prediction, coll::CollectiveKind::kAllReduce, "world", 4,
+  add_ring_traffic(prediction, coll::CollectiveKind::kAllReduce, layout.group, 4,
                    world);  // the gradient norm's partial sums
   return shards.updated();
 }

@@ -137,6 +137,20 @@ TEST_P(Ranks, BadInputsExitTwoWithOneMessage) {
        "--sequence-parallel with zero2·tp2: ZeRO over tensor-parallel layers runs without it"},
       {"--model llama2-7b --strategies zero1 --tp 2 --distributed-optimizer",
        "zero1 and zero2 with --tp already partition the optimizer over the replicas"},
+      // ZeRO-3 and FSDP1 over tensor-parallel layers: the layout's checks, and what they are not built for.
+      {"--model llama2-7b --strategies zero3 --tp 3",
+       "ranks are not divisible by tensor-parallel 3 x pipeline-parallel 1 = 3; accepted: a number of ranks"},
+      {"--plan 8 --model gpt2 --strategies fsdp --tp 8", "gpt2's attention heads a (12) is not divisible by 8"},
+      {"--model llama2-7b --strategies zero3 --tp 2 --pp 2",
+       "--pp 2 with zero3: DeepSpeed's pipeline engine refuses ZeRO stages 2 and 3"},
+      {"--model llama2-7b --strategies fsdp --tp 2 --pp 2",
+       "--pp 2 with fsdp: FSDP1 over pipeline stages is not built; emu's FSDP over pipeline stages is fsdp2 --pp"},
+      {"--model llama2-7b --strategies fsdp-hybrid --tp 2",
+       "fsdp-hybrid with --tp 2: HYBRID_SHARD over tensor-parallel layers (a 3-D mesh) is not built"},
+      {"--model llama2-7b --strategies zero3 --tp 2 --sequence-parallel",
+       "--sequence-parallel with zero3: sequence parallelism under ZeRO-3 and FSDP1 over --tp is not built"},
+      {"--model llama2-7b --strategies fsdp --tp 2 --distributed-optimizer",
+       "fsdp already shards the optimizer over the replicas"},
       {"--model gpt2 --strategies ddp,zero0 --comm-hook bf16", "--comm-hook bf16 with zero0"},
       {"--model gpt2 --strategies zero3,fsdp2 --bucket-view", "--bucket-view is PyTorch DDP's"},
       {"--model gpt2 --deepspeed " + stage0_offload,
@@ -459,11 +473,13 @@ TEST(Plan, ComposedParallelismAgreesWithTheShrunkRun) {
   expect_run_matches_plan(
       " --model llama2-13b --shrink 64 --steps 1 --strategies tp,pp --tp 2 --pp 2 --distributed-optimizer",
       {"tp2·dp2·do", "pp2·tp2"}, 0.005);
-  // FSDP2 over TP 2 (its 2 replicas the data-parallel group).
+  // FSDP2 over TP 2 (its 2 replicas the data-parallel group); ZeRO-3 and FSDP1 over the same.
   expect_run_matches_plan(" --model llama2-13b --shrink 64 --steps 1 --strategies fsdp2 --tp 2", {"fsdp2·tp2"}, 0.005);
   // ZeRO-1 and ZeRO-2 over TP 2 (DeepSpeed's partitions over the 2 replicas, Megatron-DeepSpeed).
   expect_run_matches_plan(" --model llama2-13b --shrink 64 --steps 1 --strategies zero1,zero2 --tp 2",
                           {"zero1·tp2", "zero2·tp2"}, 0.005);
+  expect_run_matches_plan(" --model llama2-13b --shrink 64 --steps 1 --strategies zero3,fsdp,fsdp-no-shard --tp 2",
+                          {"zero3·tp2", "fsdp·tp2", "fsdp-no-shard·tp2"}, 0.005);
   // FSDP2 over each stage's replicas (PP 2 × FSDP 2) and torchtitan's 3-D (TP 2 × PP 2, D = 1 at 4 ranks).
   expect_run_matches_plan(" --model llama2-13b --shrink 64 --steps 1 --strategies fsdp2 --pp 2", {"fsdp2·pp2"}, 0.005);
   expect_run_matches_plan(" --model llama2-13b --shrink 64 --steps 1 --strategies 3d --tp 2 --pp 2", {"fsdp2·pp2·tp2"},
@@ -523,7 +539,8 @@ TEST(Run, DataParallelReplicasSplitTheGlobalBatch) {
       {"--strategies tp --tp 2 --grad-accum 2", "--strategies tp --grad-accum 4"},
       {"--strategies pp --pp 2 --micro-batches 2", "--strategies pp --micro-batches 4"},
       {"--strategies fsdp2 --tp 2 --grad-accum 2", "--strategies tp --grad-accum 4"},
-      {"--strategies zero2 --tp 2 --grad-accum 2", "--strategies tp --grad-accum 4"}};
+      {"--strategies zero2 --tp 2 --grad-accum 2", "--strategies tp --grad-accum 4"},
+      {"--strategies zero3 --tp 2 --grad-accum 2", "--strategies tp --grad-accum 4"}};
   for (const auto& [replicated, single] : cases) {
     testing::TempDir dir("run");
     const std::string a = dir.file("replicas.json"), b = dir.file("single.json");

@@ -47,7 +47,15 @@ std::string_view layout_name(std::string_view name) { return is_gpt2(name) ? nam
 // reshard_after_forward=False under PP) and "fsdp2-pp-tp" (its stages TP `degree` too: torchtitan's 3-D), each with
 // "-v2" interleaved (torchtitan's Interleaved1F1B: 2 chunks of one block per stage, each an FSDP module); "zero1-tp"
 // and "zero2-tp" (DeepSpeed's ZeRO-1/2 over the replicas of TP `degree` layers, Megatron-DeepSpeed).
+// "zero3-tp", "fsdp-tp", "fsdp-grad-op-tp", "fsdp-no-shard-tp": ZeRO-3 and FSDP1 over the replicas of TP `degree`
+// layers (sharded_units.h); "-tp4" for TP 4 whatever `degree`.
 strategy::StrategyOptions parallel_options(std::string_view name, int degree) {
+  if (name.starts_with("zero3-") || (name.starts_with("fsdp-") && name.ends_with("-tp")) || name.ends_with("-tp4")) {
+    const size_t tp = name.rfind("-tp");
+    strategy::StrategyOptions options = test_options(std::string(name.substr(0, tp)), optim::Recipe::kFp32);
+    options.parallel.tensor = name.ends_with("-tp4") ? 4 : degree;
+    return options;
+  }
   if (name.starts_with("zero")) {
     strategy::StrategyOptions options = test_options(name.substr(0, 5), optim::Recipe::kFp32);
     options.parallel.tensor = degree;
@@ -123,6 +131,9 @@ class Equivalence : public ::testing::TestWithParam<std::string> {};  // paralle
 // TP 2 × DP D and PP 2 × DP D (D = 2 at 4 ranks, 4 at 8), TP 2 × PP 2 (× DP 2 at 8), each with and without the
 // distributed optimizer. GPT-2 under TP 2 × DP D, TP 2 × PP 2 (its tied wte on both end stages, as slices) and FSDP2
 // over TP 2.
+// ZeRO-3 and FSDP1 (FULL_SHARD, SHARD_GRAD_OP, NO_SHARD) over TP 2, over TP 4 (D = 1 at 4 ranks, 2 at 8) and GPT-2's
+// (its replicated biases and wpe counted once in the norm): a norm counting the TP duplicates T times, or a shard
+// group of the world, moves the norm by more than 1e-5.
 // "fsdp2-tp-sp": FSDP2 over TP 2 with sequence parallelism (torchtitan's default TP plan); a norm weight's gradient
 // not all-reduced over the TP group (each rank's rows only) moves the norm and the norm weights at the first step.
 // "pp-tp-sp" and "fsdp2-pp-tp-sp" (each also "-gpipe", and pp's with the distributed optimizer and interleaved): the
@@ -177,6 +188,11 @@ std::string equivalence_name(const ::testing::TestParamInfo<std::string>& param)
     layout.remove_suffix(6);
     suffix = "_gpipe" + suffix;
   }
+  if (layout.starts_with("zero3-") || layout.starts_with("fsdp-")) {
+    std::string name = prefix + std::string(layout) + (layout.ends_with("4") ? "" : "2") + suffix;
+    std::replace(name.begin(), name.end(), '-', '_');
+    return name;
+  }
   if (layout.starts_with("zero")) return prefix + std::string(layout.substr(0, 5)) + "_tp2" + suffix;
   if (layout == "fsdp2-tp") return prefix + "fsdp2_tp2" + suffix;
   if (layout == "fsdp2-pp") return prefix + "fsdp2_pp2" + suffix;
@@ -195,7 +211,9 @@ INSTANTIATE_TEST_SUITE_P(Parallel, Equivalence,
                                            "fsdp2-pp-tp-v2", "gpt2-tp-do", "gpt2-pp-tp", "gpt2-fsdp2-tp", "zero1-tp",
                                            "zero2-tp", "gpt2-zero2-tp", "pp-tp-sp", "pp-tp-gpipe-sp", "pp-tp-do-sp",
                                            "pp-tp-v2-sp", "fsdp2-pp-tp-sp", "fsdp2-pp-tp-gpipe-sp",
-                                           "fsdp2-pp-tp-v2-sp"),
+                                           "fsdp2-pp-tp-v2-sp", "zero3-tp", "fsdp-tp", "fsdp-grad-op-tp",
+                                           "fsdp-no-shard-tp", "zero3-tp4", "fsdp-tp4", "gpt2-zero3-tp",
+                                           "gpt2-fsdp-tp"),
                          equivalence_name);
 
 // Local parameters of a rank, by hand. A block's matrices at full shape: q and o 32·32, k and v 16·32 (kv = 4 heads
@@ -342,6 +360,132 @@ TEST(ParallelTraffic, ZeroOverTensorParallelLayers) {
   }
 }
 
+strategy::Prediction expect_predicted_memory(const WorldRun& run, const strategy::StrategyOptions& options,
+                                             int micro_batches = kMicroBatches);
+
+// ZeRO-3 and FSDP1 over TP 2 (sharded_units.h; PyTorch's 2-D FSDP recipe, DeepSpeed with Megatron's mpu): per
+// micro-batch the TP group's 4L + 2 = 18 all-reduces of b·s·h·4 = 1,024 bytes as tp's, and over the "data-parallel"
+// group of D each unit's flat local slice (a block's 9,216/2 matrix elements and its 64 norm weights, 4,672; the
+// root's two tables / 2 and the final norm, 32,800; both divide by D = 2 and 4: no padding) sharded over D: the root
+// all-gathered once (gathered from forward to backward), each block twice (forward, backward), every unit's
+// gradients reduce-scattered, (D − 1)/D of each at fp32. The gradient norm: one all-reduce of 4 bytes over the
+// data-parallel group, one over the TP group. A shard group of the world would move (N − 1)/N instead; a missing
+// 1/D (sharding the whole slice over every rank) doubles the shards below.
+struct ShardedTensorRun {
+  uint64_t block = kBlockMatrices / 2 + kBlockNorms, root = 2 * kTable / 2 + 32;
+  uint64_t local = kLayers * block + root;
+  uint64_t d = data_degree();
+  std::unique_ptr<WorldRun> run;
+};
+ShardedTensorRun run_sharded_tensor(std::string_view name, void (*tweak)(strategy::StrategyOptions&) = nullptr) {
+  strategy::StrategyOptions options = parallel_options(name, 2);
+  if (tweak != nullptr) tweak(options);
+  ShardedTensorRun r;
+  r.run = run_parallel(options, kMicroBatches, 1, false);
+  uint64_t hidden_calls = 0, hidden_sent = 0, norm_calls = 0;
+  for (const auto& [key, entry] : r.run->ledger("tensor-parallel").entries()) {
+    if (key.first != coll::CollectiveKind::kAllReduce) continue;
+    const std::string_view phase(key.second);
+    if (phase.starts_with("tp all-reduce")) hidden_calls += entry.calls, hidden_sent += entry.moved.sent;
+    if (phase.starts_with("clip")) norm_calls += entry.calls;
+  }
+  EXPECT_EQ(hidden_calls, kMicroBatches * (4 * kLayers + 2));
+  // b·s·h = 256 elements at the compute dtype (the recipe's parameters'), 2(T − 1)/T = 1
+  EXPECT_EQ(hidden_sent, kMicroBatches * (4 * kLayers + 2) * 256 * dtype_size(options.recipe.params));
+  EXPECT_EQ(norm_calls, 1u);
+  // The predictor (zero3_model.cpp, fsdp_model.cpp) equals the run per group and collective, and per category.
+  const strategy::Prediction predicted = expect_predicted_memory(*r.run, options);
+  for (const char* group : {"data-parallel", "tensor-parallel"}) {
+    for (const coll::CollectiveKind kind :
+         {coll::CollectiveKind::kAllReduce, coll::CollectiveKind::kReduceScatter, coll::CollectiveKind::kAllGather}) {
+      uint64_t want = 0;
+      for (const strategy::PredictedTraffic& p : predicted.traffic) {
+        if (p.group == group && p.kind == kind) want += p.sent;
+      }
+      // The norm's one fp32 element: a ring of D > 2 cannot cut it into D chunks and sends it whole, 4 bytes
+      // where the nominal 2(D − 1)/D·4 says up to 8.
+      const double slack = kind == coll::CollectiveKind::kAllReduce ? 4.0 : 0.0;
+      EXPECT_NEAR(static_cast<double>(want), static_cast<double>(r.run->ledger(group).total(kind).moved.sent), slack)
+          << group << " " << static_cast<int>(kind);
+    }
+  }
+  return r;
+}
+
+// Per step in the data-parallel group: the root all-gathered once per micro-batch and each block twice, every unit
+// reduce-scattered once, (D − 1)/D of each at fp32; the norm's one all-reduce.
+void expect_full_shard_traffic(const ShardedTensorRun& r) {
+  const coll::Ledger& data = r.run->ledger("data-parallel");
+  EXPECT_EQ(data.total(coll::CollectiveKind::kAllGather).moved.sent,
+            kMicroBatches * 4 * (r.root + 2 * kLayers * r.block) * (r.d - 1) / r.d);
+  EXPECT_EQ(data.total(coll::CollectiveKind::kReduceScatter).moved.sent,
+            kMicroBatches * 4 * (r.root + kLayers * r.block) * (r.d - 1) / r.d);
+  EXPECT_EQ(data.total(coll::CollectiveKind::kAllReduce).calls, 1u);
+}
+
+// FSDP FULL_SHARD over TP 2, fp32 (the flat shards are the parameters: no master copy). Parameters: the shards
+// 4·local/D, the root gathered throughout and two blocks at once (BACKWARD_PRE prefetch). Gradients (2 micro-
+// batches: every unit's fp32 shard from the first): the shards and the root's unsharded gradients, 4·(local/D +
+// root). Adam's m and v and foreach AdamW's copy: 12·local/D.
+TEST(ParallelTraffic, FsdpOverTensorParallelLayers) {
+  const ShardedTensorRun r = run_sharded_tensor("fsdp-tp");
+  const uint64_t d = r.d;
+  expect_full_shard_traffic(r);
+  const MemoryPool& memory = r.run->device->memory();
+  EXPECT_EQ(memory.peak(Category::kParameters), 4 * r.local / d + 4 * (r.root + 2 * r.block));
+  EXPECT_EQ(memory.peak(Category::kGradients), 4 * (r.local / d + r.root));
+  EXPECT_EQ(memory.peak(Category::kOptimizerState), 12 * r.local / d);
+  EXPECT_EQ(memory.peak(Category::kMasterWeights), 0u);
+}
+
+// NO_SHARD over TP 2: every rank keeps its whole slice; each unit's gradients all-reduced over the D replicas per
+// micro-batch, 2(D − 1)/D of 4·local; nothing gathered or scattered. Parameters 4·local, m, v and foreach's copy
+// 12·local.
+TEST(ParallelTraffic, FsdpNoShardOverTensorParallelLayers) {
+  const ShardedTensorRun r = run_sharded_tensor("fsdp-no-shard-tp");
+  const uint64_t d = r.d;
+  const coll::Ledger& data = r.run->ledger("data-parallel");
+  EXPECT_EQ(data.total(coll::CollectiveKind::kAllGather).moved.sent, 0u);
+  EXPECT_EQ(data.total(coll::CollectiveKind::kReduceScatter).moved.sent, 0u);
+  EXPECT_EQ(data.total(coll::CollectiveKind::kAllReduce).moved.sent, kMicroBatches * 4 * r.local * 2 * (d - 1) / d);
+  const MemoryPool& memory = r.run->device->memory();
+  EXPECT_EQ(memory.peak(Category::kParameters), 4 * r.local);
+  EXPECT_EQ(memory.peak(Category::kOptimizerState), 12 * r.local);
+}
+
+// ZeRO-3 over TP 2, fp32, DeepSpeed's sizes ÷ 32² (the persistence threshold 97 elements, below every unit) and
+// stage3_max_reuse_distance 0 (no block kept from forward to backward): the same all-gathers and reduce-scatters as
+// FULL_SHARD above. Parameters: the partitions 4·local/D, plus at the start of backward the final norm and head
+// (its table / 2 and 32) with every block prefetched (4 · 4,672 = 18,688 elements, within the prefetch bucket of
+// 50,000,000 / 32² = 48,828). Gradients: the partitions, plus the more of the largest .grad (a table / 2, 16,384) and
+// step()'s one sub-group (976,562 elements ÷ 32²: all of it) flattened at fp32, local/D. Adam's m and v over local/D
+// (FusedAdam: no temporaries). The ipg bucket: 500,000,000 / 32² = 488,281 elements at fp32.
+TEST(ParallelTraffic, Zero3OverTensorParallelLayers) {
+  const ShardedTensorRun r = run_sharded_tensor("zero3-tp", [](strategy::StrategyOptions& o) {
+    o.shrink = 32;
+    o.zero.max_reuse_distance = 0;
+  });
+  const uint64_t d = r.d;
+  expect_full_shard_traffic(r);
+  const MemoryPool& memory = r.run->device->memory();
+  EXPECT_EQ(memory.peak(Category::kParameters), 4 * r.local / d + 4 * (kTable / 2 + 32 + kLayers * r.block));
+  EXPECT_EQ(memory.peak(Category::kGradients), 4 * r.local / d + 4 * std::max<uint64_t>(kTable / 2, r.local / d));
+  EXPECT_EQ(memory.peak(Category::kOptimizerState), 8 * r.local / d);
+  EXPECT_EQ(memory.peak(Category::kBuckets), 4 * uint64_t{488'281});
+}
+
+// The mixed recipe over TP 2 (FSDP1's fp32 flat shard as the master, a bf16 _mp_shard per all-gather; ZeRO-3's bf16
+// partitions beside the fp32 master): the predictor equals the run in every category and group.
+TEST(ParallelTraffic, ShardedOverTensorParallelLayersMixedPrecision) {
+  for (const char* name : {"zero3-tp", "fsdp-tp", "fsdp-grad-op-tp", "fsdp-no-shard-tp"}) {
+    SCOPED_TRACE(name);
+    run_sharded_tensor(name, [](strategy::StrategyOptions& o) {
+      o.recipe = optim::precision_recipe(optim::Recipe::kMixed);
+      o.shrink = 32;
+    });
+  }
+}
+
 TEST(ParallelTraffic, PipelineGroupAndDataGroup) {
   const strategy::StrategyOptions options = parallel_options("pp", 2);
   const auto run = run_parallel(options, kMicroBatches, 1, false);
@@ -405,7 +549,7 @@ TEST(ParallelTraffic, TensorParallelStages) {
 
 // The predictor's (strategies/analytic.h) memory peaks of this rank against the run's, category by category.
 strategy::Prediction expect_predicted_memory(const WorldRun& run, const strategy::StrategyOptions& options,
-                                             int micro_batches = kMicroBatches) {
+                                             int micro_batches) {
   strategy::AnalyticInput input = strategy::analytic_input(*run.model, world_size(), 1, micro_batches);
   input.rank = world_rank();
   strategy::Prediction predicted = strategy::predict(options, input);

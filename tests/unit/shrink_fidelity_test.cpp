@@ -322,6 +322,18 @@ TEST(ShrinkFidelity, ZeroOverTensorParallelShrunkTimesKSquaredEqualsThePlan) {
   EXPECT_GT(cases, 0);
 }
 
+// ZeRO-3 and FSDP1 over TP 2 (zero3, fsdp, fsdp-grad-op, fsdp-no-shard --tp 2: D = 2 replicas at 4 ranks): each
+// unit's flat TP slice sharded over its replicas, on every preset that splits; ranks 0 and 3.
+TEST(ShrinkFidelity, ShardedUnitsOverTensorParallelShrunkTimesKSquaredEqualsThePlan) {
+  int cases = 0;
+  double worst = 0;
+  for (const char* strategy : {"zero3", "fsdp", "fsdp-grad-op", "fsdp-no-shard"}) {
+    cases += check_layout({strategy, "--tp", "2"}, kVariants.front(), worst);
+  }
+  fmt::print("zero3 and fsdp over tp: {} cases; the largest deviation of a peak: {:.4f}%\n", cases, 100 * worst);
+  EXPECT_GT(cases, 0);
+}
+
 // FSDP2 over a pipeline's stages (fsdp2 --pp 2: D = 2 replicas at 4 ranks) and torchtitan's 3-D (3d --tp 2 --pp 2,
 // D = 1): each stage's units (of the TP slice) sharded over its replicas, unsharded from the first forward to the
 // end of the step, their gradients accumulated unsharded in fp32; ranks 0 (the first stage) and 3 (the last), every
