@@ -737,7 +737,8 @@ void check_flat_sharded_tensor(const strategy::StrategyOptions& one, const Flags
   if (sequence_parallel) {
     throw InputError(fmt::format(
         "--sequence-parallel with {}: sequence parallelism under ZeRO-3 and FSDP1 over --tp is not built (the norm "
-        "weights' partial gradients are not reduced over the TP group); accepted with tp, pp --tp T or fsdp2 --tp T, {} then "
+        "weights' partial gradients are not reduced over the TP group); accepted with tp, pp --tp T or fsdp2 --tp T, "
+        "{} then "
         "without --sequence-parallel",
         one.name(), one.name()));
   }

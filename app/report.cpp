@@ -96,6 +96,12 @@ std::string format_reserved(const RunReport& r) {
   return out;
 }
 
+// The predicted model states of the rank that peaked (a pipeline's stages hold different layers); rank 0's where
+// the outcome has no per-rank predictions.
+uint64_t predicted_states_at_peak(const StrategyOutcome& o) {
+  return o.predicted_states.empty() ? o.prediction.model_state_bytes() : o.predicted_states[o.peak_rank];
+}
+
 }  // namespace
 
 std::string oom_summary(const RunReport& r, const StrategyOutcome& o) {
@@ -169,15 +175,13 @@ std::string format_report(const RunReport& r) {
     const double states = static_cast<double>(own[Category::kParameters] + own[Category::kGradients] +
                                               own[Category::kMasterWeights] + own[Category::kOptimizerState]);
     const auto g = [&](Category c) { return gib(static_cast<double>(at[c]) * scale); };
-    // The same rank's prediction: a pipeline's stages hold different layers.
-    const uint64_t predicted =
-        o.predicted_states.empty() ? o.prediction.model_state_bytes() : o.predicted_states[o.peak_rank];
     out += fmt::format("{:<14} {:<12} {:>9} {:>12} | {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} | {:>9} {:>9}\n",
                        o.name, verdict_text(r, o), gib(static_cast<double>(o.peak[o.peak_rank]) * scale),
                        r.plan ? "" : fmt::format("[{}]", format_bytes(o.peak[o.peak_rank])), g(Category::kParameters),
                        g(Category::kGradients), g(Category::kMasterWeights), g(Category::kOptimizerState),
                        g(Category::kActivations), g(Category::kTemporaries), g(Category::kCommBuffers),
-                       g(Category::kBuckets), gib(states * scale), gib(static_cast<double>(predicted) * scale));
+                       g(Category::kBuckets), gib(states * scale),
+                       gib(static_cast<double>(predicted_states_at_peak(o)) * scale));
   }
   out += fmt::format(
       "  peak: the highest rank's peak in use at full scale{}; the columns after it are what was in use at that "
@@ -275,6 +279,28 @@ std::string tensor_stage_words(int tensor, double sent, bool sequence, bool chec
       checkpoint ? " (checkpointed: the forward's again in backward)" : "");
 }
 
+// A pipeline's data-parallel group line: FSDP2's shard group of each stage, or Megatron's replicas of it; nothing
+// without replicas.
+std::string data_group_words(const StrategyOutcome& o, const strategy::Mesh& mesh, const std::string& sent_gb) {
+  if (mesh.data <= 1) return "";
+  if (o.options.kind == strategy::StrategyKind::kFsdp2) {
+    return fmt::format(
+        "  data-parallel group (D = {}, FSDP2's shard group of each stage): rank 0 sends {} GB per step, each unit "
+        "all-gathered once (reshard_after_forward=False) and its gradients, summed over the M micro-batches, "
+        "reduce-scattered once after {}, ring (D-1)/D each\n",
+        mesh.data, sent_gb,
+        o.options.pipeline.virtual_stages > 1 ? "its chunk's last backward (each chunk an FSDP module)"
+                                              : "the last backward");
+  }
+  return fmt::format(
+      "  data-parallel group (D = {}): rank 0 sends {} GB per step {} (Megatron-LM's DistributedDataParallel)\n",
+      mesh.data, sent_gb,
+      o.options.parallel.distributed_optimizer
+          ? "reduce-scattering its stage's gradients and all-gathering its parameters (distributed optimizer: "
+            "optimizer state 1/D), ring (D-1)/D each"
+          : "all-reducing its stage's gradients, ring 2(D-1)/D");
+}
+
 }  // namespace
 
 std::string format_pipeline(const RunReport& r) {
@@ -312,22 +338,7 @@ std::string format_pipeline(const RunReport& r) {
     if (mesh.tensor > 1) {
       out += tensor_stage_words(mesh.tensor, tensor_sent * scale, sequence, r.options.model_options.checkpoint);
     }
-    if (mesh.data > 1 && o.options.kind == strategy::StrategyKind::kFsdp2) {
-      out += fmt::format(
-          "  data-parallel group (D = {}, FSDP2's shard group of each stage): rank 0 sends {} GB per step, each unit "
-          "all-gathered once (reshard_after_forward=False) and its gradients, summed over the M micro-batches, "
-          "reduce-scattered once after {}, ring (D-1)/D each\n",
-          mesh.data, gb(data_sent * scale),
-          chunks > 1 ? "its chunk's last backward (each chunk an FSDP module)" : "the last backward");
-    } else if (mesh.data > 1) {
-      out += fmt::format(
-          "  data-parallel group (D = {}): rank 0 sends {} GB per step {} (Megatron-LM's DistributedDataParallel)\n",
-          mesh.data, gb(data_sent * scale),
-          o.options.parallel.distributed_optimizer
-              ? "reduce-scattering its stage's gradients and all-gathering its parameters (distributed optimizer: "
-                "optimizer state 1/D), ring (D-1)/D each"
-              : "all-reducing its stage's gradients, ring 2(D-1)/D");
-    }
+    out += data_group_words(o, mesh, gb(data_sent * scale));
   }
   return out;
 }

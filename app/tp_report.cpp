@@ -84,6 +84,32 @@ std::string flat_sharded_text(const StrategyOutcome& o, const model::ModelConfig
       mesh.tensor, full.heads, mesh.tensor, full.kv_heads, mesh.tensor, full.ffn, mesh.tensor,
       model::tp_padded_vocab(full, mesh.tensor) / mesh.tensor);
 }
+// FSDP2 over tensor-parallel layers: torchtitan's 2-D or 3-D mesh.
+std::string fsdp2_over_tensor_text(const StrategyOutcome& o, const model::ModelConfig& full, int world) {
+  const strategy::Mesh mesh = strategy::mesh_of(o.options, world, 0);
+  const int t = mesh.tensor;
+  const std::string mesh_words =
+      mesh.pipeline > 1 ? fmt::format("3-D mesh: pipeline_parallel_degree {}, ", mesh.pipeline) : "2-D mesh: ";
+  return fmt::format(
+      "\n{}: fully_shard over the {} replicas of tensor-parallel groups of t = {} (torchtitan's {}"
+      "tensor_parallel_degree {}, data_parallel_shard_degree {}): each rank holds heads {}/{}, kv heads {}/{}, "
+      "FFN {}/{} and {} of the vocabulary's rows (padded to {} as Megatron pads it; torchtitan shards {} "
+      "unpadded), each tensor sharded on dim 0 over the replicas\n",
+      o.name, mesh.data, t, mesh_words, t, mesh.data, full.heads, t, full.kv_heads, t, full.ffn, t,
+      model::tp_padded_vocab(full, t) / t, model::tp_padded_vocab(full, t), full.vocab);
+}
+
+// The line of a data-parallel strategy over tensor-parallel layers that ran (fsdp2, zero1/2, zero3, fsdp with
+// --tp T); empty for any other.
+std::string sharded_over_tensor_text(const RunReport& r, const StrategyOutcome& o) {
+  if (o.peak.empty()) return "";
+  if (o.options.kind == strategy::StrategyKind::kFsdp2 && o.options.parallel.tensor > 1) {
+    return fsdp2_over_tensor_text(o, r.options.full, r.world);
+  }
+  if (strategy::zero12_over_tensor(o.options)) return zero_over_tensor_lines(r, o);
+  if (flat_sharded(o)) return flat_sharded_text(o, r.options.full, r.world);
+  return "";
+}
 }  // namespace
 
 std::string format_tensor(const RunReport& r) {
@@ -92,26 +118,8 @@ std::string format_tensor(const RunReport& r) {
   const model::ModelConfig& full = r.options.full;
   const bool sp = r.options.model_options.sequence_parallel;
   for (const StrategyOutcome& o : r.outcomes) {
-    if (o.options.kind == strategy::StrategyKind::kFsdp2 && o.options.parallel.tensor > 1 && !o.peak.empty()) {
-      const strategy::Mesh mesh = strategy::mesh_of(o.options, r.world, 0);
-      const int t = mesh.tensor;
-      const std::string mesh_words =
-          mesh.pipeline > 1 ? fmt::format("3-D mesh: pipeline_parallel_degree {}, ", mesh.pipeline) : "2-D mesh: ";
-      out += fmt::format(
-          "\n{}: fully_shard over the {} replicas of tensor-parallel groups of t = {} (torchtitan's {}"
-          "tensor_parallel_degree {}, data_parallel_shard_degree {}): each rank holds heads {}/{}, kv heads {}/{}, "
-          "FFN {}/{} and {} of the vocabulary's rows (padded to {} as Megatron pads it; torchtitan shards {} "
-          "unpadded), each tensor sharded on dim 0 over the replicas\n",
-          o.name, mesh.data, t, mesh_words, t, mesh.data, full.heads, t, full.kv_heads, t, full.ffn, t,
-          model::tp_padded_vocab(full, t) / t, model::tp_padded_vocab(full, t), full.vocab);
-      continue;
-    }
-    if (strategy::zero12_over_tensor(o.options)) {
-      out += zero_over_tensor_lines(r, o);
-      continue;
-    }
-    if (flat_sharded(o)) {
-      out += flat_sharded_text(o, full, r.world);
+    if (std::string text = sharded_over_tensor_text(r, o); !text.empty()) {
+      out += text;
       continue;
     }
     if (o.options.kind != strategy::StrategyKind::kTensor || o.peak.empty()) continue;

@@ -28,9 +28,9 @@
 // Over tensor-parallel layers (--tp T; PyTorch's 2-D recipe, parallelize_module over the "tp" mesh dimension then
 // FullyShardedDataParallel over "dp" with use_orig_params=True; DeepSpeed ZeRO-3 given Megatron's mpu): the world is
 // D = N/T replicas of T consecutive ranks (strategy.h Mesh), the model runs the rank's TP slice with tp's activation
-// all-reduces in the "tensor-parallel d" group (Strategy::split_tensor_group), and everything above is that slice: n_u is the
-// unit's local elements (the flat concatenation of its TP slices), the shard group the "data-parallel t" group of D
-// (M = D). Each rank's slice starts at its part of the full unit's seeded initialisation. The gradient norm sums
+// all-reduces in the "tensor-parallel d" group (Strategy::split_tensor_group), and everything above is that slice: n_u
+// is the unit's local elements (the flat concatenation of its TP slices), the shard group the "data-parallel t" group
+// of D (M = D). Each rank's slice starts at its part of the full unit's seeded initialisation. The gradient norm sums
 // over the shard group, then over the TP group (DeepSpeed's get_grad_norm_direct: the data-parallel all-reduce, then
 // _model_parallel_all_reduce), the tensors every TP rank holds whole (norm weights) counted on TP rank 0 only
 // (is_model_parallel_parameter or model_parallel_rank == 0).

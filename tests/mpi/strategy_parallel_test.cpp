@@ -210,10 +210,9 @@ INSTANTIATE_TEST_SUITE_P(Parallel, Equivalence,
                                            "fsdp2-tp", "fsdp2-tp-sp", "fsdp2-pp", "fsdp2-pp-tp", "fsdp2-pp-v2",
                                            "fsdp2-pp-tp-v2", "gpt2-tp-do", "gpt2-pp-tp", "gpt2-fsdp2-tp", "zero1-tp",
                                            "zero2-tp", "gpt2-zero2-tp", "pp-tp-sp", "pp-tp-gpipe-sp", "pp-tp-do-sp",
-                                           "pp-tp-v2-sp", "fsdp2-pp-tp-sp", "fsdp2-pp-tp-gpipe-sp",
-                                           "fsdp2-pp-tp-v2-sp", "zero3-tp", "fsdp-tp", "fsdp-grad-op-tp",
-                                           "fsdp-no-shard-tp", "zero3-tp4", "fsdp-tp4", "gpt2-zero3-tp",
-                                           "gpt2-fsdp-tp"),
+                                           "pp-tp-v2-sp", "fsdp2-pp-tp-sp", "fsdp2-pp-tp-gpipe-sp", "fsdp2-pp-tp-v2-sp",
+                                           "zero3-tp", "fsdp-tp", "fsdp-grad-op-tp", "fsdp-no-shard-tp", "zero3-tp4",
+                                           "fsdp-tp4", "gpt2-zero3-tp", "gpt2-fsdp-tp"),
                          equivalence_name);
 
 // Local parameters of a rank, by hand. A block's matrices at full shape: q and o 32·32, k and v 16·32 (kv = 4 heads
