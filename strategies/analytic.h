@@ -51,8 +51,8 @@ struct AnalyticInput {
   uint64_t tokens = 0;
   bool checkpoint = false;
   // tp (and pp's or fsdp2's tensor-parallel stages) with sequence parallelism (ModelOptions::sequence_parallel), and
-  // the elements the split leaves whole on every
-  // rank (the norm weights, whose gradients it all-reduces once per step).
+  // the elements the split leaves whole on every rank (the norm weights, whose gradients it all-reduces once per
+  // step).
   bool sequence_parallel = false;
   uint64_t replicated_elements = 0;
   uint64_t replicated_tensors = 0;  // how many tensors those elements are in

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <memory>
 
 #include <fmt/format.h>
 
@@ -31,6 +30,16 @@ bool tp_replicated(const model::Model& model, int unit, size_t param) {
 
 model::ParameterCharge unit_charge(const model::Model& model, int unit) {
   return model::parameter_charge(model.config(), {&model.layout(unit), 1});
+}
+
+uint64_t largest_tensor_charge(const model::Model& model, int unit) {
+  const std::vector<model::ParamInfo>& params = model.layout(unit).params;
+  uint64_t largest = 0;
+  for (size_t i = 0; i < params.size(); ++i) {
+    if (unit == 0 && model::gradient_made_at_end(model.config(), i)) continue;
+    largest = std::max<uint64_t>(largest, model::tensor_charge(model.config(), params[i]));
+  }
+  return largest;
 }
 
 uint64_t root_embedding_charge(const model::Model& model) {
@@ -138,6 +147,22 @@ void place_tp_slice(const model::Model& model, int unit, const std::vector<std::
       if (index[p][i] >= 0) full[whole.params[p].offset + size_t(index[p][i])] += local[mine.params[p].offset + i];
     }
   }
+}
+
+double tp_shard_sum_of_squares(const model::Model& model, int unit, size_t unit_offset, const ShardInfo& shard,
+                               const Buffer& grads, int tp_rank) {
+  const std::vector<model::ParamInfo>& params = model.layout(unit).params;
+  double sum = 0;
+  for (size_t p = 0; p < params.size(); ++p) {
+    if (tp_rank != 0 && tp_replicated(model, unit, p)) continue;
+    const size_t begin = unit_offset + params[p].offset;
+    size_t lo = 0, hi = 0;
+    shard.intersect(begin, begin + params[p].count, lo, hi);
+    if (hi == lo) continue;
+    sum += optim::grad_sum_of_squares(
+        optim::ConstElementSpan(element(grads.data(), grads.dtype(), lo - shard.offset), hi - lo, grads.dtype()));
+  }
+  return sum;
 }
 
 std::vector<float> gather_tp_unit(const model::Model& model, int unit, const std::vector<std::vector<int64_t>>& index,

@@ -4,15 +4,13 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <functional>
-#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "collectives/communicator.h"
 #include "emu/device.h"
-#include "strategies/strategy.h"
+#include "strategies/shard.h"
 #include "workloads/model/model.h"
 #include "workloads/model/shrink.h"
 #include "workloads/model/tensor_parallel.h"
@@ -32,6 +30,11 @@ struct FlatLayout {
 FlatLayout flat_layout(const model::Model& model);
 // How a shrunk run charges elements of `unit`'s flat space (workloads/model/shrink.h).
 model::ParameterCharge unit_charge(const model::Model& model, int unit);
+
+// The largest of `unit`'s tensors as a shrunk run charges it (model::tensor_charge); for the root, of those whose
+// gradients autograd makes at the head, when backward begins (the LM head's, the final norm's; not the token
+// table's, made at the end: model/layout.h gradient_made_at_end).
+uint64_t largest_tensor_charge(const model::Model& model, int unit);
 
 // The root's gradients as autograd makes them (model/layout.h gradient_made_at_end): the LM head's and the final
 // norm's when backward begins, the embeddings' when backward reaches them, last. The model accumulates the root's
@@ -98,6 +101,13 @@ void place_tp_slice(const model::Model& model, int unit, const std::vector<std::
 // Whether tensor `param` of `unit` is held whole by every TP rank (norm weights, GPT-2's row-parallel biases and
 // wpe): its gradient is the same on every TP rank and counts once in the gradient norm.
 bool tp_replicated(const model::Model& model, int unit, size_t param);
+
+// Σ g² of gradient buffer `grads`, which holds flat elements [shard.offset, shard.offset + shard.shard) of a flat
+// space where unit `unit`'s tensors begin at element `unit_offset`, over the unit's tensors in that range, each tensor
+// every TP rank holds whole (tp_replicated) counted on TP rank 0 only (`tp_rank`): DeepSpeed's get_grad_norm_direct
+// counts a parameter that is not tensor_model_parallel on model-parallel rank 0 alone.
+double tp_shard_sum_of_squares(const model::Model& model, int unit, size_t unit_offset, const ShardInfo& shard,
+                               const Buffer& grads, int tp_rank);
 
 // The whole unit in its full layout from each TP rank's fp32 slice `local` of it: every rank's slice placed and
 // summed over `tp` (the replicated tensors from its rank 0's), as phase `phase`. Collective over `tp`.

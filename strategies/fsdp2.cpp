@@ -290,8 +290,7 @@ class Fsdp2 final : public Strategy {
       // (torchtitan's default under PP), and backward keeps them (set_reshard_after_backward(False)). A chunk
       // without the root's tensors: its module's root post-forward (FSDPState._post_forward of the forward's root)
       // frees the last all-gather output after its last block.
-      const bool root = model_.first_block() == 1 || model_.last_block() == model_.config().layers;
-      if (!root && u == model_.last_block()) kept_all_gather_.reset();
+      if (!model_.holds_root() && u == model_.last_block()) kept_all_gather_.reset();
       return;
     }
     if (post_forward_ranks() > 0) {

@@ -133,21 +133,16 @@ class Pipeline final : public Strategy {
 
   void setup() override {
     const Mesh mesh = mesh_of(options_, world_.size(), world_.rank());
-    const int stage_group = world_.rank() / mesh.tensor;                     // d·P + p
     const int across = mesh.data_rank() * mesh.tensor + mesh.tensor_rank();  // d·T + t
     if (mesh.data > 1 || mesh.tensor > 1) {
       pipe_group_ = split_group(across, mesh.pipeline_rank(), mesh.pipeline, fmt::format("pipeline {}", across));
     }
     if (mesh.tensor > 1) {
-      tp_group_ =
-          split_group(stage_group, mesh.tensor_rank(), mesh.tensor, fmt::format("tensor-parallel {}", stage_group));
+      tp_group_ = split_tensor_group(mesh);
       tensor_ = std::make_unique<GroupTensorParallel>(*tp_group_);
       model_.set_tensor_parallel(tensor_.get());
     }
-    if (mesh.data > 1) {
-      const int slice = mesh.pipeline_rank() * mesh.tensor + mesh.tensor_rank();  // p·T + t
-      dp_group_ = split_group(slice, mesh.data_rank(), mesh.data, fmt::format("data-parallel {}", slice));
-    }
+    if (mesh.data > 1) dp_group_ = split_data_group(mesh);
     const model::ModelConfig& config = model_.config();
     EMU_CHECK(mesh.pipeline <= config.layers, "pp: {} stages for {} blocks", mesh.pipeline, config.layers);
     stage_ = mesh.pipeline_rank();
@@ -314,7 +309,7 @@ class Pipeline final : public Strategy {
       if (!held.params.allocated()) continue;
       const model::UnitLayout& layout = model_.layout(u);
       for (size_t p = 0; p < layout.params.size(); ++p) {
-        if (layout.params[p].count != model_.full_layout(u).params[p].count || (u == 0 && !owns(p))) continue;
+        if (!tp_replicated(model_, u, p) || (u == 0 && !owns(p))) continue;
         spans.push_back({element(held.grads.data(), held.grads.dtype(), layout.params[p].offset), held.grads.dtype(),
                          layout.params[p].count});
       }

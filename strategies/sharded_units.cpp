@@ -107,29 +107,14 @@ double ShardedUnits::gradient_sum_of_squares() {
   for (size_t u = 0; u < units_.size(); ++u) {
     const UnitState& unit = units_[u];
     if (!unit.grads.allocated()) continue;
-    local += mesh_.view ? tensor_parallel_sum_of_squares(static_cast<int>(u))
-                        : optim::grad_sum_of_squares(optim::ConstElementSpan::of(unit.grads));
+    local += mesh_.view
+                 ? tp_shard_sum_of_squares(model_, static_cast<int>(u), 0, unit.shard, unit.grads, mesh_.tensor->rank())
+                 : optim::grad_sum_of_squares(optim::ConstElementSpan::of(unit.grads));
   }
   double total = groups_.alone ? local : sum_over(shard_group(), local, "clip: gradient norm");
   // Over TP the shard group holds one slice: the TP group's slices summed, each replicated tensor once.
   if (mesh_.tensor) total = sum_over(*mesh_.tensor, total, "clip: gradient norm, tensor-parallel");
   return total;
-}
-
-double ShardedUnits::tensor_parallel_sum_of_squares(int u) const {
-  const UnitState& unit = units_[static_cast<size_t>(u)];
-  const model::UnitLayout& layout = model_.layout(u);
-  const DType dtype = unit.grads.dtype();
-  double sum = 0;
-  for (size_t p = 0; p < layout.params.size(); ++p) {
-    if (mesh_.tensor->rank() != 0 && tp_replicated(model_, u, p)) continue;  // counted on TP rank 0
-    size_t lo = 0, hi = 0;
-    unit.shard.intersect(layout.params[p].offset, layout.params[p].offset + layout.params[p].count, lo, hi);
-    if (hi == lo) continue;
-    sum += optim::grad_sum_of_squares(
-        optim::ConstElementSpan(element(unit.grads.data(), dtype, lo - unit.shard.offset), hi - lo, dtype));
-  }
-  return sum;
 }
 
 void ShardedUnits::update(double lr, float grad_scale) {

@@ -115,7 +115,7 @@ class ShardedUnits : public Strategy {
   // Over TP, the "data-parallel t" group of the D ranks holding this rank's slice; null without TP (the world).
   coll::Communicator* data_parallel() const { return mesh_.data.get(); }
   // M, the ranks a unit is sharded over.
-  int shard_ranks() const { return shard_size(); }
+  int shard_size() const { return groups_.alone ? 1 : (groups_.shard != nullptr ? groups_.shard : &world_)->size(); }
 
   // The units that follow `unit` in this pass's order, nearest first. Forward: u+1, ..., L; backward: u−1, ..., 1,
   // and L, ..., 1 from the root (whose backward encloses every block's).
@@ -146,13 +146,10 @@ class ShardedUnits : public Strategy {
   bool lazy_gradient_shards() const;
   coll::Communicator& shard_group() { return groups_.shard != nullptr ? *groups_.shard : world_; }
   int shard_rank() const { return groups_.alone ? 0 : (groups_.shard != nullptr ? groups_.shard : &world_)->rank(); }
-  int shard_size() const { return groups_.alone ? 1 : (groups_.shard != nullptr ? groups_.shard : &world_)->size(); }
 
   // The unit's initial values, elements [shard.offset, shard.offset + shard.valid) of its (local) layout, into
   // `out` (fp32): the full unit's seeded initialisation, or over TP this rank's slice of it.
   void initial_shard(int unit, const ShardInfo& shard, float* out);
-  // The local slice's sum of squares over this rank's gradient shard of `unit`, TP duplicates on TP rank 0 only.
-  double tensor_parallel_sum_of_squares(int unit) const;
 
   std::vector<UnitState> units_;
   ShardGroups groups_;

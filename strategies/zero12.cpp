@@ -173,10 +173,10 @@ class PartitionedOptimizer final : public Strategy {
       // at the head (an untied head; the final norm when the head is tied to the embedding, whose .grad autograd
       // makes at the end) is charged apart.
       grads = device_.allocate(flat_.count[unit], dtype, Category::kGradients, what,
-                               unit == 0 ? 0 : largest_tensor_charge(unit) * dtype_size(dtype));
+                               unit == 0 ? 0 : largest_tensor_charge(model_, unit) * dtype_size(dtype));
       if (unit == 0) {
         head_grad_ = device_.allocate(0, dtype, Category::kGradients, "the LM head's .grad",
-                                      largest_tensor_charge(0) * dtype_size(dtype));
+                                      largest_tensor_charge(model_, 0) * dtype_size(dtype));
       }
     } else {
       grads = unit == 0 ? allocate_root_gradients(device_, model_, flat_.count[0], dtype, what)
@@ -217,20 +217,11 @@ class PartitionedOptimizer final : public Strategy {
     if (!tensor_) {
       return sum_over_world(optim::grad_sum_of_squares(optim::ConstElementSpan::of(grads_)), "clip: gradient norm");
     }
-    // Over TP: each tensor's part in this partition, a tensor whole on every TP rank on TP rank 0 only (DeepSpeed's
-    // is_model_parallel_parameter or model_parallel_rank 0); the sum over the world covers both groups.
+    // Over TP: each tensor's part in this partition, a tensor whole on every TP rank on TP rank 0 only; the sum over
+    // the world covers both groups.
     double local = 0;
     for (int u = 0; u < model_.num_units(); ++u) {
-      const std::vector<model::ParamInfo>& params = model_.layout(u).params;
-      for (size_t p = 0; p < params.size(); ++p) {
-        if (tp_group_->rank() != 0 && tp_replicated(model_, u, p)) continue;
-        const size_t begin = flat_.offset[u] + params[p].offset;
-        size_t lo = 0, hi = 0;
-        shard_.intersect(begin, begin + params[p].count, lo, hi);
-        if (hi <= lo) continue;
-        local += optim::grad_sum_of_squares(optim::ConstElementSpan(
-            element(grads_.data(), grads_.dtype(), lo - shard_.offset), hi - lo, grads_.dtype()));
-      }
+      local += tp_shard_sum_of_squares(model_, u, flat_.offset[u], shard_, grads_, tp_group_->rank());
     }
     return sum_over_world(local, "clip: gradient norm");
   }
@@ -331,18 +322,6 @@ class PartitionedOptimizer final : public Strategy {
     if (unit != 0) return;
     embedding_grads_.reset();
     head_grad_.reset();
-  }
-
-  // The largest of `unit`'s tensors, as a shrunk run charges it; for the root, of those autograd makes at the head
-  // (the LM head, or the embedding tied to it, and the final norm).
-  uint64_t largest_tensor_charge(int unit) const {
-    const std::vector<model::ParamInfo>& params = model_.layout(unit).params;
-    uint64_t largest = 0;
-    for (size_t i = 0; i < params.size(); ++i) {
-      if (unit == 0 && model::gradient_made_at_end(model_.config(), i)) continue;
-      largest = std::max<uint64_t>(largest, model::tensor_charge(model_.config(), params[i]));
-    }
-    return largest;
   }
 
   // How many elements of [lo, hi) each rank's shard holds: the reduce-scatter and all-gather blocks. Every rank's

@@ -81,7 +81,7 @@ class Zero3 final : public ShardedUnits {
     head_ = head_elements(model_);
     root_split_ = root_split(unit_charge(model_, 0).elements(padded_count(0)), embedding_elements(model_));
     split_root_ =
-        root_split_.embedding > 0 && !keeps_gathered(unit_elements_[0]) && (shard_ranks() > 1 || offloads_parameters());
+        root_split_.embedding > 0 && !keeps_gathered(unit_elements_[0]) && (shard_size() > 1 || offloads_parameters());
   }
 
  protected:
@@ -195,16 +195,8 @@ class Zero3 final : public ShardedUnits {
   // makes none, autograd holding its part of the table's gradient until the embedding's backward (model.h).
   void make_grad(int u, bool root_at_end = false) {
     if (grad_.allocated()) return;
-    uint64_t largest = largest_tensor_[static_cast<size_t>(u)];
-    if (u == 0 && !root_at_end) {
-      const std::vector<model::ParamInfo>& params = model_.layout(0).params;
-      largest = 0;
-      for (size_t i = 0; i < params.size(); ++i) {
-        if (!model::gradient_made_at_end(model_.config(), i)) {
-          largest = std::max<uint64_t>(largest, model::tensor_charge(model_.config(), params[i]));
-        }
-      }
-    }
+    const uint64_t largest =
+        u == 0 && !root_at_end ? largest_tensor_charge(model_, 0) : largest_tensor_[static_cast<size_t>(u)];
     const DType dtype = options_.recipe.grads;
     grad_ = device_.allocate(1, dtype, Category::kGradients, "parameter .grad, before the ipg bucket",
                              largest * dtype_size(dtype));

@@ -124,6 +124,8 @@ class Model {
   void set_stage(int first_block, int last_block);
   int first_block() const { return first_block_; }
   int last_block() const { return last_block_; }
+  // Whether the stage runs root tensors: the embeddings on the first, the final norm and head on the last.
+  bool holds_root() const { return first_block_ == 1 || last_block_ == config_.layers; }
   // Each is [R, h] at the compute dtype, R = rows(): under sequence parallelism a stage hands on the TP rank's
   // slice of the sequence (Megatron's p2p_communication with sequence_parallel sends [s/t, b, h]).
   void set_stage_input(Buffer x);         // the previous stage's output
@@ -201,7 +203,6 @@ class Model {
   // Sequence parallelism (tensor_parallel.h): on, and `slice` [T/t, h] all-gathered into a new [T, h] temporary.
   bool sequence_parallel() const;
   Buffer gather_rows(const Buffer& slice, std::string_view what);
-  bool holds_root() const { return first_block_ == 1 || last_block_ == config_.layers; }
   void allocate_rope_tables();
 
   Device& device_;
