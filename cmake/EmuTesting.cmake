@@ -77,3 +77,15 @@ function(emu_add_mpi_test name)
                                              ENVIRONMENT "${EMU_MPIEXEC_ENV}" SKIP_RETURN_CODE ${EMU_SKIP_RETURN_CODE})
   endforeach()
 endfunction()
+
+# Every test of the calling directory runs its mpiexec with a session directory of its own under the build tree:
+# Open MPI 4 makes <tmpdir>/ompi.<host>.<uid>/pid.<pid> and removes the shared top directory when its job ends, so
+# two jobs of `ctest -j` racing there could fail to start ("orte_session_dir failed"). Called last in each
+# directory that registers tests.
+function(emu_own_session_dirs)
+  get_property(tests DIRECTORY PROPERTY TESTS)
+  foreach(test IN LISTS tests)
+    set_property(TEST ${test} APPEND PROPERTY ENVIRONMENT
+                 "OMPI_MCA_orte_tmpdir_base=${CMAKE_BINARY_DIR}/mpi-session/${test}")
+  endforeach()
+endfunction()
