@@ -22,7 +22,7 @@ struct HeadView {
   int64_t s, d, q_stride, kv_stride, out_stride;  // rows, head dimension, row strides of q, k/v and out
   int64_t q_offset, kv_offset, out_offset;        // first element of this head's block in q, k/v and out
   float scale, softcap;                           // AttentionShape's, the scale resolved
-  bool ordered;  // the score-shaped products through ordered_row_scores (ordered_products.h) instead of sgemm
+  bool ordered;  // the score-shaped products through ordered_scores (ordered_products.h) instead of sgemm
 };
 
 HeadView view(const AttentionShape& shape, int64_t seq_index, int64_t head) {
@@ -55,7 +55,7 @@ void score_product(const HeadView& v, const float* x, int64_t x_stride, const fl
   }
   float yt[kOrderedMaxHeadDim * kOrderedMaxSeq];  // yᵀ [d, s]
   transpose_head({y, y_stride}, v.s, v.d, yt);
-  for (int64_t i = 0; i < v.s; ++i) ordered_row_scores(x + i * x_stride, yt, v.s, v.d, i, alpha, out + i * v.s);
+  ordered_scores({x, x_stride}, yt, v.s, v.d, alpha, out);
 }
 
 // scores [s, s] = q·kᵀ·scale for one head, soft-capped to cap·tanh(scores/cap) when the shape says so (transformers

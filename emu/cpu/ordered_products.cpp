@@ -20,29 +20,32 @@ void transpose_head(HeadRows y, int64_t s, int64_t d, float* yt) {
 
 namespace {
 
-// One pass across the keys j (vector code) with the head dimension D unrolled: each sum starts from +0, as sgemm's
-// registers do, and takes the products in order of e.
+// Row by row, one pass across the keys j ≤ i (vector code) with the head dimension D unrolled: each sum starts from
+// +0, as sgemm's registers do, and takes the products in order of e.
 template <int64_t D>
-void row_scores(const float* __restrict x_row, const float* __restrict yt, int64_t s, int64_t n, float alpha,
-                float* __restrict out_row) {
-  float x[D];
-  for (int64_t e = 0; e < D; ++e) x[e] = x_row[e];
-  for (int64_t j = 0; j < n; ++j) {
-    float acc = 0.0f;
-    for (int64_t e = 0; e < D; ++e) acc = std::fma(x[e], yt[e * s + j], acc);
-    out_row[j] = alpha * acc;
+void head_scores(const float* __restrict x, int64_t x_stride, const float* __restrict yt, int64_t s, float alpha,
+                 float* __restrict out) {
+  for (int64_t i = 0; i < s; ++i) {
+    float xi[D];
+    for (int64_t e = 0; e < D; ++e) xi[e] = x[i * x_stride + e];
+    float* __restrict row = out + i * s;
+    for (int64_t j = 0; j <= i; ++j) {
+      float acc = 0.0f;
+      for (int64_t e = 0; e < D; ++e) acc = std::fma(xi[e], yt[e * s + j], acc);
+      row[j] = alpha * acc;
+    }
   }
 }
 
-using RowScores = void (*)(const float*, const float*, int64_t, int64_t, float, float*);
+using HeadScores = void (*)(const float*, int64_t, const float*, int64_t, float, float*);
 
 template <size_t... I>
-constexpr std::array<RowScores, sizeof...(I)> row_scores_table(std::index_sequence<I...>) {
-  return {&row_scores<int64_t(I) + 1>...};
+constexpr std::array<HeadScores, sizeof...(I)> head_scores_table(std::index_sequence<I...>) {
+  return {&head_scores<int64_t(I) + 1>...};
 }
 
-// row_scores<d> for d = 1 … kOrderedMaxHeadDim.
-constexpr auto kRowScores = row_scores_table(std::make_index_sequence<size_t(kOrderedMaxHeadDim)>());
+// head_scores<d> for d = 1 … kOrderedMaxHeadDim.
+constexpr auto kHeadScores = head_scores_table(std::make_index_sequence<size_t(kOrderedMaxHeadDim)>());
 
 // Seeded operands in [−2, 2) with every seventh an exact zero and both signs, so that a sum fused or not, or
 // started from −0, shows in the bits.
@@ -61,8 +64,8 @@ bool measure_match(int64_t s, int64_t d) {
   transpose_head({y.data(), d}, s, d, yt.data());
   for (const float alpha : {1.0f, 0.3f}) {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, s, s, d, alpha, x.data(), d, y.data(), d, 0, blas.data(), s);
+    ordered_scores({x.data(), d}, yt.data(), s, d, alpha, mine.data());
     for (int64_t i = 0; i < s; ++i) {
-      ordered_row_scores(x.data() + i * d, yt.data(), s, d, i, alpha, mine.data() + i * s);
       if (std::memcmp(blas.data() + i * s, mine.data() + i * s, size_t(i + 1) * sizeof(float)) != 0) return false;
     }
   }
@@ -71,9 +74,8 @@ bool measure_match(int64_t s, int64_t d) {
 
 }  // namespace
 
-void ordered_row_scores(const float* x_row, const float* yt, int64_t s, int64_t d, int64_t i, float alpha,
-                        float* out_row) {
-  kRowScores[size_t(d - 1)](x_row, yt, s, i + 1, alpha, out_row);
+void ordered_scores(HeadRows x, const float* yt, int64_t s, int64_t d, float alpha, float* out) {
+  kHeadScores[size_t(d - 1)](x.data, x.stride, yt, s, alpha, out);
 }
 
 bool ordered_products_match(int64_t s, int64_t d) {

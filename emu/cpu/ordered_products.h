@@ -24,13 +24,13 @@ struct HeadRows {
   int64_t stride;
 };
 
-// row i of out [s, s], columns j ≤ i: alpha · Σ_e x[i, e] · y[j, e] (sgemm NoTrans × Trans, K = d). `yt` [d, s] is
-// y transposed, from transpose_head.
-void ordered_row_scores(const float* x_row, const float* yt, int64_t s, int64_t d, int64_t i, float alpha,
-                        float* out_row);
+// out [s, s], columns j ≤ i of each row i: alpha · Σ_e x[i, e] · y[j, e] (sgemm NoTrans × Trans, K = d); the
+// columns past the diagonal are left as they were. `yt` [d, s] is y transposed, from transpose_head; 1 ≤ d ≤
+// kOrderedMaxHeadDim.
+void ordered_scores(HeadRows x, const float* yt, int64_t s, int64_t d, float alpha, float* out);
 // yt [d, s] = yᵀ.
 void transpose_head(HeadRows y, int64_t s, int64_t d, float* yt);
-// Whether ordered_row_scores gives sgemm's bits on a head of s positions and dimension d (measured once per shape).
+// Whether ordered_scores gives sgemm's bits on a head of s positions and dimension d (measured once per shape).
 bool ordered_products_match(int64_t s, int64_t d);
 
 }  // namespace emu::cpu

@@ -33,9 +33,9 @@ TEST(OrderedScores, SumsTheProductsInOrderEachFused) {
   std::vector<float> yt(2);
   transpose_head({y.data(), 2}, 1, 2, yt.data());
   float out = 0;
-  ordered_row_scores(x.data(), yt.data(), 1, 2, 0, 1.0f, &out);
+  ordered_scores({x.data(), 2}, yt.data(), 1, 2, 1.0f, &out);
   EXPECT_EQ(out, 0x1p-11f + 0x1p-24f);
-  ordered_row_scores(x.data(), yt.data(), 1, 2, 0, 0.5f, &out);  // the scale after the sum: exact halving
+  ordered_scores({x.data(), 2}, yt.data(), 1, 2, 0.5f, &out);  // the scale after the sum: exact halving
   EXPECT_EQ(out, 0x1p-12f + 0x1p-25f);
 }
 
@@ -44,7 +44,7 @@ TEST(OrderedScores, WritesOnlyTheCausalPartOfEachRow) {
   const std::vector<float> x = seeded(s * d, 1), y = seeded(s * d, 2);
   std::vector<float> yt(s * d), out(s * s, std::numeric_limits<float>::quiet_NaN());
   transpose_head({y.data(), d}, s, d, yt.data());
-  for (int64_t i = 0; i < s; ++i) ordered_row_scores(x.data() + i * d, yt.data(), s, d, i, 0.25f, out.data() + i * s);
+  ordered_scores({x.data(), d}, yt.data(), s, d, 0.25f, out.data());
   for (int64_t i = 0; i < s; ++i) {
     for (int64_t j = 0; j < s; ++j) EXPECT_EQ(std::isnan(out[i * s + j]), j > i) << "row " << i << ", key " << j;
   }
@@ -64,8 +64,8 @@ TEST(OrderedScores, AgreeWithSgemmBitForBit) {
       for (const float alpha : {1.0f, 0.3f}) {
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, s, s, d, alpha, x.data(), d, y.data(), d, 0, blas.data(),
                     s);
+        ordered_scores({x.data(), d}, yt.data(), s, d, alpha, mine.data());
         for (int64_t i = 0; i < s; ++i) {
-          ordered_row_scores(x.data() + i * d, yt.data(), s, d, i, alpha, mine.data() + i * s);
           for (int64_t j = 0; j <= i; ++j) {
             ASSERT_EQ(std::bit_cast<uint32_t>(mine[i * s + j]), std::bit_cast<uint32_t>(blas[i * s + j]))
                 << "s " << s << ", d " << d << ", alpha " << alpha << ", row " << i << ", key " << j;
