@@ -8,6 +8,8 @@
 #include <limits>
 #include <vector>
 
+#include "emu/cpu/ordered_products.h"
+
 namespace emu::cpu {
 namespace {
 
@@ -20,6 +22,7 @@ struct HeadView {
   int64_t s, d, q_stride, kv_stride, out_stride;  // rows, head dimension, row strides of q, k/v and out
   int64_t q_offset, kv_offset, out_offset;        // first element of this head's block in q, k/v and out
   float scale, softcap;                           // AttentionShape's, the scale resolved
+  bool ordered;  // the score-shaped products through ordered_scores (ordered_products.h) instead of sgemm
 };
 
 HeadView view(const AttentionShape& shape, int64_t seq_index, int64_t head) {
@@ -36,14 +39,29 @@ HeadView view(const AttentionShape& shape, int64_t seq_index, int64_t head) {
   v.out_offset = row0 * v.out_stride + head * shape.head_dim;
   v.scale = shape.scale != 0 ? shape.scale : 1.0f / std::sqrt(static_cast<float>(v.d));
   v.softcap = shape.softcap;
+  // Soft-capped scores keep sgemm: their tanh runs over the whole [s, s] tile.
+  v.ordered = v.softcap == 0 && v.d >= 1 && v.d <= kOrderedMaxHeadDim && v.s <= kOrderedMaxSeq &&
+              ordered_products_match(v.s, v.d);
   return v;
 }
 
+// out [s, s] = x·yᵀ·alpha for one head, x and y [s, d] at the given offsets and strides; with v.ordered only the
+// columns j ≤ i of each row i are written, the rest is left as it was (the causal mask overwrites it).
+void score_product(const HeadView& v, const float* x, int64_t x_stride, const float* y, int64_t y_stride, float alpha,
+                   float* out) {
+  if (!v.ordered) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, v.s, v.s, v.d, alpha, x, x_stride, y, y_stride, 0, out, v.s);
+    return;
+  }
+  float yt[kOrderedMaxHeadDim * kOrderedMaxSeq];  // yᵀ [d, s]
+  transpose_head({y, y_stride}, v.s, v.d, yt);
+  ordered_scores({x, x_stride}, yt, v.s, v.d, alpha, out);
+}
+
 // scores [s, s] = q·kᵀ·scale for one head, soft-capped to cap·tanh(scores/cap) when the shape says so (transformers
-// models/gemma2 eager_attention_forward: after the scale, before the mask).
+// models/gemma2 eager_attention_forward: after the scale, before the mask). With v.ordered, only j ≤ i is written.
 void scores(const HeadView& v, const float* q, const float* k, float* s) {
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, v.s, v.s, v.d, v.scale, q + v.q_offset, v.q_stride,
-              k + v.kv_offset, v.kv_stride, 0, s, v.s);
+  score_product(v, q + v.q_offset, v.q_stride, k + v.kv_offset, v.kv_stride, v.scale, s);
   if (v.softcap == 0) return;
   Eigen::Map<Eigen::ArrayXf> all(s, v.s * v.s);
   all = (all * (1.0f / v.softcap)).tanh() * v.softcap;
@@ -82,9 +100,8 @@ void apply(const HeadView& v, const float* p, const float* vv, float* out) {
 void head_backward(const HeadView& v, const float* q, const float* k, const float* vv, const float* p, const float* out,
                    const float* dout, float* dq, float* dk, float* dv, float* ds) {
   const float scale = v.scale;
-  // dP = dout·vᵀ
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, v.s, v.s, v.d, 1, dout + v.out_offset, v.out_stride,
-              vv + v.kv_offset, v.kv_stride, 0, ds, v.s);
+  // dP = dout·vᵀ (j ≤ i only, with v.ordered: the rest is masked below)
+  score_product(v, dout + v.out_offset, v.out_stride, vv + v.kv_offset, v.kv_stride, 1, ds);
   // dS = P ⊙ (dP − rowsum(dout ⊙ out)); rowsum(dP ⊙ P) equals rowsum(dout ⊙ out).
   for (int64_t i = 0; i < v.s; ++i) {
     const float* o = out + v.out_offset + i * v.out_stride;

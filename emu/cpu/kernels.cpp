@@ -128,20 +128,35 @@ void layernorm_backward(const float* dy, const float* x, const float* w, const f
   }
 }
 
+namespace {
+// One rotation pair (v[j], v[j + half]) of one head, the same expression whichever loop runs it.
+inline void rotate_pair(float* v, int64_t j, int64_t half, float c, float s) {
+  const float a = v[j], b = v[j + half];
+  v[j] = a * c - b * s;
+  v[j + half] = b * c + a * s;
+}
+}  // namespace
+
 void rope_apply(float* x, const float* cos, const float* sin, int64_t rows, int64_t seq, int64_t heads,
                 int64_t head_dim, int64_t rotary_dim, bool backward) {
   const int64_t half = rotary_dim / 2;
   const float sign = backward ? -1.0f : 1.0f;
+  // Narrow heads (a shrunk model's head dimension of 2 or 4) turn one pair index across all heads of a row, so that
+  // the loop runs long enough to be vector code; wide heads run along the head.
+  constexpr int64_t kNarrowHalf = 8;
   for (int64_t r = 0; r < rows; ++r) {
     const float* c = cos + (r % seq) * half;
     const float* sn = sin + (r % seq) * half;
-    for (int64_t head = 0; head < heads; ++head) {
-      float* v = x + (r * heads + head) * head_dim;
+    float* row = x + r * heads * head_dim;
+    if (half < kNarrowHalf) {
       for (int64_t j = 0; j < half; ++j) {
-        const float a = v[j], b = v[j + half], s = sign * sn[j];
-        v[j] = a * c[j] - b * s;
-        v[j + half] = b * c[j] + a * s;
+        const float cj = c[j], s = sign * sn[j];
+        for (int64_t head = 0; head < heads; ++head) rotate_pair(row + head * head_dim, j, half, cj, s);
       }
+      continue;
+    }
+    for (int64_t head = 0; head < heads; ++head) {
+      for (int64_t j = 0; j < half; ++j) rotate_pair(row + head * head_dim, j, half, c[j], sign * sn[j]);
     }
   }
 }
