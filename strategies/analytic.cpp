@@ -90,11 +90,19 @@ uint64_t embedding_elements(const model::Model& model) {
 
 std::vector<size_t> module_order(const model::UnitLayout& layout) {
   // Each tensor's module, by the end of its Hugging Face name, in the order a Llama-style layer runs them.
-  constexpr std::string_view kRun[] = {"input_layernorm",           "q_proj",      "qkv_proj",
-                                       "k_proj",                    "v_proj",      "o_proj",
-                                       "post_attention_layernorm",  "pre_feedforward_layernorm",
-                                       "gate_proj",                 "gate_up_proj", "up_proj",
-                                       "down_proj",                 "post_feedforward_layernorm"};
+  constexpr std::string_view kRun[] = {"input_layernorm",
+                                       "q_proj",
+                                       "qkv_proj",
+                                       "k_proj",
+                                       "v_proj",
+                                       "o_proj",
+                                       "post_attention_layernorm",
+                                       "pre_feedforward_layernorm",
+                                       "gate_proj",
+                                       "gate_up_proj",
+                                       "up_proj",
+                                       "down_proj",
+                                       "post_feedforward_layernorm"};
   constexpr size_t kUnknown = std::size(kRun);
   std::vector<size_t> rank(layout.params.size(), kUnknown);
   for (size_t i = 0; i < layout.params.size(); ++i) {

@@ -169,12 +169,16 @@ class Zero3 final : public ShardedUnits {
   const Zero3Phases& phases() const { return persistent_gathered_ ? later_ : first_; }
 
   // Charges `elements` (as charged) of gathered parameters in place of what was charged.
+  // Kept as it is when unchanged (block after block in steady state): the caching allocator then sees one buffer
+  // held, as it sees DeepSpeed's same-sized tensors freed and made again.
   void charge_gathered(uint64_t elements) {
+    if (gathered_.allocated() && elements == gathered_elements_) return;
     gathered_.reset();
+    gathered_elements_ = elements;
     if (shard_size() == 1 && !offloads_parameters()) return;  // the partitions are the parameters: nothing gathered
     const DType dtype = options_.recipe.params;
-    gathered_ = device_.allocate(1, dtype, Category::kParameters, "ZeRO-3 gathered parameters",
-                                 elements * dtype_size(dtype));
+    gathered_ =
+        device_.allocate(1, dtype, Category::kParameters, "ZeRO-3 gathered parameters", elements * dtype_size(dtype));
   }
 
   // Charges the .grad autograd is making in unit `u`'s backward: its largest tensor at the gradients' dtype. The
@@ -193,6 +197,7 @@ class Zero3 final : public ShardedUnits {
   Zero3Phases first_, later_;
   bool persistent_gathered_ = false;      // since the last optimizer step
   Buffer gathered_;                       // what DeepSpeed holds gathered now, one element backing it
+  uint64_t gathered_elements_ = 0;        // what gathered_ charges, as charged
   std::vector<uint64_t> largest_tensor_;  // per unit, its largest tensor as charged
   Buffer grad_;                           // the .grad being made (make_grad), one element backing it
 };

@@ -62,8 +62,8 @@ class Replay {
       stretch = std::max(stretch, live_elements_);
       release(p, i + 1, use.step + 1, used_until);
       // A block's forward ends with its last tensor: what of it is still gathered stays until its backward.
-      if (use.stretch == Stretch::kForward && use.unit > 0 && (i + 1 == trace_.size() || trace_[i + 1].unit != use.unit ||
-                                                               trace_[i + 1].stretch != Stretch::kForward)) {
+      if (use.stretch == Stretch::kForward && use.unit > 0 &&
+          (i + 1 == trace_.size() || trace_[i + 1].unit != use.unit || trace_[i + 1].stretch != Stretch::kForward)) {
         bool all = true;
         for (size_t t = 0; t < input_.tensors[static_cast<size_t>(use.unit)].size(); ++t) {
           all = all && live_[first_[static_cast<size_t>(use.unit)] + t];
@@ -124,14 +124,10 @@ class Replay {
 
   static uint64_t& stretch_max(Zero3Phases& phases, const Use& use) {
     switch (use.stretch) {
-      case Stretch::kForward:
-        return phases.forward[static_cast<size_t>(use.unit)];
-      case Stretch::kHeadForward:
-        return phases.head_forward;
-      case Stretch::kHeadBackward:
-        return phases.head_backward;
-      case Stretch::kBackward:
-        break;
+      case Stretch::kForward: return phases.forward[static_cast<size_t>(use.unit)];
+      case Stretch::kHeadForward: return phases.head_forward;
+      case Stretch::kHeadBackward: return phases.head_backward;
+      case Stretch::kBackward: break;
     }
     return phases.backward[static_cast<size_t>(use.unit)];
   }

@@ -5,10 +5,11 @@
 //
 // The trace (what the coordinator records in a traced step and replays from then on): every parameter tensor in the
 // order its module runs. Forward: the embeddings' tensors, each block's tensors in the order its forward uses them
-// (input_layernorm, q, k, v, o, post_attention_layernorm, gate, up, down for Llama; analytic.h module_order), then the final norm's and the head's (a tied head: the token table again).
-// Backward: the head, the final norm, each block from the last (under activation checkpointing its forward again,
-// as torch.utils.checkpoint's recomputation fires the forward hooks, then) its tensors in reverse layout order
-// (down, up, gate, norm, o, v, k, q, norm: autograd runs the latest-made node first; a bias beside its weight), the embeddings last.
+// (input_layernorm, q, k, v, o, post_attention_layernorm, gate, up, down for Llama; analytic.h module_order), then the
+// final norm's and the head's (a tied head: the token table again). Backward: the head, the final norm, each block from
+// the last (under activation checkpointing its forward again, as torch.utils.checkpoint's recomputation fires the
+// forward hooks, then) its tensors in reverse layout order (down, up, gate, norm, o, v, k, q, norm: autograd runs the
+// latest-made node first; a bias beside its weight), the embeddings last.
 //
 // At each use of tensor p, at trace position i (DeepSpeed's rules, the trace complete):
 //   fetch     p all-gathered unless available; its trace entry popped off the parameter queue unless a prefetch

@@ -899,9 +899,10 @@ DeepSpeedFacts deepspeed_facts(const oracle::Shapes& s, int64_t n, const json& z
 
 void name_deepspeed_zero3(const std::string& category, const DeepSpeedFacts& f, Line& line) {
   if (category == "parameters" && f.gathered_table > 0) {
-    line.named.push_back({"one V·h table gathered (the head through the loss, the embedding for its backward), which "
-                          "MemTracker files under activations",
-                          2 * f.gathered_table, false});
+    line.named.push_back(
+        {"one V·h table gathered (the head through the loss, the embedding for its backward), which "
+         "MemTracker files under activations",
+         2 * f.gathered_table, false});
   }
   if (category == "parameters") {
     line.named.push_back(
@@ -997,8 +998,8 @@ std::vector<Line> compare_deepspeed(const json& fixture, const json& rank, const
   const Moment moment = breakdown ? recorded_moment(at_peak) : Moment::kBeforeGradients;
   name_work_at_peak(fixture, c, "zero3", moment, lines.back());
   if (f.gathered_table > 0) {
-    lines.back().named.push_back(
-        {"the head gathered through the loss, MemTracker's activation, emu's parameters", -2 * f.gathered_table, false});
+    lines.back().named.push_back({"the head gathered through the loss, MemTracker's activation, emu's parameters",
+                                  -2 * f.gathered_table, false});
   }
   // MemTracker sees the ipg bucket only while a .grad points into it. A bucket larger than all else (DeepSpeed's
   // default, 500,000,000 elements) puts MemTracker's peak where it is seen, in a block's backward, while emu's (and

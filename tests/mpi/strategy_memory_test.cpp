@@ -169,13 +169,13 @@ TEST(Zero3Reuse, TensorsWithinTheReuseDistanceStayGatheredAndTheEmbeddingIsRelea
   const uint64_t root = padded(1200), block = padded(2912);
   const uint64_t partitions = (root + 2 * block) / n;
   const std::pair<uint64_t, uint64_t> cases[] = {
-      {12865, 2 * 2912 + 1200},          // everything kept, the embedding too
-      {12864, 2 * 2912 + 608},           // the embedding released after its forward
-      {7041, 2912 + 704 + 608},          // block 2, block 1's down_proj, the final norm and head
-      {7040, 2912 + 608},                // block 2 whole
-      {1217, 704 + 608},                 // block 2's down_proj
-      {1216, 704},                       // the final norm and head (608) kept, a gate/up/down in use is more
-      {0, 704}};                         // nothing kept: one tensor at a time
+      {12865, 2 * 2912 + 1200},  // everything kept, the embedding too
+      {12864, 2 * 2912 + 608},   // the embedding released after its forward
+      {7041, 2912 + 704 + 608},  // block 2, block 1's down_proj, the final norm and head
+      {7040, 2912 + 608},        // block 2 whole
+      {1217, 704 + 608},         // block 2's down_proj
+      {1216, 704},               // the final norm and head (608) kept, a gate/up/down in use is more
+      {0, 704}};                 // nothing kept: one tensor at a time
   for (const auto& [limit, at_peak] : cases) {
     strategy::StrategyOptions options = test_options("zero3", optim::Recipe::kMixed);
     options.shrink = 1;

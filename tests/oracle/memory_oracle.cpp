@@ -320,7 +320,8 @@ uint64_t zero3_gathered_peak(const Shapes& s, const Knobs& k) {
         if (!gathered[static_cast<size_t>(next.param)] && prefetch.insert(next.param).second) {
           prefetching += static_cast<int64_t>(size[static_cast<size_t>(next.param)]);
         }
-        fetched_for[static_cast<size_t>(next.param)] = std::max(fetched_for[static_cast<size_t>(next.param)], next.step);
+        fetched_for[static_cast<size_t>(next.param)] =
+            std::max(fetched_for[static_cast<size_t>(next.param)], next.step);
       }
       for (int q : prefetch) gather(q);
     }
@@ -348,7 +349,8 @@ Estimate zero3(const Shapes& s, const Knobs& k) {
   Estimate e;
   add(e, &Estimate::parameters, "parameters", "parameter partitions (2Ψ/N)", shards * k.param_bytes);
   if (k.world > 1) {
-    add(e, &Estimate::parameters, "parameters", "gathered parameters: persistent, in use, prefetched and kept for reuse",
+    add(e, &Estimate::parameters, "parameters",
+        "gathered parameters: persistent, in use, prefetched and kept for reuse",
         zero3_gathered_peak(s, k) * k.param_bytes);
   }
   add(e, &Estimate::gradients, "gradients", "gradient partitions (2Ψ/N)", shards * k.grad_bytes);

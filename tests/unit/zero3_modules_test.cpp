@@ -44,7 +44,7 @@ TEST(Zero3Modules, ReuseKeepsEverythingUntilItsLastUse) {
   const Zero3Phases p = zero3_module_phases(in, false);
   EXPECT_EQ(p.forward, (std::vector<uint64_t>{100, 184, 268}));
   EXPECT_EQ(p.head_forward, 372u);
-  EXPECT_EQ(p.head_backward, 372u);  // the head freed after its backward: the last use
+  EXPECT_EQ(p.head_backward, 372u);                               // the head freed after its backward: the last use
   EXPECT_EQ(p.backward, (std::vector<uint64_t>{112, 192, 272}));  // the three norms and the table at the end
   EXPECT_EQ(p.kept, (std::vector<bool>{false, true, true}));
   // The same limit counts the elements between the uses: at 100 only what is used again within 100 elements stays.
