@@ -190,6 +190,29 @@ TEST(Zero3Reuse, TensorsWithinTheReuseDistanceStayGatheredAndTheEmbeddingIsRelea
   }
 }
 
+// Under activation checkpointing a block's backward begins with its forward again, each tensor fetched for it. With
+// no prefetch and a reuse distance of 1,409 elements, the recomputation's down_proj (used next by its own backward,
+// nothing between) and up_proj (down_proj's two uses between, 1,408) stay to their backward: 704 + 704 gathered at
+// once, in the block's backward; at 1,408 up_proj is released and one 704 tensor is the most (block 2's down_proj
+// is not kept from its forward: the recomputation's first tensors come between).
+TEST(Zero3Reuse, CheckpointedBlocksFetchTheirTensorsAgainForTheRecomputation) {
+  const uint64_t n = static_cast<uint64_t>(world_size());
+  const auto padded = [&](uint64_t count) { return (count + n - 1) / n * n; };
+  const uint64_t partitions = (padded(1200) + 2 * padded(2912)) / n;
+  for (const auto& [limit, at_peak] : {std::pair<uint64_t, uint64_t>{1409, 1408}, {1408, 704}}) {
+    strategy::StrategyOptions options = test_options("zero3", optim::Recipe::kMixed);
+    options.shrink = 1;
+    options.zero.param_persistence_threshold = 0;
+    options.zero.prefetch_bucket_elements = 0;
+    options.zero.max_reuse_distance = limit;
+    auto run = run_strategy(model::Style::kLlama, options, 1, 1, {}, false, 2, /*checkpoint=*/true);
+    const uint64_t gathered = n > 1 ? at_peak : 0;
+    EXPECT_EQ(run->device->memory().peak(Category::kParameters), 2 * (partitions + gathered)) << "limit " << limit;
+    const strategy::Prediction predicted = strategy::predict(options, analytic_input(*run->model, 1));
+    EXPECT_EQ(predicted.peak[Category::kParameters], 2 * (partitions + gathered)) << "limit " << limit;
+  }
+}
+
 // A prefetch bucket reaches past a tensor in use to its own later entry: DeepSpeed then keeps it to that use
 // (__params_to_release skips a parameter a prefetch marked for a later step). Of the same tiny Llama, with no
 // reuse distance and a bucket of 1,500 elements, the whole model stays gathered into backward: 2·2912 + 1200.

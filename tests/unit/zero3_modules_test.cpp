@@ -99,3 +99,31 @@ TEST(Zero3Modules, TiedHeadUsesTheTable) {
 
 }  // namespace
 }  // namespace emu::strategy
+
+namespace emu::strategy {
+namespace {
+
+// The knobs as a shrunk run compares them: ÷ k² (k = 10: 100,000 → 1,000), a prefetch bucket of 0 kept at 0
+// (DeepSpeed's prefetch off) where scaled() would make it 1; the tables' tensors, a Llama block's in forward order.
+TEST(Zero3Modules, KnobsShrinkByKSquaredAndZeroStaysOff) {
+  StrategyOptions options;
+  options.shrink = 10;
+  options.zero.param_persistence_threshold = 100'000;
+  options.zero.prefetch_bucket_elements = 0;
+  options.zero.max_reuse_distance = 2'000'000;
+  options.zero.max_live_parameters = 30'000'000;
+  AnalyticInput input;
+  input.unit_counts = {30, 6};
+  input.unit_tensors_charged = {{10, 10, 10}, {1, 2, 3}};
+  input.forward_order = {{0, 1, 2}, {2, 0, 1}};
+  const Zero3ModuleInput modules = zero3_module_input(options, input);
+  EXPECT_EQ(modules.persistence, 1'000u);
+  EXPECT_EQ(modules.prefetch_bucket, 0u);
+  EXPECT_EQ(modules.max_reuse, 20'000u);
+  EXPECT_EQ(modules.max_live, 300'000u);
+  EXPECT_EQ(modules.tensors[0], (std::vector<uint64_t>{10, 10, 10}));  // the root in layout order
+  EXPECT_EQ(modules.tensors[1], (std::vector<uint64_t>{3, 1, 2}));
+}
+
+}  // namespace
+}  // namespace emu::strategy
