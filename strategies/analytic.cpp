@@ -2,7 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <numeric>
+#include <string>
+#include <string_view>
 
 #include "strategies/buckets.h"
 #include "strategies/shard.h"
@@ -85,15 +88,39 @@ uint64_t embedding_elements(const model::Model& model) {
   return root - head_elements(model);
 }
 
-RootSplit root_split(uint64_t root, uint64_t embedding) {
-  if (embedding == 0 || embedding >= root) return {};
-  return {embedding, root - embedding};
-}
-
-uint64_t reuse_distance(const std::vector<uint64_t>& unit_elements, uint64_t head, int unit) {
-  uint64_t after = head;
-  for (size_t v = static_cast<size_t>(unit) + 1; v < unit_elements.size(); ++v) after += unit_elements[v];
-  return 2 * after;
+std::vector<size_t> module_order(const model::UnitLayout& layout) {
+  // Each tensor's module, by the end of its Hugging Face name, in the order a Llama-style layer runs them.
+  constexpr std::string_view kRun[] = {"input_layernorm",
+                                       "q_proj",
+                                       "qkv_proj",
+                                       "k_proj",
+                                       "v_proj",
+                                       "o_proj",
+                                       "post_attention_layernorm",
+                                       "pre_feedforward_layernorm",
+                                       "gate_proj",
+                                       "gate_up_proj",
+                                       "up_proj",
+                                       "down_proj",
+                                       "post_feedforward_layernorm"};
+  constexpr size_t kUnknown = std::size(kRun);
+  std::vector<size_t> rank(layout.params.size(), kUnknown);
+  for (size_t i = 0; i < layout.params.size(); ++i) {
+    const std::string& name = layout.params[i].name;
+    for (size_t r = 0; r < kUnknown; ++r) {  // ".<module>." within the name
+      const size_t at = name.find(kRun[r]);
+      const size_t end = at + kRun[r].size();
+      if (at != std::string::npos && at > 0 && name[at - 1] == '.' && end < name.size() && name[end] == '.') {
+        rank[i] = r;
+      }
+    }
+  }
+  std::vector<size_t> order(layout.params.size());
+  std::iota(order.begin(), order.end(), 0);
+  // Only a layout whose every tensor is named above is reordered (GPT-2's lists its own in order already).
+  if (std::find(rank.begin(), rank.end(), kUnknown) != rank.end()) return order;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return rank[a] < rank[b]; });
+  return order;
 }
 
 AnalyticInput analytic_input(const model::Model& model, int world, int ranks_per_node, int accumulation) {
@@ -116,6 +143,7 @@ AnalyticInput analytic_input(const model::Model& model, int world, int ranks_per
         input.root_at_end.push_back(model::gradient_made_at_end(model.config(), i));
       }
     }
+    input.forward_order.push_back(module_order(model.layout(u)));
     input.unit_tensors.push_back(std::move(tensors));
     input.unit_rows.push_back(tensor_rows(model.config(), model.layout(u)));
     input.unit_tensors_charged.push_back(std::move(charged));

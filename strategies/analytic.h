@@ -67,6 +67,8 @@ struct AnalyticInput {
   // [root tensors] whether autograd makes the tensor's gradient at the end of backward, when it reaches the
   // embeddings, rather than at its start with the LM head's (model/layout.h gradient_made_at_end); empty: none.
   std::vector<bool> root_at_end;
+  // [unit][k] the layout index of the k-th tensor the unit's forward uses (module_order); empty: layout order.
+  std::vector<std::vector<size_t>> forward_order;
 
   // Elements of the root's gradients made at the end of backward, as a shrunk run charges those tensors.
   uint64_t root_embedding_elements() const;
@@ -94,18 +96,11 @@ uint64_t head_elements(const model::Model& model);
 // Elements, as a shrunk run charges them, of the root's tensors only its embedding modules use: the root's less
 // head_elements; 0 with tied embeddings (the head uses the embedding matrix).
 uint64_t embedding_elements(const model::Model& model);
-// ZeRO-3's root as DeepSpeed fetches it, module by module (zero3.cpp): the embedding, and the final norm with the
-// LM head, which also carries the unit's padding. `root`: the padded root as charged.
-struct RootSplit {
-  uint64_t embedding = 0;  // 0: not split (tied embeddings)
-  uint64_t head = 0;
-};
-RootSplit root_split(uint64_t root, uint64_t embedding);
-// DeepSpeed's reuse distance of block `unit` (1..L) at the end of its forward, in elements as charged: what
-// PartitionedParameterCoordinator.__params_to_release counts before the block is used again, the blocks after it
-// and the head, each once in forward and once in backward: 2·(Σ_{v>u} n_v + head). `unit_elements[v]`: n_v as
-// charged.
-uint64_t reuse_distance(const std::vector<uint64_t>& unit_elements, uint64_t head, int unit);
+
+// The order in which `layout`'s forward uses its tensors: Hugging Face's Llama-style decoder layer runs
+// input_layernorm, q, k, v (each weight with its bias), o, the norms after attention, gate, up, down, Gemma 2's
+// post_feedforward_layernorm, where the layout lists the norms after the projections; other layouts are in order.
+std::vector<size_t> module_order(const model::UnitLayout& layout);
 
 // The input for `model` as it is laid out in units.
 AnalyticInput analytic_input(const model::Model& model, int world, int ranks_per_node, int accumulation);

@@ -93,10 +93,10 @@ struct ZeroOptions {
   uint64_t allgather_bucket_elements = 500'000'000;
   bool overlap_comm = false;  // stage 2: two reduce buckets alternate (DeepSpeed's double ipg buffer)
   uint64_t prefetch_bucket_elements = 50'000'000;  // stage 3: stage3_prefetch_bucket_size
-  uint64_t param_persistence_threshold = 100'000;  // stage 3: units at most this large stay gathered
+  uint64_t param_persistence_threshold = 100'000;  // stage 3: tensors at most this large stay gathered
   uint64_t max_live_parameters = 1'000'000'000;    // stage 3: gathered elements alive at once
-  // stage 3: stage3_max_reuse_distance: a block is kept gathered from its forward to its backward when fewer
-  // elements than this are used in between (zero3.cpp).
+  // stage 3: stage3_max_reuse_distance: a tensor is kept gathered after its use when it is used again before this
+  // many elements of the trace (zero3_modules.h).
   uint64_t max_reuse_distance = 1'000'000'000;
   // stage 3: offload_param.device "cpu": the bit16 parameter partitions live in host memory and each fetch copies
   // the partition up over PCIe before its all-gather (StrategyContext::parameter_host).

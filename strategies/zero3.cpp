@@ -7,33 +7,28 @@
 // recipe.grads, master, m, v [S_u]; per rank, the ipg reduce bucket [R] recipe.grads kBuckets for the whole run,
 // R = reduce_bucket_size (full scale ÷ k²).
 //
-// Per micro-batch:
-//   blocks  fetched before their forward and released after it, unless kept for reuse (below); fetched again
-//           before their backward (unless kept), their gradients reduce-scattered (averaged) to the owners and the
-//           block released when its backward ends: two all-gathers (one when kept) and one reduce-scatter per block.
-//   root    emu's root unit (embeddings, final norm, head) encloses every block's forward and backward, so it is
-//           fetched once when forward begins and released when backward ends.
-// Prefetch (stage3_prefetch_bucket_size): whenever a unit is fetched for use (every block in forward, every unit
-//   in backward), the units that follow it in the pass are fetched too, nearest first, while their elements fit
-//   in the prefetch bucket and the gathered elements stay within stage3_max_live_parameters. Several units can
-//   be gathered ahead of use at once.
-// Reuse (stage3_max_reuse_distance): DeepSpeed's coordinator, once it has traced a step (from the second step on),
-//   releases a module's parameters after its forward only if they are not used again within max_reuse_distance
-//   elements of the trace (partitioned_param_coordinator.py __params_to_release). emu decides per block, at the
-//   end of its forward: the block stays gathered until its backward when its reuse distance (analytic.h
-//   reuse_distance: the blocks after it and the head, forward and backward) is below the limit. That is the
-//   distance of the block's last module (down_proj, also the first its backward uses); the block's earlier
-//   modules are up to 2·n_u further, so near the limit DeepSpeed keeps part of a block where emu keeps all of it.
-//   emu computes a block as one unit, so it keeps or releases whole blocks; the root is gathered throughout.
+// Gathered parameters, at DeepSpeed's grain (zero3_modules.h): DeepSpeed's PartitionedParameterCoordinator fetches
+// each sub-module's parameters in its pre-forward and pre-backward hooks, prefetches the next ones in its trace
+// (stage3_prefetch_bucket_size, stage3_max_live_parameters) and releases them after use unless persistent
+// (stage3_param_persistence_threshold) or used again soon (stage3_max_reuse_distance). emu replays that trace
+// tensor by tensor once at set-up and charges, through each stretch of the micro-batch its hooks bound (the
+// embeddings' forward, each block's forward, the final norm's and the head's forward with the loss, their
+// backward, each block's backward with its recomputation, the embeddings' backward), the most DeepSpeed holds at
+// once within it; the first micro-batch after an optimizer step gathers the persistent tensors as it uses them,
+// later ones begin with them.
+// emu computes a block as one unit: its data is all-gathered whole, uncharged, before its forward and again
+// before its backward unless DeepSpeed keeps every tensor of it in between; the root's once per micro-batch, from
+// the start of forward to the end of backward. The gradients are reduce-scattered per unit when its backward ends.
 // Gradients (stage3.py reduce_partition_and_remove_grads): autograd makes each parameter's .grad as backward
 //   reaches it, DeepSpeed copies it into the ipg bucket and drops it, so one .grad is alive at a time. emu
 //   computes a unit's gradients into one buffer, held uncharged; what is charged is the unit's largest tensor
 //   at the gradients' dtype while its backward runs: the head's from the start of backward to the end of the
 //   head's backward (a tied head's none: the final norm's), each block's through its backward, the embedding's
 //   through its backward at the end.
-// Persistence (stage3_param_persistence_threshold): a unit of at most that many elements is not released once
-//   fetched. The optimizer step changes its partition, so the step frees it and its next use fetches it afresh:
-//   one all-gather per step, as DeepSpeed re-gathers persistent parameters after the optimizer step.
+// Persistence (stage3_param_persistence_threshold): a tensor of at most that many elements is not released once
+//   fetched (a unit of at most that many, its data). The optimizer step changes its partition, so the step frees
+//   it and its next use fetches it afresh: one all-gather per step, as DeepSpeed re-gathers persistent parameters
+//   after the optimizer step.
 // Parameter offload (offload_param device "cpu"): the partitions live in host memory; every fetch copies the
 //   unit's partition up over PCIe before its all-gather (stage3.py keeps the bit16 partitions in a flat CPU buffer,
 //   partition_parameters.py copies ds_tensor to the device to gather it), also on one rank. After the step the
@@ -44,18 +39,15 @@
 // once (sharded_units.h). DeepSpeed's pipeline engine refuses ZeRO-3, so there is no --pp.
 #include <algorithm>
 #include <memory>
-#include <string_view>
 #include <vector>
 
 #include "strategies/analytic.h"
 #include "strategies/flat.h"
 #include "strategies/sharded_units.h"
+#include "strategies/zero3_modules.h"
 
 namespace emu::strategy {
 namespace {
-
-constexpr std::string_view kEmbedding = "root gathered embedding";
-constexpr std::string_view kHead = "root gathered final norm and head";
 
 class Zero3 final : public ShardedUnits {
  public:
@@ -71,17 +63,15 @@ class Zero3 final : public ShardedUnits {
     ipg_bucket_ = device_.allocate(1, options_.recipe.grads, Category::kBuckets, "ZeRO-3 ipg reduce bucket",
                                    elements * dtype_size(options_.recipe.grads));
     for (int u = 0; u < model_.num_units(); ++u) {
-      unit_elements_.push_back(unit_charge(model_, u).elements(model_.layout(u).count));
       uint64_t largest = 0;
       for (const model::ParamInfo& param : model_.layout(u).params) {
         largest = std::max<uint64_t>(largest, model::tensor_charge(model_.config(), param));
       }
       largest_tensor_.push_back(largest);
     }
-    head_ = head_elements(model_);
-    root_split_ = root_split(unit_charge(model_, 0).elements(padded_count(0)), embedding_elements(model_));
-    split_root_ =
-        root_split_.embedding > 0 && !keeps_gathered(unit_elements_[0]) && (shard_size() > 1 || offloads_parameters());
+    const Zero3ModuleInput modules = zero3_module_input(options_, analytic_input(model_, 1, 1, 1));
+    first_ = zero3_module_phases(modules, /*persistent_gathered=*/false);
+    later_ = zero3_module_phases(modules, /*persistent_gathered=*/true);
   }
 
  protected:
@@ -127,36 +117,32 @@ class Zero3 final : public ShardedUnits {
       first = end;
     }
     release_stale_units();
+    gathered_.reset();  // the persistent tensors too: the next use gathers them afresh
+    persistent_gathered_ = false;
   }
 
+  // The data of every unit is gathered whole for emu's math, uncharged; what is charged is what DeepSpeed holds
+  // gathered (zero3_modules.h), set as each stretch of the micro-batch begins: the most it holds at once while the
+  // stretch runs.
   void before_forward(int u) override {
-    if (u == 0) {
-      gather(0, "forward");
-      hold(embedding_, root_split_.embedding, kEmbedding);  // the embedding's forward comes first
-      return;
-    }
-    // The embedding's forward has ended: released unless it is used again within the reuse distance.
-    if (u == 1 && reuse_distance(unit_elements_, head_, 0) >= max_reuse()) embedding_.reset();
     gather(u, "forward");
-    prefetch(u, /*forward=*/true);
+    charge_gathered(phases().forward[static_cast<size_t>(u)]);
   }
 
   void after_forward(int u) override {
     if (u == 0) return;  // the root's data stays gathered until its backward ends
-    if (reuse_distance(unit_elements_, head_, u) >= max_reuse()) release(u);
-    if (u == model_.num_units() - 1)
-      hold(head_part_, root_split_.head, kHead);  // the final norm and the head come next
+    // A block DeepSpeed keeps whole until its backward is not gathered again; otherwise it is, whole.
+    if (!phases().kept[static_cast<size_t>(u)]) release(u);
+    if (u == model_.num_units() - 1) charge_gathered(phases().head_forward);  // the final norm, the head, the loss
   }
 
   void before_backward(int u) override {
-    if (u == model_.num_units() - 1) {  // the head's backward has ended
-      head_part_.reset();
-      grad_.reset();
-    }
+    if (u == 0) charge_gathered(phases().head_backward);
+    if (u == model_.num_units() - 1) grad_.reset();  // the head's backward has ended
     gather(u, "backward");
+    if (u != 0) charge_gathered(phases().backward[static_cast<size_t>(u)]);
     begin_gradients(u);
     make_grad(u);
-    prefetch(u, /*forward=*/false);
   }
 
   void after_backward(int u) override {
@@ -164,30 +150,35 @@ class Zero3 final : public ShardedUnits {
     release(u);
     grad_.reset();
     if (u == 1) {  // the embedding's backward comes next
-      hold(embedding_, root_split_.embedding, kEmbedding);
+      charge_gathered(phases().backward[0]);
       make_grad(0, /*root_at_end=*/true);
     }
-    if (u == 0) embedding_.reset();
+    if (u == 0) {
+      charge_gathered(phases().after);
+      persistent_gathered_ = true;
+    }
   }
 
   bool charges_gradients_itself(int /*u*/) const override { return true; }
 
-  bool charges_gathered_itself(int u) const override { return u == 0 && split_root_; }
+  bool charges_gathered_itself(int /*u*/) const override { return true; }
 
  private:
-  // Fetches the units that follow `u` in this pass while they fit in the prefetch bucket and under the
-  // live-parameter limit; units already gathered (persistent, or prefetched earlier) are passed over.
-  void prefetch(int u, bool forward) {
-    const size_t bucket = options_.scaled(options_.zero.prefetch_bucket_elements);
-    const size_t max_live = options_.scaled(options_.zero.max_live_parameters);
-    size_t fetched = 0;
-    for (int next : following_units(u, forward)) {
-      const size_t count = unit_charge(model_, next).elements(padded_count(next));  // as at full scale, ÷ k²
-      if (is_gathered(next)) continue;
-      if (fetched + count > bucket || gathered_elements() + root_parts_held() + count > max_live) break;
-      gather(next, forward ? "forward prefetch" : "backward prefetch");
-      fetched += count;
-    }
+  // The micro-batch's stretches as DeepSpeed runs them: the first after an optimizer step gathers the persistent
+  // tensors as it uses them, later ones start with them.
+  const Zero3Phases& phases() const { return persistent_gathered_ ? later_ : first_; }
+
+  // Charges `elements` (as charged) of gathered parameters in place of what was charged.
+  // Kept as it is when unchanged (block after block in steady state): the caching allocator then sees one buffer
+  // held, as it sees DeepSpeed's same-sized tensors freed and made again.
+  void charge_gathered(uint64_t elements) {
+    if (gathered_.allocated() && elements == gathered_elements_) return;
+    gathered_.reset();
+    gathered_elements_ = elements;
+    if (shard_size() == 1 && !offloads_parameters()) return;  // the partitions are the parameters: nothing gathered
+    const DType dtype = options_.recipe.params;
+    gathered_ =
+        device_.allocate(1, dtype, Category::kParameters, "ZeRO-3 gathered parameters", elements * dtype_size(dtype));
   }
 
   // Charges the .grad autograd is making in unit `u`'s backward: its largest tensor at the gradients' dtype. The
@@ -202,27 +193,11 @@ class Zero3 final : public ShardedUnits {
                              largest * dtype_size(dtype));
   }
 
-  uint64_t max_reuse() const { return options_.scaled(options_.zero.max_reuse_distance); }
-
-  // Charges a root part of `elements` (as charged) while the root is split, once.
-  void hold(Buffer& part, uint64_t elements, std::string_view what) {
-    if (!split_root_ || part.allocated()) return;
-    const DType dtype = options_.recipe.params;
-    part = device_.allocate(1, dtype, Category::kParameters, what, elements * dtype_size(dtype));
-  }
-  // Elements of the root parts held now, as charged.
-  uint64_t root_parts_held() const {
-    return (embedding_.allocated() ? root_split_.embedding : 0) + (head_part_.allocated() ? root_split_.head : 0);
-  }
-
-  Buffer ipg_bucket_;                    // [reduce_bucket_size ÷ k²] recipe.grads, charged only
-  std::vector<uint64_t> unit_elements_;  // n_u as charged, for reuse distances
-  uint64_t head_ = 0;                    // the head's elements as charged (head_elements)
-  // The root charged per module (split_root_): its gathered data uncharged, the embedding and the final norm with
-  // the head each charged while DeepSpeed holds them gathered, one element backing each.
-  bool split_root_ = false;
-  RootSplit root_split_;
-  Buffer embedding_, head_part_;
+  Buffer ipg_bucket_;  // [reduce_bucket_size ÷ k²] recipe.grads, charged only
+  Zero3Phases first_, later_;
+  bool persistent_gathered_ = false;      // since the last optimizer step
+  Buffer gathered_;                       // what DeepSpeed holds gathered now, one element backing it
+  uint64_t gathered_elements_ = 0;        // what gathered_ charges, as charged
   std::vector<uint64_t> largest_tensor_;  // per unit, its largest tensor as charged
   Buffer grad_;                           // the .grad being made (make_grad), one element backing it
 };

@@ -2,12 +2,11 @@
 // parameters DeepSpeed holds gathered.
 //
 // Every unit u of n_u elements is padded to P_u, a multiple of N, and partitioned into shards of P_u/N. Per rank:
-//   parameters  Σ_u P_u/N, plus the units gathered at the peak of one step replayed as zero3.cpp runs it: the
-//               root (gathered from the start of forward to the end of backward), every persistent unit (at most
-//               stage3_param_persistence_threshold elements), the blocks in use or prefetched ahead of use
-//               (stage3_prefetch_bucket_size newly fetched elements per fetch, stage3_max_live_parameters in all),
-//               and the blocks kept from their forward to their backward, those whose reuse distance (analytic.h
-//               reuse_distance) is below stage3_max_reuse_distance
+//   parameters  Σ_u P_u/N, plus the most DeepSpeed holds gathered at once, its coordinator's trace replayed
+//               tensor by tensor as zero3.cpp charges it (zero3_modules.h: fetch, prefetch within
+//               stage3_prefetch_bucket_size and stage3_max_live_parameters, release unless persistent or used
+//               again within stage3_max_reuse_distance), over the first micro-batch and, with accumulation, a
+//               later one
 //   gradients   Σ_u P_u/N (in host memory under offload), plus the more of: the largest tensor's .grad while
 //               backward makes it (one at a time, each copied into the ipg bucket and dropped); step()'s largest
 //               sub-group (units in order until sub_group_size elements of partition) flattened and cast to fp32,
@@ -15,8 +14,8 @@
 //   master weights and Adam moments over Σ_u P_u/N
 //   buckets     the ipg reduce bucket, R = reduce_bucket_size elements at the gradients' dtype, all run (one, also
 //               with overlap_comm)
-// Traffic per micro-batch: each block all-gathered twice (forward and backward; once when kept for reuse), the
-// root once, and every unit's
+// Traffic per micro-batch: each block all-gathered whole twice (forward and backward; once when DeepSpeed keeps
+// every tensor of it between them), the root once, and every unit's
 // gradients reduce-scattered; a persistent unit is all-gathered once per step (after the optimizer step), and the
 // gradient norm all-reduced once.
 // Over TP (--tp T): n_u is the rank's TP slice of unit u and N the D = N/T ranks of its "data-parallel" group, where
@@ -31,86 +30,10 @@
 #include <vector>
 
 #include "strategies/analytic.h"
+#include "strategies/zero3_modules.h"
 
 namespace emu::strategy {
 namespace {
-
-// Bytes of the units gathered at the peak beyond the shards, each charged as the strategy allocates it
-// (AnalyticInput::bytes), from one step replayed at unit grain as zero3.cpp runs it: the root gathered when forward
-// begins and released when backward ends; each block fetched before its forward and its backward and released
-// after; on every fetch, the units that follow in the pass prefetched nearest first while the newly fetched
-// elements fit in stage3_prefetch_bucket_size and all gathered ones under stage3_max_live_parameters, units
-// already gathered passed over without counting (DeepSpeed's PartitionedParameterCoordinator consumes its trace
-// queue the same way, so prefetching runs further ahead on every fetch); persistent units never released; blocks
-// `reused` kept from their forward to their backward.
-uint64_t gathered_at_peak(const StrategyOptions& options, const AnalyticInput& input, const UnitShards& shards,
-                          const std::vector<bool>& persistent, const std::vector<bool>& reused) {
-  const int last = static_cast<int>(shards.padded.size()) - 1;
-  const auto unit_bytes = [&](int unit) {
-    return input.bytes(unit, shards.padded[static_cast<size_t>(unit)], options.recipe.params);
-  };
-  // Elements as charged: what the full-scale limits ÷ k² are compared with.
-  const auto charged = [&](int unit) { return input.elements(unit, shards.padded[static_cast<size_t>(unit)]); };
-  const uint64_t prefetch_bucket = options.scaled(options.zero.prefetch_bucket_elements);
-  const uint64_t max_live = options.scaled(options.zero.max_live_parameters);
-
-  // The root split as zero3.cpp charges it: its data uncharged, the embedding and the head part charged apart.
-  const RootSplit split = persistent[0] ? RootSplit{} : root_split(charged(0), input.embedding_elements);
-  const uint64_t param_size = dtype_size(options.recipe.params);
-
-  std::vector<bool> live(shards.padded.size(), false);
-  uint64_t live_elements = 0, live_bytes = 0, peak = 0;
-  const auto gather = [&](int unit) {
-    if (live[static_cast<size_t>(unit)]) return;
-    live[static_cast<size_t>(unit)] = true;
-    if (unit == 0 && split.embedding > 0) return;  // charged part by part (hold)
-    live_elements += charged(unit);
-    live_bytes += unit_bytes(unit);
-    peak = std::max(peak, live_bytes);
-  };
-  const auto release = [&](int unit) {
-    if (!live[static_cast<size_t>(unit)] || persistent[static_cast<size_t>(unit)]) return;
-    live[static_cast<size_t>(unit)] = false;
-    live_elements -= charged(unit);
-    live_bytes -= unit_bytes(unit);
-  };
-  bool embedding_held = false, head_held = false;
-  const auto hold = [&](bool& held, uint64_t elements, bool on) {
-    if (split.embedding == 0 || held == on) return;
-    held = on;
-    live_elements = on ? live_elements + elements : live_elements - elements;
-    live_bytes = on ? live_bytes + elements * param_size : live_bytes - elements * param_size;
-    peak = std::max(peak, live_bytes);
-  };
-  const auto prefetch = [&](int from, int to, int direction) {
-    uint64_t fetched = 0;
-    for (int next = from; next != to + direction; next += direction) {
-      if (live[static_cast<size_t>(next)]) continue;
-      const uint64_t count = charged(next);
-      if (fetched + count > prefetch_bucket || live_elements + count > max_live) break;
-      gather(next);
-      fetched += count;
-    }
-  };
-  gather(0);
-  hold(embedding_held, split.embedding, true);
-  for (int unit = 1; unit <= last; ++unit) {  // forward
-    if (unit == 1 && !reused[0]) hold(embedding_held, split.embedding, false);
-    gather(unit);
-    if (unit < last) prefetch(unit + 1, last, +1);
-    if (!reused[static_cast<size_t>(unit)]) release(unit);
-  }
-  hold(head_held, split.head, true);          // the final norm and the head, through their backward
-  if (last >= 1) prefetch(last, 1, -1);       // the head's backward prefetches the last blocks
-  for (int unit = last; unit >= 1; --unit) {  // backward
-    if (unit == last) hold(head_held, split.head, false);
-    gather(unit);
-    if (unit > 1) prefetch(unit - 1, 1, -1);
-    release(unit);
-  }
-  hold(embedding_held, split.embedding, true);  // the embedding's backward
-  return peak;
-}
 
 // Elements (as charged) of the largest of step()'s sub-groups: units in order, a sub-group closed once it holds
 // sub_group_size elements.
@@ -143,20 +66,14 @@ Updated predict_zero3(const StrategyOptions& options, const AnalyticInput& input
                        options.scaled(options.zero.param_persistence_threshold);
   }
 
-  // Blocks kept gathered from forward to backward: their reuse distance below stage3_max_reuse_distance.
-  std::vector<uint64_t> unit_elements(units);
-  for (size_t unit = 0; unit < units; ++unit) {
-    unit_elements[unit] = input.elements(static_cast<int>(unit), input.unit_counts[unit]);
-  }
-  std::vector<bool> reused(units, false);  // [0]: the embedding, kept from its forward to its backward
-  for (size_t unit = 0; unit < units; ++unit) {
-    reused[unit] = reuse_distance(unit_elements, input.head_elements, static_cast<int>(unit)) <
-                   options.scaled(options.zero.max_reuse_distance);
-  }
-
+  // DeepSpeed's coordinator replayed tensor by tensor (zero3_modules.h): the first micro-batch after the optimizer
+  // step, and the later ones, which begin with the persistent tensors gathered.
+  const Zero3ModuleInput modules = zero3_module_input(options, input);
+  const Zero3Phases first = zero3_module_phases(modules, false);
+  const Zero3Phases later = zero3_module_phases(modules, true);
   const bool offload_param = options.zero.offload_param;
-  const uint64_t gathered =
-      world > 1 || offload_param ? gathered_at_peak(options, input, shards, persistent, reused) : 0;
+  const uint64_t gathered_elements = std::max(first.max(), input.accumulation > 1 ? later.max() : 0);
+  const uint64_t gathered = world > 1 || offload_param ? gathered_elements * param_bytes : 0;
   const DType grads = options.recipe.grads;
   const uint64_t gradient_shards = shards.shard_bytes(input, grads);
   const uint64_t parameter_shards = shards.shard_bytes(input, options.recipe.params);
@@ -199,9 +116,11 @@ Updated predict_zero3(const StrategyOptions& options, const AnalyticInput& input
   const uint64_t micro_batches = static_cast<uint64_t>(input.accumulation);
   for (size_t unit = 0; unit < units; ++unit) {
     const uint64_t unit_param_bytes = shards.padded[unit] * param_bytes;
-    // The root and the blocks kept for reuse stay gathered between forward and backward; a persistent unit is
-    // gathered once per step.
-    const uint64_t gathers = persistent[unit] ? 1 : micro_batches * (unit != 0 && !reused[unit] ? 2 : 1);
+    // The root stays gathered from forward to backward, and so does a block DeepSpeed keeps whole; a persistent
+    // unit is gathered once per step.
+    const auto per_micro_batch = [&](const Zero3Phases& phases) { return unit != 0 && !phases.kept[unit] ? 2 : 1; };
+    const uint64_t gathers =
+        persistent[unit] ? 1 : per_micro_batch(first) + (micro_batches - 1) * per_micro_batch(later);
     add_ring_traffic(prediction, coll::CollectiveKind::kAllGather, layout.group, unit_param_bytes, world, gathers);
     if (offload_param) {  // each fetch copies the partition up first
       prediction.pcie.host_to_device +=

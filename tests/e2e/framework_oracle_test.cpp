@@ -840,10 +840,23 @@ struct DeepSpeedFacts {
   int64_t sub_groups = 1;         // the fp32 flat partitions the inner AdamW steps over (one per sub-group)
   int64_t largest_sub_group = 0;  // partition elements of the largest
   int64_t unit_sub_group = 0;     // the same with sub-groups closed at unit boundaries, as emu closes them
+  // A V·h table (the head, the embedding) DeepSpeed holds gathered while MemTracker files it as an activation: 0,
+  // or V·h when the tables are not persistent (stage3_param_persistence_threshold below V·h) and nothing is
+  // prefetched (stage3_prefetch_bucket_size 0). The head is then gathered for its forward and kept to its backward
+  // (none of the trace between its two uses; any reuse distance above 0), the loss runs between, and the most
+  // gathered at once is one table beside the persistent norms. The all-gather makes the table's data inside the
+  // forward, not as a module parameter, so MemTracker counts it with the activations; emu with the parameters.
+  int64_t gathered_table = 0;
 };
 
 DeepSpeedFacts deepspeed_facts(const oracle::Shapes& s, int64_t n, const json& zero) {
   DeepSpeedFacts f;
+  const int64_t table = s.vocab * s.h;
+  if (zero.value("stage3_param_persistence_threshold", int64_t{100'000}) < table &&
+      zero.value("stage3_prefetch_bucket_size", int64_t{50'000'000}) == 0 &&
+      zero.value("stage3_max_reuse_distance", int64_t{1'000'000'000}) > 0) {
+    f.gathered_table = table;
+  }
   const std::vector<uint64_t> units = oracle::unit_counts(s);
   const int64_t sub_group_size = zero.value("sub_group_size", int64_t{1'000'000'000});
   int64_t in_unit_group = 0;
@@ -885,6 +898,12 @@ DeepSpeedFacts deepspeed_facts(const oracle::Shapes& s, int64_t n, const json& z
 }
 
 void name_deepspeed_zero3(const std::string& category, const DeepSpeedFacts& f, Line& line) {
+  if (category == "parameters" && f.gathered_table > 0) {
+    line.named.push_back(
+        {"one V·h table gathered (the head through the loss, the embedding for its backward), which "
+         "MemTracker files under activations",
+         2 * f.gathered_table, false});
+  }
   if (category == "parameters") {
     line.named.push_back(
         {"the bit16 partitions (stage3.py's flat lp_param_buffer): unseen by MemTracker", 2 * f.partitions});
@@ -978,6 +997,10 @@ std::vector<Line> compare_deepspeed(const json& fixture, const json& rank, const
       breakdown ? &at_peak : nullptr);
   const Moment moment = breakdown ? recorded_moment(at_peak) : Moment::kBeforeGradients;
   name_work_at_peak(fixture, c, "zero3", moment, lines.back());
+  if (f.gathered_table > 0) {
+    lines.back().named.push_back({"the head gathered through the loss, MemTracker's activation, emu's parameters",
+                                  -2 * f.gathered_table, false});
+  }
   // MemTracker sees the ipg bucket only while a .grad points into it. A bucket larger than all else (DeepSpeed's
   // default, 500,000,000 elements) puts MemTracker's peak where it is seen, in a block's backward, while emu's (and
   // the device's: the bucket is alive all run) is at the loss's backward: the work at the two peaks is of two

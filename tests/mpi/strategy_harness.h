@@ -342,10 +342,11 @@ struct StrategyRun {
 };
 
 // With `weights_every_step`, every unit's full weights are gathered after each step (a collective; the memory and
-// OOM tests leave it off so that their peaks are the training's).
+// OOM tests leave it off so that their peaks are the training's). `checkpoint`: activation checkpointing per block.
 inline std::unique_ptr<StrategyRun> run_strategy(model::Style style, const strategy::StrategyOptions& options,
                                                  int accumulation, int steps, MemoryPool::Options memory = {},
-                                                 bool weights_every_step = false, int64_t layers = 2) {
+                                                 bool weights_every_step = false, int64_t layers = 2,
+                                                 bool checkpoint = false) {
   auto run = std::make_unique<StrategyRun>();
   const int rank = world_rank();
   const int ranks = world_size();
@@ -355,6 +356,7 @@ inline std::unique_ptr<StrategyRun> run_strategy(model::Style style, const strat
   const model::ModelConfig config = tiny_config(style, 1, layers);
   model::ModelOptions model_options;
   model_options.compute = options.recipe.params;
+  model_options.checkpoint = checkpoint;
   run->model =
       std::make_unique<model::Model>(*run->device, config, strategy::framework_model_options(options, model_options));
   const int per_node = test_ranks_per_node();

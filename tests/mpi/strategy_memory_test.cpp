@@ -153,41 +153,59 @@ TEST_P(TorchAdam, ForeachAddsOneMomentOfThePartition) {
 INSTANTIATE_TEST_SUITE_P(Strategies, TorchAdam, ::testing::Values("zero1", "zero2", "zero3"),
                          [](const ::testing::TestParamInfo<std::string>& param) { return param.param; });
 
-// ZeRO-3's gathered parameters as DeepSpeed's coordinator fetches and releases them, by hand from the tiny Llama's
-// shapes (h 16, F 44, V 37, 2 heads of 8, 1 KV head, 2 layers, untied): a block is n_b = q 256 + k 128 + v 128 +
-// o 256 + gate, up, down 3·44·16 + two norms 2·16 = 2912 elements; the root 1200 = the embedding E 592 + the final
-// norm and lm_head 16 + 592 = 608. The embedding is gathered for its forward and its backward (at the very end of
-// backward); the final norm and the head from their forward to the end of their backward (nothing runs between).
-// After its forward a module stays gathered when the elements used before its next use, each module counted once
-// per use, are fewer than stage3_max_reuse_distance: block 2 at 2·608 = 1216, block 1 at 2·(2912 + 608) = 7040, the
-// embedding at 2·(2·2912 + 608) = 12864. At full scale (shrink 1), no persistence, no prefetch, the gathered peak is
-// at the end of forward: the blocks kept, the head part (the root padded to N, less E) and the embedding if kept;
-// or, when no block is kept, one block in use.
-TEST(Zero3Reuse, ModulesWithinTheReuseDistanceStayGatheredAndTheEmbeddingIsReleasedAfterForward) {
+// The tiny Llama's zero3 run (shrink 1, no persistence) with `prefetch` and `reuse` as DeepSpeed's knobs: its
+// parameters' peak, measured and predicted, against the partitions and `at_peak` elements gathered (none on one rank),
+// bf16.
+void expect_gathered_peak(uint64_t prefetch, uint64_t reuse, uint64_t at_peak, bool checkpoint = false) {
   const uint64_t n = static_cast<uint64_t>(world_size());
   const auto padded = [&](uint64_t count) { return (count + n - 1) / n * n; };
-  const uint64_t root = padded(1200), block = padded(2912), embedding = 592, head = root - embedding;
-  const uint64_t partitions = (root + 2 * block) / n;
-  const std::pair<uint64_t, uint64_t> cases[] = {{12865, root + 2 * block},  // everything kept, the embedding too
-                                                 {12864, head + 2 * block},  // the embedding released after its forward
-                                                 {7041, head + 2 * block},
-                                                 {7040, head + block},
-                                                 {1217, head + block},
-                                                 {1216, block},  // no block kept: one at a time
-                                                 {0, block}};
-  for (const auto& [limit, at_peak] : cases) {
-    strategy::StrategyOptions options = test_options("zero3", optim::Recipe::kMixed);
-    options.shrink = 1;
-    options.zero.param_persistence_threshold = 0;
-    options.zero.prefetch_bucket_elements = 1;
-    options.zero.max_reuse_distance = limit;
-    auto run = run_strategy(model::Style::kLlama, options, /*accumulation=*/1, /*steps=*/1);
-    const uint64_t gathered = n > 1 ? at_peak : 0;
-    EXPECT_EQ(run->device->memory().peak(Category::kParameters), 2 * (partitions + gathered)) << "limit " << limit;
-    const strategy::Prediction predicted = strategy::predict(options, analytic_input(*run->model, 1));
-    EXPECT_EQ(predicted.peak[Category::kParameters], 2 * (partitions + gathered)) << "limit " << limit;
-  }
+  const uint64_t partitions = (padded(1200) + 2 * padded(2912)) / n;
+  strategy::StrategyOptions options = test_options("zero3", optim::Recipe::kMixed);
+  options.shrink = 1;
+  options.zero.param_persistence_threshold = 0;
+  options.zero.prefetch_bucket_elements = prefetch;
+  options.zero.max_reuse_distance = reuse;
+  auto run = run_strategy(model::Style::kLlama, options, 1, 1, {}, false, 2, checkpoint);
+  const uint64_t gathered = n > 1 ? at_peak : 0;
+  EXPECT_EQ(run->device->memory().peak(Category::kParameters), 2 * (partitions + gathered)) << "reuse " << reuse;
+  const strategy::Prediction predicted = strategy::predict(options, analytic_input(*run->model, 1));
+  EXPECT_EQ(predicted.peak[Category::kParameters], 2 * (partitions + gathered)) << "reuse " << reuse;
 }
+
+// ZeRO-3's gathered parameters as DeepSpeed's coordinator fetches and releases them, tensor by tensor, by hand from
+// the tiny Llama's shapes (h 16, F 44, V 37, 2 heads of 8, 1 KV head, 2 layers, untied): a block's tensors in the
+// order its forward uses them are input_layernorm 16, q 256, k 128, v 128, o 256, post_attention_layernorm 16, gate,
+// up, down 704 each (2912); the root the embedding 592, the final norm 16 and the head 592. No persistence, no
+// prefetch: a tensor stays gathered after its use when the elements the trace uses before its next use are fewer
+// than stage3_max_reuse_distance. Forward to backward those are: the head 0 (its backward comes next), the final
+// norm 2·592 = 1184, block 2's down_proj 1184 + 2·16 = 1216, up_proj 1216 + 2·704 = 2624, ... block 2's
+// input_layernorm 7008; block 1's down_proj 2·2912 + 1216 = 7040, ... its input_layernorm 11456; the embedding
+// 4·2912 + 1216 = 12864. The most gathered at once is at the head's forward (all that is kept, and the head), or
+// one gate/up/down (704) when little is kept.
+TEST(Zero3Reuse, TensorsWithinTheReuseDistanceStayGatheredAndTheEmbeddingIsReleasedAfterForward) {
+  expect_gathered_peak(0, 12865, 2 * 2912 + 1200);  // everything kept, the embedding too
+  expect_gathered_peak(0, 12864, 2 * 2912 + 608);   // the embedding released after its forward
+  expect_gathered_peak(0, 7041, 2912 + 704 + 608);  // block 2, block 1's down_proj, the final norm and head
+  expect_gathered_peak(0, 7040, 2912 + 608);        // block 2 whole
+  expect_gathered_peak(0, 1217, 704 + 608);         // block 2's down_proj
+  expect_gathered_peak(0, 1216, 704);               // the final norm and head (608) kept, a gate/up/down in use is more
+  expect_gathered_peak(0, 0, 704);                  // nothing kept: one tensor at a time
+}
+
+// Under activation checkpointing a block's backward begins with its forward again, each tensor fetched for it. With
+// no prefetch and a reuse distance of 1,409 elements, the recomputation's down_proj (used next by its own backward,
+// nothing between) and up_proj (down_proj's two uses between, 1,408) stay to their backward: 704 + 704 gathered at
+// once, in the block's backward; at 1,408 up_proj is released and one 704 tensor is the most (block 2's down_proj
+// is not kept from its forward: the recomputation's first tensors come between).
+TEST(Zero3Reuse, CheckpointedBlocksFetchTheirTensorsAgainForTheRecomputation) {
+  expect_gathered_peak(0, 1409, 1408, /*checkpoint=*/true);
+  expect_gathered_peak(0, 1408, 704, /*checkpoint=*/true);
+}
+
+// A prefetch bucket reaches past a tensor in use to its own later entry: DeepSpeed then keeps it to that use
+// (__params_to_release skips a parameter a prefetch marked for a later step). Of the same tiny Llama, with no
+// reuse distance and a bucket of 1,500 elements, the whole model stays gathered into backward: 2·2912 + 1200.
+TEST(Zero3Reuse, APrefetchThatReachesALaterUseKeepsTheTensor) { expect_gathered_peak(1500, 0, 2 * 2912 + 1200); }
 
 // ZeRO-3's gradients on the device as DeepSpeed makes them: autograd makes one parameter's .grad, stage3.py copies it
 // into the ipg bucket (charged under buckets) and drops it, so with the optimizer offloaded (the gradient partitions

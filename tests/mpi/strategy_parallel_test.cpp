@@ -452,22 +452,23 @@ TEST(ParallelTraffic, FsdpNoShardOverTensorParallelLayers) {
   EXPECT_EQ(memory.peak(Category::kOptimizerState), 12 * r.local);
 }
 
-// ZeRO-3 over TP 2, fp32, DeepSpeed's sizes ÷ 32² (the persistence threshold 97 elements, below every unit) and
-// stage3_max_reuse_distance 0 (no block kept from forward to backward): the same all-gathers and reduce-scatters as
-// FULL_SHARD above. Parameters: the partitions 4·local/D, plus at the start of backward the final norm and head
-// (its table / 2 and 32) with every block prefetched (4 · 4,672 = 18,688 elements, within the prefetch bucket of
-// 50,000,000 / 32² = 48,828). Gradients: the partitions, plus the more of the largest .grad (a table / 2, 16,384) and
+// ZeRO-3 over TP 2, fp32, DeepSpeed's sizes ÷ 32² (the persistence threshold 97 elements: the norms, h = 32, persist),
+// no prefetch and stage3_max_reuse_distance 0 (nothing kept from forward to backward): the same all-gathers and
+// reduce-scatters as FULL_SHARD above. Parameters: the partitions 4·local/D, plus at most the largest tensor in use
+// (a table / 2: the embedding or the head) beside every norm, each gathered once and kept (32 each: the final norm
+// and two per block). Gradients: the partitions, plus the more of the largest .grad (a table / 2, 16,384) and
 // step()'s one sub-group (976,562 elements ÷ 32²: all of it) flattened at fp32, local/D. Adam's m and v over local/D
 // (FusedAdam: no temporaries). The ipg bucket: 500,000,000 / 32² = 488,281 elements at fp32.
 TEST(ParallelTraffic, Zero3OverTensorParallelLayers) {
   const ShardedTensorRun r = run_sharded_tensor("zero3-tp", [](strategy::StrategyOptions& o) {
     o.shrink = 32;
     o.zero.max_reuse_distance = 0;
+    o.zero.prefetch_bucket_elements = 0;
   });
   const uint64_t d = r.d;
   expect_full_shard_traffic(r);
   const MemoryPool& memory = r.run->device->memory();
-  EXPECT_EQ(memory.peak(Category::kParameters), 4 * r.local / d + 4 * (kTable / 2 + 32 + kLayers * r.block));
+  EXPECT_EQ(memory.peak(Category::kParameters), 4 * r.local / d + 4 * (kTable / 2 + 32 * (1 + 2 * kLayers)));
   EXPECT_EQ(memory.peak(Category::kGradients), 4 * r.local / d + 4 * std::max<uint64_t>(kTable / 2, r.local / d));
   EXPECT_EQ(memory.peak(Category::kOptimizerState), 8 * r.local / d);
   EXPECT_EQ(memory.peak(Category::kBuckets), 4 * uint64_t{488'281});

@@ -1,6 +1,8 @@
 #include "tests/oracle/memory_oracle.h"
 
 #include <algorithm>
+#include <climits>
+#include <deque>
 #include <numeric>
 #include <set>
 #include <stdexcept>
@@ -231,80 +233,112 @@ Estimate zero12(const Shapes& s, const Knobs& k, int stage) {
   return e;
 }
 
-// ZeRO-3: one step at unit grain, from the start of forward to the end of backward. Returns the most elements
-// gathered at once (padded).
-// Untied, a root not persistent is fetched module by module (DeepSpeed's hooks are per module): the embedding
-// (`embedding` elements; id -1) from its forward, released after it unless within the reuse distance of its
-// backward, gathered again for its backward; the final norm and the head (the rest of the padded root; id -2)
-// from their forward to the end of their backward.
-uint64_t zero3_gathered_peak(const std::vector<uint64_t>& counts, const std::vector<uint64_t>& padded, uint64_t head,
-                             uint64_t embedding, const Knobs& k) {
-  const int units = static_cast<int>(counts.size());
-  // Block u's reuse distance at the end of its forward: blocks u+1..L and the head, forward and backward.
-  const auto reused = [&](int u) {
-    uint64_t between = head;
-    for (int v = u + 1; v < units; ++v) between += counts[static_cast<size_t>(v)];
-    return 2 * between < per_k2(k.max_reuse_distance, k.shrink);
+// ZeRO-3: DeepSpeed's PartitionedParameterCoordinator over one micro-batch (the first after an optimizer step, its
+// trace complete), parameter by parameter. The trace lists every module with parameters as its hooks fetch it:
+// the embeddings, each block's modules as its forward runs them, the final norm, the head (a tied head: the table
+// again); then, after the model's own pre-backward step, the head, the final norm, each block's modules in reverse
+// (a checkpointed block's forward again first, then its layer's own pre-backward step), the embeddings. At each
+// fetch the module's parameter is gathered and its queue entry taken; then, with a prefetch bucket, queue entries
+// are taken while fewer than min(bucket, max_live − available) elements are being prefetched, each parameter not
+// gathered is gathered, every taken entry marking its parameter as fetched up to that entry's step; after the use
+// the parameter is freed unless persistent, marked for a later step, or met again within max_reuse_distance
+// elements of the trace. Returns the most elements gathered at once, persistent ones included.
+uint64_t zero3_gathered_peak(const Shapes& s, const Knobs& k) {
+  struct Entry {
+    int param;
+    int64_t step;
   };
-  const uint64_t threshold = per_k2(k.param_persistence_threshold, k.shrink);
-  const uint64_t bucket = per_k2(k.prefetch_bucket_size, k.shrink);
-  const uint64_t max_live = per_k2(k.max_live_parameters, k.shrink);
-  const bool split = embedding > 0 && counts[0] > threshold;
-  constexpr int kEmbedding = -1, kHead = -2;
-  const auto size_of = [&](int u) {
-    if (u == kEmbedding) return embedding;
-    return u == kHead ? padded[0] - embedding : padded[static_cast<size_t>(u)];
+  std::vector<uint64_t> size;  // [param]
+  const auto add_param = [&](uint64_t n) {
+    size.push_back(n);
+    return static_cast<int>(size.size()) - 1;
   };
-  std::set<int> live;
-  uint64_t peak = 0;
-  const auto live_elements = [&] {
-    uint64_t sum = 0;
-    for (int u : live) sum += size_of(u);
-    return sum;
-  };
-  const auto gather = [&](int u) {
-    live.insert(u);
-    peak = std::max(peak, live_elements());
-  };
-  const auto release = [&](int u) {
-    if (counts[static_cast<size_t>(u)] > threshold) live.erase(u);
-  };
-  // Fetching u for use also fetches the units next in the pass, nearest first, while they fit.
-  const auto fetch = [&](int u, const std::vector<int>& next) {
-    gather(u);
-    uint64_t prefetched = 0;
-    for (int v : next) {
-      if (live.count(v) != 0) continue;
-      const uint64_t size = padded[static_cast<size_t>(v)];
-      if (prefetched + size > bucket || live_elements() + size > max_live) break;
-      gather(v);
-      prefetched += size;
+  const auto h = static_cast<uint64_t>(s.h), f = static_cast<uint64_t>(s.ffn), v = static_cast<uint64_t>(s.vocab);
+  const bool llama = s.family == Family::kLlama;
+  std::vector<int> embeddings = {add_param(v * h)};
+  if (!llama) embeddings.push_back(add_param(static_cast<uint64_t>(s.positions) * h));
+  std::vector<int> head = {add_param(h)};
+  if (!llama) head.push_back(add_param(h));
+  head.push_back(s.tied_head ? embeddings[0] : add_param(v * h));
+  std::vector<std::vector<int>> blocks(static_cast<size_t>(s.layers));
+  for (std::vector<int>& block : blocks) {
+    if (llama) {
+      const uint64_t kv = static_cast<uint64_t>(s.kv_heads) * (h / static_cast<uint64_t>(s.heads));
+      for (uint64_t n : {h, h * h, kv * h, kv * h, h * h, h, f * h, f * h, h * f}) block.push_back(add_param(n));
+    } else {  // each module's weight, then its bias
+      for (uint64_t n : {h, h, h * 3 * h, 3 * h, h * h, h, h, h, h * f, f, f * h, h}) block.push_back(add_param(n));
     }
-  };
-  const auto forward_after = [&](int u) {
-    std::vector<int> next;
-    for (int v = u + 1; v < units; ++v) next.push_back(v);
-    return next;
-  };
-  const auto backward_after = [&](int u) {  // from the root: every block, last first
-    std::vector<int> next;
-    for (int v = (u == 0 ? units - 1 : u - 1); v >= 1; --v) next.push_back(v);
-    return next;
-  };
-  // Unsplit, the root's forward encloses every block's: it stays gathered until its backward ends.
-  gather(split ? kEmbedding : 0);
-  for (int u = 1; u < units; ++u) {
-    if (u == 1 && split && !reused(0)) live.erase(kEmbedding);
-    fetch(u, forward_after(u));
-    if (!reused(u)) release(u);
   }
-  fetch(split ? kHead : 0, backward_after(0));
-  for (int u = units - 1; u >= 1; --u) {
-    if (u == units - 1 && split) live.erase(kHead);
-    fetch(u, backward_after(u));
-    release(u);
+  std::vector<Entry> trace;
+  int64_t step = 0;
+  const auto module = [&](int param) { trace.push_back({param, step++}); };
+  for (int p : embeddings) module(p);
+  for (const std::vector<int>& block : blocks) {
+    for (int p : block) module(p);
   }
-  if (split) gather(kEmbedding);
+  for (int p : head) module(p);
+  ++step;
+  for (auto p = head.rbegin(); p != head.rend(); ++p) module(*p);
+  for (auto block = blocks.rbegin(); block != blocks.rend(); ++block) {
+    if (k.checkpoint) {
+      for (int p : *block) module(p);
+      ++step;
+    }
+    for (auto p = block->rbegin(); p != block->rend(); ++p) module(*p);
+  }
+  for (auto p = embeddings.rbegin(); p != embeddings.rend(); ++p) module(*p);
+
+  const auto knob = [&](uint64_t full) { return full == 0 ? 0 : per_k2(full, k.shrink); };
+  const uint64_t threshold = knob(k.param_persistence_threshold), bucket = knob(k.prefetch_bucket_size),
+                 max_live = knob(k.max_live_parameters), reuse = knob(k.max_reuse_distance);
+  std::vector<bool> gathered(size.size(), false);
+  std::vector<int64_t> fetched_for(size.size(), INT64_MIN);
+  std::deque<Entry> queue(trace.begin(), trace.end());
+  uint64_t available = 0, all = 0, peak = 0;
+  const auto gather = [&](int p) {
+    if (gathered[static_cast<size_t>(p)]) return;
+    gathered[static_cast<size_t>(p)] = true;
+    all += size[static_cast<size_t>(p)];
+    if (size[static_cast<size_t>(p)] > threshold) available += size[static_cast<size_t>(p)];
+  };
+  for (size_t i = 0; i < trace.size(); ++i) {
+    const auto [p, at] = trace[i];
+    const auto param = static_cast<size_t>(p);
+    gather(p);
+    if (fetched_for[param] < at) {
+      fetched_for[param] = queue.front().step;
+      queue.pop_front();
+    }
+    if (bucket > 0) {
+      const int64_t limit = std::min<int64_t>(static_cast<int64_t>(max_live) - static_cast<int64_t>(available),
+                                              static_cast<int64_t>(bucket));
+      int64_t prefetching = 0;
+      std::set<int> prefetch;
+      while (!queue.empty() && prefetching < limit) {
+        const Entry next = queue.front();
+        queue.pop_front();
+        if (!gathered[static_cast<size_t>(next.param)] && prefetch.insert(next.param).second) {
+          prefetching += static_cast<int64_t>(size[static_cast<size_t>(next.param)]);
+        }
+        fetched_for[static_cast<size_t>(next.param)] =
+            std::max(fetched_for[static_cast<size_t>(next.param)], next.step);
+      }
+      for (int q : prefetch) gather(q);
+    }
+    peak = std::max(peak, all);
+    if (size[param] <= threshold || fetched_for[param] > at + 1) continue;
+    bool again = false;
+    uint64_t between = 0;
+    for (size_t j = i + 1; j < trace.size() && between < reuse && !again; ++j) {
+      again = trace[j].param == p;
+      between += size[static_cast<size_t>(trace[j].param)];
+    }
+    if (!again) {
+      gathered[param] = false;
+      all -= size[param];
+      available -= size[param];
+    }
+  }
   return peak;
 }
 
@@ -315,10 +349,9 @@ Estimate zero3(const Shapes& s, const Knobs& k) {
   Estimate e;
   add(e, &Estimate::parameters, "parameters", "parameter partitions (2Ψ/N)", shards * k.param_bytes);
   if (k.world > 1) {
-    add(e, &Estimate::parameters, "parameters", "gathered units: root, persistent, current and prefetched",
-        zero3_gathered_peak(counts, padded, head_elements(s), s.tied_head ? 0 : unit_counts(s)[0] - head_elements(s),
-                            k) *
-            k.param_bytes);
+    add(e, &Estimate::parameters, "parameters",
+        "gathered parameters: persistent, in use, prefetched and kept for reuse",
+        zero3_gathered_peak(s, k) * k.param_bytes);
   }
   add(e, &Estimate::gradients, "gradients", "gradient partitions (2Ψ/N)", shards * k.grad_bytes);
   // One .grad at a time: autograd makes it, stage3.py copies it into the ipg bucket and drops it.

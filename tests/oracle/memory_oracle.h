@@ -110,6 +110,7 @@ struct Knobs {
   uint64_t max_live_parameters = 1'000'000'000;
   uint64_t max_reuse_distance = 1'000'000'000;
   uint64_t sub_group_size = 1'000'000'000;
+  bool checkpoint = false;  // ZeRO-3: each block's forward runs again in its backward, its parameters fetched again
   // PyTorch FSDP.
   Prefetch backward_prefetch = Prefetch::kBackwardPre;
   bool forward_prefetch = false;
