@@ -38,8 +38,8 @@
 // Prefetch, one unit ahead of use at most:
 //   backward_prefetch  BACKWARD_PRE   the next unit in backward is gathered before this unit's gradients are
 //                                     computed: two blocks gathered at once
-//                      BACKWARD_POST  the next unit is gathered after this unit's gradients are computed, before
-//                                     they are reduce-scattered and this unit freed
+//                      BACKWARD_POST  the next unit is gathered after this unit's gradients are computed and this
+//                                     unit freed, before they are reduce-scattered: one block gathered at a time
 //                      NONE           each unit is gathered only when its own backward begins
 //   forward_prefetch   the next block is gathered when a block's forward begins
 // emu's collectives are blocking, so no all-gather is ever queued behind another and FSDP's rate limiter
@@ -131,10 +131,13 @@ class Fsdp final : public ShardedUnits {
   }
 
   void after_backward(int u) override {
-    // The root's backward ends the pass: nothing follows it to prefetch.
+    // Autograd makes the FlatParameter's .grad; then _post_backward_hook reshards the unit and, with BACKWARD_POST,
+    // gathers the next one (_post_backward_reshard; the root's backward ends the pass: nothing follows it) before it
+    // reduce-scatters the gradient.
+    form_flat_gradient(u);
+    release(u);
     if (options_.fsdp.backward_prefetch == BackwardPrefetch::kPost && u != 0) prefetch_next(u, /*forward=*/false);
     reduce_gradients(u);
-    release(u);
   }
 
  private:

@@ -6,7 +6,8 @@
 //   parameters  Σ_u P_u/M (none in the mixed recipe when M > 1: the fp32 flat shard is the master), plus the
 //               units gathered at the peak (none when M = 1): the root (not resharded between forward and
 //               backward) and the widest window of blocks: every block for SHARD_GRAD_OP, else a block and the next
-//               one with any prefetch (backward pre or post, or forward), one without; in the mixed recipe plus
+//               one with BACKWARD_PRE or forward prefetch, one without or with BACKWARD_POST (which gathers the
+//               next once the unit is freed); in the mixed recipe plus
 //               the bf16 shard (P_b/M) of the block whose all-gather completes the window (FSDP1's _mp_shard), or
 //               the root's (P_0/M) while the root is gathered alone, whichever is more
 //   gradients   Σ_u P_u/M at 4 bytes in the mixed recipe (FSDP's fp32 gradient shards), else at gradient bytes,
@@ -58,7 +59,8 @@ uint64_t gathered_at_peak(const StrategyOptions& options, const AnalyticInput& i
   if (fsdp.sharding == Sharding::kShardGradOp) {
     widest_window = std::accumulate(blocks.begin(), blocks.end(), uint64_t{0});
   } else {
-    const bool prefetch = fsdp.backward_prefetch != BackwardPrefetch::kNone || fsdp.forward_prefetch;
+    // BACKWARD_POST gathers the next block once this one is freed (_post_backward_reshard): one at a time.
+    const bool prefetch = fsdp.backward_prefetch == BackwardPrefetch::kPre || fsdp.forward_prefetch;
     for (size_t block = 0; block < blocks.size(); ++block) {
       const uint64_t next = prefetch && block + 1 < blocks.size() ? blocks[block + 1] : 0;
       widest_window = std::max(widest_window, blocks[block] + next);

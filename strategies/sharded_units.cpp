@@ -261,7 +261,6 @@ void ShardedUnits::reduce_gradients(int u) {
   const DType dtype = options_.recipe.grads;
   Buffer output;  // FSDP1's [S_u] reduce-scatter output: charged only
   if (forms_flat_gradient()) {
-    form_flat_gradient(u);
     if (!groups_.alone && (unit.grads.allocated() || gradient_shard_dtype() != dtype)) {
       output = device_.allocate(0, dtype, Category::kGradients, fmt::format("unit {} reduce-scatter output", u),
                                 unit_charge(model_, u).bytes(unit.shard.shard, dtype));

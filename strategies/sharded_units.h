@@ -96,6 +96,10 @@ class ShardedUnits : public Strategy {
   // does not (every preset's units are multiples of h, so of 64), and would charge a whole unit more.
   virtual bool forms_flat_gradient() const { return false; }
 
+  // The views' gradients concatenated into the FlatParameter's .grad ([n_u] charged, the buffer M·S_u), the views'
+  // freed (forms_flat_gradient): autograd's part, before the post-backward hook's reduce_gradients.
+  void form_flat_gradient(int unit);
+
   // Charges the embeddings' part of the root's gradients, when the policy makes them in parts.
   void before_embedding_backward() override;
   // Charges a block's parameter's gradient as autograd makes it, when the policy forms the flat gradient.
@@ -164,9 +168,6 @@ class ShardedUnits : public Strategy {
   coll::Communicator& shard_group() { return groups_.shard != nullptr ? *groups_.shard : world_; }
   int shard_rank() const { return groups_.alone ? 0 : (groups_.shard != nullptr ? groups_.shard : &world_)->rank(); }
 
-  // The views' gradients concatenated into the FlatParameter's .grad ([n_u] charged, the buffer M·S_u), the views'
-  // freed (forms_flat_gradient).
-  void form_flat_gradient(int unit);
   // The unit's initial values, elements [shard.offset, shard.offset + shard.valid) of its (local) layout, into
   // `out` (fp32): the full unit's seeded initialisation, or over TP this rank's slice of it.
   void initial_shard(int unit, const ShardInfo& shard, float* out);

@@ -359,13 +359,14 @@ Estimate fsdp(const Shapes& s, const Knobs& k) {
   Estimate e;
   if (group > 1) {
     // Blocks alive at once besides the root: all of them (SHARD_GRAD_OP keeps each from its forward to its
-    // backward), else the one in use and, with any prefetch, the next.
+    // backward), else the one in use and, with BACKWARD_PRE or forward prefetch, the next.
     const std::vector<uint64_t> blocks(padded.begin() + 1, padded.end());
     uint64_t window = 0;
     if (k.strategy == "fsdp-grad-op") {
       window = std::accumulate(blocks.begin(), blocks.end(), uint64_t{0});
     } else {
-      const bool prefetch = k.backward_prefetch != Prefetch::kNone || k.forward_prefetch;
+      // BACKWARD_POST: FSDP1's post-backward hook reshards the unit before it prefetches the next.
+      const bool prefetch = k.backward_prefetch == Prefetch::kBackwardPre || k.forward_prefetch;
       for (size_t b = 0; b < blocks.size(); ++b) {
         window = std::max(window, blocks[b] + (prefetch && b + 1 < blocks.size() ? blocks[b + 1] : 0));
       }
@@ -400,9 +401,9 @@ Estimate fsdp(const Shapes& s, const Knobs& k) {
   // part comes last. Sharded gradients stay until the step.
   const uint64_t root_head = padded[0] - late_root_gradients(s);
   uint64_t sharded = 0, backward = 0;
-  const auto unit_backward = [&](size_t u, uint64_t views, uint64_t beside) {
-    const uint64_t own = padded[u] / m * shard_grad_bytes;
-    const uint64_t output = m > 1 && shard_grad_bytes != k.grad_bytes ? padded[u] / m : 0;
+  const auto unit_backward = [&, &p = padded](size_t u, uint64_t views, uint64_t beside) {
+    const uint64_t own = p[u] / m * shard_grad_bytes;
+    const uint64_t output = m > 1 && shard_grad_bytes != k.grad_bytes ? p[u] / m : 0;
     const uint64_t concatenated = (views + counts[u]) * k.grad_bytes;
     const uint64_t reduced = (counts[u] + output) * k.grad_bytes + own;
     backward = std::max(backward, beside + sharded + std::max(concatenated, reduced));
