@@ -233,6 +233,7 @@ void ShardedUnits::gradient_made(int u, size_t offset) {
 }
 
 void ShardedUnits::form_flat_gradient(int u) {
+  if (!forms_flat_gradient()) return;
   UnitState& unit = units_[static_cast<size_t>(u)];
   const DType dtype = options_.recipe.grads;
   const size_t count = model_.layout(u).count;

@@ -97,7 +97,7 @@ class ShardedUnits : public Strategy {
   virtual bool forms_flat_gradient() const { return false; }
 
   // The views' gradients concatenated into the FlatParameter's .grad ([n_u] charged, the buffer M·S_u), the views'
-  // freed (forms_flat_gradient): autograd's part, before the post-backward hook's reduce_gradients.
+  // freed, when the policy forms_flat_gradient(): autograd's part, before the post-backward hook's reduce_gradients.
   void form_flat_gradient(int unit);
 
   // Charges the embeddings' part of the root's gradients, when the policy makes them in parts.
