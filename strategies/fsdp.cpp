@@ -22,18 +22,24 @@
 // NO_SHARD keeps its bf16 copy, as FSDP1 frees _mp_shard only for sharded strategies. The gradient shards are
 // fp32: FSDP reduces in bf16, then keeps the sharded gradient at the dtype of its fp32 sharded parameter.
 //
-// Gradients (_runtime_utils.py _post_backward_hook, _reduce_grad): a unit's unsharded gradient lives from its
-// backward until its reduce-scatter; the root's is made as autograd reaches its parts (the head's and the final
-// norm's when backward begins, the embeddings' at its end, flat.h allocate_root_gradients). A unit's sharded
-// gradient is made by its first reduce-scatter of a step (beside the unsharded one, which is freed after) and
+// Gradients (use_orig_params=False, the default; _flat_param.py's views, _runtime_utils.py _post_backward_hook,
+// _reduce_grad; sharded_units.h forms_flat_gradient): a block's parameters are views of its FlatParameter, so
+// autograd makes each view's gradient when backward reaches the op reading it and holds them until the block's last
+// (ln_1's); the views' split backward then concatenates them into the FlatParameter's .grad [n_u], beside them for
+// a moment, and they are freed. The root's parts are made as autograd reaches them (the head's and the final norm's
+// when backward begins, the embeddings' at its end, flat.h allocate_root_gradients) and concatenated likewise. The
+// post-backward hook reduce-scatters that .grad into a new shard-sized tensor at the gradient dtype and frees it
+// (its F.pad copy, made when the .grad is not a multiple of N, is not charged: sharded_units.h). A unit's sharded
+// gradient is made by its first reduce-scatter of a step (beside the unsharded one, which is freed after; in the
+// mixed recipe a cast of the bf16 reduce-scatter output, freed after it) and
 // freed after the optimizer step by zero_grad(set_to_none=True). Under CPUOffload the sharded gradients are the
 // host's _cpu_grad, kept from set-up.
 //
 // Prefetch, one unit ahead of use at most:
 //   backward_prefetch  BACKWARD_PRE   the next unit in backward is gathered before this unit's gradients are
 //                                     computed: two blocks gathered at once
-//                      BACKWARD_POST  the next unit is gathered after this unit's gradients are computed, before
-//                                     they are reduce-scattered and this unit freed
+//                      BACKWARD_POST  the next unit is gathered after this unit's gradients are computed and this
+//                                     unit freed, before they are reduce-scattered: one block gathered at a time
 //                      NONE           each unit is gathered only when its own backward begins
 //   forward_prefetch   the next block is gathered when a block's forward begins
 // emu's collectives are blocking, so no all-gather is ever queued behind another and FSDP's rate limiter
@@ -100,6 +106,8 @@ class Fsdp final : public ShardedUnits {
   // FlatParameter.grad at the step (prepare_gradient_for_optim), freed by zero_grad(set_to_none=True).
   bool makes_gradient_shards_in_backward() const override { return true; }
   bool makes_root_gradients_in_parts() const override { return true; }
+  // use_orig_params=False: the parameters are views of the FlatParameter, which alone gets a .grad.
+  bool forms_flat_gradient() const override { return true; }
 
   DType gradient_shard_dtype() const override {
     return options_.recipe.has_master ? DType::kF32 : options_.recipe.grads;
@@ -123,10 +131,13 @@ class Fsdp final : public ShardedUnits {
   }
 
   void after_backward(int u) override {
-    // The root's backward ends the pass: nothing follows it to prefetch.
+    // Autograd makes the FlatParameter's .grad; then _post_backward_hook reshards the unit and, with BACKWARD_POST,
+    // gathers the next one (_post_backward_reshard; the root's backward ends the pass: nothing follows it) before it
+    // reduce-scatters the gradient.
+    form_flat_gradient(u);
+    release(u);
     if (options_.fsdp.backward_prefetch == BackwardPrefetch::kPost && u != 0) prefetch_next(u, /*forward=*/false);
     reduce_gradients(u);
-    release(u);
   }
 
  private:

@@ -6,13 +6,16 @@
 //   parameters  Σ_u P_u/M (none in the mixed recipe when M > 1: the fp32 flat shard is the master), plus the
 //               units gathered at the peak (none when M = 1): the root (not resharded between forward and
 //               backward) and the widest window of blocks: every block for SHARD_GRAD_OP, else a block and the next
-//               one with any prefetch (backward pre or post, or forward), one without; in the mixed recipe plus
+//               one with BACKWARD_PRE or forward prefetch, one without or with BACKWARD_POST (which gathers the
+//               next once the unit is freed); in the mixed recipe plus
 //               the bf16 shard (P_b/M) of the block whose all-gather completes the window (FSDP1's _mp_shard), or
 //               the root's (P_0/M) while the root is gathered alone, whichever is more
 //   gradients   Σ_u P_u/M at 4 bytes in the mixed recipe (FSDP's fp32 gradient shards), else at gradient bytes,
 //               each made by its unit's first reduce-scatter and freed after the step (in host memory from set-up
 //               under offload), plus the unsharded gradients while backward makes them: the root's head and final
-//               norm part from the start of backward beside each block's, then the whole root (gradient_peak)
+//               norm part from the start of backward beside each block's, then the whole root; each unit's
+//               parameters' gradients beside their concatenation into the FlatParameter's .grad, then that beside
+//               its reduce-scatter output (gradient_peak)
 //   master weights and Adam moments over Σ_u P_u/M
 //   optimizer step  torch.optim.AdamW's temporaries over the units' flat shards: foreach Σ_u P_u/M, single
 //                   twice the largest P_u/M, fused none, at the moments' dtype, counted with the optimizer state
@@ -56,7 +59,8 @@ uint64_t gathered_at_peak(const StrategyOptions& options, const AnalyticInput& i
   if (fsdp.sharding == Sharding::kShardGradOp) {
     widest_window = std::accumulate(blocks.begin(), blocks.end(), uint64_t{0});
   } else {
-    const bool prefetch = fsdp.backward_prefetch != BackwardPrefetch::kNone || fsdp.forward_prefetch;
+    // BACKWARD_POST gathers the next block once this one is freed (_post_backward_reshard): one at a time.
+    const bool prefetch = fsdp.backward_prefetch == BackwardPrefetch::kPre || fsdp.forward_prefetch;
     for (size_t block = 0; block < blocks.size(); ++block) {
       const uint64_t next = prefetch && block + 1 < blocks.size() ? blocks[block + 1] : 0;
       widest_window = std::max(widest_window, blocks[block] + next);
@@ -70,31 +74,45 @@ uint64_t gathered_at_peak(const StrategyOptions& options, const AnalyticInput& i
   return root + std::max(root_shard, widest_window + block_shard);
 }
 
-// The gradients' peak over backward. The root's unsharded gradients: the head's and the final norm's part (`head`)
-// from the start of backward, the whole root once backward reaches the embeddings, until the root's
-// reduce-scatter, the last. Each block's unsharded gradients from its backward to its reduce-scatter, which makes
-// its sharded gradient (fp32 in the mixed recipe) beside them when it is this step's first. Sharded gradients stay
-// until the optimizer step: in the first micro-batch only the units reduced so far have one; with gradient
-// accumulation every unit has one from the second micro-batch on. Under CPUOffload they are the host's.
+// The gradients' peak over backward, each unit's as FSDP1 makes them (fsdp.cpp). A block's parameters' gradients
+// grow tensor by tensor to n_u during its backward, then sit beside their concatenation, the FlatParameter's .grad
+// (n_u), for a moment (the block's peak); that alone is then reduce-scattered, beside a P_u/M output at the
+// gradient dtype unless that output is the sharded gradient itself (the step's first at the shard's dtype, on the
+// device), and the reduce-scatter makes the unit's sharded gradient (fp32 in the
+// mixed recipe) when it is this step's first. The root's unsharded gradients: the head's and the final norm's part
+// (`head`) beside every block's, the whole root once backward reaches the embeddings, then concatenated and reduced
+// likewise, last. Sharded gradients stay until the optimizer step: in the first micro-batch only the units reduced
+// so far have one; with gradient accumulation every unit has one from the second micro-batch on. Under CPUOffload
+// they are the host's.
 uint64_t gradient_peak(const AnalyticInput& input, const UnitShards& shards, DType grads, DType shard_grads) {
   const auto m = static_cast<uint64_t>(shards.group_size);
-  const uint64_t root = input.bytes(0, shards.padded[0], grads);
-  const uint64_t late = input.root_embedding_elements() * dtype_size(grads);
-  const uint64_t head = root > late ? root - late : 0;
+  const bool accumulating = input.accumulation > 1;
   std::vector<uint64_t> shard(shards.padded.size(), 0);  // [units] each unit's sharded gradient on the device
   if (!input.offload) {
     for (size_t u = 0; u < shard.size(); ++u)
       shard[u] = input.bytes(static_cast<int>(u), shards.padded[u] / m, shard_grads);
   }
   const uint64_t all = std::accumulate(shard.begin(), shard.end(), uint64_t{0});
-  const bool accumulating = input.accumulation > 1;
+  // Unit u's peak beside `held` (other units' gradients): its views beside their concatenation, or its reduction.
+  const auto unit_peak = [&](size_t u, uint64_t views, uint64_t held) {
+    const int unit = static_cast<int>(u);
+    const uint64_t flat = input.bytes(unit, input.unit_counts[u], grads);
+    uint64_t reduction = flat + (accumulating ? 0 : shard[u]);
+    if (m > 1 && (accumulating || shard_grads != grads || input.offload)) {
+      reduction += input.bytes(unit, shards.padded[u] / m, grads);
+    }
+    return held + std::max(views + flat, reduction);
+  };
+  const uint64_t root = input.bytes(0, shards.padded[0], grads);
+  const uint64_t late = input.root_embedding_elements() * dtype_size(grads);
+  const uint64_t head = root > late ? root - late : 0;
   uint64_t reduced = 0, peak = 0;  // sharded gradients made so far in the first micro-batch
   for (size_t u = shard.size() - 1; u >= 1; --u) {
+    const uint64_t block = input.bytes(static_cast<int>(u), input.unit_counts[u], grads);
+    peak = std::max(peak, unit_peak(u, block, head + (accumulating ? all : reduced)));
     reduced += shard[u];
-    const uint64_t block = input.bytes(static_cast<int>(u), shards.padded[u], grads);
-    peak = std::max(peak, head + block + (accumulating ? all : reduced));
   }
-  return std::max(peak, root + all);
+  return std::max(peak, unit_peak(0, root, accumulating ? all : reduced));
 }
 
 }  // namespace

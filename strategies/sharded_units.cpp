@@ -208,6 +208,11 @@ void ShardedUnits::release(int u, bool stale) {
 void ShardedUnits::begin_gradients(int u) {
   UnitState& unit = units_[static_cast<size_t>(u)];
   const std::string what = fmt::format("unit {} gradients", u);
+  if (u > 0 && forms_flat_gradient()) {  // a block's, view by view (gradient_made)
+    unit.views.allocate(device_, model_, u, options_.recipe.grads, what);
+    model_.bind_grads(u, unit.views.data());
+    return;
+  }
   unit.unit_grads = charges_gradients_itself(u)
                         ? device_.allocate(unit.shard.padded, options_.recipe.grads, Category::kGradients, what, 0)
                     : u == 0 && makes_root_gradients_in_parts()
@@ -222,6 +227,32 @@ void ShardedUnits::before_embedding_backward() {
   embedding_grads_ = charge_embedding_gradients(device_, model_, options_.recipe.grads, "unit 0 gradients, embeddings");
 }
 
+void ShardedUnits::gradient_made(int u, size_t offset) {
+  UnitState& unit = units_[static_cast<size_t>(u)];
+  if (unit.views.allocated()) unit.views.made(offset);
+}
+
+void ShardedUnits::form_flat_gradient(int u) {
+  if (!forms_flat_gradient()) return;
+  UnitState& unit = units_[static_cast<size_t>(u)];
+  const DType dtype = options_.recipe.grads;
+  const size_t count = model_.layout(u).count;
+  Buffer flat =
+      device_.allocate(unit.shard.padded, dtype, Category::kGradients, fmt::format("unit {} FlatParameter gradient", u),
+                       unit_charge(model_, u).bytes(count, dtype));
+  if (u == 0) {
+    convert(unit.unit_grads.data(), dtype, flat.data(), dtype, count);
+    embedding_grads_.reset();
+  } else {
+    unit.views.check_complete();
+    convert(unit.views.data(), dtype, flat.data(), dtype, count);
+    unit.views.reset();
+  }
+  zero(element(flat.data(), dtype, count), dtype, unit.shard.padded - count);  // the shard padding
+  unit.unit_grads = std::move(flat);
+  model_.bind_grads(u, unit.unit_grads.data());
+}
+
 bool ShardedUnits::lazy_gradient_shards() const {
   return makes_gradient_shards_in_backward() && context_.offload == nullptr;
 }
@@ -229,6 +260,13 @@ bool ShardedUnits::lazy_gradient_shards() const {
 void ShardedUnits::reduce_gradients(int u) {
   UnitState& unit = units_[static_cast<size_t>(u)];
   const DType dtype = options_.recipe.grads;
+  Buffer output;  // FSDP1's [S_u] reduce-scatter output: charged only
+  if (forms_flat_gradient()) {
+    if (!groups_.alone && (unit.grads.allocated() || gradient_shard_dtype() != dtype)) {
+      output = device_.allocate(0, dtype, Category::kGradients, fmt::format("unit {} reduce-scatter output", u),
+                                unit_charge(model_, u).bytes(unit.shard.shard, dtype));
+    }
+  }
   void* data = unit.unit_grads.data();
   void* mine = element(data, dtype, unit.shard.offset);
   if (!groups_.alone) {
@@ -248,6 +286,7 @@ void ShardedUnits::reduce_gradients(int u) {
     zero(unit.grads.data(), unit.grads.dtype(), unit.grads.count());
   }
   accumulate(mine, dtype, unit.grads.data(), unit.grads.dtype(), unit.shard.shard);
+  output.reset();
   model_.bind_grads(u, nullptr);
   unit.unit_grads.reset();
   if (u == 0) embedding_grads_.reset();

@@ -19,9 +19,10 @@
 //   low-precision    [S_u] recipe.params    kParameters: without a kept parameter shard, made from the master shard
 //   shard                                   for each all-gather and freed when it ends (FSDP1's _mp_shard)
 //   unit gradients   [M·S_u] recipe.grads   kGradients: made in backward (begin_gradients; the root's in the parts
-//                                           autograd makes, when the policy says so), reduce-scattered
-//                                           (averaged) over the shard group, all-reduced across the replica group
-//                                           when there is one, added to the gradient shard and freed
+//                                           autograd makes, when the policy says so; a block's tensor by tensor
+//                                           then concatenated, when the policy forms FSDP1's flat gradient),
+//                                           reduce-scattered (averaged) over the shard group, all-reduced across the
+//                                           replica group when there is one, added to the gradient shard and freed
 //                                           (reduce_gradients)
 // emu's collectives are blocking: a prefetch shows in memory (a unit gathered before its use), not in overlap.
 //
@@ -84,8 +85,25 @@ class ShardedUnits : public Strategy {
   // root's before_backward.
   virtual bool makes_root_gradients_in_parts() const { return false; }
 
+  // Whether a unit's gradients are made as FSDP1 without use_orig_params makes its FlatParameter's .grad
+  // (form_flat_gradient): a block's parameters are views of the flat parameter, so each view's gradient is made
+  // when backward reaches the op reading it (flat.h BlockGradients), autograd holds them until the unit's last one,
+  // and the views' split backward then concatenates them into one new [n_u] tensor, beside them for a moment,
+  // which AccumulateGrad makes the .grad (the root's likewise, from its parts); the post-backward hook
+  // (_runtime_utils.py _reduce_grad) reduce-scatters it into a new [S_u] tensor at the gradient dtype (unless that
+  // is the gradient shard itself: the step's first, at the shard's dtype), and frees it. The F.pad copy it
+  // reduce-scatters from when n_u is not a multiple of M is not charged: a shrunk unit pads where the full-scale one
+  // does not (every preset's units are multiples of h, so of 64), and would charge a whole unit more.
+  virtual bool forms_flat_gradient() const { return false; }
+
+  // The views' gradients concatenated into the FlatParameter's .grad ([n_u] charged, the buffer M·S_u), the views'
+  // freed, when the policy forms_flat_gradient(): autograd's part, before the post-backward hook's reduce_gradients.
+  void form_flat_gradient(int unit);
+
   // Charges the embeddings' part of the root's gradients, when the policy makes them in parts.
   void before_embedding_backward() override;
+  // Charges a block's parameter's gradient as autograd makes it, when the policy forms the flat gradient.
+  void gradient_made(int unit, size_t offset) override;
   // Whether the policy charges `unit`'s gathered parameters itself, part by part (ZeRO-3's root: the embedding and
   // the head fetched and released apart): the gathered buffer then holds the data uncharged.
   virtual bool charges_gathered_itself(int /*unit*/) const { return false; }
@@ -136,6 +154,9 @@ class ShardedUnits : public Strategy {
     Buffer grads;       // [S_u] gradient_shard_dtype(): this rank's gradient shard (made in backward, or at set-up)
     Buffer gathered;    // [M·S_u] recipe.params while the unit is gathered
     Buffer unit_grads;  // [M·S_u] recipe.grads while the unit's backward runs
+    // With forms_flat_gradient(), a block's: [n_u] recipe.grads, its views' gradients, made tensor by tensor until
+    // the unit's backward ends (unit_grads then holds their concatenation)
+    BlockGradients views;
     std::unique_ptr<optim::AdamWState> optimizer;
     std::vector<optim::DecayRange> decay;  // unit coordinates
     bool keep_gathered = false;            // stays gathered once fetched, until the next optimizer step

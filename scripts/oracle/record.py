@@ -302,7 +302,7 @@ def case_flags(args):
 def grid():
     """The checked-in grid: every framework × recipe × model at 2 and 4 ranks (SDPA, no checkpointing), the
     attention axis on Llama and the checkpointing axis on Llama and GPT-2 at 2 ranks for DDP and FSDP2, and on GPT-2
-    for DDP + ZeroRedundancyOptimizer."""
+    for DDP + ZeroRedundancyOptimizer and FSDP1."""
     out = []
     for model in ("llama", "gpt2"):
         for framework in ("ddp", "ddp-zero", "fsdp1", "fsdp2"):
@@ -314,8 +314,9 @@ def grid():
             out.append(("llama", framework, recipe, "eager", 0, 2))
             out.append(("llama", framework, recipe, "sdpa", 1, 2))
             out.append(("gpt2", framework, recipe, "sdpa", 1, 2))
-    for recipe in ("fp32", "mixed"):
-        out.append(("gpt2", "ddp-zero", recipe, "sdpa", 1, 2))
+    for framework in ("ddp-zero", "fsdp1"):
+        for recipe in ("fp32", "mixed"):
+            out.append(("gpt2", framework, recipe, "sdpa", 1, 2))
     return out
 
 

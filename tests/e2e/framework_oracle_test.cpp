@@ -292,33 +292,42 @@ void name_fsdp1(const std::string& category, const CaseFacts& f, Line& line) {
     // charges it as a parameter, MemTracker files it elsewhere. At the parameters' peak it is the root's.
     const auto root_shard = static_cast<int64_t>(
         oracle::round_up(static_cast<uint64_t>(root), static_cast<uint64_t>(f.n)) / static_cast<uint64_t>(f.n));
-    line.named.push_back({"FSDP1's bf16 shard of the root made for its all-gather (_mp_shard)", 2 * root_shard});
+    // Only there: at the totals' peaks (the loss's or a block's backward) no all-gather is in flight.
+    line.named.push_back({"FSDP1's bf16 shard of the root made for its all-gather (_mp_shard)", 2 * root_shard, false});
   }
   if (category == "gradients") {
     // MemTracker's gradient peak is one unit's FlatParameter.grad, the largest (the root's is made at the end of
-    // backward, when its split backward gathers the views' gradients into it). emu's moments (fsdp.cpp): each
-    // block's reduce-scatter, its unsharded gradient beside the root's head and final-norm part (made when
-    // backward begins; in PyTorch autograd holds it for the root's split backward, not a .grad to MemTracker) and
-    // the fp32 sharded gradients made so far, its own included; then the root's reduce-scatter, its whole
-    // unsharded gradient beside every sharded one.
+    // backward, when its split backward gathers the views' gradients into it). emu's moments (fsdp.cpp), per unit in
+    // backward order: the end of its backward, its parameters' (views') gradients beside their concatenation, the
+    // FlatParameter's .grad; then its reduce-scatter, that .grad beside the reduce-scatter output (bf16 in the mixed
+    // recipe; in fp32 the output is the sharded gradient itself) and its fp32 sharded gradient. Beside each block's:
+    // the root's head and final-norm part (made when backward begins; in PyTorch autograd holds it for the root's
+    // split backward, not a .grad to MemTracker) and the sharded gradients of the units reduced before it.
     const auto n = static_cast<uint64_t>(f.n);
     const int64_t g = f.emu_bytes;
-    std::vector<int64_t> padded(units.size());  // P_u
+    std::vector<int64_t> counts(units.size()), padded(units.size());  // n_u, P_u
+    std::transform(units.begin(), units.end(), counts.begin(), [](uint64_t u) { return static_cast<int64_t>(u); });
     std::transform(units.begin(), units.end(), padded.begin(),
                    [n](uint64_t u) { return static_cast<int64_t>(oracle::round_up(u, n)); });
     const int64_t largest = *std::max_element(padded.begin(), padded.end());
     const int64_t head = padded[0] - static_cast<int64_t>(oracle::late_root_gradients(f.shapes));
     struct Moment {
-      int64_t unsharded = 0, head = 0, sharded = 0;
-      int64_t bytes() const { return unsharded + head + sharded; }
+      int64_t flat = 0, head = 0, beside = 0, sharded = 0;  // beside: the views', or the reduce-scatter output
+      int64_t bytes() const { return flat + head + beside + sharded; }
     };
-    Moment peak{g * padded[0], 0, 4 * q};  // the root's reduce-scatter
+    Moment peak;
     int64_t sharded = 0;
-    for (size_t u = padded.size() - 1; u >= 1; --u) {
-      sharded += 4 * padded[u] / f.n;
-      const Moment block{g * padded[u], g * head, sharded};
-      if (block.bytes() > peak.bytes()) peak = block;
-    }
+    const auto consider = [&](size_t u, int64_t views, int64_t held_head) {
+      const int64_t own = 4 * padded[u] / f.n;
+      const int64_t output = f.mixed ? g * padded[u] / f.n : 0;
+      for (const Moment m : {Moment{g * counts[u], held_head, views, sharded},
+                             Moment{g * counts[u], held_head, output, sharded + own}}) {
+        if (m.bytes() > peak.bytes()) peak = m;
+      }
+      sharded += own;
+    };
+    for (size_t u = padded.size() - 1; u >= 1; --u) consider(u, g * counts[u], g * head);
+    consider(0, g * padded[0], 0);  // the root's parts (charged at its padded count) beside their concatenation
     // emu's gradient peak is in backward, its total's at backward's start (before any sharded gradient), so these
     // lines do not carry over to the total (compare() names what emu's total holds).
     line.named.push_back(
@@ -331,8 +340,12 @@ void name_fsdp1(const std::string& category, const CaseFacts& f, Line& line) {
          "end of backward: not a .grad to MemTracker",
          peak.head, false});
     line.named.push_back(
+        {"the views' gradients beside their concatenation into the FlatParameter's .grad (split backward), or the "
+         "reduce-scatter's output beside it: autograd's and the post-backward hook's tensors, Temp to MemTracker",
+         peak.beside, false});
+    line.named.push_back(
         {"the unit whose unsharded gradient is at emu's peak against the largest unit's, MemTracker's peak",
-         peak.unsharded - g * largest, false});
+         peak.flat - g * largest, false});
   }
   if (category == "optimizer_state") {
     line.named.push_back(
@@ -493,12 +506,15 @@ const json& highest_peak(const json& ranks) {
 // MemTracker files as optimizer state).
 enum class Moment : uint8_t { kBeforeGradients, kBlockBackward, kOptimizerStep };
 
-Moment recorded_moment(const RecordedCategories& at_peak) {
+// FSDP1's units get a .grad only when their backward ends, and their sharded gradients are set past MemTracker's
+// gradient hook, so inside a block's backward its breakdown holds no gradient: there the moment is read from the
+// module peaks, a block's equal to the total's (`in_block`).
+Moment recorded_moment(const RecordedCategories& at_peak, bool in_block) {
   int64_t gradients = 0;
   for (const char* key : {"Gradient", "Sharded Grad", "Unsharded Grad"}) {
     if (at_peak.contains(key)) gradients += at_peak.at(key);
   }
-  if (gradients == 0) return Moment::kBeforeGradients;
+  if (gradients == 0) return in_block ? Moment::kBlockBackward : Moment::kBeforeGradients;
   return at_peak.contains("Temp") && at_peak.at("Temp") > 0 ? Moment::kBlockBackward : Moment::kOptimizerStep;
 }
 
@@ -533,6 +549,18 @@ void name_work_at_peak(const json& c, const CaseFacts& f, const std::string& str
           {"gelu_new's backward under CUDA's autocast, its tanh branch in fp32 (28 B per [T, F] element at the "
            "product's backward, the CPU's autocast, recorded here, 14 B)",
            (28 - 14) * T * s.ffn});
+    }
+    if (moment == Moment::kBlockBackward && strategy == "fsdp") {
+      // FSDP1 without use_orig_params: the block's parameters are views of its FlatParameter, and the views'
+      // gradients made so far (the final norm's; the block's first, the MLP's c_proj weight and bias, GPT-2's gelu_new
+      // backward coming next) are autograd's tensors until the block's split backward concatenates them.
+      const uint64_t root = oracle::round_up(oracle::unit_counts(s).at(0), static_cast<uint64_t>(f.n));
+      const auto head = static_cast<int64_t>(root - oracle::late_root_gradients(s));
+      const int64_t down = s.h * s.ffn + (llama ? 0 : s.h);
+      line.named.push_back(
+          {"the views' gradients made by the peak (the final norm's, the block's c_proj's), which MemTracker files "
+           "as Temp until the FlatParameter's .grad is formed and emu as gradients",
+           -f.emu_bytes * (head + down), false});
     }
     if (moment == Moment::kBlockBackward && strategy == "fsdp2") {
       const uint64_t root = oracle::unit_counts(s).at(0);
@@ -572,6 +600,17 @@ Named staging_at_peak(const json& emu) {
       emu["peak"]["at_peak_by_category"]["comm_buffers"].get<int64_t>()};
 }
 
+// Whether the recorded rank's total peaked inside a block: a transformer block's module peak (MemTracker's, over
+// forward and backward) equals the total's.
+bool peaked_in_block(const json& rank) {
+  if (!rank.contains("module_peaks")) return false;
+  for (const auto& [module, bytes] : rank["module_peaks"].items()) {
+    const bool block = module.find(".h.") != std::string::npos || module.find(".layers.") != std::string::npos;
+    if (block && bytes.get<int64_t>() == rank["peak_bytes"].get<int64_t>()) return true;
+  }
+  return false;
+}
+
 std::vector<Line> compare(const json& c, const json& emu, const std::string& strategy) {
   CaseFacts f;
   f.shapes = shapes_of(c["model_config"]);
@@ -595,7 +634,7 @@ std::vector<Line> compare(const json& c, const json& emu, const std::string& str
         if (strategy == "fsdp2") name_fsdp2(category, f, line);
       },
       at_peak.empty() ? nullptr : &at_peak);
-  const Moment moment = recorded_moment(at_peak);
+  const Moment moment = recorded_moment(at_peak, strategy == "fsdp" && peaked_in_block(*top));
   name_work_at_peak(c, f, strategy, moment, lines.back());
   Line total;
   total.category = "total";
@@ -995,7 +1034,7 @@ std::vector<Line> compare_deepspeed(const json& fixture, const json& rank, const
           line.named.push_back({"RoPE inv_freq buffers (emu keeps none)", -rope_buffers(c, 4)});
       },
       breakdown ? &at_peak : nullptr);
-  const Moment moment = breakdown ? recorded_moment(at_peak) : Moment::kBeforeGradients;
+  const Moment moment = breakdown ? recorded_moment(at_peak, false) : Moment::kBeforeGradients;
   name_work_at_peak(fixture, c, "zero3", moment, lines.back());
   if (f.gathered_table > 0) {
     lines.back().named.push_back({"the head gathered through the loss, MemTracker's activation, emu's parameters",
@@ -1096,7 +1135,7 @@ std::vector<Line> compare_deepspeed_zero0(const json& fixture, const json& rank,
   std::vector<Line> lines = category_lines(
       {"parameters", "gradients", "optimizer_state", "buckets", "buffers"}, peaks, emu,
       [&](const std::string& category, Line& line) { name_deepspeed_zero0(category, f, line); }, &at_peak);
-  const Moment moment = recorded_moment(at_peak);
+  const Moment moment = recorded_moment(at_peak, false);
   name_work_at_peak(fixture, f, "zero0", moment, lines.back());
   Line total;
   total.category = "total";

@@ -13,8 +13,11 @@
 //   ZeRO-2 (stage_1_and_2.py, contiguous_gradients): the hook copies each .grad into the ipg bucket as soon as autograd
 //   makes it and repoints .grad into the bucket: one tensor's at a time beside the partition (made at set-up); a tied
 //   head makes none at the head (the final norm's is the largest there).
-//   FSDP1 (_runtime_utils.py _post_backward_hook, _reduce_grad): a unit's unsharded gradient (its FlatParameter's,
-//   made at once) until its reduce-scatter, which makes its fp32 sharded gradient (_saved_grad_shard) beside it;
+//   FSDP1 (_flat_param.py's views, _runtime_utils.py _post_backward_hook, _reduce_grad): a unit's parameters are
+//   views of its FlatParameter, so their gradients are made tensor by tensor as under DDP and held by autograd until
+//   the unit's last; the views' split backward then concatenates them into the FlatParameter's .grad beside them
+//   before they are freed; its reduce-scatter makes a bf16 output (the shard's size), cast into the fp32 sharded
+//   gradient (_saved_grad_shard), and the output and the unsharded gradient are freed;
 //   FSDP2 (foreach_reduce) likewise with per-parameter gradients, made tensor by tensor as under DDP, freed into the
 //   reduce-scatter input (a bucket) before the sharded output is made.
 // Frees that follow one another are compared as their sum (a unit's tensors freed together).
@@ -78,9 +81,12 @@ std::vector<int64_t> expected_backward(const std::string& strategy, const Shapes
   if (strategy == "fsdp") {
     std::vector<int64_t> d = {2 * s.head};
     for (int b = 0; b < 2; ++b) {
-      d.push_back(2 * s.block);      // the block's unsharded gradient
-      d.push_back(4 * s.block / n);  // its reduce-scatter makes the fp32 shard beside it
-      d.push_back(-2 * s.block);
+      for (const int64_t t : s.block_tensors) d.push_back(2 * t);  // the views' gradients
+      d.push_back(2 * s.block);                                    // their concatenation, the FlatParameter's .grad
+      d.push_back(-2 * s.block);                                   // the views' freed
+      d.push_back(2 * s.block / n);                                // the reduce-scatter's bf16 output
+      d.push_back(4 * s.block / n);                                // cast into the fp32 shard
+      d.push_back(-2 * s.block / n - 2 * s.block);                 // the output and the .grad freed
     }
     d.push_back(2 * s.embeddings);
     return d;

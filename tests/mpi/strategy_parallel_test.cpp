@@ -424,15 +424,16 @@ void expect_full_shard_traffic(const ShardedTensorRun& r) {
 
 // FSDP FULL_SHARD over TP 2, fp32 (the flat shards are the parameters: no master copy). Parameters: the shards
 // 4·local/D, the root gathered throughout and two blocks at once (BACKWARD_PRE prefetch). Gradients (2 micro-
-// batches: every unit's fp32 shard from the first): the shards and the root's unsharded gradients, 4·(local/D +
-// root). Adam's m and v and foreach AdamW's copy: 12·local/D.
+// batches: every unit's fp32 shard from the first): the shards, and at the end of backward the root's unsharded
+// gradients (its parts) beside their concatenation into its FlatParameter's .grad, 4·(local/D + 2·root). Adam's m
+// and v and foreach AdamW's copy: 12·local/D.
 TEST(ParallelTraffic, FsdpOverTensorParallelLayers) {
   const ShardedTensorRun r = run_sharded_tensor("fsdp-tp");
   const uint64_t d = r.d;
   expect_full_shard_traffic(r);
   const MemoryPool& memory = r.run->device->memory();
   EXPECT_EQ(memory.peak(Category::kParameters), 4 * r.local / d + 4 * (r.root + 2 * r.block));
-  EXPECT_EQ(memory.peak(Category::kGradients), 4 * (r.local / d + r.root));
+  EXPECT_EQ(memory.peak(Category::kGradients), 4 * (r.local / d + 2 * r.root));
   EXPECT_EQ(memory.peak(Category::kOptimizerState), 12 * r.local / d);
   EXPECT_EQ(memory.peak(Category::kMasterWeights), 0u);
 }

@@ -392,13 +392,14 @@ Estimate fsdp(const Shapes& s, const Knobs& k) {
   Estimate e;
   if (group > 1) {
     // Blocks alive at once besides the root: all of them (SHARD_GRAD_OP keeps each from its forward to its
-    // backward), else the one in use and, with any prefetch, the next.
+    // backward), else the one in use and, with BACKWARD_PRE or forward prefetch, the next.
     const std::vector<uint64_t> blocks(padded.begin() + 1, padded.end());
     uint64_t window = 0;
     if (k.strategy == "fsdp-grad-op") {
       window = std::accumulate(blocks.begin(), blocks.end(), uint64_t{0});
     } else {
-      const bool prefetch = k.backward_prefetch != Prefetch::kNone || k.forward_prefetch;
+      // BACKWARD_POST: FSDP1's post-backward hook reshards the unit before it prefetches the next.
+      const bool prefetch = k.backward_prefetch == Prefetch::kBackwardPre || k.forward_prefetch;
       for (size_t b = 0; b < blocks.size(); ++b) {
         window = std::max(window, blocks[b] + (prefetch && b + 1 < blocks.size() ? blocks[b + 1] : 0));
       }
@@ -423,18 +424,30 @@ Estimate fsdp(const Shapes& s, const Knobs& k) {
     add(e, &Estimate::parameters, "parameters", "low-precision copy kept (NO_SHARD's _mp_shard)",
         shards * k.param_bytes);
   }
-  // Backward, in order: the root's head and final-norm gradients (its padding with them) from the start; each block
-  // L..1 made, then reduce-scattered into its new sharded gradient (_saved_grad_shard) while its unsharded one is
-  // still held; the embeddings' at the end, then the root reduce-scattered. Sharded gradients stay until the step.
+  // Backward, unit by unit (blocks L..1, then the root), as FSDP1 without use_orig_params makes a FlatParameter's
+  // gradient: every parameter is a view of the flat parameter, so autograd holds the views' gradients (n_u in all)
+  // until the unit's last one, then concatenates them into the .grad (n_u more, for a moment); the post-backward hook
+  // reduce-scatters that into a new P_u/M tensor at the gradient dtype, which is the sharded gradient
+  // (_saved_grad_shard) unless the mixed recipe casts it to fp32 (its F.pad copy when n_u < P_u: not counted, as
+  // emu does not, the shrunk units padding where full-scale ones do not). Beside a block: the
+  // root's head and final-norm gradients (its padding with them), made when backward begins; the root's embeddings'
+  // part comes last. Sharded gradients stay until the step.
   const uint64_t root_head = padded[0] - late_root_gradients(s);
   uint64_t sharded = 0, backward = 0;
-  for (size_t b = padded.size() - 1; b >= 1; --b) {
-    sharded += padded[b] / m * shard_grad_bytes;
-    backward = std::max(backward, (root_head + padded[b]) * k.grad_bytes + sharded);
-  }
-  backward = std::max(backward, padded[0] * k.grad_bytes + sharded + padded[0] / m * shard_grad_bytes);
+  const auto unit_backward = [&, &p = padded](size_t u, uint64_t views, uint64_t beside) {
+    const uint64_t own = p[u] / m * shard_grad_bytes;
+    const uint64_t output = m > 1 && shard_grad_bytes != k.grad_bytes ? p[u] / m : 0;
+    const uint64_t concatenated = (views + counts[u]) * k.grad_bytes;
+    const uint64_t reduced = (counts[u] + output) * k.grad_bytes + own;
+    backward = std::max(backward, beside + sharded + std::max(concatenated, reduced));
+    sharded += own;
+  };
+  for (size_t b = padded.size() - 1; b >= 1; --b) unit_backward(b, counts[b], root_head * k.grad_bytes);
+  unit_backward(0, padded[0], 0);
   add(e, &Estimate::gradients, "gradients",
-      "sharded flat gradients made so far beside the unsharded ones of the root and the unit being reduced", backward);
+      "sharded flat gradients made so far beside a unit's views' gradients and their concatenation, or its "
+      "reduce-scatter",
+      backward);
   add_optimizer(e, k, shards, "the flat shards");
   std::vector<uint64_t> flat_shards(padded.size());
   std::transform(padded.begin(), padded.end(), flat_shards.begin(), [m](uint64_t p) { return p / m; });

@@ -44,12 +44,15 @@
 //   FSDP1    one FlatParameter per unit padded to a multiple of the shard group M (world, 1, or a node); the fp32
 //            sharded flat parameter is the master copy (4·Σ P_u/M), the gradient shard is fp32 in the mixed recipe,
 //            Adam over Σ P_u/M, each gradient shard made by its unit's reduce-scatter (beside the unit's unsharded
-//            gradients and the root's head part, whose embeddings' part comes last); parameters are the low-precision
-//            unsharded units alive at the peak: the root (not resharded after forward) and two blocks (BACKWARD_PRE),
-//            one without prefetch, all for SHARD_GRAD_OP, none when M = 1; in the mixed recipe, plus the low-precision
-//            shard FSDP makes for each all-gather and frees when it ends (_mp_shard: the shard of the block completing
-//            the window, or the root's when the root is gathered alone and that is more), and for NO_SHARD the
-//            low-precision copy FSDP keeps (it frees _mp_shard only for sharded strategies).
+//            gradients and the root's head part, whose embeddings' part comes last; a unit's parameters' gradients
+//            are views' until its backward ends, then concatenated beside them into its FlatParameter's .grad, which
+//            is reduce-scattered into a P_u/M output at the gradient dtype); parameters are
+//            the low-precision unsharded units alive at the peak: the root (not resharded after forward) and two
+//            blocks (BACKWARD_PRE), one without prefetch or with BACKWARD_POST (resharded before the next is
+//            gathered), all for SHARD_GRAD_OP, none when M = 1; in the mixed recipe,
+//            plus the low-precision shard FSDP makes for each all-gather and frees when it ends (_mp_shard: the shard
+//            of the block completing the window, or the root's when the root is gathered alone and that is more), and
+//            for NO_SHARD the low-precision copy FSDP keeps (it frees _mp_shard only for sharded strategies).
 #pragma once
 
 #include <cstdint>
