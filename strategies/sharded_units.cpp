@@ -155,14 +155,6 @@ void ShardedUnits::count_step_traffic(size_t elements, size_t gradient_bytes) {
   host_traffic_.device_to_host += elements * (context_.offload != nullptr ? gradient_bytes : param_bytes);
 }
 
-size_t ShardedUnits::gathered_elements() const {
-  size_t live = 0;
-  for (const UnitState& unit : units_) {
-    if (unit.gathered.allocated()) live += unit.gathered.charged_bytes() / dtype_size(unit.gathered.dtype());
-  }
-  return live;
-}
-
 void ShardedUnits::gather(int u, std::string_view pass) {
   UnitState& unit = units_[static_cast<size_t>(u)];
   if (shard_size() == 1 && !offloads_parameters()) {  // the shard is the whole unit; nothing to gather

@@ -138,11 +138,8 @@ class ShardedUnits : public Strategy {
   // The units that follow `unit` in this pass's order, nearest first. Forward: u+1, ..., L; backward: u−1, ..., 1,
   // and L, ..., 1 from the root (whose backward encloses every block's).
   std::vector<int> following_units(int unit, bool forward) const;
-  bool is_gathered(int unit) const { return units_[static_cast<size_t>(unit)].gathered.allocated(); }
   size_t padded_count(int unit) const { return units_[static_cast<size_t>(unit)].shard.padded; }
   size_t shard_elements(int unit) const { return units_[static_cast<size_t>(unit)].shard.shard; }
-  // Elements of every unit gathered now.
-  size_t gathered_elements() const;
   // Counts one unit's optimizer step over PCIe (`elements` as a shrunk run charges them): count_offload's, or with
   // the parameters offloaded, what leaves the device for the host copies.
   void count_step_traffic(size_t elements, size_t gradient_bytes);
