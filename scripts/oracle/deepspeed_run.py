@@ -17,7 +17,9 @@ os.environ.setdefault("DS_ACCELERATOR", "cpu")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 
-def worker(rank, args, queue):
+def worker(rank, args, queue, hook=None):
+    """One rank's run; `hook(rank, args, engine, tracker)`, where given, is called before the tracked step and may
+    return a function called after it (deepspeed_zero3_trace.py's instrumentation)."""
     import torch
     import torch.distributed as dist
 
@@ -58,8 +60,11 @@ def worker(rank, args, queue):
         inner = getattr(optimizer, "optimizer", None)
         tracker.track_external(engine.module, *([inner] if isinstance(inner, torch.optim.Optimizer) else []))
         record.watch_category_peaks(tracker)
+        after = hook(rank, args, engine, tracker) if hook else None
         with tracker:
             losses.append(step())
+        if after:
+            after()
         (peak,) = tracker.get_tracker_snapshot("peak").values()
         queue.put({"rank": rank, "peak_bytes": int(peak["Total"]),
                    "at_peak": {record.category_name(k): int(v) for k, v in sorted(peak.items(), key=str)},
@@ -72,6 +77,21 @@ def worker(rank, args, queue):
             dist.destroy_process_group()
 
 
+def run_ranks(args, hook=None):
+    """Runs `worker` on args.ranks spawned processes; their reports, by rank."""
+    import torch.multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    procs = [ctx.Process(target=worker, args=(r, args, queue, hook)) for r in range(args.ranks)]
+    for p in procs:
+        p.start()
+    out = sorted((queue.get(timeout=600) for _ in procs), key=lambda r: r["rank"])
+    for p in procs:
+        p.join()
+    return out
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--stage", type=int, choices=[0, 1, 2, 3], help="one stage (0: no ZeRO); default 1, 2, 3")
@@ -82,21 +102,11 @@ def main():
     parser.add_argument("--out")
     args = parser.parse_args()
     command = "DS_ACCELERATOR=cpu python scripts/oracle/deepspeed_run.py " + " ".join(sys.argv[1:])
-    import torch.multiprocessing as mp
-
-    ctx = mp.get_context("spawn")
     results = {}
     for stage in ([args.stage] if args.stage is not None else [1, 2, 3]):
         args.stage = stage
         args.port += 1
-        queue = ctx.Queue()
-        procs = [ctx.Process(target=worker, args=(r, args, queue)) for r in range(args.ranks)]
-        for p in procs:
-            p.start()
-        out = sorted((queue.get(timeout=600) for _ in procs), key=lambda r: r["rank"])
-        for p in procs:
-            p.join()
-        results[f"zero{stage}-{args.precision}"] = out
+        results[f"zero{stage}-{args.precision}"] = run_ranks(args)
     import datetime
 
     import record
