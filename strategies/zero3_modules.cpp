@@ -33,6 +33,7 @@ class Replay {
       }
     }
     live_.assign(numel_.size(), false);
+    handle_of_.assign(numel_.size(), kNoHandle);
     if (persistent_gathered) {
       for (size_t p = 0; p < numel_.size(); ++p) {
         if (persist_[p]) gather(p);
@@ -52,7 +53,11 @@ class Replay {
     for (size_t i = 0; i < trace_.size(); ++i) {
       const Use& use = trace_[i];
       const size_t p = use.tensor;
-      gather(p);
+      if (handle_of_[p] != kNoHandle) {
+        wait(p);
+      } else {
+        gather(p);
+      }
       if (used_until[p] < use.step) {  // its own entry, not taken by a prefetch
         if (queue != i) throw std::logic_error("ZeRO-3 trace replay: the parameter queue is out of step");
         used_until[p] = trace_[queue++].step;
@@ -71,6 +76,10 @@ class Replay {
         phases.kept[static_cast<size_t>(use.unit)] = all;
       }
     }
+    // The end of backward (reset_step) waits on every handle still in flight and drops it.
+    for (size_t p = 0; p < numel_.size(); ++p) {
+      if (handle_of_[p] != kNoHandle) wait(p);
+    }
     phases.after = live_elements_;
     return phases;
   }
@@ -81,6 +90,35 @@ class Replay {
     live_[p] = true;
     live_elements_ += numel_[p];
     if (!persist_[p]) available_ += numel_[p];
+  }
+  // A coalesced all-gather (AllGatherCoalescedHandle, partition_parameters.py all_gather_coalesced): one flat
+  // buffer of every tensor's elements, all-gathered at once; the tensors are in flight (not available, not to be
+  // gathered again) but none has its own copy yet. The coordinator's registry of in-flight tensors holds the handle,
+  // so the flat buffer lives until the last of its tensors has been waited on. (DeepSpeed pads each tensor's
+  // partition to a whole share per rank; the flat buffer here is the tensors' elements as charged.)
+  void gather_coalesced(const std::vector<size_t>& tensors) {
+    Handle& handle = handles_.emplace_back();
+    handle.tensors = tensors;
+    handle.pending = tensors.size();
+    for (size_t p : tensors) {
+      live_[p] = true;
+      available_ += numel_[p];
+      handle_of_[p] = handles_.size() - 1;
+      handle.flat += numel_[p];
+    }
+    live_elements_ += handle.flat;
+  }
+  // A fetch waits on p's handle: the first wait copies every tensor of the handle out of the flat buffer (each its
+  // own tensor, torch.cat of its pieces); p leaves the registry, and with the handle's last tensor the flat buffer
+  // goes.
+  void wait(size_t p) {
+    Handle& handle = handles_[handle_of_[p]];
+    if (!handle.waited) {
+      handle.waited = true;
+      for (size_t q : handle.tensors) live_elements_ += numel_[q];
+    }
+    handle_of_[p] = kNoHandle;
+    if (--handle.pending == 0) live_elements_ -= handle.flat;
   }
   void free(size_t p) {
     live_[p] = false;
@@ -106,7 +144,19 @@ class Replay {
         prefetching += static_cast<int64_t>(numel_[p]);
       }
     }
-    for (size_t p : fetched) gather(p);
+    // One tensor is gathered into its own buffer (all_gather_coalesced's sequential path); more, coalesced.
+    // Persistent tensors on their own: DeepSpeed gathers them apart (stage3.py _post_step, after the optimizer
+    // step), never in the coordinator's prefetch.
+    std::vector<size_t> coalesced;
+    for (size_t p : fetched) {
+      if (persist_[p]) {
+        gather(p);
+      } else {
+        coalesced.push_back(p);
+      }
+    }
+    if (coalesced.size() == 1) gather(coalesced.front());
+    if (coalesced.size() > 1) gather_coalesced(coalesced);
   }
 
   // After the use ending at trace position `next` − 1, DeepSpeed's step id now `step_id`: p freed unless
@@ -167,8 +217,17 @@ class Replay {
   std::vector<uint64_t> numel_;
   std::vector<bool> persist_, live_;
   std::vector<Use> trace_;
-  uint64_t live_elements_ = 0;  // every tensor gathered now
-  uint64_t available_ = 0;      // the coordinator's count: the non-persistent ones
+  struct Handle {
+    std::vector<size_t> tensors;
+    uint64_t flat = 0;   // the flat buffer's elements
+    size_t pending = 0;  // its tensors not yet waited on
+    bool waited = false;
+  };
+  static constexpr size_t kNoHandle = std::numeric_limits<size_t>::max();
+  std::vector<Handle> handles_;
+  std::vector<size_t> handle_of_;  // [tensor] the handle it is in flight in, or kNoHandle
+  uint64_t live_elements_ = 0;     // every tensor's own copy now, and the flat buffers of handles in flight
+  uint64_t available_ = 0;         // the coordinator's count: the non-persistent ones
 };
 
 }  // namespace

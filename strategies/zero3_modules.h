@@ -17,7 +17,10 @@
 //   prefetch  with stage3_prefetch_bucket_size > 0, entries popped off the queue while fewer elements than
 //             min(bucket, stage3_max_live_parameters − elements available) are being prefetched; each not available
 //             is all-gathered (the one that crosses the limit too), and every popped tensor is marked as used up to
-//             its entry's position
+//             its entry's position; more than one tensor prefetched at once are all-gathered coalesced, into one
+//             flat buffer that lives, beside the tensors' own copies (made at the first wait on any of them), until
+//             the last of them is fetched (the coordinator's in-flight registry holds the handle), or the micro-batch
+//             ends (reset_step waits on what is left)
 //   release   p freed after its use (release_sub_module, __params_to_release) unless persistent (at most
 //             stage3_param_persistence_threshold elements, gathered once, freed only by the optimizer step), marked
 //             by a prefetch for a later use, or used again within stage3_max_reuse_distance elements of the trace

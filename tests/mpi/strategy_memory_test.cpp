@@ -205,7 +205,16 @@ TEST(Zero3Reuse, CheckpointedBlocksFetchTheirTensorsAgainForTheRecomputation) {
 // A prefetch bucket reaches past a tensor in use to its own later entry: DeepSpeed then keeps it to that use
 // (__params_to_release skips a parameter a prefetch marked for a later step). Of the same tiny Llama, with no
 // reuse distance and a bucket of 1,500 elements, the whole model stays gathered into backward: 2·2912 + 1200.
-TEST(Zero3Reuse, APrefetchThatReachesALaterUseKeepsTheTensor) { expect_gathered_peak(1500, 0, 2 * 2912 + 1200); }
+// Each prefetch of several tensors is one coalesced all-gather whose flat buffer lives until the last of them is
+// fetched, the tensors' own copies made at the first fetch of any. The prefetches: at the embedding's fetch block
+// 1's norm … gate (1504), at its norm block 1's up, down and block 2's norm, q (1680), at its q block 2's k, v, o,
+// post-attention norm, gate, up (128 + 128 + 256 + 16 + 704 + 704 = 1936), at its k block 1's q (for backward),
+// block 2's down, the final norm and the head, at its v block 1's norm and the embedding (for backward). From block
+// 2's k to its up the whole model is gathered (as copies, or as the flat buffers of the two prefetches not yet
+// waited on, of the same size) beside that third flat buffer: 2·2912 + 1200 + 1936.
+TEST(Zero3Reuse, APrefetchThatReachesALaterUseKeepsTheTensor) {
+  expect_gathered_peak(1500, 0, 2 * 2912 + 1200 + (128 + 128 + 256 + 16 + 704 + 704));
+}
 
 // ZeRO-3's gradients on the device as DeepSpeed makes them: autograd makes one parameter's .grad, stage3.py copies it
 // into the ipg bucket (charged under buckets) and drops it, so with the optimizer offloaded (the gradient partitions

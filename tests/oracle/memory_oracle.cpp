@@ -233,6 +233,77 @@ Estimate zero12(const Shapes& s, const Knobs& k, int stage) {
   return e;
 }
 
+// What DeepSpeed's ZeRO-3 holds gathered, parameter by parameter: a parameter fetched for its use is gathered into
+// its own buffer (or, in flight, waited on); a prefetch of several parameters that are not persistent is one
+// coalesced all-gather, a flat buffer as large as all of them, held by the coordinator's in-flight registry until
+// each of them has been waited on, the first wait copying every one of them out of it. Persistent parameters are
+// gathered apart (after the optimizer step), never with the others. `all`: every element held, flat buffers
+// included; `available`: the coordinator's count, persistent parameters left out.
+struct CoordinatorHeld {
+  CoordinatorHeld(const std::vector<uint64_t>& sizes, uint64_t persistence)
+      : size(sizes), threshold(persistence), gathered(sizes.size(), false), in_flight(sizes.size(), -1) {}
+  void fetch(int p) {
+    if (in_flight[static_cast<size_t>(p)] < 0) {
+      gather(p);
+      return;
+    }
+    Flat& flat = flats[static_cast<size_t>(in_flight[static_cast<size_t>(p)])];
+    in_flight[static_cast<size_t>(p)] = -1;
+    if (!flat.copied) {
+      flat.copied = true;
+      for (int q : flat.pending) all += size[static_cast<size_t>(q)];
+    }
+    flat.pending.erase(p);
+    if (flat.pending.empty()) all -= flat.elements;
+  }
+  void prefetch(const std::set<int>& params) {
+    std::vector<int> coalesced;
+    for (int q : params) {
+      if (size[static_cast<size_t>(q)] <= threshold) {
+        gather(q);
+      } else {
+        coalesced.push_back(q);
+      }
+    }
+    if (coalesced.size() == 1) gather(coalesced.front());
+    if (coalesced.size() < 2) return;
+    Flat& flat = flats.emplace_back();
+    for (int q : coalesced) {
+      gathered[static_cast<size_t>(q)] = true;
+      available += size[static_cast<size_t>(q)];
+      in_flight[static_cast<size_t>(q)] = static_cast<int>(flats.size()) - 1;
+      flat.pending.insert(q);
+      flat.elements += size[static_cast<size_t>(q)];
+    }
+    all += flat.elements;
+  }
+  void free(int p) {
+    gathered[static_cast<size_t>(p)] = false;
+    all -= size[static_cast<size_t>(p)];
+    available -= size[static_cast<size_t>(p)];
+  }
+
+  struct Flat {
+    std::set<int> pending;  // its parameters not yet waited on
+    uint64_t elements = 0;
+    bool copied = false;
+  };
+  const std::vector<uint64_t>& size;  // [param]
+  uint64_t threshold;
+  std::vector<bool> gathered;  // [param] gathered or in flight
+  std::vector<int> in_flight;  // [param] its flat buffer, or -1
+  std::vector<Flat> flats;
+  uint64_t all = 0, available = 0;
+
+ private:
+  void gather(int p) {
+    if (gathered[static_cast<size_t>(p)]) return;
+    gathered[static_cast<size_t>(p)] = true;
+    all += size[static_cast<size_t>(p)];
+    if (size[static_cast<size_t>(p)] > threshold) available += size[static_cast<size_t>(p)];
+  }
+};
+
 // ZeRO-3: DeepSpeed's PartitionedParameterCoordinator over one micro-batch (the first after an optimizer step, its
 // trace complete), parameter by parameter. The trace lists every module with parameters as its hooks fetch it:
 // the embeddings, each block's modules as its forward runs them, the final norm, the head (a tied head: the table
@@ -242,13 +313,23 @@ Estimate zero12(const Shapes& s, const Knobs& k, int stage) {
 // are taken while fewer than min(bucket, max_live − available) elements are being prefetched, each parameter not
 // gathered is gathered, every taken entry marking its parameter as fetched up to that entry's step; after the use
 // the parameter is freed unless persistent, marked for a later step, or met again within max_reuse_distance
-// elements of the trace. Returns the most elements gathered at once, persistent ones included.
-uint64_t zero3_gathered_peak(const Shapes& s, const Knobs& k) {
+// elements of the trace. Several parameters prefetched at once share one flat all-gather buffer that stays until
+// each of them has been fetched (partition_parameters.py AllGatherCoalescedHandle, held by the coordinator's
+// in-flight registry); their own copies are made at the first fetch of any of them. Returns the most elements
+// gathered at once, flat buffers and persistent parameters included.
+// zero3_gathered_peak's trace: each entry a parameter and the step it is used at.
+struct Zero3Trace {
   struct Entry {
     int param;
     int64_t step;
   };
   std::vector<uint64_t> size;  // [param]
+  std::vector<Entry> entries;
+};
+
+Zero3Trace zero3_trace(const Shapes& s, bool checkpoint) {
+  Zero3Trace out;
+  std::vector<uint64_t>& size = out.size;
   const auto add_param = [&](uint64_t n) {
     size.push_back(n);
     return static_cast<int>(size.size()) - 1;
@@ -269,7 +350,7 @@ uint64_t zero3_gathered_peak(const Shapes& s, const Knobs& k) {
       for (uint64_t n : {h, h, h * 3 * h, 3 * h, h * h, h, h, h, h * f, f, f * h, h}) block.push_back(add_param(n));
     }
   }
-  std::vector<Entry> trace;
+  std::vector<Zero3Trace::Entry>& trace = out.entries;
   int64_t step = 0;
   const auto module = [&](int param) { trace.push_back({param, step++}); };
   for (int p : embeddings) module(p);
@@ -280,52 +361,54 @@ uint64_t zero3_gathered_peak(const Shapes& s, const Knobs& k) {
   ++step;
   for (auto p = head.rbegin(); p != head.rend(); ++p) module(*p);
   for (auto block = blocks.rbegin(); block != blocks.rend(); ++block) {
-    if (k.checkpoint) {
+    if (checkpoint) {
       for (int p : *block) module(p);
       ++step;
     }
     for (auto p = block->rbegin(); p != block->rend(); ++p) module(*p);
   }
   for (auto p = embeddings.rbegin(); p != embeddings.rend(); ++p) module(*p);
+  return out;
+}
 
+// The coordinator over that trace, as above.
+uint64_t zero3_gathered_peak(const Shapes& s, const Knobs& k) {
+  using Entry = Zero3Trace::Entry;
+  const Zero3Trace made = zero3_trace(s, k.checkpoint);
+  const std::vector<uint64_t>& size = made.size;
+  const std::vector<Entry>& trace = made.entries;
   const auto knob = [&](uint64_t full) { return full == 0 ? 0 : per_k2(full, k.shrink); };
   const uint64_t threshold = knob(k.param_persistence_threshold), bucket = knob(k.prefetch_bucket_size),
                  max_live = knob(k.max_live_parameters), reuse = knob(k.max_reuse_distance);
-  std::vector<bool> gathered(size.size(), false);
   std::vector<int64_t> fetched_for(size.size(), INT64_MIN);
   std::deque<Entry> queue(trace.begin(), trace.end());
-  uint64_t available = 0, all = 0, peak = 0;
-  const auto gather = [&](int p) {
-    if (gathered[static_cast<size_t>(p)]) return;
-    gathered[static_cast<size_t>(p)] = true;
-    all += size[static_cast<size_t>(p)];
-    if (size[static_cast<size_t>(p)] > threshold) available += size[static_cast<size_t>(p)];
-  };
+  CoordinatorHeld held(size, threshold);
+  uint64_t peak = 0;
   for (size_t i = 0; i < trace.size(); ++i) {
     const auto [p, at] = trace[i];
     const auto param = static_cast<size_t>(p);
-    gather(p);
+    held.fetch(p);
     if (fetched_for[param] < at) {
       fetched_for[param] = queue.front().step;
       queue.pop_front();
     }
     if (bucket > 0) {
-      const int64_t limit = std::min<int64_t>(static_cast<int64_t>(max_live) - static_cast<int64_t>(available),
+      const int64_t limit = std::min<int64_t>(static_cast<int64_t>(max_live) - static_cast<int64_t>(held.available),
                                               static_cast<int64_t>(bucket));
       int64_t prefetching = 0;
       std::set<int> prefetch;
       while (!queue.empty() && prefetching < limit) {
         const Entry next = queue.front();
         queue.pop_front();
-        if (!gathered[static_cast<size_t>(next.param)] && prefetch.insert(next.param).second) {
+        if (!held.gathered[static_cast<size_t>(next.param)] && prefetch.insert(next.param).second) {
           prefetching += static_cast<int64_t>(size[static_cast<size_t>(next.param)]);
         }
         fetched_for[static_cast<size_t>(next.param)] =
             std::max(fetched_for[static_cast<size_t>(next.param)], next.step);
       }
-      for (int q : prefetch) gather(q);
+      held.prefetch(prefetch);
     }
-    peak = std::max(peak, all);
+    peak = std::max(peak, held.all);
     if (size[param] <= threshold || fetched_for[param] > at + 1) continue;
     bool again = false;
     uint64_t between = 0;
@@ -333,11 +416,7 @@ uint64_t zero3_gathered_peak(const Shapes& s, const Knobs& k) {
       again = trace[j].param == p;
       between += size[static_cast<size_t>(trace[j].param)];
     }
-    if (!again) {
-      gathered[param] = false;
-      all -= size[param];
-      available -= size[param];
-    }
+    if (!again) held.free(p);
   }
   return peak;
 }

@@ -62,8 +62,11 @@ TEST(Zero3Modules, PrefetchTakesTheCrossingEntryAndMarksLaterUses) {
   const Zero3Phases p = zero3_module_phases(in, false);
   // embed 100 + a, b, c prefetched (4 + 30 + 50 ≥ 40)
   EXPECT_EQ(p.forward[0], 184u);
-  // the embedding freed; a's use prefetches the final norm and the head (4 + 100); b's the table again (100)
-  EXPECT_EQ(p.forward[1], 288u);
+  // b and c are prefetched in one coalesced all-gather: a flat buffer of 80 elements and no copies until b's fetch
+  // waits on it, which copies both out (80); the buffer goes at c's fetch, the last of its tensors. The embedding
+  // freed; a's use prefetches the final norm and the head (4 + 100, each on its own); b's the table again (100): at
+  // b's fetch 8 + 100 + 100 + 80 + 80.
+  EXPECT_EQ(p.forward[1], 368u);
   EXPECT_EQ(p.kept[1], true);
   EXPECT_EQ(p.head_forward, 288u);
   EXPECT_EQ(p.head_backward, 288u);
