@@ -886,6 +886,20 @@ struct DeepSpeedFacts {
   // gathered at once is one table beside the persistent norms. The all-gather makes the table's data inside the
   // forward, not as a module parameter, so MemTracker counts it with the activations; emu with the parameters.
   int64_t gathered_table = 0;
+  // Elements DeepSpeed holds gathered at the loss with a prefetch bucket that MemTracker files as activations (emu:
+  // parameters). MemTracker's pre-forward hook of a module (its first call; global hooks run before DeepSpeed's own)
+  // files as parameters the storages its parameters, its submodules' included, point at then: a tensor whose copy a
+  // prefetch's wait made before its module, or one around it, began is a parameter; one whose copy its own fetch
+  // made, and every coalesced flat buffer, are activations. Counted by hand for the tiny Llama with
+  // stage3_param_persistence_threshold 100, stage3_prefetch_bucket_size 40,000 and stage3_max_reuse_distance
+  // 40,000 (the recording's knobs; 2 blocks, h 64, kv 32, ffn 176, V 512; the queue as the coordinator
+  // logged it, scripts/oracle/deepspeed_zero3_trace.py): the prefetches are {embed, q0, k0, v0} (at the root's
+  // fetch), {o0, gate0, up0, down0, q1} (the model's), {k1, v1, o1, gate1, up1, down1} (the embedding's), and
+  // {embed, head} (the rotary embedding's: the embedding's backward use; its copy made at the head's fetch). At the
+  // loss every tensor is gathered; activations are the head and the embedding (V·h each), their flat buffer
+  // (2·V·h, alive until the embedding's backward fetch), o0 (h·h: its prefetch waited at its own fetch) and k1
+  // (kv·h, likewise). 0 for other knobs, where the parameters and activations lines stay as they are.
+  int64_t prefetched_as_activations = 0;
 };
 
 DeepSpeedFacts deepspeed_facts(const oracle::Shapes& s, int64_t n, const json& zero) {
@@ -895,6 +909,13 @@ DeepSpeedFacts deepspeed_facts(const oracle::Shapes& s, int64_t n, const json& z
       zero.value("stage3_prefetch_bucket_size", int64_t{50'000'000}) == 0 &&
       zero.value("stage3_max_reuse_distance", int64_t{1'000'000'000}) > 0) {
     f.gathered_table = table;
+  }
+  if (s.family == oracle::Family::kLlama && s.layers == 2 &&
+      zero.value("stage3_param_persistence_threshold", int64_t{100'000}) == 100 &&
+      zero.value("stage3_prefetch_bucket_size", int64_t{50'000'000}) == 40'000 &&
+      zero.value("stage3_max_reuse_distance", int64_t{1'000'000'000}) == 40'000) {
+    const int64_t kv = s.kv_heads * (s.h / s.heads);
+    f.prefetched_as_activations = 2 * table + 2 * table + s.h * s.h + kv * s.h;
   }
   const std::vector<uint64_t> units = oracle::unit_counts(s);
   const int64_t sub_group_size = zero.value("sub_group_size", int64_t{1'000'000'000});
@@ -942,6 +963,13 @@ void name_deepspeed_zero3(const std::string& category, const DeepSpeedFacts& f, 
         {"one V·h table gathered (the head through the loss, the embedding for its backward), which "
          "MemTracker files under activations",
          2 * f.gathered_table, false});
+  }
+  if (category == "parameters" && f.prefetched_as_activations > 0) {
+    line.named.push_back(
+        {"tensors gathered at the loss whose copies their own fetch made (the head, the embedding, o_proj of block "
+         "0, k_proj of block 1) and the flat buffer of the head's and embedding's coalesced prefetch, which "
+         "MemTracker files under activations",
+         2 * f.prefetched_as_activations, false});
   }
   if (category == "parameters") {
     line.named.push_back(
@@ -1039,6 +1067,11 @@ std::vector<Line> compare_deepspeed(const json& fixture, const json& rank, const
   if (f.gathered_table > 0) {
     lines.back().named.push_back({"the head gathered through the loss, MemTracker's activation, emu's parameters",
                                   -2 * f.gathered_table, false});
+  }
+  if (f.prefetched_as_activations > 0) {
+    lines.back().named.push_back(
+        {"gathered tensors and the coalesced flat buffer at the loss, MemTracker's activations, emu's parameters",
+         -2 * f.prefetched_as_activations, false});
   }
   // MemTracker sees the ipg bucket only while a .grad points into it. A bucket larger than all else (DeepSpeed's
   // default, 500,000,000 elements) puts MemTracker's peak where it is seen, in a block's backward, while emu's (and
