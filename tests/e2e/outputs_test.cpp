@@ -360,12 +360,13 @@ TEST(Svg, OneAxisOfPhasesForEveryPanel) {
 }
 
 // Ctrl-C under mpirun (which forwards it to the ranks as SIGTERM) while the second strategy runs: rank 0 says what
-// finished, and the JSON, complete and valid, holds the finished strategy and names those that did not run.
+// finished, and the JSON, complete and valid, holds the finished strategy and names those that did not run. With the
+// launcher's grace between SIGTERM and SIGKILL, as a user's mpirun has it.
 TEST(Interrupt, SaysWhatFinishedAndKeepsItInTheJson) {
   testing::TempDir dir("outputs");
   const std::string out = dir.file("run.json"), err = dir.file("err.txt");
   const std::string job =
-      mpiexec(2) + kEmu +
+      mpiexec(2, /*grace=*/true) + kEmu +
       " --model gpt2 --shrink 8 --steps 8 --fault delay:0:0.5 --strategies ddp,zero3,zero2 --json " + out + " 2>" + err;
   // Start the job, wait for zero3's second step (ddp has finished), then interrupt mpirun as Ctrl-C does. Rank 0
   // sleeps half a second before each step (a straggler fault), so zero3's six steps left take 3 s or more: time for

@@ -35,9 +35,10 @@ ProcessResult run_process(const std::string& command, int timeout_seconds) {
   return result;
 }
 
-std::string mpiexec(int ranks) {
-  return std::string("env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 ") + EMU_MPIEXEC +
-         " --oversubscribe -n " + std::to_string(ranks) + " ";
+std::string mpiexec(int ranks, bool grace) {
+  return std::string("env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 ") +
+         (grace ? "" : "OMPI_MCA_odls_base_sigkill_timeout=0 ") + EMU_MPIEXEC + " --oversubscribe -n " +
+         std::to_string(ranks) + " ";
 }
 
 TempDir::TempDir(const std::string& label)
