@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "emu/check.h"
+#include "emu/cpu/blas_info.h"
 #include "emu/device.h"
 #include "emu/topology.h"
 #include "emu/units.h"
@@ -101,6 +102,20 @@ std::string settings_lines(const RunOptions& options) {
   return text;
 }
 
+// The BLAS line: the library and the kernels it runs, and when they leave this CPU's vector units unused, how to
+// choose others (emu/cpu/blas_info.h).
+std::string blas_line(const cpu::BlasInfo& blas) {
+  std::string line = fmt::format("  blas      {}", blas.config);
+  if (!blas.coretype.empty()) line += fmt::format(" (OPENBLAS_CORETYPE={})", blas.coretype);
+  if (!blas.suggestion.empty()) {
+    line += fmt::format(
+        "\n            {}'s kernels use SSE only and this CPU has {}: this OpenBLAS does not know the CPU's model and "
+        "fell back to them. OPENBLAS_CORETYPE={} in every rank's environment runs its {} kernels instead",
+        blas.core, blas.suggestion == "Haswell" ? "AVX2" : "AVX-512", blas.suggestion, blas.suggestion);
+  }
+  return line + "\n";
+}
+
 }  // namespace
 
 model::ShrinkReport run_shrink_report(const RunOptions& options, int64_t k) {
@@ -141,6 +156,7 @@ void print_run_header(const MpiSession& mpi, const RunOptions& options) {
   std::string text = fmt::format("emu {}: {} rank{} on {} host{}, one emulated GPU per rank\n", EMU_VERSION,
                                  mpi.world(), mpi.world() == 1 ? "" : "s", mpi.hosts(), mpi.hosts() == 1 ? "" : "s");
   text += fmt::format("  host      {}\n", host.summary());
+  text += blas_line(cpu::describe_blas());
   text += model_line(options);
   text += training_line(options);
   text += settings_lines(options);
