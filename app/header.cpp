@@ -156,7 +156,7 @@ void print_run_header(const MpiSession& mpi, const RunOptions& options) {
   std::string text = fmt::format("emu {}: {} rank{} on {} host{}, one emulated GPU per rank\n", EMU_VERSION,
                                  mpi.world(), mpi.world() == 1 ? "" : "s", mpi.hosts(), mpi.hosts() == 1 ? "" : "s");
   text += fmt::format("  host      {}\n", host.summary());
-  text += blas_line(cpu::describe_blas());
+  if (!options.plan) text += blas_line(cpu::describe_blas());  // a plan does no math
   text += model_line(options);
   text += training_line(options);
   text += settings_lines(options);

@@ -45,6 +45,17 @@ TEST(Cli, HeaderShowsTheCapArithmetic) {
   }
 }
 
+// The header names the BLAS the matrix products run on and its kernels (their speed is the run's); a plan, which does
+// no math, does not.
+TEST(Cli, HeaderNamesTheBlasKernelsOfARunNotOfAPlan) {
+  const auto run = run_process(mpiexec(2) + kEmu + kQuick);
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_EQ(count_of(run.out, "\n  blas      OpenBLAS "), 1) << run.out;
+  const auto plan = run_process(kEmu + " --plan 8 --model gpt2 --strategies ddp");
+  ASSERT_EQ(plan.exit_code, 0) << plan.err;
+  EXPECT_EQ(count_of(plan.out, "  blas  "), 0) << plan.out;
+}
+
 TEST(Cli, NamedGpuCap) {
   const auto run = run_process(mpiexec(1) + kEmu + " --cap a100-40gb-scaled" + kQuick);
   ASSERT_EQ(run.exit_code, 0) << run.err;
