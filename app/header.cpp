@@ -111,7 +111,7 @@ std::string blas_line(const cpu::BlasInfo& blas) {
     line += fmt::format(
         "\n            {}'s kernels use SSE only and this CPU has {}: this OpenBLAS does not know the CPU's model and "
         "fell back to them. OPENBLAS_CORETYPE={} in every rank's environment runs its {} kernels instead",
-        blas.core, blas.suggestion == "Haswell" ? "AVX2" : "AVX-512", blas.suggestion, blas.suggestion);
+        blas.core, blas.unused_units, blas.suggestion, blas.suggestion);
   }
   return line + "\n";
 }

@@ -11,8 +11,8 @@ namespace emu::cpu {
 namespace {
 
 // OpenBLAS's x86-64 cores whose kernels are SSE only (kernel/x86_64/KERNEL.<CORE>): a CPU with AVX2 or AVX-512
-// runs them at a fraction of its rate (one core of a 2-core Emerald Rapids VM: sgemm at 45 GFLOP/s on Prescott's
-// kernels, 100 on Cooperlake's).
+// runs them at a fraction of its rate (one core of a 2-core Emerald Rapids VM: sgemm 1024^3 at 23 GFLOP/s on
+// Prescott's kernels, 111 on Cooperlake's).
 constexpr std::array<std::string_view, 9> kSseOnlyCores = {"Prescott", "Core2",   "Penryn",    "Dunnington", "Nehalem",
                                                            "Atom",     "Opteron", "Barcelona", "Bobcat"};
 
@@ -44,7 +44,9 @@ BlasInfo describe_blas() {
   info.config = openblas_get_config();
   info.core = openblas_get_corename();
   if (const char* set = std::getenv("OPENBLAS_CORETYPE")) info.coretype = set;
-  info.suggestion = suggested_coretype(info.core, info.coretype, this_cpu_vector_units());
+  const CpuVectorUnits units = this_cpu_vector_units();
+  info.suggestion = suggested_coretype(info.core, info.coretype, units);
+  if (!info.suggestion.empty()) info.unused_units = units.avx512 ? "AVX-512" : "AVX2";
   return info;
 }
 

@@ -17,10 +17,11 @@ struct CpuVectorUnits {
 };
 
 struct BlasInfo {
-  std::string config;      // openblas_get_config(): version, build options, the kernels' core
-  std::string core;        // openblas_get_corename(): the kernels in use
-  std::string coretype;    // OPENBLAS_CORETYPE as the process started with it; empty when unset
-  std::string suggestion;  // an OPENBLAS_CORETYPE that runs kernels this CPU has and the library skipped, or ""
+  std::string config;        // openblas_get_config(): version, build options, the kernels' core
+  std::string core;          // openblas_get_corename(): the kernels in use
+  std::string coretype;      // OPENBLAS_CORETYPE as the process started with it; empty when unset
+  std::string suggestion;    // an OPENBLAS_CORETYPE that runs kernels this CPU has and the library skipped, or ""
+  std::string unused_units;  // with a suggestion: the vector units the kernels in use leave idle ("AVX-512", "AVX2")
 };
 
 // The OpenBLAS core whose kernels the CPU's vector units run, when `core`'s kernels use none of them (an SSE-only
