@@ -14,16 +14,31 @@ namespace emu::model {
 
 using Access = F32::Access;
 
+namespace {
+
+// "block <unit> <what>", formatted into the stack: a tensor's name is read only by an out-of-memory report, and a
+// plan names millions of them.
+class BlockName {
+ public:
+  BlockName(int unit, std::string_view what) { fmt::format_to(std::back_inserter(text_), "block {} {}", unit, what); }
+  operator std::string_view() const { return {text_.data(), text_.size()}; }  // NOLINT(google-explicit-constructor)
+
+ private:
+  fmt::memory_buffer text_;
+};
+
+}  // namespace
+
 Buffer BlockEnv::allocate(size_t count, DType dtype, Category category, std::string_view what) const {
-  return device.allocate(count, dtype, category, fmt::format("block {} {}", unit, what));
+  return device.allocate(count, dtype, category, BlockName(unit, what));
 }
 
 Buffer BlockEnv::hold(size_t count, DType dtype, Category category, std::string_view what) const {
-  return device.allocate(0, dtype, category, fmt::format("block {} {}", unit, what), count * dtype_size(dtype));
+  return device.allocate(0, dtype, category, BlockName(unit, what), count * dtype_size(dtype));
 }
 
 Buffer BlockEnv::allocate_per_row(size_t count, DType dtype, Category category, std::string_view what) const {
-  return model::allocate_per_row(device, config, count, dtype, category, fmt::format("block {} {}", unit, what));
+  return model::allocate_per_row(device, config, count, dtype, category, BlockName(unit, what));
 }
 
 void BlockEnv::made(std::initializer_list<size_t> offsets) const {
