@@ -15,8 +15,10 @@ function(emu_configure_target target)
     target_link_options(${target} PRIVATE -fsanitize=address,undefined)
   endif()
   # Under EMU_FUZZ every target carries libFuzzer's coverage instrumentation, so the fuzzers are guided through
-  # the library code they call; only the fuzz targets themselves link libFuzzer (-fsanitize=fuzzer, tests/fuzz).
+  # the library code they call, except the sources tests/fuzz/coverage_ignore.txt names, which no fuzzer reaches;
+  # only the fuzz targets themselves link libFuzzer (-fsanitize=fuzzer, tests/fuzz).
   if(EMU_FUZZ)
-    target_compile_options(${target} PRIVATE -fsanitize=fuzzer-no-link)
+    target_compile_options(${target} PRIVATE -fsanitize=fuzzer-no-link
+                                             -fsanitize-coverage-ignorelist=${PROJECT_SOURCE_DIR}/tests/fuzz/coverage_ignore.txt)
   endif()
 endfunction()
