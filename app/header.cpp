@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "app/plan.h"
 #include "emu/check.h"
 #include "emu/cpu/blas_info.h"
 #include "emu/device.h"
@@ -74,14 +75,14 @@ std::string offload_words(const RunOptions& options) {
 // step ...": counts of steps and micro-batches, never to be read as sizes.
 std::string training_line(const RunOptions& options) {
   const strategy::StrategyOptions& first = options.strategies.front();
+  const int steps = options.plan ? plan_steps(options) : options.steps;
   return fmt::format(
       "  training  {} precision{}, AdamW ({}) lr {}{}, clip {}, {} optimizer step{}, {} micro-batch{} per rank per "
       "step{}{}\n",
       first.recipe.name(), first.recipe.fp16 ? " (fp16 as the config says, computed in bf16)" : "",
-      optim::adamw_impl_name(first.adamw_impl), first.adamw.lr, warmup_words(first.schedule), first.clip_norm,
-      options.plan ? 1 : options.steps, options.plan || options.steps == 1 ? "" : "s", options.accumulation,
-      options.accumulation == 1 ? "" : "es (gradient accumulation)", offload_words(options),
-      options.deepspeed.empty() ? "" : ", DeepSpeed config " + options.deepspeed);
+      optim::adamw_impl_name(first.adamw_impl), first.adamw.lr, warmup_words(first.schedule), first.clip_norm, steps,
+      steps == 1 ? "" : "s", options.accumulation, options.accumulation == 1 ? "" : "es (gradient accumulation)",
+      offload_words(options), options.deepspeed.empty() ? "" : ", DeepSpeed config " + options.deepspeed);
 }
 
 // Where the settings came from when a DeepSpeed config gave them: what it set, what it left "auto" and what the

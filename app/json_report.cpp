@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "app/advisor.h"
+#include "app/plan.h"
 #include "app/report.h"
 #include "app/step_time.h"
 #include "workloads/model/layout.h"
@@ -206,7 +207,7 @@ std::string format_json(const RunReport& r, const Advice* advice) {
       {"hosts", r.hosts},
       {"ranks_per_node", r.ranks_per_node},
       {"precision", std::string(o.strategies.front().recipe.name())},
-      {"steps", o.steps},
+      {"steps", r.plan ? plan_steps(o) : o.steps},  // a plan: the steps it accounts
       {"gradient_accumulation", o.accumulation},
       {"activation_checkpointing", o.model_options.checkpoint},
       {"selective_recompute", o.model_options.selective_recompute},

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
+
 #include "emu/log.h"
 #include "emu/memory.h"
 #include "workloads/model/memory_terms.h"
@@ -23,6 +25,10 @@ void trace(SpanRecorder& spans, const Stage& stage, strategy::Strategy& strategy
 }
 
 }  // namespace
+
+uint64_t per_step(uint64_t total, double steps) {
+  return static_cast<uint64_t>(std::llround(static_cast<double>(total) / steps));
+}
 
 StrategyOutcome run_one_strategy(const Stage& stage, const strategy::StrategyOptions& options, StepDriver& driver) {
   StrategyOutcome outcome;

@@ -4,6 +4,7 @@
 // Stage; the data of each step, what is done after it, and what is collected at the end in a StepDriver.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <vector>
 
@@ -56,6 +57,9 @@ class StepDriver {
   // After the last step, with the model and the strategy still alive: peaks, traffic, the weights to save.
   virtual void finish(StrategyOutcome& outcome, const model::Model& model, strategy::Strategy& strategy) = 0;
 };
+
+// A count over `steps` steps as a per-step figure, rounded to the nearest whole.
+uint64_t per_step(uint64_t total, double steps);
 
 // Runs `options` on `stage`; the outcome's name and options are `options`, its prediction the analytic model's,
 // and the rest whatever `driver` records.

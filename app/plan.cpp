@@ -25,8 +25,8 @@ namespace {
 constexpr int64_t kMaxMicroBatch = 4096;  // as --micro-batch accepts
 constexpr int64_t kMaxSeqLen = 1 << 20;   // as --seq-len accepts
 
-// What a plan does around its one step: micro-batches of the right shape, and at the end this process's pool
-// and ledgers, which speak for every rank.
+// What a plan does around its steps (plan_steps): micro-batches of the right shape, a stop after a step that ran
+// out of memory (as a run stops), and at the end this process's pool and ledgers, which speak for every rank.
 class PlanDriver final : public StepDriver {
  public:
   PlanDriver(const model::ModelConfig& config, int accumulation, const MemoryPool& pool, int rank,
@@ -47,7 +47,7 @@ class PlanDriver final : public StepDriver {
 
   bool after_step(int step, const strategy::StepResult& result, StrategyOutcome& outcome) override {
     outcome.steps_run = step + 1;
-    return true;
+    return !pool_.first_oom();
   }
 
   void finish(StrategyOutcome& outcome, const model::Model& model, strategy::Strategy& strategy) override {
@@ -68,15 +68,20 @@ class PlanDriver final : public StepDriver {
     outcome.allocated_at_reserved_peak = {pool_.allocated_at_reserved_peak()};
     outcome.category_peaks = {pool_.category_peaks()};
     outcome.at_peak = {pool_.breakdown_at_peak()};
+    // Every step moves the same bytes: the ledgers' totals over the steps accounted.
+    const double steps = std::max(1, outcome.steps_run);
     for (coll::Communicator* group : strategy.groups()) {
       for (const auto& [key, entry] : group->ledger().entries()) {
         const TrafficKey traffic_key{key.first, group_kind(group->name())};
-        outcome.traffic_per_step[traffic_key] += entry.moved;
-        outcome.calls_per_step[traffic_key] += entry.calls;
+        coll::Traffic& t = outcome.traffic_per_step[traffic_key];
+        t.sent += per_step(entry.moved.sent, steps);
+        t.received += per_step(entry.moved.received, steps);
+        outcome.calls_per_step[traffic_key] += per_step(entry.calls, steps);
       }
-      record_phase_traffic(outcome, *group, 1);
+      record_phase_traffic(outcome, *group, steps);
     }
-    outcome.host_per_step = strategy.host_traffic();
+    outcome.host_per_step = {per_step(strategy.host_traffic().device_to_host, steps),
+                             per_step(strategy.host_traffic().host_to_device, steps)};
     if (spans_ != nullptr) {
       outcome.memory = {thin_timeline(pool_.timeline())};
       outcome.oom_seconds = {pool_.first_oom() ? pool_.first_oom()->seconds : -1.0};
@@ -94,6 +99,8 @@ class PlanDriver final : public StepDriver {
 };
 
 }  // namespace
+
+int plan_steps(const RunOptions& options) { return std::clamp(options.steps, 1, 2); }
 
 StrategyOutcome account_shapes(const RunOptions& options, const strategy::StrategyOptions& strategy_options,
                                const model::ModelConfig& config, int ranks, int ranks_per_node, int rank, bool record,
@@ -146,7 +153,7 @@ StrategyOutcome account_shapes(const RunOptions& options, const strategy::Strate
                     .ranks_per_node = ranks_per_node,
                     .accumulation = options.accumulation,
                     .pipeline_micro_batches = pipeline_micro_batches(options, ranks),
-                    .steps = 1,
+                    .steps = plan_steps(options),
                     .spans = spans ? &*spans : nullptr};
   PlanDriver driver(config, options.accumulation, device->memory(), rank, stage.spans);
   return run_one_strategy(stage, strategy_options, driver);

@@ -18,8 +18,15 @@
 
 namespace emu::app {
 
-// One strategy of `options` accounted for `ranks` ranks on a shapes-only device over virtual groups: one step of
-// `config`. At full scale (config.shrink 1) this is the plan; a shrunk config (shrink.h) goes through the same
+// The optimizer steps a plan accounts: two, or one when --steps asks for one or none. PyTorch's caching allocator
+// settles in the second step: the first makes AdamW's moments and the strategies' lazily made buffers among blocks
+// that backward cached, and the second step's requests meet the cache as later steps do (llama3-8b zero2 on 8
+// GPUs reserves 46.41 GiB in its first step, 50.33 GiB in each later one; README, Shapes-only planning). Peaks are
+// over the steps; traffic is per step.
+int plan_steps(const RunOptions& options);
+
+// One strategy of `options` accounted for `ranks` ranks on a shapes-only device over virtual groups: plan_steps
+// steps of `config`. At full scale (config.shrink 1) this is the plan; a shrunk config (shrink.h) goes through the same
 // allocations as a shrunk run does, its buckets, thresholds, slices, cap and reserve ÷ k², so the two can be
 // compared without running the shrunk math.
 // `rank`: the rank accounted; `record`: keep its memory timeline and spans (a plan's --svg and --trace);

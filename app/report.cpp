@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "app/header.h"
+#include "app/plan.h"
 #include "app/step_time.h"
 #include "emu/units.h"
 #include "strategies/pipeline.h"
@@ -150,6 +151,7 @@ std::string oom_summary(const RunReport& r, const StrategyOutcome& o) {
 std::string format_report(const RunReport& r) {
   const double scale = static_cast<double>(r.scale());
   const model::ModelConfig& m = r.model;
+  const int steps = r.plan ? plan_steps(r.options) : r.options.steps;
   std::string out;
   out += fmt::format(
       "\n{} on {} rank{}{}: h {}, F {}, V {}, s {}, L {}, a {}, kv {}, b {}; {} parameters{}; {} optimizer step{}{}\n",
@@ -157,7 +159,7 @@ std::string format_report(const RunReport& r) {
       m.seq, m.layers, m.heads, m.kv_heads, m.batch, model::parameter_count(m),
       r.plan ? ""
              : fmt::format(" (x k^2 = {:.3g} at full scale)", static_cast<double>(model::parameter_count(m)) * scale),
-      r.plan ? 1 : r.options.steps, r.plan || r.options.steps == 1 ? "" : "s",
+      steps, steps == 1 ? "" : "s",
       r.options.accumulation > 1 ? fmt::format(", {} accumulated micro-batches each", r.options.accumulation) : "");
   out += fmt::format(
       "cap per rank {}{}; figures in GiB at full scale{}\n\n", r.cap == kNoCap ? "none" : format_bytes(r.cap),

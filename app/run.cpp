@@ -32,11 +32,6 @@
 namespace emu::app {
 namespace {
 
-// A count over `steps` steps as a per-step figure, rounded to the nearest whole.
-uint64_t per_step(uint64_t total, double steps) {
-  return static_cast<uint64_t>(std::llround(static_cast<double>(total) / steps));
-}
-
 // Gathers a trivially copyable vector from every rank onto rank 0.
 template <typename T>
 std::vector<std::vector<T>> gather_vectors(const std::vector<T>& mine, int rank, int world) {

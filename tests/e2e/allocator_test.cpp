@@ -29,10 +29,12 @@ struct Planned {
   json strategy;
 };
 
+// One step: the allocator's behaviour under a cap shows in the first, and the search below plans ~30 times.
 Planned plan(const std::string& args, const testing::TempDir& dir) {
   const std::string path = dir.file("plan.json");
   const auto run = run_process(
-      mpiexec(1) + kEmu + " --model llama2-70b --plan 64 --strategies zero3 " + args + " --json " + path, 120);
+      mpiexec(1) + kEmu + " --model llama2-70b --plan 64 --steps 1 --strategies zero3 " + args + " --json " + path,
+      120);
   EXPECT_EQ(run.exit_code, 0) << args << "\n" << run.err;
   return {run.out, read_json(path)["strategies"][0]};
 }
