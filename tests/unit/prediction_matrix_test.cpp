@@ -17,6 +17,7 @@
 #include "app/options.h"
 #include "app/plan.h"
 #include "tests/support/paths.h"
+#include "tests/support/sanitized.h"
 
 namespace emu::app {
 namespace {
@@ -110,7 +111,9 @@ strategy::HostTraffic compare(const RunOptions& options, const strategy::Strateg
 TEST(PredictionMatrix, StatesEqualThePredictionForEveryOption) {
   int cases = 0, moved_over_pcie = 0;
   std::vector<std::string> failures;
-  for (const std::vector<std::string>& args : option_matrix()) {
+  const std::vector<std::vector<std::string>> lines = option_matrix();
+  for (size_t i = 0; i < lines.size(); i += testing::kSweepStride) {
+    const std::vector<std::string>& args = lines[i];
     const RunOptions options = parse(args);
     const std::string line = fmt::format("{}", fmt::join(args, " "));
     for (const strategy::StrategyOptions& one : options.strategies) {
@@ -118,7 +121,8 @@ TEST(PredictionMatrix, StatesEqualThePredictionForEveryOption) {
       ++cases;
     }
   }
-  std::printf("%d strategy-option cases, %zu disagreements\n", cases, failures.size());
+  std::printf("%d strategy-option cases (1 in %zu of %zu option lines), %zu disagreements\n", cases,
+              testing::kSweepStride, lines.size(), failures.size());
   for (size_t i = 0; i < failures.size() && i < 20; ++i) ADD_FAILURE() << failures[i];
   EXPECT_TRUE(failures.empty());
   EXPECT_GT(moved_over_pcie, 0) << "no case sent gradients to the host: the PCIe comparison tested nothing";
