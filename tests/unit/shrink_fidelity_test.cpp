@@ -185,6 +185,7 @@ TEST(ShrinkFidelity, ShrunkTimesKSquaredEqualsThePlanForEveryModelStrategyAndVar
 // first, which at k = 32 and 64 puts the temporaries 0.7% under the plan.
 TEST(ShrinkFidelity, PipelineStagesShrunkTimesKSquaredEqualThePlan) {
   int cases = 0;
+  size_t index = 0;  // testing::kSweepStride
   for (const std::string& name : models()) {
     for (const std::string schedule : {"1f1b", "gpipe", "interleaved"}) {
       const bool interleaved = schedule == "interleaved";
@@ -197,6 +198,7 @@ TEST(ShrinkFidelity, PipelineStagesShrunkTimesKSquaredEqualThePlan) {
       for (auto k = factors.begin() + 1; k != factors.end(); ++k) {
         const RunOptions options = with_shrink(parsed, *k);
         for (int rank = 0; rank < kRanks; ++rank) {
+          if (index++ % testing::kSweepStride != 0) continue;
           double deviation = 0;
           EXPECT_EQ(check(options, options.strategies.front(), *k, deviation, rank), "")
               << name << " k=" << *k << " pp " << schedule << " stage " << rank;
@@ -215,6 +217,7 @@ TEST(ShrinkFidelity, PipelineStagesShrunkTimesKSquaredEqualThePlan) {
 // under full and under selective recomputation.
 TEST(ShrinkFidelity, TensorParallelShrunkTimesKSquaredEqualsThePlan) {
   int cases = 0;
+  size_t index = 0;  // testing::kSweepStride
   double worst = 0;
   const std::vector<Variant> variants = {
       kVariants.front(),
@@ -245,6 +248,7 @@ TEST(ShrinkFidelity, TensorParallelShrunkTimesKSquaredEqualsThePlan) {
         }
         const RunOptions options = with_shrink(parsed, *k);
         for (const int rank : {0, kRanks - 1}) {
+          if (index++ % testing::kSweepStride != 0) continue;
           double deviation = 0;
           EXPECT_EQ(check(options, options.strategies.front(), *k, deviation, rank), "")
               << name << " k=" << *k << " tp " << variant.name << " rank " << rank;
@@ -263,6 +267,7 @@ TEST(ShrinkFidelity, TensorParallelShrunkTimesKSquaredEqualsThePlan) {
 // peak into `worst`.
 int check_layout(const std::vector<std::string>& layout, const Variant& variant, double& worst) {
   int cases = 0;
+  size_t index = 0;  // testing::kSweepStride
   for (const std::string& name : model::preset_names()) {
     std::vector<std::string> args = {"--model", name, "--strategies"};
     args.insert(args.end(), layout.begin(), layout.end());
@@ -285,6 +290,7 @@ int check_layout(const std::vector<std::string>& layout, const Variant& variant,
       }
       const RunOptions options = with_shrink(parsed, *k);
       for (const int rank : {0, kRanks - 1}) {
+        if (index++ % testing::kSweepStride != 0) continue;
         double deviation = 0;
         EXPECT_EQ(check(options, options.strategies.front(), *k, deviation, rank), "")
             << name << " k=" << *k << " " << fmt::format("{}", fmt::join(layout, " ")) << " " << variant.name
