@@ -75,7 +75,7 @@ std::string offload_words(const RunOptions& options) {
 // step ...": counts of steps and micro-batches, never to be read as sizes.
 std::string training_line(const RunOptions& options) {
   const strategy::StrategyOptions& first = options.strategies.front();
-  const int steps = options.plan ? plan_steps(options) : options.steps;
+  const int steps = reported_steps(options);
   return fmt::format(
       "  training  {} precision{}, AdamW ({}) lr {}{}, clip {}, {} optimizer step{}, {} micro-batch{} per rank per "
       "step{}{}\n",

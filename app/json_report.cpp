@@ -207,7 +207,7 @@ std::string format_json(const RunReport& r, const Advice* advice) {
       {"hosts", r.hosts},
       {"ranks_per_node", r.ranks_per_node},
       {"precision", std::string(o.strategies.front().recipe.name())},
-      {"steps", r.plan ? plan_steps(o) : o.steps},  // a plan: the steps it accounts
+      {"steps", reported_steps(o)},
       {"gradient_accumulation", o.accumulation},
       {"activation_checkpointing", o.model_options.checkpoint},
       {"selective_recompute", o.model_options.selective_recompute},

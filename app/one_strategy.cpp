@@ -30,6 +30,17 @@ uint64_t per_step(uint64_t total, double steps) {
   return static_cast<uint64_t>(std::llround(static_cast<double>(total) / steps));
 }
 
+void add_traffic_per_step(StrategyOutcome& outcome, const coll::Communicator& group, double steps) {
+  for (const auto& [key, entry] : group.ledger().entries()) {
+    if (key.second.starts_with("report:")) continue;
+    const TrafficKey traffic_key{key.first, group_kind(group.name())};
+    coll::Traffic& t = outcome.traffic_per_step[traffic_key];
+    t.sent += per_step(entry.moved.sent, steps);
+    t.received += per_step(entry.moved.received, steps);
+    outcome.calls_per_step[traffic_key] += per_step(entry.calls, steps);
+  }
+}
+
 StrategyOutcome run_one_strategy(const Stage& stage, const strategy::StrategyOptions& options, StepDriver& driver) {
   StrategyOutcome outcome;
   outcome.name = options.name();

@@ -61,6 +61,10 @@ class StepDriver {
 // A count over `steps` steps as a per-step figure, rounded to the nearest whole.
 uint64_t per_step(uint64_t total, double steps);
 
+// Adds `group`'s ledger, counted over `steps` steps, to `outcome`'s traffic and calls per step. What a run gathers
+// for its report (phases "report: ...") is no step's traffic and is left out.
+void add_traffic_per_step(StrategyOutcome& outcome, const coll::Communicator& group, double steps);
+
 // Runs `options` on `stage`; the outcome's name and options are `options`, its prediction the analytic model's,
 // and the rest whatever `driver` records.
 StrategyOutcome run_one_strategy(const Stage& stage, const strategy::StrategyOptions& options, StepDriver& driver);

@@ -71,13 +71,7 @@ class PlanDriver final : public StepDriver {
     // Every step moves the same bytes: the ledgers' totals over the steps accounted.
     const double steps = std::max(1, outcome.steps_run);
     for (coll::Communicator* group : strategy.groups()) {
-      for (const auto& [key, entry] : group->ledger().entries()) {
-        const TrafficKey traffic_key{key.first, group_kind(group->name())};
-        coll::Traffic& t = outcome.traffic_per_step[traffic_key];
-        t.sent += per_step(entry.moved.sent, steps);
-        t.received += per_step(entry.moved.received, steps);
-        outcome.calls_per_step[traffic_key] += per_step(entry.calls, steps);
-      }
+      add_traffic_per_step(outcome, *group, steps);
       record_phase_traffic(outcome, *group, steps);
     }
     outcome.host_per_step = {per_step(strategy.host_traffic().device_to_host, steps),
@@ -101,6 +95,8 @@ class PlanDriver final : public StepDriver {
 }  // namespace
 
 int plan_steps(const RunOptions& options) { return std::clamp(options.steps, 1, 2); }
+
+int reported_steps(const RunOptions& options) { return options.plan ? plan_steps(options) : options.steps; }
 
 StrategyOutcome account_shapes(const RunOptions& options, const strategy::StrategyOptions& strategy_options,
                                const model::ModelConfig& config, int ranks, int ranks_per_node, int rank, bool record,

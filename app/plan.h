@@ -24,6 +24,8 @@ namespace emu::app {
 // GPUs reserves 46.41 GiB in its first step, 50.33 GiB in each later one; README, Shapes-only planning). Peaks are
 // over the steps; traffic is per step.
 int plan_steps(const RunOptions& options);
+// The steps a report names: a plan's plan_steps, a run's --steps.
+int reported_steps(const RunOptions& options);
 
 // One strategy of `options` accounted for `ranks` ranks on a shapes-only device over virtual groups: plan_steps
 // steps of `config`. At full scale (config.shrink 1) this is the plan; a shrunk config (shrink.h) goes through the same

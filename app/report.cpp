@@ -151,7 +151,7 @@ std::string oom_summary(const RunReport& r, const StrategyOutcome& o) {
 std::string format_report(const RunReport& r) {
   const double scale = static_cast<double>(r.scale());
   const model::ModelConfig& m = r.model;
-  const int steps = r.plan ? plan_steps(r.options) : r.options.steps;
+  const int steps = reported_steps(r.options);
   std::string out;
   out += fmt::format(
       "\n{} on {} rank{}{}: h {}, F {}, V {}, s {}, L {}, a {}, kv {}, b {}; {} parameters{}; {} optimizer step{}{}\n",

@@ -251,14 +251,7 @@ class RunDriver final : public StepDriver {
     }
     const double steps = std::max(1, outcome.steps_run);
     for (coll::Communicator* group : strategy.groups()) {
-      for (const auto& [key, entry] : group->ledger().entries()) {
-        if (key.second.starts_with("report:")) continue;
-        const TrafficKey traffic_key{key.first, group_kind(group->name())};
-        coll::Traffic& t = outcome.traffic_per_step[traffic_key];
-        t.sent += per_step(entry.moved.sent, steps);
-        t.received += per_step(entry.moved.received, steps);
-        outcome.calls_per_step[traffic_key] += per_step(entry.calls, steps);
-      }
+      add_traffic_per_step(outcome, *group, steps);
       if (rank == 0) record_phase_traffic(outcome, *group, steps);
     }
     outcome.host_per_step = {static_cast<uint64_t>(strategy.host_traffic().device_to_host / steps),
