@@ -9,12 +9,15 @@
 # a failure anywhere still fails it. An executable that skips some cases and runs others (at some rank count, or
 # without a GPU) names the skipping cases under SEPARATE: each pattern (a --gtest_filter) becomes its own ctest
 # test, <name>.<Suite.Case>[.npN], and the plain <name>[.npN] runs the rest, so ctest shows exactly which case
-# skipped where. A pattern that matches no case fails (test_exit.h): a renamed case cannot drop out silently.
+# skipped where (SEPARATE also splits a long executable in two, which ctest then runs side by side). A pattern that matches no case fails (test_exit.h): a renamed case cannot drop out silently.
 
 # EMU_COLL_TIMEOUT: a collective hung by a failing test ends the job through the watchdog (exit 3) long before
-# ctest's own timeout would.
+# ctest's own timeout would. pml ob1, as scripts/mpirun names it: the one Open MPI picks on one machine, without
+# probing the network libraries first (0.2 s of every job's start). odls_base_sigkill_timeout 0, as
+# tests/support/process.h explains: a test main that exits non-zero (77 for a skip) costs its job no 2 s wait.
 set(EMU_MPIEXEC_ENV
-    "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_rmaps_base_oversubscribe=1;EMU_COLL_TIMEOUT=120")
+    "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_rmaps_base_oversubscribe=1;EMU_COLL_TIMEOUT=120"
+    "OMPI_MCA_pml=ob1;OMPI_MCA_odls_base_sigkill_timeout=0")
 if(EMU_SANITIZE)
   # OpenMPI keeps its own allocations to the end of the process: not ours to report.
   list(APPEND EMU_MPIEXEC_ENV "ASAN_OPTIONS=detect_leaks=0" "UBSAN_OPTIONS=print_stacktrace=1")
@@ -61,10 +64,19 @@ function(emu_add_unit_test name)
   add_executable(${name} ${ARG_SOURCES})
   target_link_libraries(${name} PRIVATE ${ARG_LIBS} emu_unit_test_main)
   target_compile_definitions(${name} PRIVATE EMU_MPIEXEC="${MPIEXEC_EXECUTABLE}")
-  emu_configure_target(${name})
+  if("e2e" IN_LIST ARG_LABELS)
+    emu_configure_target(${name} HARNESS)
+  else()
+    emu_configure_target(${name})
+  endif()
   _emu_add_cases(${name} "" "$<TARGET_FILE:${name}>" "${ARG_SEPARATE}" tests)
   set_tests_properties(${tests} PROPERTIES LABELS "unit;${ARG_LABELS}" TIMEOUT ${ARG_TIMEOUT}
                                            ENVIRONMENT "${EMU_MPIEXEC_ENV}" SKIP_RETURN_CODE ${EMU_SKIP_RETURN_CODE})
+  if("e2e" IN_LIST ARG_LABELS)
+    # The end-to-end tests run longest (one to three minutes under asan): ctest starts them first, by their time
+    # limit, so that a fresh build, which has no record of earlier test times, does not end on one of them alone.
+    set_tests_properties(${tests} PROPERTIES COST ${ARG_TIMEOUT})
+  endif()
 endfunction()
 
 function(emu_add_mpi_test name)

@@ -11,6 +11,7 @@ preset=${EMU_PRESET:-release}
 
 packages=(
   build-essential cmake ninja-build pkg-config
+  ccache  # a fresh clone's or the mutation check's rebuild of unchanged files comes from its cache (CMakeLists.txt)
   openmpi-bin libopenmpi-dev libopenblas-dev libeigen3-dev libhwloc-dev libgtest-dev
   libcli11-dev nlohmann-json3-dev libfmt-dev
   clang libclang-rt-14-dev clang-format clang-tidy

@@ -6,8 +6,9 @@
 #               changed by the last commit and the working tree: bugprone, performance, cognitive complexity ≤ 40)
 #   3. mutate   scripts/mutate.sh --subset 3: three planted bugs of scripts/mutants.txt, a different three each day,
 #               each of which the tests must catch (built in build/mutate, kept between runs; a few minutes)
-#   4. cuda     where the CUDA toolkit is installed: the -DEMU_CUDA=ON build (CUDA backend, NCCL link) must build
-#               and link; its GPU tests run where a GPU is and report themselves skipped elsewhere
+#   4. cuda     where the CUDA toolkit is installed: the -DEMU_CUDA=ON build of emu and of the GPU tests (CUDA
+#               backend, NCCL link) must build and link; the GPU tests run where a GPU is and report themselves
+#               skipped elsewhere (the CPU tests, the same code as part 1's, are not built there again)
 #   5. asan     the same tests as part 1 under AddressSanitizer + UndefinedBehaviorSanitizer (the asan preset,
 #               clang; the same build holds the libFuzzer targets)
 #   6. fuzz     scripts/fuzz.sh: a bounded libFuzzer run of every parser of user input

@@ -4,7 +4,7 @@ target_include_directories(emu_test_process PUBLIC ${PROJECT_SOURCE_DIR})
 target_compile_definitions(emu_test_process PRIVATE EMU_MPIEXEC="${MPIEXEC_EXECUTABLE}")
 target_include_directories(emu_test_process PUBLIC ${CMAKE_CURRENT_BINARY_DIR}/generated)
 target_link_libraries(emu_test_process PUBLIC nlohmann_json::nlohmann_json fmt::fmt)
-emu_configure_target(emu_test_process)
+emu_configure_target(emu_test_process HARNESS)
 
 # The validator every emu JSON is checked with (read_json), and the schema itself: documented, and strict.
 emu_add_unit_test(json_schema_test SOURCES unit/json_schema_test.cpp LIBS emu_test_process LABELS unit)
@@ -14,7 +14,7 @@ emu_add_unit_test(emu_cli_test SOURCES e2e/cli_test.cpp LIBS emu_test_process em
 add_dependencies(emu_cli_test emu)
 
 emu_add_unit_test(emu_run_test SOURCES e2e/run_test.cpp LIBS emu_test_process nlohmann_json::nlohmann_json
-                  LABELS e2e TIMEOUT 600)
+                  LABELS e2e TIMEOUT 600 SEPARATE *BadInputRanks.* Plan.*)
 add_dependencies(emu_run_test emu)
 
 emu_add_unit_test(emu_trace_test SOURCES e2e/trace_test.cpp LIBS emu_test_process nlohmann_json::nlohmann_json
@@ -43,7 +43,7 @@ add_dependencies(framework_oracle_test emu)
 
 # The course (docs/course/*.md): every command of its lessons runs and prints what the lesson says to look for.
 add_test(NAME course COMMAND ${PROJECT_SOURCE_DIR}/tests/e2e/course.sh ${PROJECT_SOURCE_DIR} ${PROJECT_BINARY_DIR}/bin)
-set_tests_properties(course PROPERTIES LABELS "e2e" TIMEOUT 600 PROCESSORS 4 ENVIRONMENT "${EMU_MPIEXEC_ENV}")
+set_tests_properties(course PROPERTIES LABELS "e2e" TIMEOUT 600 COST 600 PROCESSORS 4 ENVIRONMENT "${EMU_MPIEXEC_ENV}")
 
 # The advisor: advice when nothing fits, each suggestion's command line run and held to what the advice said.
 emu_add_unit_test(emu_advisor_test SOURCES e2e/advisor_test.cpp LIBS emu_test_process nlohmann_json::nlohmann_json

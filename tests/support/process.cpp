@@ -36,8 +36,8 @@ ProcessResult run_process(const std::string& command, int timeout_seconds) {
 }
 
 std::string mpiexec(int ranks, bool grace) {
-  return std::string("env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 ") +
-         (grace ? "" : "OMPI_MCA_odls_base_sigkill_timeout=0 ") + EMU_MPIEXEC + " --oversubscribe -n " +
+  return std::string("env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_pml=ob1 ") +
+         "OMPI_MCA_odls_base_sigkill_timeout=" + (grace ? "1 " : "0 ") + EMU_MPIEXEC + " --oversubscribe -n " +
          std::to_string(ranks) + " ";
 }
 
