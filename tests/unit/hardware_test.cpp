@@ -8,6 +8,7 @@
 #include "emu/cap_spec.h"
 #include "emu/check.h"
 #include "emu/hardware.h"
+#include "tests/support/temp_path.h"
 
 namespace emu {
 namespace {
@@ -50,7 +51,7 @@ TEST(Hardware, UnknownNamesAreRefusedWithTheChoices) {
 }
 
 std::string write_file(const std::string& name, const std::string& text) {
-  std::string path = testing::TempDir() + name;
+  std::string path = testing::temp_path(name).string();
   std::ofstream(path) << text;
   return path;
 }

@@ -15,6 +15,7 @@
 
 #include "emu/device.h"
 #include "tests/support/paths.h"
+#include "tests/support/temp_path.h"
 #include "workloads/model/config.h"
 #include "workloads/model/layout.h"
 #include "workloads/model/local_params.h"
@@ -70,7 +71,7 @@ TEST(HfLoss, EveryFamilyComputesTransformersLoss) {
   ASSERT_GE(doc["cases"].size(), 4u);
   for (const json& c : doc["cases"]) {
     const std::string family = c["family"];
-    const std::filesystem::path path = std::filesystem::temp_directory_path() / ("emu_hf_loss_" + family + ".json");
+    const std::filesystem::path path = testing::temp_path(family + ".json");
     std::ofstream(path) << c["config"].dump();
     ModelConfig config = load_hf_config(path);
     std::filesystem::remove(path);

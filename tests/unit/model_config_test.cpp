@@ -10,6 +10,7 @@
 #include "emu/check.h"
 #include "emu/device.h"
 #include "tests/support/paths.h"
+#include "tests/support/temp_path.h"
 #include "workloads/model/config.h"
 #include "workloads/model/layout.h"
 #include "workloads/model/local_params.h"
@@ -140,7 +141,7 @@ TEST(ModelShrink, ReportShowsEachTermsDeviation) {
 
 // Writes `text` to a file in the test's temporary directory and returns its path.
 std::filesystem::path write_file(const std::string& name, const std::string& text) {
-  std::filesystem::path path = std::filesystem::temp_directory_path() / ("emu_model_test_" + name);
+  std::filesystem::path path = testing::temp_path(name);
   std::ofstream(path) << text;
   return path;
 }
@@ -270,7 +271,7 @@ TEST(ModelHfConfig, DefaultSequenceIsThePretrainingContextAndSaysWhy) {
 }
 
 TEST(ModelHfConfig, SnapshotFolderIsReadThroughItsConfig) {
-  const std::filesystem::path folder = std::filesystem::temp_directory_path() / "emu_model_test_snapshot";
+  const std::filesystem::path folder = testing::temp_path("snapshot");
   std::filesystem::create_directories(folder);
   std::filesystem::copy_file(hf_file("tinyllama-1.1b"), folder / "config.json",
                              std::filesystem::copy_options::overwrite_existing);
