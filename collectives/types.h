@@ -77,7 +77,7 @@ struct Call {
   ReduceOp op = ReduceOp::kSum;
   int root = 0;  // broadcast / reduce root; send / recv peer
   std::string_view phase;
-  ShardWindow window;  // uneven reduce_scatter / all_gather blocks as a window over equal shards (`counts` empty)
+  ShardWindow window{};  // uneven reduce_scatter / all_gather blocks as a window over equal shards (`counts` empty)
 };
 
 // Whether the call's blocks are uneven: given per rank, or as a window.

@@ -282,10 +282,7 @@ void name_ddp(const std::string& category, const CaseFacts& f, Line& line, bool 
 
 // FSDP1 FULL_SHARD (one FlatParameter per unit: the root and each block) against emu's fsdp.
 void name_fsdp1(const std::string& category, const CaseFacts& f, Line& line) {
-  uint64_t shards = 0;
   const std::vector<uint64_t> units = oracle::unit_counts(f.shapes);
-  for (uint64_t u : units) shards += oracle::round_up(u, static_cast<uint64_t>(f.n)) / static_cast<uint64_t>(f.n);
-  const auto q = static_cast<int64_t>(shards);
   const auto root = static_cast<int64_t>(units.at(0));
   if (category == "parameters" && f.mixed) {
     // FSDP1 makes the low-precision shard of a unit for its all-gather and frees it after (_mp_shard); emu
