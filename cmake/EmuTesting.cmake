@@ -9,7 +9,8 @@
 # a failure anywhere still fails it. An executable that skips some cases and runs others (at some rank count, or
 # without a GPU) names the skipping cases under SEPARATE: each pattern (a --gtest_filter) becomes its own ctest
 # test, <name>.<Suite.Case>[.npN], and the plain <name>[.npN] runs the rest, so ctest shows exactly which case
-# skipped where (SEPARATE also splits a long executable in two, which ctest then runs side by side). A pattern that matches no case fails (test_exit.h): a renamed case cannot drop out silently.
+# skipped where (SEPARATE also splits a long executable, whose parts ctest then runs side by side). A pattern that
+# matches no case fails (test_exit.h): a renamed case cannot drop out silently.
 
 # EMU_COLL_TIMEOUT: a collective hung by a failing test ends the job through the watchdog (exit 3) long before
 # ctest's own timeout would. pml ob1, as scripts/mpirun names it: the one Open MPI picks on one machine, without
@@ -64,15 +65,15 @@ function(emu_add_unit_test name)
   add_executable(${name} ${ARG_SOURCES})
   target_link_libraries(${name} PRIVATE ${ARG_LIBS} emu_unit_test_main)
   target_compile_definitions(${name} PRIVATE EMU_MPIEXEC="${MPIEXEC_EXECUTABLE}")
+  set(harness)
   if("e2e" IN_LIST ARG_LABELS)
-    emu_configure_target(${name} HARNESS)
-  else()
-    emu_configure_target(${name})
+    set(harness HARNESS)  # an end-to-end test checks emu as a child process (cmake/EmuTargets.cmake)
   endif()
+  emu_configure_target(${name} ${harness})
   _emu_add_cases(${name} "" "$<TARGET_FILE:${name}>" "${ARG_SEPARATE}" tests)
   set_tests_properties(${tests} PROPERTIES LABELS "unit;${ARG_LABELS}" TIMEOUT ${ARG_TIMEOUT}
                                            ENVIRONMENT "${EMU_MPIEXEC_ENV}" SKIP_RETURN_CODE ${EMU_SKIP_RETURN_CODE})
-  if("e2e" IN_LIST ARG_LABELS)
+  if(harness)
     # The end-to-end tests run longest (one to three minutes under asan): ctest starts them first, by their time
     # limit, so that a fresh build, which has no record of earlier test times, does not end on one of them alone.
     set_tests_properties(${tests} PROPERTIES COST ${ARG_TIMEOUT})

@@ -21,9 +21,9 @@ ProcessResult run_process(const std::string& command, int timeout_seconds = 60);
 // (1 s) before SIGKILL, even when every rank has exited already: a bad input's exit 2 took 2.2 s at 2 ranks, 0.16
 // s with no wait. Tests run with none, so that their tables of bad inputs (hundreds of jobs) run in seconds;
 // `grace` sets the launcher's default (the tests' environment has none), for a test of what a rank does between
-// SIGTERM and SIGKILL. The
-// point-to-point layer is named, ob1, as scripts/mpirun names it: the one Open MPI picks on one machine anyway, but
-// picked without probing the network libraries, 0.2 s of every job's start (0.34 → 0.13 s at 2 ranks).
+// SIGTERM and SIGKILL. The point-to-point layer is named, ob1, as scripts/mpirun names it: the one Open MPI picks on
+// one machine anyway, but picked without probing the network libraries, 0.2 s of every job's start (0.34 → 0.13 s at
+// 2 ranks).
 std::string mpiexec(int ranks, bool grace = false);
 
 // A fresh folder under the system's temporary folder, removed with everything in it at the end of the scope.

@@ -1,5 +1,5 @@
 # The front end's readers of user input (app/): DeepSpeed configs as DeepSpeed and the Hugging Face Trainer mean them.
-emu_add_unit_test(app_deepspeed_config_test SOURCES unit/deepspeed_config_test.cpp LIBS emu_app LABELS app)
+emu_add_unit_test(app_deepspeed_config_test SOURCES unit/deepspeed_config_test.cpp LIBS emu_app emu_test_process LABELS app)
 # The memory picture's axis of phases (app/svg.cpp), on outcomes made by hand.
 emu_add_unit_test(app_svg_axis_test SOURCES unit/svg_axis_test.cpp LIBS emu_app LABELS app)
 # pp planned at full scale: llama2-70b on 8 × H100-80GB, 16 bytes per parameter of each stage, by hand.

@@ -15,7 +15,7 @@
 #include "app/options.h"
 #include "emu/check.h"
 #include "tests/support/paths.h"
-#include "tests/support/temp_path.h"
+#include "tests/support/process.h"
 
 namespace emu::app {
 namespace {
@@ -181,7 +181,8 @@ TEST(DeepSpeedConfig, SettingsSayWhereTheyCameFrom) {
 
   // A stage-0 fp32 config with its own AdamW (as training libraries write one for DeepSpeed without ZeRO): zero0 steps
   // DeepSpeed's FusedAdam (no step temporaries) unless --adamw is given, which then says what it overrode.
-  const std::filesystem::path own = testing::temp_path("zero0_own_adamw.json");
+  const testing::TempDir dir("deepspeed-config");
+  const std::filesystem::path own = dir.file("zero0_own_adamw.json");
   {
     std::ofstream out(own);
     out << R"({"train_micro_batch_size_per_gpu": 1, "optimizer": {"type": "AdamW", "params": {"lr": 0.00025,

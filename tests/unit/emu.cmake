@@ -2,7 +2,7 @@
 emu_add_unit_test(emu_memory_test SOURCES unit/memory_test.cpp LIBS emu_device)
 emu_add_unit_test(emu_cap_spec_test SOURCES unit/cap_spec_test.cpp LIBS emu_device)
 # The hardware descriptions (hardware/*.json): read, consistent, refused by field when edited wrong.
-emu_add_unit_test(emu_hardware_test SOURCES unit/hardware_test.cpp LIBS emu_device)
+emu_add_unit_test(emu_hardware_test SOURCES unit/hardware_test.cpp LIBS emu_device emu_test_process)
 emu_add_unit_test(emu_dtype_test SOURCES unit/dtype_test.cpp LIBS emu_device)
 # The run header's BLAS line: OpenBLAS kernels that leave the CPU's vector units unused, and the core to name.
 emu_add_unit_test(emu_blas_info_test SOURCES unit/blas_info_test.cpp LIBS emu_device emu_openblas)

@@ -8,7 +8,7 @@
 #include "emu/cap_spec.h"
 #include "emu/check.h"
 #include "emu/hardware.h"
-#include "tests/support/temp_path.h"
+#include "tests/support/process.h"
 
 namespace emu {
 namespace {
@@ -50,13 +50,14 @@ TEST(Hardware, UnknownNamesAreRefusedWithTheChoices) {
   }
 }
 
-std::string write_file(const std::string& name, const std::string& text) {
-  std::string path = testing::temp_path(name).string();
+std::string write_file(const testing::TempDir& dir, const std::string& name, const std::string& text) {
+  std::string path = dir.file(name);
   std::ofstream(path) << text;
   return path;
 }
 
 TEST(Hardware, AUsersEditedCopyIsReadAndCheckedByField) {
+  const testing::TempDir dir("hardware");
   // A copy of the A100 description with a slower network, as a user edits it for their cluster.
   std::string copy = R"({"name": "my-cluster", "description": "A100 nodes on 100 Gb/s Ethernet",
     "gpu": {"memory_gib": 80, "bf16_dense_tflops": 312, "fp32_tflops": 19.5, "hbm_gb_per_s": 2039},
@@ -66,7 +67,7 @@ TEST(Hardware, AUsersEditedCopyIsReadAndCheckedByField) {
     "host": {"link": "PCIe Gen4 x16", "gb_per_s_per_direction": 32},
     "sources": {"gpu": "datasheet", "intra_node": "datasheet", "inter_node": "our switch",
                 "host": "datasheet", "latencies": "measured"}})";
-  const Hardware mine = find_hardware(write_file("my-cluster.json", copy));
+  const Hardware mine = find_hardware(write_file(dir, "my-cluster.json", copy));
   EXPECT_EQ(mine.name, "my-cluster");
   EXPECT_EQ(mine.inter_node.gb_per_s_per_direction, 12.5);
   EXPECT_TRUE(mine.cap.empty());
@@ -75,7 +76,7 @@ TEST(Hardware, AUsersEditedCopyIsReadAndCheckedByField) {
     std::string bad = copy;
     bad.replace(bad.find(from), from.size(), to);
     try {
-      find_hardware(write_file("bad.json", bad));
+      find_hardware(write_file(dir, "bad.json", bad));
       ADD_FAILURE() << "accepted " << to;
     } catch (const InputError& error) {
       EXPECT_NE(std::string(error.what()).find(message), std::string::npos) << error.what();

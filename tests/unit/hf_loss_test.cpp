@@ -15,7 +15,7 @@
 
 #include "emu/device.h"
 #include "tests/support/paths.h"
-#include "tests/support/temp_path.h"
+#include "tests/support/process.h"
 #include "workloads/model/config.h"
 #include "workloads/model/layout.h"
 #include "workloads/model/local_params.h"
@@ -69,9 +69,10 @@ TEST(HfLoss, EveryFamilyComputesTransformersLoss) {
   std::printf("recorded with torch %s, transformers %s\n", doc["versions"]["torch"].get<std::string>().c_str(),
               doc["versions"]["transformers"].get<std::string>().c_str());
   ASSERT_GE(doc["cases"].size(), 4u);
+  const testing::TempDir dir("hf-loss");
   for (const json& c : doc["cases"]) {
     const std::string family = c["family"];
-    const std::filesystem::path path = testing::temp_path(family + ".json");
+    const std::filesystem::path path = dir.file(family + ".json");
     std::ofstream(path) << c["config"].dump();
     ModelConfig config = load_hf_config(path);
     std::filesystem::remove(path);

@@ -10,7 +10,7 @@
 #include "emu/check.h"
 #include "emu/device.h"
 #include "tests/support/paths.h"
-#include "tests/support/temp_path.h"
+#include "tests/support/process.h"
 #include "workloads/model/config.h"
 #include "workloads/model/layout.h"
 #include "workloads/model/local_params.h"
@@ -139,9 +139,10 @@ TEST(ModelShrink, ReportShowsEachTermsDeviation) {
   EXPECT_NE(gpt2.find("at most -0.002% (logits (fp32))"), std::string::npos) << gpt2;
 }
 
-// Writes `text` to a file in the test's temporary directory and returns its path.
+// Writes `text` to a file in this test process's temporary folder and returns its path.
 std::filesystem::path write_file(const std::string& name, const std::string& text) {
-  std::filesystem::path path = testing::temp_path(name);
+  static const testing::TempDir dir("model-config");
+  std::filesystem::path path = dir.file(name);
   std::ofstream(path) << text;
   return path;
 }
@@ -271,7 +272,8 @@ TEST(ModelHfConfig, DefaultSequenceIsThePretrainingContextAndSaysWhy) {
 }
 
 TEST(ModelHfConfig, SnapshotFolderIsReadThroughItsConfig) {
-  const std::filesystem::path folder = testing::temp_path("snapshot");
+  const testing::TempDir dir("model-snapshot");
+  const std::filesystem::path folder = dir.file("snapshot");
   std::filesystem::create_directories(folder);
   std::filesystem::copy_file(hf_file("tinyllama-1.1b"), folder / "config.json",
                              std::filesystem::copy_options::overwrite_existing);
