@@ -1,12 +1,13 @@
 // The attention head's score products written out (emu/cpu/ordered_products.h): each score is the d products of
 // its row and key summed in order, one fused multiply-add each, then scaled, as OpenBLAS's sgemm rounds them; only
-// the causal part of each row is written; and on this machine they agree with sgemm bit for bit.
+// the causal part of each row is written; and where the probe says so, they agree with sgemm bit for bit.
 #include <cblas.h>
 #include <gtest/gtest.h>
 
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <limits>
 #include <vector>
 
@@ -50,14 +51,16 @@ TEST(OrderedScores, WritesOnlyTheCausalPartOfEachRow) {
   }
 }
 
-// Every shape the ordered loops take, against this machine's sgemm, on values other than the probe's. A BLAS that
-// rounds otherwise (no fused multiply-add, say) makes ordered_products_match false and attention keeps sgemm: then
-// there is nothing to compare.
-TEST(OrderedScores, AgreeWithSgemmBitForBit) {
-  if (!ordered_products_match(64, 2)) GTEST_SKIP() << "this machine's sgemm rounds otherwise; attention keeps sgemm";
+// Every shape the ordered loops take, against this machine's sgemm, on values other than the probe's. A shape whose
+// probe finds sgemm rounding otherwise keeps sgemm in attention, so there is nothing to compare for it: a BLAS
+// without fused multiply-adds disagrees everywhere, and OpenBLAS's Haswell kernels on an AMD EPYC round d = 8 and
+// 16 otherwise from 64 positions on. Where the probe says they agree, they must agree on these values too.
+TEST(OrderedScores, AgreeWithSgemmBitForBitWhereTheProbeSaysSo) {
+  int compared = 0;
   for (const int64_t d : {1, 2, 3, 5, 8, 16}) {
     for (const int64_t s : {1, 7, 64, 200}) {
-      ASSERT_TRUE(ordered_products_match(s, d)) << "s " << s << ", d " << d;
+      if (!ordered_products_match(s, d)) continue;
+      ++compared;
       const std::vector<float> x = seeded(size_t(s * d), 3), y = seeded(size_t(s * d), 4);
       std::vector<float> yt(size_t(s * d)), blas(size_t(s * s)), mine(size_t(s * s));
       transpose_head({y.data(), d}, s, d, yt.data());
@@ -74,6 +77,8 @@ TEST(OrderedScores, AgreeWithSgemmBitForBit) {
       }
     }
   }
+  if (compared == 0) GTEST_SKIP() << "this machine's sgemm rounds otherwise for every shape; attention keeps sgemm";
+  std::printf("%d of 24 shapes agree with this machine's sgemm and were compared\n", compared);
 }
 
 }  // namespace
