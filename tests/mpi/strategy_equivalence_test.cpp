@@ -7,7 +7,8 @@
 //
 // Tolerances (lr = 1e-2, ε_adam = 1e-4; e = |Δw| / max(1, |w|), so absolute for the tiny model's |w| < 1):
 //
-//   fp32    loss 1e-6 and norm 1e-6 relative, e ≤ 2e-6 on every element (= lr/5000).
+//   fp32    loss 1e-6 and norm 1e-6 relative, e ≤ 2e-6 on every element (= lr/5000); looser for pp's 8 blocks
+//     (tolerance_for).
 //     The strategies compute each sequence's gradient with the same fp32 ops as the reference and differ only in
 //     the order of the sums over sequences, ranks and micro-batches (ring reductions, per-rank means averaged):
 //     each sum of n terms moves by ≲ n·2^-24 relative, n ≤ 2·8·8 here, so ~1e-5 on a gradient element. AdamW
@@ -126,12 +127,18 @@ void expect_same_steps(const Trace& got, const Trace& want, const Tolerance& tol
   }
 }
 
-// Derived in the header comment; lr = 1e-2 is one step. The 8-block model of the pipeline cases rounds its
-// gradient norm further from the reference's sum order: DDP and ZeRO-1 on the same 8 blocks at 3 ranks are off by
-// 2.3e-6 at the third clipped step, and pp by the same; 1e-5 still sees a missing 1/M (a factor M ≥ 2).
+// Derived in the header comment; lr = 1e-2 is one step. The 8-block model of the pipeline cases rounds further
+// from the reference's sum order. Its gradient norm: DDP and ZeRO-1 on the same 8 blocks at 3 ranks are off by
+// 2.3e-6 at the third clipped step, and pp by the same; 1e-5 still sees a missing 1/M (a factor M ≥ 2). Its largest
+// weight error is an element whose AdamW update lr·m̂/(√v̂ + ε) is far from saturated (seen: an embedding weight
+// whose second update in the reference is 0.22·lr), where the update follows the gradient's own rounding instead of
+// its sign: seen 7.4e-7 with OpenBLAS's SkylakeX kernels (GCC release and clang asan builds), and with its Haswell
+// kernels (an AMD EPYC's, or OPENBLAS_CORETYPE=Haswell) 1.8e-6 (release) and 2.84e-6 (asan), pp llama at 2 ranks.
+// 1e-5 (lr/1000) still sees a skipped or doubled step on any element, and the rms bound stays 2e-6.
 Tolerance tolerance_for(optim::Recipe recipe, int64_t layers) {
   if (recipe == optim::Recipe::kFp32) {
-    return {.loss = 1e-6, .norm = layers > 2 ? 1e-5 : 1e-6, .weight = 2e-6, .rms = 2e-6};
+    const bool deep = layers > 2;
+    return {.loss = 1e-6, .norm = deep ? 1e-5 : 1e-6, .weight = deep ? 1e-5 : 2e-6, .rms = 2e-6};
   }
   return {.loss = 5e-4, .norm = 5e-3, .weight = 1e-2, .rms = 5e-4};
 }
