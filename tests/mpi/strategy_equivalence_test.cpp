@@ -132,9 +132,9 @@ void expect_same_steps(const Trace& got, const Trace& want, const Tolerance& tol
 // 2.3e-6 at the third clipped step, and pp by the same; 1e-5 still sees a missing 1/M (a factor M ≥ 2). Its largest
 // weight error is an element whose AdamW update lr·m̂/(√v̂ + ε) is far from saturated (seen: an embedding weight
 // whose second update in the reference is 0.22·lr), where the update follows the gradient's own rounding instead of
-// its sign: seen 7.4e-7 with OpenBLAS's SkylakeX kernels (GCC release and clang asan builds), and with its Haswell
-// kernels (an AMD EPYC's, or OPENBLAS_CORETYPE=Haswell) 1.8e-6 (release) and 2.84e-6 (asan), pp llama at 2 ranks.
-// 1e-5 (lr/1000) still sees a skipped or doubled step on any element, and the rms bound stays 2e-6.
+// its sign: seen ≤ 7.4e-7 with OpenBLAS's Prescott, SkylakeX and Cooperlake kernels (GCC and clang), and with its
+// Haswell kernels (an AMD EPYC's, or OPENBLAS_CORETYPE=Haswell) 1.8e-6 (release) and 2.84e-6 (asan), pp llama at 2
+// ranks. 1e-5 (lr/1000) still sees a skipped or doubled step on any element, and the rms bound stays 2e-6.
 Tolerance tolerance_for(optim::Recipe recipe, int64_t layers) {
   if (recipe == optim::Recipe::kFp32) {
     const bool deep = layers > 2;
