@@ -58,15 +58,26 @@ std::vector<float> probe_values(size_t n, uint32_t seed) {
   return values;
 }
 
+// Over enough scores that an unfused sgemm cannot agree by chance: a small head has few (s = 1: one per alpha, and
+// on OpenBLAS's Prescott kernels, which do not fuse, d = 3 agreed on the first seeds and not on others), so the
+// product is taken again on further seeds until kProbeScores scores are compared, at most kProbeTrials times.
+constexpr int64_t kProbeScores = 1024;
+constexpr int64_t kProbeTrials = 64;
+
 bool measure_match(int64_t s, int64_t d) {
-  const std::vector<float> x = probe_values(size_t(s * d), 1), y = probe_values(size_t(s * d), 2);
+  const int64_t causal = s * (s + 1) / 2;
+  const int64_t trials = std::clamp<int64_t>((kProbeScores + causal - 1) / causal, 1, kProbeTrials);
   std::vector<float> blas(size_t(s * s)), mine(size_t(s * s)), yt(size_t(s * d));
-  transpose_head({y.data(), d}, s, d, yt.data());
-  for (const float alpha : {1.0f, 0.3f}) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, s, s, d, alpha, x.data(), d, y.data(), d, 0, blas.data(), s);
-    ordered_scores({x.data(), d}, yt.data(), s, d, alpha, mine.data());
-    for (int64_t i = 0; i < s; ++i) {
-      if (std::memcmp(blas.data() + i * s, mine.data() + i * s, size_t(i + 1) * sizeof(float)) != 0) return false;
+  for (int64_t trial = 0; trial < trials; ++trial) {
+    const auto seed = static_cast<uint32_t>(2 * trial);
+    const std::vector<float> x = probe_values(size_t(s * d), seed + 1), y = probe_values(size_t(s * d), seed + 2);
+    transpose_head({y.data(), d}, s, d, yt.data());
+    for (const float alpha : {1.0f, 0.3f}) {
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, s, s, d, alpha, x.data(), d, y.data(), d, 0, blas.data(), s);
+      ordered_scores({x.data(), d}, yt.data(), s, d, alpha, mine.data());
+      for (int64_t i = 0; i < s; ++i) {
+        if (std::memcmp(blas.data() + i * s, mine.data() + i * s, size_t(i + 1) * sizeof(float)) != 0) return false;
+      }
     }
   }
   return true;
