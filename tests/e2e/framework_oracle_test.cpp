@@ -1106,6 +1106,31 @@ std::vector<Line> compare_deepspeed(const json& fixture, const json& rank, const
   return lines;
 }
 
+// The table of a DeepSpeedRun test's cases, one row each from check_case.
+void print_deepspeed_rows(const std::vector<std::string>& rows) {
+  fmt::print("\n| case | DeepSpeed peak | emu measured | emu predicted | difference |\n|---|---:|---:|---:|---:|\n");
+  for (const std::string& row : rows) fmt::print("{}\n", row);
+}
+
+// One recorded stage of `fixture` (`key`, as deepspeed_run.py names it: zero<stage>-<precision>) against emu's
+// zero<stage> run as the recording ran: SDPA attention, no checkpointing, two steps (MemTracker tracked the second).
+// The rank with the highest peak is compared, by compare(rank, emu); DeepSpeed must have run `optimizer_class`, the
+// wrapper whose recipe emu's strategy follows, and the recording must hold its breakdown at the peak. The case's
+// table row is appended to `rows`.
+template <typename Compare>
+void compare_recorded_stage(const json& fixture, const std::string& key, int stage, const std::string& optimizer_class,
+                            const testing::TempDir& dir, Compare compare, std::vector<std::string>& rows) {
+  const json& ranks = fixture["stages"][key];
+  for (const json& r : ranks) ASSERT_FALSE(r.contains("error")) << fixture["file"] << ": " << r["error"];
+  const json& top = highest_peak(ranks);
+  ASSERT_EQ(top.value("optimizer_class", ""), optimizer_class) << fixture["file"];
+  ASSERT_TRUE(top.contains("at_peak")) << fixture["file"];
+  const json emu = run_emu_deepspeed(fixture, dir, stage, 2, "--no-checkpoint --attention sdpa");
+  ASSERT_FALSE(emu.is_null()) << fixture["file"];
+  json named_case = {{"case", fixture["file"].get<std::string>()}};
+  rows.push_back(check_case(named_case, compare(top, emu), fmt::format("zero{}", stage)));
+}
+
 // DeepSpeed ZeRO-3 as it ran (its own code on CPU), by category, against emu's zero3 measured and predicted, run as
 // the recording ran: SDPA attention, no checkpointing, two steps (MemTracker tracked the second).
 TEST(DeepSpeedRun, Zero3AgainstEmu) {
@@ -1132,8 +1157,7 @@ TEST(DeepSpeedRun, Zero3AgainstEmu) {
     ++compared;
   }
   EXPECT_GT(compared, 0) << "no ZeRO-3 run among the DeepSpeed fixtures";
-  fmt::print("\n| case | DeepSpeed peak | emu measured | emu predicted | difference |\n|---|---:|---:|---:|---:|\n");
-  for (const std::string& row : rows) fmt::print("{}\n", row);
+  print_deepspeed_rows(rows);
 }
 
 // What MemTracker sees of DeepSpeed without ZeRO (stage 0, bf16, the script's torch AdamW, which
@@ -1189,22 +1213,14 @@ TEST(DeepSpeedRun, Zero0AgainstEmu) {
   testing::TempDir dir("ds-run0");
   std::vector<std::string> rows;
   for (const json& fixture : load_fixtures("deepspeed")) {
-    const std::string stage = fmt::format("zero0-{}", fixture["precision"].get<std::string>());
-    if (!fixture["stages"].contains(stage)) continue;
-    const json& ranks = fixture["stages"][stage];
-    for (const json& r : ranks) ASSERT_FALSE(r.contains("error")) << fixture["file"] << ": " << r["error"];
-    const json& top = highest_peak(ranks);
-    // The wrapper DeepSpeed chose is the recipe emu's zero0 follows.
-    ASSERT_EQ(top.value("optimizer_class", ""), "FP16_UnfusedOptimizer") << fixture["file"];
-    ASSERT_TRUE(top.contains("at_peak")) << fixture["file"];
-    const json emu = run_emu_deepspeed(fixture, dir, 0, 2, "--no-checkpoint --attention sdpa");
-    ASSERT_FALSE(emu.is_null()) << fixture["file"];
-    json named_case = {{"case", fixture["file"].get<std::string>()}};
-    rows.push_back(check_case(named_case, compare_deepspeed_zero0(fixture, top, emu), "zero0"));
+    const std::string key = fmt::format("zero0-{}", fixture["precision"].get<std::string>());
+    if (!fixture["stages"].contains(key)) continue;
+    ASSERT_NO_FATAL_FAILURE(compare_recorded_stage(
+        fixture, key, 0, "FP16_UnfusedOptimizer", dir,
+        [&](const json& top, const json& emu) { return compare_deepspeed_zero0(fixture, top, emu); }, rows));
   }
   ASSERT_FALSE(rows.empty()) << "no stage-0 run among the DeepSpeed fixtures";
-  fmt::print("\n| case | DeepSpeed peak | emu measured | emu predicted | difference |\n|---|---:|---:|---:|---:|\n");
-  for (const std::string& row : rows) fmt::print("{}\n", row);
+  print_deepspeed_rows(rows);
 }
 
 // What MemTracker sees of DeepSpeed ZeRO-1 and ZeRO-2 (runtime/zero/stage_1_and_2.py DeepSpeedZeroOptimizer, bf16,
@@ -1334,22 +1350,14 @@ TEST(DeepSpeedRun, Zero12AgainstEmu) {
     for (const int stage : {1, 2}) {
       const std::string key = fmt::format("zero{}-{}", stage, fixture["precision"].get<std::string>());
       if (!fixture["stages"].contains(key)) continue;
-      const json& ranks = fixture["stages"][key];
-      for (const json& r : ranks) ASSERT_FALSE(r.contains("error")) << fixture["file"] << ": " << r["error"];
-      const json& top = highest_peak(ranks);
-      ASSERT_EQ(top.value("optimizer_class", ""), "DeepSpeedZeroOptimizer") << fixture["file"];
-      ASSERT_TRUE(top.contains("at_peak")) << fixture["file"];
-      const json emu = run_emu_deepspeed(fixture, dir, stage, 2, "--no-checkpoint --attention sdpa");
-      ASSERT_FALSE(emu.is_null()) << fixture["file"];
-      json named_case = {{"case", fixture["file"].get<std::string>()}};
-      rows.push_back(
-          check_case(named_case, compare_deepspeed_zero12(fixture, stage, top, emu), fmt::format("zero{}", stage)));
+      ASSERT_NO_FATAL_FAILURE(compare_recorded_stage(
+          fixture, key, stage, "DeepSpeedZeroOptimizer", dir,
+          [&](const json& top, const json& emu) { return compare_deepspeed_zero12(fixture, stage, top, emu); }, rows));
       compared.insert(stage);
     }
   }
   EXPECT_EQ(compared, (std::set<int>{1, 2})) << "no ZeRO-1 or no ZeRO-2 run with a set reduce_bucket_size";
-  fmt::print("\n| case | DeepSpeed peak | emu measured | emu predicted | difference |\n|---|---:|---:|---:|---:|\n");
-  for (const std::string& row : rows) fmt::print("{}\n", row);
+  print_deepspeed_rows(rows);
 }
 
 TEST(PyTorchOracle, Llama) { compare_model("llama"); }
