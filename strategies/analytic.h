@@ -72,7 +72,8 @@ struct AnalyticInput {
 
   // Elements of the root's gradients made at the end of backward, as a shrunk run charges those tensors.
   uint64_t root_embedding_elements() const;
-  // The largest root tensor whose gradient is made when backward begins, as a shrunk run charges it.
+  // The largest root tensor whose gradient is made at the head (after the loss's backward), as a shrunk run charges
+  // it.
   uint64_t root_head_tensor() const;
   // Elements of the tensors the modules after the last block use, as a shrunk run charges them (head_elements); 0:
   // none (an input made by hand).

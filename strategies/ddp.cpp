@@ -9,10 +9,10 @@
 //   gradients   [n_u] per unit, kGradients: each parameter's .grad comes into existence when backward reaches
 //                    the op that reads it (AccumulateGrad; a block's tensor by tensor, flat.h BlockGradients) and
 //                    zero_grad(set_to_none=True), PyTorch's default, frees it after the step. The root's in two
-//                    parts (flat.h allocate_root_gradients): the LM head's and final norm's when backward begins,
-//                    the embeddings' when it ends. With gradient_as_bucket_view the gradients are views into the
-//                    buckets instead: one [Ψ] buffer charged as gradients from set-up, never freed, and no
-//                    bucket copies.
+//                    parts (flat.h RootGradientCharges): the LM head's and final norm's as the head's backward
+//                    reaches them, after the loss's backward, the embeddings' when it ends. With
+//                    gradient_as_bucket_view the gradients are views into the buckets instead: one [Ψ] buffer charged
+//                    as gradients from set-up, never freed, and no bucket copies.
 //   m, v         per tensor AdamW updates, kOptimizerState: every tensor under DDP, the rank's own whole tensors
 //                    under ZeroRedundancyOptimizer (greedy by size, buckets.h zero_redundancy_owners)
 //   autocast's bf16 weights  kActivations, tensor by tensor: each Linear's weight and bias (GPT-2's Conv1D
@@ -186,8 +186,9 @@ class Ddp final : public Strategy {
     if (bucket_view_) return;
     const std::string what = fmt::format("DDP gradients, {}", model_.layout(unit).name);
     if (unit == 0 && !unit_grads_[0].allocated()) {
-      // The root's: the head's and the final norm's now, the embeddings' when backward reaches them (flat.h).
+      // The root's: tensor by tensor as autograd makes them (gradient_made, before_embedding_backward; flat.h).
       unit_grads_[0] = allocate_root_gradients(device_, model_, flat_.count[0], options_.recipe.grads, what);
+      root_charges_.begin(device_, model_, options_.recipe.grads, what);
       model_.bind_grads(0, unit_grads_[0].data(), options_.recipe.grads);
     }
     if (unit > 0 && !block_grads_[unit].allocated()) {  // a block's, tensor by tensor (gradient_made)
@@ -197,6 +198,10 @@ class Ddp final : public Strategy {
   }
 
   void gradient_made(int unit, size_t offset) override {
+    if (unit == 0) {  // the head's cast goes at the first block's backward (before_backward)
+      if (!bucket_view_) root_charges_.made(offset);
+      return;
+    }
     if (!bucket_view_) block_grads_[unit].made(offset);
     if (!autocast_) return;
     // The block's backward has begun, so a recomputation has stopped (its bias casts went with autocast's cache),
@@ -210,10 +215,7 @@ class Ddp final : public Strategy {
   }
 
   void before_embedding_backward() override {
-    if (!bucket_view_ && !embedding_grads_.allocated()) {
-      embedding_grads_ =
-          charge_embedding_gradients(device_, model_, options_.recipe.grads, "DDP gradients, root's embeddings");
-    }
+    if (!bucket_view_) root_charges_.embeddings_made();
   }
 
   void after_backward(int unit) override {
@@ -290,7 +292,7 @@ class Ddp final : public Strategy {
         block_grads_[u].reset();
         model_.bind_grads(u, nullptr, recipe.grads);
       }
-      embedding_grads_ = Buffer();
+      root_charges_.reset();
     }
   }
 
@@ -483,7 +485,7 @@ class Ddp final : public Strategy {
   Buffer buckets_buffer_;           // [Ψ] recipe.grads: the Reducer's bucket copies, without gradient_as_bucket_view
   std::vector<Buffer> unit_grads_;  // [units] the root's [n_0] recipe.grads, from its backward to zero_grad
   std::vector<BlockGradients> block_grads_;  // [units] the blocks' [n_u], made tensor by tensor, freed by zero_grad
-  Buffer embedding_grads_;     // the root's embeddings' part of unit_grads_[0]'s charge, from their backward
+  RootGradientCharges root_charges_;         // unit_grads_[0]'s charge, tensor by tensor as autograd makes them
   std::vector<Buffer> casts_;  // [units] [n_u] fp32: a unit's weights as autocast's ops read them (cast_unit)
   std::vector<std::vector<Buffer>> cast_charges_;  // [units][parameters] their charges, tensor by tensor
   std::vector<Tensor> tensors_;

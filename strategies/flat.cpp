@@ -54,12 +54,48 @@ uint64_t root_embedding_charge(const model::Model& model) {
 Buffer allocate_root_gradients(Device& device, const model::Model& model, size_t count, DType dtype,
                                std::string_view what) {
   const size_t whole = unit_charge(model, 0).bytes(count, dtype);
-  const size_t late = root_embedding_charge(model) * dtype_size(dtype);
-  return device.allocate(count, dtype, Category::kGradients, what, whole > late ? whole - late : 0);
+  size_t tensors = 0;
+  for (const model::ParamInfo& param : model.layout(0).params) {
+    tensors += model::tensor_charge(model.config(), param) * dtype_size(dtype);
+  }
+  return device.allocate(count, dtype, Category::kGradients, what, whole > tensors ? whole - tensors : 0);
 }
 
-Buffer charge_embedding_gradients(Device& device, const model::Model& model, DType dtype, std::string_view what) {
-  return device.allocate(0, dtype, Category::kGradients, what, root_embedding_charge(model) * dtype_size(dtype));
+void RootGradientCharges::begin(Device& device, const model::Model& model, DType dtype, std::string_view what) {
+  if (begun()) return;
+  device_ = &device;
+  model_ = &model;
+  dtype_ = dtype;
+  what_ = what;
+  tensors_.clear();
+  tensors_.resize(model.layout(0).params.size());
+}
+
+void RootGradientCharges::made(size_t offset) {
+  EMU_CHECK(begun(), "a root gradient made before the root's backward began");
+  const std::vector<model::ParamInfo>& params = model_->layout(0).params;
+  for (size_t i = 0; i < params.size(); ++i) {
+    if (offset < params[i].offset || offset >= params[i].offset + params[i].count) continue;
+    if (model::gradient_made_at_end(model_->config(), i) || tensors_[i].allocated()) return;
+    const size_t charged = model::tensor_charge(model_->config(), params[i]) * dtype_size(dtype_);
+    tensors_[i] =
+        device_->allocate(0, dtype_, Category::kGradients, fmt::format("{}, {}", what_, params[i].name), charged);
+    return;
+  }
+  EMU_CHECK(false, "no parameter of the root holds element {}", offset);
+}
+
+void RootGradientCharges::embeddings_made() {
+  EMU_CHECK(begun(), "the embeddings' gradients made before the root's backward began");
+  if (embeddings_.allocated()) return;
+  embeddings_ = device_->allocate(0, dtype_, Category::kGradients, fmt::format("{}, embeddings", what_),
+                                  root_embedding_charge(*model_) * dtype_size(dtype_));
+}
+
+void RootGradientCharges::reset() {
+  tensors_.clear();
+  embeddings_.reset();
+  device_ = nullptr;
 }
 
 void BlockGradients::allocate(Device& device, const model::Model& model, int unit, DType dtype, std::string_view what) {

@@ -32,23 +32,48 @@ FlatLayout flat_layout(const model::Model& model);
 model::ParameterCharge unit_charge(const model::Model& model, int unit);
 
 // The largest of `unit`'s tensors as a shrunk run charges it (model::tensor_charge); for the root, of those whose
-// gradients autograd makes at the head, when backward begins (the LM head's, the final norm's; not the token
+// gradients autograd makes at the head, after the loss's backward (the LM head's, the final norm's; not the token
 // table's, made at the end: model/layout.h gradient_made_at_end).
 uint64_t largest_tensor_charge(const model::Model& model, int unit);
 
-// The root's gradients as autograd makes them (model/layout.h gradient_made_at_end): the LM head's and the final
-// norm's when backward begins, the embeddings' when backward reaches them, last. The model accumulates the root's
-// gradients into one flat buffer, so a strategy allocates that buffer whole at before_backward(0), charged for all
-// but the embeddings' part (allocate_root_gradients), and charges that part at before_embedding_backward
-// (charge_embedding_gradients, a buffer that holds nothing), freeing both together.
+// The root's gradients as autograd makes them (model/layout.h gradient_made_at_end): the LM head's (untied) and the
+// final norm's when the head's backward reaches them, after the loss's backward (model.h Hooks::gradient_made with
+// unit 0), the embeddings' when backward reaches them, last. The model accumulates the root's gradients into one
+// flat buffer, so a strategy allocates that buffer whole at before_backward(0), charged only for any padding past
+// the root's tensors (allocate_root_gradients), and charges the tensors as they are made (RootGradientCharges),
+// freeing both together.
 // The embeddings' part in elements, as a shrunk run charges them.
 uint64_t root_embedding_charge(const model::Model& model);
 // The root's gradient buffer of `count` elements (n_0, or n_0 padded for sharding) at `dtype`, charged as
-// allocate_parameter_space charges it less the embeddings' part.
+// allocate_parameter_space charges it less the root's tensors (RootGradientCharges charges those).
 Buffer allocate_root_gradients(Device& device, const model::Model& model, size_t count, DType dtype,
                                std::string_view what);
-// The embeddings' part of the root's gradients at `dtype`: charged, holding nothing.
-Buffer charge_embedding_gradients(Device& device, const model::Model& model, DType dtype, std::string_view what);
+// The charges of the root's gradient tensors as autograd makes them, holding nothing (the data is in the buffer
+// allocate_root_gradients made). Each tensor is charged once until reset(), so a gradient kept over micro-batches is
+// charged once.
+class RootGradientCharges {
+ public:
+  // Starts charging `model`'s root gradients at `dtype`, named after `what`; nothing is charged yet. Again while
+  // started: nothing.
+  void begin(Device& device, const model::Model& model, DType dtype, std::string_view what);
+  bool begun() const { return device_ != nullptr; }
+  // The root tensor holding element `offset` of the root's layout is made (Hooks::gradient_made(0, offset)): charges
+  // it, unless autograd makes it at the end (embeddings_made charges those).
+  void made(size_t offset);
+  // Backward reaches the embeddings: charges the tensors made there (root_embedding_charge), named "{what},
+  // embeddings".
+  void embeddings_made();
+  bool embeddings_charged() const { return embeddings_.allocated(); }
+  void reset();
+
+ private:
+  Device* device_ = nullptr;
+  const model::Model* model_ = nullptr;
+  DType dtype_ = DType::kF32;
+  std::string what_;
+  std::vector<Buffer> tensors_;  // [root parameters] made at the head, charged, holding nothing
+  Buffer embeddings_;            // the tensors made at the end, charged together
+};
 
 // A block's gradients as autograd makes them under DDP and FSDP2 (one .grad per parameter, made by AccumulateGrad
 // when backward reaches the op that reads the parameter: model.h Hooks::gradient_made), not the block's at once.

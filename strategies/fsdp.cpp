@@ -27,7 +27,7 @@
 // autograd makes each view's gradient when backward reaches the op reading it and holds them until the block's last
 // (ln_1's); the views' split backward then concatenates them into the FlatParameter's .grad [n_u], beside them for
 // a moment, and they are freed. The root's parts are made as autograd reaches them (the head's and the final norm's
-// when backward begins, the embeddings' at its end, flat.h allocate_root_gradients) and concatenated likewise. The
+// after the head's backward, the embeddings' at its end, flat.h RootGradientCharges) and concatenated likewise. The
 // post-backward hook reduce-scatters that .grad into a new shard-sized tensor at the gradient dtype and frees it
 // (its F.pad copy, made when the .grad is not a multiple of N, is not charged: sharded_units.h). A unit's sharded
 // gradient is made by its first reduce-scatter of a step (beside the unsharded one, which is freed after; in the

@@ -22,9 +22,9 @@
 //   unsharded params   [N·S_u] param dtype, kParameters: each parameter's all_gather_outputs tensor, padded on dim 0,
 //                      allocated at copy-out and freed at reshard (free_storage).
 //   unsharded grads    [n_u] gradient dtype, kGradients: what autograd makes for the unsharded parameters, a
-//                      block's tensor by tensor as backward reaches each (flat.h BlockGradients); the root's in two
-//                      parts, the head's and the final norm's when backward begins, the embeddings' when it
-//                      reaches them (flat.h allocate_root_gradients).
+//                      block's tensor by tensor as backward reaches each (flat.h BlockGradients); the root's tensor
+//                      by tensor too, the head's and the final norm's as the head's backward reaches them, the
+//                      embeddings' when backward reaches them (flat.h RootGradientCharges).
 //   reduce-scatter in  [N·S_u] reduce dtype, kBuckets (foreach_reduce): the unsharded gradients cast into it rank
 //                      by rank (foreach_reduce_scatter_copy_in), then freed; reduce-scattered into the sharded
 //                      gradient. Kept until the next unit's reduce-scatter (FSDPCommContext.reduce_scatter_states,
@@ -317,14 +317,15 @@ class Fsdp2 final : public Strategy {
       unit.unsharded_grads =
           device_.allocate(model_.layout(0).count, options_.recipe.grads, Category::kGradients, what, 0);
       zero(unit.unsharded_grads.data(), options_.recipe.grads, model_.layout(0).count);
+      root_charges_.begin(device_, model_, options_.recipe.grads, what);
       model_.bind_grads(u, unit.unsharded_grads.data());
       return;
     }
-    // The root's: the head's and the final norm's now, the embeddings' when backward reaches them (flat.h); a
-    // block's tensor by tensor (gradient_made).
+    // The root's and a block's tensor by tensor as autograd makes them (gradient_made, before_embedding_backward).
     if (u == 0) {
       unit.unsharded_grads =
           allocate_root_gradients(device_, model_, model_.layout(0).count, options_.recipe.grads, what);
+      root_charges_.begin(device_, model_, options_.recipe.grads, what);
       model_.bind_grads(u, unit.unsharded_grads.data());
     } else {
       unit.block_grads.allocate(device_, model_, u, options_.recipe.grads, what);
@@ -332,12 +333,16 @@ class Fsdp2 final : public Strategy {
     }
   }
 
-  void gradient_made(int u, size_t offset) override { units_[static_cast<size_t>(u)].block_grads.made(offset); }
+  void gradient_made(int u, size_t offset) override {
+    if (u == 0) {
+      root_charges_.made(offset);
+    } else {
+      units_[static_cast<size_t>(u)].block_grads.made(offset);
+    }
+  }
 
   void before_embedding_backward() override {
-    if (embedding_grads_.allocated()) return;  // --pp: kept with the accumulating root gradients
-    embedding_grads_ =
-        charge_embedding_gradients(device_, model_, options_.recipe.grads, "unit 0 unsharded gradients, embeddings");
+    root_charges_.embeddings_made();  // --pp: kept with the accumulating root gradients, charged once
   }
 
   void after_backward(int u) override {
@@ -542,7 +547,7 @@ class Fsdp2 final : public Strategy {
     model_.bind_grads(u, nullptr);
     unit.unsharded_grads.reset();
     unit.block_grads.reset();
-    if (u == 0) embedding_grads_.reset();
+    if (u == 0) root_charges_.reset();
   }
 
   // The ranks a unit is sharded over: the data-parallel group over TP, else the world.
@@ -600,7 +605,7 @@ class Fsdp2 final : public Strategy {
     unit.accumulated.reset();
     unit.unsharded_grads.reset();
     unit.block_grads.reset();
-    if (u == 0) embedding_grads_.reset();
+    if (u == 0) root_charges_.reset();
     Device& host = optimizer_device();
     const size_t shard_bytes = unit.shards.charged_shard() * dtype_size(dtype);
     Buffer output = device_.allocate(shard, dtype, Category::kGradients,
@@ -660,7 +665,7 @@ class Fsdp2 final : public Strategy {
   DType sharded_dtype_ = DType::kF32;  // the sharded parameters', gradients' and reduce-scatter's dtype
   Buffer kept_all_gather_;             // forward: the last all-gather output, until the next copy-out
   Buffer reduce_scatter_input_;        // backward: the last unit's, until the next reduce-scatter
-  Buffer embedding_grads_;             // charged only: the embeddings' part of the root's unsharded gradients
+  RootGradientCharges root_charges_;   // charged only: the root's unsharded gradients, tensor by tensor
   // Over TP (--tp): the groups (setup), the model's view of the TP group, and where each element of the slice lies
   // in the full tensor ([units][params][local elements]; not kept by a plan).
   std::unique_ptr<coll::Communicator> tp_group_, dp_group_;

@@ -42,7 +42,7 @@ namespace {
 struct Held {
   Dim0Shards shards;
   uint64_t charged = 0;  // n_u as charged
-  uint64_t early = 0;    // of it, made when the unit's backward begins (the root's head part on the last stage)
+  uint64_t early = 0;    // of it, made by the head's backward, first (the root's head part on the last stage)
   bool accumulating = false;
 };
 
@@ -67,7 +67,7 @@ uint64_t charged_of(std::span<const TensorRows> rows) {
 struct Module {
   std::vector<Held> units;
   bool root = false;  // units.front() is the root
-  bool head = false;  // the root holds the final norm and head (made when backward begins)
+  bool head = false;  // the root holds the final norm and head (made by the head's backward, first)
 };
 
 Module chunk_module(const AnalyticInput& input, const StageBlocks& blocks, bool embeddings, bool head, int d) {

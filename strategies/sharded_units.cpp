@@ -205,21 +205,26 @@ void ShardedUnits::begin_gradients(int u) {
     model_.bind_grads(u, unit.views.data());
     return;
   }
+  const bool in_parts = u == 0 && !charges_gradients_itself(u) && makes_root_gradients_in_parts();
   unit.unit_grads = charges_gradients_itself(u)
                         ? device_.allocate(unit.shard.padded, options_.recipe.grads, Category::kGradients, what, 0)
-                    : u == 0 && makes_root_gradients_in_parts()
+                    : in_parts
                         ? allocate_root_gradients(device_, model_, unit.shard.padded, options_.recipe.grads, what)
                         : model::allocate_parameter_space(device_, unit_charge(model_, u), unit.shard.padded,
                                                           options_.recipe.grads, Category::kGradients, what);
+  if (in_parts) root_charges_.begin(device_, model_, options_.recipe.grads, what);
   model_.bind_grads(u, unit.unit_grads.data());
 }
 
 void ShardedUnits::before_embedding_backward() {
-  if (!makes_root_gradients_in_parts()) return;
-  embedding_grads_ = charge_embedding_gradients(device_, model_, options_.recipe.grads, "unit 0 gradients, embeddings");
+  if (root_charges_.begun()) root_charges_.embeddings_made();
 }
 
 void ShardedUnits::gradient_made(int u, size_t offset) {
+  if (u == 0) {
+    if (root_charges_.begun()) root_charges_.made(offset);
+    return;
+  }
   UnitState& unit = units_[static_cast<size_t>(u)];
   if (unit.views.allocated()) unit.views.made(offset);
 }
@@ -234,7 +239,7 @@ void ShardedUnits::form_flat_gradient(int u) {
                        unit_charge(model_, u).bytes(count, dtype));
   if (u == 0) {
     convert(unit.unit_grads.data(), dtype, flat.data(), dtype, count);
-    embedding_grads_.reset();
+    root_charges_.reset();
   } else {
     unit.views.check_complete();
     convert(unit.views.data(), dtype, flat.data(), dtype, count);
@@ -281,7 +286,7 @@ void ShardedUnits::reduce_gradients(int u) {
   output.reset();
   model_.bind_grads(u, nullptr);
   unit.unit_grads.reset();
-  if (u == 0) embedding_grads_.reset();
+  if (u == 0) root_charges_.reset();
 }
 
 std::vector<int> ShardedUnits::following_units(int u, bool forward) const {

@@ -80,9 +80,9 @@ class ShardedUnits : public Strategy {
   // Whether a unit's gradient shard is made by its first reduce-scatter of a step and freed after the optimizer
   // step (zero_grad(set_to_none=True)), rather than kept from set-up.
   virtual bool makes_gradient_shards_in_backward() const { return false; }
-  // Whether the root's gradients are charged in the parts autograd makes (flat.h allocate_root_gradients): the
-  // head's and the final norm's when backward begins, the embeddings' when it reaches them; else whole from the
-  // root's before_backward.
+  // Whether the root's gradients are charged in the parts autograd makes (flat.h RootGradientCharges): the head's
+  // and the final norm's as the head's backward reaches them, the embeddings' when backward reaches them; else whole
+  // from the root's before_backward.
   virtual bool makes_root_gradients_in_parts() const { return false; }
 
   // Whether a unit's gradients are made as FSDP1 without use_orig_params makes its FlatParameter's .grad
@@ -102,7 +102,8 @@ class ShardedUnits : public Strategy {
 
   // Charges the embeddings' part of the root's gradients, when the policy makes them in parts.
   void before_embedding_backward() override;
-  // Charges a block's parameter's gradient as autograd makes it, when the policy forms the flat gradient.
+  // Charges a parameter's gradient as autograd makes it: a block's when the policy forms the flat gradient, the
+  // root's when it makes them in parts.
   void gradient_made(int unit, size_t offset) override;
   // Whether the policy charges `unit`'s gathered parameters itself, part by part (ZeRO-3's root: the embedding and
   // the head fetched and released apart): the gathered buffer then holds the data uncharged.
@@ -180,7 +181,7 @@ class ShardedUnits : public Strategy {
   // Over TP: [units][params][local elements] the full tensor's element each local element holds, or −1
   // (tp_slice_index); empty on a device without data.
   std::vector<std::vector<std::vector<int64_t>>> tp_index_;
-  Buffer embedding_grads_;  // charged only: the embeddings' part of the root's unit gradients, from their backward
+  RootGradientCharges root_charges_;  // charged only: the root's unit gradients in parts, as autograd makes them
 };
 
 }  // namespace emu::strategy

@@ -7,27 +7,29 @@
 // Per rank, with P = Ψ rounded up to 2N and S = P/N:
 //   both     parameters [P] kParameters   master, m, v [S]
 //   stage 1  gradients: autograd's .grad of every unit, [n_u] kGradients each, made when backward first reaches
-//            the unit (the root's LM head and final norm when backward begins, its embeddings at its end: flat.h
-//            allocate_root_gradients) and kept through the micro-batches (DeepSpeed stage 1 reduces only at the
-//            accumulation boundary). After the last backward DeepSpeed's reduce_gradients() walks the tensors in
-//            registration order through the ipg reduce bucket: [R] kBuckets (two with overlap_comm), R =
-//            reduce_bucket_size exactly, allocated when backward begins and freed when the reduction ends. Each tensor
+//            the unit, the root's tensor by tensor as autograd makes them (an untied LM head's and the final norm's
+//            after the head's backward, the embeddings' at the end: flat.h RootGradientCharges) and kept through the
+//            micro-batches (DeepSpeed stage 1 reduces only at the accumulation boundary). After the last backward
+//            DeepSpeed's reduce_gradients() walks the tensors in registration order through the ipg reduce bucket:
+//            [R] kBuckets (two with overlap_comm), R = reduce_bucket_size exactly, made by the first gradient hook of
+//            the backward (process_gradients -> setup_buckets, once the loss's backward is over) and freed when the
+//            reduction ends. Each tensor
 //            is copied into the bucket (a tensor larger than R is reduced from its own storage, DeepSpeed's
 //            extra_large_param_to_reduce); a full bucket is reduce-scattered (averaged) to the owners, and each
 //            rank copies its part into its gradient partition [S] kGradients (grads_in_partition, made at the
 //            first reduction and freed after the optimizer step). A unit's .grad is freed once all its tensors
 //            are in the bucket (DeepSpeed frees each tensor's, emu each unit's).
 //   stage 2  gradient partition [S] kGradients for the whole run; the ipg reduce bucket [R] kBuckets (two with
-//            overlap_comm) from the start of each backward to its end (DeepSpeed allocates it in backward() and
-//            releases it in the reduce epilogue). Autograd makes each tensor's .grad and DeepSpeed's hook copies
+//            overlap_comm) from each backward's first gradient hook to its end (DeepSpeed's setup_buckets, released
+//            in the reduce epilogue). Autograd makes each tensor's .grad and DeepSpeed's hook copies
 //            it into the bucket at once and points .grad into the bucket (contiguous_gradients), so one tensor's
 //            .grad lives at a time: emu makes each unit's gradients in a temporary [n_u] buffer charged as the
-//            unit's largest tensor (kGradients); the root's charged as its parts are made: the LM head's .grad
-//            during the head's backward (a tied head's, the embedding, completed only at the end, through all of
-//            backward) and the embeddings' at the end. When the unit's backward ends its tensors, last first, are
-//            copied into the bucket (one larger than R is reduced from the unit's buffer) and the buffer is freed; a
-//            full bucket is reduce-scattered to the owners at once, every micro-batch, and each rank adds its part to
-//            its partition: the gradients it does not own are never kept.
+//            unit's largest tensor (kGradients); the root's charged as its parts are made: the largest made at the
+//            head (an untied head's .grad, else the final norm's) from the head's backward to the first block's
+//            (a tied head's, the embedding, completed only at the end) and the embeddings' at the end. When the unit's
+//            backward ends its tensors, last first, are copied into the bucket (one larger than R is reduced from the
+//            unit's buffer) and the buffer is freed; a full bucket is reduce-scattered to the owners at once, every
+//            micro-batch, and each rank adds its part to its partition: the gradients it does not own are never kept.
 // At the step (DeepSpeed's step(): flatten(averaged_gradients).to(fp32)) the partition is flattened into a new
 // [S] recipe.grads buffer and, in the mixed recipe, cast into an fp32 [S] one (kGradients, the .grad of the fp32
 // partition) that AdamW reads; the flat copy is freed after the cast, the fp32 one after the step. For a moment
@@ -160,9 +162,8 @@ class PartitionedOptimizer final : public Strategy {
  protected:
   void before_backward(int unit) override {
     Buffer& grads = unit_grads_[static_cast<size_t>(unit)];
-    // DeepSpeed's backward() makes the ipg bucket before autograd runs (the root's backward comes first).
-    if (buckets_.empty()) allocate_buckets();
-    // The head's backward is over: its .grad went into the bucket there (a tied head's is made at the end).
+    // The root's backward is over: the .grad its head made went into the bucket there (a tied head's is made at
+    // the end).
     if (stage_ == 2 && unit != 0) head_grad_.reset();
     if (stage_ == 1 && grads.allocated()) return;  // .grad accumulates over micro-batches until the reduction
     const std::string what = fmt::format("unit {} gradients", unit);
@@ -171,27 +172,36 @@ class PartitionedOptimizer final : public Strategy {
       // One tensor's .grad at a time: each is copied into the bucket by its hook as autograd makes it (the unit's
       // other elements are host scratch until emu copies them at after_backward). The root's largest tensor made
       // at the head (an untied head; the final norm when the head is tied to the embedding, whose .grad autograd
-      // makes at the end) is charged apart.
+      // makes at the end) is charged apart, when the head's backward makes the first (gradient_made).
       grads = device_.allocate(flat_.count[unit], dtype, Category::kGradients, what,
                                unit == 0 ? 0 : largest_tensor_charge(model_, unit) * dtype_size(dtype));
-      if (unit == 0) {
-        head_grad_ = device_.allocate(0, dtype, Category::kGradients, "the LM head's .grad",
-                                      largest_tensor_charge(model_, 0) * dtype_size(dtype));
-      }
+    } else if (unit == 0) {
+      grads = allocate_root_gradients(device_, model_, flat_.count[0], dtype, what);
     } else {
-      grads = unit == 0 ? allocate_root_gradients(device_, model_, flat_.count[0], dtype, what)
-                        : model::allocate_parameter_space(device_, flat_.unit_charge[unit], flat_.count[unit], dtype,
-                                                          Category::kGradients, what);
+      grads = model::allocate_parameter_space(device_, flat_.unit_charge[unit], flat_.count[unit], dtype,
+                                              Category::kGradients, what);
     }
+    if (unit == 0) root_charges_.begin(device_, model_, dtype, what);
     model_.bind_grads(unit, grads.data());
   }
 
-  // The embeddings' .grad (stage 1: kept until the reduction; stage 2: until emu copies the root into the bucket).
-  void before_embedding_backward() override {
-    if (!embedding_grads_.allocated()) {
-      embedding_grads_ = charge_embedding_gradients(device_, model_, options_.recipe.grads, "the embeddings' .grad");
+  // Autograd made a .grad: DeepSpeed's hook (process_gradients) makes the ipg bucket at the backward's first, the
+  // head's or the final norm's, after the loss's backward; stage 1 charges the root's tensors as they are made,
+  // stage 2 the head's largest while the root's backward lasts.
+  void gradient_made(int unit, size_t offset) override {
+    if (buckets_.empty()) allocate_buckets();
+    if (unit != 0) return;
+    if (stage_ == 1) {
+      root_charges_.made(offset);
+    } else if (!head_grad_.allocated()) {
+      const DType dtype = options_.recipe.grads;
+      head_grad_ = device_.allocate(0, dtype, Category::kGradients, "the LM head's .grad",
+                                    largest_tensor_charge(model_, 0) * dtype_size(dtype));
     }
   }
+
+  // The embeddings' .grad (stage 1: kept until the reduction; stage 2: until emu copies the root into the bucket).
+  void before_embedding_backward() override { root_charges_.embeddings_made(); }
 
   void after_backward(int unit) override {
     if (stage_ == 1) return;
@@ -299,6 +309,7 @@ class PartitionedOptimizer final : public Strategy {
   // One tensor of `unit` into the bucket, or, larger than the bucket, reduced from the unit's gradients
   // (DeepSpeed's extra_large_param_to_reduce).
   void reduce_tensor(int unit, const model::ParamInfo& param, bool ascending) {
+    if (buckets_.empty()) allocate_buckets();  // no .grad made this backward: made for the reduction
     const size_t begin = flat_.offset[unit] + param.offset;
     const size_t end = begin + param.count;
     if (param.count <= bucket_capacity_) {
@@ -320,7 +331,7 @@ class PartitionedOptimizer final : public Strategy {
     model_.bind_grads(unit, nullptr);
     unit_grads_[static_cast<size_t>(unit)].reset();
     if (unit != 0) return;
-    embedding_grads_.reset();
+    root_charges_.reset();
     head_grad_.reset();
   }
 
@@ -402,7 +413,7 @@ class PartitionedOptimizer final : public Strategy {
   std::vector<Buffer> buckets_;           // [R] each, from the start of backward to the end of the reduction
   Buffer staging_;                        // offload: [largest tensor] recipe.grads
   std::vector<Buffer> unit_grads_;        // [n_u]: stage 1 from backward to the reduction; stage 2 during u's backward
-  Buffer embedding_grads_;                // charged only: the root's embeddings' .grad, from their backward
+  RootGradientCharges root_charges_;      // charged only: the root's .grad as made (stage 2: its embeddings' only)
   Buffer head_grad_;                      // stage 2, charged only: the head's .grad (tied: until the end)
   size_t bucket_capacity_ = 0;            // R
   size_t bucket_lo_ = 0, bucket_hi_ = 0;  // flat range held by the current bucket

@@ -22,9 +22,9 @@
 // Gradients (stage3.py reduce_partition_and_remove_grads): autograd makes each parameter's .grad as backward
 //   reaches it, DeepSpeed copies it into the ipg bucket and drops it, so one .grad is alive at a time. emu
 //   computes a unit's gradients into one buffer, held uncharged; what is charged is the unit's largest tensor
-//   at the gradients' dtype while its backward runs: the head's from the start of backward to the end of the
-//   head's backward (a tied head's none: the final norm's), each block's through its backward, the embedding's
-//   through its backward at the end.
+//   at the gradients' dtype while its backward runs: the head's from its AccumulateGrad, once the head's backward
+//   has run, to the first block's backward (a tied head's none: the final norm's), each block's through its
+//   backward, the embedding's through its backward at the end.
 // Persistence (stage3_param_persistence_threshold): a tensor of at most that many elements is not released once
 //   fetched (a unit of at most that many, its data). The optimizer step changes its partition, so the step frees
 //   it and its next use fetches it afresh: one all-gather per step, as DeepSpeed re-gathers persistent parameters
@@ -142,7 +142,12 @@ class Zero3 final : public ShardedUnits {
     gather(u, "backward");
     if (u != 0) charge_gathered(phases().backward[static_cast<size_t>(u)]);
     begin_gradients(u);
-    make_grad(u);
+    if (u != 0) make_grad(u);  // the root's once the head's backward makes the first (gradient_made)
+  }
+
+  void gradient_made(int u, size_t offset) override {
+    if (u == 0) make_grad(0);
+    ShardedUnits::gradient_made(u, offset);
   }
 
   void after_backward(int u) override {

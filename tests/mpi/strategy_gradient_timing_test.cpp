@@ -4,7 +4,8 @@
 //
 // What the frameworks do:
 //   autograd (every PyTorch strategy, and DeepSpeed's .grad) makes a tensor's gradient when backward reaches the
-//   tensor: the LM head's and the final norm's first (the head is the first thing in backward), each block's tensor by
+//   tensor: the LM head's and then the final norm's first, after the loss's backward (the head's AccumulateGrad runs
+//   once the head's backward has run, the final norm's once the norm's has), each block's tensor by
 //   tensor as its backward reaches the op that reads it (AccumulateGrad; a linear's weight and bias from one addmm
 //   backward), the embeddings' last (a head tied to the embedding is that tensor, used twice: autograd holds the
 //   head's part in the input buffer of its AccumulateGrad, a temporary, and makes the .grad from the sum of both
@@ -36,6 +37,7 @@ namespace {
 // The tiny models (strategy_harness.h tiny_config), by their shapes: h = 16, V = 37, two blocks.
 struct Shapes {
   std::vector<int64_t> block_tensors;  // a block's tensors in the order backward makes their gradients
+  std::vector<int64_t> head_tensors;   // likewise the root's tensors made at the head
   int64_t head;                        // root elements whose gradients are made at the head
   int64_t embeddings;                  // root elements whose gradients are made last
   int64_t block;                       // each block's elements
@@ -43,30 +45,40 @@ struct Shapes {
   int64_t largest_block;               // the largest tensor of a block
   bool tied;
 };
-// Llama (untied): embed_tokens [37, 16] = 592, norm 16, lm_head 592 (root 1200: head 608, embeddings 592); a block
+// Llama (untied): embed_tokens [37, 16] = 592, norm 16, lm_head 592 (root 1200: head 608, lm_head's then norm's,
+// embeddings 592); a block
 // q, o [16, 16], k, v [8, 16] (one KV head of 8), gate, up [44, 16], down [16, 44], two norms of 16: 2912. Backward
 // order (modeling_llama.py, reversed): down_proj, up_proj (run after gate_proj in forward), gate_proj,
 // post_attention_layernorm, o_proj, v_proj, k_proj, q_proj, input_layernorm.
-const Shapes kLlama{{704, 704, 704, 16, 256, 128, 128, 256, 16}, 608, 592, 2912, 592, 704, false};
-// GPT-2 (tied): wte [37, 16] = 592 (the head), wpe [8, 16] = 128, ln_f 32 (root 752: head 32, the final norm's, the
-// largest 16; embeddings 720, wte's .grad made with wpe's at the end); a block
+const Shapes kLlama{{704, 704, 704, 16, 256, 128, 128, 256, 16}, {592, 16}, 608, 592, 2912, 592, 704, false};
+// GPT-2 (tied): wte [37, 16] = 592 (the head), wpe [8, 16] = 128, ln_f 32 (root 752: head 32, the final norm's
+// weight then bias, the largest 16; embeddings 720, wte's .grad made with wpe's at the end); a block
 // ln_1 32, c_attn 768 + 48, attn c_proj 256 + 16, ln_2 32, c_fc 1024 + 64, mlp c_proj 1024 + 16: 3280. Backward
 // order: mlp c_proj, c_fc, ln_2, attn c_proj, c_attn, ln_1, each weight then bias.
-const Shapes kGpt2{{1024, 16, 1024, 64, 16, 16, 256, 16, 768, 48, 16, 16}, 32, 720, 3280, 16, 1024, true};
+const Shapes kGpt2{{1024, 16, 1024, 64, 16, 16, 256, 16, 768, 48, 16, 16}, {16, 16}, 32, 720, 3280, 16, 1024, true};
 
 // The expected gradient-category changes of one step, in order, up to and including the embeddings' gradient (every
 // unit here divides by 2 and 4 ranks: no padding). g: the gradient bytes; 4: the sharded gradients' (fp32).
 std::vector<int64_t> expected_backward(const std::string& strategy, const Shapes& s, int64_t n) {
   const int64_t psi = s.head + s.embeddings + 2 * s.block;
+  const auto head = [&](int64_t bytes) {  // the head's tensors' gradients, one by one, at `bytes` per element
+    std::vector<int64_t> d;
+    for (const int64_t t : s.head_tensors) d.push_back(bytes * t);
+    return d;
+  };
   if (strategy == "ddp" || strategy == "ddp-zero") {  // autocast: fp32 .grad
-    std::vector<int64_t> d = {4 * s.head};
+    std::vector<int64_t> d = head(4);
     for (int b = 0; b < 2; ++b) {
       for (const int64_t t : s.block_tensors) d.push_back(4 * t);
     }
     d.push_back(4 * s.embeddings);
     return d;
   }
-  if (strategy == "zero1") return {2 * s.head, 2 * s.block, 2 * s.block, 2 * s.embeddings};
+  if (strategy == "zero1") {
+    std::vector<int64_t> d = head(2);
+    d.insert(d.end(), {2 * s.block, 2 * s.block, 2 * s.embeddings});
+    return d;
+  }
   if (strategy == "zero2") {
     const int64_t partition = 2 * psi / n;  // Ψ divides by 2N here
     std::vector<int64_t> d = {partition, 2 * s.largest_head};
@@ -79,7 +91,7 @@ std::vector<int64_t> expected_backward(const std::string& strategy, const Shapes
     return d;
   }
   if (strategy == "fsdp") {
-    std::vector<int64_t> d = {2 * s.head};
+    std::vector<int64_t> d = head(2);
     for (int b = 0; b < 2; ++b) {
       for (const int64_t t : s.block_tensors) d.push_back(2 * t);  // the views' gradients
       d.push_back(2 * s.block);                                    // their concatenation, the FlatParameter's .grad
@@ -92,7 +104,7 @@ std::vector<int64_t> expected_backward(const std::string& strategy, const Shapes
     return d;
   }
   // fsdp2: the unsharded gradients freed into the reduce-scatter input before the output shard is made.
-  std::vector<int64_t> d = {2 * s.head};
+  std::vector<int64_t> d = head(2);
   for (int b = 0; b < 2; ++b) {
     for (const int64_t t : s.block_tensors) d.push_back(2 * t);
     d.push_back(-2 * s.block);

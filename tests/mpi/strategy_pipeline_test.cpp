@@ -70,8 +70,9 @@ TEST_P(Pipeline, PointToPointBytesPerStep) {
 
 // Each micro-batch in flight holds the stage's blocks' saved activations (Korthikanti's per-block closed form,
 // model/memory_terms.h), on the first stage its token ids (T int32 = 32 bytes), and on the last what the final norm
-// and the loss keep for backward: the last block's output (T·h·4 = 512), the norm's rstd (T·4 = 32), its output
-// (512) and the fp32 log-softmax (T·V·4 = 8·37·4 = 1,184). GPipe holds all M at once; 1F1B at most min(P − s, M)
+// and the loss keep for backward: the last block's output (T·h·4 = 512), the norm's rstd (T·4 = 32), its normalised
+// tensor (512, LlamaRMSNorm's hidden_states · rstd), its output (512) and the fp32 log-softmax (T·V·4 = 8·37·4 =
+// 1,184). GPipe holds all M at once; 1F1B at most min(P − s, M)
 // on stage s. The difference between M = 8 and M = 1 is (in flight − 1) micro-batches exactly.
 TEST_P(Pipeline, ActivationsInFlightPerStage) {
   const int stages = world_size();
@@ -84,7 +85,7 @@ TEST_P(Pipeline, ActivationsInFlightPerStage) {
   const model::ModelConfig config = tiny_config(model::Style::kLlama, 1, kLayers);
   const uint64_t per_micro_batch =
       blocks_on_stage(stage, stages) * model::saved_activation_bytes_per_block(config, options) +
-      (stage == 0 ? 32 : 0) + (stage == stages - 1 ? 512 + 32 + 512 + 1184 : 0);
+      (stage == 0 ? 32 : 0) + (stage == stages - 1 ? 512 + 32 + 512 + 512 + 1184 : 0);
   const int in_flight =
       GetParam() == strategy::Schedule::kGpipe ? kMicroBatches : std::min(stages - stage, kMicroBatches);
   EXPECT_EQ(many - one, static_cast<uint64_t>(in_flight - 1) * per_micro_batch)

@@ -509,7 +509,7 @@ Estimate fsdp(const Shapes& s, const Knobs& k) {
   // reduce-scatters that into a new P_u/M tensor at the gradient dtype, which is the sharded gradient
   // (_saved_grad_shard) unless the mixed recipe casts it to fp32 (its F.pad copy when n_u < P_u: not counted, as
   // emu does not, the shrunk units padding where full-scale ones do not). Beside a block: the
-  // root's head and final-norm gradients (its padding with them), made when backward begins; the root's embeddings'
+  // root's head and final-norm gradients (its padding with them), made by the head's backward; the root's embeddings'
   // part comes last. Sharded gradients stay until the step.
   const uint64_t root_head = padded[0] - late_root_gradients(s);
   uint64_t sharded = 0, backward = 0;

@@ -77,9 +77,20 @@ struct Measured {
   uint64_t loss_forward_peak = 0, loss_after_forward = 0, loss_backward_peak = 0;
 };
 
+// How many changes the final norm makes to the device's timeline before the head runs (model.cpp forward_root_end):
+// an RMSNorm's fp32 copy of a bf16 input, its statistics, the normalised tensor, Gemma's (1 + w), its output (fp32
+// under autocast, whose bf16 cast the head saves, counted with the loss), and the bf16 input freed once the copy is
+// in its place; a LayerNorm's statistics and output.
+size_t final_norm_points(const ModelConfig& config, const ModelOptions& options) {
+  if (config.style != model::Style::kLlama) return 2;
+  const bool narrow = options.residual() != DType::kF32;
+  return 3 + (config.gemma ? 1 : 0) + (narrow ? 2 : 0);
+}
+
 class Probe final : public Hooks {
  public:
-  explicit Probe(const MemoryPool& pool, int layers) : pool_(pool), layers_(layers) {}
+  Probe(const MemoryPool& pool, int layers, size_t norm_points)
+      : pool_(pool), layers_(layers), norm_points_(norm_points) {}
   void before_forward(int unit) override {
     if (unit > 0) start_ = pool_.in_use(Category::kActivations);
   }
@@ -104,14 +115,15 @@ class Probe final : public Hooks {
     for (size_t i = from; i < pool_.timeline().size(); ++i) peak = std::max(peak, pool_.timeline()[i].in_use);
     return peak;
   }
-  // In use once the final norm's statistics and output (the first two allocations of the loss phase) exist: the
-  // recording starts from the final hidden states.
+  // In use once the final norm's saved tensors and output (the first changes of the loss phase) exist: the recording
+  // starts from the final hidden states.
   uint64_t base_after_norm() {
-    loss_base_ = pool_.timeline()[mark_ + 1].in_use;
+    loss_base_ = pool_.timeline()[mark_ + norm_points_ - 1].in_use;
     return loss_base_;
   }
   const MemoryPool& pool_;
   int layers_;
+  size_t norm_points_;
   uint64_t start_ = 0, loss_base_ = 0;
   size_t mark_ = 0, backward_mark_ = 0;
 };
@@ -120,7 +132,7 @@ Measured measure(const ModelConfig& config, const ModelOptions& options) {
   auto device = make_cpu_device({});
   Model model(*device, config, options);
   LocalParams params(model, 5);
-  Probe probe(device->memory(), int(config.layers));
+  Probe probe(device->memory(), int(config.layers), final_norm_points(config, options));
   std::vector<int32_t> tokens(size_t(config.tokens()));
   for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = int32_t((i * 11 + 5) % size_t(config.vocab));
   model.step(tokens.data(), tokens.data(), probe);

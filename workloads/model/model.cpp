@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <optional>
+#include <utility>
 
 #include "emu/bf16.h"
 #include "emu/check.h"
@@ -202,7 +203,7 @@ void Model::backward(Hooks& hooks) {
   }
   if (last) {
     PhaseScope phase(pool, "backward, head");
-    backward_root_start();
+    backward_root_start(hooks);
   } else {
     EMU_CHECK(dres_.allocated(), "stage of blocks {}..{}: no output gradient was set before backward", first_block_,
               last_block_);
@@ -245,6 +246,8 @@ void Model::discard() {
   }
   final_x_.reset();
   final_stats_.reset();
+  final_hat_.reset();
+  final_plus_one_.reset();
   final_xn_.reset();
   logits_.reset();
   softcap_tanh_.reset();
@@ -293,6 +296,8 @@ Model::InFlight Model::take_in_flight() {
   saved_ = std::vector<BlockSaved>(static_cast<size_t>(config_.layers));
   state.final_x = std::move(final_x_);
   state.final_stats = std::move(final_stats_);
+  state.final_hat = std::move(final_hat_);
+  state.final_plus_one = std::move(final_plus_one_);
   state.final_xn = std::move(final_xn_);
   state.logits = std::move(logits_);
   state.tp_outside = std::move(tp_outside_);
@@ -311,6 +316,8 @@ void Model::restore_in_flight(InFlight state) {
   saved_ = std::move(state.saved);
   final_x_ = std::move(state.final_x);
   final_stats_ = std::move(state.final_stats);
+  final_hat_ = std::move(state.final_hat);
+  final_plus_one_ = std::move(state.final_plus_one);
   final_xn_ = std::move(state.final_xn);
   logits_ = std::move(state.logits);
   tp_outside_ = std::move(state.tp_outside);
@@ -426,8 +433,28 @@ float Model::forward_root_end(const int32_t* targets) {
   const UnitLayout& root = layouts_[0];
   const bool llama = c.style == Style::kLlama;
   const size_t T = size_t(c.tokens()), R = rows();  // R: the final norm's rows, T/t under sequence parallelism
+  // LlamaRMSNorm.forward saves its input in fp32 (hidden_states.to(float32): a copy of a bf16 input, which the
+  // model's forward then drops, so emu keeps the copy in its place; an fp32 input itself), rstd and the normalised
+  // tensor at the input's dtype (GemmaRMSNorm's in fp32, with (1 + weight) in fp32), as a block's norms do
+  // (blocks.cpp rms_norm_forward); the normalised tensor is charged only, the math needs the input and rstd.
+  Buffer narrow_input;
+  if (llama && final_x_.dtype() != DType::kF32) {
+    Buffer wide_input =
+        device_.allocate(R * size_t(c.hidden), DType::kF32, Category::kActivations, "final norm input in fp32");
+    if (math_) ops_->bf16_to_f32(final_x_.as<uint16_t>(), wide_input.as<float>(), R * size_t(c.hidden));
+    narrow_input = std::exchange(final_x_, std::move(wide_input));
+  }
   final_stats_ =
       allocate_per_row(device_, c, llama ? R : 2 * T, DType::kF32, Category::kActivations, "final norm statistics");
+  if (llama) {
+    const DType hat = c.gemma ? DType::kF32 : narrow_input.allocated() ? narrow_input.dtype() : final_x_.dtype();
+    final_hat_ = device_.allocate(0, hat, Category::kActivations, "final norm normalised input",
+                                  R * size_t(c.hidden) * dtype_size(hat));
+    if (c.gemma) {
+      final_plus_one_ = allocate_per_row(device_, c, size_t(c.hidden), DType::kF32, Category::kActivations,
+                                         "final norm (1 + weight)");
+    }
+  }
   // Under autocast the final norm's output is fp32, held until the model's forward returns (its
   // last_hidden_state), and the head saves its bf16 cast.
   Buffer wide;
@@ -436,6 +463,7 @@ float Model::forward_root_end(const int32_t* targets) {
   }
   final_xn_ = device_.allocate(R * size_t(c.hidden), options_.compute, Category::kActivations,
                                options_.autocast ? "final norm output cast by autocast" : "final norm output");
+  narrow_input.reset();
   const float* w = root_weights_;
   const float eps = static_cast<float>(c.norm_eps);
   const auto final_norm = [&] {
@@ -546,7 +574,7 @@ Buffer Model::trainer_logits_gradient() {
   return narrow;
 }
 
-void Model::backward_root_start() {
+void Model::backward_root_start(Hooks& hooks) {
   const ModelConfig& c = config_;
   const UnitLayout& root = layouts_[0];
   const bool llama = c.style == Style::kLlama;
@@ -574,6 +602,10 @@ void Model::backward_root_start() {
   dlogits.reset();
   xn_full.reset();
   final_xn_.reset();
+  if (!holds_tied_table()) {  // the head's AccumulateGrad, once its backward has released what it read
+    sync();
+    hooks.gradient_made(0, root.params[head_param(c)].offset);
+  }
   if (sequence_parallel()) {  // the head's input gradient, a partial sum, reduce-scattered to the rank's rows
     Buffer mine = device_.allocate(R * size_t(c.hidden), options_.residual(), Category::kTemporaries,
                                    "d final norm output, the rank's rows");
@@ -599,6 +631,15 @@ void Model::backward_root_start() {
   }
   final_x_.reset();
   final_stats_.reset();
+  final_hat_.reset();
+  final_plus_one_.reset();
+  sync();
+  if (llama) {
+    hooks.gradient_made(0, root.params[kFinalNorm].offset);
+  } else {
+    hooks.gradient_made(0, root.params[kLnFWeight].offset);
+    hooks.gradient_made(0, root.params[kLnFBias].offset);
+  }
 }
 
 void Model::backward_block(int unit, Hooks& hooks) {

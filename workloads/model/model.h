@@ -9,7 +9,9 @@
 //              before_forward(l) .. after_forward(l)    for l = 1..L
 //              final norm, LM head, loss                 (the root is used again: it stays in use)
 //              after_forward(0)
-//   backward:  before_backward(0)                       LM head and final norm gradients
+//   backward:  before_backward(0)                       the root's gradients bound
+//              gradient_made(0, p)                      an untied LM head's, once its backward has freed the logits'
+//                                                        gradient; then the final norm's, once its backward has run
 //              before_backward(l) .. after_backward(l)  for l = L..1; unit l's gradients are complete at its
 //                                                        after_backward; gradient_made(l, p) in between as
 //                                                        backward reaches each parameter p
@@ -68,14 +70,16 @@ class Hooks {
   virtual void before_backward(int unit) {}
   virtual void after_backward(int unit) {}
   // Backward reaches the embeddings, its last step: autograd makes their gradients now (the token table's, GPT-2's
-  // positions'), where the LM head's and the final norm's were made at before_backward(0). The root's gradient
+  // positions'), where the LM head's and the final norm's were made after the head's backward. The root's gradient
   // buffer is already bound; a strategy charges the embeddings' part here. With a tied head it comes once the
   // embedding's backward has run and autograd has summed the table's two parts (above).
   virtual void before_embedding_backward() {}
-  // Inside a block's backward (between its before_backward and after_backward), autograd has just made the gradient
-  // of the parameter at `offset` in the unit's layout: the op that reads it ran its backward (AccumulateGrad makes a
-  // parameter's .grad then, not when the block's backward begins). Called once per parameter and block backward, in
-  // the order backward reaches them. The gradient is still in the model's own accumulator: the hook may charge its
+  // Inside a block's backward (between its before_backward and after_backward), or for the root (unit 0) after
+  // before_backward(0), autograd has just made the gradient of the parameter at `offset` in the unit's layout: the op
+  // that reads it ran its backward and released what it read (AccumulateGrad makes a parameter's .grad then, not
+  // when the unit's backward begins). Called once per parameter and block backward, in the order backward reaches
+  // them; for the root, for the tensors made at the head (an untied head's, the final norm's), not the embeddings'
+  // (before_embedding_backward). The gradient is still in the model's own accumulator: the hook may charge its
   // bytes, not read them (they are in the bound buffer at after_backward).
   virtual void gradient_made(int unit, size_t offset) {}
 };
@@ -149,7 +153,7 @@ class Model {
   struct InFlight {
     Buffer tokens, rope_cos, rope_sin;
     std::vector<BlockSaved> saved;
-    Buffer final_x, final_stats, final_xn, logits;
+    Buffer final_x, final_stats, final_hat, final_plus_one, final_xn, logits;
     std::vector<uint8_t> tp_outside;  // TP: the micro-batch's tokens outside this rank's vocabulary slice
     bool has_forward = false;
   };
@@ -191,7 +195,7 @@ class Model {
   // The gradient of the logits [T, V] the head's backward reads, made as the chosen loss makes it; releases logits_.
   Buffer logits_gradient();
   Buffer trainer_logits_gradient();  // logits_gradient for Loss::kTrainer, before any soft-cap
-  void backward_root_start();
+  void backward_root_start(Hooks& hooks);
   // The embeddings' backward; with a tied head, returns the embedding's part of the table's gradient (charged,
   // holding nothing: the math accumulates into the root's gradients), else nothing.
   Buffer backward_root_end();
@@ -229,8 +233,10 @@ class Model {
   Buffer tokens_;                         // [T] int32 token ids (4 bytes, charged as fp32)
   Buffer rope_cos_, rope_sin_;            // [s, d/2] fp32 rotary tables (Llama), charged as HF's [1, s, d]
   std::vector<BlockSaved> saved_;         // [L]
-  Buffer final_x_;                        // [T, h] output of block L, input of the final norm
+  Buffer final_x_;                        // [T, h] output of block L, input of the final norm (Llama: in fp32)
   Buffer final_stats_;                    // [T] rstd (Llama) or [2, T] mean and rstd (GPT-2), fp32
+  Buffer final_hat_;                      // Llama, charged only: [T, h] the final norm's normalised input
+  Buffer final_plus_one_;                 // Gemma: [h] fp32, the final norm's (1 + weight)
   Buffer final_xn_;                       // [T, h] final norm output, input of the head
   Buffer softcap_tanh_;                   // Gemma 2, the Trainer's loss: [T, V] tanh(logits / cap), saved by tanh
   Buffer logits_;                         // [T, V] fp32: logits, then (after the loss) their gradient; charged as the
