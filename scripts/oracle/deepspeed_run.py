@@ -3,9 +3,11 @@
 prints what happened per stage: the peak per MemTracker category over the second step, or the error.
 
     DS_ACCELERATOR=cpu python deepspeed_run.py [--stage 0|1|2|3] [--precision fp32|bf16] [--zero JSON]
+        [--accumulation N]
 
 --zero adds keys to zero_optimization (e.g. '{"reduce_bucket_size": 20000}'), so that buffers sized by
-DeepSpeed's knobs show beside this tiny model's states.
+DeepSpeed's knobs show beside this tiny model's states. --accumulation sets gradient_accumulation_steps: each step
+is then N micro-batches (the same tokens), each a forward, engine.backward and engine.step, as the Trainer runs them.
 """
 import argparse
 import json
@@ -35,7 +37,7 @@ def worker(rank, args, queue, hook=None):
         model, raw = record.build_model(model_args)
         config = {
             "train_micro_batch_size_per_gpu": record.MICRO_BATCH,
-            "gradient_accumulation_steps": 1,
+            "gradient_accumulation_steps": args.accumulation,
             "zero_optimization": {"stage": args.stage, **json.loads(args.zero)},
             "bf16": {"enabled": args.precision == "bf16"},
         }
@@ -44,10 +46,13 @@ def worker(rank, args, queue, hook=None):
         g = torch.Generator().manual_seed(1234 + rank)
         tokens = torch.randint(0, raw["vocab_size"], (record.MICRO_BATCH, record.SEQ_LEN), generator=g)
 
-        def step():
-            loss = engine(input_ids=tokens, labels=tokens).loss
-            engine.backward(loss)
-            engine.step()
+        def step(tracker=None):
+            for micro in range(args.accumulation):  # engine.step() steps the optimizer at the boundary only
+                if tracker is not None and micro > 0:
+                    tracker.reset_mod_stats()  # MemTracker tracks one call per module; its peaks stay
+                loss = engine(input_ids=tokens, labels=tokens).loss
+                engine.backward(loss)
+                engine.step()
             return float(loss.detach())
 
         losses = [step()]
@@ -62,7 +67,7 @@ def worker(rank, args, queue, hook=None):
         record.watch_category_peaks(tracker)
         after = hook(rank, args, engine, tracker) if hook else None
         with tracker:
-            losses.append(step())
+            losses.append(step(tracker))
         if after:
             after()
         (peak,) = tracker.get_tracker_snapshot("peak").values()
@@ -99,6 +104,7 @@ def main():
     parser.add_argument("--ranks", type=int, default=2)
     parser.add_argument("--port", type=int, default=29701)
     parser.add_argument("--zero", default="{}", help="extra zero_optimization keys, as JSON")
+    parser.add_argument("--accumulation", type=int, default=1, help="gradient_accumulation_steps")
     parser.add_argument("--out")
     args = parser.parse_args()
     command = "DS_ACCELERATOR=cpu python scripts/oracle/deepspeed_run.py " + " ".join(sys.argv[1:])
@@ -121,6 +127,7 @@ def main():
         "zero_optimization": json.loads(args.zero),
         "model": "llama", "model_config": raw, "parameters": params, "ranks": args.ranks,
         "seq_len": record.SEQ_LEN, "micro_batch": record.MICRO_BATCH, "precision": args.precision,
+        "gradient_accumulation_steps": args.accumulation,
         "optimizer": "torch.optim.AdamW(lr=1e-3, foreach=True) handed to deepspeed.initialize",
         "versions": record.versions(), "command": command, "date": datetime.date.today().isoformat(),
         "stages": results,

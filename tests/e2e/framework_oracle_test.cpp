@@ -991,7 +991,7 @@ void name_deepspeed_zero3(const std::string& category, const DeepSpeedFacts& f, 
 json run_emu_deepspeed(const json& fixture, const testing::TempDir& dir, int stage, int steps = 1,
                        const std::string& flags = "") {
   json config = {{"train_micro_batch_size_per_gpu", fixture["micro_batch"]},
-                 {"gradient_accumulation_steps", 1},
+                 {"gradient_accumulation_steps", fixture.value("gradient_accumulation_steps", 1)},
                  {"bf16", {{"enabled", fixture["precision"] == "bf16"}}},
                  {"zero_optimization", fixture.value("zero_optimization", json::object())},
                  {"optimizer", {{"type", "AdamW"}, {"params", {{"torch_adam", true}}}}}};
@@ -1227,6 +1227,29 @@ Zero12Facts zero12_facts(const CaseFacts& c, int stage, const json& zero) {
   return f;
 }
 
+// Elements of DeepSpeed's grads_in_partition on `rank` of `n` (stage_1_and_2.py copy_grads_in_partition: the sum of
+// the numel of params_in_partition, every tensor that meets the rank's partition, whole): the tensors in registration
+// order (the embeddings, the blocks, the final norm, an untied head) over the flat group padded to 2N.
+int64_t grads_in_partition_elements(const oracle::Shapes& s, int64_t n, int64_t rank) {
+  const std::vector<uint64_t> root = oracle::root_tensors(s);
+  const size_t embeddings = s.family == oracle::Family::kLlama ? 1 : 2;
+  std::vector<uint64_t> order(root.begin(), root.begin() + static_cast<std::ptrdiff_t>(embeddings));
+  for (int64_t l = 0; l < s.layers; ++l) {
+    const std::vector<uint64_t> block = oracle::block_tensors(s);
+    order.insert(order.end(), block.begin(), block.end());
+  }
+  order.insert(order.end(), root.begin() + static_cast<std::ptrdiff_t>(embeddings), root.end());
+  const uint64_t shard =
+      oracle::round_up(oracle::parameter_count(s), 2 * static_cast<uint64_t>(n)) / static_cast<uint64_t>(n);
+  const uint64_t lo = shard * static_cast<uint64_t>(rank), hi = lo + shard;
+  uint64_t at = 0, whole = 0;
+  for (const uint64_t t : order) {
+    if (at < hi && at + t > lo) whole += t;
+    at += t;
+  }
+  return static_cast<int64_t>(whole);
+}
+
 void name_deepspeed_zero12(const std::string& category, const Zero12Facts& f, const CaseFacts& c, Line& line) {
   const int64_t S = f.shard;
   const int64_t bucket_bytes = 2 * f.bucket * f.buckets;
@@ -1292,8 +1315,24 @@ std::vector<Line> compare_deepspeed_zero12(const json& fixture, int stage, const
   name_work_at_peak(fixture, c, fmt::format("zero{}", stage), moment, lines.back());
   // Both make the root's .grad and the ipg bucket(s) only once the loss's backward is over (the first gradient
   // hook, process_gradients -> setup_buckets), so neither is at the peak.
+  const int accumulation = fixture.value("gradient_accumulation_steps", 1);
+  if (stage == 2 && accumulation > 1) {
+    // copy_grads_in_partition makes grads_in_partition at a backward's first reduction, sized for the whole tensors
+    // that meet the partition; over accumulated micro-batches the first one's stays (all_grad_tensors holds views
+    // of it, a later backward makes its own and adds it in), so at the recorded peak, a later micro-batch's loss
+    // backward, it is alive: MemTracker's temporaries, emu's partition (gradients), kept all run.
+    const int64_t whole = grads_in_partition_elements(c.shapes, c.n, rank["rank"].get<int64_t>());
+    lines.back().named.push_back(
+        {"the first micro-batch's grads_in_partition, alive through the later ones (views in all_grad_tensors): "
+         "MemTracker's temporaries, emu's gradients",
+         -2 * f.shard, false});
+    lines.back().named.push_back(
+        {"emu's shortfall: grads_in_partition holds the whole tensors meeting the partition beyond its S elements, "
+         "emu's partition S",
+         -2 * (whole - f.shard)});
+  }
   Line total = deepspeed_total(lines, rank, emu);
-  if (stage == 2) {
+  if (stage == 2 && accumulation == 1) {
     total.named.push_back(
         {"emu's shortfall: it keeps the stage-2 gradient partition all run, DeepSpeed makes grads_in_partition at a "
          "backward's first bucket reduction (copy_grads_in_partition) and frees it at step() (averaged_gradients = "
