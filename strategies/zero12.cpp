@@ -19,7 +19,11 @@
 //            rank copies its part into its gradient partition [S] kGradients (grads_in_partition, made at the
 //            first reduction and freed after the optimizer step). A unit's .grad is freed once all its tensors
 //            are in the bucket (DeepSpeed frees each tensor's, emu each unit's).
-//   stage 2  gradient partition [S] kGradients for the whole run; the ipg reduce bucket [R] kBuckets (two with
+//   stage 2  gradient partition [S] kGradients, grads_in_partition: made by the step's first bucket reduction
+//            (copy_grads_in_partition) and freed after the optimizer step; over accumulated micro-batches the
+//            first one's is kept (all_grad_tensors holds views of it) and each later backward makes its own [S] at
+//            its first reduction, added into the first and dropped in the epilogue (recorded:
+//            llama-zero2-bf16-rbs20000-gas2-n2.json). The ipg reduce bucket [R] kBuckets (two with
 //            overlap_comm) from each backward's first gradient hook to its end (DeepSpeed's setup_buckets, released
 //            in the reduce epilogue). Autograd makes each tensor's .grad and DeepSpeed's hook copies
 //            it into the bucket at once and points .grad into the bucket (contiguous_gradients), so one tensor's
@@ -101,10 +105,6 @@ class PartitionedOptimizer final : public Strategy {
                                   model::tensor_charge(model_.config(), *largest) * dtype_size(recipe.grads));
     }
     bucket_capacity_ = options_.scaled(options_.zero.reduce_bucket_elements);
-    if (stage_ == 2 && !offloaded()) {
-      grads_ = model::allocate_parameter_space(device_, flat_.charge, shard_.shard, recipe.grads, Category::kGradients,
-                                               "ZeRO-2 gradient partition");
-    }
     optimizer_ = std::make_unique<optim::AdamWState>(optimizer_device(), recipe, shard_.shard,
                                                      "ZeRO optimizer partition", flat_.charge);
 
@@ -265,7 +265,7 @@ class PartitionedOptimizer final : public Strategy {
     }
     step_grads.reset();
     count_offload(flat_.charge.elements(shard_.shard), dtype_size(grads_.dtype()));
-    if (stage_ == 1 && !offloaded()) {
+    if (!offloaded()) {
       grads_.reset();  // DeepSpeed frees the averaged gradients at step()
     } else {
       zero(grads_.data(), grads_.dtype(), grads_.count());
@@ -321,10 +321,13 @@ class PartitionedOptimizer final : public Strategy {
                           begin, end, fmt::format("gradient reduce-scatter, tensor at flat element {}", begin));
   }
 
-  // The last bucket reduced; the buckets freed (DeepSpeed's _release_ipg_buffers in the reduce epilogue).
+  // The last bucket reduced; the buckets freed (DeepSpeed's _release_ipg_buffers in the reduce epilogue), and with
+  // them a later micro-batch's own partition, added into the accumulated one.
   void finish_reduction() {
     flush_bucket();
     free_buckets();
+    micro_partition_.reset();
+    reduced_this_backward_ = false;
   }
 
   void release_unit_gradients(int unit) {
@@ -350,10 +353,17 @@ class PartitionedOptimizer final : public Strategy {
   // copy_grads_in_partition does).
   void reduce_into_partition(void* data, size_t lo, size_t hi, const std::string& phase) {
     const DType dtype = options_.recipe.grads;
-    if (!grads_.allocated()) {  // stage 1 on the device
+    if (!grads_.allocated()) {  // on the device, the step's first reduction
       grads_ = model::allocate_parameter_space(device_, flat_.charge, shard_.shard, dtype, Category::kGradients,
-                                               "ZeRO-1 gradient partition");
+                                               fmt::format("ZeRO-{} gradient partition", stage_));
+    } else if (stage_ == 2 && !reduced_this_backward_ && !offloaded()) {
+      // A later micro-batch: copy_grads_in_partition makes a new grads_in_partition while all_grad_tensors keeps
+      // views of the accumulated one; the epilogue adds it in and drops it. Each of its elements is written once, so
+      // adding the reduced blocks straight into the accumulated partition is the same sum.
+      micro_partition_ = device_.allocate(0, dtype, Category::kGradients, "ZeRO-2 gradient partition, this micro-batch",
+                                          flat_.charge.bytes(shard_.shard, dtype));
     }
+    reduced_this_backward_ = true;
     size_t begin = 0, end = 0;
     shard_blocks(lo, hi, begin, end);
     {
@@ -409,9 +419,12 @@ class PartitionedOptimizer final : public Strategy {
   FlatLayout flat_;
   ShardInfo shard_;
   Buffer params_;  // [P] recipe.params, every unit whole
-  Buffer grads_;  // [S] this rank's gradient partition (stage 1: from the first reduction to step; offload: fp32, host)
+  Buffer grads_;   // [S] this rank's gradient partition, from the step's first reduction to step (offload: fp32, host,
+                   // all run)
   std::vector<Buffer> buckets_;           // [R] each, from the start of backward to the end of the reduction
   Buffer staging_;                        // offload: [largest tensor] recipe.grads
+  Buffer micro_partition_;                // stage 2, charged only: a later micro-batch's [S], to its backward's end
+  bool reduced_this_backward_ = false;    // this backward has reduced into the partition
   std::vector<Buffer> unit_grads_;        // [n_u]: stage 1 from backward to the reduction; stage 2 during u's backward
   RootGradientCharges root_charges_;      // charged only: the root's .grad as made (stage 2: its embeddings' only)
   Buffer head_grad_;                      // stage 2, charged only: the head's .grad (tied: until the end)

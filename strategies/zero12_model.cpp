@@ -9,9 +9,10 @@
 //            (Ψ − F + S) · gradient bytes: F is the units wholly copied into the ipg bucket when it first fills
 //            (tensors in registration order, a tensor larger than the bucket reduced from its own storage)
 //            reduce bucket R · gradient bytes (two with overlap_comm), R = reduce_bucket_size elements
-//   stage 2  parameters P · parameter bytes   gradients S · gradient bytes for the partition, plus the .grad
-//            autograd makes before DeepSpeed's hook copies it into the bucket: one tensor at a time, the largest
-//            (a tied head's kept through backward beside it; transient_grads)
+//   stage 2  parameters P · parameter bytes   gradients: the .grad autograd makes before DeepSpeed's hook copies
+//            it into the bucket, one tensor at a time, beside the partition (S · gradient bytes) once the
+//            backward's first reduction has made it, and over accumulated micro-batches beside the first one's
+//            partition and a later one's own (backward_gradients)
 //            reduce bucket R · gradient bytes (two with overlap_comm), R = reduce_bucket_size elements
 //   both     master weights and Adam moments over the S elements this rank updates
 //            the step: the partition, its flattened copy and, in the mixed recipe, its fp32 copy at once
@@ -49,16 +50,51 @@ size_t units_freed_before_first_reduction(const AnalyticInput& input, uint64_t b
   return input.unit_counts.size();  // the one reduction comes after every .grad was copied
 }
 
-// Stage 2: the most .grad elements alive at once, as a shrunk run charges them. DeepSpeed's hook copies each .grad
-// into the bucket as autograd makes it, so one tensor's lives at a time: the LM head's in the head's backward, a
-// block's largest in its backward, the embeddings' at the end. A head tied to the embedding makes no .grad at the
-// head: autograd keeps its part as a temporary and makes the table's .grad at the end (model.h).
-uint64_t transient_grads(const AnalyticInput& input) {
-  uint64_t peak = std::max(input.root_head_tensor(), input.root_embedding_elements());
-  for (size_t unit = 1; unit < input.unit_counts.size(); ++unit) {
+// Stage 2: the most gradient bytes alive at once in backward. DeepSpeed's hook copies each .grad into the bucket as
+// autograd makes it, so one tensor's lives at a time (as a shrunk run charges it): the LM head's in the head's
+// backward (a head tied to the embedding makes none there: autograd keeps its part as a temporary and makes the
+// table's .grad at the end, model.h), a block's largest in its backward, the embeddings' at the end. The gradient
+// partition (`partition` bytes) is made by the backward's first reduction: a unit's tensors, last first, go into
+// the bucket when its backward ends (blocks L..1, then the root), and the bucket is reduced when the next tensor
+// does not fit (a tensor larger than the bucket is reduced from its own storage), with that unit's .grad still
+// alive, or at the end, after the root's is freed. With accumulation the first micro-batch's partition stays
+// through the later ones, each of which makes its own at its first reduction, to its end (zero12.cpp).
+uint64_t backward_gradients(const AnalyticInput& input, uint64_t bucket, uint64_t grad_bytes, uint64_t partition) {
+  const size_t units = input.unit_counts.size();
+  const auto largest = [&](size_t unit) {
     const bool known = unit < input.unit_tensors_charged.size();
     const std::vector<uint64_t> tensors = known ? input.unit_tensors_charged[unit] : input.tensors_of(unit);
-    peak = std::max(peak, *std::max_element(tensors.begin(), tensors.end()));
+    return *std::max_element(tensors.begin(), tensors.end()) * grad_bytes;
+  };
+  // The units in backward order (blocks L..1, then the root) and whether the partition is made by then.
+  std::vector<size_t> order;
+  for (size_t unit = units - 1; unit >= 1; --unit) order.push_back(unit);
+  order.push_back(0);
+  std::vector<bool> made(order.size(), false);
+  uint64_t in_bucket = 0;
+  bool reduced = false;
+  for (size_t i = 0; i < order.size(); ++i) {
+    const std::vector<uint64_t> tensors = input.tensors_of(order[i]);
+    for (auto tensor = tensors.rbegin(); tensor != tensors.rend(); ++tensor) {
+      if (*tensor > bucket) {
+        reduced = true;  // the bucket (if any) and the tensor itself
+        in_bucket = 0;
+      } else if (in_bucket + *tensor > bucket) {
+        reduced = true;
+        in_bucket = *tensor;
+      } else {
+        in_bucket += *tensor;
+      }
+    }
+    made[i] = reduced;
+  }
+  const bool several = input.accumulation > 1;
+  const uint64_t kept = several ? partition : 0;  // the accumulated partition, through a later micro-batch
+  // The head's .grad comes before any reduction; the root's embeddings' with the root's own.
+  uint64_t peak = std::max(input.root_head_tensor() * grad_bytes + kept, several ? 2 * partition : 0);
+  for (size_t i = 0; i < order.size(); ++i) {
+    const uint64_t grad = order[i] == 0 ? input.root_embedding_elements() * grad_bytes : largest(order[i]);
+    peak = std::max(peak, grad + kept + (made[i] ? partition : 0));
   }
   return peak;
 }
@@ -95,7 +131,7 @@ Updated predict_zero12(const StrategyOptions& options, const AnalyticInput& inpu
     prediction.formula = "(2 + 2 + K/N)Ψ: optimizer state partitioned";
     add_ring_traffic(prediction, coll::CollectiveKind::kReduceScatter, group, parameters * grad_bytes, world);
   } else {
-    prediction.peak[Category::kGradients] = device_partition + transient_grads(input) * grad_bytes;
+    prediction.peak[Category::kGradients] = backward_gradients(input, bucket_elements, grad_bytes, device_partition);
     prediction.formula = "(2 + (2 + K)/N)Ψ: optimizer state and gradients partitioned";
     add_ring_traffic(prediction, coll::CollectiveKind::kReduceScatter, group, parameters * grad_bytes, world,
                      static_cast<uint64_t>(input.accumulation));

@@ -1320,7 +1320,7 @@ std::vector<Line> compare_deepspeed_zero12(const json& fixture, int stage, const
     // copy_grads_in_partition makes grads_in_partition at a backward's first reduction, sized for the whole tensors
     // that meet the partition; over accumulated micro-batches the first one's stays (all_grad_tensors holds views
     // of it, a later backward makes its own and adds it in), so at the recorded peak, a later micro-batch's loss
-    // backward, it is alive: MemTracker's temporaries, emu's partition (gradients), kept all run.
+    // backward, it is alive: MemTracker's temporaries, emu's partition (gradients), kept until step() as there.
     const int64_t whole = grads_in_partition_elements(c.shapes, c.n, rank["rank"].get<int64_t>());
     lines.back().named.push_back(
         {"the first micro-batch's grads_in_partition, alive through the later ones (views in all_grad_tensors): "
@@ -1332,13 +1332,6 @@ std::vector<Line> compare_deepspeed_zero12(const json& fixture, int stage, const
          -2 * (whole - f.shard)});
   }
   Line total = deepspeed_total(lines, rank, emu);
-  if (stage == 2 && accumulation == 1) {
-    total.named.push_back(
-        {"emu's shortfall: it keeps the stage-2 gradient partition all run, DeepSpeed makes grads_in_partition at a "
-         "backward's first bucket reduction (copy_grads_in_partition) and frees it at step() (averaged_gradients = "
-         "None)",
-         2 * f.shard});
-  }
   lines.push_back(std::move(total));
   return lines;
 }

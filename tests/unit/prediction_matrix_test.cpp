@@ -160,5 +160,37 @@ TEST(PredictionMatrix, Zero3OffloadParamEqualsThePrediction) {
   EXPECT_EQ(moved_over_pcie, cases) << "a case copied no parameters up: offload_param was not taken";
 }
 
+// ZeRO-1/2 with reduce buckets small enough to be reduced during backward (a DeepSpeed config's reduce_bucket_size),
+// so that the gradient partition, made by the backward's first reduction, meets the .grad autograd makes after it,
+// and, over accumulated micro-batches, a later one's own partition meets the first one's; the default bucket (more
+// than these models) reduces once, after backward.
+TEST(PredictionMatrix, Zero12BucketsReducedInBackwardEqualThePrediction) {
+  int cases = 0;
+  std::vector<std::string> failures;
+  const auto lines =
+      product({"--seq-len", "256", "--strategies", "zero1,zero2"},
+              {{{"--model", "gpt2"},
+                {"--model", std::string(EMU_SOURCE_DIR) + "/tests/fuzz/corpus/fuzz_hf_config/valid_llama3_gqa.json"}},
+               {{"--precision", "mixed"}, {"--precision", "fp32"}},
+               {{}, {"--offload"}},
+               {{"--grad-accum", "1"}, {"--grad-accum", "3"}}});
+  for (const std::vector<std::string>& args : lines) {
+    const RunOptions options = parse(args);
+    for (const uint64_t bucket : {uint64_t{100'000}, uint64_t{5'000'000}}) {
+      for (const int ranks : {kRanks, 64}) {
+        for (strategy::StrategyOptions one : options.strategies) {
+          one.zero.reduce_bucket_elements = bucket;
+          const std::string line = fmt::format("{} reduce_bucket_size {} on {}", fmt::join(args, " "), bucket, ranks);
+          compare(options, one, line, failures, ranks, 1);
+          ++cases;
+        }
+      }
+    }
+  }
+  std::printf("%d zero1/zero2 small-bucket cases, %zu disagreements\n", cases, failures.size());
+  for (size_t i = 0; i < failures.size() && i < 20; ++i) ADD_FAILURE() << failures[i];
+  EXPECT_TRUE(failures.empty());
+}
+
 }  // namespace
 }  // namespace emu::app
