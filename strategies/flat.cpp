@@ -51,6 +51,25 @@ uint64_t root_embedding_charge(const model::Model& model) {
   return charged;
 }
 
+size_t param_holding(const model::Model& model, int unit, size_t offset) {
+  const std::vector<model::ParamInfo>& params = model.layout(unit).params;
+  for (size_t i = 0; i < params.size(); ++i) {
+    if (offset >= params[i].offset && offset < params[i].offset + params[i].count) return i;
+  }
+  EMU_CHECK(false, "no parameter of unit {} holds element {}", unit, offset);
+  return params.size();
+}
+
+namespace {
+// Parameter `param` of `unit`'s .grad at `dtype`, charged as a shrunk run charges that tensor, holding nothing.
+Buffer charge_tensor_gradient(Device& device, const model::Model& model, int unit, size_t param, DType dtype,
+                              std::string_view what) {
+  const model::ParamInfo& info = model.layout(unit).params[param];
+  return device.allocate(0, dtype, Category::kGradients, fmt::format("{}, {}", what, info.name),
+                         model::tensor_charge(model.config(), info) * dtype_size(dtype));
+}
+}  // namespace
+
 Buffer allocate_root_gradients(Device& device, const model::Model& model, size_t count, DType dtype,
                                std::string_view what) {
   const size_t whole = unit_charge(model, 0).bytes(count, dtype);
@@ -73,16 +92,9 @@ void RootGradientCharges::begin(Device& device, const model::Model& model, DType
 
 void RootGradientCharges::made(size_t offset) {
   EMU_CHECK(begun(), "a root gradient made before the root's backward began");
-  const std::vector<model::ParamInfo>& params = model_->layout(0).params;
-  for (size_t i = 0; i < params.size(); ++i) {
-    if (offset < params[i].offset || offset >= params[i].offset + params[i].count) continue;
-    if (model::gradient_made_at_end(model_->config(), i) || tensors_[i].allocated()) return;
-    const size_t charged = model::tensor_charge(model_->config(), params[i]) * dtype_size(dtype_);
-    tensors_[i] =
-        device_->allocate(0, dtype_, Category::kGradients, fmt::format("{}, {}", what_, params[i].name), charged);
-    return;
-  }
-  EMU_CHECK(false, "no parameter of the root holds element {}", offset);
+  const size_t i = param_holding(*model_, 0, offset);
+  if (model::gradient_made_at_end(model_->config(), i) || tensors_[i].allocated()) return;
+  tensors_[i] = charge_tensor_gradient(*device_, *model_, 0, i, dtype_, what_);
 }
 
 void RootGradientCharges::embeddings_made() {
@@ -111,16 +123,8 @@ void BlockGradients::allocate(Device& device, const model::Model& model, int uni
 
 void BlockGradients::made(size_t offset) {
   EMU_CHECK(buffer_.allocated(), "a gradient of unit {} made before its buffer", unit_);
-  const std::vector<model::ParamInfo>& params = model_->layout(unit_).params;
-  for (size_t i = 0; i < params.size(); ++i) {
-    if (offset < params[i].offset || offset >= params[i].offset + params[i].count) continue;
-    if (tensors_[i].allocated()) return;
-    const size_t charged = model::tensor_charge(model_->config(), params[i]) * dtype_size(dtype_);
-    tensors_[i] =
-        device_->allocate(0, dtype_, Category::kGradients, fmt::format("{}, {}", what_, params[i].name), charged);
-    return;
-  }
-  EMU_CHECK(false, "no parameter of unit {} holds element {}", unit_, offset);
+  const size_t i = param_holding(*model_, unit_, offset);
+  if (!tensors_[i].allocated()) tensors_[i] = charge_tensor_gradient(*device_, *model_, unit_, i, dtype_, what_);
 }
 
 void BlockGradients::check_complete() const {

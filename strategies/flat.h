@@ -35,6 +35,8 @@ model::ParameterCharge unit_charge(const model::Model& model, int unit);
 // gradients autograd makes at the head, after the loss's backward (the LM head's, the final norm's; not the token
 // table's, made at the end: model/layout.h gradient_made_at_end).
 uint64_t largest_tensor_charge(const model::Model& model, int unit);
+// The index of the parameter of `unit`'s layout that holds element `offset` (an internal error when none does).
+size_t param_holding(const model::Model& model, int unit, size_t offset);
 
 // The root's gradients as autograd makes them (model/layout.h gradient_made_at_end): the LM head's (untied) and the
 // final norm's when the head's backward reaches them, after the loss's backward (model.h Hooks::gradient_made with
@@ -63,7 +65,6 @@ class RootGradientCharges {
   // Backward reaches the embeddings: charges the tensors made there (root_embedding_charge), named "{what},
   // embeddings".
   void embeddings_made();
-  bool embeddings_charged() const { return embeddings_.allocated(); }
   void reset();
 
  private:

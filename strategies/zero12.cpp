@@ -13,12 +13,11 @@
 //            DeepSpeed's reduce_gradients() walks the tensors in registration order through the ipg reduce bucket:
 //            [R] kBuckets (two with overlap_comm), R = reduce_bucket_size exactly, made by the first gradient hook of
 //            the backward (process_gradients -> setup_buckets, once the loss's backward is over) and freed when the
-//            reduction ends. Each tensor
-//            is copied into the bucket (a tensor larger than R is reduced from its own storage, DeepSpeed's
-//            extra_large_param_to_reduce); a full bucket is reduce-scattered (averaged) to the owners, and each
-//            rank copies its part into its gradient partition [S] kGradients (grads_in_partition, made at the
-//            first reduction and freed after the optimizer step). A unit's .grad is freed once all its tensors
-//            are in the bucket (DeepSpeed frees each tensor's, emu each unit's).
+//            reduction ends. Each tensor is copied into the bucket (a tensor larger than R is reduced from its own
+//            storage, DeepSpeed's extra_large_param_to_reduce); a full bucket is reduce-scattered (averaged) to the
+//            owners, and each rank copies its part into its gradient partition [S] kGradients (grads_in_partition,
+//            made at the first reduction and freed after the optimizer step). A unit's .grad is freed once all its
+//            tensors are in the bucket (DeepSpeed frees each tensor's, emu each unit's).
 //   stage 2  gradient partition [S] kGradients, grads_in_partition: made by the step's first bucket reduction
 //            (copy_grads_in_partition) and freed after the optimizer step; over accumulated micro-batches the
 //            first one's is kept (all_grad_tensors holds views of it) and each later backward makes its own [S] at
@@ -421,7 +420,7 @@ class PartitionedOptimizer final : public Strategy {
   Buffer params_;  // [P] recipe.params, every unit whole
   Buffer grads_;   // [S] this rank's gradient partition, from the step's first reduction to step (offload: fp32, host,
                    // all run)
-  std::vector<Buffer> buckets_;           // [R] each, from the start of backward to the end of the reduction
+  std::vector<Buffer> buckets_;           // [R] each, from the first gradient hook to the end of the reduction
   Buffer staging_;                        // offload: [largest tensor] recipe.grads
   Buffer micro_partition_;                // stage 2, charged only: a later micro-batch's [S], to its backward's end
   bool reduced_this_backward_ = false;    // this backward has reduced into the partition

@@ -66,15 +66,15 @@ uint64_t backward_gradients(const AnalyticInput& input, uint64_t bucket, uint64_
     const std::vector<uint64_t> tensors = known ? input.unit_tensors_charged[unit] : input.tensors_of(unit);
     return *std::max_element(tensors.begin(), tensors.end()) * grad_bytes;
   };
-  // The units in backward order (blocks L..1, then the root) and whether the partition is made by then.
-  std::vector<size_t> order;
-  for (size_t unit = units - 1; unit >= 1; --unit) order.push_back(unit);
-  order.push_back(0);
-  std::vector<bool> made(order.size(), false);
+  const bool several = input.accumulation > 1;
+  const uint64_t kept = several ? partition : 0;  // the accumulated partition, through a later micro-batch
+  // The head's .grad comes before any reduction.
+  uint64_t peak = std::max(input.root_head_tensor() * grad_bytes + kept, several ? 2 * partition : 0);
   uint64_t in_bucket = 0;
   bool reduced = false;
-  for (size_t i = 0; i < order.size(); ++i) {
-    const std::vector<uint64_t> tensors = input.tensors_of(order[i]);
+  for (size_t step = 0; step < units; ++step) {  // blocks L..1, then the root (its .grad: the embeddings')
+    const size_t unit = step + 1 < units ? units - 1 - step : 0;
+    const std::vector<uint64_t> tensors = input.tensors_of(unit);
     for (auto tensor = tensors.rbegin(); tensor != tensors.rend(); ++tensor) {
       if (*tensor > bucket) {
         reduced = true;  // the bucket (if any) and the tensor itself
@@ -86,15 +86,8 @@ uint64_t backward_gradients(const AnalyticInput& input, uint64_t bucket, uint64_
         in_bucket += *tensor;
       }
     }
-    made[i] = reduced;
-  }
-  const bool several = input.accumulation > 1;
-  const uint64_t kept = several ? partition : 0;  // the accumulated partition, through a later micro-batch
-  // The head's .grad comes before any reduction; the root's embeddings' with the root's own.
-  uint64_t peak = std::max(input.root_head_tensor() * grad_bytes + kept, several ? 2 * partition : 0);
-  for (size_t i = 0; i < order.size(); ++i) {
-    const uint64_t grad = order[i] == 0 ? input.root_embedding_elements() * grad_bytes : largest(order[i]);
-    peak = std::max(peak, grad + kept + (made[i] ? partition : 0));
+    const uint64_t grad = unit == 0 ? input.root_embedding_elements() * grad_bytes : largest(unit);
+    peak = std::max(peak, grad + kept + (reduced ? partition : 0));
   }
   return peak;
 }

@@ -1178,8 +1178,7 @@ std::vector<Line> compare_deepspeed_zero0(const json& fixture, const json& rank,
       [&](const std::string& category, Line& line) { name_deepspeed_zero0(category, f, line); }, &at_peak);
   const Moment moment = recorded_moment(at_peak, false);
   name_work_at_peak(fixture, f, "zero0", moment, lines.back());
-  Line total = deepspeed_total(lines, rank, emu);
-  lines.push_back(std::move(total));
+  lines.push_back(deepspeed_total(lines, rank, emu));
   return lines;
 }
 
@@ -1331,8 +1330,7 @@ std::vector<Line> compare_deepspeed_zero12(const json& fixture, int stage, const
          "emu's partition S",
          -2 * (whole - f.shard)});
   }
-  Line total = deepspeed_total(lines, rank, emu);
-  lines.push_back(std::move(total));
+  lines.push_back(deepspeed_total(lines, rank, emu));
   return lines;
 }
 
