@@ -134,11 +134,15 @@ json outcome_json(const RunReport& r, const StrategyOutcome& o) {
   for (const strategy::PredictedTraffic& t : o.prediction.traffic) {
     predicted_traffic.push_back(traffic_entry(t.kind, t.group, t.calls, t.sent, nullptr, scale));
   }
+  // The prediction for the rank that peaked, as "peak" is that rank's; traffic: rank 0's.
+  const CategoryBytes& predicted_peak = o.predicted_peaks.empty() ? o.prediction.peak : o.predicted_peaks[p];
+  const uint64_t predicted_states =
+      o.predicted_states.empty() ? o.prediction.model_state_bytes() : o.predicted_states[p];
   s["predicted"] = {{"formula", text_or_null(o.prediction.formula)},
-                    {"by_category", categories(o.prediction.peak, 1)},
-                    {"by_category_full_scale", categories(o.prediction.peak, scale)},
-                    {"model_state_bytes", o.prediction.model_state_bytes()},
-                    {"model_state_full_scale_bytes", o.prediction.model_state_bytes() * scale},
+                    {"by_category", categories(predicted_peak, 1)},
+                    {"by_category_full_scale", categories(predicted_peak, scale)},
+                    {"model_state_bytes", predicted_states},
+                    {"model_state_full_scale_bytes", predicted_states * scale},
                     {"activation_bytes", o.predicted_activations},
                     {"activation_full_scale_bytes", o.predicted_activations * scale},
                     {"traffic_per_step", predicted_traffic}};

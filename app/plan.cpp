@@ -177,6 +177,7 @@ void add_role(StrategyOutcome& into, StrategyOutcome&& from, RankRole role) {
   into.allocated_at_reserved_peak.push_back(from.allocated_at_reserved_peak.front());
   into.category_peaks.push_back(from.category_peaks.front());
   into.predicted_states.push_back(from.prediction.model_state_bytes());
+  into.predicted_peaks.push_back(from.prediction.peak);
   into.at_peak.push_back(from.at_peak.front());
   const auto last = static_cast<int>(into.peak.size()) - 1;
   if (into.peak[last] > into.peak[into.peak_rank]) into.peak_rank = last;
@@ -209,7 +210,7 @@ void report_progress(const PlanProgress& progress, const std::string& strategy, 
 // The ranks a plan accounts: rank 0, one rank standing for ranks 1..N-2 (rank 1, or the one holding the most where
 // ranks hold different tensors: strategy::representative_rank), and rank N-1; every stage of a pipeline.
 std::vector<RankRole> role_spans(const strategy::StrategyOptions& strategy_options, const model::ModelConfig& config,
-                                 int ranks) {
+                                 int ranks, bool offload) {
   std::vector<RankRole> spans = {{0, 0, 0}};
   if (strategy::pipelined(strategy_options)) {
     // Every stage holds its own layers and activations: stage p is ranks p·T … p·T + T − 1 (its TP ranks hold the
@@ -222,7 +223,7 @@ std::vector<RankRole> role_spans(const strategy::StrategyOptions& strategy_optio
   } else {
     if (ranks > 2) {
       const strategy::Representative middle =
-          strategy::representative_rank(strategy_options, config, ranks, 1, ranks - 2);
+          strategy::representative_rank(strategy_options, config, ranks, 1, ranks - 2, offload);
       spans.push_back({1, ranks - 2, middle.rank, middle.bound});
     }
     if (ranks > 1) spans.push_back({ranks - 1, ranks - 1, ranks - 1});
@@ -235,7 +236,7 @@ std::vector<RankRole> role_spans(const strategy::StrategyOptions& strategy_optio
 StrategyOutcome plan_roles(const RunOptions& options, const strategy::StrategyOptions& strategy_options,
                            const model::ModelConfig& config, int ranks, int ranks_per_node, bool record,
                            const PlanProgress& progress) {
-  const std::vector<RankRole> spans = role_spans(strategy_options, config, ranks);
+  const std::vector<RankRole> spans = role_spans(strategy_options, config, ranks, options.offload);
   StrategyOutcome first =
       account_shapes(options, strategy_options, config, ranks, ranks_per_node, spans.front().accounted, record);
   report_progress(progress, first.name, spans.front(), ranks, 0, spans.size());
@@ -308,7 +309,7 @@ std::optional<uint64_t> planned_fit(const RunOptions& options, const strategy::S
                                     StrategyOutcome* first) {
   const int per_node = group_size(options, ranks, ranks_per_node);
   uint64_t highest = 0;
-  for (const RankRole& span : role_spans(strategy_options, config, ranks)) {
+  for (const RankRole& span : role_spans(strategy_options, config, ranks, options.offload)) {
     try {
       const StrategyOutcome outcome =
           account_shapes(options, strategy_options, config, ranks, per_node, span.accounted, false, true);

@@ -238,6 +238,7 @@ class RunDriver final : public StepDriver {
         std::vector<uint64_t>{memory.peak(), memory.reserved_peak(), memory.allocated_at_reserved_peak()}, rank, world);
     const auto categories = gather_vectors(std::vector<CategoryBytes>{memory.category_peaks()}, rank, world);
     const auto states = gather_vectors(std::vector<uint64_t>{outcome.prediction.model_state_bytes()}, rank, world);
+    const auto predicted = gather_vectors(std::vector<CategoryBytes>{outcome.prediction.peak}, rank, world);
     const auto at_peak = gather_vectors(std::vector<CategoryBytes>{memory.breakdown_at_peak()}, rank, world);
     for (int r = 0; rank == 0 && r < world; ++r) {
       outcome.peak.push_back(peaks[r][0]);
@@ -246,6 +247,7 @@ class RunDriver final : public StepDriver {
       if (peaks[r][1] > outcome.reserved_peak[outcome.reserved_peak_rank]) outcome.reserved_peak_rank = r;
       outcome.category_peaks.push_back(categories[r][0]);
       outcome.predicted_states.push_back(states[r][0]);
+      outcome.predicted_peaks.push_back(predicted[r][0]);
       outcome.at_peak.push_back(at_peak[r][0]);
       if (outcome.peak.back() > outcome.peak[outcome.peak_rank]) outcome.peak_rank = r;
     }

@@ -70,7 +70,9 @@ struct StrategyOutcome {
   int reserved_peak_rank = 0;              // the rank with the highest reserved peak
   strategy::Prediction prediction;         // rank 0's
   std::vector<uint64_t> predicted_states;  // [ranks] each rank's predicted model states (stages differ)
-  uint64_t predicted_activations = 0;      // the model's closed form: saved activations of every block + logits
+  // [ranks] each rank's predicted peaks by category (pipeline stages, ZeRO-1/2's gradient partitions differ)
+  std::vector<CategoryBytes> predicted_peaks;
+  uint64_t predicted_activations = 0;  // the model's closed form: saved activations of every block + logits
 
   // Traffic of rank 0 per optimizer step, by kind and group.
   std::map<TrafficKey, coll::Traffic> traffic_per_step;

@@ -11,6 +11,7 @@
 #include "strategies/shard.h"
 #include "workloads/model/layout.h"
 #include "workloads/model/shrink.h"
+#include "workloads/model/tensor_parallel.h"
 
 namespace emu::strategy {
 namespace {
@@ -41,6 +42,33 @@ std::vector<uint64_t> root_tensors_charged(const AnalyticInput& input) {
   return input.unit_tensors_charged.empty() ? input.tensors_of(0) : input.unit_tensors_charged[0];
 }
 
+// The units' elements and tensors (as held and as charged), the largest tensor's charge and which root tensors'
+// gradients autograd makes at the end, for `config` laid out as `units`.
+void add_layout_tensors(AnalyticInput& input, const model::ModelConfig& config,
+                        std::span<const model::UnitLayout> units) {
+  uint64_t largest_tensor = 0;
+  for (const model::UnitLayout& unit : units) {
+    input.unit_counts.push_back(unit.count);
+    input.unit_charge.push_back(model::parameter_charge(config, {&unit, 1}));
+    std::vector<uint64_t> tensors, charged;
+    for (const model::ParamInfo& param : unit.params) {
+      tensors.push_back(param.count);
+      charged.push_back(model::tensor_charge(config, param));
+      if (param.count > largest_tensor) {
+        largest_tensor = param.count;
+        input.largest_tensor_charged = charged.back();
+      }
+    }
+    input.unit_tensors.push_back(std::move(tensors));
+    input.unit_tensors_charged.push_back(std::move(charged));
+  }
+  if (!units.empty()) {
+    for (size_t i = 0; i < units.front().params.size(); ++i) {
+      input.root_at_end.push_back(model::gradient_made_at_end(config, i));
+    }
+  }
+}
+
 }  // namespace
 
 uint64_t AnalyticInput::root_embedding_elements() const {
@@ -59,6 +87,23 @@ uint64_t AnalyticInput::root_head_tensor() const {
     if (i >= root_at_end.size() || !root_at_end[i]) largest = std::max(largest, tensors[i]);
   }
   return largest;
+}
+
+std::vector<uint64_t> AnalyticInput::registration_order() const {
+  const auto tensors = [&](size_t unit) {
+    return unit < unit_tensors_charged.size() ? unit_tensors_charged[unit] : tensors_of(unit);
+  };
+  const std::vector<uint64_t> root = tensors(0);
+  std::vector<uint64_t> order, after_blocks;
+  for (size_t i = 0; i < root.size(); ++i) {
+    (i < root_at_end.size() && root_at_end[i] ? order : after_blocks).push_back(root[i]);
+  }
+  for (size_t unit = 1; unit < unit_counts.size(); ++unit) {
+    const std::vector<uint64_t> block = tensors(unit);
+    order.insert(order.end(), block.begin(), block.end());
+  }
+  order.insert(order.end(), after_blocks.begin(), after_blocks.end());
+  return order;
 }
 
 uint64_t AnalyticInput::elements(int unit, uint64_t elements) const {
@@ -125,28 +170,10 @@ std::vector<size_t> module_order(const model::UnitLayout& layout) {
 
 AnalyticInput analytic_input(const model::Model& model, int world, int ranks_per_node, int accumulation) {
   AnalyticInput input;
-  uint64_t largest_tensor = 0;
+  add_layout_tensors(input, model.config(), model.layouts());
   for (int u = 0; u < model.num_units(); ++u) {
-    input.unit_counts.push_back(model.layout(u).count);
-    input.unit_charge.push_back(model::parameter_charge(model.config(), {&model.layout(u), 1}));
-    std::vector<uint64_t> tensors, charged;
-    for (const model::ParamInfo& param : model.layout(u).params) {
-      tensors.push_back(param.count);
-      charged.push_back(model::tensor_charge(model.config(), param));
-      if (param.count > largest_tensor) {
-        largest_tensor = param.count;
-        input.largest_tensor_charged = charged.back();
-      }
-    }
-    if (u == 0) {
-      for (size_t i = 0; i < model.layout(0).params.size(); ++i) {
-        input.root_at_end.push_back(model::gradient_made_at_end(model.config(), i));
-      }
-    }
     input.forward_order.push_back(module_order(model.layout(u)));
-    input.unit_tensors.push_back(std::move(tensors));
     input.unit_rows.push_back(tensor_rows(model.config(), model.layout(u)));
-    input.unit_tensors_charged.push_back(std::move(charged));
   }
   input.charge = model::parameter_charge(model.config(), model.layouts());
   input.head_elements = head_elements(model);
@@ -304,8 +331,24 @@ Prediction predict(const StrategyOptions& given, const AnalyticInput& input) {
 namespace emu::strategy {
 
 Representative representative_rank(const StrategyOptions& options, const model::ModelConfig& config, int ranks,
-                                   int first, int last) {
-  if (options.kind != StrategyKind::kDdpZero || first >= last) return {first, false};
+                                   int first, int last, bool offload) {
+  if (first >= last) return {first, false};
+  const bool zero12 = options.kind == StrategyKind::kZero1 || options.kind == StrategyKind::kZero2;
+  if (zero12 && !offload) {
+    // Each data-parallel rank's gradient partition holds the whole tensors meeting its S elements (shard.h), of
+    // the TP slice's layout over D ranks with --tp.
+    const Mesh mesh = mesh_of(options, ranks, 0);
+    const model::ModelConfig slice = mesh.tensor > 1 ? model::tensor_parallel_config(config, mesh.tensor) : config;
+    AnalyticInput input;
+    add_layout_tensors(input, slice, model::build_layouts(slice));
+    const std::vector<uint64_t> order = input.registration_order();
+    const int per_replica = mesh.tensor * mesh.pipeline;
+    const uint64_t busiest = partition_with_most_whole_tensors(
+        order, group_shard(order, mesh.data, kNcclStartAlignment), static_cast<uint64_t>(first / per_replica),
+        static_cast<uint64_t>(last / per_replica));
+    return {std::max(first, static_cast<int>(busiest) * per_replica), true};
+  }
+  if (options.kind != StrategyKind::kDdpZero) return {first, false};
   std::vector<uint64_t> charged;  // as ddp.cpp partitions them: every tensor in registration order
   for (const model::UnitLayout& unit : model::build_layouts(config)) {
     for (const model::ParamInfo& p : unit.params) charged.push_back(model::tensor_charge(config, p));

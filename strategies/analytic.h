@@ -22,6 +22,7 @@
 #include "emu/memory.h"
 #include "strategies/dim0_shard.h"
 #include "strategies/pipeline.h"
+#include "strategies/shard.h"
 #include "strategies/strategy.h"
 #include "workloads/model/shrink.h"
 
@@ -80,6 +81,11 @@ struct AnalyticInput {
   uint64_t head_elements = 0;
   uint64_t embedding_elements = 0;  // embedding_elements; 0: none apart (tied, or an input made by hand)
 
+  // Every tensor in the order the module registers them (DeepSpeed's flat group's): the root's tensors made at the
+  // end (the embeddings), the blocks', then the rest of the root's (the final norm, an untied head), each in the
+  // elements a shrunk run charges it for (shard.h whole_tensors_meeting).
+  std::vector<uint64_t> registration_order() const;
+
   uint64_t parameter_count() const;                     // Ψ: the sum of unit_counts
   std::vector<uint64_t> tensors_of(size_t unit) const;  // unit_tensors[unit], or {unit_counts[unit]}
   // Bytes one buffer of `elements` elements of unit `unit` (kAllUnits: of the whole flat space) is charged at
@@ -130,14 +136,16 @@ struct Prediction {
 Prediction predict(const StrategyOptions& options, const AnalyticInput& input);
 
 // The rank of first..last whose bytes stand for them all in a plan. They differ only where a strategy gives whole
-// tensors to ranks (ddp-zero: ZeroRedundancyOptimizer's greedy partition, each rank owning its own set of
-// tensors): then the one holding the most, whose peak bounds the others' (`bound`); elsewhere `first`.
+// tensors to ranks: ddp-zero (ZeroRedundancyOptimizer's greedy partition, each rank owning its own set of tensors)
+// and, but under `offload`, zero1 and zero2 (DeepSpeed sizes a rank's gradient partition for the whole tensors
+// meeting it, shard.h whole_tensors_meeting). Then the one holding the most, whose peak bounds the others'
+// (`bound`); elsewhere `first`.
 struct Representative {
   int rank = 0;
   bool bound = false;  // the ranks hold different bytes, at most `rank`'s
 };
 Representative representative_rank(const StrategyOptions& options, const model::ModelConfig& config, int ranks,
-                                   int first, int last);
+                                   int first, int last, bool offload);
 
 // For the family predictors. Each sets the parameter, gradient and buffer peaks (on the device and, under offload,
 // on the host), the formula, the traffic and, under offload, the bytes of gradients sent down to the host per step,

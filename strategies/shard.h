@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <vector>
 
 namespace emu::strategy {
@@ -36,6 +37,10 @@ struct ShardInfo {
   }
 };
 
+// DeepSpeed pads its ZeRO-1/2 flat bit16 group to a multiple of this many × N elements
+// (nccl_start_alignment_factor).
+inline constexpr size_t kNcclStartAlignment = 2;
+
 // `alignment`: the padded size is a multiple of ranks × alignment.
 inline ShardInfo shard_of(size_t numel, int rank, int ranks, size_t alignment = 1) {
   ShardInfo info;
@@ -58,6 +63,72 @@ inline std::vector<size_t> shard_counts(size_t numel, int ranks) {
   counts.reserve(static_cast<size_t>(ranks));
   for (int r = 0; r < ranks; ++r) counts.push_back(shard_of(numel, r, ranks).valid);
   return counts;
+}
+
+// DeepSpeed's ZeRO-1/2 gradient partition (stage_1_and_2.py copy_grads_in_partition: grads_in_partition) is sized
+// for the whole of every tensor that meets the rank's partition of the flat group (get_partition_info's
+// params_in_partition: the tensors starting in it and the one straddling its start), not for its S elements: a tensor
+// across a boundary counts whole on both sides, a partition inside one tensor holds that tensor's size, a partition
+// of padding alone none. The tensors in the group's order (DeepSpeed's: registration order):
+//
+//   tensors 5, 4, 3 at [0, 5) [5, 9) [9, 12), N = 4, S = 3:
+//   rank 0 [0, 3): 5   rank 1 [3, 6): 5 + 4   rank 2 [6, 9): 4   rank 3 [9, 12): 3
+//
+// `tensors` are the elements each tensor is charged for (model::tensor_charge: as held at full scale; in a shrunk run
+// a norm weight or bias ÷ k), which lays them out as the full-scale tensors lie ÷ k²: a shrunk rank's partition
+// meets the tensors the full-scale rank's meets, where the shrunk layout's own boundaries (norms ∝ h, V and F
+// rounded) could fall in a neighbouring tensor and charge it whole.
+
+// S of the group of `tensors` over `ranks`, padded to a multiple of ranks × alignment (shard_of).
+inline uint64_t group_shard(std::span<const uint64_t> tensors, int ranks, size_t alignment) {
+  uint64_t total = 0;
+  for (const uint64_t tensor : tensors) total += tensor;
+  return shard_of(total, 0, ranks, alignment).shard;
+}
+
+// What partition `partition` (elements [partition·S, (partition + 1)·S)) sizes its gradient partition for.
+inline uint64_t whole_tensors_meeting(std::span<const uint64_t> tensors, uint64_t shard, uint64_t partition) {
+  const uint64_t lo = shard * partition;
+  const uint64_t hi = lo + shard;
+  uint64_t at = 0;
+  uint64_t whole = 0;
+  for (const uint64_t tensor : tensors) {
+    if (tensor > 0 && at < hi && at + tensor > lo) whole += tensor;
+    at += tensor;
+  }
+  return whole;
+}
+
+// Of partitions first..last, the lowest one whose whole_tensors_meeting is the most. One pass over the tensors and
+// the partitions (a plan's 2^20 ranks), never one pass over the tensors per partition.
+inline uint64_t partition_with_most_whole_tensors(std::span<const uint64_t> tensors, uint64_t shard, uint64_t first,
+                                                  uint64_t last) {
+  // Each tensor adds its size to the partitions it meets, a range: a difference array over first..last (the
+  // unsigned sums wrap and come back, as each range's add is undone at its end).
+  std::vector<uint64_t> change(last - first + 2, 0);
+  uint64_t at = 0;
+  for (const uint64_t tensor : tensors) {
+    if (tensor > 0) {
+      const uint64_t begin = std::max(at / shard, first);
+      const uint64_t end = std::min((at + tensor - 1) / shard, last);
+      if (begin <= end) {
+        change[begin - first] += tensor;
+        change[end - first + 1] -= tensor;
+      }
+    }
+    at += tensor;
+  }
+  uint64_t best = first;
+  uint64_t most = 0;
+  uint64_t running = 0;
+  for (uint64_t p = first; p <= last; ++p) {
+    running += change[p - first];
+    if (running > most) {
+      most = running;
+      best = p;
+    }
+  }
+  return best;
 }
 
 }  // namespace emu::strategy

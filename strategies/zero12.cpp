@@ -15,12 +15,12 @@
 //            the backward (process_gradients -> setup_buckets, once the loss's backward is over) and freed when the
 //            reduction ends. Each tensor is copied into the bucket (a tensor larger than R is reduced from its own
 //            storage, DeepSpeed's extra_large_param_to_reduce); a full bucket is reduce-scattered (averaged) to the
-//            owners, and each rank copies its part into its gradient partition [S] kGradients (grads_in_partition,
+//            owners, and each rank copies its part into its gradient partition kGradients (grads_in_partition,
 //            made at the first reduction and freed after the optimizer step). A unit's .grad is freed once all its
 //            tensors are in the bucket (DeepSpeed frees each tensor's, emu each unit's).
-//   stage 2  gradient partition [S] kGradients, grads_in_partition: made by the step's first bucket reduction
+//   stage 2  gradient partition kGradients, grads_in_partition: made by the step's first bucket reduction
 //            (copy_grads_in_partition) and freed after the optimizer step; over accumulated micro-batches the
-//            first one's is kept (all_grad_tensors holds views of it) and each later backward makes its own [S] at
+//            first one's is kept (all_grad_tensors holds views of it) and each later backward makes its own at
 //            its first reduction, added into the first and dropped in the epilogue (recorded:
 //            llama-zero2-bf16-rbs20000-gas2-n2.json). The ipg reduce bucket [R] kBuckets (two with
 //            overlap_comm) from each backward's first gradient hook to its end (DeepSpeed's setup_buckets, released
@@ -33,6 +33,10 @@
 //            backward ends its tensors, last first, are copied into the bucket (one larger than R is reduced from the
 //            unit's buffer) and the buffer is freed; a full bucket is reduce-scattered to the owners at once, every
 //            micro-batch, and each rank adds its part to its partition: the gradients it does not own are never kept.
+// Both stages' partition holds S elements but is charged as DeepSpeed sizes grads_in_partition: for the whole of
+// every tensor that meets the rank's S elements, in the module's registration order (the embeddings, the blocks,
+// the final norm and head; shard.h whole_tensors_meeting), so a tensor across a partition boundary is charged whole
+// on both sides (recorded: a q_proj across rank 0's end, +8,128 B, in the recording above).
 // At the step (DeepSpeed's step(): flatten(averaged_gradients).to(fp32)) the partition is flattened into a new
 // [S] recipe.grads buffer and, in the mixed recipe, cast into an fp32 [S] one (kGradients, the .grad of the fp32
 // partition) that AdamW reads; the flat copy is freed after the cast, the fp32 one after the step. For a moment
@@ -59,6 +63,7 @@
 #include <string>
 
 #include "emu/check.h"
+#include "strategies/analytic.h"
 #include "strategies/flat.h"
 #include "strategies/shard.h"
 #include "strategies/strategy.h"
@@ -67,9 +72,6 @@
 
 namespace emu::strategy {
 namespace {
-
-// DeepSpeed pads its flat bit16 group to a multiple of this many × N elements (nccl_start_alignment_factor).
-constexpr size_t kNcclStartAlignment = 2;
 
 class PartitionedOptimizer final : public Strategy {
  public:
@@ -87,6 +89,12 @@ class PartitionedOptimizer final : public Strategy {
     const optim::PrecisionRecipe& recipe = options_.recipe;
     flat_ = flat_layout(model_);
     shard_ = shard_of(flat_.total, dp().rank(), dp().size(), kNcclStartAlignment);
+    // grads_in_partition's size: the whole tensors that meet this rank's partition, in the module's registration
+    // order (shard.h whole_tensors_meeting).
+    const std::vector<uint64_t> order = analytic_input(model_, 1, 1, 1).registration_order();
+    partition_charge_ = whole_tensors_meeting(order, group_shard(order, dp().size(), kNcclStartAlignment),
+                                              static_cast<uint64_t>(dp().rank())) *
+                        dtype_size(recipe.grads);
     params_ = model::allocate_parameter_space(device_, flat_.charge, shard_.padded, recipe.params,
                                               Category::kParameters, "ZeRO parameters");
     unit_grads_.resize(static_cast<size_t>(model_.num_units()));
@@ -353,14 +361,14 @@ class PartitionedOptimizer final : public Strategy {
   void reduce_into_partition(void* data, size_t lo, size_t hi, const std::string& phase) {
     const DType dtype = options_.recipe.grads;
     if (!grads_.allocated()) {  // on the device, the step's first reduction
-      grads_ = model::allocate_parameter_space(device_, flat_.charge, shard_.shard, dtype, Category::kGradients,
-                                               fmt::format("ZeRO-{} gradient partition", stage_));
+      grads_ = device_.allocate(shard_.shard, dtype, Category::kGradients,
+                                fmt::format("ZeRO-{} gradient partition", stage_), partition_charge_);
     } else if (stage_ == 2 && !reduced_this_backward_ && !offloaded()) {
       // A later micro-batch: copy_grads_in_partition makes a new grads_in_partition while all_grad_tensors keeps
       // views of the accumulated one; the epilogue adds it in and drops it. Each of its elements is written once, so
       // adding the reduced blocks straight into the accumulated partition is the same sum.
       micro_partition_ = device_.allocate(0, dtype, Category::kGradients, "ZeRO-2 gradient partition, this micro-batch",
-                                          flat_.charge.bytes(shard_.shard, dtype));
+                                          partition_charge_);
     }
     reduced_this_backward_ = true;
     size_t begin = 0, end = 0;
@@ -418,11 +426,12 @@ class PartitionedOptimizer final : public Strategy {
   FlatLayout flat_;
   ShardInfo shard_;
   Buffer params_;  // [P] recipe.params, every unit whole
-  Buffer grads_;   // [S] this rank's gradient partition, from the step's first reduction to step (offload: fp32, host,
-                   // all run)
+  Buffer grads_;   // [S] this rank's gradient partition, charged as its whole tensors, from the step's first
+                   // reduction to step (offload: fp32, host, all run)
   std::vector<Buffer> buckets_;           // [R] each, from the first gradient hook to the end of the reduction
   Buffer staging_;                        // offload: [largest tensor] recipe.grads
-  Buffer micro_partition_;                // stage 2, charged only: a later micro-batch's [S], to its backward's end
+  size_t partition_charge_ = 0;           // bytes charged for a partition on the device: its whole tensors
+  Buffer micro_partition_;                // stage 2, charged only: a later micro-batch's, to its backward's end
   bool reduced_this_backward_ = false;    // this backward has reduced into the partition
   std::vector<Buffer> unit_grads_;        // [n_u]: stage 1 from backward to the reduction; stage 2 during u's backward
   RootGradientCharges root_charges_;      // charged only: the root's .grad as made (stage 2: its embeddings' only)

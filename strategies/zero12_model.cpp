@@ -5,18 +5,21 @@
 // cut into shards of S = P/N. Per rank:
 //   stage 1  parameters P · parameter bytes
 //            gradients: every tensor's .grad (Ψ · gradient bytes) at the end of backward, or, when the gradient
-//            partition (S, made at the first reduction) arrives before F elements of .grad are freed,
-//            (Ψ − F + S) · gradient bytes: F is the units wholly copied into the ipg bucket when it first fills
+//            partition (W, made at the first reduction) arrives before F elements of .grad are freed,
+//            (Ψ − F + W) · gradient bytes: F is the units wholly copied into the ipg bucket when it first fills
 //            (tensors in registration order, a tensor larger than the bucket reduced from its own storage)
 //            reduce bucket R · gradient bytes (two with overlap_comm), R = reduce_bucket_size elements
 //   stage 2  parameters P · parameter bytes   gradients: the .grad autograd makes before DeepSpeed's hook copies
-//            it into the bucket, one tensor at a time, beside the partition (S · gradient bytes) once the
+//            it into the bucket, one tensor at a time, beside the partition (W · gradient bytes) once the
 //            backward's first reduction has made it, and over accumulated micro-batches beside the first one's
 //            partition and a later one's own (backward_gradients)
 //            reduce bucket R · gradient bytes (two with overlap_comm), R = reduce_bucket_size elements
 //   both     master weights and Adam moments over the S elements this rank updates
 //            the step: the partition, its flattened copy and, in the mixed recipe, its fp32 copy at once
-//            (S · (2 · gradient bytes + 4)), when that is more than backward's gradients
+//            (W · gradient bytes + S · (gradient bytes + 4)), when that is more than backward's gradients
+//   W: the gradient partition (DeepSpeed's grads_in_partition) holds the whole of every tensor that meets this
+//            rank's S elements, in registration order (shard.h whole_tensors_meeting): ranks differ, and a plan
+//            accounts the one holding the most (analytic.h representative_rank)
 //   offload  the gradient partition in host memory at fp32 (S · 4, sent down every step), not on the device; the
 //            device adds a staging buffer of the largest tensor (kBuckets)
 // Each buffer sized in parameter elements is charged as a shrunk run charges it (AnalyticInput::bytes: norm
@@ -100,7 +103,7 @@ Updated predict_zero12(const StrategyOptions& options, const AnalyticInput& inpu
   const std::string group = mesh.tensor > 1 ? "data-parallel" : "world";
   if (mesh.tensor > 1) add_tensor_parallel_traffic(prediction, input, "tensor-parallel", mesh.tensor);
   const uint64_t parameters = input.parameter_count();
-  const uint64_t padded_parameters = shard_of(parameters, 0, world, 2).padded;
+  const uint64_t padded_parameters = shard_of(parameters, 0, world, kNcclStartAlignment).padded;
   const uint64_t shard_elements = padded_parameters / world;
   const uint64_t grad_bytes = dtype_size(options.recipe.grads);
   const DType grads = options.recipe.grads;
@@ -110,8 +113,12 @@ Updated predict_zero12(const StrategyOptions& options, const AnalyticInput& inpu
   const uint64_t bucket_elements = options.scaled(options.zero.reduce_bucket_elements);
   prediction.peak[Category::kParameters] = input.bytes(all, padded_parameters, options.recipe.params);
   prediction.peak[Category::kBuckets] = bucket_elements * grad_bytes * buffers;
-  // Under offload the partition is on the host: none on the device.
-  const uint64_t device_partition = input.offload ? 0 : input.bytes(all, shard_elements, grads);
+  // Under offload the partition is on the host: none on the device. On the device it is sized for the whole tensors
+  // that meet this rank's S elements (shard.h whole_tensors_meeting); step()'s flattened copy is S.
+  const std::vector<uint64_t> order = input.registration_order();
+  const uint64_t whole = whole_tensors_meeting(order, group_shard(order, world, kNcclStartAlignment),
+                                               static_cast<uint64_t>(mesh.data_rank()));
+  const uint64_t device_partition = input.offload ? 0 : input.bytes(AnalyticInput::kCharged, whole, grads);
   if (stage == 1) {
     const size_t freed = units_freed_before_first_reduction(input, bucket_elements);
     uint64_t every_grad = 0, kept_grad = 0;  // every unit's .grad; those not yet freed at the first reduction
@@ -131,7 +138,8 @@ Updated predict_zero12(const StrategyOptions& options, const AnalyticInput& inpu
   }
   if (!input.offload) {  // DeepSpeed's step(): flatten(averaged_gradients).to(fp32) beside the partition
     const bool cast = options.recipe.has_master && grads != DType::kF32;
-    const uint64_t at_step = 2 * device_partition + (cast ? input.bytes(all, shard_elements, DType::kF32) : 0);
+    const uint64_t at_step = device_partition + input.bytes(all, shard_elements, grads) +
+                             (cast ? input.bytes(all, shard_elements, DType::kF32) : 0);
     prediction.peak[Category::kGradients] = std::max(prediction.peak[Category::kGradients], at_step);
   } else {
     uint64_t largest_tensor = 0;

@@ -756,13 +756,16 @@ oracle::Shapes preset_shapes(const std::string& name, const json& full) {
 // gradient partition, made at step()) + 4 (fp32 master) + 8 (Adam); no reduce bucket, no unit being gathered or
 // reduced; its 1.5 buffer factor applies to the CPU figure only. emu's extra terms come from the independent
 // estimator (tests/oracle/) at DeepSpeed's default knobs.
-std::vector<Named> estimator_differences(const oracle::Shapes& s, int stage, int64_t gpus, int64_t largest_layer) {
+// `rank`: the rank whose figures the plan reports (ranks differ in ZeRO-2's grads_in_partition).
+std::vector<Named> estimator_differences(const oracle::Shapes& s, int stage, int64_t gpus, int64_t largest_layer,
+                                         int rank) {
   oracle::Knobs knobs;
   knobs.strategy = stage == 2 ? "zero2" : "zero3";
   knobs.world = static_cast<int>(gpus);
+  knobs.rank = rank;
+  const auto n = static_cast<uint64_t>(gpus);
   const oracle::Estimate e = oracle::estimate(s, knobs);
   const auto psi = static_cast<int64_t>(oracle::parameter_count(s));
-  const auto n = static_cast<uint64_t>(gpus);
   const auto shard = static_cast<int64_t>(stage == 2 ? oracle::round_up(static_cast<uint64_t>(psi), 2 * n) / n : 0);
   std::vector<Named> named;
   if (stage == 2) {
@@ -772,7 +775,8 @@ std::vector<Named> estimator_differences(const oracle::Shapes& s, int stage, int
          static_cast<int64_t>(e.buckets)});
     named.push_back(
         {"gradients beyond the estimator's 6 B per partition element (bf16 + its fp32 copy): the units "
-         "being made before their reduce, and step()'s flattened copy beside the fp32 one",
+         "being made before their reduce, and step()'s flattened copy beside the fp32 one, on the rank whose "
+         "grads_in_partition (the whole tensors meeting its partition) holds the most",
          static_cast<int64_t>(e.gradients) - 6 * shard});
     named.push_back({"partitions padded to 2N, the estimator's Ψ/N unpadded", 18 * shard - 18 * psi / gpus});
   } else {
@@ -795,6 +799,16 @@ std::vector<Named> estimator_differences(const oracle::Shapes& s, int stage, int
     named.push_back({"each unit padded to N, the estimator's Ψ/N unpadded", 14 * p3 - 14 * psi / gpus});
   }
   return named;
+}
+
+// The rank whose figures a plan's JSON reports under "peak": its role's accounted rank.
+int reported_rank(const json& strategy) {
+  const int first = strategy["peak"]["rank"];
+  for (const json& role : strategy["plan_roles"]) {
+    if (role["first_rank"] == first) return role["accounted_rank"];
+  }
+  ADD_FAILURE() << "no plan role starts at rank " << first;
+  return first;
 }
 
 TEST(DeepSpeedEstimator, ZeroModelStatesAgainstPlan) {
@@ -832,7 +846,7 @@ TEST(DeepSpeedEstimator, ZeroModelStatesAgainstPlan) {
     line.framework = row[5];
     line.measured = measured;
     line.predicted = predicted;
-    line.named = estimator_differences(shapes, stage, gpus, largest);
+    line.named = estimator_differences(shapes, stage, gpus, largest, reported_rank(*s));
     const int64_t want = line.framework + sum_named(line);
     fmt::print("{:<26} DeepSpeed {:>14} named {:>+14} emu plan {:>14} ({}) predicted {:>14}\n", line.category,
                line.framework, sum_named(line), measured, percent(measured, want), predicted);
@@ -1211,42 +1225,21 @@ struct Zero12Facts {
   int64_t bucket = 0;          // R, reduce_bucket_size elements
   int64_t buckets = 1;         // setup_buckets: buf_0, and buf_1 with overlap_comm (default false below stage 3)
   int64_t largest_tensor = 0;  // elements of the largest parameter tensor: the LM head (V·h) here
+  int64_t partition = 0;       // grads_in_partition's elements: the whole tensors meeting the rank's S
 };
 
-Zero12Facts zero12_facts(const CaseFacts& c, int stage, const json& zero) {
+Zero12Facts zero12_facts(const CaseFacts& c, int stage, const json& zero, int64_t rank) {
   Zero12Facts f;
   f.stage = stage;
   const auto n = static_cast<uint64_t>(c.n);
   f.shard = static_cast<int64_t>(oracle::round_up(static_cast<uint64_t>(c.psi), 2 * n) / n);
+  f.partition = static_cast<int64_t>(oracle::grads_in_partition(c.shapes, n, static_cast<uint64_t>(rank)));
   const DeepSpeedFacts d = deepspeed_facts(c.shapes, c.n, zero);
   f.bucket = d.bucket;
   f.largest_tensor = d.largest_tensor;
   // config.py overlap_comm_valid: unset means stage == 3.
   f.buckets = zero.value("overlap_comm", false) ? 2 : 1;
   return f;
-}
-
-// Elements of DeepSpeed's grads_in_partition on `rank` of `n` (stage_1_and_2.py copy_grads_in_partition: the sum of
-// the numel of params_in_partition, every tensor that meets the rank's partition, whole): the tensors in registration
-// order (the embeddings, the blocks, the final norm, an untied head) over the flat group padded to 2N.
-int64_t grads_in_partition_elements(const oracle::Shapes& s, int64_t n, int64_t rank) {
-  const std::vector<uint64_t> root = oracle::root_tensors(s);
-  const size_t embeddings = s.family == oracle::Family::kLlama ? 1 : 2;
-  std::vector<uint64_t> order(root.begin(), root.begin() + static_cast<std::ptrdiff_t>(embeddings));
-  for (int64_t l = 0; l < s.layers; ++l) {
-    const std::vector<uint64_t> block = oracle::block_tensors(s);
-    order.insert(order.end(), block.begin(), block.end());
-  }
-  order.insert(order.end(), root.begin() + static_cast<std::ptrdiff_t>(embeddings), root.end());
-  const uint64_t shard =
-      oracle::round_up(oracle::parameter_count(s), 2 * static_cast<uint64_t>(n)) / static_cast<uint64_t>(n);
-  const uint64_t lo = shard * static_cast<uint64_t>(rank), hi = lo + shard;
-  uint64_t at = 0, whole = 0;
-  for (const uint64_t t : order) {
-    if (at < hi && at + t > lo) whole += t;
-    at += t;
-  }
-  return static_cast<int64_t>(whole);
 }
 
 void name_deepspeed_zero12(const std::string& category, const Zero12Facts& f, const CaseFacts& c, Line& line) {
@@ -1259,17 +1252,18 @@ void name_deepspeed_zero12(const std::string& category, const Zero12Facts& f, co
          4 * S});
   }
   // step(): flatten(averaged_gradients) (2S, bf16) and its .to(fp32) (4S, set as the fp32 partition's .grad) beside
-  // averaged_gradients, views of grads_in_partition (2S, copy_grads_in_partition). None is a module parameter's .grad
-  // then (independent_gradient_partition_epilogue cleared them), so MemTracker files all three as activations or
-  // temporaries; emu files them under gradients, where its peak is the more of backward's and this 8S.
-  const int64_t at_step = 8 * S;
+  // averaged_gradients, views of grads_in_partition (copy_grads_in_partition: 2 B for each element of the whole
+  // tensors meeting the partition). None is a module parameter's .grad then (independent_gradient_partition_epilogue
+  // cleared them), so MemTracker files all three as activations or temporaries; emu files them under gradients,
+  // where its peak is the more of backward's and this.
+  const int64_t at_step = 6 * S + 2 * f.partition;
   if (category == "gradients" && f.stage == 1) {
     // Stage 1 reduces nothing in backward (process_gradients: neither partition_gradients nor overlap_comm), so
     // MemTracker's gradient peak is every autograd .grad (2Ψ) at its end, before reduce_gradients points each into
     // the bucket or grads_in_partition.
     line.named.push_back(
-        {"step()'s averaged_gradients, their flattened copy and its fp32 cast (8 B per partition element: "
-         "MemTracker's activations, emu's gradients), beyond MemTracker's peak of every autograd .grad",
+        {"step()'s grads_in_partition, the flattened copy of its S elements and its fp32 cast (MemTracker's "
+         "activations, emu's gradients), beyond MemTracker's peak of every autograd .grad",
          std::max(2 * c.psi, at_step) - 2 * c.psi, false});
   }
   if (category == "gradients" && f.stage == 2) {
@@ -1281,9 +1275,10 @@ void name_deepspeed_zero12(const std::string& category, const Zero12Facts& f, co
         {"the ipg bucket(s), which MemTracker files under gradients (the .grad views into them) and emu under buckets",
          -bucket_bytes, false});
     line.named.push_back(
-        {"emu's gradient peak, the more of step()'s 8 B per partition element (MemTracker's activations) and the "
-         "partition beside the largest .grad in backward, beyond DeepSpeed's largest .grad",
-         std::max(at_step, 2 * S + 2 * f.largest_tensor) - 2 * f.largest_tensor, false});
+        {"emu's gradient peak, the more of step()'s grads_in_partition with its flattened and fp32 copies "
+         "(MemTracker's activations) and grads_in_partition beside the largest .grad in backward, beyond DeepSpeed's "
+         "largest .grad",
+         std::max(at_step, 2 * f.partition + 2 * f.largest_tensor) - 2 * f.largest_tensor, false});
   }
   if (category == "optimizer_state") {
     line.named.push_back({"AdamW's step counter, one fp32 tensor for the one flat fp32 partition", -4});
@@ -1301,7 +1296,8 @@ void name_deepspeed_zero12(const std::string& category, const Zero12Facts& f, co
 
 std::vector<Line> compare_deepspeed_zero12(const json& fixture, int stage, const json& rank, const json& emu) {
   const CaseFacts c = deepspeed_case(fixture);
-  const Zero12Facts f = zero12_facts(c, stage, fixture.value("zero_optimization", json::object()));
+  const Zero12Facts f =
+      zero12_facts(c, stage, fixture.value("zero_optimization", json::object()), rank["rank"].get<int64_t>());
   const auto at_peak = rank["at_peak"].get<RecordedCategories>();
   std::vector<Line> lines = category_lines(
       {"parameters", "gradients", "optimizer_state", "buckets", "buffers"},
@@ -1320,15 +1316,10 @@ std::vector<Line> compare_deepspeed_zero12(const json& fixture, int stage, const
     // that meet the partition; over accumulated micro-batches the first one's stays (all_grad_tensors holds views
     // of it, a later backward makes its own and adds it in), so at the recorded peak, a later micro-batch's loss
     // backward, it is alive: MemTracker's temporaries, emu's partition (gradients), kept until step() as there.
-    const int64_t whole = grads_in_partition_elements(c.shapes, c.n, rank["rank"].get<int64_t>());
     lines.back().named.push_back(
-        {"the first micro-batch's grads_in_partition, alive through the later ones (views in all_grad_tensors): "
-         "MemTracker's temporaries, emu's gradients",
-         -2 * f.shard, false});
-    lines.back().named.push_back(
-        {"emu's shortfall: grads_in_partition holds the whole tensors meeting the partition beyond its S elements, "
-         "emu's partition S",
-         -2 * (whole - f.shard)});
+        {"the first micro-batch's grads_in_partition (the whole tensors meeting the partition), alive through the "
+         "later ones (views in all_grad_tensors): MemTracker's temporaries, emu's gradients",
+         -2 * f.partition, false});
   }
   lines.push_back(deepspeed_total(lines, rank, emu));
   return lines;

@@ -44,23 +44,52 @@ struct Shapes {
   int64_t largest_head;                // the largest tensor made at the head
   int64_t largest_block;               // the largest tensor of a block
   bool tied;
+  std::vector<int64_t> registration;  // every tensor in the module's registration order (DeepSpeed's flat group)
 };
 // Llama (untied): embed_tokens [37, 16] = 592, norm 16, lm_head 592 (root 1200: head 608, lm_head's then norm's,
 // embeddings 592); a block
 // q, o [16, 16], k, v [8, 16] (one KV head of 8), gate, up [44, 16], down [16, 44], two norms of 16: 2912. Backward
 // order (modeling_llama.py, reversed): down_proj, up_proj (run after gate_proj in forward), gate_proj,
 // post_attention_layernorm, o_proj, v_proj, k_proj, q_proj, input_layernorm.
-const Shapes kLlama{{704, 704, 704, 16, 256, 128, 128, 256, 16}, {592, 16}, 608, 592, 2912, 592, 704, false};
+// Registration order: embed_tokens, each block's q, k, v, o, gate, up, down, input_layernorm,
+// post_attention_layernorm, then norm, lm_head.
+const Shapes kLlama{
+    {704, 704, 704, 16, 256, 128, 128, 256, 16}, {592, 16}, 608, 592, 2912, 592, 704, false, {592, 256, 128, 128, 256,
+                                                                                              704, 704, 704, 16,  16,
+                                                                                              256, 128, 128, 256, 704,
+                                                                                              704, 704, 16,  16,  16,
+                                                                                              592}};
 // GPT-2 (tied): wte [37, 16] = 592 (the head), wpe [8, 16] = 128, ln_f 32 (root 752: head 32, the final norm's
 // weight then bias, the largest 16; embeddings 720, wte's .grad made with wpe's at the end); a block
 // ln_1 32, c_attn 768 + 48, attn c_proj 256 + 16, ln_2 32, c_fc 1024 + 64, mlp c_proj 1024 + 16: 3280. Backward
 // order: mlp c_proj, c_fc, ln_2, attn c_proj, c_attn, ln_1, each weight then bias.
-const Shapes kGpt2{{1024, 16, 1024, 64, 16, 16, 256, 16, 768, 48, 16, 16}, {16, 16}, 32, 720, 3280, 16, 1024, true};
+// Registration order: wte, wpe, each block's ln_1, c_attn, attn c_proj, ln_2, c_fc, mlp c_proj (weight, bias), ln_f.
+const Shapes kGpt2{{1024, 16, 1024, 64, 16, 16, 256, 16, 768, 48, 16, 16},
+                   {16, 16},
+                   32,
+                   720,
+                   3280,
+                   16,
+                   1024,
+                   true,
+                   {592, 128, 16,  16, 768, 48, 256, 16, 16,   16, 1024, 64, 1024, 16,
+                    16,  16,  768, 48, 256, 16, 16,  16, 1024, 64, 1024, 16, 16,   16}};
+
+// DeepSpeed's grads_in_partition on `rank` of `n`, in elements (stage_1_and_2.py copy_grads_in_partition): every
+// tensor that meets the rank's Ψ/N elements, whole (Ψ divides by 2N here).
+int64_t grads_in_partition(const Shapes& s, int64_t n, int64_t rank) {
+  const int64_t shard = (s.head + s.embeddings + 2 * s.block) / n;
+  int64_t at = 0, whole = 0;
+  for (const int64_t t : s.registration) {
+    if (at < (rank + 1) * shard && at + t > rank * shard) whole += t;
+    at += t;
+  }
+  return whole;
+}
 
 // The expected gradient-category changes of one step, in order, up to and including the embeddings' gradient (every
 // unit here divides by 2 and 4 ranks: no padding). g: the gradient bytes; 4: the sharded gradients' (fp32).
 std::vector<int64_t> expected_backward(const std::string& strategy, const Shapes& s, int64_t n) {
-  const int64_t psi = s.head + s.embeddings + 2 * s.block;
   const auto head = [&](int64_t bytes) {  // the head's tensors' gradients, one by one, at `bytes` per element
     std::vector<int64_t> d;
     for (const int64_t t : s.head_tensors) d.push_back(bytes * t);
@@ -88,8 +117,9 @@ std::vector<int64_t> expected_backward(const std::string& strategy, const Shapes
     }
     d.push_back(2 * s.embeddings);
     d.push_back(-2 * s.embeddings);
-    // The whole model fits in one bucket: its one reduction, after backward, makes the partition.
-    d.push_back(2 * psi / n);  // Ψ divides by 2N here
+    // The whole model fits in one bucket: its one reduction, after backward, makes the partition, sized for the
+    // whole tensors meeting the rank's Ψ/N elements (a block's q_proj or ln_1 across a boundary counts on both sides).
+    d.push_back(2 * grads_in_partition(s, n, world_rank()));
     return d;
   }
   if (strategy == "fsdp") {

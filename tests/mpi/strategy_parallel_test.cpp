@@ -739,12 +739,33 @@ TEST(ParallelTraffic, Fsdp2OverInterleavedStagesMixedPrecision) {
 // moments, FusedAdam), by hand per local parameter (local = 51,488, S = local/D its partition, no padding):
 //   parameters  2 bytes, every local parameter (the bf16 flat group)
 //   master, m, v  4 + 8 bytes over S
-//   gradients   ZeRO-2: at the step the bf16 partition, its flat copy and its fp32 copy, (2 + 2 + 4)·S, more than
-//               backward's partition and one tensor's .grad (2·S + 2·16,384, the embedding slice [512, 32]);
-//               ZeRO-1: the larger of every unit's .grad, 2·local, alive until the one reduction at the end (the
-//               partition arrives after they are all in the bucket), and the step's 8·S (4·local at D = 2)
+//   gradients   ZeRO-2: at the step the bf16 partition (grads_in_partition, W elements: the whole local tensors
+//               meeting the rank's S, in registration order), its flat copy of S and its fp32 copy, 2·W + (2 + 4)·S,
+//               more than backward's partition and one tensor's .grad (2·W + 2·16,384, the embedding slice
+//               [512, 32]); ZeRO-1: the larger of every unit's .grad, 2·local, alive until the one reduction at the end
+//               (the partition arrives after they are all in the bucket), and the step's 2·W + 6·S
 //   buckets     one ipg bucket of reduce_bucket_size = 500,000,000 bf16 elements, charged whole
 // Measured = predicted in every category.
+//
+// W on data-parallel rank r of D: the local tensors in registration order are the embedding slice [512, 32], each
+// block's q [16, 32], k and v [8, 32], o [32, 16], gate and up [32, 32], down [32, 32] and two norms [32], the final
+// norm [32] and the head's slice [512, 32]; at D = 2 rank 0's S = 25,744 ends inside block 3's q_proj (+512 whole on
+// both ranks).
+uint64_t zero_tp_partition(uint64_t d, uint64_t r) {
+  std::vector<uint64_t> order = {kTable / 2};
+  for (int64_t l = 0; l < kLayers; ++l) order.insert(order.end(), {512, 256, 256, 512, 1024, 1024, 1024, 32, 32});
+  order.insert(order.end(), {32, kTable / 2});
+  uint64_t local = 0;
+  for (const uint64_t t : order) local += t;
+  const uint64_t shard = local / d;
+  uint64_t at = 0, whole = 0;
+  for (const uint64_t t : order) {
+    if (at < (r + 1) * shard && at + t > r * shard) whole += t;
+    at += t;
+  }
+  return whole;
+}
+
 TEST(ParallelTraffic, ZeroOverTensorParallelMixedPrecision) {
   for (const int stage : {1, 2}) {
     SCOPED_TRACE(stage);
@@ -754,12 +775,14 @@ TEST(ParallelTraffic, ZeroOverTensorParallelMixedPrecision) {
     const uint64_t d = data_degree();
     const uint64_t local = kLayers * (kBlockMatrices / 2 + kBlockNorms) + 2 * kTable / 2 + 32;
     const uint64_t partition = local / d;
+    const uint64_t whole =
+        zero_tp_partition(d, static_cast<uint64_t>(strategy::mesh_of(options, world_size(), world_rank()).data_rank()));
     MemoryPool& memory = run->device->memory();
     EXPECT_EQ(memory.peak(Category::kParameters), 2 * local);
     EXPECT_EQ(memory.peak(Category::kMasterWeights), 4 * partition);
     EXPECT_EQ(memory.peak(Category::kOptimizerState), 8 * partition);
     EXPECT_EQ(memory.peak(Category::kGradients),
-              stage == 2 ? (2 + 2 + 4) * partition : std::max(2 * local, 8 * partition));
+              stage == 2 ? 2 * whole + (2 + 4) * partition : std::max(2 * local, 2 * whole + 6 * partition));
     EXPECT_EQ(memory.peak(Category::kBuckets), 2 * uint64_t{500'000'000});
     const strategy::Prediction predicted = expect_predicted_memory(*run, options);
     EXPECT_EQ(predicted.peak[Category::kMasterWeights], memory.peak(Category::kMasterWeights));

@@ -168,19 +168,66 @@ uint64_t late_root_gradients(const Shapes& s) {
   return late;
 }
 
+uint64_t grads_in_partition(const Shapes& s, uint64_t n, uint64_t rank) {
+  const std::vector<uint64_t> root = root_tensors(s);
+  const auto embeddings = static_cast<std::ptrdiff_t>(s.family == Family::kLlama ? 1 : 2);
+  std::vector<uint64_t> order(root.begin(), root.begin() + embeddings);
+  for (int64_t l = 0; l < s.layers; ++l) {
+    const std::vector<uint64_t> block = block_tensors(s);
+    order.insert(order.end(), block.begin(), block.end());
+  }
+  order.insert(order.end(), root.begin() + embeddings, root.end());
+  const uint64_t shard = round_up(parameter_count(s), 2 * n) / n;
+  const uint64_t lo = shard * rank, hi = lo + shard;
+  uint64_t at = 0, whole = 0;
+  for (const uint64_t t : order) {
+    if (at < hi && at + t > lo) whole += t;
+    at += t;
+  }
+  return whole;
+}
+
 namespace {
 
-// ZeRO-2 (contiguous_gradients): DeepSpeed's gradient hook copies each .grad into the ipg bucket as soon as autograd
-// has made it and repoints .grad into the bucket, so autograd's own gradient tensors live one at a time: the head's,
-// then each block's tensors, then the embeddings'. A head tied to the embedding makes no .grad at the head: autograd
-// keeps its part in the table's input buffer (not a gradient) and makes the table's .grad at the end of backward;
-// the largest .grad made at the head is then the final norm's weight [h].
-uint64_t zero2_transient_gradients(const Shapes& s) {
-  const auto h = static_cast<uint64_t>(s.h);
-  const uint64_t head = s.tied_head ? h : static_cast<uint64_t>(s.vocab) * h;
+// ZeRO-2's gradients through backward (contiguous_gradients), in elements. DeepSpeed's hook copies each .grad into the
+// ipg bucket as soon as autograd has made it and repoints .grad into the bucket, so autograd's own gradient tensors
+// live one at a time: the head's, then each block's tensors, then the embeddings'. The hook first reduces the bucket
+// when the tensor does not fit in it, and reduces a tensor larger than the bucket from its own storage
+// (reduce_independent_p_g_buckets_and_remove_grads); the first reduction makes grads_in_partition (`partition`
+// elements), alive from then on. Autograd makes an untied head's .grad first, then the final norm's (a head tied to
+// the embedding makes none there: its part is held in the table's input buffer, not a gradient, until the table's
+// .grad is made at the end of backward), each block's (the last block first, its tensors last first), then the
+// embeddings'. A block is taken whole, as emu charges it: its largest
+// .grad, beside the partition when a reduction has come by the end of its backward.
+uint64_t zero2_backward_gradients(const Shapes& s, uint64_t bucket, uint64_t partition) {
+  uint64_t in_bucket = 0;
+  bool reduced = false;
+  const auto hook = [&](uint64_t tensor) {
+    if (tensor > bucket) {
+      reduced = true;
+    } else if (in_bucket + tensor > bucket) {
+      reduced = true;
+      in_bucket = tensor;
+    } else {
+      in_bucket += tensor;
+    }
+  };
+  // The head's side of the root, last registered first: an untied head, the final norm (GPT-2: its bias, weight).
+  const std::vector<uint64_t> root = root_tensors(s);
+  const size_t embeddings = s.family == Family::kLlama ? 1 : 2;
+  uint64_t peak = 0;
+  for (size_t i = root.size(); i-- > embeddings;) {
+    hook(root[i]);
+    peak = std::max(peak, root[i] + (reduced ? partition : 0));
+  }
   const std::vector<uint64_t> block = block_tensors(s);
   const uint64_t largest_block_tensor = *std::max_element(block.begin(), block.end());
-  return std::max({head, late_root_gradients(s), largest_block_tensor});
+  for (int64_t l = 0; l < s.layers; ++l) {
+    for (auto t = block.rbegin(); t != block.rend(); ++t) hook(*t);
+    peak = std::max(peak, largest_block_tensor + (reduced ? partition : 0));
+  }
+  for (size_t i = embeddings; i-- > 0;) hook(root[i]);
+  return std::max(peak, late_root_gradients(s) + (reduced ? partition : 0));
 }
 
 Estimate zero12(const Shapes& s, const Knobs& k, int stage) {
@@ -189,6 +236,8 @@ Estimate zero12(const Shapes& s, const Knobs& k, int stage) {
   const uint64_t padded = round_up(psi, 2 * n);  // DeepSpeed: nccl_start_alignment_factor (2) × N
   const uint64_t shard = padded / n;
   const uint64_t bucket = per_k2(k.reduce_bucket_size, k.shrink);
+  // grads_in_partition: the whole tensors meeting this rank's S elements.
+  const uint64_t partition = grads_in_partition(s, n, static_cast<uint64_t>(k.rank));
   Estimate e;
   add(e, &Estimate::parameters, "parameters", "bit16 flat parameters, aligned to 2N", padded * k.param_bytes);
   if (stage == 1) {
@@ -208,19 +257,21 @@ Estimate zero12(const Shapes& s, const Knobs& k, int stage) {
       }
       if (!reduced) freed += unit_counts(s)[unit];
     }
-    if (shard > freed) {
+    if (partition > freed) {
       add(e, &Estimate::gradients, "gradients", "gradient partition made before enough .grad was freed",
-          (shard - freed) * k.grad_bytes);
+          (partition - freed) * k.grad_bytes);
     }
   } else {
     add(e, &Estimate::gradients, "gradients", "gradient partition (2Ψ/N)", shard * k.grad_bytes);
+    const uint64_t backward = zero2_backward_gradients(s, bucket, partition);
     add(e, &Estimate::gradients, "gradients",
-        "the .grad being made, until its copy into the bucket: one tensor at a time",
-        zero2_transient_gradients(s) * k.grad_bytes);
+        "the .grad being made, until its copy into the bucket (one tensor at a time), beside the partition (its "
+        "tensors whole) once the first reduction has made it",
+        (std::max(backward, shard) - shard) * k.grad_bytes);
   }
-  // step(): the partition flattened into a new buffer and cast to fp32 (flatten(averaged_gradients).to(fp32)),
-  // the three alive at once; more than backward's gradients when S is large.
-  const uint64_t at_step = shard * k.grad_bytes * 2 + (k.master && k.grad_bytes != 4 ? shard * 4 : 0);
+  // step(): the partition's S elements flattened into a new buffer and cast to fp32
+  // (flatten(averaged_gradients).to(fp32)), the three alive at once; more than backward's gradients when S is large.
+  const uint64_t at_step = (partition + shard) * k.grad_bytes + (k.master && k.grad_bytes != 4 ? shard * 4 : 0);
   if (at_step > e.gradients) {
     add(e, &Estimate::gradients, "gradients", "step: flattened partition and its fp32 copy, beyond backward's",
         at_step - e.gradients);

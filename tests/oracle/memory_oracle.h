@@ -86,6 +86,11 @@ uint64_t parameter_count(const Shapes& shapes);
 // both uses' parts at the end), and GPT-2's learned positions. The rest (an untied head, the final norm) are made
 // when backward begins.
 uint64_t late_root_gradients(const Shapes& shapes);
+// Elements of DeepSpeed's ZeRO-1/2 gradient partition (stage_1_and_2.py copy_grads_in_partition's
+// grads_in_partition) on `rank` of `n`: the numel of params_in_partition summed, every tensor that meets the rank's
+// S elements whole, the tensors in registration order (the embeddings, the blocks, the final norm, an untied head)
+// over the flat group padded to 2N.
+uint64_t grads_in_partition(const Shapes& shapes, uint64_t n, uint64_t rank);
 // The final norm and the LM head (V·h, tied or not): the elements the modules after the last block use.
 uint64_t head_elements(const Shapes& shapes);
 
