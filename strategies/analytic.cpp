@@ -176,6 +176,7 @@ AnalyticInput analytic_input(const model::Model& model, int world, int ranks_per
     input.unit_rows.push_back(tensor_rows(model.config(), model.layout(u)));
   }
   input.charge = model::parameter_charge(model.config(), model.layouts());
+  input.shrink = model.config().shrink;
   input.head_elements = head_elements(model);
   input.embedding_elements = embedding_elements(model);
   // pp: the root's tensors by their Hugging Face names: the embedding tables on the first stage, the rest (and a

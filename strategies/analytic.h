@@ -62,6 +62,7 @@ struct AnalyticInput {
   // ÷ k, workloads/model/shrink.h). Empty: every element as held (full scale, or an input made by hand).
   std::vector<model::ParameterCharge> unit_charge;
   model::ParameterCharge charge;
+  int64_t shrink = 1;  // k the model's tensors are shrunk by (their charges are the full-scale tensors ÷ k²)
   // The largest tensor (by elements held) as a shrunk run charges that one tensor (model::tensor_charge); 0: as
   // held (an input made by hand).
   uint64_t largest_tensor_charged = 0;

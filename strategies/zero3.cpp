@@ -69,7 +69,11 @@ class Zero3 final : public ShardedUnits {
       }
       largest_tensor_.push_back(largest);
     }
-    const Zero3ModuleInput modules = zero3_module_input(options_, analytic_input(model_, 1, 1, 1));
+    const AnalyticInput input = analytic_input(model_, 1, 1, 1);
+    sub_groups_ =
+        sub_group_partitions(input.registration_order(), shard_size(), options_.scaled(options_.zero.sub_group_size),
+                             static_cast<uint64_t>(input.shrink));
+    const Zero3ModuleInput modules = zero3_module_input(options_, input);
     first_ = zero3_module_phases(modules, /*persistent_gathered=*/false);
     later_ = zero3_module_phases(modules, /*persistent_gathered=*/true);
   }
@@ -80,23 +84,16 @@ class Zero3 final : public ShardedUnits {
   }
   bool offloads_parameters() const override { return options_.zero.offload_param; }
 
-  // stage3.py step(): the partition one sub-group at a time (_create_fp16_sub_groups closes a sub-group once it
-  // holds sub_group_size elements; emu's at unit boundaries). _prepare_sub_group flattens the sub-group's gradient
-  // partitions into a new buffer and casts it to fp32 (at fp32 the flat copy is the fp32 gradient), the flat copy
-  // freed once cast; the fp32 gradient lives through the sub-group's step and _release_sub_group drops it. Under
-  // optimizer offload the gradients are already on the host and nothing is made on the device. Both are charged
-  // (S_g elements as a shrunk run charges them), not used: AdamW reads the gradient shards themselves.
+  // stage3.py step(): the partition one sub-group at a time (_create_fp16_sub_groups, shard.h
+  // sub_group_partitions: tensors in registration order until sub_group_size elements of partition).
+  // _prepare_sub_group flattens the sub-group's gradient partitions into a new buffer and casts it to fp32 (at fp32
+  // the flat copy is the fp32 gradient), the flat copy freed once cast; the fp32 gradient lives through the
+  // sub-group's step and _release_sub_group drops it. Under optimizer offload the gradients are already on the host
+  // and nothing is made on the device. Both are charged (S_g elements as a shrunk run charges them), not used:
+  // AdamW reads each unit's gradient shard itself, once the sub-groups are charged (a step charges nothing else).
   void update(double lr, float grad_scale) override {
-    const int units = model_.num_units();
-    const size_t limit = options_.scaled(options_.zero.sub_group_size);
     const DType grads = options_.recipe.grads;
-    for (int first = 0; first < units;) {
-      size_t held = 0;
-      int end = first;
-      while (end < units && (end == first || held < limit)) {
-        held += unit_charge(model_, end).elements(shard_elements(end));
-        ++end;
-      }
+    for (const uint64_t held : sub_groups_) {
       Buffer flat, fp32;
       if (context_.offload == nullptr) {
         flat = device_.allocate(1, grads, Category::kGradients, "ZeRO-3 sub-group gradients, flattened",
@@ -113,9 +110,8 @@ class Zero3 final : public ShardedUnits {
       const optim::StepTemporaries temporaries(
           optimizer_device(), options_.zero.torch_adam ? options_.adamw_impl : optim::AdamWImpl::kFused, sub_group,
           options_.recipe.moments);
-      for (int u = first; u < end; ++u) update_unit(u, lr, grad_scale);
-      first = end;
     }
+    for (int u = 0; u < model_.num_units(); ++u) update_unit(u, lr, grad_scale);
     release_stale_units();
     gathered_.reset();  // the persistent tensors too: the next use gathers them afresh
     persistent_gathered_ = false;
@@ -204,6 +200,7 @@ class Zero3 final : public ShardedUnits {
   Buffer gathered_;                       // what DeepSpeed holds gathered now, one element backing it
   uint64_t gathered_elements_ = 0;        // what gathered_ charges, as charged
   std::vector<uint64_t> largest_tensor_;  // per unit, its largest tensor as charged
+  std::vector<uint64_t> sub_groups_;      // step()'s sub-groups in order, partition elements as charged
   Buffer grad_;                           // the .grad being made (make_grad), one element backing it
 };
 

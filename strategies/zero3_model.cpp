@@ -9,7 +9,8 @@
 //               later one
 //   gradients   Σ_u P_u/N (in host memory under offload), plus the more of: the largest tensor's .grad while
 //               backward makes it (one at a time, each copied into the ipg bucket and dropped); step()'s largest
-//               sub-group (units in order until sub_group_size elements of partition) flattened and cast to fp32,
+//               sub-group (tensors in registration order, each partitioned on its own, until sub_group_size
+//               elements of partition: shard.h sub_group_partitions) flattened and cast to fp32,
 //               S_g·(g + 4) (S_g·4 at fp32), none under offload
 //   master weights and Adam moments over Σ_u P_u/N
 //   buckets     the ipg reduce bucket, R = reduce_bucket_size elements at the gradients' dtype, all run (one, also
@@ -35,19 +36,12 @@
 namespace emu::strategy {
 namespace {
 
-// Elements (as charged) of the largest of step()'s sub-groups: units in order, a sub-group closed once it holds
-// sub_group_size elements.
-uint64_t largest_sub_group(const StrategyOptions& options, const AnalyticInput& input, const UnitShards& shards) {
-  const uint64_t limit = options.scaled(options.zero.sub_group_size);
-  uint64_t largest = 0, held = 0;
-  for (size_t unit = 0; unit < shards.padded.size(); ++unit) {
-    held += input.elements(static_cast<int>(unit), shards.padded[unit] / static_cast<uint64_t>(shards.group_size));
-    if (held >= limit || unit + 1 == shards.padded.size()) {
-      largest = std::max(largest, held);
-      held = 0;
-    }
-  }
-  return largest;
+// Elements (as charged) of the largest of step()'s sub-groups (shard.h sub_group_partitions) over `ranks`.
+uint64_t largest_sub_group(const StrategyOptions& options, const AnalyticInput& input, int ranks) {
+  const std::vector<uint64_t> groups =
+      sub_group_partitions(input.registration_order(), ranks, options.scaled(options.zero.sub_group_size),
+                           static_cast<uint64_t>(input.shrink));
+  return groups.empty() ? 0 : *std::max_element(groups.begin(), groups.end());
 }
 
 }  // namespace
@@ -89,11 +83,10 @@ Updated predict_zero3(const StrategyOptions& options, const AnalyticInput& input
   }
   const uint64_t in_backward = largest_tensor * grad_bytes;
   const uint64_t at_step =
-      input.offload ? 0
-                    : largest_sub_group(options, input, shards) * (grads == DType::kF32 ? 4 : dtype_size(grads) + 4);
+      input.offload ? 0 : largest_sub_group(options, input, world) * (grads == DType::kF32 ? 4 : dtype_size(grads) + 4);
   prediction.peak[Category::kGradients] = (input.offload ? 0 : gradient_shards) + std::max(in_backward, at_step);
   if (options.zero.torch_adam) {  // torch.optim.AdamW over one sub-group's flat fp32 partition at a time
-    const uint64_t sub_group = largest_sub_group(options, input, shards);
+    const uint64_t sub_group = largest_sub_group(options, input, world);
     if (options.adamw_impl == optim::AdamWImpl::kForeach) prediction.step_temporary_elements = sub_group;
     if (options.adamw_impl == optim::AdamWImpl::kSingle) prediction.step_temporary_elements = 2 * sub_group;
   }

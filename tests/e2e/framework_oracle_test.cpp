@@ -88,16 +88,6 @@ oracle::Shapes shapes_of(const json& config) {
   return s;
 }
 
-// Every tensor of the model as the frameworks see it (root first, then the blocks).
-std::vector<uint64_t> all_tensors(const oracle::Shapes& s) {
-  std::vector<uint64_t> tensors = oracle::root_tensors(s);
-  for (int64_t i = 0; i < s.layers; ++i) {
-    const auto block = oracle::block_tensors(s);
-    tensors.insert(tensors.end(), block.begin(), block.end());
-  }
-  return tensors;
-}
-
 // The emu strategy that reproduces a recorded framework, or "" when emu has none yet.
 std::string emu_strategy(const std::string& framework) {
   if (framework == "ddp") return "ddp";
@@ -223,7 +213,7 @@ int64_t rope_buffers(const CaseFacts& f, int64_t bytes) {
 // ZeroRedundancyOptimizer's partition (torch/distributed/optim/zero_redundancy_optimizer.py,
 // _partition_parameters): whole tensors, largest first, each to the rank with the fewest elements so far.
 std::pair<int64_t, int64_t> zero_redundancy_partition(const CaseFacts& f, int rank) {
-  std::vector<uint64_t> sorted = all_tensors(f.shapes);
+  std::vector<uint64_t> sorted = oracle::registration_order(f.shapes);
   std::stable_sort(sorted.begin(), sorted.end(), std::greater<>());
   std::vector<int64_t> elements(static_cast<size_t>(f.n), 0), count(static_cast<size_t>(f.n), 0);
   for (uint64_t t : sorted) {
@@ -600,7 +590,7 @@ std::vector<Line> compare(const json& c, const json& emu, const std::string& str
   CaseFacts f;
   f.shapes = shapes_of(c["model_config"]);
   f.psi = static_cast<int64_t>(oracle::parameter_count(f.shapes));
-  f.tensors = static_cast<int64_t>(all_tensors(f.shapes).size());
+  f.tensors = static_cast<int64_t>(oracle::registration_order(f.shapes).size());
   f.n = c["ranks"];
   f.mixed = c["recipe"] == "mixed";
   f.emu_bytes = f.mixed ? 2 : 4;
@@ -869,7 +859,6 @@ struct DeepSpeedFacts {
   int64_t largest_tensor = 0;     // the largest parameter tensor, elements
   int64_t sub_groups = 1;         // the fp32 flat partitions the inner AdamW steps over (one per sub-group)
   int64_t largest_sub_group = 0;  // partition elements of the largest
-  int64_t unit_sub_group = 0;     // the same with sub-groups closed at unit boundaries, as emu closes them
   // A V·h table (the head, the embedding) DeepSpeed holds gathered while MemTracker files it as an activation: 0,
   // or V·h when the tables are not persistent (stage3_param_persistence_threshold below V·h) and nothing is
   // prefetched (stage3_prefetch_bucket_size 0). The head is then gathered for its forward and kept to its backward
@@ -910,31 +899,16 @@ DeepSpeedFacts deepspeed_facts(const oracle::Shapes& s, int64_t n, const json& z
   }
   const std::vector<uint64_t> units = oracle::unit_counts(s);
   const int64_t sub_group_size = zero.value("sub_group_size", int64_t{1'000'000'000});
-  int64_t in_unit_group = 0;
-  for (size_t u = 0; u < units.size(); ++u) {
-    const auto shard =
-        static_cast<int64_t>(oracle::round_up(units[u], static_cast<uint64_t>(n)) / static_cast<uint64_t>(n));
-    f.partitions += shard;
-    in_unit_group += shard;
-    if (in_unit_group >= sub_group_size || u + 1 == units.size()) {
-      f.unit_sub_group = std::max(f.unit_sub_group, in_unit_group);
-      in_unit_group = 0;
-    }
+  for (const uint64_t unit : units) {
+    f.partitions += static_cast<int64_t>(oracle::round_up(unit, static_cast<uint64_t>(n)) / static_cast<uint64_t>(n));
   }
   f.bucket = zero.value("reduce_bucket_size", int64_t{500'000'000});
-  const std::vector<uint64_t> tensors = all_tensors(s);
+  const std::vector<uint64_t> tensors = oracle::registration_order(s);
   f.largest_tensor = static_cast<int64_t>(*std::max_element(tensors.begin(), tensors.end()));
   // stage3.py _create_fp16_sub_groups: tensors in order, a sub-group closed once it holds sub_group_size elements.
   // Each tensor partitioned on its own (⌈t/N⌉), in the module's order: the embeddings, the blocks, then the final
-  // norm and the head (Hugging Face's parameter order; the oracle lists the root's tensors together).
-  const std::vector<uint64_t> root = oracle::root_tensors(s);
-  const size_t embeddings = s.family == oracle::Family::kGpt2 ? 2 : 1;
-  std::vector<uint64_t> order(root.begin(), root.begin() + static_cast<std::ptrdiff_t>(embeddings));
-  for (int64_t i = 0; i < s.layers; ++i) {
-    const std::vector<uint64_t> block = oracle::block_tensors(s);
-    order.insert(order.end(), block.begin(), block.end());
-  }
-  order.insert(order.end(), root.begin() + static_cast<std::ptrdiff_t>(embeddings), root.end());
+  // norm and the head (Hugging Face's parameter order).
+  const std::vector<uint64_t> order = oracle::registration_order(s);
   f.sub_groups = 0;
   int64_t held = 0;
   for (size_t i = 0; i < order.size(); ++i) {
@@ -980,17 +954,13 @@ void name_deepspeed_zero3(const std::string& category, const DeepSpeedFacts& f, 
     // files it, one .grad being copied into the bucket (step()'s copies go under temporaries and optimizer state).
     line.named.push_back(
         {"emu's transient gradients, the more of the largest .grad (as DeepSpeed's) and step()'s flat and "
-         "fp32 copies of the largest sub-group (closed at unit boundaries), beyond DeepSpeed's largest .grad",
-         std::max(2 * f.largest_tensor, 6 * f.unit_sub_group) - 2 * f.largest_tensor, false});
+         "fp32 copies of the largest sub-group, beyond DeepSpeed's largest .grad",
+         std::max(2 * f.largest_tensor, 6 * f.largest_sub_group) - 2 * f.largest_tensor, false});
   }
   if (category == "optimizer_state") {
-    line.named.push_back({"AdamW's step counters, one fp32 tensor per sub-group's flat partition", -4 * f.sub_groups});
     // MemTracker files what the inner AdamW's step makes as optimizer state: foreach's exp_avg_sq.sqrt() of one
     // sub-group's flat partition at a time, which emu makes too (the config's torch_adam, run_emu_deepspeed).
-    line.named.push_back(
-        {"foreach AdamW's exp_avg_sq.sqrt() of emu's largest sub-group, closed at unit boundaries, beyond "
-         "DeepSpeed's largest",
-         4 * (f.unit_sub_group - f.largest_sub_group), false});
+    line.named.push_back({"AdamW's step counters, one fp32 tensor per sub-group's flat partition", -4 * f.sub_groups});
   }
   if (category == "buckets") {
     line.named.push_back({"the ipg bucket (reduce_bucket_size elements, bf16), filed by MemTracker under gradients",
@@ -1037,7 +1007,7 @@ CaseFacts deepspeed_case(const json& fixture) {
   CaseFacts f;
   f.shapes = shapes_of(fixture["model_config"]);
   f.psi = static_cast<int64_t>(oracle::parameter_count(f.shapes));
-  f.tensors = static_cast<int64_t>(all_tensors(f.shapes).size());
+  f.tensors = static_cast<int64_t>(oracle::registration_order(f.shapes).size());
   f.n = fixture["ranks"];
   f.mixed = true;
   f.emu_bytes = 2;

@@ -168,7 +168,7 @@ uint64_t late_root_gradients(const Shapes& s) {
   return late;
 }
 
-uint64_t grads_in_partition(const Shapes& s, uint64_t n, uint64_t rank) {
+std::vector<uint64_t> registration_order(const Shapes& s) {
   const std::vector<uint64_t> root = root_tensors(s);
   const auto embeddings = static_cast<std::ptrdiff_t>(s.family == Family::kLlama ? 1 : 2);
   std::vector<uint64_t> order(root.begin(), root.begin() + embeddings);
@@ -177,6 +177,11 @@ uint64_t grads_in_partition(const Shapes& s, uint64_t n, uint64_t rank) {
     order.insert(order.end(), block.begin(), block.end());
   }
   order.insert(order.end(), root.begin() + embeddings, root.end());
+  return order;
+}
+
+uint64_t grads_in_partition(const Shapes& s, uint64_t n, uint64_t rank) {
+  const std::vector<uint64_t> order = registration_order(s);
   const uint64_t shard = round_up(parameter_count(s), 2 * n) / n;
   const uint64_t lo = shard * rank, hi = lo + shard;
   uint64_t at = 0, whole = 0;
@@ -489,10 +494,12 @@ Estimate zero3(const Shapes& s, const Knobs& k) {
   const uint64_t backward = std::max(*std::max_element(root.begin(), root.end()),
                                      s.layers > 0 ? *std::max_element(block.begin(), block.end()) : 0) *
                             k.grad_bytes;
+  // stage3.py _create_fp16_sub_groups: the module's parameters in order, each partitioned on its own (ds_tensor:
+  // ⌈t/N⌉ elements), a sub-group closed once it holds sub_group_size partition elements.
   uint64_t sub_group = 0, largest_sub_group = 0;
   const uint64_t sub_group_limit = per_k2(k.sub_group_size, k.shrink);
-  for (uint64_t p : padded) {
-    sub_group += p / n;
+  for (const uint64_t t : registration_order(s)) {
+    sub_group += round_up(t, n) / n;
     if (sub_group >= sub_group_limit) {
       largest_sub_group = std::max(largest_sub_group, sub_group);
       sub_group = 0;

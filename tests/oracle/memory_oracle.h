@@ -37,10 +37,11 @@
 //            (V·h, tied or not), each twice, are fewer than stage3_max_reuse_distance: DeepSpeed's
 //            partitioned_param_coordinator.py __params_to_release, for the block's last module); gradients Σ P_u/N·g
 //            plus the largest tensor's .grad (one at a time, copied into the ipg bucket and dropped), or at
-//            step() (stage3.py, one sub-group at a time: units in order until they hold sub_group_size partition
-//            elements) the largest sub-group's gradients flattened and cast to fp32, S_g·(g + 4) (S_g·4 when g is 4),
-//            whichever is more; master and Adam over Σ P_u/N; the ipg bucket R·g (stage3.py allocates one per
-//            communication dtype at set-up and keeps it, overlap_comm or not)
+//            step() (stage3.py, one sub-group at a time: tensors in registration order, each partitioned on its own
+//            (⌈t/N⌉), until they hold sub_group_size partition elements) the largest sub-group's gradients flattened
+//            and cast to fp32, S_g·(g + 4) (S_g·4 when g is 4), whichever is more; master and Adam over Σ P_u/N; the
+//            ipg bucket R·g (stage3.py allocates one per communication dtype at set-up and keeps it, overlap_comm or
+//            not)
 //   FSDP1    one FlatParameter per unit padded to a multiple of the shard group M (world, 1, or a node); the fp32
 //            sharded flat parameter is the master copy (4·Σ P_u/M), the gradient shard is fp32 in the mixed recipe,
 //            Adam over Σ P_u/M, each gradient shard made by its unit's reduce-scatter (beside the unit's unsharded
@@ -86,6 +87,9 @@ uint64_t parameter_count(const Shapes& shapes);
 // both uses' parts at the end), and GPT-2's learned positions. The rest (an untied head, the final norm) are made
 // when backward begins.
 uint64_t late_root_gradients(const Shapes& shapes);
+// Every parameter tensor in the order the Hugging Face module registers them (DeepSpeed's flat groups' and
+// sub-groups' order): the embeddings, the blocks, the final norm, an untied head.
+std::vector<uint64_t> registration_order(const Shapes& shapes);
 // Elements of DeepSpeed's ZeRO-1/2 gradient partition (stage_1_and_2.py copy_grads_in_partition's
 // grads_in_partition) on `rank` of `n`: the numel of params_in_partition summed, every tensor that meets the rank's
 // S elements whole, the tensors in registration order (the embeddings, the blocks, the final norm, an untied head)
