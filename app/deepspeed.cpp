@@ -421,6 +421,46 @@ void read_scheduler(Fields& top, std::string_view source, DeepSpeedConfig& confi
   f.finish();
 }
 
+// data_types.grad_accum_dtype (engine.py get_data_types, _do_optimizer_sanity_check): the dtype gradients accumulate
+// in, the model's (bf16, fp16 or fp32) when absent or the same. bf16 with "fp32" at stage 1 without optimizer
+// offload: BF16_Optimizer (ZeroOptions::fp32_grad_accumulation). At stage 0 any other than the model's is refused, as
+// DeepSpeed refuses it (NotImplementedError: unsupported mix). At stages 1-3 the others change DeepSpeed's ZeRO
+// optimizer (its gradient_accumulation_dtype) in ways emu does not model: listed as ignored.
+void read_data_types(Fields& top, std::string_view source, int stage, DeepSpeedConfig& config) {
+  const json* section = top.child("data_types");
+  if (section == nullptr) return;
+  Fields f(*section, "data_types", source, config);
+  std::string given;
+  const bool set = f.get_string("grad_accum_dtype", given,
+                                {"fp32", "float32", "float", "torch.float32", "bf16", "bfloat16", "torch.bfloat16",
+                                 "fp16", "float16", "half", "torch.float16"});
+  f.finish();
+  if (!set) return;
+  const auto dtype_of = [](const std::string& name) -> std::string {
+    if (name == "bf16" || name == "bfloat16" || name == "torch.bfloat16") return "bf16";
+    if (name == "fp16" || name == "float16" || name == "half" || name == "torch.float16") return "fp16";
+    return "fp32";
+  };
+  const optim::PrecisionRecipe& recipe = config.knobs.recipe;
+  const std::string model = recipe.recipe == optim::Recipe::kFp32 ? "fp32" : recipe.fp16 ? "fp16" : "bf16";
+  const std::string accumulate = dtype_of(given);
+  if (accumulate == model) return;
+  if (stage == 0) {
+    throw InputError(
+        fmt::format("{}: \"data_types.grad_accum_dtype\" is \"{}\" with {} weights at stage 0, a mix DeepSpeed refuses "
+                    "(NotImplementedError: unsupported mix); accepted at stage 0: the weights' dtype, \"{}\"",
+                    source, given, model, model));
+  }
+  if (stage == 1 && model == "bf16" && accumulate == "fp32" && !config.offload_optimizer) {
+    config.knobs.zero.fp32_grad_accumulation = true;
+    return;
+  }
+  config.ignored.push_back(fmt::format(
+      "data_types.grad_accum_dtype = \"{}\" with {} weights at stage {} (DeepSpeed's ZeRO optimizer accumulating in "
+      "{}; emu models \"fp32\" under bf16 at stage 1 without optimizer offload: BF16_Optimizer)",
+      given, model, stage, accumulate));
+}
+
 }  // namespace
 
 DeepSpeedConfig parse_deepspeed_config(std::string_view text, std::string_view source,
@@ -433,6 +473,7 @@ DeepSpeedConfig parse_deepspeed_config(std::string_view text, std::string_view s
   read_precision(top, source, config);
   const int stage = read_zero(top, source, config);
   config.strategy = fmt::format("zero{}", stage);
+  read_data_types(top, source, stage, config);
   read_optimizer(top, source, config);
   bool force_cpu_optimizer = true;
   top.get("zero_force_ds_cpu_optimizer", force_cpu_optimizer, 0, 1);

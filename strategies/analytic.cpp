@@ -334,7 +334,9 @@ namespace emu::strategy {
 Representative representative_rank(const StrategyOptions& options, const model::ModelConfig& config, int ranks,
                                    int first, int last, bool offload) {
   if (first >= last) return {first, false};
-  const bool zero12 = options.kind == StrategyKind::kZero1 || options.kind == StrategyKind::kZero2;
+  // BF16_Optimizer (zero1 with fp32 gradient accumulation) keeps no gradient partition: its ranks hold alike.
+  const bool zero12 = options.kind == StrategyKind::kZero2 ||
+                      (options.kind == StrategyKind::kZero1 && !options.zero.fp32_grad_accumulation);
   if (zero12 && !offload) {
     // Each data-parallel rank's gradient partition holds the whole tensors meeting its S elements (shard.h), of
     // the TP slice's layout over D ranks with --tp.

@@ -43,6 +43,18 @@
 // the partition, its flat copy and the fp32 copy are all alive.
 // After AdamW each rank's updated shard is all-gathered (in all-gather buckets) into every rank's parameters.
 //
+// BF16_Optimizer (bf16_optimizer.py; a config's bf16 with data_types.grad_accum_dtype "fp32" at stage 1, without
+// optimizer offload: ZeroOptions::fp32_grad_accumulation): the flat group [P] recipe.params as above, fp32 gradients
+// of the whole group [P] fp32 kGradients (fp32_groups_gradients_flat) for the whole run, no reduce bucket and no
+// gradient partition. Every unit's .grad (autograd's bf16) lives from its backward to the step: the backward epilogue
+// (update_hp_grads) adds each tensor's, cast to fp32 (a temporary of its size), into the fp32 gradients, and a later
+// micro-batch accumulates into the zeroed .grad (the backward prologue's clear_lp_grads); the engine's zero_grad
+// drops them after the step. At the accumulation boundary the engine's allreduce_gradients all-reduces the fp32
+// gradients as one tensor in the communication dtype (bf16: a [P] copy, kTemporaries), averaged over the
+// data-parallel group; AdamW steps its [S] partition of them in place (param_partition.grad is a view), and the
+// updated shard is all-gathered as above (update_lp_params); then the fp32 gradients are zeroed (clear_hp_grads).
+// Recorded: llama-zero1-bf16-gaf32-n2.json, llama-zero1-bf16-gaf32-gas2-n2.json.
+//
 // Optimizer offload (offload_optimizer, DeepSpeed's cpu_offload): the gradient partition lives in host memory as
 // fp32 for the whole run (single_partition_of_fp32_groups[i].grad), each rank's reduced block is cast to fp32 and
 // sent down (4 bytes per element over PCIe), and the device keeps a staging buffer of the largest tensor
@@ -114,6 +126,10 @@ class PartitionedOptimizer final : public Strategy {
     bucket_capacity_ = options_.scaled(options_.zero.reduce_bucket_elements);
     optimizer_ = std::make_unique<optim::AdamWState>(optimizer_device(), recipe, shard_.shard,
                                                      "ZeRO optimizer partition", flat_.charge);
+    if (bf16_optimizer()) {  // fp32_groups_gradients_flat: zeros_like the flat bit16 group, at fp32, all run
+      hp_grads_ = model::allocate_parameter_space(device_, flat_.charge, shard_.padded, DType::kF32,
+                                                  Category::kGradients, "BF16_Optimizer fp32 gradients");
+    }
 
     std::vector<float> master(device_.holds_data() ? shard_.shard : 0);  // host scratch: the shard's initial values
     index_.resize(static_cast<size_t>(model_.num_units()));
@@ -196,7 +212,7 @@ class PartitionedOptimizer final : public Strategy {
   // head's or the final norm's, after the loss's backward; stage 1 charges the root's tensors as they are made,
   // stage 2 the head's largest while the root's backward lasts.
   void gradient_made(int unit, size_t offset) override {
-    if (buckets_.empty()) allocate_buckets();
+    if (buckets_.empty() && !bf16_optimizer()) allocate_buckets();
     if (unit != 0) return;
     if (stage_ == 1) {
       root_charges_.made(offset);
@@ -211,6 +227,7 @@ class PartitionedOptimizer final : public Strategy {
   void before_embedding_backward() override { root_charges_.embeddings_made(); }
 
   void after_backward(int unit) override {
+    if (bf16_optimizer() && unit == 0) accumulate_into_fp32();  // the root is the last unit of every backward
     if (stage_ == 1) return;
     // Units finish in decreasing flat order, their tensors last first: the bucket fills from its end backwards.
     const std::vector<model::ParamInfo>& params = model_.layout(unit).params;
@@ -221,6 +238,10 @@ class PartitionedOptimizer final : public Strategy {
 
   void finish_gradients() override {
     if (stage_ == 2) return;  // reduced during backward
+    if (bf16_optimizer()) {
+      all_reduce_fp32();
+      return;
+    }
     // Stage 1: every tensor in registration order through the ipg bucket; each unit's .grad freed once its last
     // tensor is in the bucket.
     for (int u = 0; u < model_.num_units(); ++u) {
@@ -246,8 +267,10 @@ class PartitionedOptimizer final : public Strategy {
   void update(double lr, float grad_scale) override {
     const optim::PrecisionRecipe& recipe = options_.recipe;
     optim::ElementSpan params = optim::ElementSpan::of(params_).subspan(shard_.offset, shard_.shard);
-    Buffer step_grads;  // what AdamW reads: the partition (offload: already fp32 on the host) or its copies
-    if (!offloaded()) {
+    // What AdamW reads: the partition (offload: already fp32 on the host; BF16_Optimizer: its fp32 gradients') or
+    // its copies.
+    Buffer step_grads;
+    if (!offloaded() && !bf16_optimizer()) {
       Buffer flat = model::allocate_parameter_space(device_, flat_.charge, shard_.shard, recipe.grads,
                                                     Category::kGradients, "ZeRO flattened gradients");
       convert(grads_.data(), grads_.dtype(), flat.data(), flat.dtype(), shard_.shard);
@@ -289,10 +312,60 @@ class PartitionedOptimizer final : public Strategy {
       void* recv = element(params_.data(), recipe.params, lo);
       dp().all_gather_v(element(params_.data(), recipe.params, mine), recv, counts, recipe.params, phase);
     }
+    if (bf16_optimizer()) {  // clear_hp_grads; then the engine's zero_grad(set_to_none) drops every bf16 .grad
+      zero(hp_grads_.data(), hp_grads_.dtype(), hp_grads_.count());
+      for (int unit = 0; unit < model_.num_units(); ++unit) release_unit_gradients(unit);
+    }
   }
 
  private:
   bool offloaded() const { return context_.offload != nullptr; }
+  // DeepSpeed's BF16_Optimizer in place of its ZeRO optimizer: bf16 with data_types.grad_accum_dtype fp32 at stage 1
+  // (under optimizer offload DeepSpeed keeps its ZeRO optimizer).
+  bool bf16_optimizer() const { return stage_ == 1 && options_.zero.fp32_grad_accumulation && !offloaded(); }
+
+  // BF16_Optimizer's backward epilogue (update_hp_grads): each tensor's bf16 .grad, in registration order, cast to
+  // fp32 (lp.grad.to(fp32): a temporary of that tensor's size) and added into its slice of the fp32 gradients. The
+  // bf16 .grad stays; emu zeroes it for the next micro-batch to accumulate into, as the next backward's prologue
+  // (clear_lp_grads) does.
+  void accumulate_into_fp32() {
+    const DType dtype = options_.recipe.grads;
+    for (int u = 0; u < model_.num_units(); ++u) {
+      Buffer& grads = unit_grads_[static_cast<size_t>(u)];
+      if (!grads.allocated()) continue;
+      for (const model::ParamInfo& param : model_.layout(u).params) {
+        const Buffer cast = device_.allocate(param.count, DType::kF32, Category::kTemporaries,
+                                             "a bf16 .grad cast to fp32 (update_hp_grads)",
+                                             model::tensor_charge(model_.config(), param) * dtype_size(DType::kF32));
+        convert(element(grads.data(), dtype, param.offset), dtype, cast.data(), DType::kF32, param.count);
+        accumulate(cast.data(), DType::kF32, element(hp_grads_.data(), DType::kF32, flat_.offset[u] + param.offset),
+                   DType::kF32, param.count);
+      }
+      zero(grads.data(), dtype, grads.count());
+    }
+  }
+
+  // The engine's allreduce_gradients at the accumulation boundary (buffered_allreduce_fallback): the whole fp32
+  // gradient buffer, one flat tensor, cast to the communication dtype (bf16: a copy of it), all-reduced (averaged)
+  // over the data-parallel group and copied back. AdamW then reads this rank's partition of it in place
+  // (param_partition.grad is a view): emu copies the partition into `grads_`, uncharged, for the norm and the step.
+  void all_reduce_fp32() {
+    const DType dtype = options_.recipe.grads;
+    {
+      const std::string phase = "gradient all-reduce, BF16_Optimizer's fp32 gradients";
+      PhaseScope scope(device_.memory(), phase);
+      Buffer copy = model::allocate_parameter_space(device_, flat_.charge, shard_.padded, dtype, Category::kTemporaries,
+                                                    "the fp32 gradients cast for the all-reduce");
+      convert(hp_grads_.data(), DType::kF32, copy.data(), dtype, shard_.padded);
+      dp().all_reduce(copy.data(), copy.data(), shard_.padded, dtype, coll::ReduceOp::kAvg, phase);
+      convert(copy.data(), dtype, hp_grads_.data(), DType::kF32, shard_.padded);
+    }
+    grads_ = device_.allocate(shard_.shard, DType::kF32, Category::kGradients,
+                              "BF16_Optimizer fp32 gradient partition (a view of its fp32 gradients)", 0);
+    convert(element(hp_grads_.data(), DType::kF32, shard_.offset), DType::kF32, grads_.data(), DType::kF32,
+            shard_.shard);
+  }
+
   // The group DeepSpeed partitions over: the data-parallel group of this TP slice, the world without --tp.
   coll::Communicator& dp() const { return dp_group_ ? *dp_group_ : world_; }
 
@@ -430,6 +503,7 @@ class PartitionedOptimizer final : public Strategy {
                    // reduction to step (offload: fp32, host, all run)
   std::vector<Buffer> buckets_;           // [R] each, from the first gradient hook to the end of the reduction
   Buffer staging_;                        // offload: [largest tensor] recipe.grads
+  Buffer hp_grads_;                       // BF16_Optimizer: [P] fp32, all run
   size_t partition_charge_ = 0;           // bytes charged for a partition on the device: its whole tensors
   Buffer micro_partition_;                // stage 2, charged only: a later micro-batch's, to its backward's end
   bool reduced_this_backward_ = false;    // this backward has reduced into the partition

@@ -20,6 +20,9 @@
 //   W: the gradient partition (DeepSpeed's grads_in_partition) holds the whole of every tensor that meets this
 //            rank's S elements, in registration order (shard.h whole_tensors_meeting): ranks differ, and a plan
 //            accounts the one holding the most (analytic.h representative_rank)
+//   BF16_Optimizer (fp32_grad_accumulation, stage 1 without offload): parameters P · parameter bytes, gradients
+//            every unit's .grad (Ψ · gradient bytes) beside the fp32 gradients of the whole group (P · 4), no reduce
+//            bucket and no step copies; an all-reduce of P · gradient bytes instead of the reduce-scatter
 //   offload  the gradient partition in host memory at fp32 (S · 4, sent down every step), not on the device; the
 //            device adds a staging buffer of the largest tensor (kBuckets)
 // Each buffer sized in parameter elements is charged as a shrunk run charges it (AnalyticInput::bytes: norm
@@ -119,7 +122,22 @@ Updated predict_zero12(const StrategyOptions& options, const AnalyticInput& inpu
   const uint64_t whole = whole_tensors_meeting(order, group_shard(order, world, kNcclStartAlignment),
                                                static_cast<uint64_t>(mesh.data_rank()));
   const uint64_t device_partition = input.offload ? 0 : input.bytes(AnalyticInput::kCharged, whole, grads);
-  if (stage == 1) {
+  const bool bf16_optimizer = stage == 1 && options.zero.fp32_grad_accumulation && !input.offload;
+  if (bf16_optimizer) {
+    // BF16_Optimizer: every bf16 .grad, from the end of backward to the step, beside the fp32 gradients of the whole
+    // flat group (all run); no reduce bucket; the fp32 gradients all-reduced in bf16 (a copy: a temporary); AdamW
+    // reads its partition of them in place.
+    uint64_t every_grad = 0;
+    for (size_t unit = 0; unit < input.unit_counts.size(); ++unit) {
+      every_grad += input.bytes(static_cast<int>(unit), input.unit_counts[unit], grads);
+    }
+    prediction.peak[Category::kGradients] = every_grad + input.bytes(all, padded_parameters, DType::kF32);
+    prediction.peak[Category::kBuckets] = 0;
+    prediction.formula =
+        "(2 + 2 + 4 + K/N)Ψ: BF16_Optimizer, fp32 gradients of every parameter, optimizer state "
+        "partitioned";
+    add_ring_traffic(prediction, coll::CollectiveKind::kAllReduce, group, padded_parameters * grad_bytes, world);
+  } else if (stage == 1) {
     const size_t freed = units_freed_before_first_reduction(input, bucket_elements);
     uint64_t every_grad = 0, kept_grad = 0;  // every unit's .grad; those not yet freed at the first reduction
     for (size_t unit = 0; unit < input.unit_counts.size(); ++unit) {
@@ -136,12 +154,14 @@ Updated predict_zero12(const StrategyOptions& options, const AnalyticInput& inpu
     add_ring_traffic(prediction, coll::CollectiveKind::kReduceScatter, group, parameters * grad_bytes, world,
                      static_cast<uint64_t>(input.accumulation));
   }
-  if (!input.offload) {  // DeepSpeed's step(): flatten(averaged_gradients).to(fp32) beside the partition
+  // DeepSpeed's step(): flatten(averaged_gradients).to(fp32) beside the partition (BF16_Optimizer's reads its fp32
+  // gradients in place)
+  if (!input.offload && !bf16_optimizer) {
     const bool cast = options.recipe.has_master && grads != DType::kF32;
     const uint64_t at_step = device_partition + input.bytes(all, shard_elements, grads) +
                              (cast ? input.bytes(all, shard_elements, DType::kF32) : 0);
     prediction.peak[Category::kGradients] = std::max(prediction.peak[Category::kGradients], at_step);
-  } else {
+  } else if (input.offload) {
     uint64_t largest_tensor = 0;
     for (size_t unit = 0; unit < input.unit_counts.size(); ++unit) {
       for (uint64_t tensor : input.tensors_of(unit)) largest_tensor = std::max(largest_tensor, tensor);

@@ -3,11 +3,13 @@
 prints what happened per stage: the peak per MemTracker category over the second step, or the error.
 
     DS_ACCELERATOR=cpu python deepspeed_run.py [--stage 0|1|2|3] [--precision fp32|bf16] [--zero JSON]
-        [--accumulation N]
+        [--accumulation N] [--data-types JSON]
 
 --zero adds keys to zero_optimization (e.g. '{"reduce_bucket_size": 20000}'), so that buffers sized by
 DeepSpeed's knobs show beside this tiny model's states. --accumulation sets gradient_accumulation_steps: each step
 is then N micro-batches (the same tokens), each a forward, engine.backward and engine.step, as the Trainer runs them.
+--data-types sets the config's data_types section (e.g. '{"grad_accum_dtype": "fp32"}', which with bf16 at stage 1
+makes DeepSpeed run BF16_Optimizer).
 """
 import argparse
 import json
@@ -40,6 +42,7 @@ def worker(rank, args, queue, hook=None):
             "gradient_accumulation_steps": args.accumulation,
             "zero_optimization": {"stage": args.stage, **json.loads(args.zero)},
             "bf16": {"enabled": args.precision == "bf16"},
+            **({"data_types": json.loads(args.data_types)} if args.data_types else {}),
         }
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=True)
         engine, optimizer, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, config=config)
@@ -105,6 +108,7 @@ def main():
     parser.add_argument("--port", type=int, default=29701)
     parser.add_argument("--zero", default="{}", help="extra zero_optimization keys, as JSON")
     parser.add_argument("--accumulation", type=int, default=1, help="gradient_accumulation_steps")
+    parser.add_argument("--data-types", help="the config's data_types section, as JSON (e.g. grad_accum_dtype)")
     parser.add_argument("--out")
     args = parser.parse_args()
     command = "DS_ACCELERATOR=cpu python scripts/oracle/deepspeed_run.py " + " ".join(sys.argv[1:])
@@ -128,6 +132,7 @@ def main():
         "model": "llama", "model_config": raw, "parameters": params, "ranks": args.ranks,
         "seq_len": record.SEQ_LEN, "micro_batch": record.MICRO_BATCH, "precision": args.precision,
         "gradient_accumulation_steps": args.accumulation,
+        **({"data_types": json.loads(args.data_types)} if args.data_types else {}),
         "optimizer": "torch.optim.AdamW(lr=1e-3, foreach=True) handed to deepspeed.initialize",
         "versions": record.versions(), "command": command, "date": datetime.date.today().isoformat(),
         "stages": results,

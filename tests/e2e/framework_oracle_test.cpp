@@ -979,6 +979,7 @@ json run_emu_deepspeed(const json& fixture, const testing::TempDir& dir, int sta
                  {"bf16", {{"enabled", fixture["precision"] == "bf16"}}},
                  {"zero_optimization", fixture.value("zero_optimization", json::object())},
                  {"optimizer", {{"type", "AdamW"}, {"params", {{"torch_adam", true}}}}}};
+  if (fixture.contains("data_types")) config["data_types"] = fixture["data_types"];
   config["zero_optimization"]["stage"] = stage;
   EXPECT_NE(fixture.value("optimizer", "").find("torch.optim.AdamW(lr=1e-3, foreach=True)"), std::string::npos)
       << fixture["file"] << ": recorded with another optimizer than the one emu is run with";
@@ -1315,6 +1316,91 @@ TEST(DeepSpeedRun, Zero12AgainstEmu) {
     }
   }
   EXPECT_EQ(compared, (std::set<int>{1, 2})) << "no ZeRO-1 or no ZeRO-2 run with a set reduce_bucket_size";
+  print_deepspeed_rows(rows);
+}
+
+// What MemTracker sees of DeepSpeed's BF16_Optimizer (runtime/bf16_optimizer.py: bf16 with data_types.grad_accum_dtype
+// "fp32" at stage 1, the script's torch AdamW over one flat fp32 partition) and what it does not, against emu's zero1
+// run from the same config, per category, from the shapes. The parameters are views into the flat bf16 group (padded
+// to 2N); the fp32 gradients (fp32_groups_gradients_flat, zeros_like the flat group at fp32) and the fp32 master
+// partition are made at deepspeed.initialize(), before MemTracker tracks; the autograd .grad of every parameter lives
+// from backward to the engine's zero_grad after the step (a later micro-batch's backward prologue only zeroes them),
+// and the backward epilogue (update_hp_grads) adds each into its fp32 slice, after which MemTracker has seen the fp32
+// gradients' storage through those writes: at a later micro-batch's loss backward it files them as activations.
+void name_bf16_optimizer(const std::string& category, const CaseFacts& c, int64_t padded, int64_t largest,
+                         int accumulation, Line& line) {
+  const int64_t S = padded / c.n;
+  if (category == "parameters") {
+    line.named.push_back(
+        {"the fp32 master partition (fp32_groups_flat_partition, the inner AdamW's own parameter): unseen by "
+         "MemTracker",
+         4 * S});
+  }
+  if (category == "gradients") {
+    line.named.push_back(accumulation == 1
+                             ? Named{"BF16_Optimizer's fp32 gradients of the whole flat group, made at "
+                                     "deepspeed.initialize(): unseen by MemTracker",
+                                     4 * padded}
+                             : Named{"BF16_Optimizer's fp32 gradients of the whole flat group, which MemTracker files "
+                                     "under activations once the first micro-batch's epilogue has written them",
+                                     4 * padded, false});
+    if (accumulation > 1) {
+      line.named.push_back(
+          {"a later micro-batch's new .grad of the largest tensor beside its accumulated .grad (AccumulateGrad; emu "
+           "accumulates in place), at the head's backward, not at the peak",
+           -2 * largest, false});
+    }
+  }
+  if (category == "optimizer_state") {
+    line.named.push_back({"AdamW's step counter, one fp32 tensor for the one flat fp32 partition", -4});
+  }
+  if (category == "buffers") line.named.push_back({"RoPE inv_freq buffers (emu keeps none)", -rope_buffers(c, 4)});
+}
+
+std::vector<Line> compare_bf16_optimizer(const json& fixture, const json& rank, const json& emu) {
+  const CaseFacts c = deepspeed_case(fixture);
+  const auto n = static_cast<uint64_t>(c.n);
+  const auto padded = static_cast<int64_t>(oracle::round_up(static_cast<uint64_t>(c.psi), 2 * n));
+  const std::vector<uint64_t> tensors = oracle::registration_order(c.shapes);
+  const auto largest = static_cast<int64_t>(*std::max_element(tensors.begin(), tensors.end()));
+  const int accumulation = fixture.value("gradient_accumulation_steps", 1);
+  const auto at_peak = rank["at_peak"].get<RecordedCategories>();
+  std::vector<Line> lines = category_lines(
+      {"parameters", "gradients", "optimizer_state", "buckets", "buffers"},
+      rank["category_peaks"].get<RecordedCategories>(), emu,
+      [&](const std::string& category, Line& line) {
+        name_bf16_optimizer(category, c, padded, largest, accumulation, line);
+      },
+      &at_peak);
+  // The peak is the loss's backward; in a later micro-batch every parameter's .grad is there too (the first
+  // micro-batch's, zeroed by the backward prologue, kept), on both sides.
+  EXPECT_EQ(at_peak.at("Gradient"), accumulation > 1 ? 2 * c.psi : 0) << fixture["file"];
+  name_work_at_peak(fixture, c, "zero1", Moment::kBeforeGradients, lines.back());
+  if (accumulation > 1) {
+    lines.back().named.push_back(
+        {"BF16_Optimizer's fp32 gradients: MemTracker's activations from the first micro-batch's epilogue, emu's "
+         "gradients",
+         -4 * padded, false});
+  }
+  lines.push_back(deepspeed_total(lines, rank, emu));
+  return lines;
+}
+
+// DeepSpeed's BF16_Optimizer as it ran (bf16, data_types.grad_accum_dtype "fp32", stage 1, on CPU), by category and in
+// total, against emu's zero1 run from the same DeepSpeed config, measured and predicted, as the recordings ran: SDPA
+// attention, no checkpointing, two steps (MemTracker tracked the second), one and two micro-batches per step.
+TEST(DeepSpeedRun, Bf16OptimizerAgainstEmu) {
+  testing::TempDir dir("ds-run-bf16");
+  std::vector<std::string> rows;
+  std::set<int> accumulations;
+  for (const json& fixture : load_fixtures("deepspeed")) {
+    if (fixture.value("data_types", json::object()).value("grad_accum_dtype", "") != "fp32") continue;
+    ASSERT_NO_FATAL_FAILURE(compare_recorded_stage(
+        fixture, "zero1-bf16", 1, "BF16_Optimizer", dir,
+        [&](const json& top, const json& emu) { return compare_bf16_optimizer(fixture, top, emu); }, rows));
+    accumulations.insert(fixture.value("gradient_accumulation_steps", 1));
+  }
+  EXPECT_EQ(accumulations, (std::set<int>{1, 2})) << "no BF16_Optimizer run with one and with two micro-batches";
   print_deepspeed_rows(rows);
 }
 

@@ -115,6 +115,8 @@ std::vector<Case> cases() {
   for (const char* name : {"zero1", "zero2", "zero3"}) {
     all.push_back({name, optim::Recipe::kMixed, "torch_adam", [](O& o) { o.zero.torch_adam = true; }});
   }
+  // A DeepSpeed config's data_types.grad_accum_dtype "fp32" under bf16 at stage 1: BF16_Optimizer.
+  all.push_back({"zero1", optim::Recipe::kMixed, "bf16_optimizer", [](O& o) { o.zero.fp32_grad_accumulation = true; }});
   all.push_back({"zero2", optim::Recipe::kMixed, "torch_adam_single", [](O& o) {
                    o.zero.torch_adam = true;
                    o.adamw_impl = optim::AdamWImpl::kSingle;
@@ -164,6 +166,57 @@ TEST_P(TorchAdam, ForeachAddsOneMomentOfThePartition) {
 
 INSTANTIATE_TEST_SUITE_P(Strategies, TorchAdam, ::testing::Values("zero1", "zero2", "zero3"),
                          [](const ::testing::TestParamInfo<std::string>& param) { return param.param; });
+
+// DeepSpeed's BF16_Optimizer (bf16_optimizer.py; zero1 with data_types.grad_accum_dtype "fp32"), by hand from the
+// tiny Llama's shapes (Ψ = 1200 + 2 · 2912 = 7024, the flat bf16 group P padded to a multiple of 2N, S = P/N): the
+// bf16 group 2P; the fp32 gradients of the whole group 4P, all run, beside every parameter's bf16 .grad (2Ψ) from
+// backward to the step, with two micro-batches too (the second accumulates into the first's); no reduce bucket;
+// master and moments over S; the fp32 gradients all-reduced once per step through a bf16 copy of them (2P, a
+// temporary), where ZeRO-1 reduce-scatters: a ring all-reduce sends 2(N − 1)/N of its 2P bytes.
+TEST(Bf16Optimizer, Fp32GradientsOfTheWholeGroupBesideEveryGradAndOneAllReduce) {
+  strategy::StrategyOptions options = test_options("zero1", optim::Recipe::kMixed);
+  options.zero.fp32_grad_accumulation = true;
+  const auto n = static_cast<uint64_t>(world_size());
+  const uint64_t psi = 1200 + 2 * 2912;
+  const uint64_t padded = (psi + 2 * n - 1) / (2 * n) * (2 * n);
+  auto run = run_strategy(model::Style::kLlama, options, /*accumulation=*/2, /*steps=*/1);
+  const MemoryPool& memory = run->device->memory();
+  EXPECT_EQ(memory.peak(Category::kParameters), 2 * padded);
+  EXPECT_EQ(memory.peak(Category::kGradients), 4 * padded + 2 * psi);
+  EXPECT_EQ(memory.peak(Category::kBuckets), 0U);
+  EXPECT_EQ(memory.peak(Category::kMasterWeights), 4 * padded / n);
+  EXPECT_EQ(memory.peak(Category::kOptimizerState), 8 * padded / n);
+  EXPECT_GE(memory.peak(Category::kTemporaries), 2 * padded);
+  uint64_t all_reduce = 0, reduce_scatter = 0, calls = 0;
+  for (const auto& [key, entry] : run->world->ledger().entries()) {
+    if (key.first == coll::CollectiveKind::kAllReduce && key.second.find("gradient all-reduce") != std::string::npos) {
+      all_reduce += entry.moved.sent;
+      calls += entry.calls;
+    }
+    if (key.first == coll::CollectiveKind::kReduceScatter) reduce_scatter += entry.moved.sent;
+  }
+  EXPECT_EQ(calls, 1U);
+  EXPECT_NEAR(static_cast<double>(all_reduce), 2.0 * static_cast<double>(n - 1) / static_cast<double>(n) * 2 * padded,
+              8.0 * static_cast<double>(n));
+  EXPECT_EQ(reduce_scatter, 0U);
+}
+
+// The same numbers as zero1 (DeepSpeed's ZeRO optimizer), whose gradients are rounded to bf16 for the reduce-scatter
+// as BF16_Optimizer's are for the all-reduce: 3 steps of two micro-batches, the loss within 1e-3 and the gradient
+// norm (AdamW's update hardly moves with the gradients' scale; the norm does) within 1%.
+TEST(Bf16Optimizer, TrainsAsZero1) {
+  strategy::StrategyOptions options = test_options("zero1", optim::Recipe::kMixed);
+  const auto zero1 = run_strategy(model::Style::kLlama, options, 2, 3);
+  options.zero.fp32_grad_accumulation = true;
+  const auto bf16 = run_strategy(model::Style::kLlama, options, 2, 3);
+  ASSERT_EQ(bf16->trace.losses.size(), 3U);
+  for (size_t step = 0; step < 3; ++step) {
+    EXPECT_NEAR(bf16->trace.losses[step], zero1->trace.losses[step], 1e-3 * std::abs(zero1->trace.losses[step]))
+        << "step " << step + 1;
+    EXPECT_NEAR(bf16->trace.grad_norms[step], zero1->trace.grad_norms[step], 1e-2 * zero1->trace.grad_norms[step])
+        << "step " << step + 1;
+  }
+}
 
 // The tiny Llama's zero3 run (shrink 1, no persistence) with `prefetch` and `reuse` as DeepSpeed's knobs: its
 // parameters' peak, measured and predicted, against the partitions and `at_peak` elements gathered (none on one rank),

@@ -474,6 +474,51 @@ TEST(DeepSpeedConfig, ZeroZeroRefusesDdpAndOffloadFlags) {
 
 // Every real config in tests/data/deepspeed is read as its README row says: accepted with its stage, or refused
 // as DeepSpeed 0.19 refuses it (transformers' own test config still writes reduce_bucket_size 0).
+// data_types.grad_accum_dtype (engine.py get_data_types, _do_optimizer_sanity_check): fp32 under bf16 at stage 1 is
+// BF16_Optimizer; the weights' own dtype changes nothing; at stage 0 another is refused as DeepSpeed refuses it; at
+// stages 1-3 the other mixes (DeepSpeed's ZeRO optimizer accumulating apart) are listed as not modelled.
+TEST(DeepSpeedConfig, GradAccumDtypeFp32UnderBf16AtStageOneIsBf16Optimizer) {
+  const auto mixed = defaults_with(optim::Recipe::kMixed);
+  const auto read = [&](int stage, const std::string& dtype, const std::string& extra = "") {
+    return parse_deepspeed_config(fmt::format(R"({{"bf16": {{"enabled": true}}, "zero_optimization": {{"stage": {}{}}},
+                        "data_types": {{"grad_accum_dtype": "{}"}}}})",
+                                              stage, extra, dtype),
+                                  "t.json", mixed);
+  };
+  const DeepSpeedConfig bf16_optimizer = read(1, "fp32");
+  EXPECT_TRUE(bf16_optimizer.knobs.zero.fp32_grad_accumulation);
+  EXPECT_TRUE(bf16_optimizer.ignored.empty()) << fmt::format("{}", bf16_optimizer.ignored);
+  EXPECT_TRUE(read(1, "float32").knobs.zero.fp32_grad_accumulation);  // DeepSpeed's DtypeEnum names it so too
+  const DeepSpeedConfig same = read(2, "bf16");
+  EXPECT_FALSE(same.knobs.zero.fp32_grad_accumulation);
+  EXPECT_TRUE(same.ignored.empty()) << fmt::format("{}", same.ignored);
+  for (const DeepSpeedConfig& other :
+       {read(2, "fp32"), read(3, "fp32"), read(1, "fp32", R"(, "offload_optimizer": {"device": "cpu"})")}) {
+    EXPECT_FALSE(other.knobs.zero.fp32_grad_accumulation);
+    ASSERT_EQ(other.ignored.size(), 1U);
+    EXPECT_NE(other.ignored.front().find("data_types.grad_accum_dtype = \"fp32\" with bf16 weights"), std::string::npos)
+        << other.ignored.front();
+  }
+  try {
+    read(0, "fp32");
+    ADD_FAILURE() << "stage 0 with bf16 weights and fp32 accumulation was accepted";
+  } catch (const InputError& error) {
+    EXPECT_NE(
+        std::string(error.what()).find("\"data_types.grad_accum_dtype\" is \"fp32\" with bf16 weights at stage 0"),
+        std::string::npos)
+        << error.what();
+  }
+  try {
+    read(1, "int8");
+    ADD_FAILURE() << "int8 accumulation was accepted";
+  } catch (const InputError& error) {
+    EXPECT_NE(std::string(error.what()).find("accepted: one of \"fp32\""), std::string::npos) << error.what();
+  }
+  // The Megatron-DeepSpeed config, as its launcher writes it.
+  EXPECT_TRUE(load_deepspeed_config(data_file("megatron_deepspeed_bf16_zero1_fp32_accum.json"), mixed)
+                  .knobs.zero.fp32_grad_accumulation);
+}
+
 TEST(DeepSpeedConfig, EveryRealConfigIsReadAsStated) {
   const std::vector<std::pair<std::string, std::string>> accepted = {
       {"hf_trainer_zero2.json", "zero2"},
@@ -485,7 +530,8 @@ TEST(DeepSpeedConfig, EveryRealConfigIsReadAsStated) {
       {"accelerate_zero1_fp16.json", "zero1"},
       {"accelerate_zero2_offload_fp16.json", "zero2"},
       {"accelerate_zero3_offload_fp16.json", "zero3"},
-      {"llamafactory_zero0.json", "zero0"}};
+      {"llamafactory_zero0.json", "zero0"},
+      {"megatron_deepspeed_bf16_zero1_fp32_accum.json", "zero1"}};
   for (const auto& [file, strategy] : accepted) {
     EXPECT_EQ(load_deepspeed_config(data_file(file), {}).strategy, strategy) << file;
   }
