@@ -122,15 +122,16 @@ Updated predict_zero12(const StrategyOptions& options, const AnalyticInput& inpu
   const uint64_t whole = whole_tensors_meeting(order, group_shard(order, world, kNcclStartAlignment),
                                                static_cast<uint64_t>(mesh.data_rank()));
   const uint64_t device_partition = input.offload ? 0 : input.bytes(AnalyticInput::kCharged, whole, grads);
+  const auto unit_grad = [&](size_t unit) {  // the unit's .grad, as a shrunk run charges it
+    return input.bytes(static_cast<int>(unit), input.unit_counts[unit], grads);
+  };
+  uint64_t every_grad = 0;  // every unit's .grad at the end of backward
+  for (size_t unit = 0; unit < input.unit_counts.size(); ++unit) every_grad += unit_grad(unit);
   const bool bf16_optimizer = stage == 1 && options.zero.fp32_grad_accumulation && !input.offload;
   if (bf16_optimizer) {
     // BF16_Optimizer: every bf16 .grad, from the end of backward to the step, beside the fp32 gradients of the whole
     // flat group (all run); no reduce bucket; the fp32 gradients all-reduced in bf16 (a copy: a temporary); AdamW
     // reads its partition of them in place.
-    uint64_t every_grad = 0;
-    for (size_t unit = 0; unit < input.unit_counts.size(); ++unit) {
-      every_grad += input.bytes(static_cast<int>(unit), input.unit_counts[unit], grads);
-    }
     prediction.peak[Category::kGradients] = every_grad + input.bytes(all, padded_parameters, DType::kF32);
     prediction.peak[Category::kBuckets] = 0;
     prediction.formula =
@@ -139,12 +140,8 @@ Updated predict_zero12(const StrategyOptions& options, const AnalyticInput& inpu
     add_ring_traffic(prediction, coll::CollectiveKind::kAllReduce, group, padded_parameters * grad_bytes, world);
   } else if (stage == 1) {
     const size_t freed = units_freed_before_first_reduction(input, bucket_elements);
-    uint64_t every_grad = 0, kept_grad = 0;  // every unit's .grad; those not yet freed at the first reduction
-    for (size_t unit = 0; unit < input.unit_counts.size(); ++unit) {
-      const uint64_t bytes = input.bytes(static_cast<int>(unit), input.unit_counts[unit], grads);
-      every_grad += bytes;
-      if (unit >= freed) kept_grad += bytes;
-    }
+    uint64_t kept_grad = 0;  // the units' .grad not yet freed at the first reduction
+    for (size_t unit = freed; unit < input.unit_counts.size(); ++unit) kept_grad += unit_grad(unit);
     prediction.peak[Category::kGradients] = std::max(every_grad, kept_grad + device_partition);
     prediction.formula = "(2 + 2 + K/N)Ψ: optimizer state partitioned";
     add_ring_traffic(prediction, coll::CollectiveKind::kReduceScatter, group, parameters * grad_bytes, world);

@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "tests/mpi/strategy_harness.h"
+#include "tests/oracle/memory_oracle.h"
 
 namespace emu::testing {
 namespace {
@@ -44,7 +45,7 @@ struct Shapes {
   int64_t largest_head;                // the largest tensor made at the head
   int64_t largest_block;               // the largest tensor of a block
   bool tied;
-  std::vector<int64_t> registration;  // every tensor in the module's registration order (DeepSpeed's flat group)
+  std::vector<uint64_t> registration;  // every tensor in the module's registration order (DeepSpeed's flat group)
 };
 // Llama (untied): embed_tokens [37, 16] = 592, norm 16, lm_head 592 (root 1200: head 608, lm_head's then norm's,
 // embeddings 592); a block
@@ -79,12 +80,8 @@ const Shapes kGpt2{{1024, 16, 1024, 64, 16, 16, 256, 16, 768, 48, 16, 16},
 // tensor that meets the rank's Ψ/N elements, whole (Ψ divides by 2N here).
 int64_t grads_in_partition(const Shapes& s, int64_t n, int64_t rank) {
   const int64_t shard = (s.head + s.embeddings + 2 * s.block) / n;
-  int64_t at = 0, whole = 0;
-  for (const int64_t t : s.registration) {
-    if (at < (rank + 1) * shard && at + t > rank * shard) whole += t;
-    at += t;
-  }
-  return whole;
+  return static_cast<int64_t>(
+      oracle::whole_tensors_meeting(s.registration, static_cast<uint64_t>(shard), static_cast<uint64_t>(rank)));
 }
 
 // The expected gradient-category changes of one step, in order, up to and including the embeddings' gradient (every

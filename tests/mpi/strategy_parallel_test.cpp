@@ -16,6 +16,7 @@
 
 #include "strategies/analytic.h"
 #include "tests/mpi/strategy_harness.h"
+#include "tests/oracle/memory_oracle.h"
 #include "workloads/model/memory_terms.h"
 
 namespace emu::testing {
@@ -757,13 +758,7 @@ uint64_t zero_tp_partition(uint64_t d, uint64_t r) {
   order.insert(order.end(), {32, kTable / 2});
   uint64_t local = 0;
   for (const uint64_t t : order) local += t;
-  const uint64_t shard = local / d;
-  uint64_t at = 0, whole = 0;
-  for (const uint64_t t : order) {
-    if (at < (r + 1) * shard && at + t > r * shard) whole += t;
-    at += t;
-  }
-  return whole;
+  return oracle::whole_tensors_meeting(order, local / d, r);
 }
 
 TEST(ParallelTraffic, ZeroOverTensorParallelMixedPrecision) {

@@ -181,15 +181,7 @@ std::vector<uint64_t> registration_order(const Shapes& s) {
 }
 
 uint64_t grads_in_partition(const Shapes& s, uint64_t n, uint64_t rank) {
-  const std::vector<uint64_t> order = registration_order(s);
-  const uint64_t shard = round_up(parameter_count(s), 2 * n) / n;
-  const uint64_t lo = shard * rank, hi = lo + shard;
-  uint64_t at = 0, whole = 0;
-  for (const uint64_t t : order) {
-    if (at < hi && at + t > lo) whole += t;
-    at += t;
-  }
-  return whole;
+  return whole_tensors_meeting(registration_order(s), round_up(parameter_count(s), 2 * n) / n, rank);
 }
 
 namespace {

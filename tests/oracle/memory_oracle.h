@@ -87,6 +87,17 @@ uint64_t parameter_count(const Shapes& shapes);
 // both uses' parts at the end), and GPT-2's learned positions. The rest (an untied head, the final norm) are made
 // when backward begins.
 uint64_t late_root_gradients(const Shapes& shapes);
+// DeepSpeed's grads_in_partition for partition `rank` of a flat group of `order` (tensor sizes in registration order)
+// cut into shards of `shard` elements: the numel of every tensor meeting [rank·shard, (rank + 1)·shard), summed.
+inline uint64_t whole_tensors_meeting(const std::vector<uint64_t>& order, uint64_t shard, uint64_t rank) {
+  const uint64_t lo = shard * rank, hi = lo + shard;
+  uint64_t at = 0, whole = 0;
+  for (const uint64_t t : order) {
+    if (at < hi && at + t > lo) whole += t;
+    at += t;
+  }
+  return whole;
+}
 // Every parameter tensor in the order the Hugging Face module registers them (DeepSpeed's flat groups' and
 // sub-groups' order): the embeddings, the blocks, the final norm, an untied head.
 std::vector<uint64_t> registration_order(const Shapes& shapes);
