@@ -16,10 +16,10 @@
 //            reduction ends. Each tensor is copied into the bucket (a tensor larger than R is reduced from its own
 //            storage, DeepSpeed's extra_large_param_to_reduce); a full bucket is reduce-scattered (averaged) to the
 //            owners, and each rank copies its part into its gradient partition kGradients (grads_in_partition,
-//            made at the first reduction and freed after the optimizer step). A unit's .grad is freed once all its
+//            made at the first reduction and freed at the step once cast). A unit's .grad is freed once all its
 //            tensors are in the bucket (DeepSpeed frees each tensor's, emu each unit's).
 //   stage 2  gradient partition kGradients, grads_in_partition: made by the step's first bucket reduction
-//            (copy_grads_in_partition) and freed after the optimizer step; over accumulated micro-batches the
+//            (copy_grads_in_partition) and freed at the step once cast; over accumulated micro-batches the
 //            first one's is kept (all_grad_tensors holds views of it) and each later backward makes its own at
 //            its first reduction, added into the first and dropped in the epilogue (recorded:
 //            llama-zero2-bf16-rbs20000-gas2-n2.json). The ipg reduce bucket [R] kBuckets (two with
@@ -40,7 +40,8 @@
 // At the step (DeepSpeed's step(): flatten(averaged_gradients).to(fp32)) the partition is flattened into a new
 // [S] recipe.grads buffer and, in the mixed recipe, cast into an fp32 [S] one (kGradients, the .grad of the fp32
 // partition) that AdamW reads; the flat copy is freed after the cast, the fp32 one after the step. For a moment
-// the partition, its flat copy and the fp32 copy are all alive.
+// the partition, its flat copy and the fp32 copy are all alive; then the partition is freed (free_grad_in_param_list
+// drops its last views) and AdamW steps beside the fp32 copy alone.
 // After AdamW each rank's updated shard is all-gathered (in all-gather buckets) into every rank's parameters.
 //
 // BF16_Optimizer (bf16_optimizer.py; a config's bf16 with data_types.grad_accum_dtype "fp32" at stage 1, without
@@ -281,6 +282,9 @@ class PartitionedOptimizer final : public Strategy {
       } else {
         step_grads = std::move(flat);
       }
+      // step() frees the partition's .grad (free_grad_in_param_list) and averaged_gradients, grads_in_partition's
+      // last views, once they are cast (recorded: the -s8 recordings, which peak here).
+      grads_.reset();  // before the inner optimizer steps
     }
     const Buffer& read = step_grads.allocated() ? step_grads : grads_;
     {
@@ -294,11 +298,11 @@ class PartitionedOptimizer final : public Strategy {
                        grad_scale);
     }
     step_grads.reset();
-    count_offload(flat_.charge.elements(shard_.shard), dtype_size(grads_.dtype()));
-    if (!offloaded()) {
-      grads_.reset();  // DeepSpeed frees the averaged gradients at step()
-    } else {
+    if (offloaded()) {
+      count_offload(flat_.charge.elements(shard_.shard), dtype_size(grads_.dtype()));
       zero(grads_.data(), grads_.dtype(), grads_.count());
+    } else {
+      grads_.reset();  // BF16_Optimizer's view of its fp32 gradients
     }
     // Every rank's updated shard into every rank's parameters, in all-gather buckets.
     const size_t bucket = options_.scaled(options_.zero.allgather_bucket_elements);

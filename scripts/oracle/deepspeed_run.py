@@ -3,13 +3,15 @@
 prints what happened per stage: the peak per MemTracker category over the second step, or the error.
 
     DS_ACCELERATOR=cpu python deepspeed_run.py [--stage 0|1|2|3] [--precision fp32|bf16] [--zero JSON]
-        [--accumulation N] [--data-types JSON]
+        [--accumulation N] [--data-types JSON] [--seq-len S] [--micro-batch B]
 
 --zero adds keys to zero_optimization (e.g. '{"reduce_bucket_size": 20000}'), so that buffers sized by
 DeepSpeed's knobs show beside this tiny model's states. --accumulation sets gradient_accumulation_steps: each step
 is then N micro-batches (the same tokens), each a forward, engine.backward and engine.step, as the Trainer runs them.
 --data-types sets the config's data_types section (e.g. '{"grad_accum_dtype": "fp32"}', which with bf16 at stage 1
-makes DeepSpeed run BF16_Optimizer).
+makes DeepSpeed run BF16_Optimizer). --seq-len and --micro-batch shrink the tokens (default record.py's) so that
+the activations fall below the model states and the peak lands at the optimizer step, where DeepSpeed's step-time
+buffers show.
 """
 import argparse
 import json
@@ -38,7 +40,7 @@ def worker(rank, args, queue, hook=None):
         model_args = argparse.Namespace(model="llama", attention="sdpa", checkpoint=0)
         model, raw = record.build_model(model_args)
         config = {
-            "train_micro_batch_size_per_gpu": record.MICRO_BATCH,
+            "train_micro_batch_size_per_gpu": args.micro_batch,
             "gradient_accumulation_steps": args.accumulation,
             "zero_optimization": {"stage": args.stage, **json.loads(args.zero)},
             "bf16": {"enabled": args.precision == "bf16"},
@@ -47,7 +49,7 @@ def worker(rank, args, queue, hook=None):
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=True)
         engine, optimizer, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, config=config)
         g = torch.Generator().manual_seed(1234 + rank)
-        tokens = torch.randint(0, raw["vocab_size"], (record.MICRO_BATCH, record.SEQ_LEN), generator=g)
+        tokens = torch.randint(0, raw["vocab_size"], (args.micro_batch, args.seq_len), generator=g)
 
         def step(tracker=None):
             for micro in range(args.accumulation):  # engine.step() steps the optimizer at the boundary only
@@ -76,7 +78,8 @@ def worker(rank, args, queue, hook=None):
         (peak,) = tracker.get_tracker_snapshot("peak").values()
         queue.put({"rank": rank, "peak_bytes": int(peak["Total"]),
                    "at_peak": {record.category_name(k): int(v) for k, v in sorted(peak.items(), key=str)},
-                   "category_peaks": dict(sorted(tracker.category_peaks.items())), "losses": losses,
+                   "category_peaks": dict(sorted(tracker.category_peaks.items())),
+                   "module_peaks": record.module_peaks(tracker), "losses": losses,
                    "optimizer_class": type(optimizer).__name__})
     except Exception:  # noqa: BLE001 - reported to the parent
         queue.put({"rank": rank, "error": traceback.format_exc()[-4000:]})
@@ -109,8 +112,14 @@ def main():
     parser.add_argument("--zero", default="{}", help="extra zero_optimization keys, as JSON")
     parser.add_argument("--accumulation", type=int, default=1, help="gradient_accumulation_steps")
     parser.add_argument("--data-types", help="the config's data_types section, as JSON (e.g. grad_accum_dtype)")
+    parser.add_argument("--seq-len", type=int, help="tokens per sequence (default record.py's)")
+    parser.add_argument("--micro-batch", type=int, help="sequences per micro-batch (default record.py's)")
     parser.add_argument("--out")
     args = parser.parse_args()
+    import record
+
+    args.seq_len = args.seq_len or record.SEQ_LEN
+    args.micro_batch = args.micro_batch or record.MICRO_BATCH
     command = "DS_ACCELERATOR=cpu python scripts/oracle/deepspeed_run.py " + " ".join(sys.argv[1:])
     results = {}
     for stage in ([args.stage] if args.stage is not None else [1, 2, 3]):
@@ -130,7 +139,7 @@ def main():
                 "other knob is DeepSpeed's default",
         "zero_optimization": json.loads(args.zero),
         "model": "llama", "model_config": raw, "parameters": params, "ranks": args.ranks,
-        "seq_len": record.SEQ_LEN, "micro_batch": record.MICRO_BATCH, "precision": args.precision,
+        "seq_len": args.seq_len, "micro_batch": args.micro_batch, "precision": args.precision,
         "gradient_accumulation_steps": args.accumulation,
         **({"data_types": json.loads(args.data_types)} if args.data_types else {}),
         "optimizer": "torch.optim.AdamW(lr=1e-3, foreach=True) handed to deepspeed.initialize",

@@ -107,8 +107,11 @@ def main():
     parser.add_argument("--port", type=int, default=29791)
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
-    args.stage, args.precision = 3, "bf16"
+    args.stage, args.precision, args.accumulation, args.data_types = 3, "bf16", 1, None
     import deepspeed_run
+    import record
+
+    args.seq_len, args.micro_batch = record.SEQ_LEN, record.MICRO_BATCH
 
     errors = [r["error"] for r in deepspeed_run.run_ranks(args, trace) if "error" in r]
     for e in errors:
