@@ -500,6 +500,14 @@ Moment recorded_moment(const RecordedCategories& at_peak, bool in_block) {
   return at_peak.contains("Temp") && at_peak.at("Temp") > 0 ? Moment::kBlockBackward : Moment::kOptimizerStep;
 }
 
+// Whether a recording peaked in step(), outside the engine's forward and backward: deepspeed_run.py records each
+// module's peak (MemTracker's local_peak) since the -s8 recordings, and DeepSpeedEngine's, over the whole forward and
+// backward, is then below the total's.
+bool peaked_in_step(const json& rank) {
+  return rank.contains("module_peaks") &&
+         rank["module_peaks"].value("DeepSpeedEngine", int64_t{0}) < rank["peak_bytes"].get<int64_t>();
+}
+
 // The act+temp line at the two totals' peaks: what the framework holds there and emu does not, or the reverse, by
 // name with its bytes from the shapes. emu's peak must be the recorded moment: a different moment shows here.
 void name_work_at_peak(const json& c, const CaseFacts& f, const std::string& strategy, Moment moment, Line& line) {
@@ -1043,7 +1051,9 @@ std::vector<Line> compare_deepspeed(const json& fixture, const json& rank, const
           line.named.push_back({"RoPE inv_freq buffers (emu keeps none)", -rope_buffers(c, 4)});
       },
       breakdown ? &at_peak : nullptr);
-  const Moment moment = breakdown ? recorded_moment(at_peak, false) : Moment::kBeforeGradients;
+  const Moment moment = !breakdown             ? Moment::kBeforeGradients
+                        : peaked_in_step(rank) ? Moment::kOptimizerStep
+                                               : recorded_moment(at_peak, false);
   name_work_at_peak(fixture, c, "zero3", moment, lines.back());
   if (f.gathered_table > 0) {
     lines.back().named.push_back({"the head gathered through the loss, MemTracker's activation, emu's parameters",
@@ -1073,14 +1083,6 @@ std::vector<Line> compare_deepspeed(const json& fixture, const json& rank, const
 void print_deepspeed_rows(const std::vector<std::string>& rows) {
   fmt::print("\n| case | DeepSpeed peak | emu measured | emu predicted | difference |\n|---|---:|---:|---:|---:|\n");
   for (const std::string& row : rows) fmt::print("{}\n", row);
-}
-
-// Whether a recording peaked in step(), outside the engine's forward and backward: deepspeed_run.py records each
-// module's peak (MemTracker's local_peak) since the -s8 recordings, and DeepSpeedEngine's, over the whole forward and
-// backward, is then below the total's.
-bool peaked_in_step(const json& rank) {
-  return rank.contains("module_peaks") &&
-         rank["module_peaks"].value("DeepSpeedEngine", int64_t{0}) < rank["peak_bytes"].get<int64_t>();
 }
 
 // One recorded stage of `fixture` (`key`, as deepspeed_run.py names it: zero<stage>-<precision>) against emu's
@@ -1176,6 +1178,12 @@ std::vector<Line> compare_deepspeed_zero0(const json& fixture, const json& rank,
       [&](const std::string& category, Line& line) { name_deepspeed_zero0(category, f, line); }, &at_peak);
   const Moment moment = recorded_moment(at_peak, false);
   name_work_at_peak(fixture, f, "zero0", moment, lines.back());
+  if (moment == Moment::kOptimizerStep) {  // the -s8 recording: 8 tokens put the peak in FP16_UnfusedOptimizer.step
+    lines.back().named.push_back(
+        {"the fp32 .grad of every fp32 copy, cast from the bf16 .grad by FP16_UnfusedOptimizer.step: MemTracker's "
+         "activations, emu's gradients",
+         -4 * f.psi, false});
+  }
   lines.push_back(deepspeed_total(lines, rank, emu));
   return lines;
 }
@@ -1354,7 +1362,7 @@ TEST(DeepSpeedRun, Zero12AgainstEmu) {
 // and the backward epilogue (update_hp_grads) adds each into its fp32 slice, after which MemTracker has seen the fp32
 // gradients' storage through those writes: at a later micro-batch's loss backward it files them as activations.
 void name_bf16_optimizer(const std::string& category, const CaseFacts& c, int64_t padded, int64_t largest,
-                         int accumulation, Line& line) {
+                         int accumulation, bool hp_grads_seen, Line& line) {
   const int64_t S = padded / c.n;
   if (category == "parameters") {
     line.named.push_back(
@@ -1363,7 +1371,7 @@ void name_bf16_optimizer(const std::string& category, const CaseFacts& c, int64_
          4 * S});
   }
   if (category == "gradients") {
-    line.named.push_back(accumulation == 1
+    line.named.push_back(!hp_grads_seen
                              ? Named{"BF16_Optimizer's fp32 gradients of the whole flat group, made at "
                                      "deepspeed.initialize(): unseen by MemTracker",
                                      4 * padded}
@@ -1390,19 +1398,25 @@ std::vector<Line> compare_bf16_optimizer(const json& fixture, const json& rank, 
   const std::vector<uint64_t> tensors = oracle::registration_order(c.shapes);
   const auto largest = static_cast<int64_t>(*std::max_element(tensors.begin(), tensors.end()));
   const int accumulation = fixture.value("gradient_accumulation_steps", 1);
+  // The peak is the loss's backward, or, with 8 tokens (the -s8 recording), the engine's all-reduce of the fp32
+  // gradients through their bf16 copy (2P: MemTracker's activations, emu's temporaries) after the last backward.
+  const bool in_step = peaked_in_step(rank);
+  // MemTracker files the fp32 gradients as activations once a backward epilogue has written them: at a later
+  // micro-batch's peak and in the step.
+  const bool hp_grads_seen = accumulation > 1 || in_step;
   const auto at_peak = rank["at_peak"].get<RecordedCategories>();
   std::vector<Line> lines = category_lines(
       {"parameters", "gradients", "optimizer_state", "buckets", "buffers"},
       rank["category_peaks"].get<RecordedCategories>(), emu,
       [&](const std::string& category, Line& line) {
-        name_bf16_optimizer(category, c, padded, largest, accumulation, line);
+        name_bf16_optimizer(category, c, padded, largest, accumulation, hp_grads_seen, line);
       },
       &at_peak);
-  // The peak is the loss's backward; in a later micro-batch every parameter's .grad is there too (the first
-  // micro-batch's, zeroed by the backward prologue, kept), on both sides.
-  EXPECT_EQ(at_peak.at("Gradient"), accumulation > 1 ? 2 * c.psi : 0) << fixture["file"];
-  name_work_at_peak(fixture, c, "zero1", Moment::kBeforeGradients, lines.back());
-  if (accumulation > 1) {
+  // Every parameter's .grad is at the peak in the step, and in a later micro-batch (the first micro-batch's, zeroed by
+  // the backward prologue, kept), on both sides.
+  EXPECT_EQ(at_peak.at("Gradient"), hp_grads_seen ? 2 * c.psi : 0) << fixture["file"];
+  name_work_at_peak(fixture, c, "zero1", in_step ? Moment::kOptimizerStep : Moment::kBeforeGradients, lines.back());
+  if (hp_grads_seen) {
     lines.back().named.push_back(
         {"BF16_Optimizer's fp32 gradients: MemTracker's activations from the first micro-batch's epilogue, emu's "
          "gradients",
