@@ -194,7 +194,7 @@ def worker(rank, args, queue):
         model, raw = build_model(args)
         model, optimizer = wrap(model, args, rank)
         g = torch.Generator().manual_seed(1234 + rank)
-        tokens = torch.randint(0, raw["vocab_size"], (MICRO_BATCH, SEQ_LEN), generator=g)
+        tokens = torch.randint(0, raw["vocab_size"], (args.micro_batch, args.seq_len), generator=g)
         losses = [train_step(model, optimizer, tokens, args)]
         if args.framework == "fsdp2":
             from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
@@ -261,8 +261,8 @@ def run_case(args):
         "attention": args.attention,
         "gradient_checkpointing": bool(args.checkpoint),
         "ranks": args.ranks,
-        "seq_len": SEQ_LEN,
-        "micro_batch": MICRO_BATCH,
+        "seq_len": args.seq_len,
+        "micro_batch": args.micro_batch,
         "optimizer": "torch.optim.AdamW(lr=1e-3, foreach=True), zero_grad(set_to_none=True)",
         "tracked": "the second optimizer step (forward, backward, step, zero_grad), CPU + gloo",
         "tracker": "FSDPMemTracker" if args.framework == "fsdp2" else "MemTracker",
@@ -290,13 +290,16 @@ def recipe_detail(args):
 
 
 def case_name(args):
+    tokens = "" if (args.seq_len, args.micro_batch) == (SEQ_LEN, MICRO_BATCH) else f"-s{args.seq_len}b{args.micro_batch}"
     return (f"{args.model}-{args.framework}-{args.recipe}-{args.attention}-"
-            f"{'ckpt' if args.checkpoint else 'nockpt'}-n{args.ranks}")
+            f"{'ckpt' if args.checkpoint else 'nockpt'}{tokens}-n{args.ranks}")
 
 
 def case_flags(args):
+    tokens = [] if (args.seq_len, args.micro_batch) == (SEQ_LEN, MICRO_BATCH) else [
+        f"--seq-len {args.seq_len}", f"--micro-batch {args.micro_batch}"]
     return [f"--model {args.model}", f"--framework {args.framework}", f"--recipe {args.recipe}",
-            f"--attention {args.attention}", f"--checkpoint {int(args.checkpoint)}", f"--ranks {args.ranks}"]
+            f"--attention {args.attention}", f"--checkpoint {int(args.checkpoint)}", f"--ranks {args.ranks}", *tokens]
 
 
 def grid():
@@ -331,6 +334,10 @@ def main():
     case.add_argument("--checkpoint", type=int, choices=[0, 1], default=0)
     case.add_argument("--ranks", type=int, default=2)
     case.add_argument("--port", type=int, default=29517)
+    case.add_argument("--seq-len", type=int, default=SEQ_LEN,
+                      help="tokens per sequence; shorter ones put the activations below the model states, so that "
+                           "the peak lands in the optimizer step")
+    case.add_argument("--micro-batch", type=int, default=MICRO_BATCH, help="sequences per micro-batch")
     case.add_argument("--out")
     case.add_argument("--timeline", help="also write rank 0's per-op bytes by category over the tracked step (JSON)")
     sub.add_parser("all")

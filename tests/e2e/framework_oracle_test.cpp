@@ -120,10 +120,11 @@ std::vector<json> load_pytorch_cases(const std::string& model) {
   return cases;
 }
 
-// One emu run per (recipe, attention, checkpointing, ranks): the strategies of all its cases at once.
+// One emu run per (recipe, attention, checkpointing, tokens, ranks): the strategies of all its cases at once.
 std::string run_key(const json& c) {
-  return fmt::format("{}-{}-{}-n{}", c["recipe"].get<std::string>(), c["attention"].get<std::string>(),
-                     c["gradient_checkpointing"].get<bool>() ? "ckpt" : "nockpt", c["ranks"].get<int>());
+  return fmt::format("{}-{}-{}-s{}b{}-n{}", c["recipe"].get<std::string>(), c["attention"].get<std::string>(),
+                     c["gradient_checkpointing"].get<bool>() ? "ckpt" : "nockpt", c["seq_len"].get<int>(),
+                     c["micro_batch"].get<int>(), c["ranks"].get<int>());
 }
 
 json run_emu(const json& c, const std::set<std::string>& strategies, const std::string& json_path) {
@@ -200,7 +201,8 @@ struct CaseFacts {
   bool mixed = false;     // PyTorch (and emu's ddp): autocast over fp32; emu's fsdp: bf16 gathered units
   int64_t emu_bytes = 4;  // emu's compute bytes per element
   int recorded_rank = 0;
-  int emu_rank = 0;  // the rank emu reports its peak for; its predictor speaks for rank 0
+  int emu_rank = 0;             // the rank emu reports its peak for; its predictor speaks for rank 0
+  bool peaked_in_step = false;  // the recorded total peaked in the optimizer step (8 tokens: the -s8b1 cases)
 };
 
 // PyTorch's rotary embedding keeps inv_freq and original_inv_freq (head_dim / 2 fp32 each) as buffers; GPT-2's
@@ -233,20 +235,24 @@ std::pair<int64_t, int64_t> zero_redundancy_partition(const CaseFacts& f, int ra
 void name_ddp(const std::string& category, const CaseFacts& f, Line& line, bool zero) {
   const auto [owned, owned_tensors] =
       zero ? zero_redundancy_partition(f, f.recorded_rank) : std::pair{f.psi, f.tensors};
+  // A total that peaked in forward holds no optimizer state; one that peaked in the step (the -s8b1 cases), at the
+  // wrapped AdamW's post-hook, holds the moments and counters but not foreach's temporaries, freed by then: emu's
+  // peak, inside the step, holds them (as a GPU would: the temporaries are made beside the moments).
+  const bool in_total = !zero || f.peaked_in_step;
   if (category == "optimizer_state") {
     line.named.push_back(
-        {"AdamW's step counters: one fp32 tensor per parameter tensor the rank updates", -4 * owned_tensors, !zero});
+        {"AdamW's step counters: one fp32 tensor per parameter tensor the rank updates", -4 * owned_tensors, in_total});
   }
   if (category == "optimizer_state" && zero) {
     const int64_t measured = zero_redundancy_partition(f, f.emu_rank).first;
     line.named.push_back({fmt::format("the whole tensors of emu's rank {} ({} elements) against the recorded rank {}'s "
                                       "({}): Adam's m and v",
                                       f.emu_rank, measured, f.recorded_rank, owned),
-                          8 * (measured - owned), false});
+                          8 * (measured - owned), in_total});
     line.named.push_back(
         {"foreach AdamW's step temporaries (4 B per owned element), freed before MemTracker "
          "registered the moments",
-         4 * measured, false});
+         4 * measured, in_total});
     line.predicted_rank_offset = 12 * (zero_redundancy_partition(f, 0).first - measured);
   }
   // The Reducer's fp32 buckets (one here: the model is under the first bucket's 1 MiB cap) are made again in the
@@ -540,6 +546,20 @@ void name_work_at_peak(const json& c, const CaseFacts& f, const std::string& str
            "product's backward, the CPU's autocast, recorded here, 14 B)",
            (28 - 14) * T * s.ffn});
     }
+    if (moment == Moment::kOptimizerStep && strategy == "fsdp") {
+      // FSDP1 sets each FlatParameter's sharded gradient past MemTracker's gradient hook (_post_backward_hook's
+      // reduce-scatter output), so at the step MemTracker files the fp32 sharded gradients (each unit's flat space
+      // padded to N) as Temp and emu as gradients.
+      int64_t sharded = 0;
+      for (const uint64_t unit : oracle::unit_counts(s)) {
+        sharded +=
+            static_cast<int64_t>(oracle::round_up(unit, static_cast<uint64_t>(f.n)) / static_cast<uint64_t>(f.n));
+      }
+      line.named.push_back(
+          {"the FlatParameters' fp32 sharded gradients, set past MemTracker's gradient hook: its Temp, emu's "
+           "gradients",
+           -4 * sharded, false});
+    }
     if (moment == Moment::kBlockBackward && strategy == "fsdp") {
       // FSDP1 without use_orig_params: the block's parameters are views of its FlatParameter, and the views'
       // gradients made so far (the final norm's; the block's first, the MLP's c_proj weight and bias, GPT-2's gelu_new
@@ -594,6 +614,15 @@ bool peaked_in_block(const json& rank) {
   return false;
 }
 
+// Whether the recorded rank's total peaked outside every module's forward and backward (MemTracker's module peaks
+// all below it): in the optimizer step.
+bool peaked_outside_modules(const json& rank) {
+  if (!rank.contains("module_peaks") || rank["module_peaks"].empty()) return false;
+  int64_t most = 0;
+  for (const auto& [module, bytes] : rank["module_peaks"].items()) most = std::max(most, bytes.get<int64_t>());
+  return most < rank["peak_bytes"].get<int64_t>();
+}
+
 std::vector<Line> compare(const json& c, const json& emu, const std::string& strategy) {
   CaseFacts f;
   f.shapes = shapes_of(c["model_config"]);
@@ -608,6 +637,12 @@ std::vector<Line> compare(const json& c, const json& emu, const std::string& str
   const auto peaks = (*top)["category_peaks"].get<RecordedCategories>();
   const RecordedCategories at_peak =
       top->contains("at_peak") ? (*top)["at_peak"].get<RecordedCategories>() : RecordedCategories();
+  // FSDP1's breakdown shows no gradient in the step either (its sharded gradients are Temp there): a peak outside
+  // every module's forward and backward says it.
+  const Moment moment = strategy == "fsdp" && peaked_outside_modules(*top)
+                            ? Moment::kOptimizerStep
+                            : recorded_moment(at_peak, strategy == "fsdp" && peaked_in_block(*top));
+  f.peaked_in_step = moment == Moment::kOptimizerStep;
 
   std::vector<Line> lines = category_lines(
       {"parameters", "gradients", "optimizer_state", "buckets", "buffers"}, peaks, emu,
@@ -617,7 +652,6 @@ std::vector<Line> compare(const json& c, const json& emu, const std::string& str
         if (strategy == "fsdp2") name_fsdp2(category, f, line);
       },
       at_peak.empty() ? nullptr : &at_peak);
-  const Moment moment = recorded_moment(at_peak, strategy == "fsdp" && peaked_in_block(*top));
   name_work_at_peak(c, f, strategy, moment, lines.back());
   Line total;
   total.category = "total";
@@ -632,7 +666,7 @@ std::vector<Line> compare(const json& c, const json& emu, const std::string& str
     return line.category != "buckets" && (!line.open || line.category == "act+temp@peak");
   });
   total.named.push_back(staging_at_peak(emu));
-  if (strategy == "ddp-zero") {
+  if (strategy == "ddp-zero" && !f.peaked_in_step) {
     total.named.push_back(
         {"ZeroRedundancyOptimizer's AdamW moments of emu's rank, not yet known to MemTracker at the "
          "recorded peak in forward",
