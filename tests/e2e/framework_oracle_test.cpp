@@ -492,7 +492,8 @@ const json& highest_peak(const json& ranks) {
 // any parameter's gradient (the loss's backward, or forward), inside a block's backward (some gradients made, the
 // block's temporaries alive), or at the optimizer step (every gradient made, no temporary but the optimizer's, which
 // MemTracker files as optimizer state).
-enum class Moment : uint8_t { kBeforeGradients, kBlockBackward, kOptimizerStep };
+// kRootReduceScatter: FSDP2's root reduce-scatter, after backward, outside every module (the -s8b1 case).
+enum class Moment : uint8_t { kBeforeGradients, kBlockBackward, kRootReduceScatter, kOptimizerStep };
 
 // FSDP1's units get a .grad only when their backward ends, and their sharded gradients are set past MemTracker's
 // gradient hook, so inside a block's backward its breakdown holds no gradient: there the moment is read from the
@@ -545,6 +546,20 @@ void name_work_at_peak(const json& c, const CaseFacts& f, const std::string& str
           {"gelu_new's backward under CUDA's autocast, its tanh branch in fp32 (28 B per [T, F] element at the "
            "product's backward, the CPU's autocast, recorded here, 14 B)",
            (28 - 14) * T * s.ffn});
+    }
+    if (moment == Moment::kRootReduceScatter) {
+      // FSDP2's root group reduces in the backward's final callback, outside every module. Its fp32 reduce-scatter
+      // output, the root's sharded gradient, is FSDPMemTracker's Temp there and emu's gradients (made whole when
+      // backward began); gloo's _reduce_scatter_base copies its input (a CPU-only temporary: NCCL works from its
+      // own buffers, which emu charges as its collective staging, named in the total).
+      const auto root = static_cast<int64_t>(
+          oracle::round_up(oracle::unit_counts(s).at(0), static_cast<uint64_t>(f.n)) / static_cast<uint64_t>(f.n));
+      line.named.push_back(
+          {"the root's fp32 reduce-scatter output (its sharded gradient): FSDPMemTracker's Temp, emu's gradients",
+           -4 * root, false});
+      line.named.push_back({"gloo's copy of the root's fp32 reduce-scatter input (CPU only)", -4 * root * f.n});
+      line.named.push_back(
+          {"a second 0-d fp32 tensor of the loss the recording holds (FSDP2: 8 B of activations)", -4});
     }
     if (moment == Moment::kOptimizerStep && strategy == "fsdp") {
       // FSDP1 sets each FlatParameter's sharded gradient past MemTracker's gradient hook (_post_backward_hook's
@@ -639,9 +654,13 @@ std::vector<Line> compare(const json& c, const json& emu, const std::string& str
       top->contains("at_peak") ? (*top)["at_peak"].get<RecordedCategories>() : RecordedCategories();
   // FSDP1's breakdown shows no gradient in the step either (its sharded gradients are Temp there): a peak outside
   // every module's forward and backward says it.
-  const Moment moment = strategy == "fsdp" && peaked_outside_modules(*top)
-                            ? Moment::kOptimizerStep
-                            : recorded_moment(at_peak, strategy == "fsdp" && peaked_in_block(*top));
+  const bool outside_modules = peaked_outside_modules(*top);
+  Moment moment = recorded_moment(at_peak, strategy == "fsdp" && peaked_in_block(*top));
+  if (strategy == "fsdp" && outside_modules) moment = Moment::kOptimizerStep;
+  if (strategy == "fsdp2" && outside_modules && at_peak.contains("Reduce Scatter") &&
+      at_peak.at("Reduce Scatter") > 0) {
+    moment = Moment::kRootReduceScatter;
+  }
   f.peaked_in_step = moment == Moment::kOptimizerStep;
 
   std::vector<Line> lines = category_lines(
@@ -666,6 +685,14 @@ std::vector<Line> compare(const json& c, const json& emu, const std::string& str
     return line.category != "buckets" && (!line.open || line.category == "act+temp@peak");
   });
   total.named.push_back(staging_at_peak(emu));
+  if (moment == Moment::kRootReduceScatter) {
+    // Without the tracker every unsharded gradient is freed by the copy-in, before the reduce-scatter (checked with
+    // weak references to them); with it, the group's last (the head's) is still referenced from a closure.
+    total.named.push_back(
+        {"the root's last unsharded gradient (the head's), which FSDPMemTracker's instrumentation keeps past the "
+         "copy-in",
+         -f.emu_bytes * static_cast<int64_t>(oracle::registration_order(f.shapes).back())});
+  }
   if (strategy == "ddp-zero" && !f.peaked_in_step) {
     total.named.push_back(
         {"ZeroRedundancyOptimizer's AdamW moments of emu's rank, not yet known to MemTracker at the "
