@@ -14,10 +14,10 @@
 //            [R] kBuckets (two with overlap_comm), R = reduce_bucket_size exactly, made by the first gradient hook of
 //            the backward (process_gradients -> setup_buckets, once the loss's backward is over) and freed when the
 //            reduction ends. Each tensor is copied into the bucket (a tensor larger than R is reduced from its own
-//            storage, DeepSpeed's extra_large_param_to_reduce); a full bucket is reduce-scattered (averaged) to the
-//            owners, and each rank copies its part into its gradient partition kGradients (grads_in_partition,
-//            made at the first reduction and freed at the step once cast). A unit's .grad is freed once all its
-//            tensors are in the bucket (DeepSpeed frees each tensor's, emu each unit's).
+//            storage, DeepSpeed's extra_large_param_to_reduce); a full bucket is all-reduced (averaged) in one slice
+//            per owner (reduce_into_partition), and each rank copies its part into its gradient partition kGradients
+//            (grads_in_partition, made at the first reduction and freed at the step once cast). A unit's .grad is
+//            freed once all its tensors are in the bucket (DeepSpeed frees each tensor's, emu each unit's).
 //   stage 2  gradient partition kGradients, grads_in_partition: made by the step's first bucket reduction
 //            (copy_grads_in_partition) and freed at the step once cast; over accumulated micro-batches the
 //            first one's is kept (all_grad_tensors holds views of it) and each later backward makes its own at
@@ -31,7 +31,7 @@
 //            head (an untied head's .grad, else the final norm's) from the head's backward to the first block's
 //            (a tied head's, the embedding, completed only at the end) and the embeddings' at the end. When the unit's
 //            backward ends its tensors, last first, are copied into the bucket (one larger than R is reduced from the
-//            unit's buffer) and the buffer is freed; a full bucket is reduce-scattered to the owners at once, every
+//            unit's buffer) and the buffer is freed; a full bucket is all-reduced at once, every
 //            micro-batch, and each rank adds its part to its partition: the gradients it does not own are never kept.
 // Both stages' partition holds S elements but is charged as DeepSpeed sizes grads_in_partition: for the whole of
 // every tensor that meets the rank's S elements, in the module's registration order (the embeddings, the blocks,
@@ -65,7 +65,7 @@
 // the world is D = N/T replicas of T consecutive ranks (strategy.h Mesh); the model runs the rank's TP slice with
 // its activation all-reduces in the "tensor-parallel d" group (workloads/model/tensor_parallel.h, as `tp` runs it),
 // and DeepSpeed partitions over mpu.get_data_parallel_group(), the "data-parallel t" group of D: everything above
-// (the flat group padded to 2D, the buckets, the reduce-scatters and all-gathers, the partitions, the step's
+// (the flat group padded to 2D, the buckets, the gradient all-reduces and all-gathers, the partitions, the step's
 // temporaries) is the slice's (Ψ/T plus the rank's padding rows of the vocabulary) over D ranks: N reads D. The
 // gradient norm (get_grad_norm_direct) sums the partitions' squares over the world, counting a tensor whole on every
 // TP rank (norm weights, GPT-2's row-parallel biases and wpe: not tensor_model_parallel) on TP rank 0 only.
@@ -402,7 +402,7 @@ class PartitionedOptimizer final : public Strategy {
     }
     flush_bucket();
     reduce_into_partition(element(unit_grads_[static_cast<size_t>(unit)].data(), options_.recipe.grads, param.offset),
-                          begin, end, fmt::format("gradient reduce-scatter, tensor at flat element {}", begin));
+                          begin, end, fmt::format("gradient all-reduce, tensor at flat element {}", begin));
   }
 
   // The last bucket reduced; the buckets freed (DeepSpeed's _release_ipg_buffers in the reduce epilogue), and with
@@ -432,9 +432,15 @@ class PartitionedOptimizer final : public Strategy {
     end = std::clamp(shard_.offset + shard_.shard, lo, hi);
   }
 
-  // Reduce-scatters (averages) flat range [lo, hi), held at `data`, in place, and adds this rank's block to its
-  // gradient partition (stage 1 makes the partition at its first reduction, as DeepSpeed's
-  // copy_grads_in_partition does).
+  // Reduces (averages) flat range [lo, hi), held at `data`, in place, and adds this rank's block to its gradient
+  // partition (stage 1 makes the partition at its first reduction, as DeepSpeed's copy_grads_in_partition does).
+  // DeepSpeed 0.19's average_tensor, at its defaults (reduce_scatter and use_multi_rank_bucket_allreduce on), cuts the
+  // range into one slice per owner and all-reduces them together (allreduce_and_scatter -> allreduce_bucket); each
+  // rank then copies its own slice back. So every bucket moves an all-reduce's bytes, not a reduce-scatter's
+  // (recorded: the collectives of the DeepSpeed recordings, the gradients in all-reduces of 2Ψ bytes in all at stages
+  // 1 and 2). Not charged: where the range crosses a shard boundary (several slices) allreduce_bucket flattens them
+  // into a new [hi - lo] tensor for the all-reduce (one owner's slice is reduced in place); emu packs its buckets in
+  // unit order, not DeepSpeed's registration order, so its crossing ranges are not DeepSpeed's.
   void reduce_into_partition(void* data, size_t lo, size_t hi, const std::string& phase) {
     const DType dtype = options_.recipe.grads;
     if (!grads_.allocated()) {  // on the device, the step's first reduction
@@ -452,8 +458,7 @@ class PartitionedOptimizer final : public Strategy {
     shard_blocks(lo, hi, begin, end);
     {
       PhaseScope scope(device_.memory(), phase);
-      dp().reduce_scatter_v(data, element(data, dtype, begin - lo), block_counts(lo, hi), dtype, coll::ReduceOp::kAvg,
-                            phase);
+      dp().all_reduce(data, data, hi - lo, dtype, coll::ReduceOp::kAvg, phase);
     }
     if (end > begin) {  // this rank's shard meets the range
       accumulate(element(data, dtype, begin - lo), dtype, element(grads_.data(), grads_.dtype(), begin - shard_.offset),
@@ -492,9 +497,9 @@ class PartitionedOptimizer final : public Strategy {
   // Reduce-scatters the bucket's range to the owners; this rank adds its block to its partition.
   void flush_bucket() {
     if (bucket_lo_ == bucket_hi_) return;
-    reduce_into_partition(bucket_at(bucket_lo_), bucket_lo_, bucket_hi_,
-                          fmt::format("{} reduce-scatter, units from flat element {}",
-                                      stage_ == 1 ? "gradient" : "backward", bucket_lo_));
+    reduce_into_partition(
+        bucket_at(bucket_lo_), bucket_lo_, bucket_hi_,
+        fmt::format("{} all-reduce, units from flat element {}", stage_ == 1 ? "gradient" : "backward", bucket_lo_));
     bucket_lo_ = bucket_hi_ = 0;
     current_bucket_ = (current_bucket_ + 1) % buckets_.size();
   }

@@ -27,8 +27,9 @@
 //            device adds a staging buffer of the largest tensor (kBuckets)
 // Each buffer sized in parameter elements is charged as a shrunk run charges it (AnalyticInput::bytes: norm
 // weights and biases ÷ k); R, reduce_bucket_size ÷ k², is charged as held.
-// Traffic per step: the gradients reduce-scattered (Ψ, padding never reduced: stage 1 once, after the last
-// micro-batch; stage 2 every micro-batch), the updated shards all-gathered (P), the gradient norm all-reduced.
+// Traffic per step: the gradients all-reduced in slices per owner, as DeepSpeed 0.19's average_tensor reduces them
+// (Ψ, padding never reduced: stage 1 once, after the last micro-batch; stage 2 every micro-batch), the updated
+// shards all-gathered (P), the gradient norm all-reduced.
 // Over tensor-parallel layers (--tp T): the input's units are the rank's TP slice (Ψ/T plus its padding rows of
 // the vocabulary), N reads D = N/T and the traffic above is the "data-parallel" group's; tp's activation
 // all-reduces are the "tensor-parallel" group's; the gradient norm is all-reduced over the world.
@@ -144,11 +145,11 @@ Updated predict_zero12(const StrategyOptions& options, const AnalyticInput& inpu
     for (size_t unit = freed; unit < input.unit_counts.size(); ++unit) kept_grad += unit_grad(unit);
     prediction.peak[Category::kGradients] = std::max(every_grad, kept_grad + device_partition);
     prediction.formula = "(2 + 2 + K/N)Ψ: optimizer state partitioned";
-    add_ring_traffic(prediction, coll::CollectiveKind::kReduceScatter, group, parameters * grad_bytes, world);
+    add_ring_traffic(prediction, coll::CollectiveKind::kAllReduce, group, parameters * grad_bytes, world);
   } else {
     prediction.peak[Category::kGradients] = backward_gradients(input, bucket_elements, grad_bytes, device_partition);
     prediction.formula = "(2 + (2 + K)/N)Ψ: optimizer state and gradients partitioned";
-    add_ring_traffic(prediction, coll::CollectiveKind::kReduceScatter, group, parameters * grad_bytes, world,
+    add_ring_traffic(prediction, coll::CollectiveKind::kAllReduce, group, parameters * grad_bytes, world,
                      static_cast<uint64_t>(input.accumulation));
   }
   // DeepSpeed's step(): flatten(averaged_gradients).to(fp32) beside the partition (BF16_Optimizer's reads its fp32

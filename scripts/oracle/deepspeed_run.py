@@ -11,7 +11,7 @@ is then N micro-batches (the same tokens), each a forward, engine.backward and e
 --data-types sets the config's data_types section (e.g. '{"grad_accum_dtype": "fp32"}', which with bf16 at stage 1
 makes DeepSpeed run BF16_Optimizer). --seq-len and --micro-batch shrink the tokens (default record.py's) so that
 the activations fall below the model states and the peak lands at the optimizer step, where DeepSpeed's step-time
-buffers show.
+buffers show. Each rank also records the collectives DeepSpeed called over the tracked step (kind and bytes).
 """
 import argparse
 import json
@@ -71,21 +71,53 @@ def worker(rank, args, queue, hook=None):
         tracker.track_external(engine.module, *([inner] if isinstance(inner, torch.optim.Optimizer) else []))
         record.watch_category_peaks(tracker)
         after = hook(rank, args, engine, tracker) if hook else None
+        stop_watching = watch_collectives()
         with tracker:
             losses.append(step(tracker))
+        collectives = stop_watching()
         if after:
             after()
         (peak,) = tracker.get_tracker_snapshot("peak").values()
         queue.put({"rank": rank, "peak_bytes": int(peak["Total"]),
                    "at_peak": {record.category_name(k): int(v) for k, v in sorted(peak.items(), key=str)},
                    "category_peaks": dict(sorted(tracker.category_peaks.items())),
-                   "module_peaks": record.module_peaks(tracker), "losses": losses,
+                   "module_peaks": record.module_peaks(tracker), "collectives": collectives, "losses": losses,
                    "optimizer_class": type(optimizer).__name__})
     except Exception:  # noqa: BLE001 - reported to the parent
         queue.put({"rank": rank, "error": traceback.format_exc()[-4000:]})
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
+
+
+def watch_collectives():
+    """Logs every collective DeepSpeed calls (deepspeed.comm, which its ZeRO code calls through) until the returned
+    function is called, which restores them and returns, per call, the kind, the bytes of each tensor argument in
+    order, and whether the first is a tensor of its own (not a view: a flattened copy made for the call)."""
+    import deepspeed.comm as dist
+
+    calls = []
+    originals = {}
+    for name in ("all_reduce", "reduce", "reduce_scatter_tensor", "reduce_scatter_fn", "all_gather_into_tensor",
+                 "allgather_fn", "all_gather", "broadcast", "reduce_scatter"):
+        if not hasattr(dist, name):
+            continue
+        originals[name] = getattr(dist, name)
+
+        def logged(*a, _name=name, **k):
+            tensors = [x for x in list(a) + list(k.values()) if hasattr(x, "numel") and hasattr(x, "element_size")]
+            calls.append({"kind": _name, "bytes": [int(t.numel() * t.element_size()) for t in tensors],
+                          "own_storage": bool(tensors) and tensors[0]._base is None})
+            return originals[_name](*a, **k)
+
+        setattr(dist, name, logged)
+
+    def stop():
+        for name, original in originals.items():
+            setattr(dist, name, original)
+        return calls
+
+    return stop
 
 
 def run_ranks(args, hook=None):

@@ -1347,10 +1347,52 @@ void name_deepspeed_zero12(const std::string& category, const Zero12Facts& f, co
   if (category == "buffers") line.named.push_back({"RoPE inv_freq buffers (emu keeps none)", -rope_buffers(c, 4)});
 }
 
+// emu's bytes sent per step by collective kind (its JSON's traffic_per_step, every group).
+std::map<std::string, int64_t> emu_sent(const json& emu) {
+  std::map<std::string, int64_t> sent;
+  for (const json& entry : emu["traffic_per_step"]) {
+    sent[entry["collective"].get<std::string>()] += entry["sent_bytes"].get<int64_t>();
+  }
+  return sent;
+}
+
+// DeepSpeed's collectives over the tracked step (deepspeed_run.py records every deepspeed.comm call) against emu's
+// ledger for the step, as ring volumes of the same payloads: the gradients all-reduced (average_tensor, at its
+// defaults, all-reduces each bucket's slices, one per owner, together: allreduce_and_scatter), every gradient once at
+// bf16, 2Ψ bytes; the gradient norm's all-reduce (4 B); the updated partitions all-gathered (all_gather_into_tensor's
+// input, P/N elements a rank); and a 1-byte all-reduce that emu does not make (step()'s overflow flag), named.
+void check_zero12_collectives(const json& fixture, const json& rank, const json& emu, const CaseFacts& c) {
+  if (!rank.contains("collectives")) return;  // recorded before deepspeed_run.py logged them
+  int64_t gradients = 0, scalars = 0, gathered = 0;
+  for (const json& call : rank["collectives"]) {
+    const std::string kind = call["kind"];
+    const auto bytes = call["bytes"].get<std::vector<int64_t>>();
+    if (kind == "all_reduce" && bytes.at(0) > 4) {
+      gradients += bytes[0];
+    } else if (kind == "all_reduce") {
+      scalars += bytes[0];
+    } else if (kind == "all_gather_into_tensor") {
+      gathered += bytes.at(1);
+    } else {
+      ADD_FAILURE() << fixture["file"] << ": DeepSpeed called " << kind << ", which emu's zero1 and zero2 do not";
+    }
+  }
+  const int64_t n = c.n;
+  const int64_t passes = fixture.value("gradient_accumulation_steps", 1);
+  EXPECT_EQ(gradients, 2 * c.psi * passes) << fixture["file"] << ": DeepSpeed's gradient all-reduces";
+  EXPECT_EQ(scalars, 4 + 1) << fixture["file"] << ": the norm's 4 B and the overflow flag's 1 B";
+  const std::map<std::string, int64_t> sent = emu_sent(emu);
+  EXPECT_EQ(sent.count("reduce_scatter"), 0u) << fixture["file"] << ": emu reduce-scatters where DeepSpeed all-reduces";
+  const int64_t overflow_flag = 1;  // DeepSpeed's, not emu's
+  EXPECT_EQ(sent.at("all_reduce"), 2 * (n - 1) * (gradients + scalars - overflow_flag) / n) << fixture["file"];
+  EXPECT_EQ(sent.at("all_gather"), (n - 1) * gathered) << fixture["file"];
+}
+
 std::vector<Line> compare_deepspeed_zero12(const json& fixture, int stage, const json& rank, const json& emu) {
   const CaseFacts c = deepspeed_case(fixture);
   const Zero12Facts f =
       zero12_facts(c, stage, fixture.value("zero_optimization", json::object()), rank["rank"].get<int64_t>());
+  check_zero12_collectives(fixture, rank, emu, c);
   const auto at_peak = rank["at_peak"].get<RecordedCategories>();
   std::vector<Line> lines = category_lines(
       {"parameters", "gradients", "optimizer_state", "buckets", "buffers"},

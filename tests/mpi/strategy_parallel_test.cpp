@@ -333,9 +333,10 @@ TEST(ParallelTraffic, Fsdp2OverTensorParallelLayers) {
 
 // ZeRO-1 and ZeRO-2 over TP 2 (Megatron-DeepSpeed), fp32: the TP group's all-reduces as tp's, and over the
 // data-parallel group of D the flat group of the rank's local elements (51,488: a multiple of 2D at D = 2 and 4, no
-// padding) reduce-scattered, (D − 1)/D of its 4-byte gradients (one bucket: reduce_bucket_size is far larger), by
-// ZeRO-1 once per step after the last backward and by ZeRO-2 once per micro-batch, and the updated partitions
-// all-gathered once per step, (D − 1)/D of its parameters. Nothing of it in the world's ledger but the norm.
+// padding) all-reduced in one slice per owner, as DeepSpeed 0.19's average_tensor reduces a bucket, 2(D − 1)/D of its
+// 4-byte gradients (one bucket: reduce_bucket_size is far larger), by ZeRO-1 once per step after the last backward
+// and by ZeRO-2 once per micro-batch, and the updated partitions all-gathered once per step, (D − 1)/D of its
+// parameters. Nothing of it in the world's ledger but the norm.
 TEST(ParallelTraffic, ZeroOverTensorParallelLayers) {
   for (const int stage : {1, 2}) {
     SCOPED_TRACE(stage);
@@ -346,15 +347,16 @@ TEST(ParallelTraffic, ZeroOverTensorParallelLayers) {
     expect_hidden_all_reduces(*run, kT);
     const uint64_t local = kLayers * (kBlockMatrices / kT + kBlockNorms) + 2 * kTable / kT + 32;
     const coll::Ledger& data = run->ledger("data-parallel");
-    const coll::LedgerEntry scattered = data.total(coll::CollectiveKind::kReduceScatter);
+    const coll::LedgerEntry reduced = data.total(coll::CollectiveKind::kAllReduce);
     const uint64_t reductions = stage == 1 ? 1 : kMicroBatches;
-    EXPECT_EQ(scattered.calls, reductions);
-    EXPECT_EQ(scattered.moved.sent, reductions * 4 * local * (kD - 1) / kD);
+    EXPECT_EQ(reduced.calls, reductions);
+    EXPECT_EQ(reduced.moved.sent, reductions * 2 * 4 * local * (kD - 1) / kD);
+    EXPECT_EQ(data.total(coll::CollectiveKind::kReduceScatter).calls, 0u);
     EXPECT_EQ(data.total(coll::CollectiveKind::kAllGather).moved.sent, 4 * local * (kD - 1) / kD);
     EXPECT_EQ(run->world->ledger().total(coll::CollectiveKind::kReduceScatter).calls, 0u);
     EXPECT_EQ(run->world->ledger().total(coll::CollectiveKind::kAllGather).calls, 0u);
     EXPECT_EQ(predicted_group_sent(*run, options, "data-parallel"),
-              scattered.moved.sent + data.total(coll::CollectiveKind::kAllGather).moved.sent);
+              reduced.moved.sent + data.total(coll::CollectiveKind::kAllGather).moved.sent);
     EXPECT_EQ(predicted_group_sent(*run, options, "tensor-parallel"),
               run->ledger("tensor-parallel").total(coll::CollectiveKind::kAllReduce).moved.sent);
   }
