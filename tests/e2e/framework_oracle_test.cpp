@@ -1084,6 +1084,62 @@ CaseFacts deepspeed_case(const json& fixture) {
   return f;
 }
 
+// emu's bytes sent per step by collective kind (its JSON's traffic_per_step, every group).
+std::map<std::string, int64_t> emu_sent(const json& emu) {
+  std::map<std::string, int64_t> sent;
+  for (const json& entry : emu["traffic_per_step"]) {
+    sent[entry["collective"].get<std::string>()] += entry["sent_bytes"].get<int64_t>();
+  }
+  return sent;
+}
+
+// DeepSpeed's collective calls over the tracked step (deepspeed_run.py's "collectives"), summed by kind: each call's
+// payload, the tensor a rank sends from (all_reduce's and broadcast's one tensor; reduce_scatter_fn's and
+// all_gather_into_tensor's input, the second).
+std::map<std::string, int64_t> deepspeed_payloads(const json& rank) {
+  std::map<std::string, int64_t> payload;
+  for (const json& call : rank["collectives"]) {
+    const std::string kind = call["kind"];
+    const auto bytes = call["bytes"].get<std::vector<int64_t>>();
+    const bool input_second = kind == "reduce_scatter_fn" || kind == "all_gather_into_tensor";
+    payload[kind] += bytes.at(input_second ? 1 : 0);
+  }
+  return payload;
+}
+
+// DeepSpeed ZeRO-3's and stage 0's collectives against emu's ledger, as ring volumes of the same payloads. ZeRO-3:
+// the gradients reduce-scattered (reduce_scatter_fn's inputs, 2Ψ bytes), the gathered tensors all-gathered
+// (all_gather_into_tensor's inputs, the ranks' partitions of them), the norm all-reduced (DeepSpeed's 8 B, emu's
+// 4), and broadcasts of a few hundred bytes emu does not make, named. Stage 0: the engine's all-reduce of the flat
+// bf16 gradients (2Ψ), and nothing else on either side (unclipped, neither all-reduces a norm).
+void check_collectives(const json& fixture, const json& rank, const json& emu, const CaseFacts& c, int stage) {
+  if (!rank.contains("collectives")) return;  // recorded before deepspeed_run.py logged them
+  const std::map<std::string, int64_t> ds = deepspeed_payloads(rank);
+  const std::map<std::string, int64_t> sent = emu_sent(emu);
+  const int64_t n = c.n;
+  const auto at = [](const std::map<std::string, int64_t>& m, const std::string& key) {
+    const auto it = m.find(key);
+    return it == m.end() ? int64_t{0} : it->second;
+  };
+  if (stage == 3) {
+    EXPECT_EQ(at(ds, "reduce_scatter_fn"), 2 * c.psi) << fixture["file"] << ": DeepSpeed's gradient reduce-scatters";
+    EXPECT_EQ(at(sent, "reduce_scatter"), (n - 1) * at(ds, "reduce_scatter_fn") / n) << fixture["file"];
+    EXPECT_EQ(at(sent, "all_gather"), (n - 1) * at(ds, "all_gather_into_tensor")) << fixture["file"];
+    EXPECT_EQ(at(ds, "all_reduce"), 8) << fixture["file"] << ": DeepSpeed's norm all-reduce";
+    EXPECT_EQ(at(sent, "all_reduce"), 2 * (n - 1) * 4 / n) << fixture["file"] << ": emu's norm, 4 B";
+    EXPECT_LT(at(ds, "broadcast"), 2000) << fixture["file"]
+                                         << ": DeepSpeed's small broadcasts, which emu does not make";
+  } else {
+    EXPECT_EQ(at(ds, "all_reduce"), 2 * c.psi) << fixture["file"] << ": the engine's gradient all-reduce";
+    EXPECT_EQ(at(sent, "all_reduce"), 2 * (n - 1) * at(ds, "all_reduce") / n) << fixture["file"];
+  }
+  for (const auto& [kind, bytes] : ds) {
+    const bool known =
+        kind == "all_reduce" || kind == "reduce_scatter_fn" || kind == "all_gather_into_tensor" || kind == "broadcast";
+    EXPECT_TRUE(known) << fixture["file"] << ": DeepSpeed called " << kind << " (" << bytes << " B)";
+  }
+}
+
 // A DeepSpeed recording's total against emu's: every named difference of `lines` that counts in a total, and emu's
 // collective staging at its peak.
 Line deepspeed_total(const std::vector<Line>& lines, const json& rank, const json& emu) {
@@ -1101,6 +1157,7 @@ std::vector<Line> compare_deepspeed(const json& fixture, const json& rank, const
   const oracle::Shapes& shapes = c.shapes;
   const DeepSpeedFacts f =
       deepspeed_facts(shapes, fixture["ranks"], fixture.value("zero_optimization", json::object()));
+  check_collectives(fixture, rank, emu, c, 3);
   const bool breakdown = rank.contains("at_peak");
   const RecordedCategories at_peak = breakdown ? rank["at_peak"].get<RecordedCategories>() : RecordedCategories{};
   std::vector<Line> lines = category_lines(
@@ -1232,6 +1289,7 @@ void name_deepspeed_zero0(const std::string& category, const CaseFacts& f, Line&
 
 std::vector<Line> compare_deepspeed_zero0(const json& fixture, const json& rank, const json& emu) {
   const CaseFacts f = deepspeed_case(fixture);
+  check_collectives(fixture, rank, emu, f, 0);
   const auto peaks = rank["category_peaks"].get<RecordedCategories>();
   const auto at_peak = rank["at_peak"].get<RecordedCategories>();
   std::vector<Line> lines = category_lines(
@@ -1345,15 +1403,6 @@ void name_deepspeed_zero12(const std::string& category, const Zero12Facts& f, co
          bucket_bytes, false});
   }
   if (category == "buffers") line.named.push_back({"RoPE inv_freq buffers (emu keeps none)", -rope_buffers(c, 4)});
-}
-
-// emu's bytes sent per step by collective kind (its JSON's traffic_per_step, every group).
-std::map<std::string, int64_t> emu_sent(const json& emu) {
-  std::map<std::string, int64_t> sent;
-  for (const json& entry : emu["traffic_per_step"]) {
-    sent[entry["collective"].get<std::string>()] += entry["sent_bytes"].get<int64_t>();
-  }
-  return sent;
 }
 
 // DeepSpeed's collectives over the tracked step (deepspeed_run.py records every deepspeed.comm call) against emu's
