@@ -422,10 +422,11 @@ void read_scheduler(Fields& top, std::string_view source, DeepSpeedConfig& confi
 }
 
 // data_types.grad_accum_dtype (engine.py get_data_types, _do_optimizer_sanity_check): the dtype gradients accumulate
-// in, the model's (bf16, fp16 or fp32) when absent or the same. bf16 with "fp32" at stage 1 without optimizer
-// offload: BF16_Optimizer (ZeroOptions::fp32_grad_accumulation). At stage 0 any other than the model's is refused, as
-// DeepSpeed refuses it (NotImplementedError: unsupported mix). At stages 1-3 the others change DeepSpeed's ZeRO
-// optimizer (its gradient_accumulation_dtype) in ways emu does not model: listed as ignored.
+// in, the model's (bf16, fp16 or fp32) when absent or the same. bf16 with "fp32" without optimizer offload
+// (ZeroOptions::fp32_grad_accumulation): BF16_Optimizer at stage 1, the ZeRO optimizer's compact fp32 gradient
+// partition at stage 2. At stage 0 any other than the model's is refused, as DeepSpeed refuses it
+// (NotImplementedError: unsupported mix). The others at stages 1-3 change DeepSpeed's ZeRO optimizer (its
+// gradient_accumulation_dtype) in ways emu does not model: listed as ignored.
 void read_data_types(Fields& top, std::string_view source, int stage, DeepSpeedConfig& config) {
   const json* section = top.child("data_types");
   if (section == nullptr) return;
@@ -451,13 +452,15 @@ void read_data_types(Fields& top, std::string_view source, int stage, DeepSpeedC
                     "(NotImplementedError: unsupported mix); accepted at stage 0: the weights' dtype, \"{}\"",
                     source, given, model, model));
   }
-  if (stage == 1 && model == "bf16" && accumulate == "fp32" && !config.offload_optimizer) {
+  // bf16 accumulating in fp32 without optimizer offload: BF16_Optimizer at stage 1, the ZeRO optimizer's compact fp32
+  // gradient partition at stage 2 (stage_1_and_2.py _use_compact_grad_partition_buffer).
+  if ((stage == 1 || stage == 2) && model == "bf16" && accumulate == "fp32" && !config.offload_optimizer) {
     config.knobs.zero.fp32_grad_accumulation = true;
     return;
   }
   config.ignored.push_back(fmt::format(
       "data_types.grad_accum_dtype = \"{}\" with {} weights at stage {} (DeepSpeed's ZeRO optimizer accumulating in "
-      "{}; emu models \"fp32\" under bf16 at stage 1 without optimizer offload: BF16_Optimizer)",
+      "{}; emu models \"fp32\" under bf16 at stages 1 and 2 without optimizer offload)",
       given, model, stage, accumulate));
 }
 

@@ -334,9 +334,10 @@ namespace emu::strategy {
 Representative representative_rank(const StrategyOptions& options, const model::ModelConfig& config, int ranks,
                                    int first, int last, bool offload) {
   if (first >= last) return {first, false};
-  // BF16_Optimizer (zero1 with fp32 gradient accumulation) keeps no gradient partition: its ranks hold alike.
-  const bool zero12 = options.kind == StrategyKind::kZero2 ||
-                      (options.kind == StrategyKind::kZero1 && !options.zero.fp32_grad_accumulation);
+  // With fp32 gradient accumulation BF16_Optimizer (zero1) keeps no gradient partition and zero2's compact one is S
+  // elements on every rank: their ranks hold alike.
+  const bool zero12 = (options.kind == StrategyKind::kZero2 || options.kind == StrategyKind::kZero1) &&
+                      !options.zero.fp32_grad_accumulation;
   if (zero12 && !offload) {
     // Each data-parallel rank's gradient partition holds the whole tensors meeting its S elements (shard.h), of
     // the TP slice's layout over D ranks with --tp.

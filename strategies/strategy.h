@@ -107,9 +107,10 @@ struct ZeroOptions {
   // A DeepSpeed config's optimizer.params.torch_adam: stages 1-3 step torch.optim.AdamW (with the step temporaries
   // of adamw_impl, optim/step_temporaries.h) over the rank's fp32 partition instead of DeepSpeed's FusedAdam (none).
   bool torch_adam = false;
-  // A DeepSpeed config's data_types.grad_accum_dtype "fp32" under bf16 at stage 1 without optimizer offload:
+  // A DeepSpeed config's data_types.grad_accum_dtype "fp32" under bf16 without optimizer offload. At stage 1
   // DeepSpeed runs BF16_Optimizer (runtime/bf16_optimizer.py) instead of its ZeRO optimizer (zero12.cpp): an fp32
   // gradient buffer over the whole flat group, autograd's bf16 .grad kept to the step, all-reduced (no reduce bucket).
+  // At stage 2 its ZeRO optimizer reduces into a compact fp32 partition of S elements instead of grads_in_partition.
   bool fp32_grad_accumulation = false;
 };
 

@@ -56,6 +56,14 @@
 // updated shard is all-gathered as above (update_lp_params); then the fp32 gradients are zeroed (clear_hp_grads).
 // Recorded: llama-zero1-bf16-gaf32-n2.json, llama-zero1-bf16-gaf32-gas2-n2.json.
 //
+// Stage 2 accumulating in fp32 under bf16 (data_types.grad_accum_dtype "fp32", without optimizer offload:
+// ZeroOptions::fp32_grad_accumulation): DeepSpeed's ZeRO optimizer keeps a compact fp32 gradient partition of the
+// rank's S elements (_build_compact_grad_partition_buffer), made by the first reduction that reaches it, into which
+// every reduction adds its slice (allreduce_and_copy_with_multiple_ranks' output_bucket) in place of
+// grads_in_partition; over accumulated micro-batches it is the one sum (no later partition). step() hands it to the
+// inner optimizer as the fp32 partition's .grad as it is (_get_preflattened_grad_partition: no flattened or fp32
+// copy) and drops it after the step. Recorded: llama-zero2-bf16-rbs20000-gaf32{,-s8}-n2.json.
+//
 // Optimizer offload (offload_optimizer, DeepSpeed's cpu_offload): the gradient partition lives in host memory as
 // fp32 for the whole run (single_partition_of_fp32_groups[i].grad), each rank's reduced block is cast to fp32 and
 // sent down (4 bytes per element over PCIe), and the device keeps a staging buffer of the largest tensor
@@ -268,10 +276,10 @@ class PartitionedOptimizer final : public Strategy {
   void update(double lr, float grad_scale) override {
     const optim::PrecisionRecipe& recipe = options_.recipe;
     optim::ElementSpan params = optim::ElementSpan::of(params_).subspan(shard_.offset, shard_.shard);
-    // What AdamW reads: the partition (offload: already fp32 on the host; BF16_Optimizer: its fp32 gradients') or
-    // its copies.
+    // What AdamW reads: the partition (offload: already fp32 on the host; BF16_Optimizer: its fp32 gradients'; the
+    // compact fp32 partition, set as the fp32 partition's .grad as it is) or its copies.
     Buffer step_grads;
-    if (!offloaded() && !bf16_optimizer()) {
+    if (!offloaded() && !bf16_optimizer() && !compact_partition()) {
       Buffer flat = model::allocate_parameter_space(device_, flat_.charge, shard_.shard, recipe.grads,
                                                     Category::kGradients, "ZeRO flattened gradients");
       convert(grads_.data(), grads_.dtype(), flat.data(), flat.dtype(), shard_.shard);
@@ -302,7 +310,7 @@ class PartitionedOptimizer final : public Strategy {
       count_offload(flat_.charge.elements(shard_.shard), dtype_size(grads_.dtype()));
       zero(grads_.data(), grads_.dtype(), grads_.count());
     } else {
-      grads_.reset();  // BF16_Optimizer's view of its fp32 gradients
+      grads_.reset();  // BF16_Optimizer's view of its fp32 gradients; the compact partition, the fp32 .grad until now
     }
     // Every rank's updated shard into every rank's parameters, in all-gather buckets.
     const size_t bucket = options_.scaled(options_.zero.allgather_bucket_elements);
@@ -327,6 +335,9 @@ class PartitionedOptimizer final : public Strategy {
   // DeepSpeed's BF16_Optimizer in place of its ZeRO optimizer: bf16 with data_types.grad_accum_dtype fp32 at stage 1
   // (under optimizer offload DeepSpeed keeps its ZeRO optimizer).
   bool bf16_optimizer() const { return stage_ == 1 && options_.zero.fp32_grad_accumulation && !offloaded(); }
+  // Stage 2's ZeRO optimizer accumulating in fp32 under bf16 (data_types.grad_accum_dtype "fp32", without offload):
+  // its compact fp32 gradient partition (_build_compact_grad_partition_buffer) in place of grads_in_partition.
+  bool compact_partition() const { return stage_ == 2 && options_.zero.fp32_grad_accumulation && !offloaded(); }
 
   // BF16_Optimizer's backward epilogue (update_hp_grads): each tensor's bf16 .grad, in registration order, cast to
   // fp32 (lp.grad.to(fp32): a temporary of that tensor's size) and added into its slice of the fp32 gradients. The
@@ -443,10 +454,13 @@ class PartitionedOptimizer final : public Strategy {
   // unit order, not DeepSpeed's registration order, so its crossing ranges are not DeepSpeed's.
   void reduce_into_partition(void* data, size_t lo, size_t hi, const std::string& phase) {
     const DType dtype = options_.recipe.grads;
-    if (!grads_.allocated()) {  // on the device, the step's first reduction
+    if (!grads_.allocated() && compact_partition()) {
+      grads_ = model::allocate_parameter_space(device_, flat_.charge, shard_.shard, DType::kF32, Category::kGradients,
+                                               "ZeRO-2 compact fp32 gradient partition");
+    } else if (!grads_.allocated()) {  // on the device, the step's first reduction
       grads_ = device_.allocate(shard_.shard, dtype, Category::kGradients,
                                 fmt::format("ZeRO-{} gradient partition", stage_), partition_charge_);
-    } else if (stage_ == 2 && !reduced_this_backward_ && !offloaded()) {
+    } else if (stage_ == 2 && !reduced_this_backward_ && !offloaded() && !compact_partition()) {
       // A later micro-batch: copy_grads_in_partition makes a new grads_in_partition while all_grad_tensors keeps
       // views of the accumulated one; the epilogue adds it in and drops it. Each of its elements is written once, so
       // adding the reduced blocks straight into the accumulated partition is the same sum.

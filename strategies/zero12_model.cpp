@@ -20,6 +20,8 @@
 //   W: the gradient partition (DeepSpeed's grads_in_partition) holds the whole of every tensor that meets this
 //            rank's S elements, in registration order (shard.h whole_tensors_meeting): ranks differ, and a plan
 //            accounts the one holding the most (analytic.h representative_rank)
+//   compact  (fp32_grad_accumulation, stage 2 without offload): the partition is S · 4 (fp32) from the first
+//            reduction, the one sum over the micro-batches, and step() reads it as it is (no step copies)
 //   BF16_Optimizer (fp32_grad_accumulation, stage 1 without offload): parameters P · parameter bytes, gradients
 //            every unit's .grad (Ψ · gradient bytes) beside the fp32 gradients of the whole group (P · 4), no reduce
 //            bucket and no step copies; an all-reduce of P · gradient bytes instead of the reduce-scatter
@@ -66,7 +68,9 @@ size_t units_freed_before_first_reduction(const AnalyticInput& input, uint64_t b
 // does not fit (a tensor larger than the bucket is reduced from its own storage), with that unit's .grad still
 // alive, or at the end, after the root's is freed. With accumulation the first micro-batch's partition stays
 // through the later ones, each of which makes its own at its first reduction, to its end (zero12.cpp).
-uint64_t backward_gradients(const AnalyticInput& input, uint64_t bucket, uint64_t grad_bytes, uint64_t partition) {
+// A compact fp32 partition (`one_partition`) is the one sum over the micro-batches: no later one beside it.
+uint64_t backward_gradients(const AnalyticInput& input, uint64_t bucket, uint64_t grad_bytes, uint64_t partition,
+                            bool one_partition) {
   const size_t units = input.unit_counts.size();
   const auto largest = [&](size_t unit) {
     const bool known = unit < input.unit_tensors_charged.size();
@@ -74,9 +78,10 @@ uint64_t backward_gradients(const AnalyticInput& input, uint64_t bucket, uint64_
     return *std::max_element(tensors.begin(), tensors.end()) * grad_bytes;
   };
   const bool several = input.accumulation > 1;
-  const uint64_t kept = several ? partition : 0;  // the accumulated partition, through a later micro-batch
+  const uint64_t kept = several ? partition : 0;         // the accumulated partition, through a later micro-batch
+  const uint64_t later = one_partition ? 0 : partition;  // a later micro-batch's own, from its first reduction
   // The head's .grad comes before any reduction.
-  uint64_t peak = std::max(input.root_head_tensor() * grad_bytes + kept, several ? 2 * partition : 0);
+  uint64_t peak = std::max(input.root_head_tensor() * grad_bytes + kept, several ? kept + later : 0);
   uint64_t in_bucket = 0;
   bool reduced = false;
   for (size_t step = 0; step < units; ++step) {  // blocks L..1, then the root (its .grad: the embeddings')
@@ -94,7 +99,7 @@ uint64_t backward_gradients(const AnalyticInput& input, uint64_t bucket, uint64_
       }
     }
     const uint64_t grad = unit == 0 ? input.root_embedding_elements() * grad_bytes : largest(unit);
-    peak = std::max(peak, grad + kept + (reduced ? partition : 0));
+    peak = std::max(peak, grad + (several ? kept + (reduced ? later : 0) : (reduced ? partition : 0)));
   }
   return peak;
 }
@@ -122,7 +127,11 @@ Updated predict_zero12(const StrategyOptions& options, const AnalyticInput& inpu
   const std::vector<uint64_t> order = input.registration_order();
   const uint64_t whole = whole_tensors_meeting(order, group_shard(order, world, kNcclStartAlignment),
                                                static_cast<uint64_t>(mesh.data_rank()));
-  const uint64_t device_partition = input.offload ? 0 : input.bytes(AnalyticInput::kCharged, whole, grads);
+  // Stage 2 accumulating in fp32 under bf16 keeps a compact fp32 partition of S elements instead.
+  const bool compact = stage == 2 && options.zero.fp32_grad_accumulation && !input.offload;
+  const uint64_t device_partition = input.offload ? 0
+                                    : compact     ? input.bytes(all, shard_elements, DType::kF32)
+                                                  : input.bytes(AnalyticInput::kCharged, whole, grads);
   const auto unit_grad = [&](size_t unit) {  // the unit's .grad, as a shrunk run charges it
     return input.bytes(static_cast<int>(unit), input.unit_counts[unit], grads);
   };
@@ -147,14 +156,15 @@ Updated predict_zero12(const StrategyOptions& options, const AnalyticInput& inpu
     prediction.formula = "(2 + 2 + K/N)Ψ: optimizer state partitioned";
     add_ring_traffic(prediction, coll::CollectiveKind::kAllReduce, group, parameters * grad_bytes, world);
   } else {
-    prediction.peak[Category::kGradients] = backward_gradients(input, bucket_elements, grad_bytes, device_partition);
+    prediction.peak[Category::kGradients] =
+        backward_gradients(input, bucket_elements, grad_bytes, device_partition, compact);
     prediction.formula = "(2 + (2 + K)/N)Ψ: optimizer state and gradients partitioned";
     add_ring_traffic(prediction, coll::CollectiveKind::kAllReduce, group, parameters * grad_bytes, world,
                      static_cast<uint64_t>(input.accumulation));
   }
   // DeepSpeed's step(): flatten(averaged_gradients).to(fp32) beside the partition (BF16_Optimizer's reads its fp32
   // gradients in place)
-  if (!input.offload && !bf16_optimizer) {
+  if (!input.offload && !bf16_optimizer && !compact) {
     const bool cast = options.recipe.has_master && grads != DType::kF32;
     const uint64_t at_step = device_partition + input.bytes(all, shard_elements, grads) +
                              (cast ? input.bytes(all, shard_elements, DType::kF32) : 0);

@@ -1337,6 +1337,9 @@ struct Zero12Facts {
   int64_t buckets = 1;         // setup_buckets: buf_0, and buf_1 with overlap_comm (default false below stage 3)
   int64_t largest_tensor = 0;  // elements of the largest parameter tensor: the LM head (V·h) here
   int64_t partition = 0;       // grads_in_partition's elements: the whole tensors meeting the rank's S
+  // Stage 2 accumulating in fp32 under bf16 (data_types.grad_accum_dtype "fp32"): a compact fp32 partition of S
+  // elements in place of grads_in_partition, read by step() as it is.
+  bool compact = false;
 };
 
 Zero12Facts zero12_facts(const CaseFacts& c, int stage, const json& zero, int64_t rank) {
@@ -1351,6 +1354,10 @@ Zero12Facts zero12_facts(const CaseFacts& c, int stage, const json& zero, int64_
   // config.py overlap_comm_valid: unset means stage == 3.
   f.buckets = zero.value("overlap_comm", false) ? 2 : 1;
   return f;
+}
+
+bool accumulates_in_fp32(const json& fixture) {
+  return fixture.value("data_types", json::object()).value("grad_accum_dtype", "") == "fp32";
 }
 
 void name_deepspeed_zero12(const std::string& category, const Zero12Facts& f, const CaseFacts& c, Line& line) {
@@ -1377,7 +1384,16 @@ void name_deepspeed_zero12(const std::string& category, const Zero12Facts& f, co
          "activations, emu's gradients), beyond MemTracker's peak of every autograd .grad",
          std::max(2 * c.psi, at_step) - 2 * c.psi, false});
   }
-  if (category == "gradients" && f.stage == 2) {
+  if (category == "gradients" && f.compact) {
+    // _build_compact_grad_partition_buffer: S fp32 elements, no tensor's .grad (MemTracker's temporaries), from the
+    // first reduction that reaches it, beside the largest .grad; step() reads it as it is.
+    line.named.push_back(
+        {"the ipg bucket(s), which MemTracker files under gradients (the .grad views into them) and emu under buckets",
+         -bucket_bytes, false});
+    line.named.push_back(
+        {"the compact fp32 gradient partition (S elements): MemTracker's temporaries, emu's gradients", 4 * S, false});
+  }
+  if (category == "gradients" && f.stage == 2 && !f.compact) {
     // Stage 2: each hook copies its .grad into the bucket and points .grad into it
     // (reduce_independent_p_g_buckets_and_remove_grads); a tensor over R (the head) is reduced from its own .grad
     // (extra_large_param_to_reduce). MemTracker's gradient peak: the bucket storages, filed through those views, beside
@@ -1439,8 +1455,9 @@ void check_zero12_collectives(const json& fixture, const json& rank, const json&
 
 std::vector<Line> compare_deepspeed_zero12(const json& fixture, int stage, const json& rank, const json& emu) {
   const CaseFacts c = deepspeed_case(fixture);
-  const Zero12Facts f =
+  Zero12Facts f =
       zero12_facts(c, stage, fixture.value("zero_optimization", json::object()), rank["rank"].get<int64_t>());
+  f.compact = stage == 2 && accumulates_in_fp32(fixture);
   check_zero12_collectives(fixture, rank, emu, c);
   const auto at_peak = rank["at_peak"].get<RecordedCategories>();
   std::vector<Line> lines = category_lines(
@@ -1453,7 +1470,13 @@ std::vector<Line> compare_deepspeed_zero12(const json& fixture, int stage, const
   const Moment moment = peaked_in_step(rank) ? Moment::kOptimizerStep : recorded_moment(at_peak, false);
   EXPECT_NE(moment, Moment::kBlockBackward) << fixture["file"] << ": the recorded peak is in a block's backward";
   name_work_at_peak(fixture, c, fmt::format("zero{}", stage), moment, lines.back());
-  if (moment == Moment::kOptimizerStep) {
+  if (moment == Moment::kOptimizerStep && f.compact) {
+    // step() hands the compact fp32 partition to the inner AdamW as it is, and peaks in its step.
+    lines.back().named.push_back(
+        {"the compact fp32 gradient partition: MemTracker's temporaries, emu's gradients", -4 * f.shard, false});
+    lines.back().named.push_back(
+        {"step()'s gradient norm (scaled_global_grad_norm) and _global_grad_norm, two 0-d fp32 tensors", -8});
+  } else if (moment == Moment::kOptimizerStep) {
     // step() peaks as it casts: flatten(averaged_gradients) (2S) and its .to(fp32) (4S) beside averaged_gradients,
     // views of grads_in_partition (2 B for each element of the whole tensors meeting the partition), which it frees
     // (free_grad_in_param_list, averaged_gradients = None) before the inner AdamW steps. MemTracker files them
@@ -1586,7 +1609,8 @@ TEST(DeepSpeedRun, Bf16OptimizerAgainstEmu) {
   std::vector<std::string> rows;
   std::set<int> accumulations;
   for (const json& fixture : load_fixtures("deepspeed")) {
-    if (fixture.value("data_types", json::object()).value("grad_accum_dtype", "") != "fp32") continue;
+    if (!accumulates_in_fp32(fixture)) continue;
+    if (!fixture["stages"].contains("zero1-bf16")) continue;  // stage 2's compact partition: Zero12AgainstEmu
     ASSERT_NO_FATAL_FAILURE(compare_recorded_stage(
         fixture, "zero1-bf16", 1, "BF16_Optimizer", dir,
         [&](const json& top, const json& emu) { return compare_bf16_optimizer(fixture, top, emu); }, rows));

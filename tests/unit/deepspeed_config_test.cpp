@@ -475,9 +475,10 @@ TEST(DeepSpeedConfig, ZeroZeroRefusesDdpAndOffloadFlags) {
 // Every real config in tests/data/deepspeed is read as its README row says: accepted with its stage, or refused
 // as DeepSpeed 0.19 refuses it (transformers' own test config still writes reduce_bucket_size 0).
 // data_types.grad_accum_dtype (engine.py get_data_types, _do_optimizer_sanity_check): fp32 under bf16 at stage 1 is
-// BF16_Optimizer; the weights' own dtype changes nothing; at stage 0 another is refused as DeepSpeed refuses it; at
-// stages 1-3 the other mixes (DeepSpeed's ZeRO optimizer accumulating apart) are listed as not modelled.
-TEST(DeepSpeedConfig, GradAccumDtypeFp32UnderBf16AtStageOneIsBf16Optimizer) {
+// BF16_Optimizer and at stage 2 the ZeRO optimizer's compact fp32 partition, both without optimizer offload; the
+// weights' own dtype changes nothing; at stage 0 another is refused as DeepSpeed refuses it; the other mixes at stages
+// 1-3 (DeepSpeed's ZeRO optimizer accumulating apart) are listed as not modelled.
+TEST(DeepSpeedConfig, GradAccumDtypeFp32UnderBf16AtStagesOneAndTwo) {
   const auto mixed = defaults_with(optim::Recipe::kMixed);
   const auto read = [&](int stage, const std::string& dtype, const std::string& extra = "") {
     return parse_deepspeed_config(fmt::format(R"({{"bf16": {{"enabled": true}}, "zero_optimization": {{"stage": {}{}}},
@@ -489,11 +490,14 @@ TEST(DeepSpeedConfig, GradAccumDtypeFp32UnderBf16AtStageOneIsBf16Optimizer) {
   EXPECT_TRUE(bf16_optimizer.knobs.zero.fp32_grad_accumulation);
   EXPECT_TRUE(bf16_optimizer.ignored.empty()) << fmt::format("{}", bf16_optimizer.ignored);
   EXPECT_TRUE(read(1, "float32").knobs.zero.fp32_grad_accumulation);  // DeepSpeed's DtypeEnum names it so too
+  const DeepSpeedConfig compact = read(2, "fp32");
+  EXPECT_TRUE(compact.knobs.zero.fp32_grad_accumulation);
+  EXPECT_TRUE(compact.ignored.empty()) << fmt::format("{}", compact.ignored);
   const DeepSpeedConfig same = read(2, "bf16");
   EXPECT_FALSE(same.knobs.zero.fp32_grad_accumulation);
   EXPECT_TRUE(same.ignored.empty()) << fmt::format("{}", same.ignored);
-  for (const DeepSpeedConfig& other :
-       {read(2, "fp32"), read(3, "fp32"), read(1, "fp32", R"(, "offload_optimizer": {"device": "cpu"})")}) {
+  for (const DeepSpeedConfig& other : {read(3, "fp32"), read(1, "fp32", R"(, "offload_optimizer": {"device": "cpu"})"),
+                                       read(2, "fp32", R"(, "offload_optimizer": {"device": "cpu"})")}) {
     EXPECT_FALSE(other.knobs.zero.fp32_grad_accumulation);
     ASSERT_EQ(other.ignored.size(), 1U);
     EXPECT_NE(other.ignored.front().find("data_types.grad_accum_dtype = \"fp32\" with bf16 weights"), std::string::npos)
