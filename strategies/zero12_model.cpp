@@ -78,10 +78,12 @@ uint64_t backward_gradients(const AnalyticInput& input, uint64_t bucket, uint64_
     return *std::max_element(tensors.begin(), tensors.end()) * grad_bytes;
   };
   const bool several = input.accumulation > 1;
-  const uint64_t kept = several ? partition : 0;         // the accumulated partition, through a later micro-batch
-  const uint64_t later = one_partition ? 0 : partition;  // a later micro-batch's own, from its first reduction
+  const uint64_t kept = several ? partition : 0;  // the accumulated partition, through a later micro-batch
+  // What this micro-batch's first reduction makes: the partition, or beside the accumulated one a later micro-batch's
+  // own (none for the compact one).
+  const uint64_t made = several && one_partition ? 0 : partition;
   // The head's .grad comes before any reduction.
-  uint64_t peak = std::max(input.root_head_tensor() * grad_bytes + kept, several ? kept + later : 0);
+  uint64_t peak = std::max(input.root_head_tensor() * grad_bytes + kept, several ? kept + made : 0);
   uint64_t in_bucket = 0;
   bool reduced = false;
   for (size_t step = 0; step < units; ++step) {  // blocks L..1, then the root (its .grad: the embeddings')
@@ -99,7 +101,7 @@ uint64_t backward_gradients(const AnalyticInput& input, uint64_t bucket, uint64_
       }
     }
     const uint64_t grad = unit == 0 ? input.root_embedding_elements() * grad_bytes : largest(unit);
-    peak = std::max(peak, grad + (several ? kept + (reduced ? later : 0) : (reduced ? partition : 0)));
+    peak = std::max(peak, grad + kept + (reduced ? made : 0));
   }
   return peak;
 }
