@@ -1491,7 +1491,13 @@ std::vector<Line> compare_deepspeed_zero12(const json& fixture, int stage, const
   // Both make the root's .grad and the ipg bucket(s) only once the loss's backward is over (the first gradient
   // hook, process_gradients -> setup_buckets), so neither is at the peak.
   const int accumulation = fixture.value("gradient_accumulation_steps", 1);
-  if (stage == 2 && accumulation > 1) {
+  if (stage == 2 && accumulation > 1 && f.compact) {
+    // The compact fp32 partition, made by the first micro-batch's first reduction reaching it, is the one sum.
+    lines.back().named.push_back(
+        {"the compact fp32 gradient partition, alive from the first micro-batch through the later ones: MemTracker's "
+         "temporaries, emu's gradients",
+         -4 * f.shard, false});
+  } else if (stage == 2 && accumulation > 1) {
     // copy_grads_in_partition makes grads_in_partition at a backward's first reduction, sized for the whole tensors
     // that meet the partition; over accumulated micro-batches the first one's stays (all_grad_tensors holds views
     // of it, a later backward makes its own and adds it in), so at the recorded peak, a later micro-batch's loss
