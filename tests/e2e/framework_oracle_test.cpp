@@ -1095,23 +1095,30 @@ std::map<std::string, int64_t> emu_sent(const json& emu) {
 
 // DeepSpeed's collective calls over the tracked step (deepspeed_run.py's "collectives"), summed by kind: each call's
 // payload, the tensor a rank sends from (all_reduce's and broadcast's one tensor; reduce_scatter_fn's and
-// all_gather_into_tensor's input, the second).
+// all_gather_into_tensor's input, the second). All-reduces of at most 8 bytes (a norm, a flag) are summed apart, as
+// kScalarAllReduce.
+constexpr const char* kScalarAllReduce = "all_reduce of a scalar";
 std::map<std::string, int64_t> deepspeed_payloads(const json& rank) {
   std::map<std::string, int64_t> payload;
   for (const json& call : rank["collectives"]) {
     const std::string kind = call["kind"];
     const auto bytes = call["bytes"].get<std::vector<int64_t>>();
     const bool input_second = kind == "reduce_scatter_fn" || kind == "all_gather_into_tensor";
-    payload[kind] += bytes.at(input_second ? 1 : 0);
+    const int64_t sent = bytes.at(input_second ? 1 : 0);
+    payload[kind == "all_reduce" && sent <= 8 ? kScalarAllReduce : kind] += sent;
   }
   return payload;
 }
 
-// DeepSpeed ZeRO-3's and stage 0's collectives against emu's ledger, as ring volumes of the same payloads. ZeRO-3:
-// the gradients reduce-scattered (reduce_scatter_fn's inputs, 2Ψ bytes), the gathered tensors all-gathered
-// (all_gather_into_tensor's inputs, the ranks' partitions of them), the norm all-reduced (DeepSpeed's 8 B, emu's
-// 4), and broadcasts of a few hundred bytes emu does not make, named. Stage 0: the engine's all-reduce of the flat
-// bf16 gradients (2Ψ), and nothing else on either side (unclipped, neither all-reduces a norm).
+// DeepSpeed's collectives against emu's ledger, as ring volumes of the same payloads. ZeRO-1 and ZeRO-2: the
+// gradients all-reduced (average_tensor, at its defaults, all-reduces each bucket's slices, one per owner, together:
+// allreduce_and_scatter), every gradient once a micro-batch (stage 1: the sum of them once) at bf16, 2Ψ bytes; the
+// norm's all-reduce (4 B); the updated partitions all-gathered (all_gather_into_tensor's input, P/N elements a rank);
+// and a 1-byte all-reduce that emu does not make (step()'s overflow flag), named. ZeRO-3: the gradients
+// reduce-scattered (reduce_scatter_fn's inputs, 2Ψ bytes), the gathered tensors all-gathered (all_gather_into_tensor's
+// inputs, the ranks' partitions of them), the norm all-reduced (DeepSpeed's 8 B, emu's 4), and broadcasts of a few
+// hundred bytes emu does not make, named. Stage 0: the engine's all-reduce of the flat bf16 gradients (2Ψ), and
+// nothing else on either side (unclipped, neither all-reduces a norm).
 void check_collectives(const json& fixture, const json& rank, const json& emu, const CaseFacts& c, int stage) {
   if (!rank.contains("collectives")) return;  // recorded before deepspeed_run.py logged them
   const std::map<std::string, int64_t> ds = deepspeed_payloads(rank);
@@ -1125,17 +1132,32 @@ void check_collectives(const json& fixture, const json& rank, const json& emu, c
     EXPECT_EQ(at(ds, "reduce_scatter_fn"), 2 * c.psi) << fixture["file"] << ": DeepSpeed's gradient reduce-scatters";
     EXPECT_EQ(at(sent, "reduce_scatter"), (n - 1) * at(ds, "reduce_scatter_fn") / n) << fixture["file"];
     EXPECT_EQ(at(sent, "all_gather"), (n - 1) * at(ds, "all_gather_into_tensor")) << fixture["file"];
-    EXPECT_EQ(at(ds, "all_reduce"), 8) << fixture["file"] << ": DeepSpeed's norm all-reduce";
+    EXPECT_EQ(at(ds, "all_reduce"), 0) << fixture["file"];
+    EXPECT_EQ(at(ds, kScalarAllReduce), 8) << fixture["file"] << ": DeepSpeed's norm all-reduce";
     EXPECT_EQ(at(sent, "all_reduce"), 2 * (n - 1) * 4 / n) << fixture["file"] << ": emu's norm, 4 B";
     EXPECT_LT(at(ds, "broadcast"), 2000) << fixture["file"]
                                          << ": DeepSpeed's small broadcasts, which emu does not make";
-  } else {
+  } else if (stage == 0) {
     EXPECT_EQ(at(ds, "all_reduce"), 2 * c.psi) << fixture["file"] << ": the engine's gradient all-reduce";
+    EXPECT_EQ(at(ds, kScalarAllReduce), 0) << fixture["file"];
     EXPECT_EQ(at(sent, "all_reduce"), 2 * (n - 1) * at(ds, "all_reduce") / n) << fixture["file"];
+  } else {
+    const int64_t passes = fixture.value("gradient_accumulation_steps", 1);
+    EXPECT_EQ(at(ds, "all_reduce"), 2 * c.psi * passes) << fixture["file"] << ": DeepSpeed's gradient all-reduces";
+    EXPECT_EQ(at(ds, kScalarAllReduce), 4 + 1) << fixture["file"] << ": the norm's 4 B and the overflow flag's 1 B";
+    EXPECT_EQ(sent.count("reduce_scatter"), 0u)
+        << fixture["file"] << ": emu reduce-scatters where DeepSpeed all-reduces";
+    const int64_t overflow_flag = 1;  // DeepSpeed's, not emu's
+    EXPECT_EQ(at(sent, "all_reduce"),
+              2 * (n - 1) * (at(ds, "all_reduce") + at(ds, kScalarAllReduce) - overflow_flag) / n)
+        << fixture["file"];
+    EXPECT_EQ(at(sent, "all_gather"), (n - 1) * at(ds, "all_gather_into_tensor")) << fixture["file"];
+    EXPECT_EQ(at(ds, "reduce_scatter_fn") + at(ds, "broadcast"), 0)
+        << fixture["file"] << ": DeepSpeed called collectives emu's zero1 and zero2 do not";
   }
   for (const auto& [kind, bytes] : ds) {
-    const bool known =
-        kind == "all_reduce" || kind == "reduce_scatter_fn" || kind == "all_gather_into_tensor" || kind == "broadcast";
+    const bool known = kind == "all_reduce" || kind == kScalarAllReduce || kind == "reduce_scatter_fn" ||
+                       kind == "all_gather_into_tensor" || kind == "broadcast";
     EXPECT_TRUE(known) << fixture["file"] << ": DeepSpeed called " << kind << " (" << bytes << " B)";
   }
 }
@@ -1384,16 +1406,7 @@ void name_deepspeed_zero12(const std::string& category, const Zero12Facts& f, co
          "activations, emu's gradients), beyond MemTracker's peak of every autograd .grad",
          std::max(2 * c.psi, at_step) - 2 * c.psi, false});
   }
-  if (category == "gradients" && f.compact) {
-    // _build_compact_grad_partition_buffer: S fp32 elements, no tensor's .grad (MemTracker's temporaries), from the
-    // first reduction that reaches it, beside the largest .grad; step() reads it as it is.
-    line.named.push_back(
-        {"the ipg bucket(s), which MemTracker files under gradients (the .grad views into them) and emu under buckets",
-         -bucket_bytes, false});
-    line.named.push_back(
-        {"the compact fp32 gradient partition (S elements): MemTracker's temporaries, emu's gradients", 4 * S, false});
-  }
-  if (category == "gradients" && f.stage == 2 && !f.compact) {
+  if (category == "gradients" && f.stage == 2) {
     // Stage 2: each hook copies its .grad into the bucket and points .grad into it
     // (reduce_independent_p_g_buckets_and_remove_grads); a tensor over R (the head) is reduced from its own .grad
     // (extra_large_param_to_reduce). MemTracker's gradient peak: the bucket storages, filed through those views, beside
@@ -1401,6 +1414,14 @@ void name_deepspeed_zero12(const std::string& category, const Zero12Facts& f, co
     line.named.push_back(
         {"the ipg bucket(s), which MemTracker files under gradients (the .grad views into them) and emu under buckets",
          -bucket_bytes, false});
+  }
+  if (category == "gradients" && f.compact) {
+    // _build_compact_grad_partition_buffer: S fp32 elements, no tensor's .grad (MemTracker's temporaries), from the
+    // first reduction that reaches it, beside the largest .grad; step() reads it as it is.
+    line.named.push_back(
+        {"the compact fp32 gradient partition (S elements): MemTracker's temporaries, emu's gradients", 4 * S, false});
+  }
+  if (category == "gradients" && f.stage == 2 && !f.compact) {
     line.named.push_back(
         {"emu's gradient peak, the more of step()'s grads_in_partition with its flattened and fp32 copies "
          "(MemTracker's activations) and grads_in_partition beside the largest .grad in backward, beyond DeepSpeed's "
@@ -1421,44 +1442,12 @@ void name_deepspeed_zero12(const std::string& category, const Zero12Facts& f, co
   if (category == "buffers") line.named.push_back({"RoPE inv_freq buffers (emu keeps none)", -rope_buffers(c, 4)});
 }
 
-// DeepSpeed's collectives over the tracked step (deepspeed_run.py records every deepspeed.comm call) against emu's
-// ledger for the step, as ring volumes of the same payloads: the gradients all-reduced (average_tensor, at its
-// defaults, all-reduces each bucket's slices, one per owner, together: allreduce_and_scatter), every gradient once at
-// bf16, 2Ψ bytes; the gradient norm's all-reduce (4 B); the updated partitions all-gathered (all_gather_into_tensor's
-// input, P/N elements a rank); and a 1-byte all-reduce that emu does not make (step()'s overflow flag), named.
-void check_zero12_collectives(const json& fixture, const json& rank, const json& emu, const CaseFacts& c) {
-  if (!rank.contains("collectives")) return;  // recorded before deepspeed_run.py logged them
-  int64_t gradients = 0, scalars = 0, gathered = 0;
-  for (const json& call : rank["collectives"]) {
-    const std::string kind = call["kind"];
-    const auto bytes = call["bytes"].get<std::vector<int64_t>>();
-    if (kind == "all_reduce" && bytes.at(0) > 4) {
-      gradients += bytes[0];
-    } else if (kind == "all_reduce") {
-      scalars += bytes[0];
-    } else if (kind == "all_gather_into_tensor") {
-      gathered += bytes.at(1);
-    } else {
-      ADD_FAILURE() << fixture["file"] << ": DeepSpeed called " << kind << ", which emu's zero1 and zero2 do not";
-    }
-  }
-  const int64_t n = c.n;
-  const int64_t passes = fixture.value("gradient_accumulation_steps", 1);
-  EXPECT_EQ(gradients, 2 * c.psi * passes) << fixture["file"] << ": DeepSpeed's gradient all-reduces";
-  EXPECT_EQ(scalars, 4 + 1) << fixture["file"] << ": the norm's 4 B and the overflow flag's 1 B";
-  const std::map<std::string, int64_t> sent = emu_sent(emu);
-  EXPECT_EQ(sent.count("reduce_scatter"), 0u) << fixture["file"] << ": emu reduce-scatters where DeepSpeed all-reduces";
-  const int64_t overflow_flag = 1;  // DeepSpeed's, not emu's
-  EXPECT_EQ(sent.at("all_reduce"), 2 * (n - 1) * (gradients + scalars - overflow_flag) / n) << fixture["file"];
-  EXPECT_EQ(sent.at("all_gather"), (n - 1) * gathered) << fixture["file"];
-}
-
 std::vector<Line> compare_deepspeed_zero12(const json& fixture, int stage, const json& rank, const json& emu) {
   const CaseFacts c = deepspeed_case(fixture);
   Zero12Facts f =
       zero12_facts(c, stage, fixture.value("zero_optimization", json::object()), rank["rank"].get<int64_t>());
   f.compact = stage == 2 && accumulates_in_fp32(fixture);
-  check_zero12_collectives(fixture, rank, emu, c);
+  check_collectives(fixture, rank, emu, c, stage);
   const auto at_peak = rank["at_peak"].get<RecordedCategories>();
   std::vector<Line> lines = category_lines(
       {"parameters", "gradients", "optimizer_state", "buckets", "buffers"},
@@ -1470,12 +1459,14 @@ std::vector<Line> compare_deepspeed_zero12(const json& fixture, int stage, const
   const Moment moment = peaked_in_step(rank) ? Moment::kOptimizerStep : recorded_moment(at_peak, false);
   EXPECT_NE(moment, Moment::kBlockBackward) << fixture["file"] << ": the recorded peak is in a block's backward";
   name_work_at_peak(fixture, c, fmt::format("zero{}", stage), moment, lines.back());
+  if (moment == Moment::kOptimizerStep) {
+    lines.back().named.push_back(
+        {"step()'s gradient norm (scaled_global_grad_norm) and _global_grad_norm, two 0-d fp32 tensors", -8});
+  }
   if (moment == Moment::kOptimizerStep && f.compact) {
     // step() hands the compact fp32 partition to the inner AdamW as it is, and peaks in its step.
     lines.back().named.push_back(
         {"the compact fp32 gradient partition: MemTracker's temporaries, emu's gradients", -4 * f.shard, false});
-    lines.back().named.push_back(
-        {"step()'s gradient norm (scaled_global_grad_norm) and _global_grad_norm, two 0-d fp32 tensors", -8});
   } else if (moment == Moment::kOptimizerStep) {
     // step() peaks as it casts: flatten(averaged_gradients) (2S) and its .to(fp32) (4S) beside averaged_gradients,
     // views of grads_in_partition (2 B for each element of the whole tensors meeting the partition), which it frees
@@ -1485,8 +1476,6 @@ std::vector<Line> compare_deepspeed_zero12(const json& fixture, int stage, const
         {"step()'s grads_in_partition, its flattened copy and fp32 cast: MemTracker's activations and temporaries, "
          "emu's gradients",
          -(6 * f.shard + 2 * f.partition), false});
-    lines.back().named.push_back(
-        {"step()'s gradient norm (scaled_global_grad_norm) and _global_grad_norm, two 0-d fp32 tensors", -8});
   }
   // Both make the root's .grad and the ipg bucket(s) only once the loss's backward is over (the first gradient
   // hook, process_gradients -> setup_buckets), so neither is at the peak.
