@@ -7,17 +7,18 @@
 namespace emu::coll {
 
 extern const Algorithm kRingAllReduce, kRhdAllReduce, kTreeAllReduce, kDbtreeAllReduce, kHierAllReduce,
-    kRingReduceScatter, kRingAllGather, kTreeBroadcast, kTreeReduce, kPairwiseAllToAll, kDisseminationBarrier;
+    kRingReduceScatter, kRingAllGather, kTreeBroadcast, kRingReduce, kTreeReduce, kPairwiseAllToAll,
+    kDisseminationBarrier;
 extern const Algorithm kMpiAllReduce, kMpiReduceScatter, kMpiAllGather, kMpiBroadcast, kMpiReduce, kMpiAllToAll,
     kMpiBarrier;
 
 namespace {
-const std::array<const Algorithm*, 18> kTable = {
+const std::array<const Algorithm*, 19> kTable = {
     &kRingAllReduce,        &kRhdAllReduce,     &kTreeAllReduce, &kDbtreeAllReduce, &kHierAllReduce, &kMpiAllReduce,  //
     &kRingReduceScatter,    &kMpiReduceScatter,                                                                       //
     &kRingAllGather,        &kMpiAllGather,                                                                           //
     &kTreeBroadcast,        &kMpiBroadcast,                                                                           //
-    &kTreeReduce,           &kMpiReduce,                                                                              //
+    &kRingReduce,           &kTreeReduce,       &kMpiReduce,                                                          //
     &kPairwiseAllToAll,     &kMpiAllToAll,                                                                            //
     &kDisseminationBarrier, &kMpiBarrier,                                                                             //
 };

@@ -1,7 +1,7 @@
 // The pass-through: the communication library's own collectives (MPI_Allreduce, ...), reached via Link::native.
 // Fast, and the reference our algorithms are tested against. What the library moves inside is not observable,
 // so the ledger is charged with nominal volumes: those of our default algorithm for the kind (ring for
-// all-reduce, reduce-scatter and all-gather, binomial tree for broadcast and reduce, pairwise for all-to-all).
+// all-reduce, reduce-scatter, all-gather and reduce, binomial tree for broadcast, pairwise for all-to-all).
 #include "collectives/algorithm.h"
 #include "collectives/reduce.h"
 #include "collectives/steps.h"

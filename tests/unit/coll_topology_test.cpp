@@ -258,7 +258,7 @@ TEST(Selection, RingIsTheDefaultAndUnknownNamesListTheValidOnes) {
   EXPECT_EQ(comm.algorithm(CollectiveKind::kAllReduce).name, "rhd");
   EXPECT_EQ(comm.algorithm(CollectiveKind::kBroadcast).name, "mpi");
   EXPECT_THROW(comm.set_algorithms("allreduce=ring"), InputError);
-  EXPECT_THROW(comm.set_algorithms("reduce=ring"), InputError);
+  EXPECT_THROW(comm.set_algorithms("reduce=rhd"), InputError);
 }
 
 TEST(Selection, EveryKindButPointToPointHasOurAlgorithmAndMpi) {
