@@ -277,10 +277,16 @@ int read_zero(Fields& top, std::string_view source, DeepSpeedConfig& config) {
   if (z.get("contiguous_gradients", contiguous, 0, 1) && !contiguous) {
     config.ignored.emplace_back("zero_optimization.contiguous_gradients = false (emu runs the contiguous path)");
   }
-  for (const char* key :
-       {"reduce_scatter", "allgather_partitions", "round_robin_gradients", "stage3_gather_16bit_weights_on_model_save",
-        "gather_16bit_weights_on_model_save", "stage3_gather_fp16_weights_on_model_save"}) {
-    z.use(key);  // no effect on what emu measures
+  // Stages 1 and 2 reduce each bucket by owner (average_tensor) only with reduce_scatter on, DeepSpeed's default;
+  // off, they all-reduce the bucket whole (gradient_reduction_w_predivide), as the multi-rank all-reduce moves it.
+  z.get("use_multi_rank_bucket_allreduce", zero.multi_rank_bucket_allreduce, 0, 1);
+  bool reduce_scatter = true;
+  if (z.get("reduce_scatter", reduce_scatter, 0, 1) && !reduce_scatter) zero.multi_rank_bucket_allreduce = true;
+  // No effect on what emu measures; the last three concern loading checkpoints and checking for unused parameters.
+  for (const char* key : {"allgather_partitions", "round_robin_gradients", "stage3_gather_16bit_weights_on_model_save",
+                          "gather_16bit_weights_on_model_save", "stage3_gather_fp16_weights_on_model_save",
+                          "load_from_fp32_weights", "elastic_checkpoint", "ignore_unused_parameters"}) {
+    z.use(key);
   }
   read_offload_optimizer(z, source, config);
   read_offload_param(z, source, config);
@@ -295,6 +301,12 @@ int read_zero(Fields& top, std::string_view source, DeepSpeedConfig& config) {
             "zero_optimization.{} (no effect at stage 0: DeepSpeed all-reduces in 500,000,000-element buckets)", key));
       }
     }
+  }
+  if ((stage == 0 || stage == 3) && z.has("use_multi_rank_bucket_allreduce")) {
+    config.ignored.push_back(fmt::format(
+        "zero_optimization.use_multi_rank_bucket_allreduce (no effect at stage {}: only stages 1 and 2 reduce their "
+        "buckets by owner)",
+        stage));
   }
   if (stage != 3 && config.knobs.zero.offload_param) {
     config.ignored.emplace_back("zero_optimization.offload_param (DeepSpeed offloads parameters at stage 3 only)");

@@ -112,6 +112,10 @@ struct ZeroOptions {
   // gradient buffer over the whole flat group, autograd's bf16 .grad kept to the step, all-reduced (no reduce bucket).
   // At stage 2 its ZeRO optimizer reduces into a compact fp32 partition of S elements instead of grads_in_partition.
   bool fp32_grad_accumulation = false;
+  // use_multi_rank_bucket_allreduce (DeepSpeed's default true): stages 1 and 2 all-reduce each bucket's slices, one
+  // per owner, together (allreduce_and_scatter); false reduces each owner's slices to that owner (dist.reduce,
+  // allreduce_no_retain with its rank): half the bytes, and only the owner holds the sum.
+  bool multi_rank_bucket_allreduce = true;
 };
 
 // PyTorch FullyShardedDataParallel's knobs.

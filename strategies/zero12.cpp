@@ -449,9 +449,11 @@ class PartitionedOptimizer final : public Strategy {
   // range into one slice per owner and all-reduces them together (allreduce_and_scatter -> allreduce_bucket); each
   // rank then copies its own slice back. So every bucket moves an all-reduce's bytes, not a reduce-scatter's
   // (recorded: the collectives of the DeepSpeed recordings, the gradients in all-reduces of 2Ψ bytes in all at stages
-  // 1 and 2). Not charged: where the range crosses a shard boundary (several slices) allreduce_bucket flattens them
-  // into a new [hi - lo] tensor for the all-reduce (one owner's slice is reduced in place); emu packs its buckets in
-  // unit order, not DeepSpeed's registration order, so its crossing ranges are not DeepSpeed's.
+  // 1 and 2). With use_multi_rank_bucket_allreduce false each owner's slice is reduced to it instead
+  // (reduce_to_owners; recorded: llama-zero{1,2}-bf16-rbs20000-reduce-n2.json, reduces of 2Ψ bytes in all). Not
+  // charged: where the range crosses a shard boundary (several slices) allreduce_bucket flattens them into a new [hi -
+  // lo] tensor for the all-reduce (one owner's slice is reduced in place); emu packs its buckets in unit order, not
+  // DeepSpeed's registration order, so its crossing ranges are not DeepSpeed's.
   void reduce_into_partition(void* data, size_t lo, size_t hi, const std::string& phase) {
     const DType dtype = options_.recipe.grads;
     if (!grads_.allocated() && compact_partition()) {
@@ -472,11 +474,31 @@ class PartitionedOptimizer final : public Strategy {
     shard_blocks(lo, hi, begin, end);
     {
       PhaseScope scope(device_.memory(), phase);
-      dp().all_reduce(data, data, hi - lo, dtype, coll::ReduceOp::kAvg, phase);
+      if (options_.zero.multi_rank_bucket_allreduce) {
+        dp().all_reduce(data, data, hi - lo, dtype, coll::ReduceOp::kAvg, phase);
+      } else {
+        reduce_to_owners(data, lo, hi, phase);
+      }
     }
     if (end > begin) {  // this rank's shard meets the range
       accumulate(element(data, dtype, begin - lo), dtype, element(grads_.data(), grads_.dtype(), begin - shard_.offset),
                  grads_.dtype(), end - begin);
+    }
+  }
+
+  // use_multi_rank_bucket_allreduce false: each owner's slice of [lo, hi), held at `data`, reduced (averaged) to that
+  // owner in place (average_tensor's ("reduce", dst) buckets, allreduce_no_retain -> dist.reduce), in the order the
+  // bucket was filled: ascending flat order at stage 1, descending at stage 2. Only the owner's slice holds the sum.
+  void reduce_to_owners(void* data, size_t lo, size_t hi, const std::string& phase) {
+    const DType dtype = options_.recipe.grads;
+    const int first = static_cast<int>(lo / shard_.shard);
+    const int last = static_cast<int>((hi - 1) / shard_.shard);
+    for (int i = 0; i <= last - first; ++i) {
+      const int owner = stage_ == 1 ? first + i : last - i;
+      const size_t begin = std::max(lo, static_cast<size_t>(owner) * shard_.shard);
+      const size_t end = std::min(hi, static_cast<size_t>(owner + 1) * shard_.shard);
+      void* slice = element(data, dtype, begin - lo);
+      dp().reduce(slice, slice, end - begin, dtype, coll::ReduceOp::kAvg, owner, phase);
     }
   }
 

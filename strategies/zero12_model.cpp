@@ -30,7 +30,8 @@
 // Each buffer sized in parameter elements is charged as a shrunk run charges it (AnalyticInput::bytes: norm
 // weights and biases ÷ k); R, reduce_bucket_size ÷ k², is charged as held.
 // Traffic per step: the gradients all-reduced in slices per owner, as DeepSpeed 0.19's average_tensor reduces them
-// (Ψ, padding never reduced: stage 1 once, after the last micro-batch; stage 2 every micro-batch), the updated
+// (Ψ, padding never reduced: stage 1 once, after the last micro-batch; stage 2 every micro-batch), or with
+// use_multi_rank_bucket_allreduce false reduced to their owners (each rank sends all but its own slices), the updated
 // shards all-gathered (P), the gradient norm all-reduced.
 // Over tensor-parallel layers (--tp T): the input's units are the rank's TP slice (Ψ/T plus its padding rows of
 // the vocabulary), N reads D = N/T and the traffic above is the "data-parallel" group's; tp's activation
@@ -140,6 +141,10 @@ Updated predict_zero12(const StrategyOptions& options, const AnalyticInput& inpu
   uint64_t every_grad = 0;  // every unit's .grad at the end of backward
   for (size_t unit = 0; unit < input.unit_counts.size(); ++unit) every_grad += unit_grad(unit);
   const bool bf16_optimizer = stage == 1 && options.zero.fp32_grad_accumulation && !input.offload;
+  // The ZeRO optimizer's buckets: all-reduced, or each owner's slices reduced to it (use_multi_rank_bucket_allreduce
+  // false; a ring reduce sends (N−1)/N of the payload per rank on average: each rank all of it but its own slices).
+  const coll::CollectiveKind gradient_reduction =
+      options.zero.multi_rank_bucket_allreduce ? coll::CollectiveKind::kAllReduce : coll::CollectiveKind::kReduce;
   if (bf16_optimizer) {
     // BF16_Optimizer: every bf16 .grad, from the end of backward to the step, beside the fp32 gradients of the whole
     // flat group (all run); no reduce bucket; the fp32 gradients all-reduced in bf16 (a copy: a temporary); AdamW
@@ -156,12 +161,12 @@ Updated predict_zero12(const StrategyOptions& options, const AnalyticInput& inpu
     for (size_t unit = freed; unit < input.unit_counts.size(); ++unit) kept_grad += unit_grad(unit);
     prediction.peak[Category::kGradients] = std::max(every_grad, kept_grad + device_partition);
     prediction.formula = "(2 + 2 + K/N)Ψ: optimizer state partitioned";
-    add_ring_traffic(prediction, coll::CollectiveKind::kAllReduce, group, parameters * grad_bytes, world);
+    add_ring_traffic(prediction, gradient_reduction, group, parameters * grad_bytes, world);
   } else {
     prediction.peak[Category::kGradients] =
         backward_gradients(input, bucket_elements, grad_bytes, device_partition, compact);
     prediction.formula = "(2 + (2 + K)/N)Ψ: optimizer state and gradients partitioned";
-    add_ring_traffic(prediction, coll::CollectiveKind::kAllReduce, group, parameters * grad_bytes, world,
+    add_ring_traffic(prediction, gradient_reduction, group, parameters * grad_bytes, world,
                      static_cast<uint64_t>(input.accumulation));
   }
   // DeepSpeed's step(): flatten(averaged_gradients).to(fp32) beside the partition (BF16_Optimizer's reads its fp32

@@ -93,7 +93,8 @@ def worker(rank, args, queue, hook=None):
 def watch_collectives():
     """Logs every collective DeepSpeed calls (deepspeed.comm, which its ZeRO code calls through) until the returned
     function is called, which restores them and returns, per call, the kind, the bytes of each tensor argument in
-    order, and whether the first is a tensor of its own (not a view: a flattened copy made for the call)."""
+    order, whether the first is a tensor of its own (not a view: a flattened copy made for the call), and a reduce's
+    or broadcast's root (its global rank)."""
     import deepspeed.comm as dist
 
     calls = []
@@ -106,8 +107,11 @@ def watch_collectives():
 
         def logged(*a, _name=name, **k):
             tensors = [x for x in list(a) + list(k.values()) if hasattr(x, "numel") and hasattr(x, "element_size")]
-            calls.append({"kind": _name, "bytes": [int(t.numel() * t.element_size()) for t in tensors],
-                          "own_storage": bool(tensors) and tensors[0]._base is None})
+            call = {"kind": _name, "bytes": [int(t.numel() * t.element_size()) for t in tensors],
+                    "own_storage": bool(tensors) and tensors[0]._base is None}
+            if _name in ("reduce", "broadcast"):  # the root: dist.reduce(tensor, dst), dist.broadcast(tensor, src)
+                call["root"] = int(a[1] if len(a) > 1 else k.get("dst", k.get("src")))
+            calls.append(call)
             return originals[_name](*a, **k)
 
         setattr(dist, name, logged)

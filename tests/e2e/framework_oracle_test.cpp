@@ -1114,7 +1114,8 @@ std::map<std::string, int64_t> deepspeed_payloads(const json& rank) {
 // gradients all-reduced (average_tensor, at its defaults, all-reduces each bucket's slices, one per owner, together:
 // allreduce_and_scatter), every gradient once a micro-batch (stage 1: the sum of them once) at bf16, 2Ψ bytes; the
 // norm's all-reduce (4 B); the updated partitions all-gathered (all_gather_into_tensor's input, P/N elements a rank);
-// and a 1-byte all-reduce that emu does not make (step()'s overflow flag), named. ZeRO-3: the gradients
+// and a 1-byte all-reduce that emu does not make (step()'s overflow flag), named; with use_multi_rank_bucket_allreduce
+// false the gradients are reduced to their owners instead (dist.reduce, 2Ψ bytes of payload). ZeRO-3: the gradients
 // reduce-scattered (reduce_scatter_fn's inputs, 2Ψ bytes), the gathered tensors all-gathered (all_gather_into_tensor's
 // inputs, the ranks' partitions of them), the norm all-reduced (DeepSpeed's 8 B, emu's 4), and broadcasts of a few
 // hundred bytes emu does not make, named. Stage 0: the engine's all-reduce of the flat bf16 gradients (2Ψ), and
@@ -1143,7 +1144,12 @@ void check_collectives(const json& fixture, const json& rank, const json& emu, c
     EXPECT_EQ(at(sent, "all_reduce"), 2 * (n - 1) * at(ds, "all_reduce") / n) << fixture["file"];
   } else {
     const int64_t passes = fixture.value("gradient_accumulation_steps", 1);
-    EXPECT_EQ(at(ds, "all_reduce"), 2 * c.psi * passes) << fixture["file"] << ": DeepSpeed's gradient all-reduces";
+    // use_multi_rank_bucket_allreduce false: each owner's slices reduced to it (dist.reduce) instead.
+    const bool by_owner =
+        !fixture.value("zero_optimization", json::object()).value("use_multi_rank_bucket_allreduce", true);
+    const std::string reduction = by_owner ? "reduce" : "all_reduce";
+    EXPECT_EQ(at(ds, reduction), 2 * c.psi * passes) << fixture["file"] << ": DeepSpeed's gradient " << reduction;
+    EXPECT_EQ(at(ds, by_owner ? "all_reduce" : "reduce"), 0) << fixture["file"];
     EXPECT_EQ(at(ds, kScalarAllReduce), 4 + 1) << fixture["file"] << ": the norm's 4 B and the overflow flag's 1 B";
     EXPECT_EQ(sent.count("reduce_scatter"), 0u)
         << fixture["file"] << ": emu reduce-scatters where DeepSpeed all-reduces";
@@ -1151,13 +1157,20 @@ void check_collectives(const json& fixture, const json& rank, const json& emu, c
     EXPECT_EQ(at(sent, "all_reduce"),
               2 * (n - 1) * (at(ds, "all_reduce") + at(ds, kScalarAllReduce) - overflow_flag) / n)
         << fixture["file"];
+    // A reduce's root sends nothing, every other rank its whole payload: emu's JSON holds rank 0's traffic, so it
+    // sent every slice that another rank owns.
+    int64_t to_others = 0;
+    for (const json& call : rank["collectives"]) {
+      if (call["kind"] == "reduce" && call["root"] != 0) to_others += call["bytes"][0].get<int64_t>();
+    }
+    EXPECT_EQ(at(sent, "reduce"), to_others) << fixture["file"] << ": rank 0's gradient reduces";
     EXPECT_EQ(at(sent, "all_gather"), (n - 1) * at(ds, "all_gather_into_tensor")) << fixture["file"];
     EXPECT_EQ(at(ds, "reduce_scatter_fn") + at(ds, "broadcast"), 0)
         << fixture["file"] << ": DeepSpeed called collectives emu's zero1 and zero2 do not";
   }
   for (const auto& [kind, bytes] : ds) {
     const bool known = kind == "all_reduce" || kind == kScalarAllReduce || kind == "reduce_scatter_fn" ||
-                       kind == "all_gather_into_tensor" || kind == "broadcast";
+                       kind == "all_gather_into_tensor" || kind == "broadcast" || kind == "reduce";
     EXPECT_TRUE(known) << fixture["file"] << ": DeepSpeed called " << kind << " (" << bytes << " B)";
   }
 }

@@ -55,12 +55,15 @@ struct Case {
   // pp: its schedule, and 8 blocks so that every rank count up to 8 has a block per stage.
   strategy::Schedule schedule = strategy::Schedule::k1F1B;
   int64_t layers = 2;
-  std::string schedule_suffix() const {
+  // zero1, zero2: use_multi_rank_bucket_allreduce false, each bucket's slices reduced to their owners.
+  bool reduce_by_owner = false;
+  std::string variant_suffix() const {
+    if (reduce_by_owner) return "_reduce_by_owner";
     if (strategy != "pp") return "";
     return schedule == strategy::Schedule::kGpipe ? "_gpipe" : "_1f1b";
   }
   friend void PrintTo(const Case& c, std::ostream* os) {
-    *os << c.strategy << c.schedule_suffix() << (c.style == model::Style::kLlama ? "/llama" : "/gpt2")
+    *os << c.strategy << c.variant_suffix() << (c.style == model::Style::kLlama ? "/llama" : "/gpt2")
         << (c.recipe == optim::Recipe::kFp32 ? "/fp32" : "/mixed") << "/accum" << c.accumulation
         << (c.clip ? "/clip" : "/noclip");
   }
@@ -69,7 +72,7 @@ struct Case {
 std::string case_name(const Case& c) {
   std::string name = c.strategy;
   std::replace(name.begin(), name.end(), '-', '_');
-  return name + c.schedule_suffix() + (c.style == model::Style::kLlama ? "_llama" : "_gpt2") +
+  return name + c.variant_suffix() + (c.style == model::Style::kLlama ? "_llama" : "_gpt2") +
          (c.recipe == optim::Recipe::kFp32 ? "_fp32" : "_mixed") + "_accum" + std::to_string(c.accumulation) +
          (c.clip ? "_clip" : "_noclip");
 }
@@ -147,6 +150,10 @@ strategy::StrategyOptions case_options(const Case& c) {
   strategy::StrategyOptions options = test_options(c.strategy, c.recipe);
   if (!c.clip) options.clip_norm = 0;
   options.pipeline.schedule = c.schedule;
+  if (c.reduce_by_owner) {
+    options.zero.multi_rank_bucket_allreduce = false;
+    options.zero.reduce_bucket_elements = 2000;  // four buckets of the tiny Llama's 7,024 parameters
+  }
   return options;
 }
 
@@ -184,6 +191,12 @@ std::vector<Case> cases() {
     }
     for (const char* name : {"ddp", "ddp-zero", "zero0", "zero1", "zero2", "zero3", "fsdp", "fsdp2"}) {
       all.push_back({name, model::Style::kLlama, optim::Recipe::kMixed, 1, clip});
+    }
+    // Each owner's slices reduced to it, over several buckets a step, some across a shard boundary.
+    for (const char* name : {"zero1", "zero2"}) {
+      Case by_owner{name, model::Style::kLlama, optim::Recipe::kFp32, 2, clip};
+      by_owner.reduce_by_owner = true;
+      all.push_back(by_owner);
     }
     // DDP's mixed recipe is autocast: fp32 gradients, so micro-batches accumulate as in fp32.
     all.push_back({"ddp", model::Style::kGpt2, optim::Recipe::kMixed, 2, clip});

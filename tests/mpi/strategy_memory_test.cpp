@@ -58,8 +58,8 @@ TEST_P(MemoryAndTraffic, MeasuredEqualsAnalytic) {
       sent[key.first] += entry.moved.sent;
     }
   }
-  for (coll::CollectiveKind kind :
-       {coll::CollectiveKind::kAllReduce, coll::CollectiveKind::kReduceScatter, coll::CollectiveKind::kAllGather}) {
+  for (coll::CollectiveKind kind : {coll::CollectiveKind::kAllReduce, coll::CollectiveKind::kReduceScatter,
+                                    coll::CollectiveKind::kAllGather, coll::CollectiveKind::kReduce}) {
     const double want = static_cast<double>(predicted.sent(kind));
     const double got = static_cast<double>(sent[kind]);
     // Ring chunks of payloads that do not divide by N differ from the nominal (N−1)/N by a few elements per call.
@@ -92,6 +92,15 @@ std::vector<Case> cases() {
   all.push_back({"zero1", optim::Recipe::kMixed, "small_buckets", [](O& o) {
                    o.zero.reduce_bucket_elements = 2'000'000;
                    o.zero.allgather_bucket_elements = 3'000'000;
+                 }});
+  // use_multi_rank_bucket_allreduce false: each bucket's slices reduced to their owners, several buckets a step.
+  all.push_back({"zero1", optim::Recipe::kMixed, "reduce_by_owner", [](O& o) {
+                   o.zero.reduce_bucket_elements = 2'000'000;
+                   o.zero.multi_rank_bucket_allreduce = false;
+                 }});
+  all.push_back({"zero2", optim::Recipe::kMixed, "reduce_by_owner", [](O& o) {
+                   o.zero.reduce_bucket_elements = 2'000'000;
+                   o.zero.multi_rank_bucket_allreduce = false;
                  }});
   all.push_back({"zero3", optim::Recipe::kMixed, "persistent", [](O& o) { o.shrink = 1; }});
   all.push_back({"zero3", optim::Recipe::kMixed, "no_prefetch", [](O& o) { o.zero.prefetch_bucket_elements = 1; }});

@@ -523,6 +523,36 @@ TEST(DeepSpeedConfig, GradAccumDtypeFp32UnderBf16AtStagesOneAndTwo) {
                   .knobs.zero.fp32_grad_accumulation);
 }
 
+// use_multi_rank_bucket_allreduce (runtime/zero/config.py, default true) is read at stages 1 and 2: false reduces
+// each owner's slices to it, unless reduce_scatter is false, where average_tensor all-reduces the bucket whole
+// (gradient_reduction_w_predivide) before it looks at the key. At stages 0 and 3 it has no effect and is listed.
+TEST(DeepSpeedConfig, MultiRankBucketAllReduceAtStagesOneAndTwo) {
+  const auto parsed = [](int stage, const std::string& keys) {
+    return parse_deepspeed_config(fmt::format(R"({{"zero_optimization": {{"stage": {}{}}}}})", stage, keys), "t", {});
+  };
+  EXPECT_TRUE(parsed(2, "").knobs.zero.multi_rank_bucket_allreduce);
+  for (const int stage : {1, 2}) {
+    const DeepSpeedConfig off = parsed(stage, R"(, "use_multi_rank_bucket_allreduce": false)");
+    EXPECT_FALSE(off.knobs.zero.multi_rank_bucket_allreduce) << stage;
+    EXPECT_TRUE(off.ignored.empty()) << fmt::format("{}", fmt::join(off.ignored, "; "));
+    EXPECT_TRUE(parsed(stage, R"(, "use_multi_rank_bucket_allreduce": true)").ignored.empty());
+    EXPECT_TRUE(parsed(stage, R"(, "use_multi_rank_bucket_allreduce": false, "reduce_scatter": false)")
+                    .knobs.zero.multi_rank_bucket_allreduce);
+  }
+  const DeepSpeedConfig stage3 = parsed(3, R"(, "use_multi_rank_bucket_allreduce": false)");
+  ASSERT_EQ(stage3.ignored.size(), 1U);
+  EXPECT_NE(stage3.ignored.front().find("use_multi_rank_bucket_allreduce (no effect at stage 3"), std::string::npos)
+      << stage3.ignored.front();
+  try {
+    parsed(2, R"(, "use_multi_rank_bucket_allreduce": "no")");
+    ADD_FAILURE() << "a string accepted";
+  } catch (const InputError& error) {
+    EXPECT_NE(std::string(error.what()).find("use_multi_rank_bucket_allreduce\" is \"no\"; accepted: true or false"),
+              std::string::npos)
+        << error.what();
+  }
+}
+
 TEST(DeepSpeedConfig, EveryRealConfigIsReadAsStated) {
   const std::vector<std::pair<std::string, std::string>> accepted = {
       {"hf_trainer_zero2.json", "zero2"},
@@ -535,11 +565,15 @@ TEST(DeepSpeedConfig, EveryRealConfigIsReadAsStated) {
       {"accelerate_zero2_offload_fp16.json", "zero2"},
       {"accelerate_zero3_offload_fp16.json", "zero3"},
       {"llamafactory_zero0.json", "zero0"},
-      {"megatron_deepspeed_bf16_zero1_fp32_accum.json", "zero1"}};
+      {"megatron_deepspeed_bf16_zero1_fp32_accum.json", "zero1"},
+      {"tutorial_zero1_fp16_every_key.json", "zero1"}};
   for (const auto& [file, strategy] : accepted) {
     EXPECT_EQ(load_deepspeed_config(data_file(file), {}).strategy, strategy) << file;
   }
   EXPECT_THROW(load_deepspeed_config(data_file("hf_transformers_zero3_offload_fp16.json"), {}), InputError);
+  const DeepSpeedConfig every_key = load_deepspeed_config(data_file("tutorial_zero1_fp16_every_key.json"), {});
+  EXPECT_TRUE(every_key.ignored.empty()) << fmt::format("{}", fmt::join(every_key.ignored, "; "));
+  EXPECT_TRUE(every_key.knobs.zero.multi_rank_bucket_allreduce);
   size_t files = 0;
   for (const auto& entry : std::filesystem::directory_iterator(data_file(""))) {
     files += entry.path().extension() == ".json" ? 1 : 0;
