@@ -9,7 +9,11 @@
 //   stage 1  gradients: autograd's .grad of every unit, [n_u] kGradients each, made when backward first reaches
 //            the unit, the root's tensor by tensor as autograd makes them (an untied LM head's and the final norm's
 //            after the head's backward, the embeddings' at the end: flat.h RootGradientCharges) and kept through the
-//            micro-batches (DeepSpeed stage 1 reduces only at the accumulation boundary). After the last backward
+//            micro-batches (DeepSpeed stage 1 reduces only at the accumulation boundary). With overlap_comm the
+//            gradient hooks reduce in the boundary's backward (process_gradients), as stage 2 does below: each
+//            unit's tensors, last first, into the bucket as its backward ends, its .grad freed then, and, when the
+//            boundary is the only micro-batch, one tensor's .grad at a time (recorded:
+//            llama-zero1-bf16-rbs20000-oc{,-s8,-gas2}-n2.json). Without it, after the last backward
 //            DeepSpeed's reduce_gradients() walks the tensors in registration order through the ipg reduce bucket:
 //            [R] kBuckets (two with overlap_comm), R = reduce_bucket_size exactly, made by the first gradient hook of
 //            the backward (process_gradients -> setup_buckets, once the loss's backward is over) and freed when the
@@ -97,7 +101,7 @@ namespace {
 class PartitionedOptimizer final : public Strategy {
  public:
   PartitionedOptimizer(StrategyContext context, const StrategyOptions& options, int stage)
-      : Strategy(context, options), stage_(stage) {}
+      : Strategy(context, options), stage_(stage), hooks_reduce_(stage == 2), tensorwise_(stage == 2) {}
 
   void setup() override {
     const Mesh mesh = mesh_of(options_, world_.size(), world_.rank());
@@ -196,11 +200,11 @@ class PartitionedOptimizer final : public Strategy {
     Buffer& grads = unit_grads_[static_cast<size_t>(unit)];
     // The root's backward is over: the .grad its head made went into the bucket there (a tied head's is made at
     // the end).
-    if (stage_ == 2 && unit != 0) head_grad_.reset();
+    if (tensorwise_ && unit != 0) head_grad_.reset();
     if (stage_ == 1 && grads.allocated()) return;  // .grad accumulates over micro-batches until the reduction
     const std::string what = fmt::format("unit {} gradients", unit);
     const DType dtype = options_.recipe.grads;
-    if (stage_ == 2) {
+    if (tensorwise_) {
       // One tensor's .grad at a time: each is copied into the bucket by its hook as autograd makes it (the unit's
       // other elements are host scratch until emu copies them at after_backward). The root's largest tensor made
       // at the head (an untied head; the final norm when the head is tied to the embedding, whose .grad autograd
@@ -223,7 +227,7 @@ class PartitionedOptimizer final : public Strategy {
   void gradient_made(int unit, size_t offset) override {
     if (buckets_.empty() && !bf16_optimizer()) allocate_buckets();
     if (unit != 0) return;
-    if (stage_ == 1) {
+    if (!tensorwise_) {
       root_charges_.made(offset);
     } else if (!head_grad_.allocated()) {
       const DType dtype = options_.recipe.grads;
@@ -237,7 +241,7 @@ class PartitionedOptimizer final : public Strategy {
 
   void after_backward(int unit) override {
     if (bf16_optimizer() && unit == 0) accumulate_into_fp32();  // the root is the last unit of every backward
-    if (stage_ == 1) return;
+    if (!hooks_reduce_) return;
     // Units finish in decreasing flat order, their tensors last first: the bucket fills from its end backwards.
     const std::vector<model::ParamInfo>& params = model_.layout(unit).params;
     for (auto param = params.rbegin(); param != params.rend(); ++param) reduce_tensor(unit, *param, false);
@@ -245,8 +249,14 @@ class PartitionedOptimizer final : public Strategy {
     if (unit == 0) finish_reduction();  // the root is the last unit of every backward
   }
 
+  void begin_micro_batch(int index, int count) override {
+    hooks_reduce_ =
+        stage_ == 2 || (stage_ == 1 && options_.zero.overlap_comm && !bf16_optimizer() && index == count - 1);
+    tensorwise_ = stage_ == 2 || (hooks_reduce_ && count == 1);
+  }
+
   void finish_gradients() override {
-    if (stage_ == 2) return;  // reduced during backward
+    if (hooks_reduce_) return;  // reduced during backward
     if (bf16_optimizer()) {
       all_reduce_fp32();
       return;
@@ -494,7 +504,7 @@ class PartitionedOptimizer final : public Strategy {
     const int first = static_cast<int>(lo / shard_.shard);
     const int last = static_cast<int>((hi - 1) / shard_.shard);
     for (int i = 0; i <= last - first; ++i) {
-      const int owner = stage_ == 1 ? first + i : last - i;
+      const int owner = hooks_reduce_ ? last - i : first + i;
       const size_t begin = std::max(lo, static_cast<size_t>(owner) * shard_.shard);
       const size_t end = std::min(hi, static_cast<size_t>(owner + 1) * shard_.shard);
       void* slice = element(data, dtype, begin - lo);
@@ -546,12 +556,17 @@ class PartitionedOptimizer final : public Strategy {
   Buffer params_;  // [P] recipe.params, every unit whole
   Buffer grads_;   // [S] this rank's gradient partition, charged as its whole tensors, from the step's first
                    // reduction to step (offload: fp32, host, all run)
-  std::vector<Buffer> buckets_;           // [R] each, from the first gradient hook to the end of the reduction
-  Buffer staging_;                        // offload: [largest tensor] recipe.grads
-  Buffer hp_grads_;                       // BF16_Optimizer: [P] fp32, all run
-  size_t partition_charge_ = 0;           // bytes charged for a partition on the device: its whole tensors
-  Buffer micro_partition_;                // stage 2, charged only: a later micro-batch's, to its backward's end
-  bool reduced_this_backward_ = false;    // this backward has reduced into the partition
+  std::vector<Buffer> buckets_;         // [R] each, from the first gradient hook to the end of the reduction
+  Buffer staging_;                      // offload: [largest tensor] recipe.grads
+  Buffer hp_grads_;                     // BF16_Optimizer: [P] fp32, all run
+  size_t partition_charge_ = 0;         // bytes charged for a partition on the device: its whole tensors
+  Buffer micro_partition_;              // stage 2, charged only: a later micro-batch's, to its backward's end
+  bool reduced_this_backward_ = false;  // this backward has reduced into the partition
+  // This backward's gradient hooks reduce (stage 2; stage 1 with overlap_comm at the accumulation boundary), and
+  // copy each .grad into the bucket as autograd makes it (stage 2; stage 1 so when the boundary is the only
+  // micro-batch: no .grad accumulated before it).
+  bool hooks_reduce_;
+  bool tensorwise_;
   std::vector<Buffer> unit_grads_;        // [n_u]: stage 1 from backward to the reduction; stage 2 during u's backward
   RootGradientCharges root_charges_;      // charged only: the root's .grad as made (stage 2: its embeddings' only)
   Buffer head_grad_;                      // stage 2, charged only: the head's .grad (tied: until the end)

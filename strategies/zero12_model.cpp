@@ -9,6 +9,8 @@
 //            (Ψ − F + W) · gradient bytes: F is the units wholly copied into the ipg bucket when it first fills
 //            (tensors in registration order, a tensor larger than the bucket reduced from its own storage)
 //            reduce bucket R · gradient bytes (two with overlap_comm), R = reduce_bucket_size elements
+//            with overlap_comm the boundary's backward reduces: F counts the units in backward order, and with one
+//            micro-batch the gradients are stage 2's (one .grad at a time, backward_gradients)
 //   stage 2  parameters P · parameter bytes   gradients: the .grad autograd makes before DeepSpeed's hook copies
 //            it into the bucket, one tensor at a time, beside the partition (W · gradient bytes) once the
 //            backward's first reduction has made it, and over accumulated micro-batches beside the first one's
@@ -47,17 +49,28 @@
 namespace emu::strategy {
 namespace {
 
-// Stage 1: how many units' .grad (the first ones, wholly copied into the bucket) are freed when the first
-// reduction happens; all of them when everything fits in one bucket.
-size_t units_freed_before_first_reduction(const AnalyticInput& input, uint64_t bucket) {
+// Stage 1: the .grad bytes still alive when the first reduction happens, out of `every_grad`. The tensors go into the
+// bucket unit by unit: in registration order after backward, or, reduced in the accumulation boundary's backward
+// (overlap_comm, `in_backward`), as each unit's backward ends (blocks L..1, then the root, each unit's tensors last
+// first). A unit's .grad is freed once all its tensors are in; the reduction comes when a tensor does not fit (or is
+// larger than the bucket), with its unit's .grad alive, or after every .grad was copied (none alive).
+template <typename UnitGrad>
+uint64_t grads_alive_at_first_reduction(const AnalyticInput& input, uint64_t bucket, bool in_backward,
+                                        uint64_t every_grad, UnitGrad unit_grad) {
+  const size_t units = input.unit_counts.size();
   uint64_t in_bucket = 0;
-  for (size_t unit = 0; unit < input.unit_counts.size(); ++unit) {
-    for (uint64_t tensor : input.tensors_of(unit)) {
-      if (tensor > bucket || in_bucket + tensor > bucket) return unit;
+  uint64_t freed = 0;
+  for (size_t step = 0; step < units; ++step) {
+    const size_t unit = !in_backward ? step : step + 1 < units ? units - 1 - step : 0;
+    std::vector<uint64_t> tensors = input.tensors_of(unit);
+    if (in_backward) std::reverse(tensors.begin(), tensors.end());
+    for (uint64_t tensor : tensors) {
+      if (tensor > bucket || in_bucket + tensor > bucket) return every_grad - freed;
       in_bucket += tensor;
     }
+    freed += unit_grad(unit);
   }
-  return input.unit_counts.size();  // the one reduction comes after every .grad was copied
+  return 0;  // the one reduction comes after every .grad was copied
 }
 
 // Stage 2: the most gradient bytes alive at once in backward. DeepSpeed's hook copies each .grad into the bucket as
@@ -155,10 +168,18 @@ Updated predict_zero12(const StrategyOptions& options, const AnalyticInput& inpu
         "(2 + 2 + 4 + K/N)Ψ: BF16_Optimizer, fp32 gradients of every parameter, optimizer state "
         "partitioned";
     add_ring_traffic(prediction, coll::CollectiveKind::kAllReduce, group, padded_parameters * grad_bytes, world);
+  } else if (stage == 1 && options.zero.overlap_comm && input.accumulation == 1) {
+    // With overlap_comm the gradient hooks reduce in the boundary's backward; the only micro-batch's .grads go into
+    // the bucket one tensor at a time, as at stage 2.
+    prediction.peak[Category::kGradients] =
+        backward_gradients(input, bucket_elements, grad_bytes, device_partition, false);
+    prediction.formula = "(2 + 2 + K/N)Ψ: optimizer state partitioned";
+    add_ring_traffic(prediction, gradient_reduction, group, parameters * grad_bytes, world);
   } else if (stage == 1) {
-    const size_t freed = units_freed_before_first_reduction(input, bucket_elements);
-    uint64_t kept_grad = 0;  // the units' .grad not yet freed at the first reduction
-    for (size_t unit = freed; unit < input.unit_counts.size(); ++unit) kept_grad += unit_grad(unit);
+    // Every .grad accumulated to the boundary, then copied into the bucket (after backward; with overlap_comm in
+    // the boundary's backward) and freed unit by unit, the partition made by the first reduction.
+    const uint64_t kept_grad =
+        grads_alive_at_first_reduction(input, bucket_elements, options.zero.overlap_comm, every_grad, unit_grad);
     prediction.peak[Category::kGradients] = std::max(every_grad, kept_grad + device_partition);
     prediction.formula = "(2 + 2 + K/N)Ψ: optimizer state partitioned";
     add_ring_traffic(prediction, gradient_reduction, group, parameters * grad_bytes, world);

@@ -1143,7 +1143,8 @@ void check_collectives(const json& fixture, const json& rank, const json& emu, c
     EXPECT_EQ(at(ds, kScalarAllReduce), 0) << fixture["file"];
     EXPECT_EQ(at(sent, "all_reduce"), 2 * (n - 1) * at(ds, "all_reduce") / n) << fixture["file"];
   } else {
-    const int64_t passes = fixture.value("gradient_accumulation_steps", 1);
+    // Stage 2 reduces every micro-batch, stage 1 once a step.
+    const int64_t passes = stage == 2 ? fixture.value("gradient_accumulation_steps", 1) : 1;
     // use_multi_rank_bucket_allreduce false: each owner's slices reduced to it (dist.reduce) instead.
     const bool by_owner =
         !fixture.value("zero_optimization", json::object()).value("use_multi_rank_bucket_allreduce", true);
@@ -1375,6 +1376,13 @@ struct Zero12Facts {
   // Stage 2 accumulating in fp32 under bf16 (data_types.grad_accum_dtype "fp32"): a compact fp32 partition of S
   // elements in place of grads_in_partition, read by step() as it is.
   bool compact = false;
+  // The gradient hooks reduce in backward: stage 2; stage 1 with overlap_comm at the accumulation boundary
+  // (process_gradients). `tensorwise`: each .grad copied into the bucket as autograd makes it (stage 2; stage 1 so
+  // when the boundary is the only micro-batch, with no .grad accumulated before it).
+  bool hooks_reduce = false;
+  bool tensorwise = false;
+  int accumulation = 1;
+  bool head_in_partition = false;  // the LM head, the last tensor in registration order, meets the rank's S elements
 };
 
 Zero12Facts zero12_facts(const CaseFacts& c, int stage, const json& zero, int64_t rank) {
@@ -1388,6 +1396,9 @@ Zero12Facts zero12_facts(const CaseFacts& c, int stage, const json& zero, int64_
   f.largest_tensor = d.largest_tensor;
   // config.py overlap_comm_valid: unset means stage == 3.
   f.buckets = zero.value("overlap_comm", false) ? 2 : 1;
+  f.hooks_reduce = stage == 2 || f.buckets == 2;
+  const int64_t psi = c.psi;
+  f.head_in_partition = (rank + 1) * f.shard > psi - f.largest_tensor;
   return f;
 }
 
@@ -1410,16 +1421,36 @@ void name_deepspeed_zero12(const std::string& category, const Zero12Facts& f, co
   // cleared them), so MemTracker files all three as activations or temporaries; emu files them under gradients,
   // where its peak is the more of backward's and this.
   const int64_t at_step = 6 * S + 2 * f.partition;
-  if (category == "gradients" && f.stage == 1) {
-    // Stage 1 reduces nothing in backward (process_gradients: neither partition_gradients nor overlap_comm), so
-    // MemTracker's gradient peak is every autograd .grad (2Ψ) at its end, before reduce_gradients points each into
-    // the bucket or grads_in_partition.
+  if (category == "gradients" && f.stage == 1 && f.hooks_reduce && f.accumulation > 1) {
+    // The boundary's backward starts with every .grad accumulated; the head's backward makes a new .grad that
+    // AccumulateGrad adds into the accumulated one before the hook copies it into the bucket.
+    line.named.push_back(
+        {"autograd's new .grad of the LM head beside its accumulated one, until AccumulateGrad adds it in: "
+         "MemTracker's gradients, emu accumulates in place",
+         -2 * f.largest_tensor, false});
+  }
+  if (category == "gradients" && f.stage == 1 && !f.tensorwise) {
+    // Stage 1 without overlap_comm reduces nothing in backward (process_gradients: neither partition_gradients nor
+    // overlap_comm), so MemTracker's gradient peak is every autograd .grad (2Ψ) at its end, before reduce_gradients
+    // points each into the bucket or grads_in_partition; with overlap_comm and accumulation, every .grad at the
+    // start of the boundary's backward.
     line.named.push_back(
         {"step()'s grads_in_partition, the flattened copy of its S elements and its fp32 cast (MemTracker's "
          "activations, emu's gradients), beyond MemTracker's peak of every autograd .grad",
          std::max(2 * c.psi, at_step) - 2 * c.psi, false});
   }
-  if (category == "gradients" && f.stage == 2) {
+  if (category == "gradients" && f.stage == 1 && f.tensorwise && !f.head_in_partition) {
+    // Stage 1 copies into grads_in_partition only the partition's tensors: the head, larger than the bucket and
+    // reduced from its own .grad (extra_large_param_to_reduce), keeps that .grad to step() on a rank whose partition
+    // it does not meet, where the embeddings' is made beside it at the end of backward. Not modelled by emu, which
+    // frees it once reduced (its totals here peak elsewhere).
+    line.named.push_back(
+        {"the LM head's .grad, reduced from its own storage and kept to step() on a rank whose "
+         "partition it does not meet, beside the embeddings' (MemTracker's gradients): not modelled "
+         "by emu",
+         -2 * f.largest_tensor, false});
+  }
+  if (category == "gradients" && f.tensorwise) {
     // Stage 2: each hook copies its .grad into the bucket and points .grad into it
     // (reduce_independent_p_g_buckets_and_remove_grads); a tensor over R (the head) is reduced from its own .grad
     // (extra_large_param_to_reduce). MemTracker's gradient peak: the bucket storages, filed through those views, beside
@@ -1434,7 +1465,7 @@ void name_deepspeed_zero12(const std::string& category, const Zero12Facts& f, co
     line.named.push_back(
         {"the compact fp32 gradient partition (S elements): MemTracker's temporaries, emu's gradients", 4 * S, false});
   }
-  if (category == "gradients" && f.stage == 2 && !f.compact) {
+  if (category == "gradients" && f.tensorwise && !f.compact) {
     line.named.push_back(
         {"emu's gradient peak, the more of step()'s grads_in_partition with its flattened and fp32 copies "
          "(MemTracker's activations) and grads_in_partition beside the largest .grad in backward, beyond DeepSpeed's "
@@ -1446,10 +1477,10 @@ void name_deepspeed_zero12(const std::string& category, const Zero12Facts& f, co
   }
   if (category == "buckets") {
     line.named.push_back(
-        {f.stage == 1 ? "the ipg bucket (reduce_bucket_size bf16 elements), made by setup_buckets in a gradient hook: "
-                        "MemTracker's temporaries (no .grad points into it before reduce_gradients, after backward)"
-                      : "the ipg bucket(s) (reduce_bucket_size bf16 elements each), filed by MemTracker under "
-                        "gradients",
+        {!f.tensorwise ? "the ipg bucket (reduce_bucket_size bf16 elements), made by setup_buckets in a gradient hook: "
+                         "MemTracker's temporaries (no .grad points into it before reduce_gradients, after backward)"
+                       : "the ipg bucket(s) (reduce_bucket_size bf16 elements each), filed by MemTracker under "
+                         "gradients",
          bucket_bytes, false});
   }
   if (category == "buffers") line.named.push_back({"RoPE inv_freq buffers (emu keeps none)", -rope_buffers(c, 4)});
@@ -1460,6 +1491,8 @@ std::vector<Line> compare_deepspeed_zero12(const json& fixture, int stage, const
   Zero12Facts f =
       zero12_facts(c, stage, fixture.value("zero_optimization", json::object()), rank["rank"].get<int64_t>());
   f.compact = stage == 2 && accumulates_in_fp32(fixture);
+  f.accumulation = fixture.value("gradient_accumulation_steps", 1);
+  f.tensorwise = stage == 2 || (f.hooks_reduce && f.accumulation == 1);
   check_collectives(fixture, rank, emu, c, stage);
   const auto at_peak = rank["at_peak"].get<RecordedCategories>();
   std::vector<Line> lines = category_lines(
@@ -1469,7 +1502,11 @@ std::vector<Line> compare_deepspeed_zero12(const json& fixture, int stage, const
   // The recordings peak at the loss's backward (a bucket small beside the model's states, made only at the first
   // gradient hook, leaves DeepSpeed's peak where its work peaks), or, with activations below the model's states (the
   // -s8 ones: 8 tokens), in step() (peaked_in_step).
-  const Moment moment = peaked_in_step(rank) ? Moment::kOptimizerStep : recorded_moment(at_peak, false);
+  // Stage 1 accumulating holds the earlier micro-batches' .grads there too (MemTracker's gradients at the peak).
+  const bool accumulated = stage == 1 && f.accumulation > 1;
+  const Moment moment = peaked_in_step(rank) ? Moment::kOptimizerStep
+                        : accumulated        ? Moment::kBeforeGradients
+                                             : recorded_moment(at_peak, false);
   EXPECT_NE(moment, Moment::kBlockBackward) << fixture["file"] << ": the recorded peak is in a block's backward";
   name_work_at_peak(fixture, c, fmt::format("zero{}", stage), moment, lines.back());
   if (moment == Moment::kOptimizerStep) {
@@ -1493,6 +1530,14 @@ std::vector<Line> compare_deepspeed_zero12(const json& fixture, int stage, const
   // Both make the root's .grad and the ipg bucket(s) only once the loss's backward is over (the first gradient
   // hook, process_gradients -> setup_buckets), so neither is at the peak.
   const int accumulation = fixture.value("gradient_accumulation_steps", 1);
+  if (stage == 1 && f.hooks_reduce && accumulation > 1) {
+    // With overlap_comm the first micro-batch's gradient hooks make the ipg buckets (setup_buckets), released only
+    // by the boundary's reduction: alive at the later micro-batch's loss backward.
+    lines.back().named.push_back(
+        {"the ipg buckets, made by the first micro-batch's gradient hooks and kept to the "
+         "boundary's reduction: MemTracker's temporaries, emu's buckets",
+         -2 * f.bucket * f.buckets, false});
+  }
   if (stage == 2 && accumulation > 1 && f.compact) {
     // The compact fp32 partition, made by the first micro-batch's first reduction reaching it, is the one sum.
     lines.back().named.push_back(

@@ -88,6 +88,11 @@ std::vector<Case> cases() {
   all.push_back({"ddp-zero", optim::Recipe::kMixed, "bucket_view", [](O& o) { o.ddp.gradient_as_bucket_view = true; }});
   all.push_back({"ddp", optim::Recipe::kMixed, "bf16_hook", [](O& o) { o.ddp.comm_hook = strategy::CommHook::kBf16; }});
   all.push_back({"zero2", optim::Recipe::kMixed, "overlap_comm", [](O& o) { o.zero.overlap_comm = true; }});
+  // ZeRO-1 with overlap_comm reduces in the accumulation boundary's backward, in several buckets.
+  all.push_back({"zero1", optim::Recipe::kMixed, "overlap_comm", [](O& o) {
+                   o.zero.overlap_comm = true;
+                   o.zero.reduce_bucket_elements = 2'000'000;
+                 }});
   all.push_back({"zero2", optim::Recipe::kMixed, "small_buckets", [](O& o) { o.zero.reduce_bucket_elements = 1; }});
   all.push_back({"zero1", optim::Recipe::kMixed, "small_buckets", [](O& o) {
                    o.zero.reduce_bucket_elements = 2'000'000;

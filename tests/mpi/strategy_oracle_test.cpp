@@ -76,6 +76,10 @@ model::ModelConfig config_of(const oracle::Shapes& s, const std::string& name, i
 oracle::Knobs knobs_for(const std::string& strategy, const oracle::Shapes& shapes, int world) {
   oracle::Knobs k;
   k.strategy = strategy;
+  if (strategy == "zero1-overlap-comm") {  // DeepSpeed's ZeRO-1 reducing in the boundary's backward
+    k.strategy = "zero1";
+    k.overlap_comm = true;
+  }
   k.world = world;
   k.ranks_per_node = test_ranks_per_node();
   k.shrink = kShrink;
@@ -95,6 +99,7 @@ strategy::StrategyOptions options_for(const oracle::Knobs& k) {
   options.zero.max_live_parameters = k.max_live_parameters;
   options.zero.max_reuse_distance = k.max_reuse_distance;
   options.zero.sub_group_size = k.sub_group_size;
+  options.zero.overlap_comm = k.overlap_comm;
   return options;
 }
 
@@ -215,8 +220,8 @@ TEST_P(Oracle, MeasuredPlannedAndPredictedAgreeWithTheOracle) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Strategies, Oracle,
-                         ::testing::Values("ddp", "ddp-zero", "zero0", "zero1", "zero2", "zero3", "fsdp",
-                                           "fsdp-grad-op", "fsdp-no-shard", "fsdp-hybrid"),
+                         ::testing::Values("ddp", "ddp-zero", "zero0", "zero1", "zero1-overlap-comm", "zero2", "zero3",
+                                           "fsdp", "fsdp-grad-op", "fsdp-no-shard", "fsdp-hybrid"),
                          [](const ::testing::TestParamInfo<std::string>& param) {
                            std::string name = param.param;
                            for (char& ch : name) {

@@ -237,7 +237,9 @@ Estimate zero12(const Shapes& s, const Knobs& k, int stage) {
   const uint64_t partition = grads_in_partition(s, n, static_cast<uint64_t>(k.rank));
   Estimate e;
   add(e, &Estimate::parameters, "parameters", "bit16 flat parameters, aligned to 2N", padded * k.param_bytes);
-  if (stage == 1) {
+  // Stage 2's gradient hooks reduce in every backward; stage 1's only with overlap_comm, in the accumulation
+  // boundary's (process_gradients), here the only micro-batch's: there it holds its gradients as stage 2 does.
+  if (stage == 1 && !k.overlap_comm) {
     add(e, &Estimate::gradients, "gradients", "autograd .grad of every parameter", psi * k.grad_bytes);
     // reduce_gradients() copies the tensors, in registration order, into the bucket (a tensor's .grad is dropped
     // once copied; the oracle frees whole units) and makes the partition (grads_in_partition) at the first
