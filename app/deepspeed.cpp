@@ -271,12 +271,10 @@ int read_zero(Fields& top, std::string_view source, DeepSpeedConfig& config) {
   if (z.get_either("stage3_max_reuse_distance", "max_reuse_distance", value, 0, 1e13)) {
     zero.max_reuse_distance = static_cast<uint64_t>(value);
   }
-  // emu runs DeepSpeed's default contiguous_gradients path (the ipg bucket); without it DeepSpeed flattens each
-  // bucket into a temporary instead, which emu does not model.
-  bool contiguous = true;
-  if (z.get("contiguous_gradients", contiguous, 0, 1) && !contiguous) {
-    config.ignored.emplace_back("zero_optimization.contiguous_gradients = false (emu runs the contiguous path)");
-  }
+  // contiguous_gradients false: modelled at stage 1 (ZeroOptions::contiguous_gradients); at stages 2 and 3 emu runs
+  // the contiguous path and lists the key. Optimizer offload forces it on (stage_1_and_2.py: contiguous_gradients or
+  // cpu_offload), checked once the offload keys are read.
+  z.get("contiguous_gradients", zero.contiguous_gradients, 0, 1);
   // Stages 1 and 2 reduce each bucket by owner (average_tensor) only with reduce_scatter on, DeepSpeed's default;
   // off, they all-reduce the bucket whole (gradient_reduction_w_predivide), as the multi-rank all-reduce moves it.
   z.get("use_multi_rank_bucket_allreduce", zero.multi_rank_bucket_allreduce, 0, 1);
@@ -301,6 +299,16 @@ int read_zero(Fields& top, std::string_view source, DeepSpeedConfig& config) {
             "zero_optimization.{} (no effect at stage 0: DeepSpeed all-reduces in 500,000,000-element buckets)", key));
       }
     }
+  }
+  if (!zero.contiguous_gradients && (stage != 1 || config.offload_optimizer)) {
+    if (stage != 1) {
+      config.ignored.emplace_back(
+          stage == 0 ? "zero_optimization.contiguous_gradients = false (no effect at stage 0)"
+                     : fmt::format("zero_optimization.contiguous_gradients = false (emu runs the contiguous path at "
+                                   "stage {})",
+                                   stage));
+    }
+    zero.contiguous_gradients = true;  // optimizer offload forces it on at stage 1
   }
   if ((stage == 0 || stage == 3) && z.has("use_multi_rank_bucket_allreduce")) {
     config.ignored.push_back(fmt::format(

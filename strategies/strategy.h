@@ -116,6 +116,10 @@ struct ZeroOptions {
   // per owner, together (allreduce_and_scatter); false reduces each owner's slices to that owner (dist.reduce,
   // allreduce_no_retain with its rank): half the bytes, and only the owner holds the sum.
   bool multi_rank_bucket_allreduce = true;
+  // contiguous_gradients (DeepSpeed's default true; forced on under optimizer offload). False, at stage 1: no ipg
+  // bucket buffer; autograd's .grads stay pending and every .grad is kept to step(), each bucket of several tensors
+  // flattened into a temporary and all-reduced whole (buffered_reduce_fallback), no grads_in_partition.
+  bool contiguous_gradients = true;
 };
 
 // PyTorch FullyShardedDataParallel's knobs.

@@ -37,6 +37,13 @@
 //            backward ends its tensors, last first, are copied into the bucket (one larger than R is reduced from the
 //            unit's buffer) and the buffer is freed; a full bucket is all-reduced at once, every
 //            micro-batch, and each rank adds its part to its partition: the gradients it does not own are never kept.
+// Stage 1 with contiguous_gradients false (pending_grads): no ipg bucket buffer (emu's is host scratch, charged
+// nothing); autograd's .grads wait where they were made and every one is kept to step(), where the ones outside the
+// partition are freed first (free_grad_in_param_list) and the partition's, its whole tensors, stay to the cast; a
+// bucket of several tensors is flattened into a new tensor for its all-reduce (allreduce_bucket: kBuckets, the
+// tensors as charged), all-reduced whole (buffered_reduce_fallback, whatever use_multi_rank_bucket_allreduce says),
+// and no grads_in_partition is made (emu's partition holds the sums, charged nothing). Recorded:
+// llama-zero1-bf16-rbs20000-nocontig{,-s8,-oc,-oc-s8}-n2.json.
 // Both stages' partition holds S elements but is charged as DeepSpeed sizes grads_in_partition: for the whole of
 // every tensor that meets the rank's S elements, in the module's registration order (the embeddings, the blocks,
 // the final norm and head; shard.h whole_tensors_meeting), so a tensor across a partition boundary is charged whole
@@ -245,14 +252,14 @@ class PartitionedOptimizer final : public Strategy {
     // Units finish in decreasing flat order, their tensors last first: the bucket fills from its end backwards.
     const std::vector<model::ParamInfo>& params = model_.layout(unit).params;
     for (auto param = params.rbegin(); param != params.rend(); ++param) reduce_tensor(unit, *param, false);
-    release_unit_gradients(unit);
+    release_reduced_gradients(unit);
     if (unit == 0) finish_reduction();  // the root is the last unit of every backward
   }
 
   void begin_micro_batch(int index, int count) override {
     hooks_reduce_ =
         stage_ == 2 || (stage_ == 1 && options_.zero.overlap_comm && !bf16_optimizer() && index == count - 1);
-    tensorwise_ = stage_ == 2 || (hooks_reduce_ && count == 1);
+    tensorwise_ = stage_ == 2 || (hooks_reduce_ && count == 1 && !pending_grads());
   }
 
   void finish_gradients() override {
@@ -265,7 +272,7 @@ class PartitionedOptimizer final : public Strategy {
     // tensor is in the bucket.
     for (int u = 0; u < model_.num_units(); ++u) {
       for (const model::ParamInfo& param : model_.layout(u).params) reduce_tensor(u, param, true);
-      release_unit_gradients(u);
+      release_reduced_gradients(u);
     }
     finish_reduction();
   }
@@ -289,6 +296,14 @@ class PartitionedOptimizer final : public Strategy {
     // What AdamW reads: the partition (offload: already fp32 on the host; BF16_Optimizer: its fp32 gradients'; the
     // compact fp32 partition, set as the fp32 partition's .grad as it is) or its copies.
     Buffer step_grads;
+    Buffer partition_grads;
+    if (pending_grads()) {
+      // contiguous_gradients false: step() frees the .grads of the tensors outside the partition
+      // (free_grad_in_param_list(params_not_in_partition)); the partition's, its whole tensors, stay to the cast.
+      for (int unit = 0; unit < model_.num_units(); ++unit) release_unit_gradients(unit);
+      partition_grads = device_.allocate(0, options_.recipe.grads, Category::kGradients,
+                                         "ZeRO-1 the partition's .grads", partition_charge_);
+    }
     if (!offloaded() && !bf16_optimizer() && !compact_partition()) {
       Buffer flat = model::allocate_parameter_space(device_, flat_.charge, shard_.shard, recipe.grads,
                                                     Category::kGradients, "ZeRO flattened gradients");
@@ -303,6 +318,7 @@ class PartitionedOptimizer final : public Strategy {
       // step() frees the partition's .grad (free_grad_in_param_list) and averaged_gradients, grads_in_partition's
       // last views, once they are cast (recorded: the -s8 recordings, which peak here).
       grads_.reset();  // before the inner optimizer steps
+      partition_grads.reset();
     }
     const Buffer& read = step_grads.allocated() ? step_grads : grads_;
     {
@@ -348,6 +364,11 @@ class PartitionedOptimizer final : public Strategy {
   // Stage 2's ZeRO optimizer accumulating in fp32 under bf16 (data_types.grad_accum_dtype "fp32", without offload):
   // its compact fp32 gradient partition (_build_compact_grad_partition_buffer) in place of grads_in_partition.
   bool compact_partition() const { return stage_ == 2 && options_.zero.fp32_grad_accumulation && !offloaded(); }
+  // Stage 1 with contiguous_gradients false (ZeroOptions::contiguous_gradients): autograd's .grads wait in the
+  // bucket where they were made and are all kept to step(); no bucket buffer, no grads_in_partition.
+  bool pending_grads() const {
+    return stage_ == 1 && !options_.zero.contiguous_gradients && !offloaded() && !bf16_optimizer();
+  }
 
   // BF16_Optimizer's backward epilogue (update_hp_grads): each tensor's bf16 .grad, in registration order, cast to
   // fp32 (lp.grad.to(fp32): a temporary of that tensor's size) and added into its slice of the fp32 gradients. The
@@ -399,7 +420,9 @@ class PartitionedOptimizer final : public Strategy {
   // The size is already full scale ÷ k² (StrategyOptions::scaled), so a shrunk run charges the bucket as it holds it.
   void allocate_buckets() {
     const size_t backed = std::min(bucket_capacity_, shard_.padded);
-    const size_t charged = bucket_capacity_ * dtype_size(options_.recipe.grads);
+    // contiguous_gradients false: DeepSpeed keeps no bucket buffer (the .grads wait where autograd made them); emu's
+    // is host scratch then, charged nothing.
+    const size_t charged = pending_grads() ? 0 : bucket_capacity_ * dtype_size(options_.recipe.grads);
     for (int i = 0; i < (options_.zero.overlap_comm ? 2 : 1); ++i) {
       buckets_.push_back(device_.allocate(backed, options_.recipe.grads, Category::kBuckets,
                                           fmt::format("ZeRO-{} reduce bucket {}", stage_, i), charged));
@@ -419,6 +442,8 @@ class PartitionedOptimizer final : public Strategy {
     const size_t end = begin + param.count;
     if (param.count <= bucket_capacity_) {
       add_to_bucket(unit, begin, end, ascending);
+      ++bucket_tensors_;
+      bucket_charged_ += model::tensor_charge(model_.config(), param);
       return;
     }
     flush_bucket();
@@ -433,6 +458,11 @@ class PartitionedOptimizer final : public Strategy {
     free_buckets();
     micro_partition_.reset();
     reduced_this_backward_ = false;
+  }
+
+  // A unit's .grad once its tensors are reduced; contiguous_gradients false keeps every .grad to step().
+  void release_reduced_gradients(int unit) {
+    if (!pending_grads()) release_unit_gradients(unit);
   }
 
   void release_unit_gradients(int unit) {
@@ -470,8 +500,10 @@ class PartitionedOptimizer final : public Strategy {
       grads_ = model::allocate_parameter_space(device_, flat_.charge, shard_.shard, DType::kF32, Category::kGradients,
                                                "ZeRO-2 compact fp32 gradient partition");
     } else if (!grads_.allocated()) {  // on the device, the step's first reduction
-      grads_ = device_.allocate(shard_.shard, dtype, Category::kGradients,
-                                fmt::format("ZeRO-{} gradient partition", stage_), partition_charge_);
+      // contiguous_gradients false: no grads_in_partition; the partition's own .grads hold it (charged with them).
+      grads_ =
+          device_.allocate(shard_.shard, dtype, Category::kGradients, fmt::format("ZeRO-{} gradient partition", stage_),
+                           pending_grads() ? 0 : partition_charge_);
     } else if (stage_ == 2 && !reduced_this_backward_ && !offloaded() && !compact_partition()) {
       // A later micro-batch: copy_grads_in_partition makes a new grads_in_partition while all_grad_tensors keeps
       // views of the accumulated one; the epilogue adds it in and drops it. Each of its elements is written once, so
@@ -484,7 +516,7 @@ class PartitionedOptimizer final : public Strategy {
     shard_blocks(lo, hi, begin, end);
     {
       PhaseScope scope(device_.memory(), phase);
-      if (options_.zero.multi_rank_bucket_allreduce) {
+      if (options_.zero.multi_rank_bucket_allreduce || pending_grads()) {  // buffered_reduce_fallback: all-reduced
         dp().all_reduce(data, data, hi - lo, dtype, coll::ReduceOp::kAvg, phase);
       } else {
         reduce_to_owners(data, lo, hi, phase);
@@ -543,6 +575,13 @@ class PartitionedOptimizer final : public Strategy {
   // Reduce-scatters the bucket's range to the owners; this rank adds its block to its partition.
   void flush_bucket() {
     if (bucket_lo_ == bucket_hi_) return;
+    Buffer flattened;  // contiguous_gradients false: allreduce_bucket flattens a bucket of several pending .grads
+    if (pending_grads() && bucket_tensors_ > 1) {
+      flattened = device_.allocate(0, options_.recipe.grads, Category::kBuckets, "ZeRO-1 bucket, flattened",
+                                   bucket_charged_ * dtype_size(options_.recipe.grads));
+    }
+    bucket_tensors_ = 0;
+    bucket_charged_ = 0;
     reduce_into_partition(
         bucket_at(bucket_lo_), bucket_lo_, bucket_hi_,
         fmt::format("{} all-reduce, units from flat element {}", stage_ == 1 ? "gradient" : "backward", bucket_lo_));
@@ -574,6 +613,8 @@ class PartitionedOptimizer final : public Strategy {
   size_t bucket_lo_ = 0, bucket_hi_ = 0;  // flat range held by the current bucket
   bool bucket_ascending_ = false;         // the range sits at the bucket's start (else at its end)
   size_t current_bucket_ = 0;
+  size_t bucket_tensors_ = 0;  // tensors in the current bucket
+  size_t bucket_charged_ = 0;  // their elements as a shrunk run charges them
   std::vector<optim::DecayRange> decay_;
   std::unique_ptr<optim::AdamWState> optimizer_;
   std::unique_ptr<coll::Communicator> tp_group_, dp_group_;  // --tp T ≥ 2 (setup)

@@ -11,6 +11,8 @@
 //            reduce bucket R · gradient bytes (two with overlap_comm), R = reduce_bucket_size elements
 //            with overlap_comm the boundary's backward reduces: F counts the units in backward order, and with one
 //            micro-batch the gradients are stage 2's (one .grad at a time, backward_gradients)
+//            contiguous_gradients false: every .grad (Ψ · gradient bytes) kept to step(), no bucket buffer and no
+//            partition in backward; buckets: the largest bucket of several tensors, flattened for its all-reduce
 //   stage 2  parameters P · parameter bytes   gradients: the .grad autograd makes before DeepSpeed's hook copies
 //            it into the bucket, one tensor at a time, beside the partition (W · gradient bytes) once the
 //            backward's first reduction has made it, and over accumulated micro-batches beside the first one's
@@ -71,6 +73,40 @@ uint64_t grads_alive_at_first_reduction(const AnalyticInput& input, uint64_t buc
     freed += unit_grad(unit);
   }
   return 0;  // the one reduction comes after every .grad was copied
+}
+
+// Stage 1 with contiguous_gradients false: the largest bucket of several tensors, in elements as a shrunk run charges
+// them, packed in the order above; allreduce_bucket flattens such a bucket's pending .grads into a new tensor (a
+// tensor larger than the bucket, or alone in it, is all-reduced where it is).
+uint64_t largest_flattened_bucket(const AnalyticInput& input, uint64_t bucket, bool in_backward) {
+  const size_t units = input.unit_counts.size();
+  uint64_t largest = 0, in_bucket = 0, charged = 0, tensors_in = 0;
+  const auto flush = [&] {
+    if (tensors_in > 1) largest = std::max(largest, charged);
+    in_bucket = charged = tensors_in = 0;
+  };
+  for (size_t step = 0; step < units; ++step) {
+    const size_t unit = !in_backward ? step : step + 1 < units ? units - 1 - step : 0;
+    std::vector<uint64_t> tensors = input.tensors_of(unit);
+    std::vector<uint64_t> charges =
+        unit < input.unit_tensors_charged.size() ? input.unit_tensors_charged[unit] : tensors;
+    if (in_backward) {
+      std::reverse(tensors.begin(), tensors.end());
+      std::reverse(charges.begin(), charges.end());
+    }
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      if (tensors[i] > bucket) {
+        flush();
+        continue;
+      }
+      if (in_bucket + tensors[i] > bucket) flush();
+      in_bucket += tensors[i];
+      charged += charges[i];
+      ++tensors_in;
+    }
+  }
+  flush();
+  return largest;
 }
 
 // Stage 2: the most gradient bytes alive at once in backward. DeepSpeed's hook copies each .grad into the bucket as
@@ -154,6 +190,7 @@ Updated predict_zero12(const StrategyOptions& options, const AnalyticInput& inpu
   uint64_t every_grad = 0;  // every unit's .grad at the end of backward
   for (size_t unit = 0; unit < input.unit_counts.size(); ++unit) every_grad += unit_grad(unit);
   const bool bf16_optimizer = stage == 1 && options.zero.fp32_grad_accumulation && !input.offload;
+  const bool pending_grads = stage == 1 && !options.zero.contiguous_gradients && !input.offload && !bf16_optimizer;
   // The ZeRO optimizer's buckets: all-reduced, or each owner's slices reduced to it (use_multi_rank_bucket_allreduce
   // false; a ring reduce sends (N−1)/N of the payload per rank on average: each rank all of it but its own slices).
   const coll::CollectiveKind gradient_reduction =
@@ -168,6 +205,14 @@ Updated predict_zero12(const StrategyOptions& options, const AnalyticInput& inpu
         "(2 + 2 + 4 + K/N)Ψ: BF16_Optimizer, fp32 gradients of every parameter, optimizer state "
         "partitioned";
     add_ring_traffic(prediction, coll::CollectiveKind::kAllReduce, group, padded_parameters * grad_bytes, world);
+  } else if (pending_grads) {
+    // contiguous_gradients false: every .grad kept to step(), each bucket of several flattened for its all-reduce;
+    // no bucket buffer and no grads_in_partition (the partition's .grads, W, stay to step()'s cast).
+    prediction.peak[Category::kGradients] = every_grad;
+    prediction.peak[Category::kBuckets] =
+        largest_flattened_bucket(input, bucket_elements, options.zero.overlap_comm) * grad_bytes;
+    prediction.formula = "(2 + 2 + K/N)Ψ: optimizer state partitioned";
+    add_ring_traffic(prediction, coll::CollectiveKind::kAllReduce, group, parameters * grad_bytes, world);
   } else if (stage == 1 && options.zero.overlap_comm && input.accumulation == 1) {
     // With overlap_comm the gradient hooks reduce in the boundary's backward; the only micro-batch's .grads go into
     // the bucket one tensor at a time, as at stage 2.

@@ -1146,8 +1146,10 @@ void check_collectives(const json& fixture, const json& rank, const json& emu, c
     // Stage 2 reduces every micro-batch, stage 1 once a step.
     const int64_t passes = stage == 2 ? fixture.value("gradient_accumulation_steps", 1) : 1;
     // use_multi_rank_bucket_allreduce false: each owner's slices reduced to it (dist.reduce) instead.
+    // (contiguous_gradients false all-reduces every bucket whole: buffered_reduce_fallback.)
+    const json zero = fixture.value("zero_optimization", json::object());
     const bool by_owner =
-        !fixture.value("zero_optimization", json::object()).value("use_multi_rank_bucket_allreduce", true);
+        !zero.value("use_multi_rank_bucket_allreduce", true) && zero.value("contiguous_gradients", true);
     const std::string reduction = by_owner ? "reduce" : "all_reduce";
     EXPECT_EQ(at(ds, reduction), 2 * c.psi * passes) << fixture["file"] << ": DeepSpeed's gradient " << reduction;
     EXPECT_EQ(at(ds, by_owner ? "all_reduce" : "reduce"), 0) << fixture["file"];
@@ -1383,6 +1385,11 @@ struct Zero12Facts {
   bool tensorwise = false;
   int accumulation = 1;
   bool head_in_partition = false;  // the LM head, the last tensor in registration order, meets the rank's S elements
+  // contiguous_gradients false (stage 1): no ipg bucket buffer and no grads_in_partition; every .grad kept to step(),
+  // and `flattened` bytes: the largest bucket of several .grads, flattened for its all-reduce (allreduce_bucket), as
+  // recorded (the largest all-reduce of a tensor of its own).
+  bool contiguous = true;
+  int64_t flattened = 0;
 };
 
 Zero12Facts zero12_facts(const CaseFacts& c, int stage, const json& zero, int64_t rank) {
@@ -1399,6 +1406,7 @@ Zero12Facts zero12_facts(const CaseFacts& c, int stage, const json& zero, int64_
   f.hooks_reduce = stage == 2 || f.buckets == 2;
   const int64_t psi = c.psi;
   f.head_in_partition = (rank + 1) * f.shard > psi - f.largest_tensor;
+  f.contiguous = zero.value("contiguous_gradients", true);
   return f;
 }
 
@@ -1475,7 +1483,13 @@ void name_deepspeed_zero12(const std::string& category, const Zero12Facts& f, co
   if (category == "optimizer_state") {
     line.named.push_back({"AdamW's step counter, one fp32 tensor for the one flat fp32 partition", -4});
   }
-  if (category == "buckets") {
+  if (category == "buckets" && !f.contiguous) {
+    line.named.push_back(
+        {"the largest bucket of several .grads, flattened by allreduce_bucket for its all-reduce (the "
+         "recording's largest all-reduce of a tensor of its own): MemTracker's temporaries; no ipg "
+         "bucket buffer",
+         f.flattened, false});
+  } else if (category == "buckets") {
     line.named.push_back(
         {!f.tensorwise ? "the ipg bucket (reduce_bucket_size bf16 elements), made by setup_buckets in a gradient hook: "
                          "MemTracker's temporaries (no .grad points into it before reduce_gradients, after backward)"
@@ -1492,7 +1506,13 @@ std::vector<Line> compare_deepspeed_zero12(const json& fixture, int stage, const
       zero12_facts(c, stage, fixture.value("zero_optimization", json::object()), rank["rank"].get<int64_t>());
   f.compact = stage == 2 && accumulates_in_fp32(fixture);
   f.accumulation = fixture.value("gradient_accumulation_steps", 1);
-  f.tensorwise = stage == 2 || (f.hooks_reduce && f.accumulation == 1);
+  f.tensorwise = stage == 2 || (f.hooks_reduce && f.accumulation == 1 && f.contiguous);
+  for (const json& call : rank.value("collectives", json::array())) {
+    const int64_t bytes = call["bytes"].empty() ? 0 : call["bytes"][0].get<int64_t>();
+    if (call["kind"] == "all_reduce" && call.value("own_storage", false) && bytes > 8) {
+      f.flattened = std::max(f.flattened, bytes);
+    }
+  }
   check_collectives(fixture, rank, emu, c, stage);
   const auto at_peak = rank["at_peak"].get<RecordedCategories>();
   std::vector<Line> lines = category_lines(
@@ -1517,6 +1537,12 @@ std::vector<Line> compare_deepspeed_zero12(const json& fixture, int stage, const
     // step() hands the compact fp32 partition to the inner AdamW as it is, and peaks in its step.
     lines.back().named.push_back(
         {"the compact fp32 gradient partition: MemTracker's temporaries, emu's gradients", -4 * f.shard, false});
+  } else if (moment == Moment::kOptimizerStep && !f.contiguous) {
+    // Without contiguous_gradients the partition's own .grads stand for grads_in_partition: MemTracker's gradients
+    // at the peak, as emu's; the flattened partition (2S) and its fp32 cast (4S) are MemTracker's activations.
+    lines.back().named.push_back(
+        {"step()'s flattened partition and its fp32 cast: MemTracker's activations, emu's gradients", -6 * f.shard,
+         false});
   } else if (moment == Moment::kOptimizerStep) {
     // step() peaks as it casts: flatten(averaged_gradients) (2S) and its .to(fp32) (4S) beside averaged_gradients,
     // views of grads_in_partition (2 B for each element of the whole tensors meeting the partition), which it frees

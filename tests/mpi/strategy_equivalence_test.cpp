@@ -57,8 +57,11 @@ struct Case {
   int64_t layers = 2;
   // zero1, zero2: use_multi_rank_bucket_allreduce false, each bucket's slices reduced to their owners.
   bool reduce_by_owner = false;
+  // zero1: contiguous_gradients false, every .grad kept to step() and each bucket flattened for its all-reduce.
+  bool not_contiguous = false;
   std::string variant_suffix() const {
     if (reduce_by_owner) return "_reduce_by_owner";
+    if (not_contiguous) return "_not_contiguous";
     if (strategy != "pp") return "";
     return schedule == strategy::Schedule::kGpipe ? "_gpipe" : "_1f1b";
   }
@@ -150,8 +153,9 @@ strategy::StrategyOptions case_options(const Case& c) {
   strategy::StrategyOptions options = test_options(c.strategy, c.recipe);
   if (!c.clip) options.clip_norm = 0;
   options.pipeline.schedule = c.schedule;
-  if (c.reduce_by_owner) {
-    options.zero.multi_rank_bucket_allreduce = false;
+  if (c.reduce_by_owner || c.not_contiguous) {
+    options.zero.multi_rank_bucket_allreduce = !c.reduce_by_owner;
+    options.zero.contiguous_gradients = !c.not_contiguous;
     options.zero.reduce_bucket_elements = 2000;  // four buckets of the tiny Llama's 7,024 parameters
   }
   return options;
@@ -198,6 +202,9 @@ std::vector<Case> cases() {
       by_owner.reduce_by_owner = true;
       all.push_back(by_owner);
     }
+    Case not_contiguous{"zero1", model::Style::kLlama, optim::Recipe::kFp32, 2, clip};
+    not_contiguous.not_contiguous = true;
+    all.push_back(not_contiguous);
     // DDP's mixed recipe is autocast: fp32 gradients, so micro-batches accumulate as in fp32.
     all.push_back({"ddp", model::Style::kGpt2, optim::Recipe::kMixed, 2, clip});
     // Pipeline parallelism, one stage per rank: the N × accumulation micro-batches of one sequence through every

@@ -103,6 +103,17 @@ std::vector<Case> cases() {
                    o.zero.reduce_bucket_elements = 2'000'000;
                    o.zero.multi_rank_bucket_allreduce = false;
                  }});
+  // contiguous_gradients false: every .grad kept to step(), each bucket of several tensors flattened; in the
+  // boundary's backward with overlap_comm.
+  all.push_back({"zero1", optim::Recipe::kMixed, "not_contiguous", [](O& o) {
+                   o.zero.reduce_bucket_elements = 2'000'000;
+                   o.zero.contiguous_gradients = false;
+                 }});
+  all.push_back({"zero1", optim::Recipe::kMixed, "not_contiguous_overlap_comm", [](O& o) {
+                   o.zero.reduce_bucket_elements = 2'000'000;
+                   o.zero.contiguous_gradients = false;
+                   o.zero.overlap_comm = true;
+                 }});
   all.push_back({"zero2", optim::Recipe::kMixed, "reduce_by_owner", [](O& o) {
                    o.zero.reduce_bucket_elements = 2'000'000;
                    o.zero.multi_rank_bucket_allreduce = false;

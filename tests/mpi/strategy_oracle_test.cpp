@@ -80,6 +80,10 @@ oracle::Knobs knobs_for(const std::string& strategy, const oracle::Shapes& shape
     k.strategy = "zero1";
     k.overlap_comm = true;
   }
+  if (strategy == "zero1-not-contiguous") {  // contiguous_gradients false: every .grad kept, buckets flattened
+    k.strategy = "zero1";
+    k.contiguous_gradients = false;
+  }
   k.world = world;
   k.ranks_per_node = test_ranks_per_node();
   k.shrink = kShrink;
@@ -100,6 +104,7 @@ strategy::StrategyOptions options_for(const oracle::Knobs& k) {
   options.zero.max_reuse_distance = k.max_reuse_distance;
   options.zero.sub_group_size = k.sub_group_size;
   options.zero.overlap_comm = k.overlap_comm;
+  options.zero.contiguous_gradients = k.contiguous_gradients;
   return options;
 }
 
@@ -220,8 +225,9 @@ TEST_P(Oracle, MeasuredPlannedAndPredictedAgreeWithTheOracle) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Strategies, Oracle,
-                         ::testing::Values("ddp", "ddp-zero", "zero0", "zero1", "zero1-overlap-comm", "zero2", "zero3",
-                                           "fsdp", "fsdp-grad-op", "fsdp-no-shard", "fsdp-hybrid"),
+                         ::testing::Values("ddp", "ddp-zero", "zero0", "zero1", "zero1-overlap-comm",
+                                           "zero1-not-contiguous", "zero2", "zero3", "fsdp", "fsdp-grad-op",
+                                           "fsdp-no-shard", "fsdp-hybrid"),
                          [](const ::testing::TestParamInfo<std::string>& param) {
                            std::string name = param.param;
                            for (char& ch : name) {

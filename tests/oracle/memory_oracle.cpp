@@ -239,7 +239,36 @@ Estimate zero12(const Shapes& s, const Knobs& k, int stage) {
   add(e, &Estimate::parameters, "parameters", "bit16 flat parameters, aligned to 2N", padded * k.param_bytes);
   // Stage 2's gradient hooks reduce in every backward; stage 1's only with overlap_comm, in the accumulation
   // boundary's (process_gradients), here the only micro-batch's: there it holds its gradients as stage 2 does.
-  if (stage == 1 && !k.overlap_comm) {
+  if (stage == 1 && !k.contiguous_gradients) {
+    // contiguous_gradients false: no ipg buffer; every autograd .grad waits where it was made and is kept to step()
+    // (reduce_ipg_grads -> buffered_reduce_fallback, and stage 1 copies nothing into a partition); a bucket of
+    // several tensors is flattened into a new tensor for its all-reduce (allreduce_bucket), one larger than the
+    // bucket all-reduced in place. Tensors in the oracle's stage-1 order: root first, or with overlap_comm in the
+    // boundary's backward, blocks last first and each block's tensors last first, then the root's.
+    add(e, &Estimate::gradients, "gradients", "autograd .grad of every parameter, kept to step()", psi * k.grad_bytes);
+    std::vector<uint64_t> order;
+    const std::vector<uint64_t> root = root_tensors(s), block = block_tensors(s);
+    if (!k.overlap_comm) {
+      order = root;
+      for (int64_t l = 0; l < s.layers; ++l) order.insert(order.end(), block.begin(), block.end());
+    } else {
+      for (int64_t l = 0; l < s.layers; ++l) order.insert(order.end(), block.rbegin(), block.rend());
+      order.insert(order.end(), root.rbegin(), root.rend());
+    }
+    uint64_t largest = 0, in_bucket = 0, tensors = 0;
+    for (uint64_t tensor : order) {
+      if (tensor > bucket || in_bucket + tensor > bucket) {
+        if (tensors > 1) largest = std::max(largest, in_bucket);
+        in_bucket = tensors = 0;
+      }
+      if (tensor > bucket) continue;
+      in_bucket += tensor;
+      ++tensors;
+    }
+    if (tensors > 1) largest = std::max(largest, in_bucket);
+    add(e, &Estimate::buckets, "buckets", "the largest bucket of several .grads, flattened for its all-reduce",
+        largest * k.grad_bytes);
+  } else if (stage == 1 && !k.overlap_comm) {
     add(e, &Estimate::gradients, "gradients", "autograd .grad of every parameter", psi * k.grad_bytes);
     // reduce_gradients() copies the tensors, in registration order, into the bucket (a tensor's .grad is dropped
     // once copied; the oracle frees whole units) and makes the partition (grads_in_partition) at the first
@@ -276,6 +305,10 @@ Estimate zero12(const Shapes& s, const Knobs& k, int stage) {
         at_step - e.gradients);
   }
   const int buffers = k.overlap_comm ? 2 : 1;
+  if (stage == 1 && !k.contiguous_gradients) {
+    add_optimizer(e, k, shard, "the partition (12Ψ/N)");
+    return e;
+  }
   add(e, &Estimate::buckets, "buckets",
       std::string("ipg reduce bucket (reduce_bucket_size elements)") + (buffers == 2 ? " x2, overlap_comm" : ""),
       bucket * k.grad_bytes * buffers);

@@ -128,6 +128,7 @@ struct Knobs {
   // DeepSpeed, in elements.
   uint64_t reduce_bucket_size = 500'000'000;
   bool overlap_comm = false;
+  bool contiguous_gradients = true;
   uint64_t prefetch_bucket_size = 50'000'000;
   uint64_t param_persistence_threshold = 100'000;
   uint64_t max_live_parameters = 1'000'000'000;

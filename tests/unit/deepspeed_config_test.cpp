@@ -553,6 +553,29 @@ TEST(DeepSpeedConfig, MultiRankBucketAllReduceAtStagesOneAndTwo) {
   }
 }
 
+// contiguous_gradients false is read at stage 1 (ZeroOptions::contiguous_gradients), forced on under optimizer
+// offload as DeepSpeed forces it (contiguous_gradients or cpu_offload), listed as having no effect at stage 0 and as
+// not modelled at stages 2 and 3.
+TEST(DeepSpeedConfig, ContiguousGradientsFalseAtStageOne) {
+  const auto parsed = [](int stage, const std::string& keys) {
+    return parse_deepspeed_config(
+        fmt::format(R"({{"zero_optimization": {{"stage": {}, "contiguous_gradients": false{}}}}})", stage, keys), "t",
+        {});
+  };
+  const DeepSpeedConfig one = parsed(1, "");
+  EXPECT_FALSE(one.knobs.zero.contiguous_gradients);
+  EXPECT_TRUE(one.ignored.empty()) << fmt::format("{}", fmt::join(one.ignored, "; "));
+  EXPECT_TRUE(parsed(1, R"(, "offload_optimizer": {"device": "cpu"})").knobs.zero.contiguous_gradients);
+  for (const int stage : {0, 2, 3}) {
+    const DeepSpeedConfig other = parsed(stage, "");
+    EXPECT_TRUE(other.knobs.zero.contiguous_gradients) << stage;
+    ASSERT_EQ(other.ignored.size(), 1U) << stage;
+    EXPECT_NE(other.ignored.front().find(stage == 0 ? "no effect at stage 0" : "contiguous path at stage"),
+              std::string::npos)
+        << other.ignored.front();
+  }
+}
+
 TEST(DeepSpeedConfig, EveryRealConfigIsReadAsStated) {
   const std::vector<std::pair<std::string, std::string>> accepted = {
       {"hf_trainer_zero2.json", "zero2"},
