@@ -225,7 +225,13 @@ double collective_seconds(coll::CollectiveKind kind, std::string_view algorithm,
     const double rounds = 2 * std::ceil(std::log2(double(ranks)));
     return call_latency + rounds * (link.alpha + payload * link.beta);
   }
-  return call_latency + coll::predicted_seconds(chosen->cost(payload, ranks, fabric.ranks_per_node), fabric, ranks);
+  // An algorithm whose pieces pipeline (the ring reduce) is timed cut into the communicator's slices, as the
+  // library cuts its chunks.
+  const coll::Cost cost = chosen->sliced_cost != nullptr
+                              ? chosen->sliced_cost(payload, ranks, fabric.ranks_per_node,
+                                                    static_cast<double>(coll::CommunicatorOptions{}.slice_bytes))
+                              : chosen->cost(payload, ranks, fabric.ranks_per_node);
+  return call_latency + coll::predicted_seconds(cost, fabric, ranks);
 }
 
 double collective_seconds(coll::CollectiveKind kind, std::string_view algorithm, double payload, int ranks,

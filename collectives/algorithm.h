@@ -118,6 +118,10 @@ struct Algorithm {
   // reduce, the whole output or input for all-gather, reduce-scatter and all-to-all) over N ranks, L of them per
   // node; null where the algorithm is not ours to state (MPI's own chooses at run time).
   Cost (*cost)(double payload, int size, int ranks_per_node);
+  // The cost with the payload cut into pieces of at most `slice_bytes`, for an algorithm whose pieces pipeline (the
+  // ring reduce's chain: N+k−2 rounds for k pieces, not k times one piece's N−1); null where `cost` is the one to
+  // use at any slice.
+  Cost (*sliced_cost)(double payload, int size, int ranks_per_node, double slice_bytes) = nullptr;
 };
 
 // Every registered algorithm, grouped by kind, the default of each kind first.

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include "collectives/algorithm.h"
 #include "collectives/steps.h"
@@ -85,13 +86,21 @@ Expectation expect(const Call& call, int rank, int n, size_t slice_bytes, int /*
   return expectation;
 }
 
-// One piece, as the model follows every algorithm: it travels N−1 hops one after another, and a middle rank
-// receives it whole before it sends it on (2S on its links); the root adds it once. Cut into k pieces, as NCCL
-// pipelines the chain, it takes N+k−2 rounds of S/k and a middle rank's links carry (k+1)/k · S.
-Cost cost(double s, int n, int /*ranks_per_node*/) {
-  const double m = n - 1;
-  return {m, n > 2 ? 2 * s : s, s, n > 2 ? "(N-1) α + 2S β + S γ" : "α + S β + S γ"};
+// Cut into k pieces of one slice each (the last one shorter), as NCCL pipelines the chain: piece j leaves root+1 in
+// round j+1 and reaches the root N−1 rounds later, so N+k−2 rounds; a middle rank receives the first piece alone,
+// then sends one while the next arrives, and sends the last alone: S plus one piece on its links (2S for one
+// piece), S on root+1's and the root's. The root adds S.
+Cost sliced_cost(double s, int n, int /*ranks_per_node*/, double slice_bytes) {
+  const double pieces = slice_bytes > 0 && s > slice_bytes ? std::ceil(s / slice_bytes) : 1;
+  const double piece = std::min(s, slice_bytes > 0 ? slice_bytes : s);
+  if (n <= 1) return {0, 0, 0, "0"};
+  if (n == 2) return {pieces, s, s, "k α + S β + S γ (k pieces of one slice)"};
+  return {n - 2 + pieces, s + piece, s, "(N+k-2) α + (S + S/k) β + S γ (k pieces of one slice)"};
 }
+
+// One piece, as the model follows every algorithm: N−1 hops one after another, a middle rank receiving it whole
+// before it sends it on (2S on its links).
+Cost cost(double s, int n, int ranks_per_node) { return sliced_cost(s, n, ranks_per_node, s); }
 
 }  // namespace
 
@@ -100,6 +109,7 @@ extern const Algorithm kRingReduce{CollectiveKind::kReduce,
                                    "a chain along the ring into the root, piece by piece; S per rank but the root",
                                    run,
                                    expect,
-                                   cost};
+                                   cost,
+                                   sliced_cost};
 
 }  // namespace emu::coll

@@ -313,7 +313,11 @@ int report(const Settings& settings, CollectiveKind kind, DType dtype, const Alg
   }
   std::string disagreement;
   if (algorithm.cost != nullptr) {
-    const Cost model = algorithm.cost(static_cast<double>(payload), world, settings.ranks_per_node);
+    const auto bytes = static_cast<double>(payload);
+    const Cost model =
+        algorithm.sliced_cost != nullptr
+            ? algorithm.sliced_cost(bytes, world, settings.ranks_per_node, static_cast<double>(settings.slice_bytes))
+            : algorithm.cost(bytes, world, settings.ranks_per_node);
     const teach::ExecutedCost executed = teach::executed_cost(logs, rounds);
     disagreement = teach::cost_disagreement(model, executed, dtype_size(dtype));
     std::printf(

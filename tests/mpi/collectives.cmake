@@ -25,6 +25,14 @@ foreach(case "all_reduce;ring;5" "all_reduce;rhd;5" "all_reduce;tree;5" "reduce_
                        PROCESSORS ${ranks} ENVIRONMENT "${EMU_MPIEXEC_ENV}"
                        PASS_REGULAR_EXPRESSION "at the end: as ${kind} defines.*B: agrees\nresult: correct on every rank")
 endforeach()
+# The ring reduce cut into 16 pieces of 16 B: its contents still end as reduce defines, and its pipelined cost
+# (N+k-2 = 18 rounds; S + S/k = 272 B on a middle rank's links) agrees with the run.
+add_test(NAME coll_teach_cli.reduce_ring_pieces.np4
+         COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 4 $<TARGET_FILE:coll-teach> --kind reduce
+                 --algorithm ring --count 64 --slice 16 --root 0)
+set_tests_properties(coll_teach_cli.reduce_ring_pieces.np4 PROPERTIES LABELS "mpi" TIMEOUT 60 PROCESSORS 4
+                     ENVIRONMENT "${EMU_MPIEXEC_ENV}" PASS_REGULAR_EXPRESSION
+                     "at the end: as reduce defines.*executed: 18 rounds, 272 B.*B: agrees\nresult: correct on every rank")
 # The cost model's table: on 8 ranks with the default link the tree all-reduce wins below 147 KiB (150,588 B by
 # hand: 8α = S(4.25β + 2.125γ)), the ring above.
 add_test(NAME coll_teach_cost.np1 COMMAND $<TARGET_FILE:coll-teach> --kind all_reduce --cost --ranks 8)

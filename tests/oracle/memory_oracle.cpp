@@ -227,6 +227,33 @@ uint64_t zero2_backward_gradients(const Shapes& s, uint64_t bucket, uint64_t par
   return std::max(peak, late_root_gradients(s) + (reduced ? partition : 0));
 }
 
+// contiguous_gradients false at stage 1: the largest bucket of several tensors, which allreduce_bucket flattens into a
+// new tensor for its all-reduce (a tensor larger than the bucket is all-reduced in place). Tensors in the oracle's
+// stage-1 order: root first, or with overlap_comm in the boundary's backward, blocks last first and each block's
+// tensors last first, then the root's.
+uint64_t largest_flattened_bucket(const Shapes& s, uint64_t bucket, bool overlap_comm) {
+  std::vector<uint64_t> order;
+  const std::vector<uint64_t> root = root_tensors(s), block = block_tensors(s);
+  if (!overlap_comm) {
+    order = root;
+    for (int64_t l = 0; l < s.layers; ++l) order.insert(order.end(), block.begin(), block.end());
+  } else {
+    for (int64_t l = 0; l < s.layers; ++l) order.insert(order.end(), block.rbegin(), block.rend());
+    order.insert(order.end(), root.rbegin(), root.rend());
+  }
+  uint64_t largest = 0, in_bucket = 0, tensors = 0;
+  for (uint64_t tensor : order) {
+    if (tensor > bucket || in_bucket + tensor > bucket) {
+      if (tensors > 1) largest = std::max(largest, in_bucket);
+      in_bucket = tensors = 0;
+    }
+    if (tensor > bucket) continue;
+    in_bucket += tensor;
+    ++tensors;
+  }
+  return tensors > 1 ? std::max(largest, in_bucket) : largest;
+}
+
 Estimate zero12(const Shapes& s, const Knobs& k, int stage) {
   const uint64_t psi = parameter_count(s);
   const auto n = static_cast<uint64_t>(k.world);
@@ -241,31 +268,10 @@ Estimate zero12(const Shapes& s, const Knobs& k, int stage) {
   // boundary's (process_gradients), here the only micro-batch's: there it holds its gradients as stage 2 does.
   if (stage == 1 && !k.contiguous_gradients) {
     // contiguous_gradients false: no ipg buffer; every autograd .grad waits where it was made and is kept to step()
-    // (reduce_ipg_grads -> buffered_reduce_fallback, and stage 1 copies nothing into a partition); a bucket of
-    // several tensors is flattened into a new tensor for its all-reduce (allreduce_bucket), one larger than the
-    // bucket all-reduced in place. Tensors in the oracle's stage-1 order: root first, or with overlap_comm in the
-    // boundary's backward, blocks last first and each block's tensors last first, then the root's.
+    // (reduce_ipg_grads -> buffered_reduce_fallback, and stage 1 copies nothing into a partition); buckets of several
+    // tensors flattened for their all-reduce.
     add(e, &Estimate::gradients, "gradients", "autograd .grad of every parameter, kept to step()", psi * k.grad_bytes);
-    std::vector<uint64_t> order;
-    const std::vector<uint64_t> root = root_tensors(s), block = block_tensors(s);
-    if (!k.overlap_comm) {
-      order = root;
-      for (int64_t l = 0; l < s.layers; ++l) order.insert(order.end(), block.begin(), block.end());
-    } else {
-      for (int64_t l = 0; l < s.layers; ++l) order.insert(order.end(), block.rbegin(), block.rend());
-      order.insert(order.end(), root.rbegin(), root.rend());
-    }
-    uint64_t largest = 0, in_bucket = 0, tensors = 0;
-    for (uint64_t tensor : order) {
-      if (tensor > bucket || in_bucket + tensor > bucket) {
-        if (tensors > 1) largest = std::max(largest, in_bucket);
-        in_bucket = tensors = 0;
-      }
-      if (tensor > bucket) continue;
-      in_bucket += tensor;
-      ++tensors;
-    }
-    if (tensors > 1) largest = std::max(largest, in_bucket);
+    const uint64_t largest = largest_flattened_bucket(s, bucket, k.overlap_comm);
     add(e, &Estimate::buckets, "buckets", "the largest bucket of several .grads, flattened for its all-reduce",
         largest * k.grad_bytes);
   } else if (stage == 1 && !k.overlap_comm) {

@@ -140,6 +140,17 @@ TEST(StepTime, RingAllReduceOnEightGpusOverNvlink) {
   EXPECT_NEAR(world, 30 * (2.0 / 16 * 14e-6 + 14.0 / 16 * 3.4e-6) + 1.875e9 / 180e9 + 8.4e-6, 1e-9);
 }
 
+// DeepSpeed's reduce to each owner (use_multi_rank_bucket_allreduce false) over NCCL's ring reduce, timed in
+// pieces of emu's 4 MiB slice: 1 GB is k = 239 pieces, N+k-2 = 245 steps of 3.4 µs, and S plus one piece (4,194,304 B)
+// through a middle GPU's link at 240 GB/s, plus the call's 8.4 µs: 5.026 ms, below the ring all-reduce's 7.348.
+TEST(StepTime, RingReduceIsTimedInPipelinedPieces) {
+  const StepTimeSetting s = a100();
+  const coll::LinkModel link = link_for(s, Reach::kInsideNode);
+  const double seconds = collective_seconds(coll::CollectiveKind::kReduce, "ring", 1e9, 8, link, 8.4e-6);
+  EXPECT_NEAR(seconds, 245 * 3.4e-6 + (1e9 + 4194304.0) / 240e9 + 8.4e-6, 1e-9);
+  EXPECT_LT(seconds, collective_seconds(coll::CollectiveKind::kAllReduce, "ring", 1e9, 8, link, 8.4e-6));
+}
+
 TEST(StepTime, OneBucketIsExposedTwoBucketsHideTheFirst) {
   // Backward of 1 s in one piece, its gradients in one bucket of 0.3 s: the all-reduce can only start when backward
   // ends, so the step is 1.3 s with 0.3 s exposed.
