@@ -192,15 +192,21 @@ std::string format_report(const RunReport& r) {
       r.plan ? "" : ", the shrunk run's own bytes in brackets");
   out += format_reserved(r);
 
-  // Traffic per optimizer step of one rank.
-  out += fmt::format("{:<14} {:>11} {:>14} {:>11} {:>11} {:>11} {:>9} | {:>9} {:>9}\n", "traffic/rank", "all-reduce",
-                     "reduce-scatter", "all-gather", "total GB", "predicted", "PCIe GB", "step s", "loss");
+  // Traffic per optimizer step of one rank; a reduce column only where some strategy reduces to a root (DeepSpeed's
+  // use_multi_rank_bucket_allreduce false), so the usual table keeps its shape.
+  const auto sent_by = [](const StrategyOutcome& o, coll::CollectiveKind kind) {
+    double bytes = 0;
+    for (const auto& [key, t] : o.traffic_per_step) bytes += key.kind == kind ? static_cast<double>(t.sent) : 0.0;
+    return bytes;
+  };
+  const bool reduces = std::any_of(r.outcomes.begin(), r.outcomes.end(), [&](const StrategyOutcome& o) {
+    return sent_by(o, coll::CollectiveKind::kReduce) > 0;
+  });
+  out += fmt::format("{:<14} {:>11} {:>14} {:>11}{} {:>11} {:>11} {:>9} | {:>9} {:>9}\n", "traffic/rank", "all-reduce",
+                     "reduce-scatter", "all-gather", reduces ? fmt::format(" {:>11}", "reduce") : "", "total GB",
+                     "predicted", "PCIe GB", "step s", "loss");
   for (const StrategyOutcome& o : r.outcomes) {
-    const auto sent = [&](coll::CollectiveKind kind) {
-      double bytes = 0;
-      for (const auto& [key, t] : o.traffic_per_step) bytes += key.kind == kind ? static_cast<double>(t.sent) : 0.0;
-      return bytes;
-    };
+    const auto sent = [&](coll::CollectiveKind kind) { return sent_by(o, kind); };
     double total = 0;
     for (const auto& [kind, t] : o.traffic_per_step) total += static_cast<double>(t.sent);
     double predicted = 0;
@@ -209,12 +215,13 @@ std::string format_report(const RunReport& r) {
     const double seconds = o.step_seconds.empty() ? 0
                                                   : std::accumulate(o.step_seconds.begin(), o.step_seconds.end(), 0.0) /
                                                         static_cast<double>(o.step_seconds.size());
-    out += fmt::format("{:<14} {:>11} {:>14} {:>11} {:>11} {:>11} {:>9} | {:>9} {:>9}\n", o.name,
-                       gb(sent(coll::CollectiveKind::kAllReduce) * scale),
-                       gb(sent(coll::CollectiveKind::kReduceScatter) * scale),
-                       gb(sent(coll::CollectiveKind::kAllGather) * scale), gb(total * scale), gb(predicted * scale),
-                       gb(pcie * scale), r.plan ? "-" : fmt::format("{:.3f}", seconds),
-                       o.losses.empty() || r.plan ? "-" : fmt::format("{:.4f}", o.losses.back()));
+    out += fmt::format(
+        "{:<14} {:>11} {:>14} {:>11}{} {:>11} {:>11} {:>9} | {:>9} {:>9}\n", o.name,
+        gb(sent(coll::CollectiveKind::kAllReduce) * scale), gb(sent(coll::CollectiveKind::kReduceScatter) * scale),
+        gb(sent(coll::CollectiveKind::kAllGather) * scale),
+        reduces ? fmt::format(" {:>11}", gb(sent(coll::CollectiveKind::kReduce) * scale)) : "", gb(total * scale),
+        gb(predicted * scale), gb(pcie * scale), r.plan ? "-" : fmt::format("{:.3f}", seconds),
+        o.losses.empty() || r.plan ? "-" : fmt::format("{:.4f}", o.losses.back()));
   }
   out +=
       "  bytes each rank sends per optimizer step, in GB (10^9) at full scale; predicted: ring volumes "

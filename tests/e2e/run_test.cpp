@@ -7,6 +7,7 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -369,6 +370,29 @@ TEST(Run, DeepSpeedConfigRunsAsItIs) {
   EXPECT_EQ(root["config"]["precision"], "mixed");
   // overlap_comm: two reduce buckets, each at least one unit's gradients.
   EXPECT_GT(root["strategies"][0]["peak"]["category_peaks"]["buckets"].get<uint64_t>(), 0u);
+}
+
+// DeepSpeed's use_multi_rank_bucket_allreduce false reduces each owner's slices to it: the report's traffic table
+// grows a reduce column (absent otherwise). Llama-2-7B's 6,738,415,616 parameters (Meta's model card: 6.74B) on 8
+// GPUs, bf16 gradients, one micro-batch: a ring reduce sends all but its own slices, 7/8 · 2Ψ = 11.79 GB, and no
+// all-reduce of gradients (the 4-byte norm is 0.00 GB).
+TEST(Plan, ReducesToOwnersShowInTheirOwnColumn) {
+  testing::TempDir dir("plan-reduce");
+  const std::string config = dir.file("ds.json");
+  std::ofstream(config) << R"({"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": true},
+    "zero_optimization": {"stage": 2, "use_multi_rank_bucket_allreduce": false}})";
+  const std::string common = mpiexec(1) + kEmu + " --model llama2-7b --plan 8 --seq-len 512";
+  const auto reduced = run_process(common + " --deepspeed " + config, 120);
+  ASSERT_EQ(reduced.exit_code, 0) << reduced.err;
+  EXPECT_TRUE(std::regex_search(reduced.out, std::regex("traffic/rank +all-reduce +reduce-scatter +all-gather +reduce "
+                                                        "+total GB")))
+      << reduced.out;
+  EXPECT_TRUE(std::regex_search(reduced.out, std::regex("\\nzero2 +0\\.00 +0\\.00 +[0-9.]+ +11\\.79 "))) << reduced.out;
+  const auto all_reduced = run_process(common + " --strategies zero2", 120);
+  ASSERT_EQ(all_reduced.exit_code, 0) << all_reduced.err;
+  EXPECT_TRUE(
+      std::regex_search(all_reduced.out, std::regex("traffic/rank +all-reduce +reduce-scatter +all-gather +total GB")))
+      << all_reduced.out;
 }
 
 // The Hugging Face docs' standard ZeRO-3 config (offload_optimizer and offload_param to the CPU, pinned), on the tiny
