@@ -302,7 +302,7 @@ class PartitionedOptimizer final : public Strategy {
       // (free_grad_in_param_list(params_not_in_partition)); the partition's, its whole tensors, stay to the cast.
       for (int unit = 0; unit < model_.num_units(); ++unit) release_unit_gradients(unit);
       partition_grads = device_.allocate(0, options_.recipe.grads, Category::kGradients,
-                                         "ZeRO-1 the partition's .grads", partition_charge_);
+                                         "ZeRO-1 partition's .grads, kept to step()", partition_charge_);
     }
     if (!offloaded() && !bf16_optimizer() && !compact_partition()) {
       Buffer flat = model::allocate_parameter_space(device_, flat_.charge, shard_.shard, recipe.grads,
@@ -530,7 +530,8 @@ class PartitionedOptimizer final : public Strategy {
 
   // use_multi_rank_bucket_allreduce false: each owner's slice of [lo, hi), held at `data`, reduced (averaged) to that
   // owner in place (average_tensor's ("reduce", dst) buckets, allreduce_no_retain -> dist.reduce), in the order the
-  // bucket was filled: ascending flat order at stage 1, descending at stage 2. Only the owner's slice holds the sum.
+  // bucket was filled: ascending flat order after backward, descending when the hooks reduce in backward. Only the
+  // owner's slice holds the sum.
   void reduce_to_owners(void* data, size_t lo, size_t hi, const std::string& phase) {
     const DType dtype = options_.recipe.grads;
     const int first = static_cast<int>(lo / shard_.shard);
@@ -545,8 +546,9 @@ class PartitionedOptimizer final : public Strategy {
   }
 
   // Copies flat range [begin, end) of `unit`'s gradients into the bucket, flushing it first when the range does not
-  // continue the bucket's contiguous range or does not fit. Ranges arrive in increasing (stage 1) or decreasing
-  // (stage 2) flat order; the bucket's range sits at its start or at its end accordingly.
+  // continue the bucket's contiguous range or does not fit. Ranges arrive in increasing (after backward) or decreasing
+  // (in backward: stage 2, stage 1 with overlap_comm) flat order; the bucket's range sits at its start or at its end
+  // accordingly.
   void add_to_bucket(int unit, size_t begin, size_t end, bool ascending) {
     const bool empty = bucket_lo_ == bucket_hi_;
     const bool continues = ascending ? begin == bucket_hi_ : end == bucket_lo_;
@@ -572,7 +574,7 @@ class PartitionedOptimizer final : public Strategy {
     return element(bucket.data(), bucket.dtype(), at);
   }
 
-  // Reduce-scatters the bucket's range to the owners; this rank adds its block to its partition.
+  // Reduces the bucket's range (reduce_into_partition); this rank adds its block to its partition.
   void flush_bucket() {
     if (bucket_lo_ == bucket_hi_) return;
     Buffer flattened;  // contiguous_gradients false: allreduce_bucket flattens a bucket of several pending .grads
