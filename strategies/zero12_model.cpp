@@ -51,6 +51,13 @@
 namespace emu::strategy {
 namespace {
 
+// The unit the reductions reach at `step`: in registration order (units 0, 1, ...) after backward; in backward, as
+// each unit's backward ends: blocks L..1, then the root (whose tensors, like every unit's, go in last first).
+size_t unit_reduced_at(size_t step, size_t units, bool in_backward) {
+  if (!in_backward) return step;
+  return step + 1 < units ? units - 1 - step : 0;
+}
+
 // Stage 1: the .grad bytes still alive when the first reduction happens, out of `every_grad`. The tensors go into the
 // bucket unit by unit: in registration order after backward, or, reduced in the accumulation boundary's backward
 // (overlap_comm, `in_backward`), as each unit's backward ends (blocks L..1, then the root, each unit's tensors last
@@ -63,7 +70,7 @@ uint64_t grads_alive_at_first_reduction(const AnalyticInput& input, uint64_t buc
   uint64_t in_bucket = 0;
   uint64_t freed = 0;
   for (size_t step = 0; step < units; ++step) {
-    const size_t unit = !in_backward ? step : step + 1 < units ? units - 1 - step : 0;
+    const size_t unit = unit_reduced_at(step, units, in_backward);
     std::vector<uint64_t> tensors = input.tensors_of(unit);
     if (in_backward) std::reverse(tensors.begin(), tensors.end());
     for (uint64_t tensor : tensors) {
@@ -86,7 +93,7 @@ uint64_t largest_flattened_bucket(const AnalyticInput& input, uint64_t bucket, b
     in_bucket = charged = tensors_in = 0;
   };
   for (size_t step = 0; step < units; ++step) {
-    const size_t unit = !in_backward ? step : step + 1 < units ? units - 1 - step : 0;
+    const size_t unit = unit_reduced_at(step, units, in_backward);
     std::vector<uint64_t> tensors = input.tensors_of(unit);
     std::vector<uint64_t> charges =
         unit < input.unit_tensors_charged.size() ? input.unit_tensors_charged[unit] : tensors;
@@ -137,7 +144,7 @@ uint64_t backward_gradients(const AnalyticInput& input, uint64_t bucket, uint64_
   uint64_t in_bucket = 0;
   bool reduced = false;
   for (size_t step = 0; step < units; ++step) {  // blocks L..1, then the root (its .grad: the embeddings')
-    const size_t unit = step + 1 < units ? units - 1 - step : 0;
+    const size_t unit = unit_reduced_at(step, units, true);
     const std::vector<uint64_t> tensors = input.tensors_of(unit);
     for (auto tensor = tensors.rbegin(); tensor != tensors.rend(); ++tensor) {
       if (*tensor > bucket) {
@@ -191,10 +198,12 @@ Updated predict_zero12(const StrategyOptions& options, const AnalyticInput& inpu
   for (size_t unit = 0; unit < input.unit_counts.size(); ++unit) every_grad += unit_grad(unit);
   const bool bf16_optimizer = stage == 1 && options.zero.fp32_grad_accumulation && !input.offload;
   const bool pending_grads = stage == 1 && !options.zero.contiguous_gradients && !input.offload && !bf16_optimizer;
-  // The ZeRO optimizer's buckets: all-reduced, or each owner's slices reduced to it (use_multi_rank_bucket_allreduce
-  // false; a ring reduce sends (N−1)/N of the payload per rank on average: each rank all of it but its own slices).
-  const coll::CollectiveKind gradient_reduction =
-      options.zero.multi_rank_bucket_allreduce ? coll::CollectiveKind::kAllReduce : coll::CollectiveKind::kReduce;
+  // The ZeRO optimizer's buckets: all-reduced (contiguous_gradients false: whole, buffered_reduce_fallback), or each
+  // owner's slices reduced to it (use_multi_rank_bucket_allreduce false; a ring reduce sends (N−1)/N of the payload
+  // per rank on average: each rank all of it but its own slices).
+  const coll::CollectiveKind gradient_reduction = options.zero.multi_rank_bucket_allreduce || pending_grads
+                                                      ? coll::CollectiveKind::kAllReduce
+                                                      : coll::CollectiveKind::kReduce;
   if (bf16_optimizer) {
     // BF16_Optimizer: every bf16 .grad, from the end of backward to the step, beside the fp32 gradients of the whole
     // flat group (all run); no reduce bucket; the fp32 gradients all-reduced in bf16 (a copy: a temporary); AdamW
@@ -211,29 +220,27 @@ Updated predict_zero12(const StrategyOptions& options, const AnalyticInput& inpu
     prediction.peak[Category::kGradients] = every_grad;
     prediction.peak[Category::kBuckets] =
         largest_flattened_bucket(input, bucket_elements, options.zero.overlap_comm) * grad_bytes;
-    prediction.formula = "(2 + 2 + K/N)Ψ: optimizer state partitioned";
-    add_ring_traffic(prediction, coll::CollectiveKind::kAllReduce, group, parameters * grad_bytes, world);
   } else if (stage == 1 && options.zero.overlap_comm && input.accumulation == 1) {
     // With overlap_comm the gradient hooks reduce in the boundary's backward; the only micro-batch's .grads go into
     // the bucket one tensor at a time, as at stage 2.
     prediction.peak[Category::kGradients] =
         backward_gradients(input, bucket_elements, grad_bytes, device_partition, false);
-    prediction.formula = "(2 + 2 + K/N)Ψ: optimizer state partitioned";
-    add_ring_traffic(prediction, gradient_reduction, group, parameters * grad_bytes, world);
   } else if (stage == 1) {
     // Every .grad accumulated to the boundary, then copied into the bucket (after backward; with overlap_comm in
     // the boundary's backward) and freed unit by unit, the partition made by the first reduction.
     const uint64_t kept_grad =
         grads_alive_at_first_reduction(input, bucket_elements, options.zero.overlap_comm, every_grad, unit_grad);
     prediction.peak[Category::kGradients] = std::max(every_grad, kept_grad + device_partition);
-    prediction.formula = "(2 + 2 + K/N)Ψ: optimizer state partitioned";
-    add_ring_traffic(prediction, gradient_reduction, group, parameters * grad_bytes, world);
   } else {
     prediction.peak[Category::kGradients] =
         backward_gradients(input, bucket_elements, grad_bytes, device_partition, compact);
     prediction.formula = "(2 + (2 + K)/N)Ψ: optimizer state and gradients partitioned";
     add_ring_traffic(prediction, gradient_reduction, group, parameters * grad_bytes, world,
                      static_cast<uint64_t>(input.accumulation));
+  }
+  if (stage == 1 && !bf16_optimizer) {  // the ZeRO optimizer's reduction, once a step
+    prediction.formula = "(2 + 2 + K/N)Ψ: optimizer state partitioned";
+    add_ring_traffic(prediction, gradient_reduction, group, parameters * grad_bytes, world);
   }
   // DeepSpeed's step(): flatten(averaged_gradients).to(fp32) beside the partition (BF16_Optimizer's reads its fp32
   // gradients in place)
